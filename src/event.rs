@@ -1,0 +1,1099 @@
+//! Wire format v1: the lifecycle events of a run and the record envelope they travel in.
+//!
+//! Everything here is a wire type. Its postcard encoding is what the journal stores, so enums are
+//! only ever extended at the end and fields are never reordered; the golden-bytes tests at the
+//! bottom of this file fail on any change to the encoding. Domain state lives in [`crate::state`].
+//!
+//! # Record layout
+//!
+//! A stored record is the postcard encoding of [`RecordEnvelope`] followed by a CRC-32C
+//! (Castagnoli) of those bytes, little-endian:
+//!
+//! ```text
+//! varint format_version (= 1)
+//! [u8; 16] run id (big-endian ULID)
+//! varint seq · varint time_ms · varint writer · varint writer_seq
+//! event: varint variant index, then the variant's fields in declaration order
+//! u32 LE crc32c of everything above
+//! ```
+//!
+//! The format version comes first so a reader can refuse a record of a newer format before it
+//! tries to decode the rest.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the record encoding this build writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+
+/// Upper bound on the encoded size of one record, checksum included.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// Most steps a run may have.
+pub const MAX_STEPS: usize = 128;
+
+/// Longest accepted free text (a summary, an error, a message, an id), in bytes.
+pub const MAX_TEXT_BYTES: usize = 4096;
+
+/// Most bytes of one step's spec: its name plus its command, script or provider text.
+pub const MAX_STEP_BYTES: usize = 4096;
+
+/// Longest argument vector of a command step.
+pub const MAX_ARGS: usize = 128;
+
+// The largest legal record must fit the record limit. RunCreated is the largest: every step at
+// its largest, each argument with a varint length prefix of up to 2 bytes, plus 16 bytes of step
+// overhead, plus the run's own texts (name, cwd, three ids) and the envelope.
+const _: () = assert!(
+    MAX_STEPS * (MAX_STEP_BYTES + MAX_ARGS * 2 + 16) + 8 * MAX_TEXT_BYTES + 256 <= MAX_RECORD_BYTES
+);
+
+const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+/// Milliseconds since the Unix epoch.
+pub type UnixMs = u64;
+
+/// The current time in Unix milliseconds.
+pub fn now_ms() -> UnixMs {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A run's identity: a ULID, so ids sort by creation time, print as 26 Crockford base32
+/// characters, and can be abbreviated to any unique prefix of [`RunId::MIN_PREFIX_LEN`] or more.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RunId([u8; 16]);
+
+impl RunId {
+    /// Length of the printed form.
+    pub const LEN: usize = ulid::ULID_LEN;
+    /// Shortest prefix accepted in place of a full id.
+    pub const MIN_PREFIX_LEN: usize = 8;
+
+    /// A fresh id for a run created now.
+    pub fn generate() -> RunId {
+        RunId(ulid::Ulid::generate().to_bytes())
+    }
+
+    /// The id made of these bytes (big-endian ULID).
+    pub const fn from_bytes(bytes: [u8; 16]) -> RunId {
+        RunId(bytes)
+    }
+
+    /// The key bytes: big-endian, so byte order is creation order.
+    pub const fn to_bytes(self) -> [u8; 16] {
+        self.0
+    }
+
+    /// Creation time embedded in the id.
+    pub fn created_at_ms(self) -> UnixMs {
+        ulid::Ulid::from_bytes(self.0).timestamp_ms()
+    }
+
+    /// The range of ids `[low, high]` whose printed form starts with `prefix`.
+    ///
+    /// The prefix is checked against the id alphabet first, so a caller may build paths only
+    /// from ids that went through here or through [`RunId::from_str`].
+    pub fn prefix_range(prefix: &str) -> Result<(RunId, RunId), RunIdError> {
+        check_id_text(prefix)?;
+        if prefix.len() < RunId::MIN_PREFIX_LEN {
+            return Err(RunIdError::PrefixTooShort {
+                text: prefix.to_string(),
+            });
+        }
+        let pad = RunId::LEN - prefix.len();
+        let low: String = prefix.to_ascii_uppercase() + &"0".repeat(pad);
+        let high: String = prefix.to_ascii_uppercase() + &"Z".repeat(pad);
+        let low = RunId::from_str(&low)?;
+        let high = RunId::from_str(&high)?;
+        Ok((low, high))
+    }
+}
+
+fn check_id_text(text: &str) -> Result<(), RunIdError> {
+    const ALPHABET: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    if text.len() > RunId::LEN {
+        return Err(RunIdError::TooLong {
+            text: text.chars().take(64).collect(),
+        });
+    }
+    match text
+        .chars()
+        .find(|c| !ALPHABET.contains(c.to_ascii_uppercase()))
+    {
+        Some(bad) => Err(RunIdError::BadCharacter {
+            text: text.chars().take(64).collect(),
+            bad,
+        }),
+        None => Ok(()),
+    }
+}
+
+impl FromStr for RunId {
+    type Err = RunIdError;
+
+    /// Parses a full id; lower case is accepted.
+    fn from_str(text: &str) -> Result<RunId, RunIdError> {
+        check_id_text(text)?;
+        if text.len() != RunId::LEN {
+            return Err(RunIdError::WrongLength {
+                text: text.to_string(),
+            });
+        }
+        // 26 base32 characters hold 130 bits; the first may only carry the top 3 of 128.
+        if text.as_bytes()[0] > b'7' {
+            return Err(RunIdError::Overflow {
+                text: text.to_string(),
+            });
+        }
+        ulid::Ulid::from_string(&text.to_ascii_uppercase())
+            .map(|id| RunId(id.to_bytes()))
+            .map_err(|_| RunIdError::Overflow {
+                text: text.to_string(),
+            })
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buffer = [0u8; ulid::ULID_LEN];
+        f.write_str(ulid::Ulid::from_bytes(self.0).array_to_str(&mut buffer))
+    }
+}
+
+impl fmt::Debug for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RunId({self})")
+    }
+}
+
+/// Why a text is not a run id or id prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunIdError {
+    #[error(
+        "run id {text:?} contains {bad:?}, which is not in the run id alphabet (0-9, A-Z without I, L, O, U)"
+    )]
+    BadCharacter { text: String, bad: char },
+    #[error("run id {text:?} is longer than {} characters", RunId::LEN)]
+    TooLong { text: String },
+    #[error("run id {text:?} must be {} characters long", RunId::LEN)]
+    WrongLength { text: String },
+    #[error(
+        "run id prefix {text:?} is shorter than {} characters",
+        RunId::MIN_PREFIX_LEN
+    )]
+    PrefixTooShort { text: String },
+    #[error("run id {text:?} is out of range (its first character must be 0-7)")]
+    Overflow { text: String },
+}
+
+/// Identifies one writer: a journal handle in one process. Together with the writer's own
+/// sequence number it makes a batch recognisable when it is appended again after an I/O error.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WriterId(pub u64);
+
+impl WriterId {
+    /// A fresh random writer id.
+    pub fn generate() -> WriterId {
+        WriterId(rand::random())
+    }
+}
+
+impl fmt::Display for WriterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl fmt::Debug for WriterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WriterId({self})")
+    }
+}
+
+/// A process is the same process only if all three fields match: pids are reused, and a
+/// reboot resets both pids and start times.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    pub pid: u32,
+    /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub start_time: u64,
+    /// `/proc/sys/kernel/random/boot_id` of the boot the process ran in.
+    pub boot_id: String,
+}
+
+/// How a run's steps are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Exactly one step.
+    Single,
+    /// Steps in order; the first failure ends the run.
+    Chain,
+    /// Steps at once, at most `concurrency` running.
+    Parallel,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Single => "single",
+            Mode::Chain => "chain",
+            Mode::Parallel => "parallel",
+        }
+    }
+}
+
+/// What a step runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepAction {
+    /// A program and its arguments, run without a shell.
+    Command { argv: Vec<String> },
+    /// A script run by `sh -c`.
+    Shell { script: String },
+    /// A provider command whose stdout reports an external job, one JSON status per line.
+    ExternalJob { provider: String },
+}
+
+/// One step of a run's spec.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StepSpec {
+    /// Shown as the step's `agent` in status.json.
+    pub name: String,
+    pub action: StepAction,
+}
+
+impl StepSpec {
+    pub fn is_external_job(&self) -> bool {
+        matches!(self.action, StepAction::ExternalJob { .. })
+    }
+}
+
+/// What a run is: fixed at creation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub name: Option<String>,
+    pub mode: Mode,
+    /// Most steps running at once in `parallel` mode; ignored otherwise.
+    pub concurrency: u32,
+    pub timeout_ms: Option<u64>,
+    /// Working directory of the steps; the runner's own when absent.
+    pub cwd: Option<String>,
+    pub steps: Vec<StepSpec>,
+}
+
+/// Why a run spec cannot be run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    #[error("the run has no steps")]
+    NoSteps,
+    #[error("the run has {count} steps, over the limit of {MAX_STEPS}")]
+    TooManySteps { count: usize },
+    #[error("mode single takes exactly one step, not {count}")]
+    SingleNeedsOneStep { count: usize },
+    #[error("mode parallel needs a concurrency of at least 1")]
+    ZeroConcurrency,
+    #[error("step {step} has an empty name")]
+    EmptyStepName { step: usize },
+    #[error("step {step} ({name}) has nothing to run")]
+    EmptyAction { step: usize, name: String },
+    #[error("step {step} ({name}) has {count} arguments, over the limit of {MAX_ARGS}")]
+    TooManyArgs {
+        step: usize,
+        name: String,
+        count: usize,
+    },
+    #[error("step {step} ({name}) is {bytes} bytes, over the limit of {MAX_STEP_BYTES}")]
+    StepTooLarge {
+        step: usize,
+        name: String,
+        bytes: usize,
+    },
+    #[error("the run's {field} is {bytes} bytes, over the limit of {MAX_TEXT_BYTES}")]
+    TextTooLong { field: &'static str, bytes: usize },
+}
+
+impl RunSpec {
+    /// Checks everything a runner relies on: the step count for the mode, a concurrency for
+    /// `parallel`, something to run in every step, and the size limits.
+    pub fn check(&self) -> Result<(), SpecError> {
+        let count = self.steps.len();
+        if count == 0 {
+            return Err(SpecError::NoSteps);
+        }
+        if count > MAX_STEPS {
+            return Err(SpecError::TooManySteps { count });
+        }
+        if self.mode == Mode::Single && count != 1 {
+            return Err(SpecError::SingleNeedsOneStep { count });
+        }
+        if self.mode == Mode::Parallel && self.concurrency == 0 {
+            return Err(SpecError::ZeroConcurrency);
+        }
+        for (field, text) in [("name", &self.name), ("cwd", &self.cwd)] {
+            if let Some(text) = text {
+                check_text(field, text).map_err(|bytes| SpecError::TextTooLong { field, bytes })?;
+            }
+        }
+        for (step, spec) in self.steps.iter().enumerate() {
+            if spec.name.trim().is_empty() {
+                return Err(SpecError::EmptyStepName { step });
+            }
+            let name = || spec.name.chars().take(64).collect::<String>();
+            let (is_empty, action_bytes) = match &spec.action {
+                StepAction::Command { argv } => {
+                    if argv.len() > MAX_ARGS {
+                        return Err(SpecError::TooManyArgs {
+                            step,
+                            name: name(),
+                            count: argv.len(),
+                        });
+                    }
+                    (
+                        argv.first().is_none_or(|program| program.is_empty()),
+                        argv.iter().map(String::len).sum(),
+                    )
+                }
+                StepAction::Shell { script } => (script.trim().is_empty(), script.len()),
+                StepAction::ExternalJob { provider } => {
+                    (provider.trim().is_empty(), provider.len())
+                }
+            };
+            if is_empty {
+                return Err(SpecError::EmptyAction { step, name: name() });
+            }
+            let bytes = spec.name.len() + action_bytes;
+            if bytes > MAX_STEP_BYTES {
+                return Err(SpecError::StepTooLarge {
+                    step,
+                    name: name(),
+                    bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `Err(len)` when `text` is over [`MAX_TEXT_BYTES`].
+fn check_text(_field: &'static str, text: &str) -> Result<(), usize> {
+    if text.len() > MAX_TEXT_BYTES {
+        Err(text.len())
+    } else {
+        Ok(())
+    }
+}
+
+/// A text field of an event over [`MAX_TEXT_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{event}.{field} is {bytes} bytes, over the limit of {MAX_TEXT_BYTES}")]
+pub struct TextTooLong {
+    pub event: &'static str,
+    pub field: &'static str,
+    pub bytes: usize,
+}
+
+/// Cuts `text` to at most `max_bytes`, on a character boundary, marking the cut.
+pub fn truncate_text(text: &str, max_bytes: usize) -> String {
+    const MARK: &str = "…[truncated]";
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let mut end = max_bytes.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
+
+/// State reported by an external job's provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<JobState, String> {
+        match text {
+            "queued" => Ok(JobState::Queued),
+            "running" => Ok(JobState::Running),
+            "succeeded" => Ok(JobState::Succeeded),
+            "failed" => Ok(JobState::Failed),
+            "cancelled" => Ok(JobState::Cancelled),
+            other => Err(format!(
+                "unknown job state {other:?} (expected queued, running, succeeded, failed or cancelled)"
+            )),
+        }
+    }
+}
+
+/// An external job's status as last reported; replaced whole by each update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExternalJobStatus {
+    pub state: JobState,
+    /// The provider's id of the job.
+    pub id: Option<String>,
+    /// Progress as the provider reports it; must be finite.
+    pub progress: Option<f64>,
+    pub message: Option<String>,
+    pub url: Option<String>,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepEnd {
+    Complete,
+    Failed,
+    Stopped,
+    /// Never ran; recorded for a step that is still pending.
+    Skipped,
+}
+
+/// The outcome carried by [`Event::StepFinished`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StepOutcome {
+    pub end: StepEnd,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+}
+
+/// What a control request asks of the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControlAction {
+    Stop,
+    Timeout,
+    Interrupt,
+}
+
+/// The terminal states of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TerminalState {
+    Complete,
+    Failed,
+    Stopped,
+    Paused,
+}
+
+impl TerminalState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminalState::Complete => "complete",
+            TerminalState::Failed => "failed",
+            TerminalState::Stopped => "stopped",
+            TerminalState::Paused => "paused",
+        }
+    }
+}
+
+/// Who recorded a `Terminal` on the runner's behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Repairer {
+    Reconciler,
+    Launcher,
+}
+
+/// How the runner process ended, as far as the observer knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessExit {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// How sure the observer is that the runner is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Proof {
+    /// The observer saw the exact runner instance exit (it was its parent).
+    Observed,
+    /// The runner is gone, but nobody saw how.
+    Unknown,
+    /// No runner ever took the run.
+    NotStarted,
+}
+
+impl Proof {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proof::Observed => "observed",
+            Proof::Unknown => "unknown",
+            Proof::NotStarted => "not-started",
+        }
+    }
+}
+
+/// Who observed the runner gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Observer {
+    RunnerParent,
+    Launcher,
+    Reconciler,
+}
+
+/// One lifecycle transition. Variants are only ever added at the end: the variant index is part
+/// of the wire format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    RunCreated {
+        spec: Arc<RunSpec>,
+        created_at_ms: UnixMs,
+        session_id: Option<String>,
+        completion_owner_id: Option<String>,
+        tool_call_id: Option<String>,
+    },
+    RunnerStarted {
+        runner: ProcessIdentity,
+        instance_id: String,
+    },
+    StepRunning {
+        step: u32,
+        process: Option<ProcessIdentity>,
+    },
+    ExternalJobUpdated {
+        step: u32,
+        job: ExternalJobStatus,
+    },
+    StepFinished {
+        step: u32,
+        outcome: StepOutcome,
+    },
+    ControlRequested {
+        action: ControlAction,
+        by: String,
+        reason: String,
+    },
+    Terminal {
+        state: TerminalState,
+        error: Option<String>,
+        summary: String,
+        exit_code: i32,
+        repaired_by: Option<Repairer>,
+    },
+    ProcessTerminalObserved {
+        instance_id: String,
+        exit: Option<ProcessExit>,
+        proof: Proof,
+        observer: Observer,
+    },
+    Dismissed {
+        at_ms: UnixMs,
+    },
+}
+
+impl Event {
+    /// Checks every free-text field against [`MAX_TEXT_BYTES`]. The spec of `RunCreated` is
+    /// checked by [`RunSpec::check`].
+    pub fn check_text_limits(&self) -> Result<(), TextTooLong> {
+        let event = self.name();
+        let mut fields: Vec<(&'static str, &str)> = Vec::new();
+        match self {
+            Event::RunCreated {
+                session_id,
+                completion_owner_id,
+                tool_call_id,
+                ..
+            } => {
+                for (field, value) in [
+                    ("session_id", session_id),
+                    ("completion_owner_id", completion_owner_id),
+                    ("tool_call_id", tool_call_id),
+                ] {
+                    if let Some(value) = value {
+                        fields.push((field, value));
+                    }
+                }
+            }
+            Event::RunnerStarted {
+                runner,
+                instance_id,
+            } => {
+                fields.push(("runner.boot_id", &runner.boot_id));
+                fields.push(("instance_id", instance_id));
+            }
+            Event::StepRunning { process, .. } => {
+                if let Some(process) = process {
+                    fields.push(("process.boot_id", &process.boot_id));
+                }
+            }
+            Event::ExternalJobUpdated { job, .. } => {
+                for (field, value) in [
+                    ("id", &job.id),
+                    ("message", &job.message),
+                    ("url", &job.url),
+                ] {
+                    if let Some(value) = value {
+                        fields.push((field, value));
+                    }
+                }
+            }
+            Event::StepFinished { outcome, .. } => {
+                if let Some(error) = &outcome.error {
+                    fields.push(("error", error));
+                }
+            }
+            Event::ControlRequested { by, reason, .. } => {
+                fields.push(("by", by));
+                fields.push(("reason", reason));
+            }
+            Event::Terminal { error, summary, .. } => {
+                fields.push(("summary", summary));
+                if let Some(error) = error {
+                    fields.push(("error", error));
+                }
+            }
+            Event::ProcessTerminalObserved { instance_id, .. } => {
+                fields.push(("instance_id", instance_id));
+            }
+            Event::Dismissed { .. } => {}
+        }
+        for (field, value) in fields {
+            check_text(field, value).map_err(|bytes| TextTooLong {
+                event,
+                field,
+                bytes,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The event's name as written in logs and in events.jsonl.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::RunCreated { .. } => "RunCreated",
+            Event::RunnerStarted { .. } => "RunnerStarted",
+            Event::StepRunning { .. } => "StepRunning",
+            Event::ExternalJobUpdated { .. } => "ExternalJobUpdated",
+            Event::StepFinished { .. } => "StepFinished",
+            Event::ControlRequested { .. } => "ControlRequested",
+            Event::Terminal { .. } => "Terminal",
+            Event::ProcessTerminalObserved { .. } => "ProcessTerminalObserved",
+            Event::Dismissed { .. } => "Dismissed",
+        }
+    }
+}
+
+/// An event in its envelope, as stored in the journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordEnvelope {
+    pub format_version: u16,
+    pub run_id: RunId,
+    /// Position in the run: 1 for `RunCreated`, then rising by exactly one.
+    pub seq: u64,
+    pub time_ms: UnixMs,
+    pub writer: WriterId,
+    pub writer_seq: u64,
+    pub event: Event,
+}
+
+/// A record as the rest of the crate uses it.
+pub type Record = RecordEnvelope;
+
+/// Why a stored record could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    #[error("record is empty")]
+    Empty,
+    #[error(
+        "record was written in format version {found}; this build reads version {FORMAT_VERSION} only (upgrade runjournal)"
+    )]
+    UnknownFormat { found: u16 },
+    #[error("record fails its checksum (the stored bytes were damaged)")]
+    Checksum,
+    #[error("record does not decode: {reason}")]
+    Malformed { reason: String },
+    #[error("record has {count} bytes after its checksum")]
+    TrailingBytes { count: usize },
+    #[error("record is {bytes} bytes, over the limit of {MAX_RECORD_BYTES}")]
+    TooLarge { bytes: usize },
+}
+
+/// Why a record could not be encoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    #[error("record of {event} is {bytes} bytes, over the limit of {MAX_RECORD_BYTES}")]
+    TooLarge { event: &'static str, bytes: usize },
+    #[error("record does not encode: {reason}")]
+    Serialize { reason: String },
+}
+
+/// Encodes a value with the record checksum appended.
+pub(crate) fn encode_checked<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_allocvec_crc32(value, CRC.digest())
+}
+
+/// Decodes a value written by [`encode_checked`], after checking its leading format version.
+pub(crate) fn decode_checked<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, DecodeError> {
+    if bytes.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(DecodeError::TooLarge { bytes: bytes.len() });
+    }
+    match postcard::take_from_bytes::<u16>(bytes) {
+        Ok((FORMAT_VERSION, _)) => {}
+        Ok((found, _)) => return Err(DecodeError::UnknownFormat { found }),
+        Err(error) => {
+            return Err(DecodeError::Malformed {
+                reason: error.to_string(),
+            });
+        }
+    }
+    match postcard::take_from_bytes_crc32::<T>(bytes, CRC.digest()) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, rest)) => Err(DecodeError::TrailingBytes { count: rest.len() }),
+        Err(postcard::Error::DeserializeBadCrc) => Err(DecodeError::Checksum),
+        Err(error) => Err(DecodeError::Malformed {
+            reason: error.to_string(),
+        }),
+    }
+}
+
+impl RecordEnvelope {
+    /// The stored bytes of this record: postcard, then its CRC-32C.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        let bytes = encode_checked(self).map_err(|error| EncodeError::Serialize {
+            reason: error.to_string(),
+        })?;
+        if bytes.len() > MAX_RECORD_BYTES {
+            return Err(EncodeError::TooLarge {
+                event: self.event.name(),
+                bytes: bytes.len(),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Decodes stored bytes, verifying the format version and the checksum.
+    pub fn decode(bytes: &[u8]) -> Result<RecordEnvelope, DecodeError> {
+        decode_checked(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> ProcessIdentity {
+        ProcessIdentity {
+            pid: 4242,
+            start_time: 987_654,
+            boot_id: "b".to_string(),
+        }
+    }
+
+    fn record(event: Event) -> RecordEnvelope {
+        RecordEnvelope {
+            format_version: FORMAT_VERSION,
+            run_id: RunId::from_bytes([1; 16]),
+            seq: 3,
+            time_ms: 1_700_000_000_000,
+            writer: WriterId(0x0102_0304_0506_0708),
+            writer_seq: 9,
+            event,
+        }
+    }
+
+    /// One record of every variant, each with its fields filled so every field is encoded.
+    fn every_variant() -> Vec<(&'static str, Event)> {
+        vec![
+            (
+                "RunCreated",
+                Event::RunCreated {
+                    spec: Arc::new(RunSpec {
+                        name: Some("n".to_string()),
+                        mode: Mode::Chain,
+                        concurrency: 2,
+                        timeout_ms: Some(1000),
+                        cwd: Some("/".to_string()),
+                        steps: vec![
+                            StepSpec {
+                                name: "a".to_string(),
+                                action: StepAction::Command {
+                                    argv: vec!["x".to_string()],
+                                },
+                            },
+                            StepSpec {
+                                name: "b".to_string(),
+                                action: StepAction::Shell {
+                                    script: "s".to_string(),
+                                },
+                            },
+                            StepSpec {
+                                name: "c".to_string(),
+                                action: StepAction::ExternalJob {
+                                    provider: "p".to_string(),
+                                },
+                            },
+                        ],
+                    }),
+                    created_at_ms: 5,
+                    session_id: Some("s".to_string()),
+                    completion_owner_id: Some("o".to_string()),
+                    tool_call_id: Some("t".to_string()),
+                },
+            ),
+            (
+                "RunnerStarted",
+                Event::RunnerStarted {
+                    runner: identity(),
+                    instance_id: "i".to_string(),
+                },
+            ),
+            (
+                "StepRunning",
+                Event::StepRunning {
+                    step: 1,
+                    process: Some(identity()),
+                },
+            ),
+            (
+                "ExternalJobUpdated",
+                Event::ExternalJobUpdated {
+                    step: 2,
+                    job: ExternalJobStatus {
+                        state: JobState::Running,
+                        id: Some("j".to_string()),
+                        progress: Some(0.5),
+                        message: Some("m".to_string()),
+                        url: Some("u".to_string()),
+                    },
+                },
+            ),
+            (
+                "StepFinished",
+                Event::StepFinished {
+                    step: 1,
+                    outcome: StepOutcome {
+                        end: StepEnd::Failed,
+                        exit_code: Some(-1),
+                        error: Some("e".to_string()),
+                    },
+                },
+            ),
+            (
+                "ControlRequested",
+                Event::ControlRequested {
+                    action: ControlAction::Timeout,
+                    by: "b".to_string(),
+                    reason: "r".to_string(),
+                },
+            ),
+            (
+                "Terminal",
+                Event::Terminal {
+                    state: TerminalState::Stopped,
+                    error: Some("e".to_string()),
+                    summary: "s".to_string(),
+                    exit_code: 143,
+                    repaired_by: Some(Repairer::Reconciler),
+                },
+            ),
+            (
+                "ProcessTerminalObserved",
+                Event::ProcessTerminalObserved {
+                    instance_id: "i".to_string(),
+                    exit: Some(ProcessExit {
+                        code: None,
+                        signal: Some(9),
+                    }),
+                    proof: Proof::Unknown,
+                    observer: Observer::Reconciler,
+                },
+            ),
+            ("Dismissed", Event::Dismissed { at_ms: 7 }),
+        ]
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Pins the encoding of every variant: a change to the wire format fails here. Each record
+    /// shares the envelope `01` (version 1), sixteen `01` (run id), `03` (seq),
+    /// `80d095ffbc31` (time), `888e98a8c0e0808101` (writer), `09` (writer seq); then come the
+    /// variant index, its fields and the CRC-32C.
+    #[test]
+    fn golden_bytes_of_every_variant() {
+        const ENVELOPE: &str =
+            "01010101010101010101010101010101010380d095ffbc31888e98a8c0e080810109";
+        let golden: &[(&str, &str)] = &[
+            (
+                "RunCreated",
+                "0001016e010201e80701012f03016100010178016201017301630201700501017301016f01017466628170",
+            ),
+            ("RunnerStarted", "01922186a43c01620169f38ce3c7"),
+            ("StepRunning", "020101922186a43c0162f2506e8b"),
+            (
+                "ExternalJobUpdated",
+                "03020101016a01000000000000e03f01016d010175efaeb3dc",
+            ),
+            ("StepFinished", "0401010101010165c30111e4"),
+            ("ControlRequested", "05010162017223eabf76"),
+            ("Terminal", "060201016501739e020100ae189f7a"),
+            ("ProcessTerminalObserved", "070169010001120102a5049a1f"),
+            ("Dismissed", "08078310debb"),
+        ];
+        let variants = every_variant();
+        assert_eq!(
+            variants.len(),
+            golden.len(),
+            "every variant has golden bytes"
+        );
+        let mut mismatches = Vec::new();
+        for ((name, event), (golden_name, golden_hex)) in variants.into_iter().zip(golden) {
+            assert_eq!(name, *golden_name);
+            let bytes = record(event).encode().expect("a small record encodes");
+            let actual = hex(&bytes);
+            match actual.strip_prefix(ENVELOPE) {
+                Some(rest) if rest == *golden_hex => {}
+                _ => mismatches.push(format!("{name}: {actual}")),
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "encodings changed:\n{}",
+            mismatches.join("\n")
+        );
+    }
+
+    #[test]
+    fn every_variant_round_trips() {
+        for (name, event) in every_variant() {
+            let original = record(event);
+            let bytes = original.encode().expect("a small record encodes");
+            let decoded = RecordEnvelope::decode(&bytes).expect(name);
+            assert_eq!(decoded, original, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_fails_the_checksum() {
+        let bytes = record(Event::Dismissed { at_ms: 7 })
+            .encode()
+            .expect("a small record encodes");
+        for position in 1..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[position] ^= 0x40;
+            let result = RecordEnvelope::decode(&damaged);
+            assert!(
+                matches!(
+                    result,
+                    Err(DecodeError::Checksum | DecodeError::Malformed { .. })
+                ),
+                "byte {position}: {result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_newer_format_version_is_refused_before_decoding() {
+        let mut newer = record(Event::Dismissed { at_ms: 7 });
+        newer.format_version = 2;
+        let bytes = encode_checked(&newer).expect("encodes");
+        assert_eq!(
+            RecordEnvelope::decode(&bytes),
+            Err(DecodeError::UnknownFormat { found: 2 })
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut bytes = record(Event::Dismissed { at_ms: 7 })
+            .encode()
+            .expect("encodes");
+        bytes.push(0);
+        assert_eq!(
+            RecordEnvelope::decode(&bytes),
+            Err(DecodeError::TrailingBytes { count: 1 })
+        );
+    }
+
+    #[test]
+    fn run_ids_are_time_ordered_and_round_trip() {
+        let first = RunId::generate();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let second = RunId::generate();
+        assert!(first < second);
+        assert!(first.to_string() < second.to_string());
+        let parsed: RunId = first
+            .to_string()
+            .to_ascii_lowercase()
+            .parse()
+            .expect("parses");
+        assert_eq!(parsed, first);
+    }
+
+    #[test]
+    fn prefix_range_covers_exactly_the_ids_with_that_prefix() {
+        let id = RunId::generate();
+        let text = id.to_string();
+        let (low, high) = RunId::prefix_range(&text[..10]).expect("valid prefix");
+        assert!(low <= id && id <= high);
+        assert!(low.to_string().starts_with(&text[..10]));
+        assert!(high.to_string().starts_with(&text[..10]));
+    }
+
+    #[test]
+    fn bad_run_id_text_is_refused() {
+        assert!(matches!(
+            RunId::prefix_range("01ARZ3N"),
+            Err(RunIdError::PrefixTooShort { .. })
+        ));
+        assert!(matches!(
+            RunId::prefix_range("../../etc"),
+            Err(RunIdError::BadCharacter { bad: '.', .. })
+        ));
+        assert!(matches!(
+            "01ARZ3NDEKTSV4RRFFQ69G5FAVX".parse::<RunId>(),
+            Err(RunIdError::TooLong { .. })
+        ));
+        assert!(matches!(
+            "81ARZ3NDEKTSV4RRFFQ69G5FAV".parse::<RunId>(),
+            Err(RunIdError::Overflow { .. })
+        ));
+        assert!(matches!(
+            "01ARZ3NDEKTSV4RRFFQ69G5FAU".parse::<RunId>(),
+            Err(RunIdError::BadCharacter { bad: 'U', .. })
+        ));
+    }
+}

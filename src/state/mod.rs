@@ -1,0 +1,769 @@
+//! The pure reducer: a run's state, and the one function that moves it forward.
+//!
+//! Invariant: nothing here does I/O or reads a clock. Every writer (launcher, runner,
+//! reconciler, `job update`) and every reader that folds records calls [`apply`]; none
+//! re-implements a transition rule.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{
+    ControlAction, Event, ExternalJobStatus, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
+    Record, Repairer, RunId, RunSpec, SpecError, StepEnd, TerminalState, TextTooLong, UnixMs,
+};
+
+/// Where a run is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Complete,
+    Failed,
+    Stopped,
+    Paused,
+}
+
+impl RunStatus {
+    /// `complete`, `failed`, `stopped` and `paused` are terminal: the runner is done with the run.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+
+    /// The name used in status.json and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Complete => "complete",
+            RunStatus::Failed => "failed",
+            RunStatus::Stopped => "stopped",
+            RunStatus::Paused => "paused",
+        }
+    }
+
+    /// Every state, in lifecycle order.
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Complete,
+        RunStatus::Failed,
+        RunStatus::Stopped,
+        RunStatus::Paused,
+    ];
+}
+
+impl From<TerminalState> for RunStatus {
+    fn from(state: TerminalState) -> RunStatus {
+        match state {
+            TerminalState::Complete => RunStatus::Complete,
+            TerminalState::Failed => RunStatus::Failed,
+            TerminalState::Stopped => RunStatus::Stopped,
+            TerminalState::Paused => RunStatus::Paused,
+        }
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<RunStatus, String> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|state| state.as_str() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown run state {text:?} (expected queued, running, complete, failed, stopped or paused)"
+                )
+            })
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a step is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StepStatus {
+    Pending,
+    Running,
+    Complete,
+    Failed,
+    Stopped,
+    Skipped,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Running => "running",
+            StepStatus::Complete => "complete",
+            StepStatus::Failed => "failed",
+            StepStatus::Stopped => "stopped",
+            StepStatus::Skipped => "skipped",
+        }
+    }
+
+    /// Whether the step is over, whatever its outcome.
+    pub fn is_done(self) -> bool {
+        !matches!(self, StepStatus::Pending | StepStatus::Running)
+    }
+}
+
+impl From<StepEnd> for StepStatus {
+    fn from(end: StepEnd) -> StepStatus {
+        match end {
+            StepEnd::Complete => StepStatus::Complete,
+            StepEnd::Failed => StepStatus::Failed,
+            StepEnd::Stopped => StepStatus::Stopped,
+            StepEnd::Skipped => StepStatus::Skipped,
+        }
+    }
+}
+
+impl fmt::Display for StepStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One step's folded state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepState {
+    pub status: StepStatus,
+    pub process: Option<ProcessIdentity>,
+    pub started_at_ms: Option<UnixMs>,
+    pub ended_at_ms: Option<UnixMs>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    /// The external job's last reported status; external-job steps only.
+    pub job: Option<ExternalJobStatus>,
+    pub job_updated_at_ms: Option<UnixMs>,
+}
+
+impl StepState {
+    fn pending() -> StepState {
+        StepState {
+            status: StepStatus::Pending,
+            process: None,
+            started_at_ms: None,
+            ended_at_ms: None,
+            exit_code: None,
+            error: None,
+            job: None,
+            job_updated_at_ms: None,
+        }
+    }
+}
+
+/// The runner that owns a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerInfo {
+    pub identity: ProcessIdentity,
+    pub instance_id: String,
+    pub started_at_ms: UnixMs,
+}
+
+/// A recorded control request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlInfo {
+    pub action: ControlAction,
+    pub by: String,
+    pub reason: String,
+    pub at_ms: UnixMs,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalInfo {
+    pub state: TerminalState,
+    pub error: Option<String>,
+    pub summary: String,
+    pub exit_code: i32,
+    pub repaired_by: Option<Repairer>,
+    pub at_ms: UnixMs,
+}
+
+/// Proof that the runner process is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessTerminalInfo {
+    pub instance_id: String,
+    pub exit: Option<ProcessExit>,
+    pub proof: Proof,
+    pub observer: Observer,
+    pub at_ms: UnixMs,
+}
+
+/// A run's state: the fold of its records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    pub run_id: RunId,
+    pub spec: Arc<RunSpec>,
+    pub created_at_ms: UnixMs,
+    pub session_id: Option<String>,
+    pub completion_owner_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub status: RunStatus,
+    pub runner: Option<RunnerInfo>,
+    pub steps: Vec<StepState>,
+    /// At most one request per action, in the order they were recorded.
+    pub controls: Vec<ControlInfo>,
+    pub terminal: Option<TerminalInfo>,
+    pub process_terminal: Option<ProcessTerminalInfo>,
+    pub dismissed_at_ms: Option<UnixMs>,
+    /// Sequence number of the last record applied.
+    pub head_seq: u64,
+    /// Time of the last record applied.
+    pub updated_at_ms: UnixMs,
+}
+
+impl RunState {
+    /// Terminal: the runner is done with the run.
+    pub fn is_terminal(&self) -> bool {
+        self.status.is_terminal()
+    }
+
+    /// Closed: terminal, and the runner process is known to be gone.
+    pub fn is_closed(&self) -> bool {
+        self.is_terminal() && self.process_terminal.is_some()
+    }
+
+    /// Stale: the runner is gone but nobody has recorded how the run ended.
+    pub fn is_stale(&self) -> bool {
+        !self.is_terminal() && self.process_terminal.is_some()
+    }
+
+    /// Whether a control request of this kind has been recorded.
+    pub fn has_control(&self, action: ControlAction) -> bool {
+        self.controls.iter().any(|control| control.action == action)
+    }
+
+    /// The number of steps that are over.
+    pub fn steps_done(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|step| step.status.is_done())
+            .count()
+    }
+
+    /// End time: the `Terminal` record's time, once there is one.
+    pub fn ended_at_ms(&self) -> Option<UnixMs> {
+        self.terminal.as_ref().map(|terminal| terminal.at_ms)
+    }
+}
+
+/// A rule of the lifecycle that a record breaks. The journal is left unchanged.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransitionError {
+    #[error("run {run}: {event} comes before RunCreated; a run's first record must be RunCreated")]
+    NotCreated { run: RunId, event: &'static str },
+    #[error("run {run} already exists; RunCreated may only be its first record")]
+    AlreadyCreated { run: RunId },
+    #[error("run {run}: RunCreated must have seq 1, not {found}")]
+    CreatedNotFirst { run: RunId, found: u64 },
+    #[error("run {run}: record seq {found} does not follow head {head}")]
+    SequenceGap { run: RunId, head: u64, found: u64 },
+    #[error("run {run}: a record of run {found} cannot be applied to it")]
+    WrongRun { run: RunId, found: RunId },
+    #[error("run {run}: invalid spec: {source}")]
+    InvalidSpec { run: RunId, source: SpecError },
+    #[error("run {run}: {source}")]
+    TextTooLong { run: RunId, source: TextTooLong },
+    #[error("run {run}: RunnerStarted needs the run queued, but it is {state}")]
+    RunnerNotQueued { run: RunId, state: RunStatus },
+    #[error(
+        "run {run}: RunnerStarted after the run's process terminal was observed ({proof}); the launcher gave up on this run"
+    )]
+    RunnerAfterProcessTerminal { run: RunId, proof: &'static str },
+    #[error("run {run}: {event} names step {step}, but the run has {count} steps")]
+    NoSuchStep {
+        run: RunId,
+        event: &'static str,
+        step: u32,
+        count: usize,
+    },
+    #[error("run {run}: StepRunning({step}) needs the run running, but it is {state}")]
+    StepStartWhileNotRunning {
+        run: RunId,
+        step: u32,
+        state: RunStatus,
+    },
+    #[error("run {run}: StepRunning({step}) needs step {step} pending, but it is {status}")]
+    StepNotPending {
+        run: RunId,
+        step: u32,
+        status: StepStatus,
+    },
+    #[error("run {run}: chain step {step} cannot start while earlier step {earlier} is {status}")]
+    ChainOrder {
+        run: RunId,
+        step: u32,
+        earlier: usize,
+        status: StepStatus,
+    },
+    #[error(
+        "run {run}: parallel step {step} cannot start: {running} steps are running and the concurrency is {concurrency}"
+    )]
+    ConcurrencyExceeded {
+        run: RunId,
+        step: u32,
+        running: usize,
+        concurrency: u32,
+    },
+    #[error("run {run}: {event}({step}) needs step {step} running, but it is {status}")]
+    StepNotRunning {
+        run: RunId,
+        event: &'static str,
+        step: u32,
+        status: StepStatus,
+    },
+    #[error(
+        "run {run}: StepFinished({step}, skipped) needs step {step} pending, but it is {status}"
+    )]
+    SkipNotPending {
+        run: RunId,
+        step: u32,
+        status: StepStatus,
+    },
+    #[error("run {run}: step {step} ({name}) is not an external-job step")]
+    NotExternalJob { run: RunId, step: u32, name: String },
+    #[error(
+        "run {run}: ExternalJobUpdated({step}) has progress {progress}, which is not a finite number"
+    )]
+    NonFiniteProgress {
+        run: RunId,
+        step: u32,
+        progress: f64,
+    },
+    #[error(
+        "run {run}: {event} after the run ended {state}; only ProcessTerminalObserved and Dismissed may follow Terminal"
+    )]
+    AfterTerminal {
+        run: RunId,
+        event: &'static str,
+        state: RunStatus,
+    },
+    #[error("run {run}: a {action:?} was already requested")]
+    ControlAlreadyRequested { run: RunId, action: ControlAction },
+    #[error(
+        "run {run}: Terminal(complete) while step {step} is {status}; a complete run has every step complete"
+    )]
+    CompleteWithUnfinishedStep {
+        run: RunId,
+        step: usize,
+        status: StepStatus,
+    },
+    #[error("run {run}: the process terminal of runner instance {instance} was already observed")]
+    ProcessTerminalAlreadyObserved { run: RunId, instance: String },
+    #[error(
+        "run {run}: ProcessTerminalObserved names runner instance {found}, but the run's runner is instance {expected}"
+    )]
+    InstanceMismatch {
+        run: RunId,
+        expected: String,
+        found: String,
+    },
+    #[error("run {run}: ProcessTerminalObserved with proof {proof}, but {why}")]
+    ProofMismatch {
+        run: RunId,
+        proof: &'static str,
+        why: &'static str,
+    },
+    #[error("run {run} was already dismissed")]
+    AlreadyDismissed { run: RunId },
+}
+
+/// Applies one record to a run's state. `None` is a run that does not exist yet, which only
+/// `RunCreated` at seq 1 may start. On error the state is unchanged.
+pub fn apply(state: Option<&RunState>, record: &Record) -> Result<RunState, TransitionError> {
+    match state {
+        None => create(record),
+        Some(state) => {
+            let mut next = state.clone();
+            next.apply_mut(record)?;
+            Ok(next)
+        }
+    }
+}
+
+/// Folds a run's records from the first. `Ok(None)` for no records.
+pub fn replay<'a>(
+    records: impl IntoIterator<Item = &'a Record>,
+) -> Result<Option<RunState>, TransitionError> {
+    let mut state: Option<RunState> = None;
+    for record in records {
+        match &mut state {
+            None => state = Some(create(record)?),
+            Some(state) => state.apply_mut(record)?,
+        }
+    }
+    Ok(state)
+}
+
+fn create(record: &Record) -> Result<RunState, TransitionError> {
+    let run = record.run_id;
+    let Event::RunCreated {
+        spec,
+        created_at_ms,
+        session_id,
+        completion_owner_id,
+        tool_call_id,
+    } = &record.event
+    else {
+        return Err(TransitionError::NotCreated {
+            run,
+            event: record.event.name(),
+        });
+    };
+    if record.seq != 1 {
+        return Err(TransitionError::CreatedNotFirst {
+            run,
+            found: record.seq,
+        });
+    }
+    spec.check()
+        .map_err(|source| TransitionError::InvalidSpec { run, source })?;
+    record
+        .event
+        .check_text_limits()
+        .map_err(|source| TransitionError::TextTooLong { run, source })?;
+    Ok(RunState {
+        run_id: run,
+        spec: Arc::clone(spec),
+        created_at_ms: *created_at_ms,
+        session_id: session_id.clone(),
+        completion_owner_id: completion_owner_id.clone(),
+        tool_call_id: tool_call_id.clone(),
+        status: RunStatus::Queued,
+        runner: None,
+        steps: vec![StepState::pending(); spec.steps.len()],
+        controls: Vec::new(),
+        terminal: None,
+        process_terminal: None,
+        dismissed_at_ms: None,
+        head_seq: 1,
+        updated_at_ms: record.time_ms,
+    })
+}
+
+impl RunState {
+    /// Applies one record in place. Every arm checks all its rules before it changes anything,
+    /// so on error the state is exactly as before.
+    pub fn apply_mut(&mut self, record: &Record) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if record.run_id != run {
+            return Err(TransitionError::WrongRun {
+                run,
+                found: record.run_id,
+            });
+        }
+        let event = &record.event;
+        if let Event::RunCreated { .. } = event {
+            return Err(TransitionError::AlreadyCreated { run });
+        }
+        if record.seq != self.head_seq + 1 {
+            return Err(TransitionError::SequenceGap {
+                run,
+                head: self.head_seq,
+                found: record.seq,
+            });
+        }
+        event
+            .check_text_limits()
+            .map_err(|source| TransitionError::TextTooLong { run, source })?;
+        let is_allowed_after_terminal = matches!(
+            event,
+            Event::ProcessTerminalObserved { .. } | Event::Dismissed { .. }
+        );
+        if self.is_terminal() && !is_allowed_after_terminal {
+            return Err(TransitionError::AfterTerminal {
+                run,
+                event: event.name(),
+                state: self.status,
+            });
+        }
+        let at_ms = record.time_ms;
+
+        match event {
+            Event::RunCreated { .. } => unreachable!("RunCreated was refused above"),
+            Event::RunnerStarted {
+                runner,
+                instance_id,
+            } => {
+                if self.status != RunStatus::Queued {
+                    return Err(TransitionError::RunnerNotQueued {
+                        run,
+                        state: self.status,
+                    });
+                }
+                if let Some(observed) = &self.process_terminal {
+                    return Err(TransitionError::RunnerAfterProcessTerminal {
+                        run,
+                        proof: observed.proof.as_str(),
+                    });
+                }
+                self.status = RunStatus::Running;
+                self.runner = Some(RunnerInfo {
+                    identity: runner.clone(),
+                    instance_id: instance_id.clone(),
+                    started_at_ms: at_ms,
+                });
+            }
+            Event::StepRunning { step, process } => {
+                let index = self.step_index(event, *step)?;
+                if self.status != RunStatus::Running {
+                    return Err(TransitionError::StepStartWhileNotRunning {
+                        run,
+                        step: *step,
+                        state: self.status,
+                    });
+                }
+                let status = self.steps[index].status;
+                if status != StepStatus::Pending {
+                    return Err(TransitionError::StepNotPending {
+                        run,
+                        step: *step,
+                        status,
+                    });
+                }
+                match self.spec.mode {
+                    Mode::Chain => {
+                        if let Some((earlier, state)) = self.steps[..index]
+                            .iter()
+                            .enumerate()
+                            .find(|(_, state)| state.status != StepStatus::Complete)
+                        {
+                            return Err(TransitionError::ChainOrder {
+                                run,
+                                step: *step,
+                                earlier,
+                                status: state.status,
+                            });
+                        }
+                    }
+                    Mode::Parallel => {
+                        let running = self
+                            .steps
+                            .iter()
+                            .filter(|state| state.status == StepStatus::Running)
+                            .count();
+                        if running >= self.spec.concurrency as usize {
+                            return Err(TransitionError::ConcurrencyExceeded {
+                                run,
+                                step: *step,
+                                running,
+                                concurrency: self.spec.concurrency,
+                            });
+                        }
+                    }
+                    Mode::Single => {}
+                }
+                let state = &mut self.steps[index];
+                state.status = StepStatus::Running;
+                state.process = process.clone();
+                state.started_at_ms = Some(at_ms);
+            }
+            Event::ExternalJobUpdated { step, job } => {
+                let index = self.step_index(event, *step)?;
+                let spec = &self.spec.steps[index];
+                if !spec.is_external_job() {
+                    return Err(TransitionError::NotExternalJob {
+                        run,
+                        step: *step,
+                        name: spec.name.clone(),
+                    });
+                }
+                self.require_running_step(event, *step, index)?;
+                if let Some(progress) = job.progress.filter(|progress| !progress.is_finite()) {
+                    return Err(TransitionError::NonFiniteProgress {
+                        run,
+                        step: *step,
+                        progress,
+                    });
+                }
+                let state = &mut self.steps[index];
+                state.job = Some(job.clone());
+                state.job_updated_at_ms = Some(at_ms);
+            }
+            Event::StepFinished { step, outcome } => {
+                let index = self.step_index(event, *step)?;
+                if outcome.end == StepEnd::Skipped {
+                    let status = self.steps[index].status;
+                    if status != StepStatus::Pending {
+                        return Err(TransitionError::SkipNotPending {
+                            run,
+                            step: *step,
+                            status,
+                        });
+                    }
+                } else {
+                    self.require_running_step(event, *step, index)?;
+                }
+                let state = &mut self.steps[index];
+                state.status = outcome.end.into();
+                state.ended_at_ms = Some(at_ms);
+                state.exit_code = outcome.exit_code;
+                state.error = outcome.error.clone();
+            }
+            Event::ControlRequested { action, by, reason } => {
+                if self.has_control(*action) {
+                    return Err(TransitionError::ControlAlreadyRequested {
+                        run,
+                        action: *action,
+                    });
+                }
+                self.controls.push(ControlInfo {
+                    action: *action,
+                    by: by.clone(),
+                    reason: reason.clone(),
+                    at_ms,
+                });
+            }
+            Event::Terminal {
+                state,
+                error,
+                summary,
+                exit_code,
+                repaired_by,
+            } => {
+                if *state == TerminalState::Complete {
+                    if let Some((step, unfinished)) = self
+                        .steps
+                        .iter()
+                        .enumerate()
+                        .find(|(_, step)| step.status != StepStatus::Complete)
+                    {
+                        return Err(TransitionError::CompleteWithUnfinishedStep {
+                            run,
+                            step,
+                            status: unfinished.status,
+                        });
+                    }
+                }
+                let running_becomes = if *state == TerminalState::Stopped {
+                    StepStatus::Stopped
+                } else {
+                    StepStatus::Failed
+                };
+                for step in &mut self.steps {
+                    match step.status {
+                        StepStatus::Running => {
+                            step.status = running_becomes;
+                            step.ended_at_ms = Some(at_ms);
+                            if step.error.is_none() {
+                                step.error = error.clone();
+                            }
+                        }
+                        StepStatus::Pending => step.status = StepStatus::Skipped,
+                        _ => {}
+                    }
+                }
+                self.status = (*state).into();
+                self.terminal = Some(TerminalInfo {
+                    state: *state,
+                    error: error.clone(),
+                    summary: summary.clone(),
+                    exit_code: *exit_code,
+                    repaired_by: *repaired_by,
+                    at_ms,
+                });
+            }
+            Event::ProcessTerminalObserved {
+                instance_id,
+                exit,
+                proof,
+                observer,
+            } => {
+                if let Some(observed) = &self.process_terminal {
+                    return Err(TransitionError::ProcessTerminalAlreadyObserved {
+                        run,
+                        instance: observed.instance_id.clone(),
+                    });
+                }
+                match &self.runner {
+                    Some(runner) => {
+                        if runner.instance_id != *instance_id {
+                            return Err(TransitionError::InstanceMismatch {
+                                run,
+                                expected: runner.instance_id.clone(),
+                                found: instance_id.clone(),
+                            });
+                        }
+                        if *proof == Proof::NotStarted {
+                            return Err(TransitionError::ProofMismatch {
+                                run,
+                                proof: proof.as_str(),
+                                why: "the run has a runner that started",
+                            });
+                        }
+                    }
+                    None => {
+                        if *proof != Proof::NotStarted {
+                            return Err(TransitionError::ProofMismatch {
+                                run,
+                                proof: proof.as_str(),
+                                why: "no runner ever started for the run",
+                            });
+                        }
+                    }
+                }
+                self.process_terminal = Some(ProcessTerminalInfo {
+                    instance_id: instance_id.clone(),
+                    exit: *exit,
+                    proof: *proof,
+                    observer: *observer,
+                    at_ms,
+                });
+            }
+            Event::Dismissed { at_ms: dismissed } => {
+                if self.dismissed_at_ms.is_some() {
+                    return Err(TransitionError::AlreadyDismissed { run });
+                }
+                self.dismissed_at_ms = Some(*dismissed);
+            }
+        }
+        self.head_seq = record.seq;
+        self.updated_at_ms = at_ms;
+        Ok(())
+    }
+
+    fn step_index(&self, event: &Event, step: u32) -> Result<usize, TransitionError> {
+        let index = step as usize;
+        if index >= self.steps.len() {
+            return Err(TransitionError::NoSuchStep {
+                run: self.run_id,
+                event: event.name(),
+                step,
+                count: self.steps.len(),
+            });
+        }
+        Ok(index)
+    }
+
+    fn require_running_step(
+        &self,
+        event: &Event,
+        step: u32,
+        index: usize,
+    ) -> Result<(), TransitionError> {
+        let status = self.steps[index].status;
+        if status != StepStatus::Running {
+            return Err(TransitionError::StepNotRunning {
+                run: self.run_id,
+                event: event.name(),
+                step,
+                status,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
