@@ -3,4 +3,5 @@
 //! (`status.json`, result files, `events.jsonl`) are projections rebuilt from that journal.
 
 pub mod event;
+pub mod journal;
 pub mod state;

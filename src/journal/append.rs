@@ -1,0 +1,361 @@
+//! Appending: validate a batch against the run's snapshot, then write its records, the new
+//! snapshot and the indexes in the same write transaction.
+
+use redb::{Database, ReadableTable, Table, WriteTransaction};
+
+use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
+use super::{AppendError, CorruptError, StorageFailure, decode_snapshot, encode_snapshot};
+use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
+use crate::state::{self, RunState};
+
+/// What must hold for an append to go ahead; checked inside the write transaction, so it
+/// cannot race another writer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Condition {
+    /// The run's head must be exactly this (0: the run must not exist yet).
+    pub expect_head: Option<u64>,
+    /// The run must not be terminal.
+    pub expect_not_terminal: bool,
+}
+
+impl Condition {
+    /// No condition.
+    pub fn none() -> Condition {
+        Condition::default()
+    }
+
+    /// The head must be `head`.
+    pub fn expect_head(head: u64) -> Condition {
+        Condition {
+            expect_head: Some(head),
+            ..Condition::default()
+        }
+    }
+
+    /// The run must not be terminal.
+    pub fn expect_not_terminal() -> Condition {
+        Condition {
+            expect_not_terminal: true,
+            ..Condition::default()
+        }
+    }
+
+    /// This condition, and the run must not be terminal.
+    pub fn and_not_terminal(self) -> Condition {
+        Condition {
+            expect_not_terminal: true,
+            ..self
+        }
+    }
+}
+
+/// One caller's events for one run, with the identity that makes a retry recognisable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub run: RunId,
+    pub events: Vec<Event>,
+    pub condition: Condition,
+    pub writer: WriterId,
+    pub writer_seq: u64,
+    /// Time stamped on every record of the batch.
+    pub time_ms: UnixMs,
+}
+
+/// The outcome of an acknowledged append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    pub run: RunId,
+    /// Seq of the batch's first record.
+    pub first_seq: u64,
+    /// Seq of the batch's last record.
+    pub last_seq: u64,
+    /// The run's state after the batch (for a duplicate: the state now).
+    pub state: RunState,
+    /// The batch had been committed before, by an earlier attempt; nothing was written now.
+    pub was_duplicate: bool,
+}
+
+/// Wraps a redb error with what we were doing, for `map_err`.
+pub(crate) fn storage<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) -> StorageFailure {
+    move |error| StorageFailure::new(op, error)
+}
+
+/// Creates every table, so that read transactions never meet a missing one.
+pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure> {
+    let op = "creating tables";
+    txn.open_table(RECORDS).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(LOG).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(RUNS).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(ACTIVE).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(TERMINAL).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(ALIASES).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(WRITERS).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(META).map_err(|e| StorageFailure::new(op, e))?;
+    Ok(())
+}
+
+struct Tables<'txn> {
+    records: Table<'txn, &'static [u8; 24], &'static [u8]>,
+    log: Table<'txn, u64, &'static [u8; 24]>,
+    runs: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    active: Table<'txn, &'static [u8; 16], ()>,
+    terminal: Table<'txn, &'static [u8; 24], ()>,
+    aliases: Table<'txn, &'static str, &'static [u8; 16]>,
+    writers: Table<'txn, u64, u64>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StorageFailure> {
+        let op = "opening tables";
+        Ok(Tables {
+            records: txn.open_table(RECORDS).map_err(|e| StorageFailure::new(op, e))?,
+            log: txn.open_table(LOG).map_err(|e| StorageFailure::new(op, e))?,
+            runs: txn.open_table(RUNS).map_err(|e| StorageFailure::new(op, e))?,
+            active: txn.open_table(ACTIVE).map_err(|e| StorageFailure::new(op, e))?,
+            terminal: txn.open_table(TERMINAL).map_err(|e| StorageFailure::new(op, e))?,
+            aliases: txn.open_table(ALIASES).map_err(|e| StorageFailure::new(op, e))?,
+            writers: txn.open_table(WRITERS).map_err(|e| StorageFailure::new(op, e))?,
+        })
+    }
+}
+
+/// Commits `batches` in one durable write transaction, in order. Each batch is validated on its
+/// own against the state left by the batches before it: a refused batch writes nothing and
+/// fails only itself. A storage failure fails them all, and none of them is committed.
+pub(crate) fn commit_batches(
+    db: &Database,
+    batches: &[Batch],
+) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
+    let mut txn = db
+        .begin_write()
+        .map_err(|e| StorageFailure::new("beginning a write", e))?;
+    txn.set_durability(redb::Durability::Immediate)
+        .map_err(|e| StorageFailure::new("setting durability", redb::Error::from(e)))?;
+    let mut results = Vec::with_capacity(batches.len());
+    {
+        let mut tables = Tables::open(&txn)?;
+        for batch in batches {
+            match apply_batch(&mut tables, batch) {
+                Err(AppendError::Storage(failure)) => return Err(failure),
+                other => results.push(other),
+            }
+        }
+    }
+    txn.commit()
+        .map_err(|e| StorageFailure::new("committing", e))?;
+    Ok(results)
+}
+
+/// A prepared batch: records encoded and the new state folded, nothing written yet.
+struct Prepared {
+    records: Vec<(u64, Vec<u8>)>,
+    before: Option<RunState>,
+    after: RunState,
+}
+
+fn apply_batch(tables: &mut Tables<'_>, batch: &Batch) -> Result<Appended, AppendError> {
+    if batch.events.is_empty() {
+        return Err(AppendError::EmptyBatch);
+    }
+    let mark = tables
+        .writers
+        .get(batch.writer.0)
+        .map_err(storage("reading the writer mark"))?
+        .map(|mark| mark.value());
+    if mark.is_some_and(|mark| batch.writer_seq <= mark) {
+        return find_duplicate(tables, batch);
+    }
+    let prepared = prepare(tables, batch)?;
+    write(tables, batch, prepared)
+}
+
+/// Validates the batch and encodes its records without writing anything.
+fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> {
+    let run = batch.run;
+    let before = match tables
+        .runs
+        .get(&run.to_bytes())
+        .map_err(storage("reading the run snapshot"))?
+    {
+        Some(bytes) => Some(decode_snapshot(run, bytes.value())?),
+        None => None,
+    };
+    let head = before.as_ref().map_or(0, |state| state.head_seq);
+    if before.is_none() && !matches!(batch.events[0], Event::RunCreated { .. }) {
+        return Err(AppendError::UnknownRun { run });
+    }
+    if let Some(expected) = batch.condition.expect_head {
+        if expected != head {
+            return Err(AppendError::HeadMismatch {
+                run,
+                expected,
+                found: head,
+            });
+        }
+    }
+    if batch.condition.expect_not_terminal {
+        if let Some(state) = before.as_ref().filter(|state| state.is_terminal()) {
+            return Err(AppendError::AlreadyTerminal {
+                run,
+                state: state.status,
+            });
+        }
+    }
+    let mut state = before.clone();
+    let mut records = Vec::with_capacity(batch.events.len());
+    for (index, event) in batch.events.iter().enumerate() {
+        let seq = head + 1 + index as u64;
+        let record = Record {
+            format_version: FORMAT_VERSION,
+            run_id: run,
+            seq,
+            time_ms: batch.time_ms,
+            writer: batch.writer,
+            writer_seq: batch.writer_seq,
+            event: event.clone(),
+        };
+        let next = state::apply(state.as_ref(), &record)
+            .map_err(|source| AppendError::Transition { index, source })?;
+        assert_eq!(next.head_seq, seq, "apply advances the head by exactly one");
+        records.push((seq, record.encode()?));
+        state = Some(next);
+    }
+    let after = state.expect("a non-empty batch leaves a state");
+    Ok(Prepared {
+        records,
+        before,
+        after,
+    })
+}
+
+fn write(
+    tables: &mut Tables<'_>,
+    batch: &Batch,
+    prepared: Prepared,
+) -> Result<Appended, AppendError> {
+    let run = batch.run;
+    let run_key = run.to_bytes();
+    let mut global_seq = tables
+        .log
+        .last()
+        .map_err(storage("reading the log head"))?
+        .map_or(0, |(key, _)| key.value());
+    let first_seq = prepared.records[0].0;
+    let last_seq = prepared.after.head_seq;
+    for (seq, bytes) in &prepared.records {
+        let key = tables::record_key(run, *seq);
+        tables
+            .records
+            .insert(&key, bytes.as_slice())
+            .map_err(storage("writing a record"))?;
+        global_seq += 1;
+        tables
+            .log
+            .insert(global_seq, &key)
+            .map_err(storage("writing the log"))?;
+    }
+    let snapshot = encode_snapshot(&prepared.after)?;
+    tables
+        .runs
+        .insert(&run_key, snapshot.as_slice())
+        .map_err(storage("writing the snapshot"))?;
+
+    let after = &prepared.after;
+    if after.is_closed() {
+        tables
+            .active
+            .remove(&run_key)
+            .map_err(storage("updating the active index"))?;
+    } else if prepared.before.is_none() {
+        tables
+            .active
+            .insert(&run_key, ())
+            .map_err(storage("updating the active index"))?;
+    }
+    let was_terminal = prepared
+        .before
+        .as_ref()
+        .is_some_and(|state| state.is_terminal());
+    if let (false, Some(ended_at)) = (was_terminal, after.ended_at_ms()) {
+        tables
+            .terminal
+            .insert(&tables::terminal_key(ended_at, run), ())
+            .map_err(storage("updating the terminal index"))?;
+    }
+    if prepared.before.is_none() {
+        if let Some(tool_call_id) = &after.tool_call_id {
+            tables
+                .aliases
+                .insert(tables::tool_call_alias(tool_call_id).as_str(), &run_key)
+                .map_err(storage("writing an alias"))?;
+        }
+        if let Some(name) = &after.spec.name {
+            tables
+                .aliases
+                .insert(tables::name_alias(name).as_str(), &run_key)
+                .map_err(storage("writing an alias"))?;
+        }
+    }
+    tables
+        .writers
+        .insert(batch.writer.0, batch.writer_seq)
+        .map_err(storage("writing the writer mark"))?;
+    Ok(Appended {
+        run,
+        first_seq,
+        last_seq,
+        state: prepared.after,
+        was_duplicate: false,
+    })
+}
+
+/// Answers a batch that was already committed, from its records.
+fn find_duplicate(tables: &Tables<'_>, batch: &Batch) -> Result<Appended, AppendError> {
+    let run = batch.run;
+    let low = tables::record_key(run, 0);
+    let high = tables::record_key(run, u64::MAX);
+    let mut seqs: Vec<u64> = Vec::new();
+    let range = tables
+        .records
+        .range::<&[u8; 24]>(&low..=&high)
+        .map_err(storage("scanning the run's records"))?;
+    for entry in range.rev() {
+        let (key, value) = entry.map_err(storage("scanning the run's records"))?;
+        let (_, seq) = tables::split_record_key(key.value());
+        let record = Record::decode(value.value())
+            .map_err(|source| CorruptError::Record { run, seq, source })?;
+        if record.writer != batch.writer {
+            if seqs.is_empty() {
+                continue;
+            }
+            break;
+        }
+        if record.writer_seq == batch.writer_seq {
+            seqs.push(seq);
+        } else if record.writer_seq < batch.writer_seq {
+            break;
+        }
+    }
+    let (Some(&last_seq), Some(&first_seq)) = (seqs.first(), seqs.last()) else {
+        return Err(AppendError::WriterSeqReused {
+            writer: batch.writer,
+            writer_seq: batch.writer_seq,
+            run,
+        });
+    };
+    let state = match tables
+        .runs
+        .get(&run.to_bytes())
+        .map_err(storage("reading the run snapshot"))?
+    {
+        Some(bytes) => decode_snapshot(run, bytes.value())?,
+        None => return Err(AppendError::UnknownRun { run }),
+    };
+    Ok(Appended {
+        run,
+        first_seq,
+        last_seq,
+        state,
+        was_duplicate: true,
+    })
+}

@@ -1,0 +1,552 @@
+//! The journal: one redb file holding every run's records, their folded snapshots and the
+//! indexes over them.
+//!
+//! Invariants:
+//! * a record is acknowledged only when the write transaction holding it committed with
+//!   `Durability::Immediate`;
+//! * every record of a run passed [`crate::state::apply`] against the snapshot committed with
+//!   the record before it, and the snapshot stored beside the records is their fold;
+//! * a batch carries (writer id, writer seq); a batch whose writer seq is not above the writer's
+//!   committed mark was already applied and is answered from the records, never applied twice.
+
+mod append;
+mod read;
+pub(crate) mod tables;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableHandle};
+use serde::{Deserialize, Serialize};
+
+use crate::event::{
+    self, DecodeError, EncodeError, Event, FORMAT_VERSION, RunId, RunSpec, WriterId,
+    decode_checked, encode_checked,
+};
+use crate::state::{RunState, RunStatus, TransitionError};
+
+pub use append::{Appended, Batch, Condition};
+pub use read::{ResolveError, View};
+pub use tables::{name_alias, tool_call_alias};
+
+/// redb's page cache for one journal handle. Runners, launchers and tools each open their own
+/// handle, so this stays small.
+const CACHE_BYTES: usize = 16 << 20;
+
+/// A redb failure, with what we were doing when it happened.
+#[derive(Debug, thiserror::Error)]
+#[error("journal storage failed while {op}: {source}")]
+pub struct StorageFailure {
+    pub op: &'static str,
+    #[source]
+    pub source: redb::Error,
+}
+
+impl StorageFailure {
+    pub(crate) fn new(op: &'static str, source: impl Into<redb::Error>) -> StorageFailure {
+        StorageFailure {
+            op,
+            source: source.into(),
+        }
+    }
+
+    /// The I/O error underneath, if the failure was one.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match &self.source {
+            redb::Error::Io(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// Why a journal could not be opened. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("cannot open journal {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a runjournal journal ({reason})")]
+    NotAJournal { path: PathBuf, reason: String },
+    #[error(
+        "journal {path} was written in format version {found}; this build reads version {FORMAT_VERSION} only (upgrade runjournal)"
+    )]
+    NewerFormat { path: PathBuf, found: u16 },
+    #[error("journal {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error(
+        "journal {path} is held open by a process in an incompatible mode ({reason}); close it and retry"
+    )]
+    Locked { path: PathBuf, reason: String },
+    #[error("journal {path} was not shut down cleanly and cannot be repaired read-only; open it once for writing (any runjournal command) to recover it")]
+    NeedsRecovery { path: PathBuf },
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+}
+
+impl OpenError {
+    fn from_database(path: &Path, error: redb::DatabaseError) -> OpenError {
+        let path = path.to_path_buf();
+        match error {
+            redb::DatabaseError::Storage(redb::StorageError::Io(source)) => {
+                OpenError::Io { path, source }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(reason)) => {
+                if reason.contains("magic") {
+                    OpenError::NotAJournal { path, reason }
+                } else {
+                    OpenError::Corrupt { path, reason }
+                }
+            }
+            redb::DatabaseError::UpgradeRequired(version) => OpenError::NotAJournal {
+                path,
+                reason: format!("a redb file of file format {version}"),
+            },
+            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::Locked {
+                path,
+                reason: "database already open".to_string(),
+            },
+            redb::DatabaseError::LockProtocolMismatch => OpenError::Locked {
+                path,
+                reason: "another redb locking protocol".to_string(),
+            },
+            redb::DatabaseError::RepairAborted => OpenError::NeedsRecovery { path },
+            other => OpenError::Storage(StorageFailure::new("opening the database", other)),
+        }
+    }
+}
+
+/// Why an append was refused or failed. A refused append wrote nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    #[error("run {run} does not exist in the journal")]
+    UnknownRun { run: RunId },
+    #[error("event {index} of the batch breaks a lifecycle rule: {source}")]
+    Transition {
+        index: usize,
+        #[source]
+        source: TransitionError,
+    },
+    #[error("run {run}: expected head {expected}, but the head is {found} (someone appended first)")]
+    HeadMismatch {
+        run: RunId,
+        expected: u64,
+        found: u64,
+    },
+    #[error("run {run} is already {state}")]
+    AlreadyTerminal { run: RunId, state: RunStatus },
+    #[error("an append needs at least one event")]
+    EmptyBatch,
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error(transparent)]
+    Corrupt(#[from] CorruptError),
+    #[error(
+        "writer {writer} reused writer seq {writer_seq} for run {run}, but no record of that batch is in the run"
+    )]
+    WriterSeqReused {
+        writer: WriterId,
+        writer_seq: u64,
+        run: RunId,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+}
+
+/// Stored bytes that do not decode, or decode to something that contradicts their key.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptError {
+    #[error("record {seq} of run {run}: {source}")]
+    Record {
+        run: RunId,
+        seq: u64,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("record stored under run {key_run} seq {key_seq} says run {found_run} seq {found_seq}")]
+    RecordKeyMismatch {
+        key_run: RunId,
+        key_seq: u64,
+        found_run: RunId,
+        found_seq: u64,
+    },
+    #[error("snapshot of run {run}: {source}")]
+    Snapshot {
+        run: RunId,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("meta entry {key}: {reason}")]
+    Meta { key: &'static str, reason: String },
+}
+
+/// Errors of reads.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    #[error(transparent)]
+    Corrupt(#[from] CorruptError),
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+}
+
+/// The host's own ids for a run, recorded in `RunCreated`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostIds {
+    pub session_id: Option<String>,
+    pub completion_owner_id: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
+/// Facts about the journal file itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalMeta {
+    pub format_version: u16,
+    pub journal_id: [u8; 16],
+    pub created_at_ms: u64,
+}
+
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    format_version: u16,
+    state: &'a RunState,
+}
+
+#[derive(Deserialize)]
+struct SnapshotOwned {
+    format_version: u16,
+    state: RunState,
+}
+
+pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> {
+    let bytes = encode_checked(&SnapshotRef {
+        format_version: FORMAT_VERSION,
+        state,
+    })
+    .map_err(|error| EncodeError::Serialize {
+        reason: error.to_string(),
+    })?;
+    if bytes.len() > event::MAX_RECORD_BYTES * 2 {
+        return Err(EncodeError::TooLarge {
+            event: "snapshot",
+            bytes: bytes.len(),
+        });
+    }
+    Ok(bytes)
+}
+
+pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, CorruptError> {
+    let snapshot: SnapshotOwned =
+        decode_checked(bytes).map_err(|source| CorruptError::Snapshot { run, source })?;
+    debug_assert_eq!(snapshot.format_version, FORMAT_VERSION);
+    if snapshot.state.run_id != run {
+        return Err(CorruptError::Snapshot {
+            run,
+            source: DecodeError::Malformed {
+                reason: format!("it holds the state of run {}", snapshot.state.run_id),
+            },
+        });
+    }
+    Ok(snapshot.state)
+}
+
+fn builder() -> redb::Builder {
+    let mut builder = Database::builder();
+    builder
+        .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+        .set_cache_size(CACHE_BYTES);
+    builder
+}
+
+/// A journal opened for reading and writing. Any number of processes may hold one at once.
+///
+/// Appends through one handle are serialized (redb allows one write transaction at a time
+/// anyway); reads run beside them on snapshots.
+pub struct Journal {
+    path: PathBuf,
+    db: RwLock<Arc<Database>>,
+    writer: WriterId,
+    /// The next writer seq; held for the whole of a commit so marks rise in commit order.
+    commit: Mutex<u64>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("path", &self.path)
+            .field("writer", &self.writer)
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Opens the journal at `path`, creating it (and its tables) if it does not exist.
+    ///
+    /// A journal of a newer format, or a file that is not a journal, is refused without
+    /// writing anything.
+    pub fn open(path: impl AsRef<Path>) -> Result<Journal, OpenError> {
+        let path = path.as_ref();
+        let db = open_database(path)?;
+        Ok(Journal {
+            path: path.to_path_buf(),
+            db: RwLock::new(Arc::new(db)),
+            writer: WriterId::generate(),
+            commit: Mutex::new(1),
+        })
+    }
+
+    /// The file this journal lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// This handle's writer id.
+    pub fn writer(&self) -> WriterId {
+        self.writer
+    }
+
+    pub(crate) fn database(&self) -> Arc<Database> {
+        let db = self.db.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(&db)
+    }
+
+    /// A consistent read view of the journal as of now.
+    pub fn view(&self) -> Result<View, ReadError> {
+        let txn = self
+            .database()
+            .begin_read()
+            .map_err(|error| StorageFailure::new("beginning a read", error))?;
+        Ok(View::new(txn))
+    }
+
+    /// Appends `events` to `run` as one batch, atomically and durably, if `condition` holds and
+    /// every event passes [`crate::state::apply`]. Returns once the commit is durable.
+    pub fn append(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+    ) -> Result<Appended, AppendError> {
+        let mut next_writer_seq = self
+            .commit
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let batch = Batch {
+            run,
+            events,
+            condition,
+            writer: self.writer,
+            writer_seq: *next_writer_seq,
+            time_ms: event::now_ms(),
+        };
+        // Always advance: a refused batch leaves no mark, and the next batch must not reuse its
+        // seq in case a later retry of this one is still in flight.
+        *next_writer_seq += 1;
+        let db = self.database();
+        let mut results = append::commit_batches(&db, std::slice::from_ref(&batch))?;
+        results
+            .pop()
+            .expect("commit_batches answers every batch it was given")
+    }
+
+    /// Creates a run: appends its `RunCreated` under a fresh id.
+    pub fn create_run(&self, spec: RunSpec, hosts: HostIds) -> Result<Appended, AppendError> {
+        let run = RunId::generate();
+        let event = Event::RunCreated {
+            spec: Arc::new(spec),
+            created_at_ms: event::now_ms(),
+            session_id: hosts.session_id,
+            completion_owner_id: hosts.completion_owner_id,
+            tool_call_id: hosts.tool_call_id,
+        };
+        self.append(run, vec![event], Condition::expect_head(0))
+    }
+
+    /// Facts about the journal file.
+    pub fn meta(&self) -> Result<JournalMeta, ReadError> {
+        self.view()?.meta()
+    }
+
+    /// Runs redb's own integrity check (every page checksum, the allocator state). Needs no
+    /// other transaction open on this handle.
+    pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
+        // redb checks through a handle it holds alone; open a second one in this process.
+        let mut db = open_database(&self.path).map_err(|error| {
+            StorageFailure::new(
+                "opening a handle for the integrity check",
+                redb::Error::Corrupted(error.to_string()),
+            )
+        })?;
+        db.check_integrity()
+            .map_err(|error| StorageFailure::new("checking integrity", error))
+    }
+}
+
+fn open_database(path: &Path) -> Result<Database, OpenError> {
+    let db = builder()
+        .create(path)
+        .map_err(|error| OpenError::from_database(path, error))?;
+    initialize(path, &db)?;
+    Ok(db)
+}
+
+/// Checks the format version and creates the tables of a new journal. A journal that is
+/// already set up is only read, so opening costs no commit.
+fn initialize(path: &Path, db: &Database) -> Result<(), OpenError> {
+    let txn = db
+        .begin_read()
+        .map_err(|error| StorageFailure::new("beginning a read", error))?;
+    if let Some(version) = read_format_version(path, &txn)? {
+        return check_format_version(path, version);
+    }
+    drop(txn);
+    let mut txn = db
+        .begin_write()
+        .map_err(|error| StorageFailure::new("beginning the set-up write", error))?;
+    txn.set_durability(redb::Durability::Immediate)
+        .map_err(|error| StorageFailure::new("setting durability", redb::Error::from(error)))?;
+    {
+        let mut meta = txn
+            .open_table(tables::META)
+            .map_err(|error| StorageFailure::new("creating the meta table", error))?;
+        // Another process may have set the journal up since our read.
+        let existing = meta
+            .get(tables::META_FORMAT_VERSION)
+            .map_err(|error| StorageFailure::new("reading the format version", error))?
+            .map(|value| value.value().to_vec());
+        match existing {
+            Some(bytes) => {
+                let version = parse_format_version(path, &bytes)?;
+                check_format_version(path, version)?;
+            }
+            None => {
+                let has_foreign_tables = txn
+                    .list_tables()
+                    .map_err(|error| StorageFailure::new("listing tables", error))?
+                    .any(|table| table.name() != tables::META.name());
+                if has_foreign_tables {
+                    return Err(OpenError::NotAJournal {
+                        path: path.to_path_buf(),
+                        reason: "a redb database without runjournal's meta table".to_string(),
+                    });
+                }
+                let journal_id: [u8; 16] = rand::random();
+                let created_at = event::now_ms().to_be_bytes();
+                let version = FORMAT_VERSION.to_be_bytes();
+                for (key, value) in [
+                    (tables::META_FORMAT_VERSION, &version[..]),
+                    (tables::META_JOURNAL_ID, &journal_id[..]),
+                    (tables::META_CREATED_AT, &created_at[..]),
+                ] {
+                    meta.insert(key, value)
+                        .map_err(|error| StorageFailure::new("writing meta", error))?;
+                }
+            }
+        }
+    }
+    append::create_tables(&txn)?;
+    txn.commit()
+        .map_err(|error| StorageFailure::new("committing the set-up", error))?;
+    Ok(())
+}
+
+fn read_format_version(path: &Path, txn: &redb::ReadTransaction) -> Result<Option<u16>, OpenError> {
+    let meta = match txn.open_table(tables::META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(error) => return Err(StorageFailure::new("opening the meta table", error).into()),
+    };
+    let value = meta
+        .get(tables::META_FORMAT_VERSION)
+        .map_err(|error| StorageFailure::new("reading the format version", error))?;
+    match value {
+        None => Ok(None),
+        Some(bytes) => Ok(Some(parse_format_version(path, bytes.value())?)),
+    }
+}
+
+fn parse_format_version(path: &Path, bytes: &[u8]) -> Result<u16, OpenError> {
+    let bytes: [u8; 2] = bytes.try_into().map_err(|_| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("format version entry has {} bytes, not 2", bytes.len()),
+    })?;
+    Ok(u16::from_be_bytes(bytes))
+}
+
+fn check_format_version(path: &Path, version: u16) -> Result<(), OpenError> {
+    if version > FORMAT_VERSION {
+        return Err(OpenError::NewerFormat {
+            path: path.to_path_buf(),
+            found: version,
+        });
+    }
+    if version < FORMAT_VERSION {
+        // There has been only one format so far; a smaller number is damage, not history.
+        return Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("format version {version} was never written by runjournal"),
+        });
+    }
+    Ok(())
+}
+
+/// A journal opened read-only: sees the commits of live writers, never writes.
+pub struct JournalReader {
+    path: PathBuf,
+    db: redb::ReadOnlyDatabase,
+}
+
+impl JournalReader {
+    /// Opens an existing journal read-only.
+    pub fn open(path: impl AsRef<Path>) -> Result<JournalReader, OpenError> {
+        let path = path.as_ref();
+        if let Err(source) = std::fs::metadata(path) {
+            return Err(OpenError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        let db = builder()
+            .open_read_only(path)
+            .map_err(|error| OpenError::from_database(path, error))?;
+        let txn = db
+            .begin_read()
+            .map_err(|error| StorageFailure::new("beginning a read", error))?;
+        match read_format_version(path, &txn)? {
+            Some(version) => check_format_version(path, version)?,
+            None => {
+                return Err(OpenError::NotAJournal {
+                    path: path.to_path_buf(),
+                    reason: "no runjournal meta table".to_string(),
+                });
+            }
+        }
+        drop(txn);
+        Ok(JournalReader {
+            path: path.to_path_buf(),
+            db,
+        })
+    }
+
+    /// The file this journal lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A consistent read view of the journal as of now.
+    pub fn view(&self) -> Result<View, ReadError> {
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|error| StorageFailure::new("beginning a read", error))?;
+        Ok(View::new(txn))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,330 @@
+//! Reading: a [`View`] is one redb read transaction, so everything read through it is from
+//! the same commit.
+
+use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use super::append::storage;
+use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
+use super::{CorruptError, JournalMeta, ReadError, StorageFailure, decode_snapshot};
+use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
+use crate::state::RunState;
+
+/// Why a run id or prefix does not name exactly one run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    #[error(transparent)]
+    BadId(#[from] RunIdError),
+    #[error("no run matches {text:?}")]
+    Unknown { text: String },
+    #[error("{text:?} matches {count} runs ({examples}); give more characters")]
+    Ambiguous {
+        text: String,
+        count: usize,
+        examples: String,
+    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+impl From<StorageFailure> for ResolveError {
+    fn from(failure: StorageFailure) -> ResolveError {
+        ResolveError::Read(failure.into())
+    }
+}
+
+/// A consistent read of the journal.
+pub struct View {
+    txn: ReadTransaction,
+}
+
+impl View {
+    pub(crate) fn new(txn: ReadTransaction) -> View {
+        View { txn }
+    }
+
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<K, V>,
+    ) -> Result<ReadOnlyTable<K, V>, StorageFailure> {
+        self.txn
+            .open_table(definition)
+            .map_err(storage("opening a table"))
+    }
+
+    /// The journal's meta entries.
+    pub fn meta(&self) -> Result<JournalMeta, ReadError> {
+        let meta = self.table(META)?;
+        let get = |key: &'static str| -> Result<Vec<u8>, ReadError> {
+            match meta.get(key).map_err(storage("reading meta"))? {
+                Some(value) => Ok(value.value().to_vec()),
+                None => Err(CorruptError::Meta {
+                    key,
+                    reason: "missing".to_string(),
+                }
+                .into()),
+            }
+        };
+        let fixed = |key: &'static str, bytes: Vec<u8>| -> Result<Vec<u8>, ReadError> {
+            let expected = match key {
+                tables::META_FORMAT_VERSION => 2,
+                tables::META_JOURNAL_ID => 16,
+                _ => 8,
+            };
+            if bytes.len() == expected {
+                Ok(bytes)
+            } else {
+                Err(CorruptError::Meta {
+                    key,
+                    reason: format!("{} bytes, expected {expected}", bytes.len()),
+                }
+                .into())
+            }
+        };
+        let version = fixed(
+            tables::META_FORMAT_VERSION,
+            get(tables::META_FORMAT_VERSION)?,
+        )?;
+        let journal_id = fixed(tables::META_JOURNAL_ID, get(tables::META_JOURNAL_ID)?)?;
+        let created_at = fixed(tables::META_CREATED_AT, get(tables::META_CREATED_AT)?)?;
+        Ok(JournalMeta {
+            format_version: u16::from_be_bytes([version[0], version[1]]),
+            journal_id: journal_id.try_into().expect("length checked above"),
+            created_at_ms: u64::from_be_bytes(created_at.try_into().expect("length checked above")),
+        })
+    }
+
+    /// The run's folded state as stored with its last commit; `None` for an unknown run.
+    pub fn snapshot(&self, run: RunId) -> Result<Option<RunState>, ReadError> {
+        let runs = self.table(RUNS)?;
+        let value = runs
+            .get(&run.to_bytes())
+            .map_err(storage("reading a snapshot"))?;
+        match value {
+            Some(bytes) => Ok(Some(decode_snapshot(run, bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every record of the run, in seq order, each verified against its checksum and its key.
+    pub fn records(&self, run: RunId) -> Result<Vec<Record>, ReadError> {
+        self.records_until(run, u64::MAX)
+    }
+
+    /// The run's records with seq at most `until_seq`.
+    pub fn records_until(&self, run: RunId, until_seq: u64) -> Result<Vec<Record>, ReadError> {
+        let records = self.table(RECORDS)?;
+        let low = tables::record_key(run, 0);
+        let high = tables::record_key(run, until_seq);
+        let mut out = Vec::new();
+        for entry in records
+            .range::<&[u8; 24]>(&low..=&high)
+            .map_err(storage("reading records"))?
+        {
+            let (key, value) = entry.map_err(storage("reading records"))?;
+            out.push(decode_record(key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` records committed after global seq `after`, in commit order, each with
+    /// its global seq.
+    pub fn records_after(&self, after: u64, limit: usize) -> Result<Vec<(u64, Record)>, ReadError> {
+        let log = self.table(LOG)?;
+        let records = self.table(RECORDS)?;
+        let mut out = Vec::new();
+        for entry in log
+            .range(after.saturating_add(1)..)
+            .map_err(storage("reading the log"))?
+            .take(limit)
+        {
+            let (global, key) = entry.map_err(storage("reading the log"))?;
+            let key = *key.value();
+            let value = records.get(&key).map_err(storage("reading a record"))?;
+            let Some(value) = value else {
+                let (run, seq) = tables::split_record_key(&key);
+                return Err(CorruptError::Record {
+                    run,
+                    seq,
+                    source: crate::event::DecodeError::Malformed {
+                        reason: format!("the log names it at global seq {}, but it is missing", global.value()),
+                    },
+                }
+                .into());
+            };
+            out.push((global.value(), decode_record(&key, value.value())?));
+        }
+        Ok(out)
+    }
+
+    /// The global seq of the last commit (0 for an empty journal).
+    pub fn global_head(&self) -> Result<u64, ReadError> {
+        let log = self.table(LOG)?;
+        let last = log.last().map_err(storage("reading the log head"))?;
+        Ok(last.map_or(0, |(key, _)| key.value()))
+    }
+
+    /// Runs not yet closed, oldest first.
+    pub fn active_runs(&self) -> Result<Vec<RunId>, ReadError> {
+        let active = self.table(ACTIVE)?;
+        let mut out = Vec::new();
+        for entry in active.iter().map_err(storage("reading the active index"))? {
+            let (key, _) = entry.map_err(storage("reading the active index"))?;
+            out.push(RunId::from_bytes(*key.value()));
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` terminal runs, most recently ended first, with their end times.
+    pub fn recent_terminal(&self, limit: usize) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        let terminal = self.table(TERMINAL)?;
+        let mut out = Vec::new();
+        for entry in terminal
+            .iter()
+            .map_err(storage("reading the terminal index"))?
+            .rev()
+            .take(limit)
+        {
+            let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+            out.push(tables::split_terminal_key(key.value()));
+        }
+        Ok(out)
+    }
+
+    /// Every run id, oldest first.
+    pub fn all_runs(&self) -> Result<Vec<RunId>, ReadError> {
+        let runs = self.table(RUNS)?;
+        let mut out = Vec::new();
+        for entry in runs.iter().map_err(storage("reading runs"))? {
+            let (key, _) = entry.map_err(storage("reading runs"))?;
+            out.push(RunId::from_bytes(*key.value()));
+        }
+        Ok(out)
+    }
+
+    /// The number of runs in the journal.
+    pub fn run_count(&self) -> Result<u64, ReadError> {
+        Ok(self.table(RUNS)?.len().map_err(storage("counting runs"))?)
+    }
+
+    /// The number of records in the journal.
+    pub fn record_count(&self) -> Result<u64, ReadError> {
+        Ok(self.table(RECORDS)?.len().map_err(storage("counting records"))?)
+    }
+
+    /// Every snapshot, decoded, in run id order; `f` sees each and may stop early by
+    /// returning `false`.
+    pub fn for_each_snapshot(
+        &self,
+        mut f: impl FnMut(RunState) -> bool,
+    ) -> Result<(), ReadError> {
+        let runs = self.table(RUNS)?;
+        for entry in runs.iter().map_err(storage("reading runs"))? {
+            let (key, value) = entry.map_err(storage("reading runs"))?;
+            let state = decode_snapshot(RunId::from_bytes(*key.value()), value.value())?;
+            if !f(state) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The run an alias points to (see [`super::tool_call_alias`], [`super::name_alias`]).
+    pub fn lookup_alias(&self, alias: &str) -> Result<Option<RunId>, ReadError> {
+        let aliases = self.table(ALIASES)?;
+        let value = aliases.get(alias).map_err(storage("reading an alias"))?;
+        Ok(value.map(|run| RunId::from_bytes(*run.value())))
+    }
+
+    /// Every alias and its run.
+    pub fn aliases(&self) -> Result<Vec<(String, RunId)>, ReadError> {
+        let aliases = self.table(ALIASES)?;
+        let mut out = Vec::new();
+        for entry in aliases.iter().map_err(storage("reading aliases"))? {
+            let (key, value) = entry.map_err(storage("reading aliases"))?;
+            out.push((key.value().to_string(), RunId::from_bytes(*value.value())));
+        }
+        Ok(out)
+    }
+
+    /// Every (end time, run) of the terminal index, oldest first.
+    pub fn terminal_index(&self) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        let terminal = self.table(TERMINAL)?;
+        let mut out = Vec::new();
+        for entry in terminal.iter().map_err(storage("reading the terminal index"))? {
+            let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+            out.push(tables::split_terminal_key(key.value()));
+        }
+        Ok(out)
+    }
+
+    /// The last writer seq committed by `writer`.
+    pub fn writer_mark(&self, writer: WriterId) -> Result<Option<u64>, ReadError> {
+        let writers = self.table(WRITERS)?;
+        let value = writers.get(writer.0).map_err(storage("reading a writer mark"))?;
+        Ok(value.map(|seq| seq.value()))
+    }
+
+    /// The one run whose id is `text` or starts with it (at least
+    /// [`RunId::MIN_PREFIX_LEN`] characters).
+    pub fn resolve(&self, text: &str) -> Result<RunId, ResolveError> {
+        if text.len() == RunId::LEN {
+            let run: RunId = text.parse()?;
+            return match self.snapshot(run)? {
+                Some(_) => Ok(run),
+                None => Err(ResolveError::Unknown {
+                    text: text.to_string(),
+                }),
+            };
+        }
+        let (low, high) = RunId::prefix_range(text)?;
+        let runs = self.table(RUNS)?;
+        let mut matches = Vec::new();
+        for entry in runs
+            .range::<&[u8; 16]>(&low.to_bytes()..=&high.to_bytes())
+            .map_err(storage("reading runs"))?
+            .take(4)
+        {
+            let (key, _) = entry.map_err(storage("reading runs"))?;
+            matches.push(RunId::from_bytes(*key.value()));
+        }
+        match matches.as_slice() {
+            [] => Err(ResolveError::Unknown {
+                text: text.to_string(),
+            }),
+            [run] => Ok(*run),
+            _ => {
+                let count = runs
+                    .range::<&[u8; 16]>(&low.to_bytes()..=&high.to_bytes())
+                    .map_err(storage("reading runs"))?
+                    .count();
+                let examples = matches
+                    .iter()
+                    .take(3)
+                    .map(RunId::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                Err(ResolveError::Ambiguous {
+                    text: text.to_string(),
+                    count,
+                    examples,
+                })
+            }
+        }
+    }
+}
+
+fn decode_record(key: &[u8; 24], value: &[u8]) -> Result<Record, CorruptError> {
+    let (run, seq) = tables::split_record_key(key);
+    let record =
+        Record::decode(value).map_err(|source| CorruptError::Record { run, seq, source })?;
+    if record.run_id != run || record.seq != seq {
+        return Err(CorruptError::RecordKeyMismatch {
+            key_run: run,
+            key_seq: seq,
+            found_run: record.run_id,
+            found_seq: record.seq,
+        });
+    }
+    Ok(record)
+}

@@ -1,0 +1,94 @@
+//! The redb tables of the journal and the encoding of their keys.
+//!
+//! Keys made of several parts are fixed-width big-endian byte arrays, so byte order is the
+//! order we want (run, then seq; time, then run). Values are postcard with a CRC-32C, except
+//! where noted. docs/journal-format.md describes the same layout for readers of the file.
+
+use redb::TableDefinition;
+
+use crate::event::{RunId, UnixMs};
+
+/// (run id, seq) → record ([`crate::event::RecordEnvelope::encode`]).
+pub(crate) const RECORDS: TableDefinition<&[u8; 24], &[u8]> = TableDefinition::new("records");
+/// global seq → (run id, seq): commit order across runs.
+pub(crate) const LOG: TableDefinition<u64, &[u8; 24]> = TableDefinition::new("log");
+/// run id → snapshot ([`super::Snapshot`]): the folded state, a cache of the records.
+pub(crate) const RUNS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("runs");
+/// run id → (): runs not yet closed.
+pub(crate) const ACTIVE: TableDefinition<&[u8; 16], ()> = TableDefinition::new("active");
+/// (ended at ms, run id) → (): terminal runs, oldest first.
+pub(crate) const TERMINAL: TableDefinition<&[u8; 24], ()> = TableDefinition::new("terminal");
+/// alias → run id; aliases are `tool-call:<id>` and `name:<name>`, the latest run wins.
+pub(crate) const ALIASES: TableDefinition<&str, &[u8; 16]> = TableDefinition::new("aliases");
+/// writer id → the last writer seq committed by that writer.
+pub(crate) const WRITERS: TableDefinition<u64, u64> = TableDefinition::new("writers");
+/// key → value: `format_version` (u16 BE), `journal_id` (16 bytes), `created_at_ms` (u64 BE).
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+pub(crate) const META_FORMAT_VERSION: &str = "format_version";
+pub(crate) const META_JOURNAL_ID: &str = "journal_id";
+pub(crate) const META_CREATED_AT: &str = "created_at_ms";
+
+/// Key of a record: run id, then seq big-endian.
+pub(crate) fn record_key(run: RunId, seq: u64) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(&run.to_bytes());
+    key[16..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+/// Splits a record key into run id and seq.
+pub(crate) fn split_record_key(key: &[u8; 24]) -> (RunId, u64) {
+    let (run, seq) = key.split_at(16);
+    let run: [u8; 16] = run.try_into().expect("a record key has 16 bytes of run id");
+    let seq: [u8; 8] = seq.try_into().expect("a record key has 8 bytes of seq");
+    (RunId::from_bytes(run), u64::from_be_bytes(seq))
+}
+
+/// Key of a terminal-index entry: end time big-endian, then run id.
+pub(crate) fn terminal_key(ended_at_ms: UnixMs, run: RunId) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..8].copy_from_slice(&ended_at_ms.to_be_bytes());
+    key[8..].copy_from_slice(&run.to_bytes());
+    key
+}
+
+/// Splits a terminal-index key into end time and run id.
+pub(crate) fn split_terminal_key(key: &[u8; 24]) -> (UnixMs, RunId) {
+    let (time, run) = key.split_at(8);
+    let time: [u8; 8] = time.try_into().expect("a terminal key has 8 bytes of time");
+    let run: [u8; 16] = run.try_into().expect("a terminal key has 16 bytes of run id");
+    (u64::from_be_bytes(time), RunId::from_bytes(run))
+}
+
+/// Alias of a host's tool-call id.
+pub fn tool_call_alias(tool_call_id: &str) -> String {
+    format!("tool-call:{tool_call_id}")
+}
+
+/// Alias of a run name.
+pub fn name_alias(name: &str) -> String {
+    format!("name:{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_keys_sort_by_run_then_seq() {
+        let run = RunId::from_bytes([7; 16]);
+        let later_run = RunId::from_bytes([8; 16]);
+        assert!(record_key(run, 255) < record_key(run, 256));
+        assert!(record_key(run, u64::MAX) < record_key(later_run, 1));
+        assert_eq!(split_record_key(&record_key(run, 300)), (run, 300));
+    }
+
+    #[test]
+    fn terminal_keys_sort_by_time_then_run() {
+        let run = RunId::from_bytes([9; 16]);
+        let earlier_run = RunId::from_bytes([1; 16]);
+        assert!(terminal_key(255, run) < terminal_key(256, earlier_run));
+        assert_eq!(split_terminal_key(&terminal_key(42, run)), (42, run));
+    }
+}
