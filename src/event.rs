@@ -220,6 +220,7 @@ impl fmt::Debug for WriterId {
 /// A process is the same process only if all three fields match: pids are reused, and a
 /// reboot resets both pids and start times.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ProcessIdentity {
     pub pid: u32,
     /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
@@ -252,7 +253,7 @@ impl Mode {
 
 /// What a step runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum StepAction {
     /// A program and its arguments, run without a shell.
     Command { argv: Vec<String> },
@@ -278,6 +279,7 @@ impl StepSpec {
 
 /// What a run is: fixed at creation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RunSpec {
     pub name: Option<String>,
     pub mode: Mode,
@@ -463,6 +465,7 @@ impl FromStr for JobState {
 
 /// An external job's status as last reported; replaced whole by each update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ExternalJobStatus {
     pub state: JobState,
     /// The provider's id of the job.
@@ -486,6 +489,7 @@ pub enum StepEnd {
 
 /// The outcome carried by [`Event::StepFinished`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StepOutcome {
     pub end: StepEnd,
     pub exit_code: Option<i32>,
@@ -499,6 +503,16 @@ pub enum ControlAction {
     Stop,
     Timeout,
     Interrupt,
+}
+
+impl ControlAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControlAction::Stop => "stop",
+            ControlAction::Timeout => "timeout",
+            ControlAction::Interrupt => "interrupt",
+        }
+    }
 }
 
 /// The terminal states of a run.
@@ -569,8 +583,10 @@ pub enum Observer {
 }
 
 /// One lifecycle transition. Variants are only ever added at the end: the variant index is part
-/// of the wire format.
+/// of the wire format. (Field names are not: postcard does not encode them, so the camelCase
+/// renaming only shapes the JSON of events.jsonl.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum Event {
     RunCreated {
         spec: Arc<RunSpec>,

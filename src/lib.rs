@@ -2,6 +2,19 @@
 //! to an embedded redb journal, durable before anyone acts on it, and the files hosts read
 //! (`status.json`, result files, `events.jsonl`) are projections rebuilt from that journal.
 
+pub mod durable_fs;
 pub mod event;
+#[doc(hidden)]
+pub mod fuzz;
+pub mod home;
 pub mod journal;
+pub mod liveness;
+pub mod projection;
 pub mod state;
+pub mod store;
+
+pub use event::{Event, RunId, RunSpec};
+pub use home::Home;
+pub use journal::{Condition, HostIds, Journal, JournalReader};
+pub use state::{RunState, RunStatus, apply};
+pub use store::Store;

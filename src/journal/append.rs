@@ -83,14 +83,22 @@ pub(crate) fn storage<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) 
 /// Creates every table, so that read transactions never meet a missing one.
 pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure> {
     let op = "creating tables";
-    txn.open_table(RECORDS).map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(LOG).map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(RUNS).map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(ACTIVE).map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(TERMINAL).map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(ALIASES).map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(WRITERS).map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(META).map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(RECORDS)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(LOG)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(RUNS)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(ACTIVE)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(TERMINAL)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(ALIASES)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(WRITERS)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(META)
+        .map_err(|e| StorageFailure::new(op, e))?;
     Ok(())
 }
 
@@ -108,13 +116,27 @@ impl<'txn> Tables<'txn> {
     fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StorageFailure> {
         let op = "opening tables";
         Ok(Tables {
-            records: txn.open_table(RECORDS).map_err(|e| StorageFailure::new(op, e))?,
-            log: txn.open_table(LOG).map_err(|e| StorageFailure::new(op, e))?,
-            runs: txn.open_table(RUNS).map_err(|e| StorageFailure::new(op, e))?,
-            active: txn.open_table(ACTIVE).map_err(|e| StorageFailure::new(op, e))?,
-            terminal: txn.open_table(TERMINAL).map_err(|e| StorageFailure::new(op, e))?,
-            aliases: txn.open_table(ALIASES).map_err(|e| StorageFailure::new(op, e))?,
-            writers: txn.open_table(WRITERS).map_err(|e| StorageFailure::new(op, e))?,
+            records: txn
+                .open_table(RECORDS)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            log: txn
+                .open_table(LOG)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            runs: txn
+                .open_table(RUNS)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            active: txn
+                .open_table(ACTIVE)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            terminal: txn
+                .open_table(TERMINAL)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            aliases: txn
+                .open_table(ALIASES)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            writers: txn
+                .open_table(WRITERS)
+                .map_err(|e| StorageFailure::new(op, e))?,
         })
     }
 }
@@ -184,22 +206,23 @@ fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> 
     if before.is_none() && !matches!(batch.events[0], Event::RunCreated { .. }) {
         return Err(AppendError::UnknownRun { run });
     }
-    if let Some(expected) = batch.condition.expect_head {
-        if expected != head {
-            return Err(AppendError::HeadMismatch {
-                run,
-                expected,
-                found: head,
-            });
-        }
+    if let Some(expected) = batch
+        .condition
+        .expect_head
+        .filter(|&expected| expected != head)
+    {
+        return Err(AppendError::HeadMismatch {
+            run,
+            expected,
+            found: head,
+        });
     }
-    if batch.condition.expect_not_terminal {
-        if let Some(state) = before.as_ref().filter(|state| state.is_terminal()) {
-            return Err(AppendError::AlreadyTerminal {
-                run,
-                state: state.status,
-            });
-        }
+    let terminal = before.as_ref().filter(|state| state.is_terminal());
+    if let (true, Some(state)) = (batch.condition.expect_not_terminal, terminal) {
+        return Err(AppendError::AlreadyTerminal {
+            run,
+            state: state.status,
+        });
     }
     let mut state = before.clone();
     let mut records = Vec::with_capacity(batch.events.len());
@@ -314,7 +337,8 @@ fn find_duplicate(tables: &Tables<'_>, batch: &Batch) -> Result<Appended, Append
     let run = batch.run;
     let low = tables::record_key(run, 0);
     let high = tables::record_key(run, u64::MAX);
-    let mut seqs: Vec<u64> = Vec::new();
+    // Newest first: the batch's records, as (seq, event).
+    let mut found: Vec<(u64, Event)> = Vec::new();
     let range = tables
         .records
         .range::<&[u8; 24]>(&low..=&high)
@@ -322,21 +346,33 @@ fn find_duplicate(tables: &Tables<'_>, batch: &Batch) -> Result<Appended, Append
     for entry in range.rev() {
         let (key, value) = entry.map_err(storage("scanning the run's records"))?;
         let (_, seq) = tables::split_record_key(key.value());
-        let record = Record::decode(value.value())
-            .map_err(|source| CorruptError::Record { run, seq, source })?;
+        let record = Record::decode(value.value()).map_err(|source| CorruptError::Record {
+            run,
+            seq,
+            source,
+        })?;
         if record.writer != batch.writer {
-            if seqs.is_empty() {
+            if found.is_empty() {
                 continue;
             }
             break;
         }
         if record.writer_seq == batch.writer_seq {
-            seqs.push(seq);
+            found.push((seq, record.event));
         } else if record.writer_seq < batch.writer_seq {
             break;
         }
     }
-    let (Some(&last_seq), Some(&first_seq)) = (seqs.first(), seqs.last()) else {
+    found.reverse();
+    // The same (writer, writer seq) must name the same events, or the seq was reused.
+    let is_same_batch = found.len() == batch.events.len()
+        && found
+            .iter()
+            .zip(&batch.events)
+            .all(|((_, stored), event)| stored == event);
+    let (Some(&(first_seq, _)), Some(&(last_seq, _)), true) =
+        (found.first(), found.last(), is_same_batch)
+    else {
         return Err(AppendError::WriterSeqReused {
             writer: batch.writer,
             writer_seq: batch.writer_seq,

@@ -81,7 +81,9 @@ pub enum OpenError {
         "journal {path} is held open by a process in an incompatible mode ({reason}); close it and retry"
     )]
     Locked { path: PathBuf, reason: String },
-    #[error("journal {path} was not shut down cleanly and cannot be repaired read-only; open it once for writing (any runjournal command) to recover it")]
+    #[error(
+        "journal {path} was not shut down cleanly and cannot be repaired read-only; open it once for writing (any runjournal command) to recover it"
+    )]
     NeedsRecovery { path: PathBuf },
     #[error(transparent)]
     Storage(#[from] StorageFailure),
@@ -91,6 +93,16 @@ impl OpenError {
     fn from_database(path: &Path, error: redb::DatabaseError) -> OpenError {
         let path = path.to_path_buf();
         match error {
+            // redb reports a file that is not a database as InvalidData ("Not a redb
+            // database: magic number mismatch", or an empty file opened without create).
+            redb::DatabaseError::Storage(redb::StorageError::Io(source))
+                if source.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                OpenError::NotAJournal {
+                    path,
+                    reason: source.to_string(),
+                }
+            }
             redb::DatabaseError::Storage(redb::StorageError::Io(source)) => {
                 OpenError::Io { path, source }
             }
@@ -131,7 +143,9 @@ pub enum AppendError {
         #[source]
         source: TransitionError,
     },
-    #[error("run {run}: expected head {expected}, but the head is {found} (someone appended first)")]
+    #[error(
+        "run {run}: expected head {expected}, but the head is {found} (someone appended first)"
+    )]
     HeadMismatch {
         run: RunId,
         expected: u64,
@@ -146,7 +160,7 @@ pub enum AppendError {
     #[error(transparent)]
     Corrupt(#[from] CorruptError),
     #[error(
-        "writer {writer} reused writer seq {writer_seq} for run {run}, but no record of that batch is in the run"
+        "writer {writer} reused writer seq {writer_seq} for run {run}, but the run holds no batch of those events under it"
     )]
     WriterSeqReused {
         writer: WriterId,
@@ -244,12 +258,22 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Corr
     let snapshot: SnapshotOwned =
         decode_checked(bytes).map_err(|source| CorruptError::Snapshot { run, source })?;
     debug_assert_eq!(snapshot.format_version, FORMAT_VERSION);
-    if snapshot.state.run_id != run {
+    let state = &snapshot.state;
+    let reason = if state.run_id != run {
+        Some(format!("it holds the state of run {}", state.run_id))
+    } else if state.steps.len() != state.spec.steps.len() {
+        Some(format!(
+            "it has {} step states for {} steps",
+            state.steps.len(),
+            state.spec.steps.len()
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
         return Err(CorruptError::Snapshot {
             run,
-            source: DecodeError::Malformed {
-                reason: format!("it holds the state of run {}", snapshot.state.run_id),
-            },
+            source: DecodeError::Malformed { reason },
         });
     }
     Ok(snapshot.state)
@@ -311,7 +335,10 @@ impl Journal {
     }
 
     pub(crate) fn database(&self) -> Arc<Database> {
-        let db = self.db.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let db = self
+            .db
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         Arc::clone(&db)
     }
 
@@ -388,11 +415,74 @@ impl Journal {
 }
 
 fn open_database(path: &Path) -> Result<Database, OpenError> {
+    create_private_file(path)?;
+    precheck_read_only(path)?;
     let db = builder()
         .create(path)
         .map_err(|error| OpenError::from_database(path, error))?;
     initialize(path, &db)?;
     Ok(db)
+}
+
+/// Refuses a file that is not a journal of our format through a read-only open, before the
+/// read-write open, which rewrites redb's header even when we then refuse the file. A journal
+/// that needs recovery cannot be opened read-only; the read-write open that follows recovers
+/// it and checks it again.
+fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
+    let is_empty = std::fs::metadata(path)
+        .map(|metadata| metadata.len() == 0)
+        .map_err(|source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if is_empty {
+        return Ok(());
+    }
+    let db = match builder().open_read_only(path) {
+        Ok(db) => db,
+        Err(redb::DatabaseError::RepairAborted) => return Ok(()),
+        Err(error) => return Err(OpenError::from_database(path, error)),
+    };
+    let txn = db
+        .begin_read()
+        .map_err(|error| StorageFailure::new("beginning a read", error))?;
+    match read_format_version(path, &txn)? {
+        Some(version) => check_format_version(path, version),
+        None => {
+            let has_tables = txn
+                .list_tables()
+                .map_err(|error| StorageFailure::new("listing tables", error))?
+                .next()
+                .is_some();
+            if has_tables {
+                Err(OpenError::NotAJournal {
+                    path: path.to_path_buf(),
+                    reason: "a redb database without runjournal's meta table".to_string(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Creates `path` empty and 0600 if it does not exist, so redb initializes a file only its
+/// owner can read.
+fn create_private_file(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Checks the format version and creates the tables of a new journal. A journal that is

@@ -147,7 +147,10 @@ impl View {
                     run,
                     seq,
                     source: crate::event::DecodeError::Malformed {
-                        reason: format!("the log names it at global seq {}, but it is missing", global.value()),
+                        reason: format!(
+                            "the log names it at global seq {}, but it is missing",
+                            global.value()
+                        ),
                     },
                 }
                 .into());
@@ -209,15 +212,15 @@ impl View {
 
     /// The number of records in the journal.
     pub fn record_count(&self) -> Result<u64, ReadError> {
-        Ok(self.table(RECORDS)?.len().map_err(storage("counting records"))?)
+        Ok(self
+            .table(RECORDS)?
+            .len()
+            .map_err(storage("counting records"))?)
     }
 
     /// Every snapshot, decoded, in run id order; `f` sees each and may stop early by
     /// returning `false`.
-    pub fn for_each_snapshot(
-        &self,
-        mut f: impl FnMut(RunState) -> bool,
-    ) -> Result<(), ReadError> {
+    pub fn for_each_snapshot(&self, mut f: impl FnMut(RunState) -> bool) -> Result<(), ReadError> {
         let runs = self.table(RUNS)?;
         for entry in runs.iter().map_err(storage("reading runs"))? {
             let (key, value) = entry.map_err(storage("reading runs"))?;
@@ -251,7 +254,10 @@ impl View {
     pub fn terminal_index(&self) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
         let terminal = self.table(TERMINAL)?;
         let mut out = Vec::new();
-        for entry in terminal.iter().map_err(storage("reading the terminal index"))? {
+        for entry in terminal
+            .iter()
+            .map_err(storage("reading the terminal index"))?
+        {
             let (key, _) = entry.map_err(storage("reading the terminal index"))?;
             out.push(tables::split_terminal_key(key.value()));
         }
@@ -261,7 +267,9 @@ impl View {
     /// The last writer seq committed by `writer`.
     pub fn writer_mark(&self, writer: WriterId) -> Result<Option<u64>, ReadError> {
         let writers = self.table(WRITERS)?;
-        let value = writers.get(writer.0).map_err(storage("reading a writer mark"))?;
+        let value = writers
+            .get(writer.0)
+            .map_err(storage("reading a writer mark"))?;
         Ok(value.map(|seq| seq.value()))
     }
 

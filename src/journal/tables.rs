@@ -57,7 +57,9 @@ pub(crate) fn terminal_key(ended_at_ms: UnixMs, run: RunId) -> [u8; 24] {
 pub(crate) fn split_terminal_key(key: &[u8; 24]) -> (UnixMs, RunId) {
     let (time, run) = key.split_at(8);
     let time: [u8; 8] = time.try_into().expect("a terminal key has 8 bytes of time");
-    let run: [u8; 16] = run.try_into().expect("a terminal key has 16 bytes of run id");
+    let run: [u8; 16] = run
+        .try_into()
+        .expect("a terminal key has 16 bytes of run id");
     (u64::from_be_bytes(time), RunId::from_bytes(run))
 }
 

@@ -349,14 +349,14 @@ pub enum TransitionError {
         event: &'static str,
         state: RunStatus,
     },
-    #[error("run {run}: a {action:?} was already requested")]
+    #[error("run {run}: a {} was already requested", action.as_str())]
     ControlAlreadyRequested { run: RunId, action: ControlAction },
     #[error(
         "run {run}: Terminal(complete) while step {step} is {status}; a complete run has every step complete"
     )]
     CompleteWithUnfinishedStep {
         run: RunId,
-        step: usize,
+        step: u32,
         status: StepStatus,
     },
     #[error("run {run}: the process terminal of runner instance {instance} was already observed")]
@@ -467,7 +467,7 @@ impl RunState {
         if let Event::RunCreated { .. } = event {
             return Err(TransitionError::AlreadyCreated { run });
         }
-        if record.seq != self.head_seq + 1 {
+        if record.seq != self.head_seq.saturating_add(1) {
             return Err(TransitionError::SequenceGap {
                 run,
                 head: self.head_seq,
@@ -632,19 +632,17 @@ impl RunState {
                 exit_code,
                 repaired_by,
             } => {
-                if *state == TerminalState::Complete {
-                    if let Some((step, unfinished)) = self
-                        .steps
-                        .iter()
-                        .enumerate()
-                        .find(|(_, step)| step.status != StepStatus::Complete)
-                    {
-                        return Err(TransitionError::CompleteWithUnfinishedStep {
-                            run,
-                            step,
-                            status: unfinished.status,
-                        });
-                    }
+                let unfinished = self
+                    .steps
+                    .iter()
+                    .enumerate()
+                    .find(|(_, step)| step.status != StepStatus::Complete);
+                if let (TerminalState::Complete, Some((step, unfinished))) = (state, unfinished) {
+                    return Err(TransitionError::CompleteWithUnfinishedStep {
+                        run,
+                        step: step as u32,
+                        status: unfinished.status,
+                    });
                 }
                 let running_becomes = if *state == TerminalState::Stopped {
                     StepStatus::Stopped

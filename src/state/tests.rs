@@ -1,1 +1,1759 @@
+//! Tests of the reducer: one unit test per lifecycle rule of DESIGN.md §3 and per
+//! [`TransitionError`] variant, then a property test folding arbitrary event sequences.
 
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::event::{
+    ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, StepAction, StepOutcome, StepSpec,
+    WriterId,
+};
+
+const RUN: RunId = RunId::from_bytes([7; 16]);
+const OTHER_RUN: RunId = RunId::from_bytes([8; 16]);
+const CREATED_AT_MS: UnixMs = 1_700_000_000_000;
+
+// Builders: each test reads as the story of one run.
+
+/// The time of the record at `seq`: one second per record after creation.
+fn time_of(seq: u64) -> UnixMs {
+    CREATED_AT_MS + seq * 1000
+}
+
+/// A record of the test run, written at [`time_of`] its seq.
+fn record(seq: u64, event: Event) -> Record {
+    Record {
+        format_version: FORMAT_VERSION,
+        run_id: RUN,
+        seq,
+        time_ms: time_of(seq),
+        writer: WriterId(1),
+        writer_seq: seq,
+        event,
+    }
+}
+
+fn command(name: &str) -> StepSpec {
+    StepSpec {
+        name: name.to_string(),
+        action: StepAction::Command {
+            argv: vec!["make".to_string(), name.to_string()],
+        },
+    }
+}
+
+fn shell(name: &str) -> StepSpec {
+    StepSpec {
+        name: name.to_string(),
+        action: StepAction::Shell {
+            script: format!("echo {name}"),
+        },
+    }
+}
+
+fn external(name: &str) -> StepSpec {
+    StepSpec {
+        name: name.to_string(),
+        action: StepAction::ExternalJob {
+            provider: "render-farm".to_string(),
+        },
+    }
+}
+
+fn spec(mode: Mode, concurrency: u32, steps: Vec<StepSpec>) -> RunSpec {
+    RunSpec {
+        name: Some("story".to_string()),
+        mode,
+        concurrency,
+        timeout_ms: None,
+        cwd: None,
+        steps,
+    }
+}
+
+fn single_spec(step: StepSpec) -> RunSpec {
+    spec(Mode::Single, 1, vec![step])
+}
+
+/// A chain of command steps named `step-0`, `step-1`, ...
+fn chain_spec(step_count: usize) -> RunSpec {
+    let steps = (0..step_count)
+        .map(|index| command(&format!("step-{index}")))
+        .collect();
+    spec(Mode::Chain, 1, steps)
+}
+
+/// Parallel command steps named `step-0`, `step-1`, ...
+fn parallel_spec(concurrency: u32, step_count: usize) -> RunSpec {
+    let steps = (0..step_count)
+        .map(|index| command(&format!("step-{index}")))
+        .collect();
+    spec(Mode::Parallel, concurrency, steps)
+}
+
+fn created(spec: RunSpec) -> Event {
+    Event::RunCreated {
+        spec: Arc::new(spec),
+        created_at_ms: CREATED_AT_MS,
+        session_id: Some("session".to_string()),
+        completion_owner_id: Some("owner".to_string()),
+        tool_call_id: Some("tool-call".to_string()),
+    }
+}
+
+fn runner_identity() -> ProcessIdentity {
+    ProcessIdentity {
+        pid: 4242,
+        start_time: 987_654,
+        boot_id: "boot-a".to_string(),
+    }
+}
+
+fn runner_started(instance_id: &str) -> Event {
+    Event::RunnerStarted {
+        runner: runner_identity(),
+        instance_id: instance_id.to_string(),
+    }
+}
+
+fn step_running(step: u32) -> Event {
+    Event::StepRunning {
+        step,
+        process: Some(ProcessIdentity {
+            pid: 5000 + step,
+            start_time: 1,
+            boot_id: "boot-a".to_string(),
+        }),
+    }
+}
+
+fn step_finished(step: u32, end: StepEnd) -> Event {
+    let (exit_code, error) = match end {
+        StepEnd::Complete => (Some(0), None),
+        StepEnd::Failed => (Some(1), Some(format!("step {step} exited 1"))),
+        StepEnd::Stopped => (None, Some("stopped".to_string())),
+        StepEnd::Skipped => (None, None),
+    };
+    Event::StepFinished {
+        step,
+        outcome: StepOutcome {
+            end,
+            exit_code,
+            error,
+        },
+    }
+}
+
+fn job(state: JobState, progress: Option<f64>, message: Option<&str>) -> ExternalJobStatus {
+    ExternalJobStatus {
+        state,
+        id: Some("job-1".to_string()),
+        progress,
+        message: message.map(str::to_string),
+        url: Some("https://farm.example/job-1".to_string()),
+    }
+}
+
+fn job_updated(step: u32, job: ExternalJobStatus) -> Event {
+    Event::ExternalJobUpdated { step, job }
+}
+
+fn control(action: ControlAction) -> Event {
+    Event::ControlRequested {
+        action,
+        by: "user".to_string(),
+        reason: "asked to".to_string(),
+    }
+}
+
+fn terminal(state: TerminalState, error: Option<&str>) -> Event {
+    Event::Terminal {
+        state,
+        error: error.map(str::to_string),
+        summary: format!("run {}", state.as_str()),
+        exit_code: if state == TerminalState::Complete {
+            0
+        } else {
+            1
+        },
+        repaired_by: None,
+    }
+}
+
+fn process_terminal(instance_id: &str, proof: Proof) -> Event {
+    Event::ProcessTerminalObserved {
+        instance_id: instance_id.to_string(),
+        exit: Some(ProcessExit {
+            code: Some(0),
+            signal: None,
+        }),
+        proof,
+        observer: Observer::RunnerParent,
+    }
+}
+
+fn dismissed() -> Event {
+    Event::Dismissed { at_ms: 42 }
+}
+
+/// A run under construction: every `then` must be accepted, at the next seq.
+#[derive(Debug, Clone)]
+struct Story {
+    state: RunState,
+}
+
+impl Story {
+    /// `RunCreated` at seq 1.
+    fn new(spec: RunSpec) -> Story {
+        let state = apply(None, &record(1, created(spec))).expect("a valid spec creates the run");
+        Story { state }
+    }
+
+    /// Created, then `RunnerStarted` by instance `i1`.
+    fn running(spec: RunSpec) -> Story {
+        Story::new(spec).then(runner_started("i1"))
+    }
+
+    fn then(mut self, event: Event) -> Story {
+        let record = self.next(event);
+        if let Err(error) = self.state.apply_mut(&record) {
+            panic!(
+                "{} at seq {} was refused: {error}",
+                record.event.name(),
+                record.seq
+            );
+        }
+        self
+    }
+
+    /// The record of `event` at the next seq.
+    fn next(&self, event: Event) -> Record {
+        record(self.state.head_seq + 1, event)
+    }
+
+    /// Applies `event` at the next seq, expecting a refusal; checks that `apply_mut` left the
+    /// state exactly as it was and that `apply` refuses it the same way.
+    fn rejects(&self, event: Event) -> TransitionError {
+        self.rejects_record(&self.next(event))
+    }
+
+    fn rejects_record(&self, record: &Record) -> TransitionError {
+        let mut after = self.state.clone();
+        let error = after
+            .apply_mut(record)
+            .expect_err("the record breaks a lifecycle rule");
+        assert_eq!(
+            after,
+            self.state,
+            "a refused {} changed the state",
+            record.event.name()
+        );
+        // Compared through Debug: a NaN progress in the error is never equal to itself.
+        let by_value = apply(Some(&self.state), record).expect_err("apply refuses it too");
+        assert_eq!(format!("{by_value:?}"), format!("{error:?}"));
+        error
+    }
+
+    fn step(&self, index: usize) -> &StepState {
+        &self.state.steps[index]
+    }
+
+    fn step_statuses(&self) -> Vec<StepStatus> {
+        self.state.steps.iter().map(|step| step.status).collect()
+    }
+}
+
+/// The error's message names the test run and every fragment (a step, an event, a state).
+fn assert_message_names(error: &TransitionError, fragments: &[&str]) {
+    let message = error.to_string();
+    assert!(
+        message.contains(&RUN.to_string()),
+        "{message:?} does not name run {RUN}"
+    );
+    for fragment in fragments {
+        assert!(
+            message.contains(fragment),
+            "{message:?} does not name {fragment:?}"
+        );
+    }
+}
+
+// RunCreated: exactly the first record.
+
+#[test]
+fn run_created_at_seq_1_starts_a_queued_run() {
+    let story = Story::new(chain_spec(3));
+    let state = &story.state;
+    assert_eq!(state.run_id, RUN);
+    assert_eq!(state.status, RunStatus::Queued);
+    assert_eq!(state.head_seq, 1);
+    assert_eq!(state.updated_at_ms, time_of(1));
+    assert_eq!(state.created_at_ms, CREATED_AT_MS);
+    assert_eq!(state.session_id.as_deref(), Some("session"));
+    assert_eq!(state.completion_owner_id.as_deref(), Some("owner"));
+    assert_eq!(state.tool_call_id.as_deref(), Some("tool-call"));
+    assert_eq!(story.step_statuses(), vec![StepStatus::Pending; 3]);
+    assert!(state.runner.is_none() && state.terminal.is_none());
+    assert!(!state.is_terminal() && !state.is_stale() && !state.is_closed());
+}
+
+#[test]
+fn a_record_before_run_created_is_refused() {
+    let error = apply(None, &record(1, runner_started("i1"))).unwrap_err();
+    assert!(matches!(
+        error,
+        TransitionError::NotCreated {
+            run: RUN,
+            event: "RunnerStarted"
+        }
+    ));
+    assert_message_names(&error, &["RunnerStarted"]);
+
+    let records = [record(1, dismissed()), record(2, created(chain_spec(1)))];
+    assert!(matches!(
+        replay(&records),
+        Err(TransitionError::NotCreated {
+            run: RUN,
+            event: "Dismissed"
+        })
+    ));
+}
+
+#[test]
+fn a_second_run_created_is_refused() {
+    let story = Story::running(chain_spec(2));
+    let error = story.rejects(created(chain_spec(2)));
+    assert!(matches!(
+        error,
+        TransitionError::AlreadyCreated { run: RUN }
+    ));
+    assert_message_names(&error, &[]);
+}
+
+#[test]
+fn run_created_at_a_seq_other_than_1_is_refused() {
+    let error = apply(None, &record(2, created(chain_spec(1)))).unwrap_err();
+    assert!(matches!(
+        error,
+        TransitionError::CreatedNotFirst { run: RUN, found: 2 }
+    ));
+    assert_message_names(&error, &["seq 1", "not 2"]);
+}
+
+#[test]
+fn run_created_with_an_invalid_spec_is_refused() {
+    let zero_concurrency = apply(None, &record(1, created(parallel_spec(0, 2)))).unwrap_err();
+    assert!(matches!(
+        zero_concurrency,
+        TransitionError::InvalidSpec {
+            run: RUN,
+            source: SpecError::ZeroConcurrency
+        }
+    ));
+    assert_message_names(&zero_concurrency, &["concurrency"]);
+
+    let two_step_single = spec(Mode::Single, 1, vec![command("a"), command("b")]);
+    assert!(matches!(
+        apply(None, &record(1, created(two_step_single))),
+        Err(TransitionError::InvalidSpec {
+            run: RUN,
+            source: SpecError::SingleNeedsOneStep { count: 2 }
+        })
+    ));
+
+    assert!(matches!(
+        apply(None, &record(1, created(spec(Mode::Chain, 1, Vec::new())))),
+        Err(TransitionError::InvalidSpec {
+            run: RUN,
+            source: SpecError::NoSteps
+        })
+    ));
+}
+
+#[test]
+fn an_over_long_text_is_refused_at_creation_and_later() {
+    let too_long = "x".repeat(MAX_TEXT_BYTES + 1);
+    let mut event = created(chain_spec(1));
+    if let Event::RunCreated { session_id, .. } = &mut event {
+        *session_id = Some(too_long.clone());
+    }
+    let error = apply(None, &record(1, event)).unwrap_err();
+    assert!(matches!(
+        error,
+        TransitionError::TextTooLong {
+            run: RUN,
+            source: TextTooLong {
+                event: "RunCreated",
+                field: "session_id",
+                bytes,
+            },
+        } if bytes == MAX_TEXT_BYTES + 1
+    ));
+    assert_message_names(&error, &["RunCreated.session_id"]);
+
+    let story = Story::running(chain_spec(1));
+    let error = story.rejects(Event::Terminal {
+        state: TerminalState::Failed,
+        error: None,
+        summary: too_long,
+        exit_code: 1,
+        repaired_by: None,
+    });
+    assert!(matches!(
+        error,
+        TransitionError::TextTooLong {
+            run: RUN,
+            source: TextTooLong {
+                event: "Terminal",
+                field: "summary",
+                bytes,
+            },
+        } if bytes == MAX_TEXT_BYTES + 1
+    ));
+}
+
+// The envelope: the right run, the next seq.
+
+#[test]
+fn a_record_that_does_not_follow_the_head_is_refused() {
+    let story = Story::running(chain_spec(2));
+    assert_eq!(story.state.head_seq, 2);
+
+    let skipped_ahead = story.rejects_record(&record(4, step_running(0)));
+    assert!(matches!(
+        skipped_ahead,
+        TransitionError::SequenceGap {
+            run: RUN,
+            head: 2,
+            found: 4
+        }
+    ));
+    assert_message_names(&skipped_ahead, &["seq 4", "head 2"]);
+
+    let applied_again = story.rejects_record(&record(2, runner_started("i1")));
+    assert!(matches!(
+        applied_again,
+        TransitionError::SequenceGap {
+            run: RUN,
+            head: 2,
+            found: 2
+        }
+    ));
+}
+
+#[test]
+fn a_record_of_another_run_is_refused() {
+    let story = Story::new(chain_spec(2));
+    let mut stranger = story.next(runner_started("i1"));
+    stranger.run_id = OTHER_RUN;
+    let error = story.rejects_record(&stranger);
+    assert!(matches!(
+        error,
+        TransitionError::WrongRun {
+            run: RUN,
+            found: OTHER_RUN
+        }
+    ));
+    assert_message_names(&error, &[&OTHER_RUN.to_string()]);
+}
+
+// RunnerStarted: from queued, once.
+
+#[test]
+fn runner_started_makes_a_queued_run_running() {
+    let story = Story::running(chain_spec(2));
+    assert_eq!(story.state.status, RunStatus::Running);
+    assert_eq!(
+        story.state.runner,
+        Some(RunnerInfo {
+            identity: runner_identity(),
+            instance_id: "i1".to_string(),
+            started_at_ms: time_of(2),
+        })
+    );
+}
+
+#[test]
+fn a_second_runner_started_is_refused() {
+    let story = Story::running(chain_spec(2));
+    let error = story.rejects(runner_started("i2"));
+    assert!(matches!(
+        error,
+        TransitionError::RunnerNotQueued {
+            run: RUN,
+            state: RunStatus::Running
+        }
+    ));
+    assert_message_names(&error, &["running"]);
+}
+
+#[test]
+fn runner_started_after_the_launcher_gave_up_is_refused() {
+    let story = Story::new(chain_spec(2)).then(process_terminal("i1", Proof::NotStarted));
+    assert!(story.state.is_stale());
+    let error = story.rejects(runner_started("i1"));
+    assert!(matches!(
+        error,
+        TransitionError::RunnerAfterProcessTerminal {
+            run: RUN,
+            proof: "not-started"
+        }
+    ));
+    assert_message_names(&error, &["not-started"]);
+}
+
+// StepRunning: run running, step exists and pending, chain order, parallel concurrency.
+
+#[test]
+fn an_event_naming_a_step_out_of_range_is_refused() {
+    let story = Story::running(chain_spec(3));
+    let error = story.rejects(step_running(3));
+    assert!(matches!(
+        error,
+        TransitionError::NoSuchStep {
+            run: RUN,
+            event: "StepRunning",
+            step: 3,
+            count: 3
+        }
+    ));
+    assert_message_names(&error, &["StepRunning", "step 3", "3 steps"]);
+
+    assert!(matches!(
+        story.rejects(step_finished(7, StepEnd::Complete)),
+        TransitionError::NoSuchStep {
+            event: "StepFinished",
+            step: 7,
+            count: 3,
+            ..
+        }
+    ));
+    assert!(matches!(
+        story.rejects(job_updated(u32::MAX, job(JobState::Running, None, None))),
+        TransitionError::NoSuchStep {
+            event: "ExternalJobUpdated",
+            step: u32::MAX,
+            count: 3,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn step_running_before_the_runner_started_is_refused() {
+    let story = Story::new(chain_spec(3));
+    let error = story.rejects(step_running(0));
+    assert!(matches!(
+        error,
+        TransitionError::StepStartWhileNotRunning {
+            run: RUN,
+            step: 0,
+            state: RunStatus::Queued
+        }
+    ));
+    assert_message_names(&error, &["StepRunning(0)", "queued"]);
+}
+
+#[test]
+fn step_running_on_a_step_that_is_not_pending_is_refused() {
+    let story = Story::running(parallel_spec(3, 3)).then(step_running(2));
+    let error = story.rejects(step_running(2));
+    assert!(matches!(
+        error,
+        TransitionError::StepNotPending {
+            run: RUN,
+            step: 2,
+            status: StepStatus::Running
+        }
+    ));
+    assert_message_names(&error, &["StepRunning(2)", "step 2 pending", "running"]);
+
+    let finished = story.then(step_finished(2, StepEnd::Complete));
+    assert!(matches!(
+        finished.rejects(step_running(2)),
+        TransitionError::StepNotPending {
+            step: 2,
+            status: StepStatus::Complete,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn chain_steps_run_in_order_to_a_complete_run() {
+    let mut story = Story::running(chain_spec(3));
+    for step in 0..3 {
+        story = story
+            .then(step_running(step))
+            .then(step_finished(step, StepEnd::Complete));
+    }
+    let story = story.then(terminal(TerminalState::Complete, None));
+    assert_eq!(story.state.status, RunStatus::Complete);
+    assert_eq!(story.step_statuses(), vec![StepStatus::Complete; 3]);
+    assert_eq!(story.step(1).started_at_ms, Some(time_of(5)));
+    assert_eq!(story.step(1).ended_at_ms, Some(time_of(6)));
+    assert_eq!(story.step(1).exit_code, Some(0));
+    assert_eq!(story.state.steps_done(), 3);
+}
+
+#[test]
+fn a_chain_step_waits_for_every_earlier_step_to_complete() {
+    let story = Story::running(chain_spec(3));
+    let error = story.rejects(step_running(2));
+    assert!(matches!(
+        error,
+        TransitionError::ChainOrder {
+            run: RUN,
+            step: 2,
+            earlier: 0,
+            status: StepStatus::Pending
+        }
+    ));
+    assert_message_names(&error, &["chain step 2", "step 0", "pending"]);
+
+    let first_running = story.then(step_running(0));
+    assert!(matches!(
+        first_running.rejects(step_running(1)),
+        TransitionError::ChainOrder {
+            step: 1,
+            earlier: 0,
+            status: StepStatus::Running,
+            ..
+        }
+    ));
+
+    let first_failed = first_running
+        .clone()
+        .then(step_finished(0, StepEnd::Failed));
+    assert!(matches!(
+        first_failed.rejects(step_running(1)),
+        TransitionError::ChainOrder {
+            step: 1,
+            earlier: 0,
+            status: StepStatus::Failed,
+            ..
+        }
+    ));
+
+    let middle_skipped = first_running
+        .then(step_finished(1, StepEnd::Skipped))
+        .then(step_finished(0, StepEnd::Complete));
+    assert!(matches!(
+        middle_skipped.rejects(step_running(2)),
+        TransitionError::ChainOrder {
+            step: 2,
+            earlier: 1,
+            status: StepStatus::Skipped,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn parallel_steps_run_up_to_the_concurrency() {
+    let story = Story::running(parallel_spec(2, 3))
+        .then(step_running(0))
+        .then(step_running(2));
+    let error = story.rejects(step_running(1));
+    assert!(matches!(
+        error,
+        TransitionError::ConcurrencyExceeded {
+            run: RUN,
+            step: 1,
+            running: 2,
+            concurrency: 2
+        }
+    ));
+    assert_message_names(&error, &["parallel step 1", "concurrency is 2"]);
+
+    let slot_freed = story
+        .then(step_finished(2, StepEnd::Failed))
+        .then(step_running(1));
+    assert_eq!(
+        slot_freed.step_statuses(),
+        vec![StepStatus::Running, StepStatus::Running, StepStatus::Failed]
+    );
+}
+
+#[test]
+fn a_single_run_runs_its_one_step() {
+    let story = Story::running(single_spec(shell("only")))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(terminal(TerminalState::Complete, None));
+    assert_eq!(story.state.status, RunStatus::Complete);
+    assert_eq!(story.step_statuses(), vec![StepStatus::Complete]);
+}
+
+// StepFinished: from running; skipped only from pending.
+
+#[test]
+fn step_finished_records_the_outcome() {
+    let story = Story::running(chain_spec(2))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Failed));
+    let step = story.step(0);
+    assert_eq!(step.status, StepStatus::Failed);
+    assert_eq!(step.exit_code, Some(1));
+    assert_eq!(step.error.as_deref(), Some("step 0 exited 1"));
+    assert_eq!(step.ended_at_ms, Some(time_of(4)));
+}
+
+#[test]
+fn step_finished_needs_the_step_running() {
+    let story = Story::running(chain_spec(2));
+    let error = story.rejects(step_finished(1, StepEnd::Complete));
+    assert!(matches!(
+        error,
+        TransitionError::StepNotRunning {
+            run: RUN,
+            event: "StepFinished",
+            step: 1,
+            status: StepStatus::Pending
+        }
+    ));
+    assert_message_names(&error, &["StepFinished(1)", "step 1 running", "pending"]);
+
+    let finished = story
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete));
+    assert!(matches!(
+        finished.rejects(step_finished(0, StepEnd::Stopped)),
+        TransitionError::StepNotRunning {
+            event: "StepFinished",
+            step: 0,
+            status: StepStatus::Complete,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_step_is_skipped_only_while_pending() {
+    let story = Story::running(parallel_spec(2, 3)).then(step_finished(1, StepEnd::Skipped));
+    assert_eq!(story.step(1).status, StepStatus::Skipped);
+    assert_eq!(story.step(1).ended_at_ms, Some(time_of(3)));
+
+    let running = story.then(step_running(0));
+    let error = running.rejects(step_finished(0, StepEnd::Skipped));
+    assert!(matches!(
+        error,
+        TransitionError::SkipNotPending {
+            run: RUN,
+            step: 0,
+            status: StepStatus::Running
+        }
+    ));
+    assert_message_names(&error, &["StepFinished(0, skipped)", "running"]);
+
+    let complete = running.then(step_finished(0, StepEnd::Complete));
+    assert!(matches!(
+        complete.rejects(step_finished(0, StepEnd::Skipped)),
+        TransitionError::SkipNotPending {
+            step: 0,
+            status: StepStatus::Complete,
+            ..
+        }
+    ));
+    assert!(matches!(
+        complete.rejects(step_finished(1, StepEnd::Skipped)),
+        TransitionError::SkipNotPending {
+            step: 1,
+            status: StepStatus::Skipped,
+            ..
+        }
+    ));
+}
+
+// ExternalJobUpdated: an external-job step, running; the status replaced whole.
+
+/// A chain: a command step, then an external-job step.
+fn build_then_render() -> RunSpec {
+    spec(Mode::Chain, 1, vec![command("build"), external("render")])
+}
+
+#[test]
+fn a_job_update_on_a_step_that_is_not_an_external_job_is_refused() {
+    let story = Story::running(build_then_render()).then(step_running(0));
+    let error = story.rejects(job_updated(0, job(JobState::Running, None, None)));
+    assert!(matches!(
+        error,
+        TransitionError::NotExternalJob {
+            run: RUN,
+            step: 0,
+            ref name
+        } if name == "build"
+    ));
+    assert_message_names(&error, &["step 0", "build"]);
+}
+
+#[test]
+fn a_job_update_needs_the_step_running() {
+    let story = Story::running(build_then_render());
+    let error = story.rejects(job_updated(1, job(JobState::Queued, None, None)));
+    assert!(matches!(
+        error,
+        TransitionError::StepNotRunning {
+            run: RUN,
+            event: "ExternalJobUpdated",
+            step: 1,
+            status: StepStatus::Pending
+        }
+    ));
+    assert_message_names(&error, &["ExternalJobUpdated(1)", "pending"]);
+
+    let finished = story
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(step_running(1))
+        .then(step_finished(1, StepEnd::Complete));
+    assert!(matches!(
+        finished.rejects(job_updated(1, job(JobState::Succeeded, None, None))),
+        TransitionError::StepNotRunning {
+            step: 1,
+            status: StepStatus::Complete,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_job_update_replaces_the_status_whole() {
+    let story = Story::running(build_then_render())
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(step_running(1))
+        .then(job_updated(
+            1,
+            job(JobState::Running, Some(0.25), Some("rendering frames")),
+        ));
+    assert_eq!(
+        story.step(1).job,
+        Some(job(JobState::Running, Some(0.25), Some("rendering frames")))
+    );
+    assert_eq!(story.step(1).job_updated_at_ms, Some(time_of(6)));
+
+    let second = ExternalJobStatus {
+        state: JobState::Running,
+        id: None,
+        progress: None,
+        message: None,
+        url: None,
+    };
+    let story = story.then(job_updated(1, second.clone()));
+    let status = story.step(1).job.as_ref().expect("the job has a status");
+    assert_eq!(status, &second);
+    assert_eq!(status.message, None, "the old message is not kept");
+    assert_eq!(status.progress, None, "the old progress is not kept");
+    assert_eq!(story.step(1).job_updated_at_ms, Some(time_of(7)));
+    assert_eq!(story.step(1).status, StepStatus::Running);
+}
+
+#[test]
+fn a_job_update_with_non_finite_progress_is_refused() {
+    let story = Story::running(build_then_render())
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(step_running(1));
+    let error = story.rejects(job_updated(1, job(JobState::Running, Some(f64::NAN), None)));
+    assert!(matches!(
+        error,
+        TransitionError::NonFiniteProgress {
+            run: RUN,
+            step: 1,
+            progress
+        } if progress.is_nan()
+    ));
+    assert_message_names(&error, &["ExternalJobUpdated(1)", "NaN"]);
+
+    for infinite in [f64::INFINITY, f64::NEG_INFINITY] {
+        assert!(matches!(
+            story.rejects(job_updated(1, job(JobState::Running, Some(infinite), None))),
+            TransitionError::NonFiniteProgress { step: 1, progress, .. } if progress == infinite
+        ));
+    }
+}
+
+// ControlRequested: run not terminal, once per action.
+
+#[test]
+fn control_requests_are_recorded_once_per_action() {
+    let story = Story::new(chain_spec(1))
+        .then(control(ControlAction::Timeout))
+        .then(runner_started("i1"))
+        .then(control(ControlAction::Stop));
+    assert!(story.state.has_control(ControlAction::Timeout));
+    assert!(story.state.has_control(ControlAction::Stop));
+    assert!(!story.state.has_control(ControlAction::Interrupt));
+    let actions: Vec<ControlAction> = story
+        .state
+        .controls
+        .iter()
+        .map(|control| control.action)
+        .collect();
+    assert_eq!(actions, [ControlAction::Timeout, ControlAction::Stop]);
+    assert_eq!(story.state.controls[1].at_ms, time_of(4));
+    assert_eq!(
+        story.state.status,
+        RunStatus::Running,
+        "a request stops nothing"
+    );
+
+    let error = story.rejects(control(ControlAction::Stop));
+    assert!(matches!(
+        error,
+        TransitionError::ControlAlreadyRequested {
+            run: RUN,
+            action: ControlAction::Stop
+        }
+    ));
+    assert_message_names(&error, &["a stop was already requested"]);
+}
+
+// Terminal: from queued or running; running steps fail (or stop), pending steps are skipped.
+
+#[test]
+fn terminal_failed_fails_running_steps_with_the_run_error_and_skips_pending_ones() {
+    let story = Story::running(parallel_spec(2, 4))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(step_running(1))
+        .then(step_running(2))
+        .then(step_finished(2, StepEnd::Failed))
+        .then(terminal(
+            TerminalState::Failed,
+            Some("runner 4242 was killed"),
+        ));
+    assert_eq!(story.state.status, RunStatus::Failed);
+    assert_eq!(
+        story.step_statuses(),
+        vec![
+            StepStatus::Complete,
+            StepStatus::Failed,
+            StepStatus::Failed,
+            StepStatus::Skipped
+        ]
+    );
+    let terminal_at_ms = time_of(8);
+    assert_eq!(
+        story.step(1).error.as_deref(),
+        Some("runner 4242 was killed")
+    );
+    assert_eq!(story.step(1).ended_at_ms, Some(terminal_at_ms));
+    assert_eq!(
+        story.step(2).error.as_deref(),
+        Some("step 2 exited 1"),
+        "a step that already ended keeps its own error"
+    );
+    assert_eq!(story.step(0).error, None);
+    assert_eq!(
+        story.state.terminal,
+        Some(TerminalInfo {
+            state: TerminalState::Failed,
+            error: Some("runner 4242 was killed".to_string()),
+            summary: "run failed".to_string(),
+            exit_code: 1,
+            repaired_by: None,
+            at_ms: terminal_at_ms,
+        })
+    );
+    assert_eq!(story.state.ended_at_ms(), Some(terminal_at_ms));
+}
+
+#[test]
+fn terminal_stopped_stops_running_steps() {
+    let story = Story::running(parallel_spec(2, 3))
+        .then(step_running(0))
+        .then(step_running(1))
+        .then(terminal(TerminalState::Stopped, Some("stopped by user")));
+    assert_eq!(story.state.status, RunStatus::Stopped);
+    assert_eq!(
+        story.step_statuses(),
+        vec![
+            StepStatus::Stopped,
+            StepStatus::Stopped,
+            StepStatus::Skipped
+        ]
+    );
+    assert_eq!(story.step(0).error.as_deref(), Some("stopped by user"));
+}
+
+#[test]
+fn terminal_paused_fails_running_steps_and_is_terminal() {
+    let story = Story::running(chain_spec(2))
+        .then(step_running(0))
+        .then(terminal(TerminalState::Paused, None));
+    assert_eq!(story.state.status, RunStatus::Paused);
+    assert!(story.state.is_terminal());
+    assert_eq!(
+        story.step_statuses(),
+        vec![StepStatus::Failed, StepStatus::Skipped]
+    );
+    assert_eq!(story.step(0).error, None, "the run had no error to give");
+}
+
+#[test]
+fn terminal_of_a_queued_run_is_accepted() {
+    let story = Story::new(chain_spec(2)).then(terminal(
+        TerminalState::Failed,
+        Some("runner never started"),
+    ));
+    assert_eq!(story.state.status, RunStatus::Failed);
+    assert_eq!(story.step_statuses(), vec![StepStatus::Skipped; 2]);
+    assert!(story.state.runner.is_none());
+}
+
+#[test]
+fn terminal_complete_needs_every_step_complete() {
+    let story = Story::running(chain_spec(3))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(step_running(1));
+    let error = story.rejects(terminal(TerminalState::Complete, None));
+    assert!(matches!(
+        error,
+        TransitionError::CompleteWithUnfinishedStep {
+            run: RUN,
+            step: 1,
+            status: StepStatus::Running
+        }
+    ));
+    assert_message_names(&error, &["step 1", "running"]);
+
+    let parallel_skip = Story::running(parallel_spec(1, 2))
+        .then(step_finished(0, StepEnd::Skipped))
+        .then(step_running(1))
+        .then(step_finished(1, StepEnd::Complete));
+    assert!(matches!(
+        parallel_skip.rejects(terminal(TerminalState::Complete, None)),
+        TransitionError::CompleteWithUnfinishedStep {
+            step: 0,
+            status: StepStatus::Skipped,
+            ..
+        }
+    ));
+}
+
+// After Terminal: only ProcessTerminalObserved and Dismissed.
+
+#[test]
+fn after_terminal_only_process_terminal_and_dismissed_are_accepted() {
+    let story = Story::running(spec(
+        Mode::Parallel,
+        2,
+        vec![command("build"), external("render")],
+    ))
+    .then(step_running(1))
+    .then(terminal(TerminalState::Stopped, None));
+    let refused = [
+        runner_started("i2"),
+        step_running(0),
+        job_updated(1, job(JobState::Running, None, None)),
+        step_finished(1, StepEnd::Complete),
+        step_finished(0, StepEnd::Skipped),
+        control(ControlAction::Stop),
+        terminal(TerminalState::Failed, None),
+    ];
+    for event in refused {
+        let name = event.name();
+        let error = story.rejects(event);
+        assert!(
+            matches!(
+                error,
+                TransitionError::AfterTerminal {
+                    run: RUN,
+                    event,
+                    state: RunStatus::Stopped
+                } if event == name
+            ),
+            "{name}: {error:?}"
+        );
+        assert_message_names(&error, &[name, "stopped"]);
+    }
+
+    let closed = story
+        .then(process_terminal("i1", Proof::Observed))
+        .then(dismissed());
+    assert!(closed.state.is_closed());
+    assert_eq!(closed.state.dismissed_at_ms, Some(42));
+}
+
+#[test]
+fn paused_counts_as_terminal() {
+    let story = Story::running(chain_spec(1)).then(terminal(TerminalState::Paused, None));
+    // DESIGN.md §3 lists `paused` among the states Terminal may leave, but also says `paused` is
+    // terminal and resuming is a new run; the reducer follows the latter.
+    assert!(matches!(
+        story.rejects(terminal(TerminalState::Failed, None)),
+        TransitionError::AfterTerminal {
+            event: "Terminal",
+            state: RunStatus::Paused,
+            ..
+        }
+    ));
+    assert!(matches!(
+        story.rejects(runner_started("i2")),
+        TransitionError::AfterTerminal {
+            event: "RunnerStarted",
+            state: RunStatus::Paused,
+            ..
+        }
+    ));
+}
+
+// ProcessTerminalObserved: once, naming the runner, with a proof that fits; closes the run.
+
+#[test]
+fn process_terminal_before_terminal_makes_the_run_stale_until_terminal() {
+    let story = Story::running(chain_spec(2))
+        .then(step_running(0))
+        .then(process_terminal("i1", Proof::Unknown));
+    assert!(story.state.is_stale());
+    assert!(!story.state.is_terminal() && !story.state.is_closed());
+    assert_eq!(story.state.status, RunStatus::Running);
+
+    let repaired = story.then(Event::Terminal {
+        state: TerminalState::Failed,
+        error: Some("runner 4242 exited without recording an outcome".to_string()),
+        summary: "runner lost".to_string(),
+        exit_code: 1,
+        repaired_by: Some(Repairer::Reconciler),
+    });
+    assert!(repaired.state.is_closed());
+    assert!(!repaired.state.is_stale());
+    assert_eq!(repaired.step(0).status, StepStatus::Failed);
+}
+
+#[test]
+fn a_run_is_closed_only_once_terminal_and_process_terminal_are_both_in() {
+    let running = Story::running(single_spec(command("only")));
+    assert!(!running.state.is_closed());
+
+    let terminal_only = running
+        .clone()
+        .then(terminal(TerminalState::Failed, Some("boom")));
+    assert!(terminal_only.state.is_terminal());
+    assert!(!terminal_only.state.is_closed() && !terminal_only.state.is_stale());
+    let closed = terminal_only.then(process_terminal("i1", Proof::Observed));
+    assert!(closed.state.is_closed());
+    assert_eq!(
+        closed.state.process_terminal,
+        Some(ProcessTerminalInfo {
+            instance_id: "i1".to_string(),
+            exit: Some(ProcessExit {
+                code: Some(0),
+                signal: None
+            }),
+            proof: Proof::Observed,
+            observer: Observer::RunnerParent,
+            at_ms: time_of(4),
+        })
+    );
+
+    let process_only = running.then(process_terminal("i1", Proof::Observed));
+    assert!(!process_only.state.is_closed());
+    let closed = process_only.then(terminal(TerminalState::Failed, Some("runner lost")));
+    assert!(closed.state.is_closed());
+}
+
+#[test]
+fn a_queued_run_whose_runner_never_started_closes() {
+    let story = Story::new(chain_spec(1)).then(process_terminal("i1", Proof::NotStarted));
+    assert!(story.state.is_stale());
+    let story = story.then(terminal(
+        TerminalState::Failed,
+        Some("runner never started"),
+    ));
+    assert!(story.state.is_closed());
+}
+
+#[test]
+fn process_terminal_is_observed_once() {
+    let stale = Story::running(chain_spec(1)).then(process_terminal("i1", Proof::Observed));
+    let error = stale.rejects(process_terminal("i1", Proof::Unknown));
+    assert!(matches!(
+        error,
+        TransitionError::ProcessTerminalAlreadyObserved {
+            run: RUN,
+            ref instance
+        } if instance == "i1"
+    ));
+    assert_message_names(&error, &["i1"]);
+
+    let closed = stale.then(terminal(TerminalState::Failed, None));
+    assert!(matches!(
+        closed.rejects(process_terminal("i1", Proof::Observed)),
+        TransitionError::ProcessTerminalAlreadyObserved { ref instance, .. } if instance == "i1"
+    ));
+}
+
+#[test]
+fn process_terminal_must_name_the_runner_instance() {
+    let story = Story::running(chain_spec(1)).then(terminal(TerminalState::Failed, None));
+    let error = story.rejects(process_terminal("i2", Proof::Observed));
+    assert!(matches!(
+        error,
+        TransitionError::InstanceMismatch {
+            run: RUN,
+            ref expected,
+            ref found
+        } if expected == "i1" && found == "i2"
+    ));
+    assert_message_names(&error, &["i1", "i2"]);
+}
+
+#[test]
+fn process_terminal_proof_must_fit_whether_a_runner_started() {
+    let started = Story::running(chain_spec(1));
+    let error = started.rejects(process_terminal("i1", Proof::NotStarted));
+    assert!(matches!(
+        error,
+        TransitionError::ProofMismatch {
+            run: RUN,
+            proof: "not-started",
+            why: "the run has a runner that started"
+        }
+    ));
+    assert_message_names(&error, &["not-started"]);
+
+    let never_started = Story::new(chain_spec(1));
+    for proof in [Proof::Observed, Proof::Unknown] {
+        assert!(matches!(
+            never_started.rejects(process_terminal("i1", proof)),
+            TransitionError::ProofMismatch {
+                run: RUN,
+                proof: found,
+                why: "no runner ever started for the run"
+            } if found == proof.as_str()
+        ));
+    }
+}
+
+// Dismissed: once, before or after Terminal; it stops nothing.
+
+#[test]
+fn dismissed_hides_the_run_once_and_stops_nothing() {
+    let story = Story::running(chain_spec(1))
+        .then(step_running(0))
+        .then(dismissed());
+    assert_eq!(story.state.dismissed_at_ms, Some(42));
+    assert_eq!(story.state.status, RunStatus::Running);
+    assert_eq!(story.step(0).status, StepStatus::Running);
+
+    let error = story.rejects(dismissed());
+    assert!(matches!(
+        error,
+        TransitionError::AlreadyDismissed { run: RUN }
+    ));
+    assert_message_names(&error, &["dismissed"]);
+
+    let ended = story.then(terminal(TerminalState::Failed, None));
+    assert!(matches!(
+        ended.rejects(dismissed()),
+        TransitionError::AlreadyDismissed { run: RUN }
+    ));
+}
+
+// Atomicity and folding.
+
+#[test]
+fn a_refused_record_leaves_the_state_unchanged() {
+    // A state with a control request, a job status, two running steps and a dismissal, so
+    // that a partial write by any arm would show.
+    let story = Story::running(spec(
+        Mode::Parallel,
+        2,
+        vec![command("build"), external("render"), shell("report")],
+    ))
+    .then(control(ControlAction::Interrupt))
+    .then(step_running(1))
+    .then(job_updated(
+        1,
+        job(JobState::Running, Some(0.5), Some("half")),
+    ))
+    .then(step_running(0))
+    .then(dismissed());
+    let refused = [
+        step_running(2),
+        step_running(1),
+        job_updated(1, job(JobState::Failed, Some(f64::NAN), Some("gone"))),
+        job_updated(0, job(JobState::Failed, None, None)),
+        step_finished(1, StepEnd::Skipped),
+        step_finished(2, StepEnd::Complete),
+        terminal(TerminalState::Complete, None),
+        process_terminal("i2", Proof::Observed),
+        process_terminal("i1", Proof::NotStarted),
+        control(ControlAction::Interrupt),
+        runner_started("i1"),
+        dismissed(),
+    ];
+    for event in refused {
+        let before = story.state.clone();
+        let mut state = story.state.clone();
+        let name = event.name();
+        let result = state.apply_mut(&story.next(event));
+        assert!(result.is_err(), "{name} should be refused");
+        assert_eq!(state, before, "a refused {name} changed the state");
+    }
+}
+
+#[test]
+fn replay_folds_records_to_the_state_built_one_by_one() {
+    assert_eq!(replay(&[]), Ok(None));
+
+    let events = vec![
+        created(build_then_render()),
+        runner_started("i1"),
+        step_running(0),
+        step_finished(0, StepEnd::Complete),
+        step_running(1),
+        job_updated(1, job(JobState::Succeeded, Some(1.0), None)),
+        step_finished(1, StepEnd::Complete),
+        terminal(TerminalState::Complete, None),
+        process_terminal("i1", Proof::Observed),
+    ];
+    let records: Vec<Record> = events
+        .into_iter()
+        .enumerate()
+        .map(|(index, event)| record(index as u64 + 1, event))
+        .collect();
+    let mut state: Option<RunState> = None;
+    for record in &records {
+        state = Some(apply(state.as_ref(), record).expect("every record is legal"));
+    }
+    let replayed = replay(&records).expect("every record is legal");
+    assert_eq!(replayed, state);
+    let replayed = replayed.expect("nine records make a run");
+    assert!(replayed.is_closed());
+    assert_eq!(replayed.head_seq, 9);
+    assert_eq!(replayed.updated_at_ms, time_of(9));
+
+    let mut broken = records.clone();
+    broken.insert(3, record(4, step_running(1)));
+    assert!(matches!(
+        replay(&broken),
+        Err(TransitionError::ChainOrder { step: 1, .. })
+    ));
+}
+
+// Property test: arbitrary sequences of all nine events for one run.
+
+/// One generated record: the event, how far its seq is from the next one, and whether it
+/// carries another run's id.
+#[derive(Debug, Clone)]
+struct Op {
+    event: Event,
+    seq_offset: i64,
+    is_other_run: bool,
+}
+
+fn arb_name() -> impl Strategy<Value = String> {
+    prop_oneof![30 => "[a-z]{1,6}", 1 => Just(String::new())]
+}
+
+fn arb_step_spec() -> impl Strategy<Value = StepSpec> {
+    let action = prop_oneof![
+        Just(StepAction::Command {
+            argv: vec!["true".to_string()]
+        }),
+        Just(StepAction::Shell {
+            script: "exit 0".to_string()
+        }),
+        Just(StepAction::ExternalJob {
+            provider: "farm".to_string()
+        }),
+    ];
+    (arb_name(), action).prop_map(|(name, action)| StepSpec { name, action })
+}
+
+fn arb_mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![Just(Mode::Single), Just(Mode::Chain), Just(Mode::Parallel)]
+}
+
+/// Mostly valid specs, and now and then anything (no steps, two-step single, zero concurrency).
+fn arb_spec() -> impl Strategy<Value = RunSpec> {
+    let fitting = (
+        arb_mode(),
+        1..=3u32,
+        prop::collection::vec(arb_step_spec(), 1..=4),
+    )
+        .prop_map(|(mode, concurrency, mut steps)| {
+            if mode == Mode::Single {
+                steps.truncate(1);
+            }
+            spec(mode, concurrency, steps)
+        });
+    let anything = (
+        arb_mode(),
+        0..=3u32,
+        prop::collection::vec(arb_step_spec(), 0..=5),
+    )
+        .prop_map(|(mode, concurrency, steps)| spec(mode, concurrency, steps));
+    prop_oneof![9 => fitting, 1 => anything]
+}
+
+/// Short text, and rarely one over the limit.
+fn arb_text() -> impl Strategy<Value = String> {
+    prop_oneof![40 => "[a-z]{0,6}", 1 => Just("x".repeat(MAX_TEXT_BYTES + 1))]
+}
+
+fn arb_instance() -> impl Strategy<Value = String> {
+    prop_oneof![Just("i1".to_string()), Just("i2".to_string())]
+}
+
+/// Mostly a step of the run (it has `step_count` steps), sometimes any of 0..5, so that
+/// out-of-range steps occur too.
+fn arb_step_index(step_count: u32) -> impl Strategy<Value = u32> {
+    prop_oneof![5 => 0..step_count.max(1), 1 => 0..5u32]
+}
+
+fn arb_created(spec: impl Strategy<Value = RunSpec>) -> impl Strategy<Value = Event> {
+    (
+        spec,
+        any::<u64>(),
+        proptest::option::of(arb_text()),
+        proptest::option::of(arb_text()),
+        proptest::option::of(arb_text()),
+    )
+        .prop_map(
+            |(spec, created_at_ms, session_id, completion_owner_id, tool_call_id)| {
+                Event::RunCreated {
+                    spec: Arc::new(spec),
+                    created_at_ms,
+                    session_id,
+                    completion_owner_id,
+                    tool_call_id,
+                }
+            },
+        )
+}
+
+fn arb_job() -> impl Strategy<Value = ExternalJobStatus> {
+    let state = prop_oneof![
+        Just(JobState::Queued),
+        Just(JobState::Running),
+        Just(JobState::Succeeded),
+        Just(JobState::Failed),
+        Just(JobState::Cancelled),
+    ];
+    // Finite progress only: NaN is never equal to itself, which would break the comparisons.
+    (
+        state,
+        proptest::option::of(arb_text()),
+        proptest::option::of(-1.0f64..2.0),
+        proptest::option::of(arb_text()),
+        proptest::option::of(arb_text()),
+    )
+        .prop_map(|(state, id, progress, message, url)| ExternalJobStatus {
+            state,
+            id,
+            progress,
+            message,
+            url,
+        })
+}
+
+fn arb_step_end() -> impl Strategy<Value = StepEnd> {
+    prop_oneof![
+        5 => Just(StepEnd::Complete),
+        1 => Just(StepEnd::Failed),
+        1 => Just(StepEnd::Stopped),
+        1 => Just(StepEnd::Skipped),
+    ]
+}
+
+/// Any of the nine events, its step (if any) drawn for a run of `step_count` steps.
+fn arb_event(step_count: u32) -> impl Strategy<Value = Event> {
+    let started = arb_instance().prop_map(|instance_id| Event::RunnerStarted {
+        runner: runner_identity(),
+        instance_id,
+    });
+    let step_started =
+        (arb_step_index(step_count), any::<bool>()).prop_map(|(step, has_process)| {
+            Event::StepRunning {
+                step,
+                process: has_process.then(runner_identity),
+            }
+        });
+    let job_update = (arb_step_index(step_count), arb_job())
+        .prop_map(|(step, job)| Event::ExternalJobUpdated { step, job });
+    let finished = (
+        arb_step_index(step_count),
+        arb_step_end(),
+        proptest::option::of(-2..3i32),
+        proptest::option::of(arb_text()),
+    )
+        .prop_map(|(step, end, exit_code, error)| Event::StepFinished {
+            step,
+            outcome: StepOutcome {
+                end,
+                exit_code,
+                error,
+            },
+        });
+    let action = prop_oneof![
+        Just(ControlAction::Stop),
+        Just(ControlAction::Timeout),
+        Just(ControlAction::Interrupt),
+    ];
+    let control = (action, arb_text(), arb_text())
+        .prop_map(|(action, by, reason)| Event::ControlRequested { action, by, reason });
+    let terminal_state = prop_oneof![
+        Just(TerminalState::Complete),
+        Just(TerminalState::Failed),
+        Just(TerminalState::Stopped),
+        Just(TerminalState::Paused),
+    ];
+    let repairer = prop_oneof![Just(Repairer::Reconciler), Just(Repairer::Launcher)];
+    let ended = (
+        terminal_state,
+        proptest::option::of(arb_text()),
+        arb_text(),
+        -1..3i32,
+        proptest::option::of(repairer),
+    )
+        .prop_map(
+            |(state, error, summary, exit_code, repaired_by)| Event::Terminal {
+                state,
+                error,
+                summary,
+                exit_code,
+                repaired_by,
+            },
+        );
+    let proof = prop_oneof![
+        Just(Proof::Observed),
+        Just(Proof::Unknown),
+        Just(Proof::NotStarted),
+    ];
+    let observer = prop_oneof![
+        Just(Observer::RunnerParent),
+        Just(Observer::Launcher),
+        Just(Observer::Reconciler),
+    ];
+    let exit = proptest::option::of(
+        (
+            proptest::option::of(0..3i32),
+            proptest::option::of(1..16i32),
+        )
+            .prop_map(|(code, signal)| ProcessExit { code, signal }),
+    );
+    let process_ended =
+        (arb_instance(), exit, proof, observer).prop_map(|(instance_id, exit, proof, observer)| {
+            Event::ProcessTerminalObserved {
+                instance_id,
+                exit,
+                proof,
+                observer,
+            }
+        });
+    let hidden = any::<u64>().prop_map(|at_ms| Event::Dismissed { at_ms });
+    prop_oneof![
+        1 => arb_created(arb_spec()),
+        3 => started,
+        8 => step_started,
+        3 => job_update,
+        8 => finished,
+        1 => control,
+        1 => ended,
+        1 => process_ended,
+        1 => hidden,
+    ]
+}
+
+fn arb_op_from(event: impl Strategy<Value = Event>) -> impl Strategy<Value = Op> {
+    let seq_offset = prop_oneof![15 => Just(0i64), 1 => -3..=3i64];
+    (event, seq_offset, proptest::bool::weighted(0.03)).prop_map(
+        |(event, seq_offset, is_other_run)| Op {
+            event,
+            seq_offset,
+            is_other_run,
+        },
+    )
+}
+
+/// The events of a run that goes right, after its creation: started, every step run to
+/// completion in order, Terminal(complete), its process observed, dismissed.
+fn happy_path(step_count: u32) -> Vec<Event> {
+    let mut events = vec![runner_started("i1")];
+    for step in 0..step_count {
+        events.push(step_running(step));
+        events.push(step_finished(step, StepEnd::Complete));
+    }
+    events.push(terminal(TerminalState::Complete, None));
+    events.push(process_terminal("i1", Proof::Observed));
+    events.push(dismissed());
+    events
+}
+
+/// Up to 40 records for one run. Most start with a `RunCreated` and draw their steps among
+/// those of its spec. Some are plain noise; the others weave noise into [`happy_path`], so that
+/// deep states (a complete parallel run, a closed chain) are reached as well as early refusals.
+fn arb_ops() -> impl Strategy<Value = Vec<Op>> {
+    const MAX_OPS: usize = 40;
+    arb_spec().prop_flat_map(|spec| {
+        let step_count = spec.steps.len() as u32;
+        let happy: Vec<Op> = happy_path(step_count)
+            .into_iter()
+            .map(|event| Op {
+                event,
+                seq_offset: 0,
+                is_other_run: false,
+            })
+            .collect();
+        (
+            proptest::bool::weighted(0.9),
+            arb_op_from(arb_created(Just(spec))),
+            prop::collection::vec(arb_op_from(arb_event(step_count)), 0..MAX_OPS),
+            proptest::option::weighted(0.4, prop::collection::vec(any::<bool>(), 0..MAX_OPS)),
+        )
+            .prop_map(move |(starts_with_created, first, noise, weave)| {
+                let mut ops: Vec<Op> = Vec::with_capacity(MAX_OPS);
+                if starts_with_created {
+                    ops.push(first);
+                }
+                match weave {
+                    None => ops.extend(noise),
+                    Some(takes_happy) => {
+                        // Each flag picks the next record from the happy path (true) or the
+                        // noise (false); what is left of the happy path comes last.
+                        let mut happy = happy.clone().into_iter();
+                        let mut noise = noise.into_iter();
+                        for take_happy in takes_happy {
+                            let next = if take_happy {
+                                happy.next()
+                            } else {
+                                noise.next()
+                            };
+                            ops.extend(next);
+                        }
+                        ops.extend(happy);
+                    }
+                }
+                ops.truncate(MAX_OPS);
+                ops
+            })
+    })
+}
+
+/// The invariants of every state the reducer can reach.
+fn check_invariants(state: &RunState, accepted_count: usize) -> Result<(), TestCaseError> {
+    prop_assert_eq!(state.head_seq, accepted_count as u64);
+    prop_assert_eq!(state.steps.len(), state.spec.steps.len());
+    let running = state
+        .steps
+        .iter()
+        .filter(|step| step.status == StepStatus::Running)
+        .count();
+    match state.spec.mode {
+        Mode::Parallel => prop_assert!(
+            running <= state.spec.concurrency as usize,
+            "{} steps running, concurrency {}",
+            running,
+            state.spec.concurrency
+        ),
+        Mode::Chain | Mode::Single => {
+            prop_assert!(
+                running <= 1,
+                "{} steps running in {:?}",
+                running,
+                state.spec.mode
+            )
+        }
+    }
+    if state.spec.mode == Mode::Chain {
+        for (index, step) in state.steps.iter().enumerate() {
+            if step.status != StepStatus::Pending && step.status != StepStatus::Skipped {
+                prop_assert!(
+                    state.steps[..index]
+                        .iter()
+                        .all(|earlier| earlier.status == StepStatus::Complete),
+                    "chain step {} ran before its earlier steps completed",
+                    index
+                );
+            }
+        }
+    }
+    if running > 0 {
+        prop_assert_eq!(state.status, RunStatus::Running);
+    }
+    if state.is_terminal() {
+        prop_assert!(
+            state.steps.iter().all(|step| step.status.is_done()),
+            "terminal run with a running or pending step: {:?}",
+            state.steps
+        );
+        let terminal = state.terminal.as_ref();
+        prop_assert_eq!(
+            terminal.map(|terminal| terminal.state.into()),
+            Some(state.status)
+        );
+    } else {
+        prop_assert!(state.terminal.is_none());
+    }
+    if state.status == RunStatus::Complete {
+        prop_assert!(
+            state
+                .steps
+                .iter()
+                .all(|step| step.status == StepStatus::Complete)
+        );
+    }
+    match state.status {
+        RunStatus::Queued => prop_assert!(state.runner.is_none()),
+        RunStatus::Running => prop_assert!(state.runner.is_some()),
+        _ => {}
+    }
+    prop_assert!(!(state.is_stale() && state.is_closed()));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn any_sequence_folds_to_a_legal_state(ops in arb_ops()) {
+        let mut state: Option<RunState> = None;
+        let mut accepted: Vec<Record> = Vec::new();
+        for (index, op) in ops.into_iter().enumerate() {
+            let head = state.as_ref().map_or(0, |state| state.head_seq);
+            let record = Record {
+                format_version: FORMAT_VERSION,
+                run_id: if op.is_other_run { OTHER_RUN } else { RUN },
+                seq: (head + 1).saturating_add_signed(op.seq_offset),
+                time_ms: CREATED_AT_MS + index as u64,
+                writer: WriterId(1),
+                writer_seq: index as u64,
+                event: op.event,
+            };
+            match &mut state {
+                None => {
+                    if let Ok(created) = apply(None, &record) {
+                        state = Some(created);
+                        accepted.push(record);
+                    }
+                }
+                Some(current) => {
+                    let before = current.clone();
+                    let by_value = apply(Some(&before), &record);
+                    match current.apply_mut(&record) {
+                        Ok(()) => {
+                            prop_assert_eq!(by_value, Ok(current.clone()));
+                            accepted.push(record);
+                        }
+                        Err(error) => {
+                            prop_assert_eq!(&*current, &before, "refused by {}", error);
+                            prop_assert_eq!(by_value, Err(error));
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(replay(&accepted), Ok(state.clone()));
+            if let Some(state) = &state {
+                check_invariants(state, accepted.len())?;
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! File-system primitives: private directories, atomic replacement, the per-run lock.
+//!
+//! Invariant: a file written here is either its old content or its new content, never a mix
+//! (same-directory temp file, then rename). Nothing here fsyncs: these files are projections,
+//! and the journal is the durable copy.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Creates `dir` and its missing parents, each 0700.
+pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Replaces `path` with `bytes` atomically; the file is 0600.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = temp_path(path)?;
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        drop(file);
+        fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        // The temp file is ours alone; a failure to remove it changes nothing for readers.
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+fn temp_path(path: &Path) -> io::Result<PathBuf> {
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} has no file name", path.display()),
+        )
+    })?;
+    let nonce: u32 = rand::random();
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".{}.{nonce:08x}.tmp", std::process::id()));
+    Ok(path.with_file_name(temp_name))
+}
+
+/// Creates `path` as an empty 0600 file if it does not exist; leaves an existing one as it is
+/// (so its mtime keeps telling when it was first made).
+pub fn touch(path: &Path) -> io::Result<()> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Removes `path`; a file that is already gone is fine.
+pub fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Removes `dir` if it is empty; a missing or non-empty directory is left alone.
+pub fn remove_dir_if_empty(dir: &Path) {
+    // ENOTEMPTY and ENOENT are both fine outcomes here.
+    let _ = fs::remove_dir(dir);
+}
+
+/// An exclusive `flock` on a lock file, released on drop.
+#[derive(Debug)]
+pub struct FileLock {
+    file: File,
+}
+
+impl FileLock {
+    /// Waits for the exclusive lock on `path`, creating the file (0600) if needed.
+    pub fn acquire(path: &Path) -> io::Result<FileLock> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        file.lock()?;
+        Ok(FileLock { file })
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // Closing the file releases the lock as well; unlocking first only makes it prompt.
+        let _ = self.file.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn atomic_write_replaces_content_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("status.json");
+        write_atomic(&path, b"old").expect("first write");
+        write_atomic(&path, b"new").expect("second write");
+        assert_eq!(fs::read(&path).expect("read"), b"new");
+        let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .expect("list")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("status.json")]);
+    }
+
+    #[test]
+    fn private_dirs_are_0700() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let nested = dir.path().join("a/b");
+        ensure_private_dir(&nested).expect("create");
+        for path in [dir.path().join("a"), nested] {
+            let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", path.display());
+        }
+    }
+
+    #[test]
+    fn touch_keeps_existing_content() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("marker");
+        fs::write(&path, b"x").expect("write");
+        touch(&path).expect("touch");
+        assert_eq!(fs::read(&path).expect("read"), b"x");
+    }
+}

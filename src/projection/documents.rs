@@ -1,0 +1,535 @@
+//! The documents hosts read, as their own serde types (wire types apart from domain types),
+//! and the pure functions that render them from a run's state and records.
+//!
+//! Field names and values follow the pi-subagents format (its status.json `AsyncStatus`, its
+//! result file, its index markers), so its readers read our runs. Our additions (`journalSeq`,
+//! `name`, `toolCallId`, per-step `outputPath`, ...) are extra fields those readers ignore.
+//! Nothing here reads a clock: the same records always render to the same bytes.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::event::{
+    ExternalJobStatus, JobState, Mode, Proof, Record, RunId, StepAction, TerminalState, UnixMs,
+};
+use crate::home::Home;
+use crate::state::{RunState, StepStatus};
+
+/// The pi-subagents lifecycle artifact version whose `processTerminal` contract we keep.
+pub const LIFECYCLE_ARTIFACT_VERSION: u32 = 3;
+
+/// status.json.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDoc {
+    pub lifecycle_artifact_version: u32,
+    pub run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub mode: String,
+    pub state: String,
+    pub started_at: UnixMs,
+    pub last_update: UnixMs,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    pub current_step: usize,
+    pub chain_step_count: usize,
+    pub steps: Vec<StepDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_owner_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_dismissed_at: Option<UnixMs>,
+    pub process_terminal: ProcessTerminalDoc,
+    /// The head seq of the run this document reflects.
+    pub journal_seq: u64,
+}
+
+/// One entry of status.json `steps[]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepDoc {
+    pub agent: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_job: Option<ExternalJobDoc>,
+    pub output_path: String,
+}
+
+/// pi-subagents' `ExternalJobStatus`, filled from ours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalJobDoc {
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_job_id: Option<String>,
+    /// sha256 of the provider command: what was dispatched.
+    pub prompt_digest: String,
+    pub options: serde_json::Map<String, serde_json::Value>,
+    /// `queued|running|completed|failed|stopped`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<UnixMs>,
+}
+
+/// pi-subagents' `ProcessTerminal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessTerminalDoc {
+    pub version: u32,
+    /// `pending|observed|unknown|not-started`.
+    pub state: String,
+    pub run_id: String,
+    pub runner_process_instance_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Vec<ProcessInstanceDoc>>,
+}
+
+/// A runner's exit in `processTerminal.instances`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessInstanceDoc {
+    pub process_instance_id: String,
+    pub kind: String,
+    pub close_observed_at: UnixMs,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+}
+
+/// results/<id>.json.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultDoc {
+    pub lifecycle_artifact_version: u32,
+    pub id: String,
+    pub run_id: String,
+    pub agent: String,
+    pub mode: String,
+    pub success: bool,
+    pub state: String,
+    pub summary: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub results: Vec<StepResultDoc>,
+    pub exit_code: i32,
+    pub timestamp: UnixMs,
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_owner_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<bool>,
+    pub async_dir: String,
+    /// The seq of the run's `Terminal` record: a result never changes after it.
+    pub journal_seq: u64,
+}
+
+/// One entry of the result's `results[]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepResultDoc {
+    pub agent: String,
+    /// Step output stays in its log file (`outputPath`); the journal does not hold it.
+    pub output: String,
+    pub output_state: String,
+    pub output_path: String,
+    pub success: bool,
+    pub skipped: bool,
+    pub stopped: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_job: Option<ExternalJobDoc>,
+}
+
+/// `runs/.terminal-runs/<session>/<ended>-<run>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalMarkerDoc {
+    pub version: u32,
+    pub run_id: String,
+    pub session_id: String,
+    pub ended_at: UnixMs,
+}
+
+/// `results/result-index/sessions/<session>/<run>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultIndexDoc {
+    pub version: u32,
+    pub run_id: String,
+    pub session_id: String,
+    pub file: String,
+    pub written_at: UnixMs,
+    pub async_dir: String,
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn job_doc(
+    provider: &str,
+    job: &ExternalJobStatus,
+    state: &crate::state::StepState,
+) -> ExternalJobDoc {
+    let pi_state = match job.state {
+        JobState::Queued => "queued",
+        JobState::Running => "running",
+        JobState::Succeeded => "completed",
+        JobState::Failed => "failed",
+        JobState::Cancelled => "stopped",
+    };
+    let digest = Sha256::digest(provider.as_bytes());
+    ExternalJobDoc {
+        provider: provider.to_string(),
+        provider_job_id: job.id.clone(),
+        prompt_digest: digest.iter().map(|byte| format!("{byte:02x}")).collect(),
+        options: serde_json::Map::new(),
+        state: pi_state.to_string(),
+        handle_url: job.url.clone(),
+        failure_message: match job.state {
+            JobState::Failed | JobState::Cancelled => job.message.clone(),
+            _ => None,
+        },
+        message: job.message.clone(),
+        progress: job.progress,
+        started_at: state.started_at_ms,
+        updated_at: state.job_updated_at_ms,
+    }
+}
+
+fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
+    state
+        .spec
+        .steps
+        .iter()
+        .zip(&state.steps)
+        .enumerate()
+        .map(|(index, (spec, step))| StepDoc {
+            agent: spec.name.clone(),
+            status: step.status.as_str().to_string(),
+            started_at: step.started_at_ms,
+            ended_at: step.ended_at_ms,
+            duration_ms: step
+                .started_at_ms
+                .zip(step.ended_at_ms)
+                .map(|(start, end)| end.saturating_sub(start)),
+            exit_code: step.exit_code,
+            error: step.error.clone(),
+            pid: step.process.as_ref().map(|process| process.pid),
+            external_job: match (&spec.action, &step.job) {
+                (StepAction::ExternalJob { provider }, Some(job)) => {
+                    Some(job_doc(provider, job, step))
+                }
+                _ => None,
+            },
+            output_path: path_text(&home.output_log_path(state.run_id, index)),
+        })
+        .collect()
+}
+
+/// The step a reader should show as current: the first running one, else the first not yet
+/// done, else the last.
+fn current_step(state: &RunState) -> usize {
+    let last = state.steps.len().saturating_sub(1);
+    state
+        .steps
+        .iter()
+        .position(|step| step.status == StepStatus::Running)
+        .or_else(|| state.steps.iter().position(|step| !step.status.is_done()))
+        .unwrap_or(last)
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        1 => "SIGHUP".to_string(),
+        2 => "SIGINT".to_string(),
+        3 => "SIGQUIT".to_string(),
+        6 => "SIGABRT".to_string(),
+        9 => "SIGKILL".to_string(),
+        11 => "SIGSEGV".to_string(),
+        13 => "SIGPIPE".to_string(),
+        15 => "SIGTERM".to_string(),
+        other => format!("SIG{other}"),
+    }
+}
+
+fn process_terminal_doc(state: &RunState) -> ProcessTerminalDoc {
+    let run_id = state.run_id.to_string();
+    let instance = state
+        .runner
+        .as_ref()
+        .map(|runner| runner.instance_id.clone());
+    match &state.process_terminal {
+        None => ProcessTerminalDoc {
+            version: 1,
+            state: "pending".to_string(),
+            run_id,
+            runner_process_instance_id: instance.unwrap_or_else(|| "unassigned".to_string()),
+            observed_at: None,
+            reason: None,
+            instances: None,
+        },
+        Some(observed) => {
+            let (reason, instances) = match observed.proof {
+                Proof::Observed => (
+                    None,
+                    Some(vec![ProcessInstanceDoc {
+                        process_instance_id: observed.instance_id.clone(),
+                        kind: "runner".to_string(),
+                        close_observed_at: observed.at_ms,
+                        exit_code: observed.exit.and_then(|exit| exit.code),
+                        signal: observed.exit.and_then(|exit| exit.signal).map(signal_name),
+                    }]),
+                ),
+                Proof::Unknown => (Some("observer-unavailable".to_string()), None),
+                Proof::NotStarted => (None, None),
+            };
+            ProcessTerminalDoc {
+                version: 1,
+                state: observed.proof.as_str().to_string(),
+                run_id,
+                runner_process_instance_id: if observed.instance_id.is_empty() {
+                    "unassigned".to_string()
+                } else {
+                    observed.instance_id.clone()
+                },
+                observed_at: Some(observed.at_ms),
+                reason,
+                instances,
+            }
+        }
+    }
+}
+
+/// The status document of a run.
+pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
+    let terminal = state.terminal.as_ref();
+    let is_timed_out = state.has_control(crate::event::ControlAction::Timeout);
+    StatusDoc {
+        lifecycle_artifact_version: LIFECYCLE_ARTIFACT_VERSION,
+        run_id: state.run_id.to_string(),
+        name: state.spec.name.clone(),
+        mode: state.spec.mode.as_str().to_string(),
+        state: state.status.as_str().to_string(),
+        started_at: state.created_at_ms,
+        last_update: state.updated_at_ms,
+        ended_at: terminal.map(|terminal| terminal.at_ms),
+        pid: state.runner.as_ref().map(|runner| runner.identity.pid),
+        cwd: state.spec.cwd.clone(),
+        current_step: current_step(state),
+        chain_step_count: state.steps.len(),
+        steps: step_docs(home, state),
+        error: terminal.and_then(|terminal| terminal.error.clone()),
+        session_id: state.session_id.clone(),
+        completion_owner_id: state.completion_owner_id.clone(),
+        tool_call_id: state.tool_call_id.clone(),
+        timeout_ms: state.spec.timeout_ms,
+        deadline_at: state.spec.timeout_ms.and_then(|timeout| {
+            state
+                .runner
+                .as_ref()
+                .map(|runner| runner.started_at_ms.saturating_add(timeout))
+        }),
+        stopped: terminal
+            .filter(|terminal| terminal.state == TerminalState::Stopped)
+            .map(|_| true),
+        timed_out: is_timed_out.then_some(true),
+        display_dismissed_at: state.dismissed_at_ms,
+        process_terminal: process_terminal_doc(state),
+        journal_seq: state.head_seq,
+    }
+}
+
+/// The seq of the run's `Terminal` record.
+fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
+    records
+        .iter()
+        .find(|record| matches!(record.event, crate::event::Event::Terminal { .. }))
+        .map_or(state.head_seq, |record| record.seq)
+}
+
+/// The result document of a terminal run; `None` while it is not terminal.
+pub fn result_doc(home: &Home, state: &RunState, records: &[Record]) -> Option<ResultDoc> {
+    let terminal = state.terminal.as_ref()?;
+    let names: Vec<&str> = state
+        .spec
+        .steps
+        .iter()
+        .map(|step| step.name.as_str())
+        .collect();
+    let agent = match state.spec.mode {
+        Mode::Single => names.first().copied().unwrap_or_default().to_string(),
+        Mode::Chain => format!("chain:{}", names.join("->")),
+        Mode::Parallel => format!("parallel:{}", names.join("+")),
+    };
+    let results = state
+        .spec
+        .steps
+        .iter()
+        .zip(&state.steps)
+        .enumerate()
+        .map(|(index, (spec, step))| StepResultDoc {
+            agent: spec.name.clone(),
+            output: String::new(),
+            output_state: "unknown".to_string(),
+            output_path: path_text(&home.output_log_path(state.run_id, index)),
+            success: step.status == StepStatus::Complete,
+            skipped: step.status == StepStatus::Skipped,
+            stopped: step.status == StepStatus::Stopped,
+            error: step.error.clone(),
+            exit_code: step.exit_code,
+            external_job: match (&spec.action, &step.job) {
+                (StepAction::ExternalJob { provider }, Some(job)) => {
+                    Some(job_doc(provider, job, step))
+                }
+                _ => None,
+            },
+        })
+        .collect();
+    Some(ResultDoc {
+        lifecycle_artifact_version: LIFECYCLE_ARTIFACT_VERSION,
+        id: state.run_id.to_string(),
+        run_id: state.run_id.to_string(),
+        agent,
+        mode: state.spec.mode.as_str().to_string(),
+        success: terminal.state == TerminalState::Complete,
+        state: state.status.as_str().to_string(),
+        summary: terminal.summary.clone(),
+        error: terminal.error.clone(),
+        results,
+        exit_code: terminal.exit_code,
+        timestamp: terminal.at_ms,
+        duration_ms: terminal.at_ms.saturating_sub(state.created_at_ms),
+        session_id: state.session_id.clone(),
+        completion_owner_id: state.completion_owner_id.clone(),
+        tool_call_id: state.tool_call_id.clone(),
+        stopped: (terminal.state == TerminalState::Stopped).then_some(true),
+        async_dir: path_text(&home.run_dir(state.run_id)),
+        journal_seq: terminal_seq(state, records),
+    })
+}
+
+/// One line of events.jsonl: the record's envelope, then the event's own fields.
+pub fn event_line(record: &Record) -> serde_json::Value {
+    let mut line = serde_json::Map::new();
+    line.insert("seq".into(), record.seq.into());
+    line.insert("ts".into(), record.time_ms.into());
+    line.insert("runId".into(), record.run_id.to_string().into());
+    line.insert("type".into(), record.event.name().into());
+    line.insert("writer".into(), record.writer.to_string().into());
+    line.insert("writerSeq".into(), record.writer_seq.into());
+    // Externally tagged: {"<Variant>": {fields}} or "<Variant>" for a unit variant.
+    let fields = match serde_json::to_value(&record.event) {
+        Ok(serde_json::Value::Object(mut tagged)) => tagged.remove(record.event.name()),
+        _ => None,
+    };
+    if let Some(serde_json::Value::Object(fields)) = fields {
+        for (key, value) in fields {
+            line.entry(key).or_insert(value);
+        }
+    }
+    serde_json::Value::Object(line)
+}
+
+/// events.jsonl: one JSON object per record, in seq order.
+pub fn events_jsonl(records: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for record in records {
+        // Serializing a Value cannot fail.
+        if serde_json::to_writer(&mut out, &event_line(record)).is_ok() {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// pi-subagents' encoding: two-space indentation, no trailing newline.
+pub fn to_json_bytes<T: Serialize>(document: &T) -> Vec<u8> {
+    serde_json::to_vec_pretty(document).expect("documents of plain data always serialize")
+}
+
+/// The terminal marker of a run with a session.
+pub fn terminal_marker(state: &RunState) -> Option<(String, UnixMs, TerminalMarkerDoc)> {
+    let session_id = state.session_id.clone()?;
+    let ended_at = state.ended_at_ms()?;
+    Some((
+        session_id.clone(),
+        ended_at,
+        TerminalMarkerDoc {
+            version: 1,
+            run_id: state.run_id.to_string(),
+            session_id,
+            ended_at,
+        },
+    ))
+}
+
+/// The session index entry of a terminal run's result.
+pub fn result_index(home: &Home, state: &RunState) -> Option<(String, ResultIndexDoc)> {
+    let session_id = state.session_id.clone()?;
+    let ended_at = state.ended_at_ms()?;
+    let run: RunId = state.run_id;
+    Some((
+        session_id.clone(),
+        ResultIndexDoc {
+            version: 1,
+            run_id: run.to_string(),
+            session_id,
+            file: format!("{run}.json"),
+            written_at: ended_at,
+            async_dir: path_text(&home.run_dir(run)),
+        },
+    ))
+}

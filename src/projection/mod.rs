@@ -1,0 +1,315 @@
+//! Projections: the files hosts read, derived from the journal after each commit.
+//!
+//! Invariants:
+//! * a projection is never read back as truth; it is rebuilt from the journal whenever it is
+//!   missing, stale or damaged;
+//! * projecting happens under the run's lock, from the latest snapshot read under that lock, so
+//!   two projectors cannot regress a file to an older state;
+//! * rendering is pure: the same records render to the same bytes (see [`plan`]).
+
+pub mod documents;
+pub mod segment;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::durable_fs::{self, FileLock};
+use crate::event::{Record, RunId};
+use crate::home::Home;
+use crate::journal::{Journal, JournalReader, ReadError, View};
+use crate::state::RunState;
+
+/// What kind of projected file a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    Status,
+    Events,
+    Result,
+    ResultIndex,
+    ActiveMarker,
+    ToolCallMarker,
+    TerminalMarker,
+}
+
+impl FileKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Status => "status",
+            FileKind::Events => "events",
+            FileKind::Result => "result",
+            FileKind::ResultIndex => "result-index",
+            FileKind::ActiveMarker => "active-marker",
+            FileKind::ToolCallMarker => "tool-call-marker",
+            FileKind::TerminalMarker => "terminal-marker",
+        }
+    }
+
+    /// Result files and their index entries are inboxes: a host deletes them once it has
+    /// delivered the result, so their absence is not damage.
+    pub fn may_be_consumed(self) -> bool {
+        matches!(self, FileKind::Result | FileKind::ResultIndex)
+    }
+}
+
+/// What a projected path should hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// Exactly these bytes.
+    Bytes(Vec<u8>),
+    /// An empty marker file, whose mtime tells when it was first made.
+    Marker,
+    /// Nothing: the file must not exist.
+    Absent,
+}
+
+/// One file of a run's projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFile {
+    pub kind: FileKind,
+    pub path: PathBuf,
+    pub content: Content,
+}
+
+/// Every file of one run's projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub run: RunId,
+    pub files: Vec<PlannedFile>,
+}
+
+/// Whether a projection writes the run's result file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultPolicy {
+    /// Write it (a terminal run's result; the run just became terminal, or a repair).
+    Write,
+    /// Leave whatever is there: a host may have consumed it since.
+    Leave,
+}
+
+/// Renders the projection of a run from its state and records. Pure.
+pub fn plan(home: &Home, state: &RunState, records: &[Record]) -> Plan {
+    let run = state.run_id;
+    let mut files = Vec::new();
+    if let Some(result) = documents::result_doc(home, state, records) {
+        files.push(PlannedFile {
+            kind: FileKind::Result,
+            path: home.result_path(run),
+            content: Content::Bytes(documents::to_json_bytes(&result)),
+        });
+    }
+    if let Some((session_id, index)) = documents::result_index(home, state) {
+        files.push(PlannedFile {
+            kind: FileKind::ResultIndex,
+            path: home.result_session_index_path(&session_id, run),
+            content: Content::Bytes(documents::to_json_bytes(&index)),
+        });
+    }
+    files.push(PlannedFile {
+        kind: FileKind::Status,
+        path: home.status_path(run),
+        content: Content::Bytes(documents::to_json_bytes(&documents::status_doc(
+            home, state,
+        ))),
+    });
+    files.push(PlannedFile {
+        kind: FileKind::Events,
+        path: home.events_path(run),
+        content: Content::Bytes(documents::events_jsonl(records)),
+    });
+    let marker = if state.is_terminal() {
+        Content::Absent
+    } else {
+        Content::Marker
+    };
+    files.push(PlannedFile {
+        kind: FileKind::ActiveMarker,
+        path: home.active_marker_path(run),
+        content: marker.clone(),
+    });
+    if let Some(tool_call_id) = &state.tool_call_id {
+        files.push(PlannedFile {
+            kind: FileKind::ToolCallMarker,
+            path: home.tool_call_marker_path(tool_call_id, run),
+            content: marker,
+        });
+    }
+    if let Some((session_id, ended_at, marker)) = documents::terminal_marker(state) {
+        files.push(PlannedFile {
+            kind: FileKind::TerminalMarker,
+            path: home.terminal_marker_path(&session_id, ended_at, run),
+            content: Content::Bytes(documents::to_json_bytes(&marker)),
+        });
+    }
+    Plan { run, files }
+}
+
+/// Why a projection could not be written. The journal is unaffected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProjectionError {
+    #[error("run {run} is not in the journal")]
+    UnknownRun { run: RunId },
+    #[error("projecting run {run}: {source}")]
+    Read {
+        run: RunId,
+        #[source]
+        source: ReadError,
+    },
+    #[error("projecting run {run}: {path}: {source}")]
+    Io {
+        run: RunId,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ProjectionError {
+    /// The I/O error underneath, if the failure was one.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            ProjectionError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Writes a plan's files. With [`ResultPolicy::Leave`] the result file and its index entry are
+/// left as they are.
+pub fn write_plan(plan: &Plan, result: ResultPolicy) -> Result<(), ProjectionError> {
+    let io_error = |path: &Path| {
+        let run = plan.run;
+        let path = path.to_path_buf();
+        move |source| ProjectionError::Io { run, path, source }
+    };
+    for file in &plan.files {
+        if file.kind.may_be_consumed() && result == ResultPolicy::Leave {
+            continue;
+        }
+        let parent = file
+            .path
+            .parent()
+            .expect("projected files live in a directory");
+        match &file.content {
+            Content::Bytes(bytes) => {
+                durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
+                durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+            }
+            Content::Marker => {
+                durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
+                durable_fs::touch(&file.path).map_err(io_error(&file.path))?;
+            }
+            Content::Absent => {
+                durable_fs::remove_if_present(&file.path).map_err(io_error(&file.path))?;
+                if file.kind == FileKind::ToolCallMarker {
+                    durable_fs::remove_dir_if_empty(parent);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a file on disk differs from its projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    Missing,
+    Unexpected,
+    Differs { on_disk: Vec<u8>, expected: Vec<u8> },
+    Unreadable { reason: String },
+}
+
+/// One file that differs from a fresh projection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    pub run: RunId,
+    pub kind: FileKind,
+    pub path: PathBuf,
+    pub problem: Problem,
+}
+
+/// Compares a plan with the files on disk; changes nothing.
+pub fn check_plan(plan: &Plan) -> Vec<Difference> {
+    let mut out = Vec::new();
+    for file in &plan.files {
+        let on_disk = std::fs::read(&file.path);
+        let problem = match (&file.content, on_disk) {
+            (Content::Absent, Err(error)) if error.kind() == io::ErrorKind::NotFound => None,
+            (Content::Absent, _) => Some(Problem::Unexpected),
+            (_, Err(error)) if error.kind() == io::ErrorKind::NotFound => Some(Problem::Missing),
+            (_, Err(error)) => Some(Problem::Unreadable {
+                reason: error.to_string(),
+            }),
+            (Content::Marker, Ok(_)) => None,
+            (Content::Bytes(expected), Ok(bytes)) if bytes == *expected => None,
+            (Content::Bytes(expected), Ok(bytes)) => Some(Problem::Differs {
+                on_disk: bytes,
+                expected: expected.clone(),
+            }),
+        };
+        if let Some(problem) = problem {
+            out.push(Difference {
+                run: plan.run,
+                kind: file.kind,
+                path: file.path.clone(),
+                problem,
+            });
+        }
+    }
+    out
+}
+
+/// Anything a projection can read the journal through.
+pub trait ReadJournal {
+    fn view(&self) -> Result<View, ReadError>;
+}
+
+impl ReadJournal for Journal {
+    fn view(&self) -> Result<View, ReadError> {
+        Journal::view(self)
+    }
+}
+
+impl ReadJournal for JournalReader {
+    fn view(&self) -> Result<View, ReadError> {
+        JournalReader::view(self)
+    }
+}
+
+/// Reads a run's state and records from one view.
+pub fn load(view: &View, run: RunId) -> Result<(RunState, Vec<Record>), ProjectionError> {
+    let read = |source| ProjectionError::Read { run, source };
+    let state = view
+        .snapshot(run)
+        .map_err(read)?
+        .ok_or(ProjectionError::UnknownRun { run })?;
+    let records = view.records(run).map_err(read)?;
+    Ok((state, records))
+}
+
+/// Projects one run: under its lock, reads its latest state and writes every file.
+pub fn project(
+    home: &Home,
+    journal: &impl ReadJournal,
+    run: RunId,
+    result: ResultPolicy,
+) -> Result<(), ProjectionError> {
+    let run_dir = home.run_dir(run);
+    durable_fs::ensure_private_dir(&run_dir).map_err(|source| ProjectionError::Io {
+        run,
+        path: run_dir.clone(),
+        source,
+    })?;
+    let lock_path = home.lock_path(run);
+    let _lock = FileLock::acquire(&lock_path).map_err(|source| ProjectionError::Io {
+        run,
+        path: lock_path,
+        source,
+    })?;
+    let view = journal
+        .view()
+        .map_err(|source| ProjectionError::Read { run, source })?;
+    let (state, records) = load(&view, run)?;
+    drop(view);
+    write_plan(&plan(home, &state, &records), result)
+}
