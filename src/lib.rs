@@ -2,6 +2,7 @@
 //! to an embedded redb journal, durable before anyone acts on it, and the files hosts read
 //! (`status.json`, result files, `events.jsonl`) are projections rebuilt from that journal.
 
+pub mod capacity;
 pub mod durable_fs;
 pub mod event;
 #[doc(hidden)]
