@@ -83,6 +83,11 @@ impl Home {
         self.run_dir(run).join(".lock")
     }
 
+    /// Made once the run's result file was written (see `projection::ResultPolicy`).
+    pub fn result_published_marker_path(&self, run: RunId) -> PathBuf {
+        self.run_dir(run).join(".result-published")
+    }
+
     pub fn runner_log_path(&self, run: RunId) -> PathBuf {
         self.run_dir(run).join("runner.log")
     }

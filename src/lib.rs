@@ -10,7 +10,9 @@ pub mod fuzz;
 pub mod home;
 pub mod journal;
 pub mod liveness;
+pub mod process_group;
 pub mod projection;
+pub mod reconcile;
 pub mod state;
 pub mod store;
 

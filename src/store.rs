@@ -51,7 +51,7 @@ impl Store {
     /// Creates a run and projects it.
     pub fn create_run(&self, spec: RunSpec, hosts: HostIds) -> Result<Appended, AppendError> {
         let appended = self.journal.create_run(spec, hosts)?;
-        self.project_after_commit(appended.run, false);
+        self.project_after_commit(appended.run);
         Ok(appended)
     }
 
@@ -64,23 +64,15 @@ impl Store {
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        let became_terminal = events
-            .iter()
-            .any(|event| matches!(event, Event::Terminal { .. }));
         let appended = self.journal.append(run, events, condition)?;
         if !appended.was_duplicate {
-            self.project_after_commit(run, became_terminal);
+            self.project_after_commit(run);
         }
         Ok(appended)
     }
 
-    fn project_after_commit(&self, run: RunId, became_terminal: bool) {
-        let policy = if became_terminal {
-            ResultPolicy::Write
-        } else {
-            ResultPolicy::Leave
-        };
-        let outcome = projection::project(&self.home, &self.journal, run, policy);
+    fn project_after_commit(&self, run: RunId) {
+        let outcome = projection::project(&self.home, &self.journal, run, ResultPolicy::Publish);
         let mut failed = self
             .failed_projections
             .lock()
@@ -95,9 +87,9 @@ impl Store {
         }
     }
 
-    /// Projects one run now, writing its result file too if it is terminal.
+    /// Projects one run now (a result a host consumed is not written again).
     pub fn project(&self, run: RunId) -> Result<(), ProjectionError> {
-        projection::project(&self.home, &self.journal, run, ResultPolicy::Write)
+        projection::project(&self.home, &self.journal, run, ResultPolicy::Publish)
     }
 
     /// Runs whose last projection failed.

@@ -11,7 +11,9 @@ use runjournal::event::{
     RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
 };
 use runjournal::journal::HostIds;
-use runjournal::projection::{self, Content, FileKind, documents::StatusDoc};
+use runjournal::projection::{
+    self, Content, FileKind, Problem, ResultPolicy, documents::StatusDoc,
+};
 use runjournal::{Condition, Home, RunId, Store};
 
 fn identity(pid: u32) -> ProcessIdentity {
@@ -189,7 +191,9 @@ fn damaged_projections_are_rebuilt_byte_for_byte() {
                     .any(|difference| difference.path == *path),
                 "the check sees {kind:?} {how}"
             );
-            store.project(run).expect("project again");
+            // What `journal-tools replay` does: a full rewrite, result included.
+            projection::project(store.home(), store.journal(), run, ResultPolicy::Rewrite)
+                .expect("project again");
             let rebuilt = std::fs::read(path).expect("rebuilt file exists");
             assert_eq!(&rebuilt, bytes, "{kind:?} {how}: rebuilt byte for byte");
             assert_eq!(mode_of(path), 0o600, "{kind:?} is private");
@@ -206,6 +210,38 @@ fn damaged_projections_are_rebuilt_byte_for_byte() {
     // The active and tool-call markers of a closed run are gone.
     assert!(!store.home().active_marker_path(run).exists());
     assert!(!store.home().tool_call_marker_path("call-9", run).exists());
+}
+
+#[test]
+fn the_after_commit_projection_repairs_damage_but_does_not_republish_a_consumed_result() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(Home::at(dir.path())).expect("open");
+    let run = finished_run(&store);
+    let original = projected_files(&store, run);
+    let status = store.home().status_path(run);
+    let result = store.home().result_path(run);
+
+    // A damaged result is damage: the next projection writes it again.
+    std::fs::write(&result, b"{}").expect("damage the result");
+    std::fs::write(&status, b"{}").expect("damage the status");
+    store.project(run).expect("project");
+    assert_eq!(std::fs::read(&result).expect("result"), original[&result].1);
+    assert_eq!(std::fs::read(&status).expect("status"), original[&status].1);
+
+    // A deleted one was consumed by a host: it is reported as such and left alone.
+    std::fs::remove_file(&result).expect("a host consumes the result");
+    let view = store.journal().view().expect("view");
+    let (state, records) = projection::load(&view, run).expect("load");
+    let differences = projection::check_plan(&projection::plan(store.home(), &state, &records));
+    assert!(
+        differences
+            .iter()
+            .any(|difference| difference.path == result && difference.problem == Problem::Consumed),
+        "{differences:?}"
+    );
+    assert!(differences.iter().all(|difference| !difference.is_damage()));
+    store.project(run).expect("project");
+    assert!(!result.exists(), "a consumed result is not delivered again");
 }
 
 #[test]

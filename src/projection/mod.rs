@@ -75,15 +75,21 @@ pub struct PlannedFile {
 pub struct Plan {
     pub run: RunId,
     pub files: Vec<PlannedFile>,
+    /// Made once the run's result was written, so a result a host consumed is told apart from
+    /// one never written. `None` while the run has no result.
+    pub result_published_marker: Option<PathBuf>,
 }
 
-/// Whether a projection writes the run's result file.
+/// How a projection treats the result file and its index entry, which hosts delete once they
+/// have delivered the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResultPolicy {
-    /// Write it (a terminal run's result; the run just became terminal, or a repair).
-    Write,
-    /// Leave whatever is there: a host may have consumed it since.
-    Leave,
+    /// Write them unless they were published before and are gone now (consumed by a host).
+    /// After each commit and in repairs: a result is published at least once, and a consumed
+    /// one is not delivered again.
+    Publish,
+    /// Write them whatever happened before (an explicit replay).
+    Rewrite,
 }
 
 /// Renders the projection of a run from its state and records. Pure.
@@ -140,7 +146,14 @@ pub fn plan(home: &Home, state: &RunState, records: &[Record]) -> Plan {
             content: Content::Bytes(documents::to_json_bytes(&marker)),
         });
     }
-    Plan { run, files }
+    let result_published_marker = state
+        .is_terminal()
+        .then(|| home.result_published_marker_path(run));
+    Plan {
+        run,
+        files,
+        result_published_marker,
+    }
 }
 
 /// Why a projection could not be written. The journal is unaffected.
@@ -174,16 +187,30 @@ impl ProjectionError {
     }
 }
 
-/// Writes a plan's files. With [`ResultPolicy::Leave`] the result file and its index entry are
-/// left as they are.
+/// Whether the result of this plan's run was published before (see [`ResultPolicy`]).
+fn was_published(plan: &Plan) -> bool {
+    plan.result_published_marker
+        .as_deref()
+        .is_some_and(Path::exists)
+}
+
+/// Writes a plan's files; see [`ResultPolicy`] for the result file.
 pub fn write_plan(plan: &Plan, result: ResultPolicy) -> Result<(), ProjectionError> {
+    // Read before writing: this write may publish the result and make the marker.
+    let was_published_before = was_published(plan);
+    let is_consumed = |file: &PlannedFile| {
+        result == ResultPolicy::Publish
+            && file.kind.may_be_consumed()
+            && was_published_before
+            && !file.path.exists()
+    };
     let io_error = |path: &Path| {
         let run = plan.run;
         let path = path.to_path_buf();
         move |source| ProjectionError::Io { run, path, source }
     };
     for file in &plan.files {
-        if file.kind.may_be_consumed() && result == ResultPolicy::Leave {
+        if is_consumed(file) {
             continue;
         }
         let parent = file
@@ -194,6 +221,12 @@ pub fn write_plan(plan: &Plan, result: ResultPolicy) -> Result<(), ProjectionErr
             Content::Bytes(bytes) => {
                 durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
                 durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+                // Marked only once the result is in place: a crash in between publishes it
+                // again rather than never.
+                if let (FileKind::Result, Some(marker)) = (file.kind, &plan.result_published_marker)
+                {
+                    durable_fs::touch(marker).map_err(io_error(marker))?;
+                }
             }
             Content::Marker => {
                 durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
@@ -213,10 +246,17 @@ pub fn write_plan(plan: &Plan, result: ResultPolicy) -> Result<(), ProjectionErr
 /// How a file on disk differs from its projection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
+    /// A result (or its index entry) published before and gone now: a host consumed it.
+    Consumed,
     Missing,
     Unexpected,
-    Differs { on_disk: Vec<u8>, expected: Vec<u8> },
-    Unreadable { reason: String },
+    Differs {
+        on_disk: Vec<u8>,
+        expected: Vec<u8>,
+    },
+    Unreadable {
+        reason: String,
+    },
 }
 
 /// One file that differs from a fresh projection.
@@ -228,15 +268,29 @@ pub struct Difference {
     pub problem: Problem,
 }
 
+impl Difference {
+    /// Whether this difference is damage that a projection repairs (a consumed result is not).
+    pub fn is_damage(&self) -> bool {
+        self.problem != Problem::Consumed
+    }
+}
+
 /// Compares a plan with the files on disk; changes nothing.
 pub fn check_plan(plan: &Plan) -> Vec<Difference> {
     let mut out = Vec::new();
+    let is_published = was_published(plan);
     for file in &plan.files {
         let on_disk = std::fs::read(&file.path);
         let problem = match (&file.content, on_disk) {
             (Content::Absent, Err(error)) if error.kind() == io::ErrorKind::NotFound => None,
             (Content::Absent, _) => Some(Problem::Unexpected),
-            (_, Err(error)) if error.kind() == io::ErrorKind::NotFound => Some(Problem::Missing),
+            (_, Err(error)) if error.kind() == io::ErrorKind::NotFound => {
+                if file.kind.may_be_consumed() && is_published {
+                    Some(Problem::Consumed)
+                } else {
+                    Some(Problem::Missing)
+                }
+            }
             (_, Err(error)) => Some(Problem::Unreadable {
                 reason: error.to_string(),
             }),

@@ -1,0 +1,520 @@
+//! The reconciler: closes runs whose runner died, and re-projects damaged projections.
+//!
+//! It walks the `active` table only, so its cost grows with the runs not yet closed, not with
+//! every run ever. For each it evaluates one row of [`TABLE`] (DESIGN.md section 7) and
+//! appends that row's events with `expect_head(head)`: if anything else landed in between, the
+//! append fails, the run is read again and decided again. Two reconcilers, or a reconciler and
+//! a live runner, therefore never record two `Terminal`s.
+//!
+//! Invariants:
+//! * every combination of [`Inputs`] matches exactly one row of [`TABLE`];
+//! * the reconciler never records anything for a run whose runner is alive;
+//! * it signals step processes only of a runner it knows dead in this boot, and only groups
+//!   that are provably ours ([`crate::process_group`]).
+
+use std::io::{Read, Seek, SeekFrom};
+use std::time::Duration;
+
+use crate::event::{
+    Event, Observer, ProcessExit, Proof, Repairer, RunId, TerminalState, UnixMs, now_ms,
+    truncate_text,
+};
+use crate::journal::{AppendError, Condition, ReadError};
+use crate::liveness::{self, Liveness};
+use crate::process_group;
+use crate::projection::{self, ProjectionError};
+use crate::state::{RunState, StepStatus};
+use crate::store::Store;
+
+/// How long a queued run may wait for its runner before it counts as never started.
+pub const START_GRACE_MS: u64 = 10_000;
+
+/// At most this much of runner.log goes into a failure reason.
+pub const LOG_TAIL_BYTES: usize = 300;
+
+/// What the reconciler knows of the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunnerLiveness {
+    /// No runner ever recorded `RunnerStarted`.
+    None,
+    Alive,
+    Dead,
+    /// Recorded in another boot: the host restarted since.
+    OtherBoot,
+}
+
+/// The facts one row of the table is chosen by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Inputs {
+    pub is_terminal: bool,
+    pub is_process_observed: bool,
+    pub runner: RunnerLiveness,
+    /// The run was created longer than [`START_GRACE_MS`] ago.
+    pub is_past_start_grace: bool,
+}
+
+/// What a row does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Nothing,
+    /// Terminal(failed) naming the dead runner, + ProcessTerminalObserved(unknown); end the
+    /// orphaned step groups.
+    FailRunnerDied,
+    /// Terminal(failed) "host restarted", + ProcessTerminalObserved(unknown); signal nothing.
+    FailHostRestarted,
+    /// Terminal(failed) from what the recorded observation says of the runner's end.
+    FailAfterObservedExit,
+    /// Terminal(failed) "runner never started", + ProcessTerminalObserved(not-started) if
+    /// missing.
+    FailNeverStarted,
+    /// ProcessTerminalObserved(unknown) after a Terminal.
+    ObserveGone,
+    /// ProcessTerminalObserved(not-started) after a Terminal that no runner recorded.
+    ObserveNeverStarted,
+}
+
+/// One row of the decision table.
+#[derive(Debug)]
+pub struct Row {
+    pub name: &'static str,
+    pub why: &'static str,
+    pub matches: fn(&Inputs) -> bool,
+    pub action: Action,
+}
+
+/// The decision table of DESIGN.md section 7, one row per case.
+pub const TABLE: &[Row] = &[
+    Row {
+        name: "closed",
+        why: "terminal and its process observed: nothing is left to close",
+        matches: |i| i.is_terminal && i.is_process_observed,
+        action: Action::Nothing,
+    },
+    Row {
+        name: "finishing",
+        why: "terminal, and the runner is still alive: it is on its way out, and whoever sees it go records that",
+        matches: |i| i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::Alive,
+        action: Action::Nothing,
+    },
+    Row {
+        name: "gone-after-terminal",
+        why: "terminal, runner gone, and nobody recorded seeing it go: record that it is gone, how unknown",
+        matches: |i| {
+            i.is_terminal
+                && !i.is_process_observed
+                && matches!(i.runner, RunnerLiveness::Dead | RunnerLiveness::OtherBoot)
+        },
+        action: Action::ObserveGone,
+    },
+    Row {
+        name: "terminal-without-runner",
+        why: "terminal before any runner started (the launcher gave up): no runner will ever exist",
+        matches: |i| i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::None,
+        action: Action::ObserveNeverStarted,
+    },
+    Row {
+        name: "running",
+        why: "the runner is alive and owns the run",
+        matches: |i| !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::Alive,
+        action: Action::Nothing,
+    },
+    Row {
+        name: "runner-died",
+        why: "the runner is dead in this boot without recording an outcome: fail the run naming it",
+        matches: |i| !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::Dead,
+        action: Action::FailRunnerDied,
+    },
+    Row {
+        name: "host-restarted",
+        why: "the runner ran in an earlier boot: it is gone, and its pids mean nothing now",
+        matches: |i| {
+            !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::OtherBoot
+        },
+        action: Action::FailHostRestarted,
+    },
+    Row {
+        name: "stale",
+        why: "someone saw the runner exit before it recorded an outcome: fail the run with what they saw",
+        matches: |i| !i.is_terminal && i.is_process_observed && i.runner != RunnerLiveness::None,
+        action: Action::FailAfterObservedExit,
+    },
+    Row {
+        name: "launcher-gave-up",
+        why: "the launcher recorded that no runner started: fail the run",
+        matches: |i| !i.is_terminal && i.is_process_observed && i.runner == RunnerLiveness::None,
+        action: Action::FailNeverStarted,
+    },
+    Row {
+        name: "never-started",
+        why: "queued past the start grace with no runner: it will not start now",
+        matches: |i| {
+            !i.is_terminal
+                && !i.is_process_observed
+                && i.runner == RunnerLiveness::None
+                && i.is_past_start_grace
+        },
+        action: Action::FailNeverStarted,
+    },
+    Row {
+        name: "starting",
+        why: "queued within the start grace: the runner may still be starting",
+        matches: |i| {
+            !i.is_terminal
+                && !i.is_process_observed
+                && i.runner == RunnerLiveness::None
+                && !i.is_past_start_grace
+        },
+        action: Action::Nothing,
+    },
+];
+
+/// The row for these inputs.
+pub fn decide(inputs: &Inputs) -> &'static Row {
+    let mut matching = TABLE.iter().filter(|row| (row.matches)(inputs));
+    let row = matching
+        .next()
+        .expect("the decision table covers every combination of inputs");
+    debug_assert!(
+        matching.next().is_none(),
+        "exactly one row matches {inputs:?}"
+    );
+    row
+}
+
+/// Options of a reconcile pass.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub start_grace_ms: u64,
+    /// Grace between SIGTERM and SIGKILL for the step groups of a dead runner.
+    pub step_grace: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            start_grace_ms: START_GRACE_MS,
+            step_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the pass did for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub run: RunId,
+    pub row: &'static str,
+    pub action: Action,
+    /// Events appended (empty for `Nothing`, or when someone else acted first).
+    pub appended: Vec<&'static str>,
+    /// The reason recorded in a repaired `Terminal`.
+    pub reason: Option<String>,
+    /// Whether the run's projection was rewritten.
+    pub reprojected: bool,
+    /// What went wrong, if anything; the run is left for the next pass.
+    pub error: Option<String>,
+}
+
+/// A whole pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub outcomes: Vec<Outcome>,
+}
+
+impl Report {
+    /// Runs the pass changed (appended to or re-projected).
+    pub fn changed(&self) -> impl Iterator<Item = &Outcome> {
+        self.outcomes
+            .iter()
+            .filter(|outcome| !outcome.appended.is_empty() || outcome.reprojected)
+    }
+}
+
+/// Why a pass could not run at all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReconcileError {
+    #[error("reading the active runs: {0}")]
+    Read(#[from] ReadError),
+}
+
+fn runner_liveness(state: &RunState) -> RunnerLiveness {
+    match &state.runner {
+        None => RunnerLiveness::None,
+        Some(runner) => match liveness::check(&runner.identity) {
+            Ok(Liveness::Alive) => RunnerLiveness::Alive,
+            Ok(Liveness::Dead) => RunnerLiveness::Dead,
+            Ok(Liveness::OtherBoot) => RunnerLiveness::OtherBoot,
+            // Cannot look: never declare it dead on a failed look.
+            Err(_) => RunnerLiveness::Alive,
+        },
+    }
+}
+
+/// The facts about a run now.
+pub fn inputs_of(state: &RunState, now_ms: UnixMs, options: &Options) -> Inputs {
+    Inputs {
+        is_terminal: state.is_terminal(),
+        is_process_observed: state.process_terminal.is_some(),
+        runner: runner_liveness(state),
+        is_past_start_grace: now_ms.saturating_sub(state.created_at_ms) > options.start_grace_ms,
+    }
+}
+
+/// The last lines of runner.log, at most [`LOG_TAIL_BYTES`].
+fn runner_log_tail(store: &Store, run: RunId) -> Option<String> {
+    let mut file = std::fs::File::open(store.home().runner_log_path(run)).ok()?;
+    let length = file.metadata().ok()?.len();
+    let start = length.saturating_sub(4096);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim_end();
+    if text.is_empty() {
+        return None;
+    }
+    let mut tail_start = 0;
+    for (index, _) in text
+        .match_indices('\n')
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        if text.len() - index - 1 > LOG_TAIL_BYTES {
+            break;
+        }
+        tail_start = index + 1;
+    }
+    let tail = &text[tail_start..];
+    Some(truncate_text(tail, LOG_TAIL_BYTES))
+}
+
+fn describe_exit(exit: Option<ProcessExit>) -> String {
+    match exit {
+        Some(ProcessExit {
+            signal: Some(signal),
+            ..
+        }) => format!("killed by signal {signal}"),
+        Some(ProcessExit {
+            code: Some(code), ..
+        }) => format!("exit code {code}"),
+        _ => "exit status unknown".to_string(),
+    }
+}
+
+fn with_log_tail(mut reason: String, tail: Option<String>) -> String {
+    if let Some(tail) = tail {
+        reason.push_str("; runner.log ends: ");
+        reason.push_str(&tail);
+    }
+    truncate_text(&reason, crate::event::MAX_TEXT_BYTES)
+}
+
+fn failed(reason: String) -> Event {
+    Event::Terminal {
+        state: TerminalState::Failed,
+        error: Some(reason.clone()),
+        summary: reason,
+        exit_code: 1,
+        repaired_by: Some(Repairer::Reconciler),
+    }
+}
+
+fn observed_gone(state: &RunState, proof: Proof) -> Event {
+    Event::ProcessTerminalObserved {
+        instance_id: state
+            .runner
+            .as_ref()
+            .map(|runner| runner.instance_id.clone())
+            .unwrap_or_default(),
+        exit: None,
+        proof,
+        observer: Observer::Reconciler,
+    }
+}
+
+/// The events a row appends for this run, and the reason recorded.
+fn events_for(store: &Store, state: &RunState, action: Action) -> (Vec<Event>, Option<String>) {
+    let run = state.run_id;
+    let pid = state.runner.as_ref().map(|runner| runner.identity.pid);
+    match action {
+        Action::Nothing => (vec![], None),
+        Action::FailRunnerDied => {
+            let reason = with_log_tail(
+                format!(
+                    "runner {} exited without recording an outcome (exit status unknown)",
+                    pid.unwrap_or_default()
+                ),
+                runner_log_tail(store, run),
+            );
+            (
+                vec![failed(reason.clone()), observed_gone(state, Proof::Unknown)],
+                Some(reason),
+            )
+        }
+        Action::FailHostRestarted => {
+            let boot = state
+                .runner
+                .as_ref()
+                .map(|runner| runner.identity.boot_id.clone())
+                .unwrap_or_default();
+            let reason = with_log_tail(
+                format!(
+                    "host restarted: runner {} ran in boot {boot} and did not record an outcome",
+                    pid.unwrap_or_default()
+                ),
+                runner_log_tail(store, run),
+            );
+            (
+                vec![failed(reason.clone()), observed_gone(state, Proof::Unknown)],
+                Some(reason),
+            )
+        }
+        Action::FailAfterObservedExit => {
+            let observed = state.process_terminal.as_ref();
+            let reason = with_log_tail(
+                format!(
+                    "runner {} exited without recording an outcome ({})",
+                    pid.unwrap_or_default(),
+                    describe_exit(observed.and_then(|observed| observed.exit))
+                ),
+                runner_log_tail(store, run),
+            );
+            (vec![failed(reason.clone())], Some(reason))
+        }
+        Action::FailNeverStarted => {
+            let reason = with_log_tail(
+                "runner never started".to_string(),
+                runner_log_tail(store, run),
+            );
+            let mut events = vec![failed(reason.clone())];
+            if state.process_terminal.is_none() {
+                events.push(observed_gone(state, Proof::NotStarted));
+            }
+            (events, Some(reason))
+        }
+        Action::ObserveGone => (vec![observed_gone(state, Proof::Unknown)], None),
+        Action::ObserveNeverStarted => (vec![observed_gone(state, Proof::NotStarted)], None),
+    }
+}
+
+/// Ends the process groups of a dead runner's running steps, in this boot only.
+fn end_orphaned_steps(state: &RunState, grace: Duration) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (index, step) in state.steps.iter().enumerate() {
+        if step.status != StepStatus::Running {
+            continue;
+        }
+        let ended = step
+            .process
+            .as_ref()
+            .map(|process| process_group::terminate(process, grace));
+        if let Some(Err(error)) = ended {
+            errors.push(format!("step {index}: {error}"));
+        }
+    }
+    errors
+}
+
+/// How many times a run is re-read and decided again when someone else appends first.
+const ATTEMPTS: usize = 3;
+
+fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
+    let mut outcome = Outcome {
+        run,
+        row: "",
+        action: Action::Nothing,
+        appended: vec![],
+        reason: None,
+        reprojected: false,
+        error: None,
+    };
+    for _ in 0..ATTEMPTS {
+        let state = match store.journal().view().and_then(|view| view.snapshot(run)) {
+            Ok(Some(state)) => state,
+            Ok(None) => {
+                outcome.error = Some("in the active table but has no snapshot".to_string());
+                return outcome;
+            }
+            Err(error) => {
+                outcome.error = Some(error.to_string());
+                return outcome;
+            }
+        };
+        let row = decide(&inputs_of(&state, now_ms(), options));
+        outcome.row = row.name;
+        outcome.action = row.action;
+        let (events, reason) = events_for(store, &state, row.action);
+        if events.is_empty() {
+            outcome.reprojected = repair_projection(store, run, &mut outcome.error);
+            return outcome;
+        }
+        if row.action == Action::FailRunnerDied {
+            let errors = end_orphaned_steps(&state, options.step_grace);
+            if !errors.is_empty() {
+                outcome.error = Some(errors.join("; "));
+            }
+        }
+        let names: Vec<&'static str> = events.iter().map(Event::name).collect();
+        match store.append(run, events, Condition::expect_head(state.head_seq)) {
+            Ok(_) => {
+                outcome.appended = names;
+                outcome.reason = reason;
+                outcome.reprojected = true;
+                return outcome;
+            }
+            // Someone else moved the run on: look again.
+            Err(AppendError::HeadMismatch { .. }) => continue,
+            Err(error) => {
+                outcome.error = Some(error.to_string());
+                return outcome;
+            }
+        }
+    }
+    outcome.error = Some(format!(
+        "the run kept changing; left for the next pass after {ATTEMPTS} attempts"
+    ));
+    outcome
+}
+
+/// Projects the run again if any of its files differs from a fresh projection. Returns
+/// whether it did.
+fn repair_projection(store: &Store, run: RunId, error: &mut Option<String>) -> bool {
+    let differs = store
+        .journal()
+        .view()
+        .map_err(|source| ProjectionError::Read { run, source })
+        .and_then(|view| projection::load(&view, run))
+        .map(|(state, records)| {
+            projection::check_plan(&projection::plan(store.home(), &state, &records))
+                .iter()
+                .any(projection::Difference::is_damage)
+        });
+    match differs {
+        Ok(false) => false,
+        Ok(true) => match store.project(run) {
+            Ok(()) => true,
+            Err(failure) => {
+                *error = Some(failure.to_string());
+                false
+            }
+        },
+        Err(failure) => {
+            *error = Some(failure.to_string());
+            false
+        }
+    }
+}
+
+/// One reconcile pass over the active runs.
+pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileError> {
+    let active = store.journal().view()?.active_runs()?;
+    let outcomes = active
+        .into_iter()
+        .map(|run| reconcile_run(store, run, options))
+        .collect();
+    Ok(Report { outcomes })
+}
+
+#[cfg(test)]
+mod tests;

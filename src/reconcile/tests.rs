@@ -1,0 +1,505 @@
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt;
+
+use super::*;
+use crate::event::{ControlAction, Mode, ProcessIdentity, RunSpec, StepAction, StepSpec};
+use crate::home::Home;
+use crate::journal::HostIds;
+use crate::state::RunStatus;
+
+const LIVENESSES: [RunnerLiveness; 4] = [
+    RunnerLiveness::None,
+    RunnerLiveness::Alive,
+    RunnerLiveness::Dead,
+    RunnerLiveness::OtherBoot,
+];
+
+fn every_input() -> Vec<Inputs> {
+    let mut out = Vec::new();
+    for is_terminal in [false, true] {
+        for is_process_observed in [false, true] {
+            for runner in LIVENESSES {
+                for is_past_start_grace in [false, true] {
+                    out.push(Inputs {
+                        is_terminal,
+                        is_process_observed,
+                        runner,
+                        is_past_start_grace,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_combination_of_inputs_matches_exactly_one_row() {
+    let mut rows_hit = BTreeSet::new();
+    for inputs in every_input() {
+        let matching: Vec<&str> = TABLE
+            .iter()
+            .filter(|row| (row.matches)(&inputs))
+            .map(|row| row.name)
+            .collect();
+        assert_eq!(matching.len(), 1, "{inputs:?} matches {matching:?}");
+        rows_hit.insert(matching[0]);
+    }
+    let names: BTreeSet<&str> = TABLE.iter().map(|row| row.name).collect();
+    assert_eq!(names.len(), TABLE.len(), "row names are unique");
+    assert_eq!(rows_hit, names, "every row is reachable");
+    assert!(TABLE.iter().all(|row| !row.why.is_empty()));
+}
+
+#[test]
+fn the_reconciler_never_acts_on_a_live_runner() {
+    for inputs in every_input() {
+        let row = decide(&inputs);
+        if inputs.runner == RunnerLiveness::Alive && !inputs.is_process_observed {
+            assert_eq!(row.action, Action::Nothing, "{inputs:?} → {}", row.name);
+        }
+    }
+}
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(Home::at(dir.path())).expect("open store");
+    (dir, store)
+}
+
+fn spec(steps: usize) -> RunSpec {
+    RunSpec {
+        name: None,
+        mode: Mode::Chain,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: (0..steps)
+            .map(|index| StepSpec {
+                name: format!("step-{index}"),
+                action: StepAction::Shell {
+                    script: "true".to_string(),
+                },
+            })
+            .collect(),
+    }
+}
+
+/// The identity of a process that has exited.
+fn dead_identity() -> ProcessIdentity {
+    let mut child = std::process::Command::new("true").spawn().expect("spawn");
+    let identity = liveness::identity_of(child.id())
+        .expect("read /proc")
+        .expect("alive until reaped");
+    child.wait().expect("reap");
+    identity
+}
+
+fn started_run(store: &Store, runner: ProcessIdentity) -> RunId {
+    let run = store
+        .create_run(spec(2), HostIds::default())
+        .expect("create")
+        .run;
+    store
+        .append(
+            run,
+            vec![Event::RunnerStarted {
+                runner,
+                instance_id: "runner-1".to_string(),
+            }],
+            Condition::expect_head(1),
+        )
+        .expect("runner started");
+    run
+}
+
+fn snapshot(store: &Store, run: RunId) -> RunState {
+    store
+        .journal()
+        .view()
+        .expect("view")
+        .snapshot(run)
+        .expect("read")
+        .expect("exists")
+}
+
+fn only_outcome(report: &Report, run: RunId) -> &Outcome {
+    let outcomes: Vec<&Outcome> = report.outcomes.iter().filter(|o| o.run == run).collect();
+    assert_eq!(outcomes.len(), 1, "{report:?}");
+    outcomes[0]
+}
+
+fn is_active(store: &Store, run: RunId) -> bool {
+    store
+        .journal()
+        .view()
+        .expect("view")
+        .active_runs()
+        .expect("read")
+        .contains(&run)
+}
+
+#[test]
+fn a_dead_runner_fails_the_run_naming_its_pid_and_log_tail() {
+    let (_dir, store) = store();
+    let runner = dead_identity();
+    let run = started_run(&store, runner.clone());
+    let log: String = (0..200)
+        .map(|line| format!("runner line {line}\n"))
+        .collect();
+    std::fs::write(store.home().runner_log_path(run), log).expect("runner.log");
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    let outcome = only_outcome(&report, run);
+    assert_eq!(outcome.row, "runner-died");
+    assert_eq!(
+        outcome.appended,
+        vec!["Terminal", "ProcessTerminalObserved"]
+    );
+    let reason = outcome.reason.clone().expect("a reason");
+    assert!(
+        reason.contains(&format!("runner {}", runner.pid)),
+        "{reason}"
+    );
+    assert!(reason.contains("runner line 199"), "{reason}");
+    assert!(
+        !reason.contains("runner line 100"),
+        "the tail is bounded: {reason}"
+    );
+    assert!(reason.len() < 500, "{} bytes", reason.len());
+
+    let state = snapshot(&store, run);
+    assert_eq!(state.status, RunStatus::Failed);
+    let terminal = state.terminal.as_ref().expect("terminal");
+    assert_eq!(terminal.repaired_by, Some(Repairer::Reconciler));
+    assert_eq!(terminal.error.as_deref(), Some(reason.as_str()));
+    let observed = state.process_terminal.as_ref().expect("observed");
+    assert_eq!(observed.proof, Proof::Unknown);
+    assert_eq!(observed.observer, Observer::Reconciler);
+    assert!(state.is_closed());
+    assert!(!is_active(&store, run));
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store.home().status_path(run)).expect("status.json"))
+            .expect("json");
+    assert_eq!(status["state"], "failed");
+    assert!(
+        store.home().result_path(run).exists(),
+        "the result is published"
+    );
+
+    let again = reconcile(&store, &Options::default()).expect("second pass");
+    assert!(
+        again.outcomes.is_empty(),
+        "a closed run leaves the work list"
+    );
+}
+
+#[test]
+fn a_live_runner_is_left_alone() {
+    let (_dir, store) = store();
+    let run = started_run(&store, liveness::current().expect("me"));
+    let before = snapshot(&store, run);
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    let outcome = only_outcome(&report, run);
+    assert_eq!((outcome.row, outcome.appended.len()), ("running", 0));
+    assert_eq!(snapshot(&store, run), before);
+}
+
+fn spawn_group(script: &str) -> (std::process::Child, ProcessIdentity) {
+    let child = std::process::Command::new("sh")
+        .args(["-c", script])
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    let identity = liveness::identity_of(child.id())
+        .expect("read /proc")
+        .expect("alive");
+    (child, identity)
+}
+
+#[test]
+fn the_orphaned_steps_of_a_dead_runner_are_ended() {
+    let (_dir, store) = store();
+    let run = started_run(&store, dead_identity());
+    let (mut step, process) = spawn_group("sleep 60 & sleep 60 & wait");
+    store
+        .append(
+            run,
+            vec![Event::StepRunning {
+                step: 0,
+                process: Some(process.clone()),
+            }],
+            Condition::none(),
+        )
+        .expect("step running");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert_eq!(only_outcome(&report, run).row, "runner-died");
+    step.wait().expect("reap the step");
+    assert!(
+        process_group::is_empty(&process).expect("probe"),
+        "no member survives"
+    );
+    let state = snapshot(&store, run);
+    assert_eq!(state.steps[0].status, StepStatus::Failed);
+    assert_eq!(state.steps[1].status, StepStatus::Skipped);
+}
+
+#[test]
+fn a_runner_of_another_boot_fails_the_run_without_signalling_its_steps() {
+    let (_dir, store) = store();
+    let mut runner = liveness::current().expect("me");
+    runner.boot_id = "an-earlier-boot".to_string();
+    let run = started_run(&store, runner);
+    // A live process group recorded as the step, under the old boot: its pid means nothing now.
+    let (mut step, mut process) = spawn_group("sleep 60");
+    let real = process.clone();
+    process.boot_id = "an-earlier-boot".to_string();
+    store
+        .append(
+            run,
+            vec![Event::StepRunning {
+                step: 0,
+                process: Some(process),
+            }],
+            Condition::none(),
+        )
+        .expect("step running");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    let outcome = only_outcome(&report, run);
+    assert_eq!(outcome.row, "host-restarted");
+    assert!(
+        outcome
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("host restarted"))
+    );
+    assert!(
+        !process_group::is_empty(&real).expect("probe"),
+        "not signalled"
+    );
+    assert_eq!(snapshot(&store, run).status, RunStatus::Failed);
+    step.kill().expect("kill");
+    step.wait().expect("reap");
+}
+
+#[test]
+fn a_queued_run_is_failed_only_after_the_start_grace() {
+    let (_dir, store) = store();
+    let run = store
+        .create_run(spec(1), HostIds::default())
+        .expect("create")
+        .run;
+    let patient = Options {
+        start_grace_ms: 3_600_000,
+        ..Options::default()
+    };
+    let report = reconcile(&store, &patient).expect("reconcile");
+    assert_eq!(only_outcome(&report, run).row, "starting");
+    assert_eq!(snapshot(&store, run).status, RunStatus::Queued);
+
+    let impatient = Options {
+        start_grace_ms: 0,
+        ..Options::default()
+    };
+    std::thread::sleep(Duration::from_millis(2));
+    let report = reconcile(&store, &impatient).expect("reconcile");
+    let outcome = only_outcome(&report, run);
+    assert_eq!(outcome.row, "never-started");
+    let state = snapshot(&store, run);
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(
+        state
+            .process_terminal
+            .as_ref()
+            .map(|observed| observed.proof),
+        Some(Proof::NotStarted)
+    );
+    assert!(state.is_closed());
+}
+
+#[test]
+fn a_terminal_run_whose_runner_is_gone_is_closed() {
+    let (_dir, store) = store();
+    let run = started_run(&store, dead_identity());
+    store
+        .append(
+            run,
+            vec![Event::Terminal {
+                state: TerminalState::Failed,
+                error: Some("boom".to_string()),
+                summary: "boom".to_string(),
+                exit_code: 3,
+                repaired_by: None,
+            }],
+            Condition::none(),
+        )
+        .expect("terminal");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    let outcome = only_outcome(&report, run);
+    assert_eq!(outcome.row, "gone-after-terminal");
+    assert_eq!(outcome.appended, vec!["ProcessTerminalObserved"]);
+    let state = snapshot(&store, run);
+    assert!(state.is_closed());
+    assert_eq!(
+        state.terminal.as_ref().map(|terminal| terminal.exit_code),
+        Some(3),
+        "the runner's own outcome stands"
+    );
+}
+
+#[test]
+fn a_stale_run_is_failed_with_the_observed_exit() {
+    let (_dir, store) = store();
+    let run = started_run(&store, dead_identity());
+    store
+        .append(
+            run,
+            vec![Event::ProcessTerminalObserved {
+                instance_id: "runner-1".to_string(),
+                exit: Some(ProcessExit {
+                    code: None,
+                    signal: Some(9),
+                }),
+                proof: Proof::Observed,
+                observer: Observer::RunnerParent,
+            }],
+            Condition::none(),
+        )
+        .expect("observed");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    let outcome = only_outcome(&report, run);
+    assert_eq!(outcome.row, "stale");
+    assert_eq!(outcome.appended, vec!["Terminal"]);
+    assert!(
+        outcome
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("killed by signal 9")),
+        "{outcome:?}"
+    );
+    assert!(snapshot(&store, run).is_closed());
+}
+
+#[test]
+fn concurrent_reconcilers_record_one_terminal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = Home::at(dir.path());
+    let setup = Store::open(home.clone()).expect("open");
+    let runs: Vec<RunId> = (0..6)
+        .map(|_| started_run(&setup, dead_identity()))
+        .collect();
+    drop(setup);
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let home = home.clone();
+            std::thread::spawn(move || {
+                let store = Store::open(home).expect("open");
+                reconcile(&store, &Options::default()).expect("reconcile")
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("reconciler thread");
+    }
+    let store = Store::open(home).expect("open");
+    let view = store.journal().view().expect("view");
+    for run in runs {
+        let records = view.records(run).expect("records");
+        let terminals = records
+            .iter()
+            .filter(|record| matches!(record.event, Event::Terminal { .. }))
+            .count();
+        assert_eq!(terminals, 1, "run {run}");
+        assert!(snapshot(&store, run).is_closed());
+    }
+}
+
+#[test]
+fn damaged_or_stale_projections_of_active_runs_are_rebuilt() {
+    let (_dir, store) = store();
+    let run = started_run(&store, liveness::current().expect("me"));
+    let status_path = store.home().status_path(run);
+    let fresh = std::fs::read(&status_path).expect("status.json");
+
+    std::fs::remove_file(&status_path).expect("delete");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(only_outcome(&report, run).reprojected);
+    assert_eq!(std::fs::read(&status_path).expect("rebuilt"), fresh);
+
+    // A status.json an older projector left behind: journalSeq below the head.
+    store
+        .append(
+            run,
+            vec![Event::ControlRequested {
+                action: ControlAction::Stop,
+                by: "test".to_string(),
+                reason: "test".to_string(),
+            }],
+            Condition::none(),
+        )
+        .expect("control");
+    let current = std::fs::read(&status_path).expect("status.json");
+    std::fs::write(&status_path, &fresh).expect("write the old one back");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(only_outcome(&report, run).reprojected);
+    assert_eq!(std::fs::read(&status_path).expect("rebuilt"), current);
+
+    std::fs::write(&status_path, b"{ not json").expect("corrupt");
+    reconcile(&store, &Options::default()).expect("reconcile");
+    assert_eq!(std::fs::read(&status_path).expect("rebuilt"), current);
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(
+        !only_outcome(&report, run).reprojected,
+        "nothing to repair now"
+    );
+}
+
+#[test]
+fn a_result_a_host_consumed_is_not_published_again() {
+    let (_dir, store) = store();
+    let run = started_run(&store, liveness::current().expect("me"));
+    store
+        .append(
+            run,
+            vec![Event::Terminal {
+                state: TerminalState::Failed,
+                error: None,
+                summary: "done".to_string(),
+                exit_code: 1,
+                repaired_by: None,
+            }],
+            Condition::none(),
+        )
+        .expect("terminal");
+    let result = store.home().result_path(run);
+    assert!(result.exists(), "published at the terminal transition");
+    std::fs::remove_file(&result).expect("a host consumes it");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert_eq!(only_outcome(&report, run).row, "finishing");
+    assert!(!result.exists(), "not delivered twice");
+}
+
+#[test]
+fn a_result_never_published_is_published_by_the_reconciler() {
+    let (_dir, store) = store();
+    let run = started_run(&store, dead_identity());
+    // The runner committed Terminal and died before projecting: no result on disk.
+    store
+        .journal()
+        .append(
+            run,
+            vec![Event::Terminal {
+                state: TerminalState::Failed,
+                error: None,
+                summary: "done".to_string(),
+                exit_code: 1,
+                repaired_by: None,
+            }],
+            Condition::none(),
+        )
+        .expect("terminal without projection");
+    assert!(!store.home().result_path(run).exists());
+    reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(store.home().result_path(run).exists());
+}
