@@ -7,10 +7,135 @@
 
 use std::fs;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::event::UnixMs;
 use crate::home::Home;
+
+/// Whether an errno means "out of space or out of handles": errors that clear by waiting.
+pub fn is_capacity_errno(errno: i32) -> bool {
+    matches!(
+        nix::errno::Errno::from_raw(errno),
+        nix::errno::Errno::ENOSPC
+            | nix::errno::Errno::EDQUOT
+            | nix::errno::Errno::EMFILE
+            | nix::errno::Errno::ENFILE
+    )
+}
+
+/// Whether a file-system error is a capacity error (ENOSPC, EDQUOT, EMFILE, ENFILE).
+pub fn is_capacity_io(error: &io::Error) -> bool {
+    error.raw_os_error().is_some_and(is_capacity_errno)
+        || matches!(
+            error.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        )
+}
+
+/// Whether a redb error is a capacity error, wherever redb carries the I/O error.
+pub fn is_capacity_redb(error: &redb::Error) -> bool {
+    match error {
+        redb::Error::Io(error) => is_capacity_io(error),
+        redb::Error::Backend(error) => error
+            .downcast_ref::<io::Error>()
+            .is_some_and(is_capacity_io),
+        _ => false,
+    }
+}
+
+/// The default size of the reserve.
+pub const DEFAULT_RESERVE_BYTES: u64 = 8 << 20;
+
+/// Environment variable overriding the reserve size, in bytes (0 disables it).
+pub const RESERVE_ENV: &str = "RUNJOURNAL_RESERVE_BYTES";
+
+/// The reserve size from `RUNJOURNAL_RESERVE_BYTES`, else the default.
+pub fn reserve_bytes_from_env() -> Result<u64, String> {
+    match std::env::var(RESERVE_ENV) {
+        Ok(text) if !text.trim().is_empty() => text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{RESERVE_ENV}={text:?} is not a number of bytes")),
+        _ => Ok(DEFAULT_RESERVE_BYTES),
+    }
+}
+
+/// A preallocated file beside the journal, deleted on a capacity error so the retried commit
+/// (a terminal transition, say) has room, and made again once space returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserve {
+    path: PathBuf,
+    bytes: u64,
+}
+
+impl Reserve {
+    pub fn new(path: impl Into<PathBuf>, bytes: u64) -> Reserve {
+        Reserve {
+            path: path.into(),
+            bytes,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether the reserve file is in place.
+    pub fn exists(&self) -> bool {
+        self.path.is_file()
+    }
+
+    /// Makes the reserve if it is missing. `Ok(false)` when there is no room for it (or its
+    /// size is 0); nothing half made is left behind.
+    pub fn ensure(&self) -> io::Result<bool> {
+        if self.bytes == 0 {
+            return Ok(false);
+        }
+        if self.exists() {
+            return Ok(true);
+        }
+        let temp = self.path.with_extension("making");
+        let made = (|| {
+            use std::os::unix::fs::OpenOptionsExt;
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&temp)?;
+            // Allocated blocks, not a sparse file: deleting it must free real space.
+            let length = i64::try_from(self.bytes)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "reserve too large"))?;
+            nix::fcntl::posix_fallocate(&file, 0, length).map_err(io::Error::from)?;
+            drop(file);
+            fs::rename(&temp, &self.path)
+        })();
+        match made {
+            Ok(()) => Ok(true),
+            Err(error) => {
+                let _ = fs::remove_file(&temp);
+                if is_capacity_io(&error) {
+                    Ok(false)
+                } else {
+                    Err(error)
+                }
+            }
+        }
+    }
+
+    /// Deletes the reserve. `Ok(true)` if it was there.
+    pub fn release(&self) -> io::Result<bool> {
+        match fs::remove_file(&self.path) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}
 
 /// A journal writer blocked on a full disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,7 @@ pub mod projection;
 pub mod reconcile;
 pub mod state;
 pub mod store;
+mod sync;
 
 pub use event::{Event, RunId, RunSpec};
 pub use home::Home;

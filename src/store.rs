@@ -1,122 +1,305 @@
 //! A home opened for work: its journal, and the projections that follow each commit.
+//!
+//! Invariants:
+//! * an append is acknowledged by the journal's commit alone; a projection that fails after
+//!   it never fails the append, and is retried in the background (the journal has what the
+//!   files lack);
+//! * a failed open leaves nothing behind that it made.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use crate::capacity::{self, Reserve};
 use crate::durable_fs;
 use crate::event::{Event, RunId, RunSpec};
 use crate::home::Home;
-use crate::journal::{AppendError, Appended, Condition, HostIds, Journal, OpenError};
+use crate::journal::{
+    AppendError, Appended, CapacityListener, Condition, HostIds, Journal, OpenError, Source,
+    WriterOptions,
+};
+use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
 
-/// A home with its journal open for writing.
-#[derive(Debug)]
-pub struct Store {
+/// How a store is opened.
+#[derive(Clone, Default)]
+pub struct StoreOptions {
+    /// Size of the space reserve beside the journal; 0 disables it.
+    pub reserve_bytes: u64,
+    /// Told when the journal writer is blocked on a full disk and when it recovers.
+    pub listener: Option<CapacityListener>,
+}
+
+impl StoreOptions {
+    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` if set.
+    pub fn from_env() -> Result<StoreOptions, String> {
+        Ok(StoreOptions {
+            reserve_bytes: capacity::reserve_bytes_from_env()?,
+            listener: None,
+        })
+    }
+}
+
+/// Delays between projection retries while they keep failing.
+const PROJECTION_RETRY_DELAYS_MS: [u64; 6] = [50, 100, 250, 500, 1000, 2000];
+
+struct Inner {
     home: Home,
     journal: Journal,
-    /// Runs whose last projection failed, with the error; retried by
-    /// [`Store::retry_projections`]. The journal has what they lack.
-    failed_projections: Mutex<BTreeMap<RunId, ProjectionError>>,
+    pending: PendingProjections,
+    /// Wakes the retry thread: set when something failed, or to stop it.
+    wake: Mutex<RetryControl>,
+    woken: Condvar,
+}
+
+#[derive(Default)]
+struct RetryControl {
+    has_work: bool,
+    should_stop: bool,
+}
+
+/// A home with its journal open for writing.
+pub struct Store {
+    inner: Arc<Inner>,
+    retry_thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("home", &self.inner.home)
+            .finish()
+    }
 }
 
 impl Store {
-    /// Opens the home, creating its directories (0700) and journal as needed.
+    /// Opens the home with options from the environment (see [`StoreOptions::from_env`]).
     pub fn open(home: Home) -> Result<Store, OpenError> {
+        let options = StoreOptions::from_env().map_err(|reason| OpenError::Io {
+            path: home.root().to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, reason),
+        })?;
+        Store::open_with(home, options)
+    }
+
+    /// Opens the home, creating its directories (0700) and journal as needed. If that fails
+    /// (a full disk, say), what this call created is removed again.
+    pub fn open_with(home: Home, options: StoreOptions) -> Result<Store, OpenError> {
+        let mut created: Vec<PathBuf> = Vec::new();
+        let outcome = Store::open_inner(home, options, &mut created);
+        if outcome.is_err() {
+            // Newest first: the journal file, then the directories that held it.
+            for path in created.iter().rev() {
+                if path.is_dir() {
+                    let _ = std::fs::remove_dir(path);
+                } else {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        outcome
+    }
+
+    fn open_inner(
+        home: Home,
+        options: StoreOptions,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<Store, OpenError> {
         for dir in [
             home.root().to_path_buf(),
             home.runs_dir(),
             home.results_dir(),
         ] {
+            let existed = dir.exists();
             durable_fs::ensure_private_dir(&dir).map_err(|source| OpenError::Io {
                 path: dir.clone(),
                 source,
             })?;
+            if !existed {
+                created.push(dir);
+            }
         }
-        let journal = Journal::open(home.journal_path())?;
-        Ok(Store {
+        let journal_path = home.journal_path();
+        if !journal_path.exists() {
+            created.push(journal_path.clone());
+        }
+        let writer = WriterOptions {
+            reserve: (options.reserve_bytes > 0)
+                .then(|| Reserve::new(home.reserve_path(), options.reserve_bytes)),
+            blocked_markers: Some(home.clone()),
+            listener: options.listener,
+            ..WriterOptions::default()
+        };
+        let journal = Journal::open_with(Source::Path(journal_path), writer)?;
+        let inner = Arc::new(Inner {
             home,
             journal,
-            failed_projections: Mutex::new(BTreeMap::new()),
+            pending: PendingProjections::new(),
+            wake: Mutex::new(RetryControl::default()),
+            woken: Condvar::new(),
+        });
+        let retry_thread = std::thread::Builder::new()
+            .name("runjournal-projection-retry".to_string())
+            .spawn({
+                let inner = Arc::clone(&inner);
+                move || retry_loop(&inner)
+            })
+            .map_err(|source| OpenError::Io {
+                path: PathBuf::from("<projection retry thread>"),
+                source,
+            })?;
+        Ok(Store {
+            inner,
+            retry_thread: Some(retry_thread),
         })
     }
 
     pub fn home(&self) -> &Home {
-        &self.home
+        &self.inner.home
     }
 
     pub fn journal(&self) -> &Journal {
-        &self.journal
+        &self.inner.journal
     }
 
     /// Creates a run and projects it.
     pub fn create_run(&self, spec: RunSpec, hosts: HostIds) -> Result<Appended, AppendError> {
-        let appended = self.journal.create_run(spec, hosts)?;
-        self.project_after_commit(appended.run);
+        let appended = self.inner.journal.create_run(spec, hosts)?;
+        self.inner
+            .project_after_commit(appended.run, appended.last_seq);
         Ok(appended)
     }
 
     /// Appends a batch (see [`Journal::append`]) and then projects the run. A projection
-    /// failure does not fail the append: the append is durable, and the projection is kept for
-    /// [`Store::retry_projections`].
+    /// failure does not fail the append: the append is durable, and the projection is retried
+    /// in the background.
     pub fn append(
         &self,
         run: RunId,
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        let appended = self.journal.append(run, events, condition)?;
-        if !appended.was_duplicate {
-            self.project_after_commit(run);
-        }
+        let appended = self.inner.journal.append(run, events, condition)?;
+        self.inner.project_after_commit(run, appended.last_seq);
         Ok(appended)
-    }
-
-    fn project_after_commit(&self, run: RunId) {
-        let outcome = projection::project(&self.home, &self.journal, run, ResultPolicy::Publish);
-        let mut failed = self
-            .failed_projections
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match outcome {
-            Ok(()) => {
-                failed.remove(&run);
-            }
-            Err(error) => {
-                failed.insert(run, error);
-            }
-        }
     }
 
     /// Projects one run now (a result a host consumed is not written again).
     pub fn project(&self, run: RunId) -> Result<(), ProjectionError> {
+        self.inner.project(run).map(|_| ())
+    }
+
+    /// How many runs have a projection waiting to be written again.
+    pub fn pending_projections(&self) -> usize {
+        self.inner.pending.count()
+    }
+
+    /// Retries the waiting projections until none is left or `within` has passed; returns how
+    /// many are still waiting. A projection lost here is rebuilt by the reconciler later.
+    pub fn flush_projections(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        let mut attempt = 0;
+        loop {
+            self.inner.retry_pending();
+            let left = self.inner.pending.count();
+            if left == 0 || Instant::now() >= deadline {
+                return left;
+            }
+            let delay = Duration::from_millis(
+                PROJECTION_RETRY_DELAYS_MS[attempt.min(PROJECTION_RETRY_DELAYS_MS.len() - 1)],
+            );
+            std::thread::sleep(delay.min(deadline.saturating_duration_since(Instant::now())));
+            attempt += 1;
+        }
+    }
+}
+
+impl Inner {
+    fn project(&self, run: RunId) -> Result<u64, ProjectionError> {
         projection::project(&self.home, &self.journal, run, ResultPolicy::Publish)
     }
 
-    /// Runs whose last projection failed.
-    pub fn failed_projections(&self) -> Vec<RunId> {
-        let failed = self
-            .failed_projections
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        failed.keys().copied().collect()
-    }
-
-    /// Projects again every run whose last projection failed; returns those still failing.
-    pub fn retry_projections(&self) -> Vec<(RunId, ProjectionError)> {
-        let runs = self.failed_projections();
-        let mut still_failing = Vec::new();
-        for run in runs {
-            match self.project(run) {
-                Ok(()) => {
-                    let mut failed = self
-                        .failed_projections
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
-                    failed.remove(&run);
-                }
-                Err(error) => still_failing.push((run, error)),
+    fn project_after_commit(&self, run: RunId, head_seq: u64) {
+        match self.project(run) {
+            Ok(projected_seq) => self.pending.succeeded(run, projected_seq),
+            Err(_) => {
+                self.pending.failed(run, head_seq);
+                let mut control = self
+                    .wake
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                control.has_work = true;
+                drop(control);
+                self.woken.notify_one();
             }
         }
-        still_failing
+    }
+
+    /// One pass over the waiting projections.
+    fn retry_pending(&self) {
+        for (run, pending) in self.pending.snapshot() {
+            match self.project(run) {
+                Ok(projected_seq) => self.pending.succeeded(run, projected_seq),
+                Err(_) => self.pending.failed(run, pending.wanted_seq),
+            }
+        }
+    }
+}
+
+/// The background retry of failed projections: sleeps until something fails, then retries
+/// with growing delays until nothing waits. It never blocks an append.
+fn retry_loop(inner: &Inner) {
+    loop {
+        let mut control = inner
+            .wake
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        while !control.has_work && !control.should_stop {
+            control = inner
+                .woken
+                .wait(control)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        if control.should_stop {
+            return;
+        }
+        let attempts = inner.pending.max_attempts() as usize;
+        let delay = Duration::from_millis(
+            PROJECTION_RETRY_DELAYS_MS[attempts
+                .min(PROJECTION_RETRY_DELAYS_MS.len())
+                .saturating_sub(1)],
+        );
+        // Sleep the delay, but wake at once to stop.
+        let (control_after, _) = inner
+            .woken
+            .wait_timeout_while(control, delay, |control| !control.should_stop)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if control_after.should_stop {
+            return;
+        }
+        drop(control_after);
+        inner.retry_pending();
+        let mut control = inner
+            .wake
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        control.has_work = inner.pending.count() > 0;
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let mut control = self
+            .inner
+            .wake
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        control.should_stop = true;
+        drop(control);
+        self.inner.woken.notify_all();
+        if let Some(thread) = self.retry_thread.take() {
+            let _ = thread.join();
+        }
     }
 }

@@ -10,11 +10,13 @@
 //!   committed mark was already applied and is answered from the records, never applied twice.
 
 mod append;
+mod queue;
 mod read;
 pub(crate) mod tables;
+pub mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableHandle};
 use serde::{Deserialize, Serialize};
@@ -26,8 +28,10 @@ use crate::event::{
 use crate::state::{RunState, RunStatus, TransitionError};
 
 pub use append::{Appended, Batch, Condition};
+use queue::Queue;
 pub use read::{ResolveError, View};
 pub use tables::{name_alias, tool_call_alias};
+pub use writer::{CapacityEvent, CapacityListener, Source, WriterOptions, WriterStats};
 
 /// redb's page cache for one journal handle. Runners, launchers and tools each open their own
 /// handle, so this stays small.
@@ -48,6 +52,22 @@ impl StorageFailure {
             op,
             source: source.into(),
         }
+    }
+
+    /// Whether the failure is about capacity (ENOSPC, EDQUOT, EMFILE, ENFILE): it clears by
+    /// waiting.
+    pub fn is_capacity(&self) -> bool {
+        crate::capacity::is_capacity_redb(&self.source)
+    }
+
+    /// A copy to hand to each caller of a failed group (redb errors are not `Clone`): the
+    /// same operation, the same OS error number where there is one, the same message.
+    pub(crate) fn duplicate(&self) -> StorageFailure {
+        let error = match self.io_error().and_then(std::io::Error::raw_os_error) {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::other(self.source.to_string()),
+        };
+        StorageFailure::new(self.op, redb::Error::Io(error))
     }
 
     /// The I/O error underneath, if the failure was one.
@@ -289,21 +309,20 @@ fn builder() -> redb::Builder {
 
 /// A journal opened for reading and writing. Any number of processes may hold one at once.
 ///
-/// Appends through one handle are serialized (redb allows one write transaction at a time
-/// anyway); reads run beside them on snapshots.
+/// Appends from any number of threads go through one queue to this handle's writer thread,
+/// which commits everything waiting as one durable write transaction (group commit) and
+/// answers each caller with its own result. Reads run beside it on snapshots.
 pub struct Journal {
-    path: PathBuf,
-    db: RwLock<Arc<Database>>,
-    writer: WriterId,
-    /// The next writer seq; held for the whole of a commit so marks rise in commit order.
-    commit: Mutex<u64>,
+    shared: Arc<writer::Shared>,
+    queue: Arc<Queue<writer::Request, writer::Answer>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
-            .field("path", &self.path)
-            .field("writer", &self.writer)
+            .field("path", &self.shared.source.path())
+            .field("writer", &self.shared.writer)
             .finish()
     }
 }
@@ -312,73 +331,116 @@ impl Journal {
     /// Opens the journal at `path`, creating it (and its tables) if it does not exist.
     ///
     /// A journal of a newer format, or a file that is not a journal, is refused without
-    /// writing anything.
+    /// writing anything. A journal file this call created is removed again if the open fails.
     pub fn open(path: impl AsRef<Path>) -> Result<Journal, OpenError> {
-        let path = path.as_ref();
-        let db = open_database(path)?;
+        Journal::open_with(
+            Source::Path(path.as_ref().to_path_buf()),
+            WriterOptions::default(),
+        )
+    }
+
+    /// Opens a journal from `source` with these writer options.
+    pub fn open_with(source: Source, options: WriterOptions) -> Result<Journal, OpenError> {
+        let db = open_source(&source)?;
+        if let Some(reserve) = &options.reserve {
+            // Best effort: without room for it, the journal still works, only without slack.
+            let _ = reserve.ensure();
+        }
+        let shared = Arc::new(writer::Shared::new(source, db, options));
+        let queue = Arc::new(Queue::new(shared.options.queue_capacity));
+        let thread = std::thread::Builder::new()
+            .name("runjournal-writer".to_string())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                let queue = Arc::clone(&queue);
+                move || writer::run(shared, queue)
+            })
+            .map_err(|source| OpenError::Io {
+                path: PathBuf::from("<writer thread>"),
+                source,
+            })?;
         Ok(Journal {
-            path: path.to_path_buf(),
-            db: RwLock::new(Arc::new(db)),
-            writer: WriterId::generate(),
-            commit: Mutex::new(1),
+            shared,
+            queue,
+            thread: Some(thread),
         })
     }
 
     /// The file this journal lives in.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.shared.source.path()
     }
 
     /// This handle's writer id.
     pub fn writer(&self) -> WriterId {
-        self.writer
+        self.shared.writer
     }
 
-    pub(crate) fn database(&self) -> Arc<Database> {
-        let db = self
-            .db
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        Arc::clone(&db)
+    /// Counters of this handle's writer.
+    pub fn writer_stats(&self) -> &WriterStats {
+        &self.shared.stats
+    }
+
+    pub(crate) fn database(&self) -> Result<Arc<Database>, StorageFailure> {
+        if let Some(db) = self.shared.database() {
+            return Ok(db);
+        }
+        // The writer dropped a failed handle and has not reopened yet.
+        Ok(Arc::new(open_source(&self.shared.source).map_err(
+            |error| {
+                StorageFailure::new(
+                    "opening a handle to read",
+                    redb::Error::Io(std::io::Error::other(error.to_string())),
+                )
+            },
+        )?))
     }
 
     /// A consistent read view of the journal as of now.
     pub fn view(&self) -> Result<View, ReadError> {
-        let txn = self
-            .database()
-            .begin_read()
-            .map_err(|error| StorageFailure::new("beginning a read", error))?;
-        Ok(View::new(txn))
+        let db = self.database()?;
+        match db.begin_read() {
+            Ok(txn) => Ok(View::new(txn)),
+            // The shared handle failed under a write; read through a handle of our own.
+            Err(_) if matches!(self.shared.source, Source::Path(_)) => {
+                let reader = JournalReader::open(self.path()).map_err(|error| {
+                    StorageFailure::new(
+                        "opening a read-only handle",
+                        redb::Error::Io(std::io::Error::other(error.to_string())),
+                    )
+                })?;
+                reader.view()
+            }
+            Err(error) => Err(StorageFailure::new("beginning a read", error).into()),
+        }
     }
 
     /// Appends `events` to `run` as one batch, atomically and durably, if `condition` holds and
     /// every event passes [`crate::state::apply`]. Returns once the commit is durable.
+    ///
+    /// Waits while the append queue is full, and while the disk is full: a capacity error is
+    /// retried until space returns. [`AppendError::Storage`] means the writer gave up on
+    /// another kind of storage failure; the batch may or may not have landed.
     pub fn append(
         &self,
         run: RunId,
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        let mut next_writer_seq = self
-            .commit
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let batch = Batch {
-            run,
-            events,
-            condition,
-            writer: self.writer,
-            writer_seq: *next_writer_seq,
-            time_ms: event::now_ms(),
-        };
-        // Always advance: a refused batch leaves no mark, and the next batch must not reuse its
-        // seq in case a later retry of this one is still in flight.
-        *next_writer_seq += 1;
-        let db = self.database();
-        let mut results = append::commit_batches(&db, std::slice::from_ref(&batch))?;
-        results
-            .pop()
-            .expect("commit_batches answers every batch it was given")
+        let ticket = self
+            .queue
+            .submit(writer::Request {
+                run,
+                events,
+                condition,
+            })
+            .map_err(|_| {
+                AppendError::Storage(StorageFailure::new(
+                    "queueing an append",
+                    redb::Error::Io(std::io::Error::other("the journal is closing")),
+                ))
+            })?;
+        ticket.wait()
     }
 
     /// Creates a run: appends its `RunCreated` under a fresh id.
@@ -399,11 +461,10 @@ impl Journal {
         self.view()?.meta()
     }
 
-    /// Runs redb's own integrity check (every page checksum, the allocator state). Needs no
-    /// other transaction open on this handle.
+    /// Runs redb's own integrity check (every page checksum, the allocator state) through a
+    /// handle of its own. The journal must be a file.
     pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
-        // redb checks through a handle it holds alone; open a second one in this process.
-        let mut db = open_database(&self.path).map_err(|error| {
+        let mut db = open_source(&self.shared.source).map_err(|error| {
             StorageFailure::new(
                 "opening a handle for the integrity check",
                 redb::Error::Corrupted(error.to_string()),
@@ -411,6 +472,101 @@ impl Journal {
         })?;
         db.check_integrity()
             .map_err(|error| StorageFailure::new("checking integrity", error))
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        // Appends already queued are still committed and answered before the thread ends.
+        self.queue.close();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Opens (or creates) the database of a source.
+pub(crate) fn open_source(source: &Source) -> Result<Database, OpenError> {
+    match source {
+        Source::Path(path) => open_database(path),
+        Source::Backend { name, factory } => {
+            let backend = factory().map_err(|source| OpenError::Io {
+                path: name.clone(),
+                source,
+            })?;
+            let db = builder()
+                .create_with_backend(BoxedBackend(backend))
+                .map_err(|error| OpenError::from_database(name, error))?;
+            initialize(name, &db)?;
+            Ok(db)
+        }
+    }
+}
+
+/// A boxed backend, as redb takes backends by value.
+#[derive(Debug)]
+struct BoxedBackend(Box<dyn redb::StorageBackend>);
+
+impl redb::StorageBackend for BoxedBackend {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> Result<(), std::io::Error> {
+        self.0.close()
+    }
+    fn try_lock_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        self.0.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        self.0.try_lock_shared_range(start, end)
+    }
+    fn lock_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<(), redb::BackendError> {
+        self.0.lock_range(start, end)
+    }
+    fn lock_shared_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<(), redb::BackendError> {
+        self.0.lock_shared_range(start, end)
+    }
+    fn unlock_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<(), redb::BackendError> {
+        self.0.unlock_range(start, end)
+    }
+    fn query_lock_range(
+        &self,
+        start: std::ops::Bound<u64>,
+        end: std::ops::Bound<u64>,
+    ) -> Result<bool, redb::BackendError> {
+        self.0.query_lock_range(start, end)
     }
 }
 

@@ -188,8 +188,11 @@ fn contents(journal: &Journal) -> Contents {
 
 /// Commits one batch through `commit_batches`, as a retry after a reopen would.
 fn commit_one(journal: &Journal, batch: &Batch) -> Result<Appended, AppendError> {
-    let mut results = commit_batches(&journal.database(), std::slice::from_ref(batch))
-        .expect("the storage does not fail");
+    let mut results = commit_batches(
+        &journal.database().expect("a handle"),
+        std::slice::from_ref(batch),
+    )
+    .expect("the storage does not fail");
     assert_eq!(results.len(), 1, "one answer per batch");
     results.pop().expect("one answer per batch")
 }
@@ -1065,7 +1068,8 @@ fn batches_of_one_transaction_are_each_answered_and_a_refused_one_fails_only_its
         batch(run, vec![runner_started("i")], writer, 2),
         batch(run, vec![step_running(0)], writer, 3),
     ];
-    let results = commit_batches(&journal.database(), &batches).expect("the storage works");
+    let results = commit_batches(&journal.database().expect("a handle"), &batches)
+        .expect("the storage works");
     assert_eq!(results.len(), 3);
     assert_eq!(results[0].as_ref().expect("legal").last_seq, 2);
     assert!(
@@ -1089,7 +1093,8 @@ fn batches_of_one_transaction_are_each_answered_and_a_refused_one_fails_only_its
 
     // Retrying all three: the committed ones are duplicates, and nothing is written.
     let before = contents(&journal);
-    let retried = commit_batches(&journal.database(), &batches).expect("the storage works");
+    let retried = commit_batches(&journal.database().expect("a handle"), &batches)
+        .expect("the storage works");
     assert!(retried[0].as_ref().expect("answered").was_duplicate);
     assert!(matches!(
         retried[1],

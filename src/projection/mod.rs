@@ -8,6 +8,7 @@
 //! * rendering is pure: the same records render to the same bytes (see [`plan`]).
 
 pub mod documents;
+pub mod pending;
 pub mod segment;
 
 use std::io;
@@ -341,13 +342,14 @@ pub fn load(view: &View, run: RunId) -> Result<(RunState, Vec<Record>), Projecti
     Ok((state, records))
 }
 
-/// Projects one run: under its lock, reads its latest state and writes every file.
+/// Projects one run: under its lock, reads its latest state and writes every file. Returns the
+/// head seq the files now reflect.
 pub fn project(
     home: &Home,
     journal: &impl ReadJournal,
     run: RunId,
     result: ResultPolicy,
-) -> Result<(), ProjectionError> {
+) -> Result<u64, ProjectionError> {
     let run_dir = home.run_dir(run);
     durable_fs::ensure_private_dir(&run_dir).map_err(|source| ProjectionError::Io {
         run,
@@ -365,5 +367,6 @@ pub fn project(
         .map_err(|source| ProjectionError::Read { run, source })?;
     let (state, records) = load(&view, run)?;
     drop(view);
-    write_plan(&plan(home, &state, &records), result)
+    write_plan(&plan(home, &state, &records), result)?;
+    Ok(state.head_seq)
 }

@@ -1,0 +1,208 @@
+//! The append queue: many callers submit, one writer takes everything waiting as one group,
+//! commits it, and answers each caller with its own result.
+//!
+//! Invariants:
+//! * bounded: a caller waits while `capacity` requests are queued (backpressure);
+//! * every submitted request is answered exactly once, with the result the writer gave it,
+//!   and only after the writer called [`Ticket::answer`] (after its commit);
+//! * requests are taken in submission order, so one caller's appends land in its order;
+//! * closing answers nothing by itself: requests already queued are still taken.
+
+use std::collections::VecDeque;
+
+use crate::sync::{self, Arc, Condvar, Mutex};
+
+struct Slot<R> {
+    answer: Mutex<Option<R>>,
+    answered: Condvar,
+}
+
+/// The caller's side of a submitted request: wait here for the writer's answer.
+pub(crate) struct Ticket<R> {
+    slot: Arc<Slot<R>>,
+}
+
+/// The writer's side of a request: answer it once.
+pub(crate) struct Reply<R> {
+    slot: Arc<Slot<R>>,
+}
+
+impl<R> Reply<R> {
+    /// Gives the caller its result.
+    pub(crate) fn answer(self, result: R) {
+        let mut answer = sync::lock(&self.slot.answer);
+        debug_assert!(answer.is_none(), "a request is answered once");
+        *answer = Some(result);
+        drop(answer);
+        self.slot.answered.notify_one();
+    }
+}
+
+impl<R> Ticket<R> {
+    /// Waits for the answer.
+    pub(crate) fn wait(self) -> R {
+        let mut answer = sync::lock(&self.slot.answer);
+        loop {
+            if let Some(result) = answer.take() {
+                return result;
+            }
+            answer = sync::wait(&self.slot.answered, answer);
+        }
+    }
+}
+
+struct State<T, R> {
+    items: VecDeque<(T, Reply<R>)>,
+    is_closed: bool,
+}
+
+/// A bounded multi-producer, single-consumer queue of requests with answers.
+pub(crate) struct Queue<T, R> {
+    state: Mutex<State<T, R>>,
+    not_empty: Condvar,
+    not_full: Condvar,
+    capacity: usize,
+}
+
+/// Submitting to a closed queue.
+#[derive(Debug)]
+pub(crate) struct Closed;
+
+impl<T, R> Queue<T, R> {
+    pub(crate) fn new(capacity: usize) -> Queue<T, R> {
+        assert!(capacity > 0, "a queue holds at least one request");
+        Queue {
+            state: Mutex::new(State {
+                items: VecDeque::new(),
+                is_closed: false,
+            }),
+            not_empty: Condvar::new(),
+            not_full: Condvar::new(),
+            capacity,
+        }
+    }
+
+    /// Queues a request, waiting while the queue is full.
+    pub(crate) fn submit(&self, item: T) -> Result<Ticket<R>, Closed> {
+        let slot = Arc::new(Slot {
+            answer: Mutex::new(None),
+            answered: Condvar::new(),
+        });
+        let mut state = sync::lock(&self.state);
+        loop {
+            if state.is_closed {
+                return Err(Closed);
+            }
+            if state.items.len() < self.capacity {
+                break;
+            }
+            state = sync::wait(&self.not_full, state);
+        }
+        state.items.push_back((
+            item,
+            Reply {
+                slot: Arc::clone(&slot),
+            },
+        ));
+        drop(state);
+        self.not_empty.notify_one();
+        Ok(Ticket { slot })
+    }
+
+    /// Waits for at least one request, then takes every waiting request up to `max`, in
+    /// submission order; `max_weight` bounds the group by the items' weight (the first item is
+    /// always taken). Returns an empty group once the queue is closed and drained.
+    pub(crate) fn take_group(
+        &self,
+        max_weight: usize,
+        weight: impl Fn(&T) -> usize,
+    ) -> Vec<(T, Reply<R>)> {
+        let mut state = sync::lock(&self.state);
+        while state.items.is_empty() {
+            if state.is_closed {
+                return Vec::new();
+            }
+            state = sync::wait(&self.not_empty, state);
+        }
+        let mut group = Vec::new();
+        let mut total = 0;
+        while let Some((item, _)) = state.items.front() {
+            let item_weight = weight(item);
+            if !group.is_empty() && total + item_weight > max_weight {
+                break;
+            }
+            total += item_weight;
+            group.push(state.items.pop_front().expect("front exists"));
+        }
+        drop(state);
+        self.not_full.notify_all();
+        group
+    }
+
+    /// Refuses new requests; the writer drains what is queued, then sees an empty group.
+    pub(crate) fn close(&self) {
+        let mut state = sync::lock(&self.state);
+        state.is_closed = true;
+        drop(state);
+        self.not_empty.notify_all();
+        self.not_full.notify_all();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_takes_everything_waiting_in_order_up_to_the_weight() {
+        let queue: Queue<u32, u32> = Queue::new(16);
+        let tickets: Vec<_> = (1..=5).map(|n| queue.submit(n).expect("open")).collect();
+        let group = queue.take_group(9, |n| *n as usize);
+        let items: Vec<u32> = group.iter().map(|(n, _)| *n).collect();
+        assert_eq!(items, vec![1, 2, 3], "1+2+3 fits 9, +4 does not");
+        for (n, reply) in group {
+            reply.answer(n * 10);
+        }
+        let rest = queue.take_group(100, |_| 1);
+        assert_eq!(rest.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![4, 5]);
+        for (n, reply) in rest {
+            reply.answer(n * 10);
+        }
+        let answers: Vec<u32> = tickets.into_iter().map(Ticket::wait).collect();
+        assert_eq!(answers, vec![10, 20, 30, 40, 50]);
+    }
+
+    #[test]
+    fn an_overweight_first_item_is_taken_alone() {
+        let queue: Queue<u32, ()> = Queue::new(4);
+        queue.submit(50).expect("open");
+        queue.submit(1).expect("open");
+        let group = queue.take_group(10, |n| *n as usize);
+        assert_eq!(group.len(), 1);
+    }
+
+    #[test]
+    fn a_full_queue_makes_the_caller_wait_and_close_refuses_new_requests() {
+        let queue: Arc<Queue<u32, u32>> = Arc::new(Queue::new(1));
+        let first = queue.submit(1).expect("open");
+        let submitter = {
+            let queue = Arc::clone(&queue);
+            std::thread::spawn(move || queue.submit(2).map(Ticket::wait))
+        };
+        // The second submit can only complete once the writer takes the first.
+        let group = queue.take_group(usize::MAX, |_| 1);
+        assert_eq!(group.len(), 1);
+        for (n, reply) in group {
+            reply.answer(n);
+        }
+        assert_eq!(first.wait(), 1);
+        let second = queue.take_group(usize::MAX, |_| 1);
+        for (n, reply) in second {
+            reply.answer(n);
+        }
+        assert_eq!(submitter.join().expect("thread").expect("open"), 2);
+        queue.close();
+        assert!(queue.submit(3).is_err());
+        assert!(queue.take_group(usize::MAX, |_| 1).is_empty());
+    }
+}

@@ -1,0 +1,350 @@
+//! The journal's writer: one thread per journal handle that takes every append waiting in the
+//! queue as one group, commits the group in one durable write transaction, and answers each
+//! caller with its own result; and that rides out a full disk.
+//!
+//! Invariants:
+//! * a caller is answered only after the commit holding its batch returned, or once its batch
+//!   was refused, or once the writer gave up on a failure that is not about capacity;
+//! * on any storage failure the redb handle is dropped and the database reopened before the
+//!   next attempt (redb refuses every call on a handle after an I/O error, and a failed fsync
+//!   must never be retried on the same file and trusted);
+//! * a retried group keeps its writer seqs, so a commit that did land before the failure is
+//!   recognised and not applied twice;
+//! * on a capacity error the reserve file is released first, so the retry has room.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use redb::{Database, StorageBackend};
+
+use super::append::{self, Appended, Batch, Condition};
+use super::queue::{Queue, Reply};
+use super::{AppendError, OpenError, StorageFailure};
+use crate::capacity::{self, Reserve};
+use crate::event::{Event, RunId, WriterId, now_ms};
+
+/// Makes a fresh storage backend for each (re)open of a journal that does not live in a file.
+pub type BackendFactory = Arc<dyn Fn() -> io::Result<Box<dyn StorageBackend>> + Send + Sync>;
+
+/// Where the journal's bytes live.
+#[derive(Clone)]
+pub enum Source {
+    Path(PathBuf),
+    /// Tests: a backend that keeps only synced bytes, or fails on cue.
+    Backend {
+        name: PathBuf,
+        factory: BackendFactory,
+    },
+}
+
+impl Source {
+    /// The path to name in messages.
+    pub fn path(&self) -> &Path {
+        match self {
+            Source::Path(path) => path,
+            Source::Backend { name, .. } => name,
+        }
+    }
+}
+
+/// What the writer reports while it fights a full disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapacityEvent {
+    /// A commit failed for lack of space (or file handles); the writer keeps trying.
+    Blocked { since_ms: u64, error: String },
+    /// The reserve file was deleted to make room.
+    ReserveReleased { bytes: u64 },
+    /// A commit landed again after being blocked.
+    Unblocked { blocked_ms: u64 },
+    /// The reserve file is back.
+    ReserveRestored { bytes: u64 },
+}
+
+/// Receives [`CapacityEvent`]s, e.g. to write a line to the runner's log.
+pub type CapacityListener = Arc<dyn Fn(&CapacityEvent) + Send + Sync>;
+
+/// How a journal handle writes.
+#[derive(Clone)]
+pub struct WriterOptions {
+    /// Most appends waiting in the queue before callers wait to submit.
+    pub queue_capacity: usize,
+    /// Most events committed in one write transaction (a single larger batch goes alone).
+    pub max_group_events: usize,
+    /// The space reserve released on a capacity error.
+    pub reserve: Option<Reserve>,
+    /// Where to mark this writer blocked for other processes to see (a home's root).
+    pub blocked_markers: Option<crate::home::Home>,
+    pub listener: Option<CapacityListener>,
+    /// Attempts at a group that fails for a reason other than capacity before its callers get
+    /// the error.
+    pub max_other_attempts: u32,
+}
+
+impl Default for WriterOptions {
+    fn default() -> WriterOptions {
+        WriterOptions {
+            queue_capacity: 1024,
+            max_group_events: 4096,
+            reserve: None,
+            blocked_markers: None,
+            listener: None,
+            max_other_attempts: 3,
+        }
+    }
+}
+
+/// Delays between attempts while the disk stays full: short at first, then every 2 s.
+pub const RETRY_DELAYS_MS: [u64; 8] = [10, 25, 50, 100, 250, 500, 1000, 2000];
+
+fn retry_delay(attempt: usize) -> Duration {
+    Duration::from_millis(RETRY_DELAYS_MS[attempt.min(RETRY_DELAYS_MS.len() - 1)])
+}
+
+/// One caller's append.
+pub(crate) struct Request {
+    pub(crate) run: RunId,
+    pub(crate) events: Vec<Event>,
+    pub(crate) condition: Condition,
+}
+
+pub(crate) type Answer = Result<Appended, AppendError>;
+
+/// Counters of the writer's work.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// Write transactions committed.
+    pub commits: AtomicU64,
+    /// Batches (caller appends) answered from those commits.
+    pub batches: AtomicU64,
+    /// Storage failures met (each followed by a reopen).
+    pub failures: AtomicU64,
+}
+
+/// What the journal handle and its writer thread share.
+pub(crate) struct Shared {
+    pub(crate) source: Source,
+    pub(crate) writer: WriterId,
+    db: RwLock<Option<Arc<Database>>>,
+    pub(crate) options: WriterOptions,
+    pub(crate) stats: WriterStats,
+}
+
+impl Shared {
+    pub(crate) fn new(source: Source, db: Database, options: WriterOptions) -> Shared {
+        Shared {
+            source,
+            writer: WriterId::generate(),
+            db: RwLock::new(Some(Arc::new(db))),
+            options,
+            stats: WriterStats::default(),
+        }
+    }
+
+    /// The current handle; `None` while it is being reopened after a failure.
+    pub(crate) fn database(&self) -> Option<Arc<Database>> {
+        let db = self
+            .db
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        db.clone()
+    }
+
+    fn set_database(&self, db: Option<Database>) {
+        let mut slot = self
+            .db
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *slot = db.map(Arc::new);
+    }
+
+    /// Whether the writer is believed to have its reserve in place.
+    fn has_reserve(&self) -> bool {
+        self.options.reserve.as_ref().is_some_and(Reserve::exists)
+    }
+
+    fn emit(&self, event: CapacityEvent) {
+        if let Some(listener) = &self.options.listener {
+            listener(&event);
+        }
+    }
+}
+
+/// The writer thread: runs until the queue is closed and drained.
+pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
+    let mut next_writer_seq = 1u64;
+    let mut capacity = CapacityState {
+        is_reserve_missing: shared.options.reserve.is_some() && !shared.has_reserve(),
+        ..CapacityState::default()
+    };
+    loop {
+        let group = queue.take_group(shared.options.max_group_events, |request| {
+            request.events.len()
+        });
+        if group.is_empty() {
+            return;
+        }
+        let time_ms = now_ms();
+        let mut replies: Vec<Reply<Answer>> = Vec::with_capacity(group.len());
+        let mut batches = Vec::with_capacity(group.len());
+        for (request, reply) in group {
+            batches.push(Batch {
+                run: request.run,
+                events: request.events,
+                condition: request.condition,
+                writer: shared.writer,
+                writer_seq: next_writer_seq,
+                time_ms,
+            });
+            next_writer_seq += 1;
+            replies.push(reply);
+        }
+        let results = commit_group(&shared, &batches, &mut capacity);
+        shared
+            .stats
+            .batches
+            .fetch_add(batches.len() as u64, Ordering::Relaxed);
+        for (reply, result) in replies.into_iter().zip(results) {
+            reply.answer(result);
+        }
+    }
+}
+
+/// What the writer knows of its fight with a full disk.
+#[derive(Default)]
+struct CapacityState {
+    blocked_since_ms: Option<u64>,
+    /// The reserve is (believed) missing and should be made again when space allows.
+    is_reserve_missing: bool,
+    last_reserve_attempt: Option<Instant>,
+}
+
+/// Commits a group, retrying through reopens until it lands, or until a failure that is not
+/// about capacity persists past `max_other_attempts`.
+fn commit_group(shared: &Shared, batches: &[Batch], capacity: &mut CapacityState) -> Vec<Answer> {
+    let mut attempt = 0usize;
+    let mut other_failures = 0u32;
+    loop {
+        let outcome =
+            current_or_reopened(shared).and_then(|db| append::commit_batches(&db, batches));
+        let failure = match outcome {
+            Ok(results) => {
+                shared.stats.commits.fetch_add(1, Ordering::Relaxed);
+                after_success(shared, capacity);
+                return results;
+            }
+            Err(failure) => failure,
+        };
+        shared.stats.failures.fetch_add(1, Ordering::Relaxed);
+        // The handle is suspect after any failure: drop it; the next attempt reopens.
+        shared.set_database(None);
+        if failure.is_capacity() {
+            on_capacity_failure(shared, capacity, &failure);
+        } else {
+            other_failures += 1;
+            if other_failures >= shared.options.max_other_attempts {
+                // Leave a working handle for the next group if one can be had.
+                let _ = current_or_reopened(shared);
+                return batches
+                    .iter()
+                    .map(|_| Err(AppendError::Storage(failure.duplicate())))
+                    .collect();
+            }
+        }
+        std::thread::sleep(retry_delay(attempt));
+        attempt += 1;
+    }
+}
+
+/// The current handle, or a fresh one if the last failed.
+fn current_or_reopened(shared: &Shared) -> Result<Arc<Database>, StorageFailure> {
+    if let Some(db) = shared.database() {
+        return Ok(db);
+    }
+    let db = super::open_source(&shared.source).map_err(open_failure)?;
+    let db = Arc::new(db);
+    let mut slot = shared
+        .db
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    *slot = Some(Arc::clone(&db));
+    Ok(db)
+}
+
+fn open_failure(error: OpenError) -> StorageFailure {
+    match error {
+        OpenError::Storage(failure) => failure,
+        OpenError::Io { source, .. } => StorageFailure::new("reopening the journal", source),
+        other => StorageFailure::new(
+            "reopening the journal",
+            redb::Error::Io(io::Error::other(other.to_string())),
+        ),
+    }
+}
+
+fn on_capacity_failure(shared: &Shared, capacity: &mut CapacityState, failure: &StorageFailure) {
+    if capacity.blocked_since_ms.is_none() {
+        let since_ms = now_ms();
+        capacity.blocked_since_ms = Some(since_ms);
+        if let Some(home) = &shared.options.blocked_markers {
+            // Best effort: a marker is for others to see; the retry does not depend on it.
+            let _ = capacity::mark_blocked(
+                home,
+                capacity::Blocked {
+                    pid: std::process::id(),
+                    since_ms,
+                },
+            );
+        }
+        shared.emit(CapacityEvent::Blocked {
+            since_ms,
+            error: failure.to_string(),
+        });
+    }
+    let reserve = shared.options.reserve.as_ref();
+    if let Some((reserve, Ok(true))) = reserve.map(|reserve| (reserve, reserve.release())) {
+        capacity.is_reserve_missing = true;
+        shared.emit(CapacityEvent::ReserveReleased {
+            bytes: reserve.bytes(),
+        });
+    }
+}
+
+fn after_success(shared: &Shared, capacity: &mut CapacityState) {
+    if let Some(since_ms) = capacity.blocked_since_ms.take() {
+        if let Some(home) = &shared.options.blocked_markers {
+            let _ = capacity::clear_blocked(
+                home,
+                capacity::Blocked {
+                    pid: std::process::id(),
+                    since_ms,
+                },
+            );
+        }
+        shared.emit(CapacityEvent::Unblocked {
+            blocked_ms: now_ms().saturating_sub(since_ms),
+        });
+    }
+    let Some(reserve) = &shared.options.reserve else {
+        return;
+    };
+    if !capacity.is_reserve_missing {
+        return;
+    }
+    // Making the reserve costs a file write; try at most once a second.
+    let is_due = capacity
+        .last_reserve_attempt
+        .is_none_or(|last| last.elapsed() >= Duration::from_secs(1));
+    if !is_due {
+        return;
+    }
+    capacity.last_reserve_attempt = Some(Instant::now());
+    if let Ok(true) = reserve.ensure() {
+        capacity.is_reserve_missing = false;
+        shared.emit(CapacityEvent::ReserveRestored {
+            bytes: reserve.bytes(),
+        });
+    }
+}
