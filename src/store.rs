@@ -106,11 +106,15 @@ impl Store {
         options: StoreOptions,
         created: &mut Vec<PathBuf>,
     ) -> Result<Store, OpenError> {
-        for dir in [
+        // `blocked/` is made now, while there is room: on a full ext4 a new directory needs a
+        // block, but an empty marker file in an existing one does not.
+        let dirs = [
             home.root().to_path_buf(),
             home.runs_dir(),
             home.results_dir(),
-        ] {
+            capacity::blocked_dir(&home),
+        ];
+        for dir in dirs {
             let existed = dir.exists();
             durable_fs::ensure_private_dir(&dir).map_err(|source| OpenError::Io {
                 path: dir.clone(),

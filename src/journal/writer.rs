@@ -313,6 +313,7 @@ fn on_capacity_failure(shared: &Shared, capacity: &mut CapacityState, failure: &
 }
 
 fn after_success(shared: &Shared, capacity: &mut CapacityState) {
+    let was_blocked = capacity.blocked_since_ms.is_some();
     if let Some(since_ms) = capacity.blocked_since_ms.take() {
         if let Some(home) = &shared.options.blocked_markers {
             let _ = capacity::clear_blocked(
@@ -333,10 +334,12 @@ fn after_success(shared: &Shared, capacity: &mut CapacityState) {
     if !capacity.is_reserve_missing {
         return;
     }
-    // Making the reserve costs a file write; try at most once a second.
-    let is_due = capacity
-        .last_reserve_attempt
-        .is_none_or(|last| last.elapsed() >= Duration::from_secs(1));
+    // Making the reserve costs a file write: try as soon as space came back, and otherwise
+    // at most once a second.
+    let is_due = was_blocked
+        || capacity
+            .last_reserve_attempt
+            .is_none_or(|last| last.elapsed() >= Duration::from_secs(1));
     if !is_due {
         return;
     }

@@ -1,0 +1,510 @@
+//! A full disk delays writes and loses nothing: tests on real full file systems (a small tmpfs
+//! and a small loop-mounted ext4 as home), and EMFILE through a low RLIMIT_NOFILE.
+//!
+//! These need root (to mount). Without root they print that they skipped; with
+//! `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets) a skip is a failure.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use runjournal::capacity;
+use runjournal::event::{
+    Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunSpec, StepAction, StepEnd,
+    StepOutcome, StepSpec, TerminalState,
+};
+use runjournal::journal::{CapacityEvent, HostIds};
+use runjournal::projection;
+use runjournal::store::StoreOptions;
+use runjournal::{Condition, Home, RunId, RunStatus, Store, state};
+
+const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
+
+/// Whether this test may run; prints why not, or fails when root tests are required.
+fn can_mount(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var(REQUIRE_ROOT_ENV).as_deref() != Ok("1"),
+        "{test} needs root and {REQUIRE_ROOT_ENV}=1 says root tests must run"
+    );
+    eprintln!("skipped {test}: needs root to mount a small file system");
+    false
+}
+
+fn run_command(program: &str, args: &[&str]) {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| panic!("{program}: {error}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A small file system mounted on a temp dir, unmounted on drop.
+struct SmallFs {
+    mount_point: tempfile::TempDir,
+    _image_dir: Option<tempfile::TempDir>,
+}
+
+impl SmallFs {
+    fn tmpfs(size: &str) -> SmallFs {
+        let mount_point = tempfile::tempdir().expect("mount point");
+        let path = mount_point.path().to_str().expect("utf-8 path");
+        run_command(
+            "mount",
+            &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", path],
+        );
+        SmallFs {
+            mount_point,
+            _image_dir: None,
+        }
+    }
+
+    fn ext4(megabytes: u64) -> SmallFs {
+        let image_dir = tempfile::tempdir().expect("image dir");
+        let image = image_dir.path().join("fs.img");
+        std::fs::File::create(&image)
+            .and_then(|file| file.set_len(megabytes << 20))
+            .expect("image file");
+        let image = image.to_str().expect("utf-8 path");
+        run_command("mkfs.ext4", &["-q", "-F", image]);
+        let mount_point = tempfile::tempdir().expect("mount point");
+        let path = mount_point.path().to_str().expect("utf-8 path");
+        run_command("mount", &["-o", "loop", image, path]);
+        SmallFs {
+            mount_point,
+            _image_dir: Some(image_dir),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.mount_point.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let path = self.mount_point.path().to_string_lossy().into_owned();
+        let _ = Command::new("umount").args(["-l", &path]).status();
+    }
+}
+
+/// Writes `path` until the file system is full.
+fn fill(path: &Path) {
+    let mut file = std::fs::File::create(path).expect("filler file");
+    let chunk = vec![0xa5u8; 64 << 10];
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => {
+                assert!(capacity::is_capacity_io(&error), "filling: {error}");
+                break;
+            }
+        }
+    }
+    let _ = file.sync_all();
+}
+
+fn identity(pid: u32) -> ProcessIdentity {
+    ProcessIdentity {
+        pid,
+        start_time: 1,
+        boot_id: "b".to_string(),
+    }
+}
+
+/// A chain with large step texts, so each RunCreated takes real space.
+fn big_spec(steps: usize) -> RunSpec {
+    RunSpec {
+        name: None,
+        mode: Mode::Chain,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: (0..steps)
+            .map(|index| StepSpec {
+                name: format!("step-{index}"),
+                action: StepAction::Shell {
+                    script: format!("echo {}", "x".repeat(3000)),
+                },
+            })
+            .collect(),
+    }
+}
+
+/// The batches of a whole chain lifecycle after RunCreated.
+fn lifecycle(steps: u32) -> Vec<Vec<Event>> {
+    let mut batches = vec![vec![Event::RunnerStarted {
+        runner: identity(10),
+        instance_id: "r".to_string(),
+    }]];
+    for step in 0..steps {
+        batches.push(vec![Event::StepRunning {
+            step,
+            process: Some(identity(100 + step)),
+        }]);
+        batches.push(vec![Event::StepFinished {
+            step,
+            outcome: StepOutcome {
+                end: StepEnd::Complete,
+                exit_code: Some(0),
+                error: None,
+            },
+        }]);
+    }
+    batches.push(vec![
+        Event::Terminal {
+            state: TerminalState::Complete,
+            error: None,
+            summary: "ok".to_string(),
+            exit_code: 0,
+            repaired_by: None,
+        },
+        Event::ProcessTerminalObserved {
+            instance_id: "r".to_string(),
+            exit: Some(ProcessExit {
+                code: Some(0),
+                signal: None,
+            }),
+            proof: Proof::Observed,
+            observer: Observer::RunnerParent,
+        },
+    ]);
+    batches
+}
+
+/// Waits for `condition`, failing with `what` after a generous bound.
+fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The full scenario on a home that lives on a small file system at `root`.
+fn rides_out_a_full_disk(root: &Path) {
+    let home_dir = root.join("home");
+    let events: Arc<Mutex<Vec<CapacityEvent>>> = Arc::default();
+    let listener_events = Arc::clone(&events);
+    let options = StoreOptions {
+        reserve_bytes: 4 << 20,
+        listener: Some(Arc::new(move |event: &CapacityEvent| {
+            listener_events
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(event.clone());
+        })),
+    };
+    let store =
+        Arc::new(Store::open_with(Home::at(&home_dir), options).expect("open on the small fs"));
+    assert!(
+        store.home().reserve_path().is_file(),
+        "the reserve is made at open"
+    );
+    let steps = 4u32;
+    let chain = store
+        .create_run(big_spec(steps as usize), HostIds::default())
+        .expect("create the chain")
+        .run;
+
+    let filler = root.join("filler-1");
+    fill(&filler);
+    let has_event = |wanted: fn(&CapacityEvent) -> bool| {
+        events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .any(wanted)
+    };
+
+    // The "runner": the chain progresses while big runs are created beside it, all on the full
+    // disk. Each acknowledged batch is recorded with the events it carried.
+    let acked: Arc<Mutex<Vec<(RunId, u64, u64, Vec<Event>)>>> = Arc::default();
+    let writer = {
+        let store = Arc::clone(&store);
+        let acked = Arc::clone(&acked);
+        std::thread::spawn(move || {
+            let mut chain_batches = lifecycle(steps).into_iter();
+            for round in 0..40 {
+                let created = store
+                    .create_run(big_spec(60), HostIds::default())
+                    .expect("a create lands eventually");
+                acked.lock().expect("acks").push((
+                    created.run,
+                    created.first_seq,
+                    created.last_seq,
+                    vec![],
+                ));
+                if round % 5 == 0 {
+                    if let Some(events) = chain_batches.next() {
+                        let appended = store
+                            .append(chain, events.clone(), Condition::expect_not_terminal())
+                            .expect("a chain transition lands eventually");
+                        acked.lock().expect("acks").push((
+                            chain,
+                            appended.first_seq,
+                            appended.last_seq,
+                            events,
+                        ));
+                    }
+                }
+            }
+            for events in chain_batches {
+                let appended = store
+                    .append(chain, events.clone(), Condition::none())
+                    .expect("a chain transition lands eventually");
+                acked.lock().expect("acks").push((
+                    chain,
+                    appended.first_seq,
+                    appended.last_seq,
+                    events,
+                ));
+            }
+        })
+    };
+
+    // The first capacity error releases the reserve; then the disk is filled again, so the
+    // writer must wait for space.
+    wait_for("the reserve to be released", || {
+        has_event(|event| matches!(event, CapacityEvent::ReserveReleased { .. }))
+    });
+    assert!(!store.home().reserve_path().exists());
+    fill(&root.join("filler-2"));
+    wait_for("the writer to be blocked", || {
+        has_event(|event| matches!(event, CapacityEvent::Blocked { .. }))
+    });
+    // The disk stays full, so the writer keeps meeting ENOSPC and its marker stays up.
+    wait_for("other processes to see the block", || {
+        let status = capacity::read_status(store.home()).expect("capacity status");
+        status.blocked_since_ms().is_some() && !status.has_reserve
+    });
+
+    // Space returns.
+    std::fs::remove_file(&filler).expect("free space");
+    std::fs::remove_file(root.join("filler-2")).expect("free space");
+    writer.join().expect("every append was acknowledged");
+    wait_for("the writer to be unblocked", || {
+        has_event(|event| matches!(event, CapacityEvent::Unblocked { .. }))
+    });
+    assert!(has_event(|event| matches!(
+        event,
+        CapacityEvent::ReserveRestored { .. }
+    )));
+    assert!(store.home().reserve_path().is_file(), "the reserve is back");
+    assert!(
+        capacity::read_status(store.home())
+            .expect("status")
+            .blocked
+            .is_empty(),
+        "no longer blocked"
+    );
+    assert_eq!(
+        store.flush_projections(Duration::from_secs(30)),
+        0,
+        "projections caught up"
+    );
+
+    // Every acknowledged event present once, in order; every run consistent.
+    let view = store.journal().view().expect("view");
+    let acked = acked.lock().expect("acks");
+    let mut per_run: BTreeMap<RunId, Vec<(u64, u64)>> = BTreeMap::new();
+    for (run, first, last, events) in acked.iter() {
+        per_run.entry(*run).or_default().push((*first, *last));
+        if !events.is_empty() {
+            let records = view.records(*run).expect("records");
+            let stored: Vec<&Event> = records
+                .iter()
+                .filter(|record| (*first..=*last).contains(&record.seq))
+                .map(|record| &record.event)
+                .collect();
+            assert_eq!(
+                stored,
+                events.iter().collect::<Vec<_>>(),
+                "run {run} {first}..{last}"
+            );
+        }
+    }
+    assert_eq!(per_run.len(), 41, "40 big runs and the chain");
+    for (run, mut batches) in per_run {
+        batches.sort();
+        let records = view.records(run).expect("records");
+        let acked_seqs: Vec<u64> = batches
+            .iter()
+            .flat_map(|(first, last)| *first..=*last)
+            .collect();
+        let stored_seqs: Vec<u64> = records.iter().map(|record| record.seq).collect();
+        let created_seq = vec![1];
+        let expected = if run == chain {
+            [created_seq, acked_seqs].concat()
+        } else {
+            acked_seqs
+        };
+        assert_eq!(
+            stored_seqs, expected,
+            "run {run}: each acknowledged record once, gap-free"
+        );
+        let snapshot = view.snapshot(run).expect("snapshot").expect("exists");
+        let replayed = state::replay(&records).expect("fold").expect("non-empty");
+        assert_eq!(snapshot, replayed, "run {run}: snapshot equals replay");
+        let (state, records) = projection::load(&view, run).expect("load");
+        let damage: Vec<_> =
+            projection::check_plan(&projection::plan(store.home(), &state, &records))
+                .into_iter()
+                .filter(|difference| difference.is_damage())
+                .collect();
+        assert!(
+            damage.is_empty(),
+            "run {run}: projections equal a fresh replay: {damage:?}"
+        );
+    }
+    let chain_state = view.snapshot(chain).expect("snapshot").expect("exists");
+    assert_eq!(chain_state.status, RunStatus::Complete);
+    assert!(chain_state.is_closed());
+    drop(view);
+    assert!(
+        store
+            .journal()
+            .check_integrity()
+            .expect("integrity check runs"),
+        "redb's integrity check passes"
+    );
+}
+
+#[test]
+fn a_full_tmpfs_delays_writes_and_loses_nothing() {
+    if !can_mount("a_full_tmpfs_delays_writes_and_loses_nothing") {
+        return;
+    }
+    let fs = SmallFs::tmpfs("32m");
+    rides_out_a_full_disk(fs.path());
+}
+
+#[test]
+fn a_full_ext4_delays_writes_and_loses_nothing() {
+    if !can_mount("a_full_ext4_delays_writes_and_loses_nothing") {
+        return;
+    }
+    let fs = SmallFs::ext4(48);
+    rides_out_a_full_disk(fs.path());
+}
+
+#[test]
+fn a_journal_cannot_be_created_on_a_full_disk_and_nothing_is_left_half_made() {
+    if !can_mount("a_journal_cannot_be_created_on_a_full_disk_and_nothing_is_left_half_made") {
+        return;
+    }
+    let fs = SmallFs::tmpfs("4m");
+    fill(&fs.path().join("filler"));
+    let home_dir: PathBuf = fs.path().join("home");
+    let error = Store::open_with(
+        Home::at(&home_dir),
+        StoreOptions {
+            reserve_bytes: 1 << 20,
+            listener: None,
+        },
+    )
+    .expect_err("no room for a journal");
+    let message = error.to_string();
+    assert!(message.contains("No space left on device"), "{message}");
+    assert!(
+        message.contains("journal.redb"),
+        "the message names the file: {message}"
+    );
+    assert!(
+        !home_dir.exists(),
+        "nothing half made is left: {}",
+        home_dir.display()
+    );
+}
+
+const EMFILE_CHILD_ENV: &str = "RUNJOURNAL_TEST_EMFILE_CHILD";
+
+/// In a child process (the limit is per process): with every file descriptor in use, an
+/// append still commits (its journal file is already open) and the projection waits; once
+/// descriptors are free again it is written, equal to a fresh projection.
+#[test]
+fn running_out_of_file_descriptors_delays_projections_and_loses_nothing() {
+    if let Ok(home) = std::env::var(EMFILE_CHILD_ENV) {
+        emfile_child(Path::new(&home));
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let status = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "running_out_of_file_descriptors_delays_projections_and_loses_nothing",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(EMFILE_CHILD_ENV, dir.path())
+        .status()
+        .expect("spawn the child");
+    assert!(status.success(), "the child's checks passed");
+}
+
+fn emfile_child(home_dir: &Path) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let store = Store::open_with(
+        Home::at(home_dir),
+        StoreOptions {
+            reserve_bytes: 0,
+            listener: None,
+        },
+    )
+    .expect("open");
+    let run = store
+        .create_run(big_spec(1), HostIds::default())
+        .expect("create")
+        .run;
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    setrlimit(Resource::RLIMIT_NOFILE, 256, hard).expect("setrlimit");
+    let mut hoard = Vec::new();
+    loop {
+        match std::fs::File::open("/dev/null") {
+            Ok(file) => hoard.push(file),
+            Err(error) => {
+                assert!(capacity::is_capacity_io(&error), "{error}");
+                break;
+            }
+        }
+    }
+    // No descriptor is left: the projection cannot make its temp file.
+    let appended = store
+        .append(
+            run,
+            vec![Event::RunnerStarted {
+                runner: identity(1),
+                instance_id: "r".to_string(),
+            }],
+            Condition::none(),
+        )
+        .expect("the commit needs no new descriptor");
+    assert_eq!(appended.last_seq, 2);
+    assert_eq!(store.pending_projections(), 1, "the projection waits");
+    drop(hoard);
+    let status = std::fs::read_to_string(store.home().status_path(run)).expect("status");
+    assert!(
+        status.contains("\"journalSeq\": 1") || status.contains("\"journalSeq\": 2"),
+        "{status}"
+    );
+    assert_eq!(store.flush_projections(Duration::from_secs(30)), 0);
+    let view = store.journal().view().expect("view");
+    let (state, records) = projection::load(&view, run).expect("load");
+    assert!(
+        projection::check_plan(&projection::plan(store.home(), &state, &records)).is_empty(),
+        "the projection caught up"
+    );
+}
