@@ -182,6 +182,9 @@ fn lifecycle(steps: u32) -> Vec<Vec<Event>> {
     batches
 }
 
+/// An acknowledged batch: run, first seq, last seq, and the events (empty for a create).
+type AckedBatch = (RunId, u64, u64, Vec<Event>);
+
 /// Waits for `condition`, failing with `what` after a generous bound.
 fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     let started = Instant::now();
@@ -232,7 +235,7 @@ fn rides_out_a_full_disk(root: &Path) {
 
     // The "runner": the chain progresses while big runs are created beside it, all on the full
     // disk. Each acknowledged batch is recorded with the events it carried.
-    let acked: Arc<Mutex<Vec<(RunId, u64, u64, Vec<Event>)>>> = Arc::default();
+    let acked: Arc<Mutex<Vec<AckedBatch>>> = Arc::default();
     let writer = {
         let store = Arc::clone(&store);
         let acked = Arc::clone(&acked);
@@ -248,18 +251,17 @@ fn rides_out_a_full_disk(root: &Path) {
                     created.last_seq,
                     vec![],
                 ));
-                if round % 5 == 0 {
-                    if let Some(events) = chain_batches.next() {
-                        let appended = store
-                            .append(chain, events.clone(), Condition::expect_not_terminal())
-                            .expect("a chain transition lands eventually");
-                        acked.lock().expect("acks").push((
-                            chain,
-                            appended.first_seq,
-                            appended.last_seq,
-                            events,
-                        ));
-                    }
+                let next = (round % 5 == 0).then(|| chain_batches.next()).flatten();
+                if let Some(events) = next {
+                    let appended = store
+                        .append(chain, events.clone(), Condition::expect_not_terminal())
+                        .expect("a chain transition lands eventually");
+                    acked.lock().expect("acks").push((
+                        chain,
+                        appended.first_seq,
+                        appended.last_seq,
+                        events,
+                    ));
                 }
             }
             for events in chain_batches {
