@@ -11,6 +11,7 @@ pub mod home;
 pub mod journal;
 pub mod liveness;
 pub mod projection;
+pub mod spec;
 pub mod state;
 pub mod store;
 
