@@ -3,14 +3,17 @@
 //! (`status.json`, result files, `events.jsonl`) are projections rebuilt from that journal.
 
 pub mod capacity;
+pub mod control;
 pub mod durable_fs;
 pub mod event;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod home;
 pub mod journal;
+pub mod launch;
 pub mod liveness;
 pub mod projection;
+pub mod runner;
 pub mod spec;
 pub mod state;
 pub mod store;
