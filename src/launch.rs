@@ -151,8 +151,10 @@ pub fn launch(
                     store.home().runner_log_path(run).display()
                 ),
                 None => format!(
-                    "runner did not start within {} s; see {}",
-                    start_timeout.as_secs(),
+                    "runner did not start within {}; see {}",
+                    crate::spec::format_duration_ms(
+                        u64::try_from(start_timeout.as_millis()).unwrap_or(u64::MAX)
+                    ),
                     store.home().runner_log_path(run).display()
                 ),
             };
