@@ -3,16 +3,20 @@
 //! (`status.json`, result files, `events.jsonl`) are projections rebuilt from that journal.
 
 pub mod capacity;
+pub mod control;
 pub mod durable_fs;
 pub mod event;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod home;
 pub mod journal;
+pub mod launch;
 pub mod liveness;
 pub mod process_group;
 pub mod projection;
 pub mod reconcile;
+pub mod runner;
+pub mod spec;
 pub mod state;
 pub mod store;
 mod sync;

@@ -1,0 +1,138 @@
+//! Acting on runs from outside: `stop`, `dismiss`, `job update`.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use runjournal::Home;
+use runjournal::control::{self, ControlError, DismissOutcome, StopOutcome};
+use runjournal::event::{ExternalJobStatus, JobState, MAX_TEXT_BYTES};
+
+use crate::{CliResult, Failure, bad_input, check_run_text, open_store, resolve};
+
+#[derive(Subcommand)]
+pub enum JobCommand {
+    /// Push an external job's status straight into the journal (the step must be running).
+    Update {
+        /// Run id, or a unique prefix of at least 8 characters.
+        run: String,
+        /// The external-job step's number (from 0).
+        step: String,
+        /// queued, running, succeeded, failed or cancelled.
+        #[arg(long)]
+        state: String,
+        /// Progress, a finite number (as the provider reports it, e.g. 0.4 or 40).
+        #[arg(long)]
+        progress: Option<String>,
+        #[arg(long)]
+        message: Option<String>,
+        #[arg(long)]
+        url: Option<String>,
+        /// The provider's id of the job.
+        #[arg(long)]
+        id: Option<String>,
+    },
+}
+
+fn control_failure(error: ControlError) -> Failure {
+    if error.is_bad_input() {
+        bad_input(error)
+    } else {
+        Failure::Error(error.into())
+    }
+}
+
+/// `runjournal stop RUN`.
+pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
+    check_run_text(text)?;
+    let store = open_store(home)?;
+    let run = resolve(&store, text)?;
+    let by = format!("runjournal stop (pid {})", std::process::id());
+    let outcome = control::request_stop(&store, run, &by, reason).map_err(control_failure)?;
+    match outcome {
+        StopOutcome::Requested { signalled } | StopOutcome::AlreadyRequested { signalled } => {
+            let again = if matches!(outcome, StopOutcome::AlreadyRequested { .. }) {
+                " (already requested)"
+            } else {
+                ""
+            };
+            let how = if signalled {
+                "runner signalled"
+            } else {
+                "the runner will see it when it next looks"
+            };
+            println!("run {run}: stop requested{again}; {how}");
+        }
+        StopOutcome::AlreadyEnded { state } => {
+            println!("run {run} has already ended ({state}); nothing to stop");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `runjournal dismiss RUN`.
+pub fn dismiss(home: Home, text: &str) -> CliResult {
+    check_run_text(text)?;
+    let store = open_store(home)?;
+    let run = resolve(&store, text)?;
+    match control::dismiss(&store, run).map_err(control_failure)? {
+        DismissOutcome::Dismissed => println!("run {run} dismissed"),
+        DismissOutcome::AlreadyDismissed => println!("run {run} was already dismissed"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `runjournal job ...`.
+pub fn job(home: Home, command: JobCommand) -> CliResult {
+    match command {
+        JobCommand::Update {
+            run,
+            step,
+            state,
+            progress,
+            message,
+            url,
+            id,
+        } => {
+            // Everything is checked before the journal is opened.
+            check_run_text(&run)?;
+            let step: u32 = step.parse().map_err(|_| {
+                bad_input(format!("step {step:?} is not a step number (0, 1, ...)"))
+            })?;
+            let state: JobState = state.parse().map_err(bad_input)?;
+            let progress = progress
+                .map(|text| match text.parse::<f64>() {
+                    Ok(value) if value.is_finite() => Ok(value),
+                    _ => Err(bad_input(format!(
+                        "progress {text:?} is not a finite number"
+                    ))),
+                })
+                .transpose()?;
+            for (field, value) in [("message", &message), ("url", &url), ("id", &id)] {
+                if let Some(value) = value.as_ref().filter(|value| value.len() > MAX_TEXT_BYTES) {
+                    return Err(bad_input(format!(
+                        "--{field} is {} bytes, over the limit of {MAX_TEXT_BYTES}",
+                        value.len()
+                    )));
+                }
+            }
+            let status = ExternalJobStatus {
+                state,
+                id,
+                progress,
+                message,
+                url,
+            };
+            let store = open_store(home)?;
+            let run = resolve(&store, &run)?;
+            let appended =
+                control::push_job_update(&store, run, step, status).map_err(control_failure)?;
+            println!(
+                "run {run}: step {step} job {} (record {})",
+                state.as_str(),
+                appended.last_seq
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! `runjournal run` and the hidden `__runner`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use runjournal::event::{Mode, StepAction};
+use runjournal::launch::{self, FollowEnd, Launched, RunnerProgram, RunnerStart};
+use runjournal::runner::{self, RunnerConfig, RunnerOutcome};
+use runjournal::spec::{self, RunDraft, RunRequest, SpecFile};
+use runjournal::{Home, RunId, RunState, Store};
+
+use crate::{
+    CliResult, EXIT_ERROR, Failure, bad_input, open_store, reconcile_before_reading, render,
+};
+
+/// How long `run --wait` waits for the runner process to exit once the run is terminal.
+const RUNNER_EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// A name for the run (shown by list and status; `name:<NAME>` alias in the journal).
+    #[arg(long)]
+    name: Option<String>,
+    /// single (one step), chain (in order, stop at the first failure) or parallel
+    /// [default: single for one step, else chain].
+    #[arg(long, value_parser = mode_arg)]
+    mode: Option<Mode>,
+    /// Most steps at once in parallel mode [default: all].
+    #[arg(long, value_name = "N")]
+    concurrency: Option<u32>,
+    /// End the run, failed, after this long (500ms, 30s, 5m, 1h30m).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    timeout: Option<Duration>,
+    /// The host's session id (recorded, and used for the result index).
+    #[arg(long, value_name = "S")]
+    session_id: Option<String>,
+    /// The host's completion owner id.
+    #[arg(long, value_name = "O")]
+    owner_id: Option<String>,
+    /// The host's tool call id (`tool-call:<T>` alias in the journal).
+    #[arg(long, value_name = "T")]
+    tool_call_id: Option<String>,
+    /// Follow the run to its end, printing each transition; exit with the run's exit code.
+    #[arg(long)]
+    wait: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// A step run by `sh -c` (repeatable; kept in order with --external-job).
+    #[arg(long = "step", value_name = "SHELL CMD", conflicts_with = "command")]
+    steps: Vec<String>,
+    /// An external-job step: a provider command, run by `sh -c`, that prints one JSON status
+    /// per line (repeatable; kept in order with --step).
+    #[arg(
+        long = "external-job",
+        value_name = "PROVIDER CMD",
+        conflicts_with = "command"
+    )]
+    external_jobs: Vec<String>,
+    /// The run as a JSON file (see the README); flags given as well override its fields.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["steps", "external_jobs", "command"])]
+    spec: Option<PathBuf>,
+    /// A single command step: a program and its arguments, run without a shell.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// The command-line positions of `--step` and `--external-job` values, so their steps keep the
+/// order in which they were given.
+#[derive(Default)]
+pub struct StepOrder {
+    steps: Vec<usize>,
+    external_jobs: Vec<usize>,
+}
+
+impl StepOrder {
+    pub fn from_matches(matches: &clap::ArgMatches) -> StepOrder {
+        let indices = |id: &str| -> Vec<usize> {
+            matches
+                .indices_of(id)
+                .map(|indices| indices.collect())
+                .unwrap_or_default()
+        };
+        StepOrder {
+            steps: indices("steps"),
+            external_jobs: indices("external_jobs"),
+        }
+    }
+}
+
+pub fn mode_arg(text: &str) -> Result<Mode, String> {
+    match text {
+        "single" => Ok(Mode::Single),
+        "chain" => Ok(Mode::Chain),
+        "parallel" => Ok(Mode::Parallel),
+        other => Err(format!(
+            "unknown mode {other:?} (expected single, chain or parallel)"
+        )),
+    }
+}
+
+pub fn duration_arg(text: &str) -> Result<Duration, String> {
+    spec::parse_duration(text).map_err(|error| error.to_string())
+}
+
+/// Turns the arguments into a checked run; nothing is written.
+fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
+    let mut draft = match &args.spec {
+        Some(path) => {
+            let bytes = std::fs::read(path)
+                .map_err(|error| bad_input(format!("spec {}: {error}", path.display())))?;
+            SpecFile::parse(&bytes)
+                .and_then(SpecFile::into_draft)
+                .map_err(|error| bad_input(format!("spec {}: {error}", path.display())))?
+        }
+        None => {
+            let mut positioned: Vec<(usize, StepAction)> = Vec::new();
+            for (script, position) in args.steps.iter().zip(order.steps.iter().copied()) {
+                positioned.push((
+                    position,
+                    StepAction::Shell {
+                        script: script.clone(),
+                    },
+                ));
+            }
+            for (provider, position) in args
+                .external_jobs
+                .iter()
+                .zip(order.external_jobs.iter().copied())
+            {
+                positioned.push((
+                    position,
+                    StepAction::ExternalJob {
+                        provider: provider.clone(),
+                    },
+                ));
+            }
+            positioned.sort_by_key(|(position, _)| *position);
+            let mut steps: Vec<_> = positioned
+                .into_iter()
+                .map(|(_, action)| spec::named_step(action))
+                .collect();
+            if !args.command.is_empty() {
+                steps.push(spec::named_step(StepAction::Command {
+                    argv: args.command.clone(),
+                }));
+            }
+            RunDraft {
+                steps,
+                ..RunDraft::default()
+            }
+        }
+    };
+    // Flags override the spec file's fields.
+    if args.name.is_some() {
+        draft.name = args.name.clone();
+    }
+    if args.mode.is_some() {
+        draft.mode = args.mode;
+    }
+    if args.concurrency.is_some() {
+        draft.concurrency = args.concurrency;
+    }
+    if args.timeout.is_some() {
+        draft.timeout = args.timeout;
+    }
+    let hosts = &mut draft.hosts;
+    for (field, flag) in [
+        (&mut hosts.session_id, &args.session_id),
+        (&mut hosts.completion_owner_id, &args.owner_id),
+        (&mut hosts.tool_call_id, &args.tool_call_id),
+    ] {
+        if flag.is_some() {
+            field.clone_from(flag);
+        }
+    }
+    if draft.cwd.is_none() {
+        draft.cwd = std::env::current_dir()
+            .ok()
+            .and_then(|dir| dir.to_str().map(str::to_string));
+    }
+    draft.finish().map_err(bad_input)
+}
+
+/// `runjournal run`.
+pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
+    let request = request(&args, order)?;
+    let store = open_store(home)?;
+    let program = RunnerProgram {
+        program: std::env::current_exe().context("finding this program to start the runner")?,
+        leading_args: vec!["__runner".into()],
+    };
+    let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
+        .context("launching the run")?;
+    if args.wait {
+        follow(&store, launched, args.json)
+    } else {
+        report_launch(&store, &launched, args.json)
+    }
+}
+
+fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
+    let run = launched.run;
+    let home = store.home();
+    let (state, runner_pid, error) = match &launched.start {
+        RunnerStart::Started { pid, .. } => ("running", Some(*pid), None),
+        RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
+    };
+    if json {
+        let object = serde_json::json!({
+            "runId": run.to_string(),
+            "state": state,
+            "runnerPid": runner_pid,
+            "error": error,
+            "statusPath": home.status_path(run),
+            "resultPath": home.result_path(run),
+        });
+        println!("{object}");
+    } else {
+        match runner_pid {
+            Some(pid) => println!("run {run} started (runner pid {pid})"),
+            None => println!("run {run} failed to start"),
+        }
+        println!("status: {}", home.status_path(run).display());
+        println!("result: {}", home.result_path(run).display());
+    }
+    match error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(error) => {
+            eprintln!("runjournal: run {run}: {error}");
+            Ok(ExitCode::from(EXIT_ERROR))
+        }
+    }
+}
+
+/// `run --wait`: prints each transition as it lands, records the runner's exit as its parent,
+/// exits with the run's exit code.
+fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
+    let run = launched.run;
+    let spec_state = store
+        .journal()
+        .view()
+        .and_then(|view| view.snapshot(run))
+        .context("reading the run")?
+        .context("the run vanished from the journal")?;
+    let spec = spec_state.spec;
+    let end = launch::follow(store, run, 0, launched.runner.as_mut(), None, |record| {
+        if !json {
+            println!("{}", render::record_line(record, &spec));
+        }
+    })
+    .context("following the run")?;
+    let instance_id = match &launched.start {
+        RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
+        RunnerStart::NotStarted { .. } => None,
+    };
+    let state = match end {
+        FollowEnd::Terminal(state) => {
+            if let (Some(child), Some(instance_id)) = (launched.runner.as_mut(), &instance_id) {
+                match launch::wait_with_timeout(child, RUNNER_EXIT_TIMEOUT) {
+                    Ok(Some(status)) => {
+                        launch::record_runner_exit(
+                            store,
+                            run,
+                            instance_id,
+                            launch::process_exit(status),
+                        )
+                        .context("recording the runner's exit")?;
+                    }
+                    Ok(None) => eprintln!(
+                        "runjournal: run {run}: the runner has not exited {} s after the run ended; leaving it",
+                        RUNNER_EXIT_TIMEOUT.as_secs()
+                    ),
+                    Err(error) => {
+                        eprintln!("runjournal: run {run}: waiting for the runner failed: {error}")
+                    }
+                }
+            }
+            state
+        }
+        FollowEnd::RunnerExited { state, exit } => {
+            if let Some(instance_id) = &instance_id {
+                launch::record_runner_exit(store, run, instance_id, exit)
+                    .context("recording the runner's exit")?;
+            }
+            reconcile_before_reading(store);
+            return Err(Failure::Error(anyhow::anyhow!(
+                "run {run}: its runner exited ({}) without recording an outcome (state {}); see {}",
+                render::exit_text(exit),
+                state.status,
+                store.home().runner_log_path(run).display()
+            )));
+        }
+        FollowEnd::RunnerGone(state) | FollowEnd::TimedOut(state) => {
+            return Err(Failure::Error(anyhow::anyhow!(
+                "run {run}: stopped following it while {}",
+                state.status
+            )));
+        }
+    };
+    print_end(store, &state, json);
+    Ok(exit_code_of(&state))
+}
+
+fn print_end(store: &Store, state: &RunState, json: bool) {
+    let run = state.run_id;
+    let home = store.home();
+    let terminal = state.terminal.as_ref();
+    if json {
+        let object = serde_json::json!({
+            "runId": run.to_string(),
+            "state": state.status.as_str(),
+            "exitCode": terminal.map(|terminal| terminal.exit_code),
+            "error": terminal.and_then(|terminal| terminal.error.clone()),
+            "statusPath": home.status_path(run),
+            "resultPath": home.result_path(run),
+        });
+        println!("{object}");
+    } else {
+        println!("status: {}", home.status_path(run).display());
+        println!("result: {}", home.result_path(run).display());
+    }
+}
+
+/// The exit code of a terminal run, as a process exit code (0-255).
+pub fn exit_code_of(state: &RunState) -> ExitCode {
+    let code = state
+        .terminal
+        .as_ref()
+        .map_or(i32::from(EXIT_ERROR), |terminal| terminal.exit_code);
+    ExitCode::from(u8::try_from(code.rem_euclid(256)).unwrap_or(EXIT_ERROR))
+}
+
+/// `runjournal __runner RUN`: runs the run's steps. Its stdout and stderr are runner.log.
+pub fn runner(home: Home, run: &str) -> CliResult {
+    let run: RunId = run.parse().map_err(bad_input)?;
+    match runner::run_in_process(home, run, RunnerConfig::default()) {
+        Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => Err(Failure::Error(
+            anyhow::Error::new(error).context(format!("runner of run {run}")),
+        )),
+    }
+}

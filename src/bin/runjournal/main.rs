@@ -1,0 +1,246 @@
+//! The `runjournal` command line: argument parsing, output and exit codes. The work is in the
+//! library (`runjournal::launch`, `runjournal::runner`, `runjournal::control`).
+
+mod control;
+mod inspect;
+mod launch;
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use runjournal::event::RunIdError;
+use runjournal::journal::ResolveError;
+use runjournal::{Home, RunId, Store};
+
+/// Exit code: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the journal or the system failed (I/O, storage, a runner that died).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit code: bad input (usage, unknown or ambiguous run id, malformed spec, bad duration, ...).
+/// Nothing was written.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code of `wait --timeout` when the run is still going (EX_TEMPFAIL).
+pub const EXIT_WAIT_TIMEOUT: u8 = 75;
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    success
+  1    the journal or the system failed (or a run failed with code 1, for run --wait and wait)
+  2    bad input: usage, unknown or ambiguous run id, malformed spec, bad duration, step out of
+       range, an update of a step that is not an external job; nothing was written
+  75   wait --timeout: the run is still going
+  run --wait and wait exit with the run's own exit code: 0 complete; a failed run's failing
+  step's code (128+N if killed by signal N, 127 if its program was not found), else 1;
+  124 timed out; 143 stopped; 130 interrupted.";
+
+/// Crash-safe background runs: every transition journaled before it is acted on.
+#[derive(Parser)]
+#[command(version, about, after_help = EXIT_CODES_HELP)]
+struct Cli {
+    /// State directory [default: $RUNJOURNAL_HOME, else $XDG_STATE_HOME/runjournal, else
+    /// ~/.local/state/runjournal].
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Launch a run in the background: its steps run in a detached runner that outlives this
+    /// command.
+    Run(launch::RunArgs),
+    /// Show a run's state.
+    Status {
+        /// Run id, or a unique prefix of at least 8 characters.
+        run: String,
+        /// Print the status document (status.json's format) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List runs: active ones and recently ended ones, newest first.
+    List {
+        /// Only runs in this state (queued, running, complete, failed, stopped, paused).
+        #[arg(long, value_name = "STATE")]
+        state: Option<String>,
+        /// Every run, dismissed ones included.
+        #[arg(long)]
+        all: bool,
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until a run has ended; exit with its exit code.
+    Wait {
+        /// Run id, or a unique prefix of at least 8 characters.
+        run: String,
+        /// Give up after this long (500ms, 30s, 5m, 1h30m) and exit 75.
+        #[arg(long, value_name = "DURATION", value_parser = launch::duration_arg)]
+        timeout: Option<std::time::Duration>,
+    },
+    /// Print a run's step output (all steps, or one).
+    Logs {
+        /// Run id, or a unique prefix of at least 8 characters.
+        run: String,
+        /// Only this step (numbered from 0).
+        #[arg(long, value_name = "N")]
+        step: Option<u32>,
+        /// Keep printing new output until the run has ended.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Ask a run to stop: recorded in the journal, then the runner is sent SIGTERM.
+    Stop {
+        /// Run id, or a unique prefix of at least 8 characters.
+        run: String,
+        /// Why, as recorded with the request.
+        #[arg(long, default_value = "requested from the command line")]
+        reason: String,
+    },
+    /// Hide a run from `list` (without --all). Nothing is stopped.
+    Dismiss {
+        /// Run id, or a unique prefix of at least 8 characters.
+        run: String,
+    },
+    /// External jobs.
+    Job {
+        #[command(subcommand)]
+        command: control::JobCommand,
+    },
+    /// The runner of a run (started by `run`; not for direct use).
+    #[command(name = "__runner", hide = true)]
+    Runner {
+        /// The full run id.
+        run: String,
+    },
+}
+
+/// How a command failed.
+pub enum Failure {
+    /// The caller asked for something that cannot be: exit 2, nothing written.
+    BadInput(anyhow::Error),
+    /// Something went wrong underneath: exit 1.
+    Error(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Failure {
+        Failure::Error(error)
+    }
+}
+
+/// A bad-input failure with this message.
+pub fn bad_input(message: impl std::fmt::Display) -> Failure {
+    Failure::BadInput(anyhow::anyhow!("{message}"))
+}
+
+pub type CliResult = Result<ExitCode, Failure>;
+
+fn main() -> ExitCode {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(error) => return usage_error(error),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(error),
+    };
+    let result = match Home::resolve(cli.home.as_deref()) {
+        Ok(home) => dispatch(home, cli.command, &matches),
+        Err(error) => Err(Failure::BadInput(error.into())),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure::BadInput(error)) => {
+            eprintln!("runjournal: {}", one_line(&format!("{error:#}")));
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Err(Failure::Error(error)) => {
+            eprintln!("runjournal: {}", one_line(&format!("{error:#}")));
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// Prints a usage error as one line (help and version print as clap does).
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
+        _ => {
+            let rendered = error.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("runjournal: {first}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+/// Error messages are one line: newlines inside quoted input would break that.
+fn one_line(text: &str) -> String {
+    text.replace('\n', "\\n")
+}
+
+fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResult {
+    match command {
+        Command::Run(args) => {
+            let order = matches
+                .subcommand_matches("run")
+                .map(launch::StepOrder::from_matches)
+                .unwrap_or_default();
+            launch::run(home, args, order)
+        }
+        Command::Status { run, json } => inspect::status(home, &run, json),
+        Command::List { state, all, json } => inspect::list(home, state.as_deref(), all, json),
+        Command::Wait { run, timeout } => inspect::wait(home, &run, timeout),
+        Command::Logs { run, step, follow } => inspect::logs(home, &run, step, follow),
+        Command::Stop { run, reason } => control::stop(home, &run, &reason),
+        Command::Dismiss { run } => control::dismiss(home, &run),
+        Command::Job { command } => control::job(home, command),
+        Command::Runner { run } => launch::runner(home, &run),
+    }
+}
+
+/// The single call site of the reconciler (DESIGN.md section 7), made at the start of every
+/// command that reads state (`status`, `list`, `wait`) and when a waited-for runner is found
+/// gone.
+///
+/// It does nothing yet: `runjournal::reconcile::reconcile(&Store)` is being built separately and
+/// is to be called here, its report printed to stderr only when it repaired something.
+pub fn reconcile_before_reading(_store: &Store) {}
+
+/// Checks a run id or prefix against the id alphabet before anything (a path, the journal) is
+/// touched with it.
+pub fn check_run_text(text: &str) -> Result<(), Failure> {
+    let checked: Result<(), RunIdError> = if text.len() == RunId::LEN {
+        text.parse::<RunId>().map(|_| ())
+    } else {
+        RunId::prefix_range(text).map(|_| ())
+    };
+    checked.map_err(bad_input)
+}
+
+/// Opens the home's store.
+pub fn open_store(home: Home) -> Result<Store, Failure> {
+    let root = home.root().display().to_string();
+    Store::open(home)
+        .map_err(|error| Failure::Error(anyhow::Error::new(error).context(format!("home {root}"))))
+}
+
+/// The run named by `text` (a full id or a unique prefix).
+pub fn resolve(store: &Store, text: &str) -> Result<RunId, Failure> {
+    let view = store
+        .journal()
+        .view()
+        .map_err(|error| Failure::Error(error.into()))?;
+    view.resolve(text).map_err(|error| match error {
+        ResolveError::Read(error) => Failure::Error(error.into()),
+        other => bad_input(other),
+    })
+}

@@ -1,0 +1,185 @@
+//! What anyone may do to a run from outside its runner: ask it to stop, push an external job's
+//! status, dismiss it. Each is an append through the reducer, made before anything is acted on.
+//!
+//! Invariant: the runner is signalled only after the request is durable and only if the
+//! process recorded as its runner is alive by its full identity (pid, start time, boot id), so a
+//! stranger that reused the pid is never signalled.
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, now_ms};
+use crate::journal::{AppendError, Appended, Condition, ReadError};
+use crate::liveness::{self, Liveness};
+use crate::state::{RunState, RunStatus, TransitionError};
+use crate::store::Store;
+
+/// The signal `stop` sends the runner. The runner treats it (and SIGINT) as a stop request,
+/// recording one itself if nobody has.
+pub const STOP_SIGNAL: Signal = Signal::SIGTERM;
+
+/// Why a control operation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    #[error("run {run} is not in the journal")]
+    UnknownRun { run: RunId },
+    #[error("run {run} has no step {step} (it has {count} steps, numbered from 0)")]
+    NoSuchStep { run: RunId, step: u32, count: usize },
+    #[error("run {run}: step {step} ({name}) is not an external-job step")]
+    NotExternalJob { run: RunId, step: u32, name: String },
+    #[error("{0}")]
+    Refused(#[source] TransitionError),
+    #[error(transparent)]
+    Append(AppendError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+impl ControlError {
+    /// Whether the caller asked for something the run cannot take (as opposed to a failure of
+    /// the journal): the CLI's exit code 2.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            ControlError::UnknownRun { .. }
+                | ControlError::NoSuchStep { .. }
+                | ControlError::NotExternalJob { .. }
+                | ControlError::Refused(_)
+        )
+    }
+}
+
+impl From<AppendError> for ControlError {
+    fn from(error: AppendError) -> ControlError {
+        match error {
+            AppendError::Transition { source, .. } => ControlError::Refused(source),
+            AppendError::UnknownRun { run } => ControlError::UnknownRun { run },
+            other => ControlError::Append(other),
+        }
+    }
+}
+
+fn snapshot(store: &Store, run: RunId) -> Result<RunState, ControlError> {
+    store
+        .journal()
+        .view()?
+        .snapshot(run)?
+        .ok_or(ControlError::UnknownRun { run })
+}
+
+/// The outcome of a stop request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// The stop is recorded now. `signalled`: the runner was alive and was sent
+    /// [`STOP_SIGNAL`]; otherwise it will see the request when it polls or starts.
+    Requested { signalled: bool },
+    /// A stop was already recorded; the runner was signalled again if alive.
+    AlreadyRequested { signalled: bool },
+    /// The run had already ended; nothing was written.
+    AlreadyEnded { state: RunStatus },
+}
+
+/// Records `ControlRequested(stop)`, then signals the run's runner if it is alive.
+pub fn request_stop(
+    store: &Store,
+    run: RunId,
+    by: &str,
+    reason: &str,
+) -> Result<StopOutcome, ControlError> {
+    let event = Event::ControlRequested {
+        action: ControlAction::Stop,
+        by: by.to_string(),
+        reason: reason.to_string(),
+    };
+    let is_new = match store.append(run, vec![event], Condition::expect_not_terminal()) {
+        Ok(_) => true,
+        Err(AppendError::AlreadyTerminal { state, .. }) => {
+            return Ok(StopOutcome::AlreadyEnded { state });
+        }
+        Err(AppendError::Transition {
+            source: TransitionError::ControlAlreadyRequested { .. },
+            ..
+        }) => false,
+        Err(error) => return Err(error.into()),
+    };
+    let state = snapshot(store, run)?;
+    let signalled = signal_runner(&state);
+    Ok(if is_new {
+        StopOutcome::Requested { signalled }
+    } else {
+        StopOutcome::AlreadyRequested { signalled }
+    })
+}
+
+/// Sends [`STOP_SIGNAL`] to the run's runner if the process recorded as its runner is alive.
+fn signal_runner(state: &RunState) -> bool {
+    let Some(runner) = &state.runner else {
+        return false;
+    };
+    if state.is_terminal() {
+        return false;
+    }
+    if !matches!(liveness::check(&runner.identity), Ok(Liveness::Alive)) {
+        return false;
+    }
+    let Ok(pid) = i32::try_from(runner.identity.pid) else {
+        return false;
+    };
+    kill(Pid::from_raw(pid), STOP_SIGNAL).is_ok()
+}
+
+/// Pushes an external job's status for step `step`: checked against the run's spec first, then
+/// appended through the reducer (which also requires the step to be running).
+pub fn push_job_update(
+    store: &Store,
+    run: RunId,
+    step: u32,
+    job: ExternalJobStatus,
+) -> Result<Appended, ControlError> {
+    let state = snapshot(store, run)?;
+    let spec = state
+        .spec
+        .steps
+        .get(step as usize)
+        .ok_or(ControlError::NoSuchStep {
+            run,
+            step,
+            count: state.spec.steps.len(),
+        })?;
+    if !spec.is_external_job() {
+        return Err(ControlError::NotExternalJob {
+            run,
+            step,
+            name: spec.name.clone(),
+        });
+    }
+    Ok(store.append(
+        run,
+        vec![Event::ExternalJobUpdated { step, job }],
+        Condition::none(),
+    )?)
+}
+
+/// The outcome of a dismissal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DismissOutcome {
+    Dismissed,
+    AlreadyDismissed,
+}
+
+/// Hides the run from default listings. Nothing is stopped.
+pub fn dismiss(store: &Store, run: RunId) -> Result<DismissOutcome, ControlError> {
+    match store.append(
+        run,
+        vec![Event::Dismissed { at_ms: now_ms() }],
+        Condition::none(),
+    ) {
+        Ok(_) => Ok(DismissOutcome::Dismissed),
+        Err(AppendError::Transition {
+            source: TransitionError::AlreadyDismissed { .. },
+            ..
+        }) => Ok(DismissOutcome::AlreadyDismissed),
+        Err(error) => Err(error.into()),
+    }
+}

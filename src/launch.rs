@@ -1,0 +1,400 @@
+//! Launching a run and following it: create the run, start its runner detached, and wait until
+//! the journal shows the runner took it. The journal is the handshake (DESIGN.md section 8).
+//!
+//! Invariants:
+//! * the launcher gives up on a run only through a conditional append that no `RunnerStarted`
+//!   preceded (`Terminal` failed + `ProcessTerminalObserved` not-started); once that is durable,
+//!   the reducer refuses any later `RunnerStarted`, so a late runner cannot take the run, and
+//!   only then is the runner killed;
+//! * the runner is started in its own session with stdin from /dev/null and stdout and stderr
+//!   appended to `runs/<id>/runner.log`, so it outlives the launcher and its terminal.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::durable_fs;
+use crate::event::{
+    Event, Observer, ProcessExit, Proof, Record, Repairer, RunId, TerminalState, truncate_text,
+};
+use crate::home::Home;
+use crate::journal::{AppendError, Condition, ReadError};
+use crate::liveness::{self, Liveness};
+use crate::runner::{self, step::open_output_log};
+use crate::spec::RunRequest;
+use crate::state::{RunState, TransitionError};
+use crate::store::Store;
+
+/// How long the launcher waits for `RunnerStarted`.
+pub const RUNNER_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the launcher looks at the journal while it waits.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Most retries of a conditional append whose expected head another writer moved.
+const MAX_HEAD_RETRIES: u32 = 64;
+
+/// How to start a runner: `program leading_args... RUN_ID --home HOME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerProgram {
+    pub program: PathBuf,
+    pub leading_args: Vec<OsString>,
+}
+
+impl RunnerProgram {
+    /// The command that runs `run`'s runner in `home`.
+    pub fn command(&self, home: &Home, run: RunId) -> io::Result<Command> {
+        let root = std::path::absolute(home.root())?;
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.leading_args)
+            .arg(run.to_string())
+            .arg("--home")
+            .arg(root);
+        Ok(command)
+    }
+}
+
+/// Whether the runner took the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerStart {
+    /// `RunnerStarted` is in the journal.
+    Started { instance_id: String, pid: u32 },
+    /// The runner did not take the run; the run is recorded failed (or was ended by someone
+    /// else first).
+    NotStarted { error: String },
+}
+
+/// A launched run.
+#[derive(Debug)]
+pub struct Launched {
+    pub run: RunId,
+    /// The runner process, when it was started and not reaped. The launcher is its parent: it
+    /// may wait for it and record how it ended ([`record_runner_exit`]).
+    pub runner: Option<Child>,
+    pub start: RunnerStart,
+}
+
+/// Why a launch failed. A run that was created stays in the journal.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    #[error("creating the run: {0}")]
+    Create(#[source] AppendError),
+    #[error("run {run}: recording that its runner did not start: {source}")]
+    RecordFailure {
+        run: RunId,
+        #[source]
+        source: AppendError,
+    },
+    #[error("run {run}: {source}")]
+    Read {
+        run: RunId,
+        #[source]
+        source: ReadError,
+    },
+    #[error(
+        "run {run}: could not record that its runner did not start: its head kept moving over {MAX_HEAD_RETRIES} attempts"
+    )]
+    HeadKeptMoving { run: RunId },
+    #[error("run {run} disappeared from the journal")]
+    Vanished { run: RunId },
+}
+
+/// Creates the run, starts its runner, and waits up to `start_timeout` for `RunnerStarted`.
+pub fn launch(
+    store: &Store,
+    request: RunRequest,
+    program: &RunnerProgram,
+    start_timeout: Duration,
+) -> Result<Launched, LaunchError> {
+    let created = store
+        .create_run(request.spec, request.hosts)
+        .map_err(LaunchError::Create)?;
+    let run = created.run;
+    let mut runner = match spawn_runner(store.home(), run, program) {
+        Ok(runner) => runner,
+        Err(error) => {
+            let start = give_up(
+                store,
+                run,
+                None,
+                format!("cannot start the runner: {error}"),
+                None,
+            )?;
+            return Ok(Launched {
+                run,
+                runner: None,
+                start,
+            });
+        }
+    };
+    let deadline = Instant::now() + start_timeout;
+    loop {
+        let state = snapshot(store, run)?;
+        if let Some(start) = start_of(&state) {
+            return Ok(Launched {
+                run,
+                runner: Some(runner),
+                start,
+            });
+        }
+        let exited = runner.try_wait().ok().flatten();
+        if exited.is_some() || Instant::now() >= deadline {
+            let error = match exited {
+                Some(status) => format!(
+                    "runner exited ({}) before taking the run; see {}",
+                    describe(status),
+                    store.home().runner_log_path(run).display()
+                ),
+                None => format!(
+                    "runner did not start within {}; see {}",
+                    crate::spec::format_duration_ms(
+                        u64::try_from(start_timeout.as_millis()).unwrap_or(u64::MAX)
+                    ),
+                    store.home().runner_log_path(run).display()
+                ),
+            };
+            let exit = exited.map(process_exit);
+            let start = give_up(
+                store,
+                run,
+                exited.is_none().then_some(&mut runner),
+                error,
+                exit,
+            )?;
+            return Ok(Launched {
+                run,
+                runner: exited.is_none().then_some(runner),
+                start,
+            });
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// `Started` once the run has a runner; `NotStarted` if it ended without one.
+fn start_of(state: &RunState) -> Option<RunnerStart> {
+    if let Some(runner) = &state.runner {
+        return Some(RunnerStart::Started {
+            instance_id: runner.instance_id.clone(),
+            pid: runner.identity.pid,
+        });
+    }
+    if state.is_terminal() || state.process_terminal.is_some() {
+        let error = state
+            .terminal
+            .as_ref()
+            .and_then(|terminal| terminal.error.clone())
+            .unwrap_or_else(|| format!("the run is {} without a runner", state.status));
+        return Some(RunnerStart::NotStarted { error });
+    }
+    None
+}
+
+/// Records that no runner took the run, unless one did meanwhile; then kills the runner
+/// process, which can no longer take it.
+fn give_up(
+    store: &Store,
+    run: RunId,
+    runner: Option<&mut Child>,
+    error: String,
+    exit: Option<ProcessExit>,
+) -> Result<RunnerStart, LaunchError> {
+    let error = truncate_text(&error, crate::event::MAX_TEXT_BYTES);
+    for _ in 0..MAX_HEAD_RETRIES {
+        let state = snapshot(store, run)?;
+        if let Some(start) = start_of(&state) {
+            return Ok(start);
+        }
+        let events = vec![
+            Event::Terminal {
+                state: TerminalState::Failed,
+                error: Some(error.clone()),
+                summary: "the runner never started".to_string(),
+                exit_code: runner::EXIT_FAILED,
+                repaired_by: Some(Repairer::Launcher),
+            },
+            Event::ProcessTerminalObserved {
+                instance_id: String::new(),
+                exit,
+                proof: Proof::NotStarted,
+                observer: Observer::Launcher,
+            },
+        ];
+        match store.append(run, events, Condition::expect_head(state.head_seq)) {
+            Ok(_) => {
+                if let Some(runner) = runner {
+                    // The journal now refuses this runner; make sure it is gone too.
+                    let _ = runner.kill();
+                    let _ = runner.wait();
+                }
+                return Ok(RunnerStart::NotStarted { error });
+            }
+            Err(AppendError::HeadMismatch { .. }) => continue,
+            Err(source) => return Err(LaunchError::RecordFailure { run, source }),
+        }
+    }
+    Err(LaunchError::HeadKeptMoving { run })
+}
+
+fn snapshot(store: &Store, run: RunId) -> Result<RunState, LaunchError> {
+    let read = |source| LaunchError::Read { run, source };
+    store
+        .journal()
+        .view()
+        .map_err(read)?
+        .snapshot(run)
+        .map_err(read)?
+        .ok_or(LaunchError::Vanished { run })
+}
+
+/// Starts the runner detached: its own session, stdin from /dev/null, stdout and stderr
+/// appended to `runs/<id>/runner.log`.
+fn spawn_runner(home: &Home, run: RunId, program: &RunnerProgram) -> io::Result<Child> {
+    durable_fs::ensure_private_dir(&home.run_dir(run))?;
+    let log = open_output_log(&home.runner_log_path(run))?;
+    let mut command = program.command(home, run)?;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log));
+    // SAFETY: setsid is async-signal-safe; it is the only call made between fork and exec.
+    unsafe {
+        command.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+    }
+    command.spawn()
+}
+
+/// How a process ended, as the journal records it.
+pub fn process_exit(status: ExitStatus) -> ProcessExit {
+    ProcessExit {
+        code: status.code(),
+        signal: status.signal(),
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    runner::step::describe_exit(status)
+}
+
+/// How following a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FollowEnd {
+    /// The run is terminal.
+    Terminal(RunState),
+    /// The runner (the caller's child) exited and the run is still not terminal.
+    RunnerExited { state: RunState, exit: ProcessExit },
+    /// The recorded runner is gone (checked by its identity) and the run is not terminal.
+    RunnerGone(RunState),
+    /// The deadline passed first.
+    TimedOut(RunState),
+}
+
+/// Follows `run` until it is terminal, handing each record after `after_seq` to `on_record`
+/// as it lands. With `runner` (the caller is the runner's parent), a runner that exits
+/// without a `Terminal` ends the follow; without it, a recorded runner found dead by its
+/// identity does.
+pub fn follow(
+    store: &Store,
+    run: RunId,
+    mut after_seq: u64,
+    mut runner: Option<&mut Child>,
+    deadline: Option<Instant>,
+    mut on_record: impl FnMut(&Record),
+) -> Result<FollowEnd, LaunchError> {
+    let read = |source| LaunchError::Read { run, source };
+    loop {
+        let view = store.journal().view().map_err(read)?;
+        let state = view
+            .snapshot(run)
+            .map_err(read)?
+            .ok_or(LaunchError::Vanished { run })?;
+        if state.head_seq > after_seq {
+            for record in view.records(run).map_err(read)? {
+                if record.seq > after_seq {
+                    on_record(&record);
+                    after_seq = record.seq;
+                }
+            }
+        }
+        drop(view);
+        if state.is_terminal() {
+            return Ok(FollowEnd::Terminal(state));
+        }
+        let runner_exit = match runner.as_deref_mut() {
+            Some(child) => child.try_wait().ok().flatten(),
+            None => None,
+        };
+        let is_runner_gone = runner_exit.is_some()
+            || (runner.is_none()
+                && state.runner.as_ref().is_some_and(|info| {
+                    matches!(
+                        liveness::check(&info.identity),
+                        Ok(Liveness::Dead | Liveness::OtherBoot)
+                    )
+                }));
+        if is_runner_gone {
+            // It may have recorded its end just before it went: look once more.
+            let state = snapshot(store, run)?;
+            if state.head_seq > after_seq {
+                continue;
+            }
+            if state.is_terminal() {
+                continue;
+            }
+            return Ok(match runner_exit {
+                Some(status) => FollowEnd::RunnerExited {
+                    state,
+                    exit: process_exit(status),
+                },
+                None => FollowEnd::RunnerGone(state),
+            });
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Ok(FollowEnd::TimedOut(state));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Records, as the runner's parent, how the runner process ended. A process terminal someone
+/// else recorded first is fine.
+pub fn record_runner_exit(
+    store: &Store,
+    run: RunId,
+    instance_id: &str,
+    exit: ProcessExit,
+) -> Result<(), AppendError> {
+    let event = Event::ProcessTerminalObserved {
+        instance_id: instance_id.to_string(),
+        exit: Some(exit),
+        proof: Proof::Observed,
+        observer: Observer::RunnerParent,
+    };
+    match store.append(run, vec![event], Condition::none()) {
+        Ok(_)
+        | Err(AppendError::Transition {
+            source: TransitionError::ProcessTerminalAlreadyObserved { .. },
+            ..
+        }) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Waits up to `timeout` for a child to exit; its status, or `None` if it is still running.
+pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

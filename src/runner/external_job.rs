@@ -1,0 +1,200 @@
+//! External-job steps: the provider's stdout, one JSON status per line, turned into
+//! [`ExternalJobStatus`] values.
+//!
+//! A provider line looks like
+//! `{"state": "running", "id": "job-7", "progress": 0.4, "message": "compiling", "url": "https://..."}`;
+//! only `state` is required, and fields we do not know are ignored. Invariant: the parser is
+//! pure and total — any bytes give a status or a [`ProviderLineError`], never a panic — so a
+//! fuzz target can call it directly.
+
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use crate::event::{ExternalJobStatus, JobState, MAX_TEXT_BYTES, truncate_text};
+
+/// Longest provider line accepted, newline excluded.
+pub const MAX_PROVIDER_LINE_BYTES: usize = 64 * 1024;
+
+/// How much of an offending line an error quotes.
+pub const QUOTED_LINE_BYTES: usize = 200;
+
+/// Why a provider line is not a job status. Each variant quotes the line, cut to
+/// [`QUOTED_LINE_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderLineError {
+    #[error(
+        "provider line is {bytes} bytes, over the limit of {MAX_PROVIDER_LINE_BYTES}: {quoted}"
+    )]
+    TooLong { bytes: usize, quoted: String },
+    #[error("provider line is not a JSON job status ({reason}): {quoted}")]
+    Malformed { reason: String, quoted: String },
+    #[error(
+        "provider line has unknown state {state:?} (expected queued, running, succeeded, failed or cancelled): {quoted}"
+    )]
+    UnknownState { state: String, quoted: String },
+    #[error("provider line has progress {progress}, which is not a finite number: {quoted}")]
+    NonFiniteProgress { progress: String, quoted: String },
+    #[error(
+        "provider line's {field} is {bytes} bytes, over the limit of {MAX_TEXT_BYTES}: {quoted}"
+    )]
+    FieldTooLong {
+        field: &'static str,
+        bytes: usize,
+        quoted: String,
+    },
+}
+
+/// The wire shape of a provider line; `state` is read as text so an unknown state gets its
+/// own error.
+#[derive(Deserialize)]
+struct ProviderLine {
+    state: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    progress: Option<f64>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+}
+
+/// The start of `line`, lossily decoded and cut to [`QUOTED_LINE_BYTES`], for error messages.
+pub fn quote_line(line: &[u8]) -> String {
+    let head = &line[..line.len().min(QUOTED_LINE_BYTES + 4)];
+    let text = String::from_utf8_lossy(head);
+    let text = if line.len() > head.len() {
+        format!("{text}…")
+    } else {
+        text.into_owned()
+    };
+    truncate_text(&text, QUOTED_LINE_BYTES)
+}
+
+/// Parses one provider line (without or with its trailing newline).
+pub fn parse_provider_line(line: &[u8]) -> Result<ExternalJobStatus, ProviderLineError> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let quoted = || quote_line(line);
+    if line.len() > MAX_PROVIDER_LINE_BYTES {
+        return Err(ProviderLineError::TooLong {
+            bytes: line.len(),
+            quoted: quoted(),
+        });
+    }
+    let parsed: ProviderLine =
+        serde_json::from_slice(line).map_err(|error| ProviderLineError::Malformed {
+            reason: error.to_string(),
+            quoted: quoted(),
+        })?;
+    let state = JobState::from_str(&parsed.state).map_err(|_| ProviderLineError::UnknownState {
+        state: truncate_text(&parsed.state, 64),
+        quoted: quoted(),
+    })?;
+    // serde_json does not produce NaN or infinities from JSON text, but a huge exponent
+    // overflows to infinity on some inputs; refuse anything the reducer would refuse.
+    if let Some(progress) = parsed.progress.filter(|progress| !progress.is_finite()) {
+        return Err(ProviderLineError::NonFiniteProgress {
+            progress: progress.to_string(),
+            quoted: quoted(),
+        });
+    }
+    for (field, value) in [("id", &parsed.id), ("url", &parsed.url)] {
+        if let Some(value) = value.as_ref().filter(|value| value.len() > MAX_TEXT_BYTES) {
+            return Err(ProviderLineError::FieldTooLong {
+                field,
+                bytes: value.len(),
+                quoted: quoted(),
+            });
+        }
+    }
+    Ok(ExternalJobStatus {
+        state,
+        id: parsed.id,
+        progress: parsed.progress,
+        // A message is prose: cut rather than fail the job over it.
+        message: parsed
+            .message
+            .map(|message| truncate_text(&message, MAX_TEXT_BYTES)),
+        url: parsed.url,
+    })
+}
+
+/// How an external-job step ends once its job reached a terminal state.
+pub fn job_succeeded(state: JobState) -> bool {
+    state == JobState::Succeeded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_line_parses() {
+        let status = parse_provider_line(
+            br#"{"state":"running","id":"j","progress":0.5,"message":"m","url":"u","extra":1}
+"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            status,
+            ExternalJobStatus {
+                state: JobState::Running,
+                id: Some("j".to_string()),
+                progress: Some(0.5),
+                message: Some("m".to_string()),
+                url: Some("u".to_string()),
+            }
+        );
+    }
+
+    #[test]
+    fn only_state_is_required() {
+        let status = parse_provider_line(b"{\"state\":\"queued\"}\r\n").expect("parses");
+        assert_eq!(status.state, JobState::Queued);
+        assert_eq!(status.id, None);
+    }
+
+    #[test]
+    fn bad_lines_are_refused_with_the_line_quoted() {
+        let error = parse_provider_line(b"not json").expect_err("malformed");
+        assert!(matches!(error, ProviderLineError::Malformed { .. }));
+        assert!(error.to_string().contains("not json"), "{error}");
+
+        let error = parse_provider_line(br#"{"state":"done"}"#).expect_err("unknown state");
+        assert!(matches!(error, ProviderLineError::UnknownState { .. }));
+        assert!(error.to_string().contains(r#"{"state":"done"}"#), "{error}");
+
+        let error = parse_provider_line(br#"{"id":"x"}"#).expect_err("no state");
+        assert!(matches!(error, ProviderLineError::Malformed { .. }));
+
+        let error = parse_provider_line(br#"{"state":"running","progress":"half"}"#)
+            .expect_err("progress is not a number");
+        assert!(matches!(error, ProviderLineError::Malformed { .. }));
+
+        let error = parse_provider_line(br#"{"state":"running","progress":1e999}"#)
+            .expect_err("progress overflows");
+        assert!(matches!(
+            error,
+            ProviderLineError::Malformed { .. } | ProviderLineError::NonFiniteProgress { .. }
+        ));
+    }
+
+    #[test]
+    fn an_over_long_line_is_refused_and_quoted_short() {
+        let mut line = br#"{"state":"running","message":""#.to_vec();
+        line.extend(std::iter::repeat_n(b'x', MAX_PROVIDER_LINE_BYTES));
+        line.extend(br#""}"#);
+        let error = parse_provider_line(&line).expect_err("too long");
+        assert!(matches!(error, ProviderLineError::TooLong { .. }));
+        assert!(error.to_string().len() < 600, "{error}");
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_error_not_a_panic() {
+        let error = parse_provider_line(b"{\"state\":\"\xff\"}").expect_err("bad utf-8");
+        assert!(matches!(error, ProviderLineError::Malformed { .. }));
+    }
+}

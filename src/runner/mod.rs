@@ -1,0 +1,963 @@
+//! The runner: the detached process that executes a run's steps and records their
+//! transitions (DESIGN.md section 8).
+//!
+//! It takes the run with `RunnerStarted`, starts steps per mode (`single`; `chain` in order,
+//! stopping at the first failure; `parallel`, at most `concurrency` at once), and records
+//! `StepRunning`, `StepFinished` and finally `Terminal`, each committed before it acts on what
+//! follows. Control requests (stop, timeout, interrupt) are read from the journal: the runner
+//! polls its run every [`RunnerConfig::poll_interval`], and a SIGTERM or SIGINT makes it
+//! record a stop itself and look at once.
+//!
+//! Invariants:
+//! * a step's program runs only after its `StepRunning` is durable, and that append is
+//!   conditional on the head the runner last checked for control requests, so a stop recorded
+//!   before a step starts is honoured: the step never runs ([`process_group`]);
+//! * every step's process group is verified empty (or reported with survivors) before its
+//!   `StepFinished`, and every `StepFinished` before the `Terminal`;
+//! * the runner records nothing after `Terminal`: `ProcessTerminalObserved` is for whoever sees
+//!   it gone.
+//!
+//! # Exit codes of a run
+//!
+//! `Terminal.exit_code` is 0 for a complete run; for a failed one the first failing step's exit
+//! code when it is non-zero (128 + N for a step killed by signal N, 127 for a program that
+//! could not be run), else 1; [`EXIT_TIMED_OUT`] (124) for a run that timed out,
+//! [`EXIT_STOPPED`] (143) for a stopped one and [`EXIT_INTERRUPTED`] (130) for an interrupted
+//! (paused) one.
+
+pub mod external_job;
+pub mod process_group;
+mod recorder;
+pub mod step;
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+
+pub use recorder::Recorder;
+
+use crate::event::{
+    self, ControlAction, Event, ExternalJobStatus, JobState, MAX_TEXT_BYTES, Mode, RunId, RunSpec,
+    StepEnd, StepOutcome, TerminalState,
+};
+use crate::home::Home;
+use crate::journal::{AppendError, Condition, OpenError, ReadError};
+use crate::liveness;
+use crate::state::{ControlInfo, RunState, RunStatus, TransitionError};
+use crate::store::Store;
+use step::{JobEnd, ProcessReport};
+
+/// Exit code of a failed run whose failure has no exit code of its own.
+pub const EXIT_FAILED: i32 = 1;
+/// Exit code of a step whose program could not be found.
+pub const EXIT_NOT_FOUND: i32 = 127;
+/// Exit code of a step whose program could not be executed (permissions, format).
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+/// Exit code of a run that reached its timeout (as coreutils' `timeout` uses it).
+pub const EXIT_TIMED_OUT: i32 = 124;
+/// Exit code of an interrupted (paused) run: 128 + SIGINT.
+pub const EXIT_INTERRUPTED: i32 = 130;
+/// Exit code of a stopped run: 128 + SIGTERM.
+pub const EXIT_STOPPED: i32 = 143;
+
+/// Most retries of a conditional append whose expected head another writer moved.
+const MAX_HEAD_RETRIES: u32 = 64;
+
+/// Lines and bytes of the last step's output kept as the run's summary.
+const SUMMARY_LINES: usize = 5;
+const SUMMARY_BYTES: usize = 1000;
+
+/// How long the runner keeps retrying failed projections before it exits.
+const PROJECTION_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Timings of a runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerConfig {
+    /// Between SIGTERM and SIGKILL when a step's group is ended.
+    pub grace: Duration,
+    /// Between two reads of the run's snapshot (control requests, pushed job statuses).
+    pub poll_interval: Duration,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> RunnerConfig {
+        RunnerConfig {
+            grace: Duration::from_secs(3),
+            poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Why the runner could not do its job.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunnerError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    #[error("run {run} is not in the journal")]
+    UnknownRun { run: RunId },
+    #[error("run {run} cannot be taken by a runner: {reason}")]
+    NotRunnable { run: RunId, reason: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How a runner finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerOutcome {
+    /// The runner recorded the run's `Terminal`.
+    Ended {
+        state: TerminalState,
+        exit_code: i32,
+    },
+    /// Someone else recorded the run's `Terminal` first; the runner ended its steps and left.
+    EndedElsewhere { state: RunStatus },
+}
+
+/// The runner process's entry point: opens `home`, runs `run` to its end on a fresh tokio
+/// runtime, and makes this process the child subreaper of its steps' orphans so that they can
+/// be reaped and a step's group verified empty.
+pub fn run_in_process(
+    home: Home,
+    run: RunId,
+    config: RunnerConfig,
+) -> Result<RunnerOutcome, RunnerError> {
+    if let Err(error) = nix::sys::prctl::set_child_subreaper(true) {
+        log(&format!(
+            "cannot become a child subreaper ({error}); orphans of steps go to init"
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| RunnerError::Io {
+            what: "starting the runtime",
+            source,
+        })?;
+    let store = Arc::new(Store::open(home)?);
+    runtime.block_on(run_steps(store, run, config))
+}
+
+/// Runs `run`: takes it, executes its steps, records its end.
+pub async fn run_steps(
+    store: Arc<Store>,
+    run: RunId,
+    config: RunnerConfig,
+) -> Result<RunnerOutcome, RunnerError> {
+    let signal_error = |source| RunnerError::Io {
+        what: "installing signal handlers",
+        source,
+    };
+    // Installed before RunnerStarted: a stop signalled as soon as the runner is on record must
+    // not kill it before it can act on the stop.
+    let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let recorder = Arc::new(Recorder::new(Arc::clone(&store), run));
+    let state = take_run(&recorder).await?;
+    log(&format!(
+        "run {run} taken by runner pid {}",
+        std::process::id()
+    ));
+    let mut run_loop = RunLoop {
+        recorder: Arc::clone(&recorder),
+        home: store.home().clone(),
+        spec: Arc::clone(&state.spec),
+        config,
+        tasks: JoinSet::new(),
+        running: BTreeMap::new(),
+        next_step: 0,
+        halt: None,
+        lost: None,
+        first_failure: None,
+        last_finished: None,
+        steps_complete: 0,
+    };
+    run_loop.observe(&state);
+    let deadline = state
+        .spec
+        .timeout_ms
+        .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
+    let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
+    flush_projections(&store).await;
+    outcome
+}
+
+/// Records `RunnerStarted`: the run must be queued, without a runner and without a recorded
+/// process terminal (the launcher gives up on a run by recording one).
+async fn take_run(recorder: &Recorder) -> Result<RunState, RunnerError> {
+    let run = recorder.run();
+    let runner = liveness::current().map_err(|source| RunnerError::Io {
+        what: "reading the runner's own identity",
+        source,
+    })?;
+    let instance_id = ulid::Ulid::generate().to_string();
+    for _ in 0..MAX_HEAD_RETRIES {
+        let state = recorder
+            .snapshot()
+            .await?
+            .ok_or(RunnerError::UnknownRun { run })?;
+        if state.status != RunStatus::Queued || state.process_terminal.is_some() {
+            let observed = if state.process_terminal.is_some() {
+                " and its process terminal was recorded (the launcher gave up on it)"
+            } else {
+                ""
+            };
+            return Err(RunnerError::NotRunnable {
+                run,
+                reason: format!("it is {}{observed}", state.status),
+            });
+        }
+        let appended = recorder
+            .append(
+                vec![Event::RunnerStarted {
+                    runner: runner.clone(),
+                    instance_id: instance_id.clone(),
+                }],
+                Condition::expect_head(state.head_seq),
+            )
+            .await;
+        match appended {
+            Ok(appended) => return Ok(appended.state),
+            // A control request landed first; look again.
+            Err(AppendError::HeadMismatch { .. }) => continue,
+            Err(AppendError::Transition { source, .. }) => {
+                return Err(RunnerError::NotRunnable {
+                    run,
+                    reason: source.to_string(),
+                });
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(RunnerError::NotRunnable {
+        run,
+        reason: format!("its head kept moving over {MAX_HEAD_RETRIES} attempts"),
+    })
+}
+
+/// Why the runner asked a step to end.
+#[derive(Debug, Clone, PartialEq)]
+enum Ending {
+    /// A control request ends the whole run.
+    Control(ControlInfo),
+    /// Someone pushed a terminal status of the step's external job.
+    PushedJob(ExternalJobStatus),
+}
+
+/// A step whose process is running.
+#[derive(Debug)]
+struct RunningStep {
+    terminate: watch::Sender<bool>,
+    ending: Option<Ending>,
+}
+
+/// The first step that failed.
+#[derive(Debug, Clone)]
+struct Failure {
+    step: usize,
+    exit_code: Option<i32>,
+    error: String,
+}
+
+/// How an attempt to start a step went.
+enum Start {
+    Started(std::process::Child),
+    /// A control request was recorded first: the step did not start and no other will.
+    Halted(ControlInfo),
+    /// The run ended elsewhere.
+    Lost(RunStatus),
+    /// `StepRunning` is recorded but the program could not be executed.
+    ExecFailed {
+        exit_code: i32,
+        error: String,
+    },
+    /// Nothing could be started (output log, fork); nothing is recorded yet.
+    Unstartable(String),
+}
+
+struct RunLoop {
+    recorder: Arc<Recorder>,
+    home: Home,
+    spec: Arc<RunSpec>,
+    config: RunnerConfig,
+    tasks: JoinSet<(usize, ProcessReport)>,
+    running: BTreeMap<usize, RunningStep>,
+    /// Steps start in index order in every mode.
+    next_step: usize,
+    halt: Option<ControlInfo>,
+    lost: Option<RunStatus>,
+    first_failure: Option<Failure>,
+    last_finished: Option<usize>,
+    steps_complete: usize,
+}
+
+impl RunLoop {
+    fn concurrency(&self) -> usize {
+        match self.spec.mode {
+            Mode::Parallel => self.spec.concurrency as usize,
+            Mode::Single | Mode::Chain => 1,
+        }
+    }
+
+    fn may_start_more(&self) -> bool {
+        let is_chain_broken = self.spec.mode != Mode::Parallel && self.first_failure.is_some();
+        self.halt.is_none()
+            && self.lost.is_none()
+            && !is_chain_broken
+            && self.next_step < self.spec.steps.len()
+    }
+
+    async fn run(
+        &mut self,
+        deadline: Option<Instant>,
+        sigterm: &mut tokio::signal::unix::Signal,
+        sigint: &mut tokio::signal::unix::Signal,
+    ) -> Result<RunnerOutcome, RunnerError> {
+        let mut poll = tokio::time::interval(self.config.poll_interval);
+        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut has_timed_out = false;
+        loop {
+            while self.may_start_more() && self.running.len() < self.concurrency() {
+                let index = self.next_step;
+                self.start(index).await?;
+            }
+            if self.running.is_empty() && !self.may_start_more() {
+                break;
+            }
+            tokio::select! {
+                joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    let Some(joined) = joined else { continue };
+                    let (index, report) = match joined {
+                        Ok(done) => done,
+                        Err(error) => std::panic::resume_unwind(error.into_panic()),
+                    };
+                    self.finish(index, report).await?;
+                }
+                _ = poll.tick() => {
+                    self.poll().await?;
+                }
+                _ = sleep_until_or_never(deadline), if !has_timed_out && self.halt.is_none() => {
+                    has_timed_out = true;
+                    let timeout_ms = self.spec.timeout_ms.unwrap_or_default();
+                    self.request(
+                        ControlAction::Timeout,
+                        "runner".to_string(),
+                        format!("the run's timeout of {} was reached", crate::spec::format_duration_ms(timeout_ms)),
+                    ).await?;
+                }
+                _ = sigterm.recv() => {
+                    self.request(ControlAction::Stop, "signal SIGTERM".to_string(), "the runner received SIGTERM".to_string()).await?;
+                }
+                _ = sigint.recv() => {
+                    self.request(ControlAction::Stop, "signal SIGINT".to_string(), "the runner received SIGINT".to_string()).await?;
+                }
+            }
+        }
+        if let Some(state) = self.lost {
+            log(&format!(
+                "run {} was ended elsewhere ({state}); its steps are ended",
+                self.recorder.run()
+            ));
+            return Ok(RunnerOutcome::EndedElsewhere { state });
+        }
+        self.record_terminal().await
+    }
+
+    /// Starts step `index`, or learns why it must not start.
+    async fn start(&mut self, index: usize) -> Result<(), RunnerError> {
+        let run = self.recorder.run();
+        let step_number = u32::try_from(index).expect("RunSpec::check bounds the step count");
+        self.next_step = index + 1;
+        match self.start_gated(index, step_number).await? {
+            Start::Started(child) => {
+                let (terminate, terminate_rx) = watch::channel(false);
+                let grace = self.config.grace;
+                if self.spec.steps[index].is_external_job() {
+                    let log_path = self.home.output_log_path(run, index);
+                    let log =
+                        step::open_output_log(&log_path).map_err(|source| RunnerError::Io {
+                            what: "opening a step's output log",
+                            source,
+                        })?;
+                    let recorder = Arc::clone(&self.recorder);
+                    self.tasks.spawn(async move {
+                        let report = step::run_external_job(
+                            child,
+                            recorder,
+                            step_number,
+                            log,
+                            terminate_rx,
+                            grace,
+                        )
+                        .await;
+                        (index, report)
+                    });
+                } else {
+                    self.tasks.spawn(async move {
+                        (index, step::run_process(child, terminate_rx, grace).await)
+                    });
+                }
+                self.running.insert(
+                    index,
+                    RunningStep {
+                        terminate,
+                        ending: None,
+                    },
+                );
+            }
+            Start::Halted(control) => self.halt_with(control),
+            Start::Lost(state) => self.lose(state),
+            Start::ExecFailed { exit_code, error } => {
+                self.record_finished(
+                    index,
+                    StepOutcome {
+                        end: StepEnd::Failed,
+                        exit_code: Some(exit_code),
+                        error: Some(error),
+                    },
+                    Vec::new(),
+                )
+                .await?;
+            }
+            Start::Unstartable(error) => {
+                let running = Event::StepRunning {
+                    step: step_number,
+                    process: None,
+                };
+                self.record_finished(
+                    index,
+                    StepOutcome {
+                        end: StepEnd::Failed,
+                        exit_code: None,
+                        error: Some(error),
+                    },
+                    vec![running],
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The gated start (see [`process_group`]): fork, record `StepRunning` conditionally on the
+    /// head at which no control request was seen, then let the program run.
+    async fn start_gated(&mut self, index: usize, step_number: u32) -> Result<Start, RunnerError> {
+        let run = self.recorder.run();
+        let command = match step::command(
+            &self.home,
+            run,
+            index,
+            &self.spec.steps[index],
+            self.spec.cwd.as_deref(),
+        ) {
+            Ok(command) => command,
+            Err(error) => {
+                return Ok(Start::Unstartable(format!(
+                    "cannot open the step's output log: {error}"
+                )));
+            }
+        };
+        let gated = match process_group::spawn_gated(command).await {
+            Ok(gated) => gated,
+            Err(error) => {
+                return Ok(Start::Unstartable(format!(
+                    "cannot start the step's process: {error}"
+                )));
+            }
+        };
+        let process = match liveness::identity_of(gated.pid()) {
+            Ok(process) => process,
+            Err(error) => {
+                log(&format!(
+                    "cannot read the identity of step {index}'s process {}: {error}",
+                    gated.pid()
+                ));
+                None
+            }
+        };
+        let mut attempts = 0;
+        loop {
+            let state = match self.recorder.snapshot().await {
+                Ok(Some(state)) => state,
+                Ok(None) => {
+                    gated.abort().await;
+                    return Err(RunnerError::UnknownRun { run });
+                }
+                Err(error) => {
+                    gated.abort().await;
+                    return Err(error.into());
+                }
+            };
+            if state.is_terminal() {
+                gated.abort().await;
+                return Ok(Start::Lost(state.status));
+            }
+            if let Some(control) = state.controls.first() {
+                gated.abort().await;
+                log(&format!(
+                    "step {index} not started: {} requested by {}",
+                    control.action.as_str(),
+                    control.by
+                ));
+                return Ok(Start::Halted(control.clone()));
+            }
+            let appended = self
+                .recorder
+                .append(
+                    vec![Event::StepRunning {
+                        step: step_number,
+                        process: process.clone(),
+                    }],
+                    Condition::expect_head(state.head_seq),
+                )
+                .await;
+            match appended {
+                Ok(_) => break,
+                Err(AppendError::HeadMismatch { .. }) if attempts < MAX_HEAD_RETRIES => {
+                    attempts += 1;
+                }
+                Err(error) => {
+                    gated.abort().await;
+                    return Err(error.into());
+                }
+            }
+        }
+        match gated.release().await {
+            Ok(child) => Ok(Start::Started(child)),
+            Err(error) => {
+                let exit_code = if error.kind() == io::ErrorKind::NotFound {
+                    EXIT_NOT_FOUND
+                } else {
+                    EXIT_CANNOT_EXECUTE
+                };
+                Ok(Start::ExecFailed {
+                    exit_code,
+                    error: format!("cannot run the step's program: {error}"),
+                })
+            }
+        }
+    }
+
+    /// Records how a step's process ended.
+    async fn finish(&mut self, index: usize, report: ProcessReport) -> Result<(), RunnerError> {
+        let ending = self
+            .running
+            .remove(&index)
+            .and_then(|running| running.ending);
+        let outcome = self.outcome(index, &report, ending);
+        self.record_finished(index, outcome, Vec::new()).await
+    }
+
+    /// Appends `before` (if any) and the step's `StepFinished`, and updates the loop's view.
+    async fn record_finished(
+        &mut self,
+        index: usize,
+        outcome: StepOutcome,
+        mut before: Vec<Event>,
+    ) -> Result<(), RunnerError> {
+        let step = u32::try_from(index).expect("RunSpec::check bounds the step count");
+        before.push(Event::StepFinished {
+            step,
+            outcome: outcome.clone(),
+        });
+        match self
+            .recorder
+            .append(before, Condition::expect_not_terminal())
+            .await
+        {
+            Ok(_) => {}
+            Err(AppendError::AlreadyTerminal { state, .. }) => {
+                self.lose(state);
+                return Ok(());
+            }
+            Err(error) => return Err(error.into()),
+        }
+        self.last_finished = Some(index);
+        match outcome.end {
+            StepEnd::Complete => self.steps_complete += 1,
+            StepEnd::Failed if self.first_failure.is_none() => {
+                self.first_failure = Some(Failure {
+                    step: index,
+                    exit_code: outcome.exit_code,
+                    error: outcome.error.unwrap_or_else(|| "failed".to_string()),
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Turns a process report into the step's outcome.
+    fn outcome(&self, index: usize, report: &ProcessReport, ending: Option<Ending>) -> StepOutcome {
+        // A step's exit code is its own: none when the runner ended its process.
+        let exit_code = match &report.status {
+            Some(Ok(status)) if !report.was_leader_signalled => step::exit_code_of(*status),
+            _ => None,
+        };
+        let survivors = match report.ended {
+            Some(ended) if ended.has_survivors => format!(
+                " (members of the step's process group were still alive {} after SIGKILL)",
+                crate::spec::format_duration_ms(
+                    u64::try_from(process_group::KILL_VERIFY_TIMEOUT.as_millis())
+                        .unwrap_or(u64::MAX)
+                )
+            ),
+            _ => String::new(),
+        };
+        let job_end = match (&ending, &report.job) {
+            (Some(Ending::PushedJob(status)), _) => Some(JobEnd::Reported(status.clone())),
+            (Some(Ending::Control(_)), _) => None,
+            (None, job) => job.clone(),
+        };
+        let (end, error) = if let Some(Ending::Control(control)) = &ending {
+            match control.action {
+                ControlAction::Timeout => (StepEnd::Failed, halt_error(control)),
+                ControlAction::Stop | ControlAction::Interrupt => {
+                    (StepEnd::Stopped, halt_error(control))
+                }
+            }
+        } else if let Some(error) = &report.append_error {
+            (StepEnd::Failed, error.clone())
+        } else if let Some(job_end) = job_end {
+            match job_end {
+                JobEnd::Reported(status) if status.state == JobState::Succeeded => {
+                    (StepEnd::Complete, String::new())
+                }
+                JobEnd::Reported(status) => {
+                    let message = status
+                        .message
+                        .map(|message| format!(": {message}"))
+                        .unwrap_or_default();
+                    (
+                        StepEnd::Failed,
+                        format!("external job {}{message}", status.state.as_str()),
+                    )
+                }
+                JobEnd::ProviderError(error) => (StepEnd::Failed, error),
+                JobEnd::NoTerminalStatus { last_line } => {
+                    let exit = match &report.status {
+                        Some(Ok(status)) => step::describe_exit(*status),
+                        Some(Err(error)) => error.clone(),
+                        None => "ended".to_string(),
+                    };
+                    let last = last_line
+                        .map(|line| format!("; its last line: {line}"))
+                        .unwrap_or_else(|| "; it printed no status".to_string());
+                    (
+                        StepEnd::Failed,
+                        format!("the provider {exit} without a terminal job status{last}"),
+                    )
+                }
+            }
+        } else {
+            match &report.status {
+                Some(Ok(status)) if status.success() => (StepEnd::Complete, String::new()),
+                Some(Ok(status)) => (StepEnd::Failed, step::describe_exit(*status)),
+                Some(Err(error)) => (StepEnd::Failed, error.clone()),
+                None => (
+                    StepEnd::Failed,
+                    format!("step {index}'s process could not be waited for"),
+                ),
+            }
+        };
+        let error = format!("{error}{survivors}");
+        let error = (!error.is_empty()).then(|| event::truncate_text(&error, MAX_TEXT_BYTES));
+        // A step whose group outlived SIGKILL did not complete cleanly.
+        let end = if end == StepEnd::Complete && !survivors.is_empty() {
+            StepEnd::Failed
+        } else {
+            end
+        };
+        StepOutcome {
+            end,
+            exit_code,
+            error,
+        }
+    }
+
+    /// Reads the run and acts on what changed: control requests, pushed job statuses, an end
+    /// recorded elsewhere.
+    async fn poll(&mut self) -> Result<(), RunnerError> {
+        let run = self.recorder.run();
+        let state = self
+            .recorder
+            .snapshot()
+            .await?
+            .ok_or(RunnerError::UnknownRun { run })?;
+        self.observe(&state);
+        Ok(())
+    }
+
+    fn observe(&mut self, state: &RunState) {
+        if state.is_terminal() {
+            self.lose(state.status);
+            return;
+        }
+        if self.halt.is_none()
+            && let Some(control) = state.controls.first()
+        {
+            self.halt_with(control.clone());
+            return;
+        }
+        for (index, running) in &mut self.running {
+            let pushed = state.steps[*index]
+                .job
+                .as_ref()
+                .filter(|job| job.state.is_terminal());
+            if let (None, Some(job)) = (&running.ending, pushed) {
+                log(&format!(
+                    "step {index}: external job {} (pushed); ending its provider",
+                    job.state.as_str()
+                ));
+                running.ending = Some(Ending::PushedJob(job.clone()));
+                running.terminate.send_replace(true);
+            }
+        }
+    }
+
+    /// Records a control request (one already recorded is fine), then acts on the first one.
+    async fn request(
+        &mut self,
+        action: ControlAction,
+        by: String,
+        reason: String,
+    ) -> Result<(), RunnerError> {
+        let appended = self
+            .recorder
+            .append(
+                vec![Event::ControlRequested { action, by, reason }],
+                Condition::expect_not_terminal(),
+            )
+            .await;
+        match appended {
+            Ok(_)
+            | Err(AppendError::Transition {
+                source: TransitionError::ControlAlreadyRequested { .. },
+                ..
+            }) => {}
+            Err(AppendError::AlreadyTerminal { state, .. }) => {
+                self.lose(state);
+                return Ok(());
+            }
+            Err(error) => return Err(error.into()),
+        }
+        self.poll().await
+    }
+
+    /// Stops starting steps and asks every running one to end.
+    fn halt_with(&mut self, control: ControlInfo) {
+        log(&format!(
+            "{} requested by {}: {}; ending {} running step(s)",
+            control.action.as_str(),
+            control.by,
+            control.reason,
+            self.running.len()
+        ));
+        for running in self.running.values_mut() {
+            if running.ending.is_none() {
+                running.ending = Some(Ending::Control(control.clone()));
+            }
+            running.terminate.send_replace(true);
+        }
+        self.halt = Some(control);
+    }
+
+    /// The run was ended by another writer: end every step, record nothing more.
+    fn lose(&mut self, state: RunStatus) {
+        if self.lost.is_none() {
+            for running in self.running.values_mut() {
+                running.terminate.send_replace(true);
+            }
+        }
+        self.lost = Some(state);
+    }
+
+    /// Records the run's `Terminal`.
+    async fn record_terminal(&mut self) -> Result<RunnerOutcome, RunnerError> {
+        let steps = self.spec.steps.len();
+        let every_step_complete = self.steps_complete == steps;
+        let (state, error, exit_code) = match (&self.halt, &self.first_failure) {
+            (Some(control), _) if !every_step_complete => match control.action {
+                ControlAction::Stop => (TerminalState::Stopped, halt_error(control), EXIT_STOPPED),
+                ControlAction::Timeout => {
+                    (TerminalState::Failed, halt_error(control), EXIT_TIMED_OUT)
+                }
+                ControlAction::Interrupt => {
+                    (TerminalState::Paused, halt_error(control), EXIT_INTERRUPTED)
+                }
+            },
+            (_, Some(failure)) => (
+                TerminalState::Failed,
+                format!(
+                    "step {} ({}) failed: {}",
+                    failure.step, self.spec.steps[failure.step].name, failure.error
+                ),
+                failure
+                    .exit_code
+                    .filter(|code| *code != 0)
+                    .unwrap_or(EXIT_FAILED),
+            ),
+            _ => (TerminalState::Complete, String::new(), 0),
+        };
+        let summary = self.summary();
+        let error = (!error.is_empty()).then(|| event::truncate_text(&error, MAX_TEXT_BYTES));
+        let appended = self
+            .recorder
+            .append(
+                vec![Event::Terminal {
+                    state,
+                    error,
+                    summary,
+                    exit_code,
+                    repaired_by: None,
+                }],
+                Condition::expect_not_terminal(),
+            )
+            .await;
+        match appended {
+            Ok(_) => {
+                log(&format!(
+                    "run {} {} (exit code {exit_code})",
+                    self.recorder.run(),
+                    state.as_str()
+                ));
+                Ok(RunnerOutcome::Ended { state, exit_code })
+            }
+            Err(AppendError::AlreadyTerminal { state, .. }) => {
+                Ok(RunnerOutcome::EndedElsewhere { state })
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The last lines of the last finished step's output, or a count of complete steps.
+    fn summary(&self) -> String {
+        let tail = self
+            .last_finished
+            .map(|index| {
+                output_tail(
+                    &self.home.output_log_path(self.recorder.run(), index),
+                    SUMMARY_LINES,
+                    SUMMARY_BYTES,
+                )
+            })
+            .unwrap_or_default();
+        if tail.is_empty() {
+            format!(
+                "{} of {} steps complete",
+                self.steps_complete,
+                self.spec.steps.len()
+            )
+        } else {
+            tail
+        }
+    }
+}
+
+/// The error text of a run or step ended by a control request.
+fn halt_error(control: &ControlInfo) -> String {
+    match control.action {
+        ControlAction::Timeout => format!("timed out: {}", control.reason),
+        ControlAction::Stop => format!("stopped by {}: {}", control.by, control.reason),
+        ControlAction::Interrupt => format!("interrupted by {}: {}", control.by, control.reason),
+    }
+}
+
+async fn sleep_until_or_never(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The last `max_lines` non-empty lines of a file, at most `max_bytes`; empty if unreadable.
+pub fn output_tail(path: &Path, max_lines: usize, max_bytes: usize) -> String {
+    let read_tail = || -> io::Result<Vec<u8>> {
+        let mut file = std::fs::File::open(path)?;
+        let length = file.metadata()?.len();
+        let window = (max_bytes as u64).saturating_mul(4);
+        file.seek(SeekFrom::Start(length.saturating_sub(window)))?;
+        let mut bytes = Vec::new();
+        file.take(window).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    let Ok(bytes) = read_tail() else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let start = lines.len().saturating_sub(max_lines);
+    let tail = lines[start..].join("\n");
+    if tail.len() <= max_bytes {
+        return tail;
+    }
+    // Keep the end, which is what a reader of a summary wants.
+    let mut cut = tail.len() - max_bytes + "…".len();
+    while !tail.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("…{}", &tail[cut..])
+}
+
+/// Retries failed projections for a bounded time, so the files hosts read are current when
+/// the runner exits. The journal has everything either way, and the reconciler rebuilds what
+/// is still missing.
+async fn flush_projections(store: &Arc<Store>) {
+    let store = Arc::clone(store);
+    let left = tokio::task::spawn_blocking(move || {
+        store.flush_projections(PROJECTION_FLUSH_TIMEOUT)
+    })
+    .await
+    .unwrap_or_default();
+    if left > 0 {
+        log(&format!(
+            "{left} projection(s) still failing at exit; the reconciler will rebuild them"
+        ));
+    }
+}
+
+/// A line in the runner's own log (its stderr, `runs/<id>/runner.log`).
+fn log(message: &str) {
+    eprintln!(
+        "{} runner[{}]: {message}",
+        event::now_ms(),
+        std::process::id()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("out.log");
+        std::fs::write(&path, "1\n2\n\n3\n4\n5\n6\n").expect("write");
+        assert_eq!(output_tail(&path, 3, 100), "4\n5\n6");
+        assert_eq!(output_tail(&dir.path().join("missing"), 3, 100), "");
+        let long = "x".repeat(50);
+        std::fs::write(&path, format!("{long}\n{long}\n")).expect("write");
+        let tail = output_tail(&path, 5, 30);
+        assert!(tail.len() <= 30 && tail.starts_with('…'), "{tail}");
+    }
+}

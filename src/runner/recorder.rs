@@ -1,0 +1,60 @@
+//! The runner's one way into the journal. Appends are blocking (a durable commit) and run on
+//! tokio's blocking pool; each is projected by the [`Store`] right after its commit.
+//!
+//! Invariant: every record the runner writes goes through [`Recorder::append`].
+
+use std::sync::Arc;
+
+use crate::event::{Event, RunId};
+use crate::journal::{AppendError, Appended, Condition, ReadError};
+use crate::state::RunState;
+use crate::store::Store;
+
+/// Appends and reads for one run.
+#[derive(Debug)]
+pub struct Recorder {
+    store: Arc<Store>,
+    run: RunId,
+}
+
+impl Recorder {
+    pub fn new(store: Arc<Store>, run: RunId) -> Recorder {
+        Recorder { store, run }
+    }
+
+    pub fn run(&self) -> RunId {
+        self.run
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Appends a batch durably (see [`Store::append`]) without blocking the runtime.
+    pub async fn append(
+        &self,
+        events: Vec<Event>,
+        condition: Condition,
+    ) -> Result<Appended, AppendError> {
+        let store = Arc::clone(&self.store);
+        let run = self.run;
+        unwind(tokio::task::spawn_blocking(move || store.append(run, events, condition)).await)
+    }
+
+    /// The run's latest snapshot; `None` if the run is not in the journal.
+    pub async fn snapshot(&self) -> Result<Option<RunState>, ReadError> {
+        let store = Arc::clone(&self.store);
+        let run = self.run;
+        unwind(tokio::task::spawn_blocking(move || store.journal().view()?.snapshot(run)).await)
+    }
+}
+
+/// The result of a blocking task. Blocking tasks are never cancelled, so a failed join is a
+/// panic inside the journal code: it is raised again here rather than turned into a storage
+/// error it is not.
+fn unwind<T>(joined: Result<T, tokio::task::JoinError>) -> T {
+    match joined {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}

@@ -1,0 +1,399 @@
+//! One step's process, from the command that starts it to the report of how it ended.
+//!
+//! Invariant: a step's task never decides the step's outcome in the journal; it reports what
+//! happened ([`ProcessReport`]) and the runner's loop, the single place that records
+//! `StepFinished`, turns that into an outcome.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use super::external_job::{self, MAX_PROVIDER_LINE_BYTES};
+use super::process_group::{self, Ended, Leader, ProcessGroup};
+use super::recorder::Recorder;
+use crate::event::{Event, ExternalJobStatus, RunId, StepAction, StepSpec};
+use crate::home::Home;
+use crate::journal::Condition;
+
+/// Environment variables a step sees, so a provider can push `runjournal job update` itself.
+pub const ENV_RUN_ID: &str = "RUNJOURNAL_RUN_ID";
+pub const ENV_STEP: &str = "RUNJOURNAL_STEP";
+pub const ENV_HOME: &str = "RUNJOURNAL_HOME";
+
+/// Most provider lines buffered between the reading thread and the step's task.
+const PROVIDER_LINE_QUEUE: usize = 16;
+
+/// The command that runs a step, with stdin from /dev/null and stdout and stderr appended to
+/// the step's output log (an external-job provider's stdout is piped to the runner instead).
+pub fn command(
+    home: &Home,
+    run: RunId,
+    index: usize,
+    step: &StepSpec,
+    cwd: Option<&str>,
+) -> io::Result<Command> {
+    let log = open_output_log(&home.output_log_path(run, index))?;
+    let mut command = match &step.action {
+        StepAction::Command { argv } => {
+            let (program, args) = argv
+                .split_first()
+                .expect("RunSpec::check refuses a command step without a program");
+            let mut command = Command::new(program);
+            command.args(args);
+            command
+        }
+        StepAction::Shell { script } => {
+            let mut command = Command::new("sh");
+            command.arg("-c").arg(script);
+            command
+        }
+        StepAction::ExternalJob { provider } => {
+            let mut command = Command::new("sh");
+            command.arg("-c").arg(provider);
+            command
+        }
+    };
+    let stdout = if step.is_external_job() {
+        Stdio::piped()
+    } else {
+        Stdio::from(log.try_clone()?)
+    };
+    command
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::from(log))
+        .env(ENV_RUN_ID, run.to_string())
+        .env(ENV_STEP, index.to_string())
+        .env(ENV_HOME, home.root());
+    if let Some(cwd) = cwd {
+        command.current_dir(cwd);
+    }
+    Ok(command)
+}
+
+/// Opens a step's output log for appending (0600), creating it if needed.
+pub fn open_output_log(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// How an external job's provider ended its report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEnd {
+    /// The provider reported a terminal status.
+    Reported(ExternalJobStatus),
+    /// A line that is not a status, an over-long line, or a read error; the message quotes it.
+    ProviderError(String),
+    /// The provider closed its stdout without a terminal status; the last line it printed.
+    NoTerminalStatus { last_line: Option<String> },
+}
+
+/// What happened to a step's process.
+#[derive(Debug, Clone)]
+pub struct ProcessReport {
+    /// The leader's exit status, once reaped.
+    pub status: Option<Result<ExitStatus, String>>,
+    /// The runner ended the group on request (stop, timeout, a pushed job status).
+    pub was_terminated: bool,
+    /// The leader was still running when the runner began ending its group: its exit status
+    /// says how the runner ended it, not how the step ended.
+    pub was_leader_signalled: bool,
+    /// How ending the group went, when it had to be ended (on request or for leftovers).
+    pub ended: Option<Ended>,
+    /// External-job steps: how the provider's report ended.
+    pub job: Option<JobEnd>,
+    /// An append the step itself made failed (external-job updates).
+    pub append_error: Option<String>,
+}
+
+/// Exit code of a status: the code, or 128 + the signal as shells report it.
+pub fn exit_code_of(status: ExitStatus) -> Option<i32> {
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+}
+
+/// Describes a non-zero exit: "exited with code 3", "killed by signal 9 (SIGKILL)".
+pub fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(signal)) => {
+            let name = nix::sys::signal::Signal::try_from(signal)
+                .map(|signal| signal.as_str().to_string())
+                .unwrap_or_else(|_| "unknown".to_string());
+            format!("killed by signal {signal} ({name})")
+        }
+        (None, None) => "ended without an exit code".to_string(),
+    }
+}
+
+/// Runs a command step's process to its end, or until `terminate` turns true.
+pub async fn run_process(
+    child: Child,
+    mut terminate: watch::Receiver<bool>,
+    grace: Duration,
+) -> ProcessReport {
+    let group = ProcessGroup::led_by(child.id());
+    let mut leader = Leader::wait_for(child);
+    let was_terminated = tokio::select! {
+        _ = leader.exited() => false,
+        _ = terminate.wait_for(|requested| *requested) => true,
+    };
+    let was_leader_signalled = leader.status().is_none();
+    let ended = if was_terminated {
+        Some(process_group::terminate(group, &mut leader, grace).await)
+    } else {
+        process_group::end_leftovers(group, &mut leader, grace).await
+    };
+    ProcessReport {
+        status: leader.status().cloned(),
+        was_terminated,
+        was_leader_signalled,
+        ended,
+        job: None,
+        append_error: None,
+    }
+}
+
+/// One read from a provider's stdout.
+#[derive(Debug)]
+enum ProviderRead {
+    Line(Vec<u8>),
+    TooLong { head: Vec<u8>, bytes: usize },
+    Failed(String),
+}
+
+/// Runs an external-job step: follows the provider's stdout, records each changed status, and
+/// ends the step at a terminal one (or at a line that is not a status).
+pub async fn run_external_job(
+    mut child: Child,
+    recorder: Arc<Recorder>,
+    index: u32,
+    log: File,
+    mut terminate: watch::Receiver<bool>,
+    grace: Duration,
+) -> ProcessReport {
+    let group = ProcessGroup::led_by(child.id());
+    let stdout = child.stdout.take();
+    let mut leader = Leader::wait_for(child);
+    let (lines_tx, mut lines) = mpsc::channel(PROVIDER_LINE_QUEUE);
+    if let Some(stdout) = stdout {
+        tokio::task::spawn_blocking(move || read_provider(stdout, log, lines_tx));
+    }
+    let mut last_status: Option<ExternalJobStatus> = None;
+    let mut last_line: Option<String> = None;
+    let mut job: Option<JobEnd> = None;
+    let mut append_error = None;
+    let mut was_terminated = false;
+    loop {
+        let read = tokio::select! {
+            read = lines.recv() => read,
+            _ = terminate.wait_for(|requested| *requested) => {
+                was_terminated = true;
+                break;
+            }
+        };
+        let line = match read {
+            None => break,
+            Some(ProviderRead::Line(line)) => line,
+            Some(ProviderRead::TooLong { head, bytes }) => {
+                job = Some(JobEnd::ProviderError(format!(
+                    "provider line is over {bytes} bytes, over the limit of {MAX_PROVIDER_LINE_BYTES}: {}",
+                    external_job::quote_line(&head)
+                )));
+                break;
+            }
+            Some(ProviderRead::Failed(error)) => {
+                job = Some(JobEnd::ProviderError(format!(
+                    "reading the provider's output failed: {error}"
+                )));
+                break;
+            }
+        };
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        last_line = Some(external_job::quote_line(&line));
+        let status = match external_job::parse_provider_line(&line) {
+            Ok(status) => status,
+            Err(error) => {
+                job = Some(JobEnd::ProviderError(error.to_string()));
+                break;
+            }
+        };
+        if last_status.as_ref() != Some(&status) {
+            let appended = recorder
+                .append(
+                    vec![Event::ExternalJobUpdated {
+                        step: index,
+                        job: status.clone(),
+                    }],
+                    Condition::expect_not_terminal(),
+                )
+                .await;
+            if let Err(error) = appended {
+                append_error = Some(format!("recording the job status failed: {error}"));
+                break;
+            }
+            last_status = Some(status.clone());
+        }
+        if status.state.is_terminal() {
+            job = Some(JobEnd::Reported(status));
+            break;
+        }
+    }
+    drop(lines);
+    if job.is_none() && !was_terminated && append_error.is_none() {
+        // The provider closed its stdout: it owes us its exit, unless we are told to stop.
+        tokio::select! {
+            _ = leader.exited() => {}
+            _ = terminate.wait_for(|requested| *requested) => was_terminated = true,
+        }
+        if !was_terminated {
+            job = Some(JobEnd::NoTerminalStatus { last_line });
+        }
+    }
+    let is_provider_broken = matches!(job, Some(JobEnd::ProviderError(_)));
+    let mut was_leader_signalled = false;
+    let ended = if was_terminated || append_error.is_some() || is_provider_broken {
+        was_leader_signalled = leader.status().is_none();
+        Some(process_group::terminate(group, &mut leader, grace).await)
+    } else {
+        // The job has ended; the provider gets the grace period to exit by itself.
+        let deadline = tokio::time::Instant::now() + grace;
+        if leader.exited_by(deadline).await {
+            process_group::end_leftovers(group, &mut leader, grace).await
+        } else {
+            was_leader_signalled = true;
+            Some(process_group::terminate(group, &mut leader, grace).await)
+        }
+    };
+    ProcessReport {
+        status: leader.status().cloned(),
+        was_terminated,
+        was_leader_signalled,
+        ended,
+        job,
+        append_error,
+    }
+}
+
+/// Reads the provider's stdout line by line, each bounded to [`MAX_PROVIDER_LINE_BYTES`],
+/// copying every line to the step's output log. Runs on a blocking thread; stops at end of
+/// file, at an over-long line, or when the step's task stops listening.
+fn read_provider(stdout: impl Read, mut log: File, lines: mpsc::Sender<ProviderRead>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    loop {
+        let read = read_bounded_line(&mut reader, MAX_PROVIDER_LINE_BYTES);
+        let read = match read {
+            Ok(None) => return,
+            Ok(Some(read)) => read,
+            Err(error) => ProviderRead::Failed(error.to_string()),
+        };
+        if let ProviderRead::Line(line) = &read {
+            // The log is a convenience copy; the journal has what matters.
+            let _ = log.write_all(line).and_then(|()| log.write_all(b"\n"));
+        }
+        let is_last = !matches!(read, ProviderRead::Line(_));
+        if lines.blocking_send(read).is_err() || is_last {
+            return;
+        }
+    }
+}
+
+/// Reads one line (without its newline) of at most `max_bytes`. `Ok(None)` at end of file.
+fn read_bounded_line(
+    reader: &mut impl BufRead,
+    max_bytes: usize,
+) -> io::Result<Option<ProviderRead>> {
+    let mut line = Vec::new();
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if available.is_empty() {
+            return Ok(if line.is_empty() {
+                None
+            } else {
+                Some(ProviderRead::Line(line))
+            });
+        }
+        let newline = available.iter().position(|&byte| byte == b'\n');
+        let take = newline.unwrap_or(available.len());
+        if line.len() + take > max_bytes {
+            let mut head = line;
+            let room = external_job::QUOTED_LINE_BYTES.saturating_sub(head.len());
+            head.extend_from_slice(&available[..take.min(room)]);
+            head.truncate(external_job::QUOTED_LINE_BYTES);
+            return Ok(Some(ProviderRead::TooLong {
+                head,
+                bytes: max_bytes,
+            }));
+        }
+        line.extend_from_slice(&available[..take]);
+        match newline {
+            Some(position) => {
+                reader.consume(position + 1);
+                return Ok(Some(ProviderRead::Line(line)));
+            }
+            None => {
+                let consumed = available.len();
+                reader.consume(consumed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_read_whole_and_bounded() {
+        let input = b"one\ntwo\n\nthree".to_vec();
+        let mut reader = BufReader::with_capacity(2, input.as_slice());
+        let mut lines = Vec::new();
+        while let Some(read) = read_bounded_line(&mut reader, 16).expect("reads") {
+            match read {
+                ProviderRead::Line(line) => lines.push(String::from_utf8(line).expect("utf-8")),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(lines, ["one", "two", "", "three"]);
+    }
+
+    #[test]
+    fn an_over_long_line_stops_the_reading() {
+        let input = [b'x'; 100];
+        let mut reader = BufReader::with_capacity(8, input.as_slice());
+        match read_bounded_line(&mut reader, 50).expect("reads") {
+            Some(ProviderRead::TooLong { head, .. }) => assert!(!head.is_empty()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn exits_are_described() {
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(3 << 8)),
+            "exited with code 3"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(9)),
+            "killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(exit_code_of(ExitStatus::from_raw(15)), Some(143));
+    }
+}

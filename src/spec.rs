@@ -1,0 +1,396 @@
+//! What a person or a host writes to describe a run: the JSON of a spec file (`runjournal run
+//! --spec FILE`), step names derived from commands, and durations such as `30s` or `1h30m`.
+//!
+//! Everything here is pure and checked on the way in: a spec that parses here still goes through
+//! [`RunSpec::check`] before anything is written.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::event::{Mode, RunSpec, SpecError, StepAction, StepSpec};
+use crate::journal::HostIds;
+
+/// Longest step name derived from a command; longer commands are cut on a character boundary.
+pub const DERIVED_NAME_MAX_BYTES: usize = 48;
+
+/// A spec file: a run as JSON.
+///
+/// ```json
+/// {
+///   "name": "nightly",
+///   "mode": "chain",
+///   "timeout": "10m",
+///   "steps": [
+///     {"name": "fetch", "command": ["git", "fetch", "--all"]},
+///     {"name": "build", "shell": "make -j2 && make test"},
+///     {"name": "deploy", "externalJob": "./deploy-provider.sh"}
+///   ]
+/// }
+/// ```
+///
+/// Each step has exactly one of `command` (a program and its arguments, no shell), `shell` (a
+/// script for `sh -c`) or `externalJob` (a provider command for `sh -c` that reports the job on
+/// stdout). `mode` defaults to `single` for one step and `chain` otherwise; `concurrency`
+/// (parallel only) defaults to the number of steps. Unknown fields are refused.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpecFile {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub mode: Option<Mode>,
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    /// A duration text, as [`parse_duration`] reads it.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub owner_id: Option<String>,
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    pub steps: Vec<SpecFileStep>,
+}
+
+/// One step of a spec file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpecFileStep {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub shell: Option<String>,
+    #[serde(default)]
+    pub external_job: Option<String>,
+}
+
+/// Why a spec (from a file or from command-line flags) cannot become a run. Nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecInputError {
+    #[error("spec is not valid JSON for a run: {reason}")]
+    Json { reason: String },
+    #[error("step {step} needs exactly one of \"command\", \"shell\" or \"externalJob\"")]
+    StepAction { step: usize },
+    #[error("timeout: {0}")]
+    Timeout(#[from] DurationError),
+    #[error("no steps: give -- CMD ARGS..., --step, --external-job or --spec")]
+    NoSteps,
+    #[error(transparent)]
+    Invalid(#[from] SpecError),
+}
+
+/// A run ready to be created: its spec and the host's ids.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRequest {
+    pub spec: RunSpec,
+    pub hosts: HostIds,
+}
+
+/// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
+/// file turned into the same shape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunDraft {
+    pub name: Option<String>,
+    pub mode: Option<Mode>,
+    pub concurrency: Option<u32>,
+    pub timeout: Option<Duration>,
+    pub cwd: Option<String>,
+    pub hosts: HostIds,
+    pub steps: Vec<StepSpec>,
+}
+
+impl RunDraft {
+    /// Applies the defaults (mode from the step count, concurrency = step count in parallel
+    /// mode) and checks the result with [`RunSpec::check`].
+    pub fn finish(self) -> Result<RunRequest, SpecInputError> {
+        if self.steps.is_empty() {
+            return Err(SpecInputError::NoSteps);
+        }
+        let mode = self.mode.unwrap_or(if self.steps.len() == 1 {
+            Mode::Single
+        } else {
+            Mode::Chain
+        });
+        let concurrency = match mode {
+            Mode::Parallel => self
+                .concurrency
+                .unwrap_or_else(|| u32::try_from(self.steps.len()).unwrap_or(u32::MAX)),
+            Mode::Single | Mode::Chain => 1,
+        };
+        let spec = RunSpec {
+            name: self.name,
+            mode,
+            concurrency,
+            timeout_ms: self
+                .timeout
+                .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            cwd: self.cwd,
+            steps: self.steps,
+        };
+        spec.check()?;
+        Ok(RunRequest {
+            spec,
+            hosts: self.hosts,
+        })
+    }
+}
+
+impl SpecFile {
+    /// Parses a spec file's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<SpecFile, SpecInputError> {
+        serde_json::from_slice(bytes).map_err(|error| SpecInputError::Json {
+            reason: error.to_string(),
+        })
+    }
+
+    /// The spec file as a draft, its steps resolved and its timeout parsed.
+    pub fn into_draft(self) -> Result<RunDraft, SpecInputError> {
+        let mut steps = Vec::with_capacity(self.steps.len());
+        for (index, step) in self.steps.into_iter().enumerate() {
+            let action = match (step.command, step.shell, step.external_job) {
+                (Some(argv), None, None) => StepAction::Command { argv },
+                (None, Some(script), None) => StepAction::Shell { script },
+                (None, None, Some(provider)) => StepAction::ExternalJob { provider },
+                _ => return Err(SpecInputError::StepAction { step: index }),
+            };
+            steps.push(match step.name {
+                Some(name) => StepSpec { name, action },
+                None => named_step(action),
+            });
+        }
+        let timeout = self.timeout.as_deref().map(parse_duration).transpose()?;
+        Ok(RunDraft {
+            name: self.name,
+            mode: self.mode,
+            concurrency: self.concurrency,
+            timeout,
+            cwd: self.cwd,
+            hosts: HostIds {
+                session_id: self.session_id,
+                completion_owner_id: self.owner_id,
+                tool_call_id: self.tool_call_id,
+            },
+            steps,
+        })
+    }
+}
+
+/// A step whose name is its command text, cut to [`DERIVED_NAME_MAX_BYTES`].
+pub fn named_step(action: StepAction) -> StepSpec {
+    let text = match &action {
+        StepAction::Command { argv } => argv.join(" "),
+        StepAction::Shell { script } => script.clone(),
+        StepAction::ExternalJob { provider } => provider.clone(),
+    };
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut name = if one_line.is_empty() {
+        "step".to_string()
+    } else {
+        one_line
+    };
+    if name.len() > DERIVED_NAME_MAX_BYTES {
+        let mut end = DERIVED_NAME_MAX_BYTES - 3;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        name.push_str("...");
+    }
+    StepSpec { name, action }
+}
+
+/// Why a duration text does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    #[error(
+        "{text:?} is not a duration (examples: 500ms, 30s, 5m, 2h, 1h30m; a bare number is seconds)"
+    )]
+    Malformed { text: String },
+    #[error("{text:?} is zero; a duration must be positive")]
+    Zero { text: String },
+    #[error("{text:?} is too long a duration")]
+    Overflow { text: String },
+}
+
+/// Parses `500ms`, `30s`, `5m`, `2h`, `1d`, combinations such as `1h30m`, or a bare number
+/// of seconds. Zero is refused.
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let malformed = || DurationError::Malformed {
+        text: text.chars().take(64).collect(),
+    };
+    let overflow = || DurationError::Overflow {
+        text: text.chars().take(64).collect(),
+    };
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(malformed());
+    }
+    if trimmed.bytes().all(|byte| byte.is_ascii_digit()) {
+        let seconds: u64 = trimmed.parse().map_err(|_| overflow())?;
+        return nonzero(text, Duration::from_secs(seconds));
+    }
+    let mut total_ms: u64 = 0;
+    let mut rest = trimmed;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(malformed());
+        }
+        let number: u64 = rest[..digits].parse().map_err(|_| overflow())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .bytes()
+            .take_while(|byte| byte.is_ascii_alphabetic())
+            .count();
+        let unit_ms: u64 = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(malformed()),
+        };
+        rest = &rest[unit_len..];
+        let part = number.checked_mul(unit_ms).ok_or_else(overflow)?;
+        total_ms = total_ms.checked_add(part).ok_or_else(overflow)?;
+    }
+    nonzero(text, Duration::from_millis(total_ms))
+}
+
+fn nonzero(text: &str, duration: Duration) -> Result<Duration, DurationError> {
+    if duration.is_zero() {
+        Err(DurationError::Zero {
+            text: text.chars().take(64).collect(),
+        })
+    } else {
+        Ok(duration)
+    }
+}
+
+/// Renders milliseconds the way [`parse_duration`] reads them: `1s`, `1m30s`, `250ms`.
+pub fn format_duration_ms(total_ms: u64) -> String {
+    if total_ms == 0 {
+        return "0s".to_string();
+    }
+    let mut out = String::new();
+    let mut rest = total_ms;
+    for (unit, unit_ms) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ] {
+        if rest >= unit_ms {
+            out.push_str(&format!("{}{unit}", rest / unit_ms));
+            rest %= unit_ms;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        let cases = [
+            ("500ms", 500),
+            ("30s", 30_000),
+            ("5m", 300_000),
+            ("2h", 7_200_000),
+            ("1d", 86_400_000),
+            ("1h30m", 5_400_000),
+            ("45", 45_000),
+        ];
+        for (text, ms) in cases {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_durations_are_refused() {
+        for text in ["", "s", "10x", "1.5s", "-1s", "10 s", "ms10"] {
+            assert!(
+                matches!(parse_duration(text), Err(DurationError::Malformed { .. })),
+                "{text:?}"
+            );
+        }
+        assert!(matches!(
+            parse_duration("0s"),
+            Err(DurationError::Zero { .. })
+        ));
+        assert!(matches!(
+            parse_duration("99999999999999999999d"),
+            Err(DurationError::Overflow { .. })
+        ));
+    }
+
+    #[test]
+    fn durations_format_as_they_parse() {
+        for ms in [1, 999, 1_000, 61_000, 5_400_000, 90_061_001] {
+            let text = format_duration_ms(ms);
+            assert_eq!(
+                parse_duration(&text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_spec_file_becomes_a_checked_run() {
+        let file = SpecFile::parse(
+            br#"{"name": "n", "mode": "parallel", "timeout": "1m", "sessionId": "s",
+                 "steps": [{"command": ["echo", "hi"]}, {"name": "b", "shell": "true"},
+                           {"externalJob": "./p.sh"}]}"#,
+        )
+        .expect("parses");
+        let request = file.into_draft().expect("draft").finish().expect("valid");
+        assert_eq!(request.spec.mode, Mode::Parallel);
+        assert_eq!(request.spec.concurrency, 3);
+        assert_eq!(request.spec.timeout_ms, Some(60_000));
+        assert_eq!(request.spec.steps[0].name, "echo hi");
+        assert_eq!(request.spec.steps[1].name, "b");
+        assert!(request.spec.steps[2].is_external_job());
+        assert_eq!(request.hosts.session_id.as_deref(), Some("s"));
+    }
+
+    #[test]
+    fn a_step_with_two_actions_is_refused() {
+        let file =
+            SpecFile::parse(br#"{"steps": [{"command": ["a"], "shell": "b"}]}"#).expect("parses");
+        assert_eq!(
+            file.into_draft(),
+            Err(SpecInputError::StepAction { step: 0 })
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_modes_are_refused() {
+        assert!(SpecFile::parse(br#"{"steps": [], "colour": 1}"#).is_err());
+        assert!(SpecFile::parse(br#"{"mode": "serial", "steps": []}"#).is_err());
+    }
+
+    #[test]
+    fn long_commands_give_short_names() {
+        let step = named_step(StepAction::Shell {
+            script: "é".repeat(100),
+        });
+        assert!(step.name.len() <= DERIVED_NAME_MAX_BYTES);
+        assert!(step.name.ends_with("..."));
+    }
+}

@@ -1,0 +1,315 @@
+//! Bad input: one line on stderr saying what is wrong, exit code 2, and nothing written (the
+//! journal's record count is the same before and after).
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{TestHome, record_count, run_id_of, wait_terminal};
+use runjournal::event::{Event, Mode, RunId, RunSpec, StepAction, StepSpec, now_ms};
+use runjournal::{Condition, Journal};
+
+/// Runs `args` and checks the bad-input contract; returns the stderr line.
+fn refuse(home: &TestHome, journal: &Journal, args: &[&str], expected: &str) -> String {
+    let before = record_count(journal);
+    let output = home.cmd().args(args).output().expect("runs");
+    let stderr = String::from_utf8(output.stderr).expect("utf-8 stderr");
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{args:?}: one line, got {stderr:?}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "{args:?}: {stderr:?} should mention {expected:?}"
+    );
+    assert_eq!(
+        record_count(journal),
+        before,
+        "{args:?} wrote to the journal"
+    );
+    stderr
+}
+
+/// A home holding one finished run of one shell step; its id.
+fn home_with_a_run() -> (TestHome, Journal, RunId) {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--step", "true"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let run = run_id_of(&output.stdout);
+    let journal = home.journal();
+    wait_terminal(&journal, run);
+    (home, journal, run)
+}
+
+fn spec() -> Arc<RunSpec> {
+    Arc::new(RunSpec {
+        name: None,
+        mode: Mode::Single,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: vec![StepSpec {
+            name: "s".to_string(),
+            action: StepAction::Shell {
+                script: "true".to_string(),
+            },
+        }],
+    })
+}
+
+#[test]
+fn an_unknown_run_id_is_refused() {
+    let (home, journal, _) = home_with_a_run();
+    for command in ["status", "wait", "logs", "stop", "dismiss"] {
+        refuse(
+            &home,
+            &journal,
+            &[command, "01ARZ3NDEKTSV4RRFFQ69G5FAV"],
+            "no run matches",
+        );
+    }
+    refuse(
+        &home,
+        &journal,
+        &[
+            "job",
+            "update",
+            "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "0",
+            "--state",
+            "running",
+        ],
+        "no run matches",
+    );
+}
+
+#[test]
+fn an_ambiguous_prefix_is_refused() {
+    let (home, journal, _) = home_with_a_run();
+    // Two runs whose ids share their first 25 characters.
+    let mut low = [0x01u8; 16];
+    low[15] = 0x00;
+    let mut high = low;
+    high[15] = 0x01;
+    for id in [low, high] {
+        journal
+            .append(
+                RunId::from_bytes(id),
+                vec![Event::RunCreated {
+                    spec: spec(),
+                    created_at_ms: now_ms(),
+                    session_id: None,
+                    completion_owner_id: None,
+                    tool_call_id: None,
+                }],
+                Condition::expect_head(0),
+            )
+            .expect("create a run");
+    }
+    let prefix = RunId::from_bytes(low).to_string()[..20].to_string();
+    for command in ["status", "stop", "dismiss", "logs", "wait"] {
+        refuse(&home, &journal, &[command, &prefix], "matches 2 runs");
+    }
+}
+
+#[test]
+fn ids_outside_the_alphabet_are_refused_before_any_path_is_built() {
+    let (home, journal, _) = home_with_a_run();
+    for text in [
+        "../../etc/passwd",
+        "01ARZ3ND/../x",
+        "..",
+        "01ARZ3NDEKTSV4RRFFQ69G5FAV/",
+    ] {
+        for command in ["status", "logs", "stop", "dismiss", "wait"] {
+            refuse(&home, &journal, &[command, text], "run id");
+        }
+        refuse(
+            &home,
+            &journal,
+            &["job", "update", text, "0", "--state", "running"],
+            "run id",
+        );
+    }
+    refuse(&home, &journal, &["status", "01AR"], "shorter than 8");
+}
+
+#[test]
+fn a_malformed_spec_is_refused() {
+    let (home, journal, _) = home_with_a_run();
+    let cases = [
+        ("truncated.json", r#"{"steps": ["#, "not valid JSON"),
+        (
+            "unknown.json",
+            r#"{"steps": [{"shell": "true"}], "colour": "red"}"#,
+            "unknown field",
+        ),
+        (
+            "two-actions.json",
+            r#"{"steps": [{"shell": "true", "command": ["x"]}]}"#,
+            "exactly one of",
+        ),
+        ("no-steps.json", r#"{"steps": []}"#, "no steps"),
+        (
+            "bad-mode.json",
+            r#"{"mode": "serial", "steps": [{"shell": "true"}]}"#,
+            "unknown variant",
+        ),
+        (
+            "bad-timeout.json",
+            r#"{"timeout": "soon", "steps": [{"shell": "true"}]}"#,
+            "not a duration",
+        ),
+        (
+            "single-two.json",
+            r#"{"mode": "single", "steps": [{"shell": "a"}, {"shell": "b"}]}"#,
+            "exactly one step",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let path = home.file(name);
+        std::fs::write(&path, text).expect("write the spec");
+        let path = path.display().to_string();
+        refuse(&home, &journal, &["run", "--spec", &path], expected);
+    }
+    let missing = home.file("missing.json").display().to_string();
+    refuse(
+        &home,
+        &journal,
+        &["run", "--spec", &missing],
+        "No such file",
+    );
+}
+
+#[test]
+fn a_bad_duration_is_refused() {
+    let (home, journal, run) = home_with_a_run();
+    for duration in ["10x", "soon", "0s", "-1s", "1.5s"] {
+        let flag = format!("--timeout={duration}");
+        refuse(&home, &journal, &["run", &flag, "--", "true"], "--timeout");
+        refuse(
+            &home,
+            &journal,
+            &["wait", &run.to_string(), &flag],
+            "--timeout",
+        );
+    }
+}
+
+#[test]
+fn a_step_index_out_of_range_is_refused() {
+    let (home, journal, run) = home_with_a_run();
+    let run = run.to_string();
+    refuse(&home, &journal, &["logs", &run, "--step", "1"], "no step 1");
+    refuse(
+        &home,
+        &journal,
+        &["job", "update", &run, "5", "--state", "running"],
+        "no step 5",
+    );
+    refuse(
+        &home,
+        &journal,
+        &["job", "update", &run, "minus-one", "--state", "running"],
+        "not a step number",
+    );
+}
+
+#[test]
+fn an_update_of_a_step_that_is_not_an_external_job_is_refused() {
+    let (home, journal, run) = home_with_a_run();
+    refuse(
+        &home,
+        &journal,
+        &["job", "update", &run.to_string(), "0", "--state", "running"],
+        "not an external-job step",
+    );
+    refuse(
+        &home,
+        &journal,
+        &[
+            "job",
+            "update",
+            &run.to_string(),
+            "0",
+            "--state",
+            "finished",
+        ],
+        "unknown job state",
+    );
+}
+
+#[test]
+fn an_update_of_an_external_job_that_has_ended_is_refused() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--wait",
+            "--json",
+            "--external-job",
+            "echo '{\"state\": \"succeeded\"}'",
+        ])
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let run = run_id_of(&output.stdout);
+    let journal = home.journal();
+    refuse(
+        &home,
+        &journal,
+        &["job", "update", &run.to_string(), "0", "--state", "running"],
+        "after the run ended complete",
+    );
+}
+
+#[test]
+fn run_arguments_that_make_no_run_are_refused() {
+    let (home, journal, _) = home_with_a_run();
+    refuse(&home, &journal, &["run"], "no steps");
+    refuse(
+        &home,
+        &journal,
+        &["run", "--mode", "single", "--step", "a", "--step", "b"],
+        "exactly one step",
+    );
+    refuse(
+        &home,
+        &journal,
+        &[
+            "run",
+            "--mode",
+            "parallel",
+            "--concurrency",
+            "0",
+            "--step",
+            "a",
+        ],
+        "concurrency",
+    );
+    refuse(
+        &home,
+        &journal,
+        &["run", "--mode", "serial", "--", "true"],
+        "unknown mode",
+    );
+    refuse(
+        &home,
+        &journal,
+        &["run", "--step", "a", "--", "true"],
+        "cannot be used with",
+    );
+    refuse(
+        &home,
+        &journal,
+        &["list", "--state", "sleeping"],
+        "unknown run state",
+    );
+}

@@ -1,0 +1,230 @@
+//! Control with real processes: stop (grandchildren included), timeout, a stop recorded before
+//! the runner starts, pushed external-job updates.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{TestHome, group_members, records, run_id_of, state, wait_for, wait_terminal};
+use predicates::prelude::*;
+use runjournal::event::{ControlAction, Event, JobState, Mode, RunSpec, StepAction, StepSpec};
+use runjournal::journal::HostIds;
+use runjournal::state::StepStatus;
+use runjournal::{Condition, Home, RunStatus, Store};
+
+#[test]
+fn stop_ends_the_whole_process_group_of_a_step() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "sleep 100 & sleep 100 & wait",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let running = wait_for(&journal, run, "the step to run", |state| {
+        state.steps[0].status == StepStatus::Running
+    });
+    let pgid = running.steps[0]
+        .process
+        .as_ref()
+        .expect("StepRunning names the step's process")
+        .pid;
+    // The shell and its two sleeps.
+    let mut members = Vec::new();
+    for _ in 0..400 {
+        members = group_members(pgid);
+        if members.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(members.len() >= 3, "the step's group has {members:?}");
+    home.cmd()
+        .args(["stop", &run.to_string()])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("stop requested"));
+    let ended = wait_terminal(&journal, run);
+    assert_eq!(ended.status, RunStatus::Stopped);
+    assert_eq!(ended.steps[0].status, StepStatus::Stopped);
+    assert_eq!(ended.terminal.expect("terminal").exit_code, 143);
+    assert_eq!(
+        group_members(pgid),
+        Vec::<u32>::new(),
+        "no process of the step's group survives the stop"
+    );
+    // A second stop of an ended run is harmless.
+    home.cmd()
+        .args(["stop", &run.to_string()])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("already ended"));
+}
+
+#[test]
+fn a_timeout_fails_the_run_naming_the_timeout() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--wait",
+            "--json",
+            "--timeout",
+            "1s",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .assert()
+        .code(124)
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let state = state(&journal, run);
+    assert_eq!(state.status, RunStatus::Failed);
+    let error = state
+        .terminal
+        .clone()
+        .expect("terminal")
+        .error
+        .expect("an error");
+    assert!(error.contains("timeout of 1s"), "{error}");
+    assert!(state.has_control(ControlAction::Timeout));
+    assert_eq!(state.steps[0].status, StepStatus::Failed);
+}
+
+#[test]
+fn a_stop_recorded_before_the_runner_starts_a_step_is_honoured() {
+    let home = TestHome::new();
+    let marker = home.file("ran");
+    let store = Arc::new(Store::open(Home::at(home.path())).expect("open the home"));
+    let spec = RunSpec {
+        name: None,
+        mode: Mode::Single,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: vec![StepSpec {
+            name: "touch".to_string(),
+            action: StepAction::Command {
+                argv: vec!["touch".to_string(), marker.display().to_string()],
+            },
+        }],
+    };
+    let run = store
+        .create_run(spec, HostIds::default())
+        .expect("create")
+        .run;
+    store
+        .append(
+            run,
+            vec![Event::ControlRequested {
+                action: ControlAction::Stop,
+                by: "test".to_string(),
+                reason: "before the runner".to_string(),
+            }],
+            Condition::expect_head(1),
+        )
+        .expect("record the stop");
+    drop(store);
+    home.cmd()
+        .args(["__runner", &run.to_string()])
+        .assert()
+        .success();
+    let journal = home.journal();
+    let state = state(&journal, run);
+    assert_eq!(state.status, RunStatus::Stopped);
+    assert_eq!(state.steps[0].status, StepStatus::Skipped);
+    assert!(
+        !records(&journal, run)
+            .iter()
+            .any(|record| matches!(record.event, Event::StepRunning { .. })),
+        "no step may start after a stop"
+    );
+    assert!(!marker.exists(), "the step's program never ran");
+}
+
+#[test]
+fn pushed_job_updates_land_in_the_journal_and_end_the_step() {
+    let home = TestHome::new();
+    // A provider that reports nothing itself: the job is followed by pushes only.
+    let output = home
+        .cmd()
+        .args(["run", "--json", "--external-job", "sleep 60"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    wait_for(&journal, run, "the step to run", |state| {
+        state.steps[0].status == StepStatus::Running
+    });
+    home.cmd()
+        .args([
+            "job",
+            "update",
+            &run.to_string(),
+            "0",
+            "--state",
+            "running",
+            "--progress",
+            "0.25",
+            "--message",
+            "pushed",
+            "--id",
+            "remote-7",
+        ])
+        .assert()
+        .success();
+    let job = state(&journal, run).steps[0]
+        .job
+        .clone()
+        .expect("a job status");
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!(job.progress, Some(0.25));
+    assert_eq!(job.message.as_deref(), Some("pushed"));
+    assert_eq!(job.id.as_deref(), Some("remote-7"));
+    home.cmd()
+        .args([
+            "job",
+            "update",
+            &run.to_string(),
+            "0",
+            "--state",
+            "succeeded",
+        ])
+        .assert()
+        .success();
+    let ended = wait_terminal(&journal, run);
+    assert_eq!(ended.status, RunStatus::Complete);
+    assert_eq!(ended.steps[0].status, StepStatus::Complete);
+    let pushed = records(&journal, run)
+        .iter()
+        .filter(|record| matches!(record.event, Event::ExternalJobUpdated { .. }))
+        .count();
+    assert_eq!(pushed, 2);
+    let status_path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("status.json");
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(status_path).expect("status.json")).expect("JSON");
+    assert_eq!(status["steps"][0]["externalJob"]["state"], "completed");
+}

@@ -1,0 +1,411 @@
+//! `runjournal run` with real processes: modes, exit codes, external jobs, the spec form, and a
+//! runner that outlives its launcher.
+
+mod common;
+
+use common::{TestHome, event_names, records, run_id_of, state, wait_for, wait_terminal};
+use predicates::prelude::*;
+use runjournal::RunStatus;
+use runjournal::event::{Event, JobState, Observer, Proof, StepEnd};
+use runjournal::state::StepStatus;
+
+#[test]
+fn the_readme_command_runs_and_prints_where_status_and_result_are() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--", "sh", "-c", "echo hello"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("run complete (exit 0)"))
+        .get_output()
+        .stdout
+        .clone();
+    let stdout = String::from_utf8(output).expect("utf-8");
+    let path_of = |label: &str| {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label:?} line in {stdout}"))
+            .to_string()
+    };
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path_of("status: ")).expect("status.json exists"))
+            .expect("status.json is JSON");
+    assert_eq!(status["state"], "complete");
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path_of("result: ")).expect("result exists"))
+            .expect("the result is JSON");
+    assert_eq!(result["success"], true);
+    assert_eq!(result["summary"], "hello");
+}
+
+#[test]
+fn a_chain_stops_at_the_failing_step_and_carries_its_exit_code() {
+    let home = TestHome::new();
+    home.cmd()
+        .args([
+            "run",
+            "--wait",
+            "--step",
+            "echo first",
+            "--step",
+            "exit 7",
+            "--step",
+            "echo never",
+        ])
+        .assert()
+        .code(7)
+        .stdout(predicate::str::contains("step 2 (echo never)").not());
+    let journal = home.journal();
+    let runs = journal.view().expect("view").all_runs().expect("runs");
+    assert_eq!(runs.len(), 1);
+    let state = state(&journal, runs[0]);
+    assert_eq!(state.status, RunStatus::Failed);
+    let steps: Vec<StepStatus> = state.steps.iter().map(|step| step.status).collect();
+    assert_eq!(
+        steps,
+        [
+            StepStatus::Complete,
+            StepStatus::Failed,
+            StepStatus::Skipped
+        ]
+    );
+    assert_eq!(state.steps[1].exit_code, Some(7));
+    let terminal = state.terminal.expect("terminal");
+    assert_eq!(terminal.exit_code, 7);
+    assert!(
+        terminal
+            .error
+            .as_deref()
+            .is_some_and(|error| error.contains("step 1")),
+        "{terminal:?}"
+    );
+    // The third step never ran: no StepRunning names it.
+    let records = records(&journal, runs[0]);
+    assert!(
+        !records
+            .iter()
+            .any(|record| matches!(record.event, Event::StepRunning { step: 2, .. }))
+    );
+    // The launcher waited as the runner's parent and recorded its exit.
+    assert!(records.iter().any(|record| matches!(
+        record.event,
+        Event::ProcessTerminalObserved {
+            proof: Proof::Observed,
+            observer: Observer::RunnerParent,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_parallel_run_never_has_more_steps_running_than_its_concurrency() {
+    let home = TestHome::new();
+    let mut command = home.cmd();
+    command.args(["run", "--wait", "--mode", "parallel", "--concurrency", "2"]);
+    for _ in 0..4 {
+        command.args(["--step", "sleep 1"]);
+    }
+    command.assert().success();
+    let journal = home.journal();
+    let runs = journal.view().expect("view").all_runs().expect("runs");
+    let records = records(&journal, runs[0]);
+    let mut running = 0usize;
+    let mut most_running = 0usize;
+    let mut started = 0;
+    for record in &records {
+        match record.event {
+            Event::StepRunning { .. } => {
+                running += 1;
+                started += 1;
+                most_running = most_running.max(running);
+            }
+            Event::StepFinished { .. } => running -= 1,
+            _ => {}
+        }
+    }
+    assert_eq!(started, 4, "{:?}", event_names(&records));
+    assert!(most_running <= 2, "{:?}", event_names(&records));
+    assert_eq!(
+        most_running,
+        2,
+        "the run should have used its concurrency: {:?}",
+        event_names(&records)
+    );
+    assert_eq!(state(&journal, runs[0]).status, RunStatus::Complete);
+}
+
+#[test]
+fn an_external_job_provider_reports_three_statuses() {
+    let home = TestHome::new();
+    let provider = home.file("provider.sh");
+    std::fs::write(
+        &provider,
+        r#"echo '{"state": "queued", "id": "job-1"}'
+echo '{"state": "running", "id": "job-1", "progress": 0.5, "message": "halfway"}'
+echo '{"state": "succeeded", "id": "job-1", "message": "done", "url": "https://jobs.example/1"}'
+"#,
+    )
+    .expect("write the provider");
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--external-job"])
+        .arg(format!("sh '{}'", provider.display()))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let states: Vec<JobState> = records(&journal, run)
+        .iter()
+        .filter_map(|record| match &record.event {
+            Event::ExternalJobUpdated { job, .. } => Some(job.state),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [JobState::Queued, JobState::Running, JobState::Succeeded]
+    );
+    let state = state(&journal, run);
+    assert_eq!(state.status, RunStatus::Complete);
+    let status_path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("status.json");
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(status_path).expect("status.json")).expect("JSON");
+    let job = &status["steps"][0]["externalJob"];
+    assert_eq!(job["state"], "completed", "{status}");
+    assert_eq!(job["message"], "done", "{status}");
+    assert_eq!(job["handleUrl"], "https://jobs.example/1", "{status}");
+}
+
+#[test]
+fn a_provider_line_that_is_not_a_status_fails_the_step_quoting_it() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--wait",
+            "--json",
+            "--external-job",
+            "echo '{\"state\": \"queued\"}'; echo 'this is not json'; sleep 30",
+        ])
+        .assert()
+        .code(1)
+        .get_output()
+        .stdout
+        .clone();
+    let journal = home.journal();
+    let state = state(&journal, run_id_of(&output));
+    assert_eq!(state.steps[0].status, StepStatus::Failed);
+    let error = state.steps[0].error.clone().expect("an error");
+    assert!(error.contains("this is not json"), "{error}");
+}
+
+#[test]
+fn the_spec_form_runs_the_steps_it_describes() {
+    let home = TestHome::new();
+    let spec = home.file("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{
+  "name": "nightly",
+  "mode": "chain",
+  "timeout": "5m",
+  "sessionId": "session-1",
+  "steps": [
+    {"name": "greet", "command": ["echo", "hello from a command"]},
+    {"name": "check", "shell": "test -n \"$RUNJOURNAL_RUN_ID\" && echo shell ok"}
+  ]
+}"#,
+    )
+    .expect("write the spec");
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--spec"])
+        .arg(&spec)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let state = state(&journal, run);
+    assert_eq!(state.status, RunStatus::Complete);
+    assert_eq!(state.spec.name.as_deref(), Some("nightly"));
+    assert_eq!(state.spec.timeout_ms, Some(300_000));
+    assert_eq!(state.session_id.as_deref(), Some("session-1"));
+    let names: Vec<&str> = state
+        .spec
+        .steps
+        .iter()
+        .map(|step| step.name.as_str())
+        .collect();
+    assert_eq!(names, ["greet", "check"]);
+    let run_dir = home.path().join("runs").join(run.to_string());
+    let first = std::fs::read_to_string(run_dir.join("output-0.log")).expect("output 0");
+    let second = std::fs::read_to_string(run_dir.join("output-1.log")).expect("output 1");
+    assert_eq!(first, "hello from a command\n");
+    assert_eq!(second, "shell ok\n");
+}
+
+#[test]
+fn steps_keep_the_order_of_their_flags() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--json",
+            "--mode",
+            "chain",
+            "--external-job",
+            "echo '{\"state\": \"succeeded\"}'",
+            "--step",
+            "echo two",
+            "--external-job",
+            "echo '{\"state\": \"succeeded\"}'",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let state = wait_terminal(&journal, run);
+    let kinds: Vec<bool> = state
+        .spec
+        .steps
+        .iter()
+        .map(|step| step.is_external_job())
+        .collect();
+    assert_eq!(kinds, [true, false, true]);
+    assert_eq!(state.status, RunStatus::Complete);
+}
+
+#[test]
+fn the_runner_finishes_after_its_launcher_has_exited() {
+    let home = TestHome::new();
+    let go = home.file("go");
+    // The step waits (boundedly) for a file the test creates only after the launcher exited.
+    let script = format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; echo finished",
+        go.display()
+    );
+    let output = home
+        .cmd()
+        .args(["run", "--json", "--step", &script])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let running = state(&journal, run);
+    assert_eq!(
+        running.status,
+        RunStatus::Running,
+        "the launcher is gone, the run goes on"
+    );
+    std::fs::write(&go, b"").expect("create the go file");
+    let ended = wait_terminal(&journal, run);
+    assert_eq!(ended.status, RunStatus::Complete);
+    assert_eq!(ended.steps[0].status, StepStatus::Complete);
+    let output = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("output-0.log");
+    assert_eq!(
+        std::fs::read_to_string(output).expect("output"),
+        "finished\n"
+    );
+    // The runner records nothing after Terminal.
+    let records = records(&journal, run);
+    assert_eq!(
+        records.last().map(|record| record.event.name()),
+        Some("Terminal")
+    );
+    let steps_finished = records
+        .iter()
+        .filter(|record| {
+            matches!(
+                record.event,
+                Event::StepFinished { ref outcome, .. } if outcome.end == StepEnd::Complete
+            )
+        })
+        .count();
+    assert_eq!(steps_finished, 1);
+}
+
+#[test]
+fn status_list_logs_and_dismiss_show_a_finished_run() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run", "--wait", "--json", "--name", "shown", "--", "echo", "visible",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let prefix = &run.to_string()[..12];
+    home.cmd()
+        .args(["status", prefix])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("complete (exit 0)"));
+    let json = home
+        .cmd()
+        .args(["status", "--json", prefix])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let status: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+    assert_eq!(status["runId"], run.to_string());
+    home.cmd()
+        .args(["logs", prefix])
+        .assert()
+        .success()
+        .stdout("visible\n");
+    home.cmd()
+        .args(["list", "--state", "complete"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("shown"));
+    home.cmd().args(["dismiss", prefix]).assert().success();
+    home.cmd()
+        .arg("list")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("shown").not());
+    home.cmd()
+        .args(["list", "--all"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("shown"));
+    home.cmd()
+        .args(["wait", prefix])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("complete"));
+    let journal = home.journal();
+    wait_for(&journal, run, "the dismissal", |state| {
+        state.dismissed_at_ms.is_some()
+    });
+}

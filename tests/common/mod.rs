@@ -1,0 +1,146 @@
+//! Helpers shared by the CLI tests: a fresh home per test, the `runjournal` command bound to
+//! it, and bounded polls of the journal.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use runjournal::event::Record;
+use runjournal::{Journal, RunId, RunState};
+
+/// Most polls of a bounded wait, and the pause between two.
+const POLL_ATTEMPTS: u32 = 1200;
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A fresh home in a temporary directory.
+pub struct TestHome {
+    dir: tempfile::TempDir,
+}
+
+impl TestHome {
+    pub fn new() -> TestHome {
+        TestHome {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `runjournal --home <this home>`, with a generous timeout so a hung command fails the
+    /// test instead of hanging it.
+    pub fn cmd(&self) -> assert_cmd::Command {
+        let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
+        command
+            .env_remove("RUNJOURNAL_HOME")
+            .arg("--home")
+            .arg(self.path())
+            .timeout(Duration::from_secs(120));
+        command
+    }
+
+    /// A journal handle of the test's own (the CLI's processes have theirs).
+    pub fn journal(&self) -> Journal {
+        Journal::open(self.path().join("journal.redb")).expect("the journal opens")
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path().join(name)
+    }
+}
+
+pub fn state(journal: &Journal, run: RunId) -> RunState {
+    journal
+        .view()
+        .expect("a read view")
+        .snapshot(run)
+        .expect("the snapshot reads")
+        .expect("the run exists")
+}
+
+pub fn records(journal: &Journal, run: RunId) -> Vec<Record> {
+    journal
+        .view()
+        .expect("a read view")
+        .records(run)
+        .expect("the records read")
+}
+
+pub fn record_count(journal: &Journal) -> u64 {
+    journal
+        .view()
+        .expect("a read view")
+        .record_count()
+        .expect("records count")
+}
+
+/// Polls the run until `done` holds; panics with `what` after a generous bound.
+pub fn wait_for(
+    journal: &Journal,
+    run: RunId,
+    what: &str,
+    done: impl Fn(&RunState) -> bool,
+) -> RunState {
+    for _ in 0..POLL_ATTEMPTS {
+        let state = state(journal, run);
+        if done(&state) {
+            return state;
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    panic!(
+        "run {run}: gave up waiting for {what} after {POLL_ATTEMPTS} polls; last state {:?}",
+        state(journal, run).status
+    );
+}
+
+/// Polls until the run is terminal.
+pub fn wait_terminal(journal: &Journal, run: RunId) -> RunState {
+    wait_for(journal, run, "the run to end", RunState::is_terminal)
+}
+
+/// The run id printed by `run --json`.
+pub fn run_id_of(stdout: &[u8]) -> RunId {
+    let object: serde_json::Value = serde_json::from_slice(stdout).expect("run --json prints JSON");
+    object["runId"]
+        .as_str()
+        .expect("runId is a string")
+        .parse()
+        .expect("runId is a run id")
+}
+
+/// Pids of the processes in process group `pgid`, zombies included, from /proc.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return members;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command name: state (3), ppid (4), pgrp (5).
+        let Some(after_name) = stat.rfind(')').map(|end| &stat[end + 1..]) else {
+            continue;
+        };
+        let pgrp = after_name.split_whitespace().nth(2);
+        if pgrp.and_then(|pgrp| pgrp.parse::<u32>().ok()) == Some(pgid) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// The names of the run's events, in order.
+pub fn event_names(records: &[Record]) -> Vec<&'static str> {
+    records.iter().map(|record| record.event.name()).collect()
+}
