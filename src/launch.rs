@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use crate::durable_fs;
 use crate::event::{
-    Event, Observer, ProcessExit, Proof, Record, Repairer, RunId, TerminalState, truncate_text,
+    self, Event, Observer, ProcessExit, Proof, Record, Repairer, RunId, TerminalState,
+    truncate_text,
 };
 use crate::home::Home;
 use crate::journal::{AppendError, Condition, ReadError};
@@ -329,14 +330,21 @@ pub fn follow(
             Some(child) => child.try_wait().ok().flatten(),
             None => None,
         };
+        // Without a child of our own to watch: the recorded runner is dead, or someone saw it
+        // go, or no runner took the run within the start grace.
+        let is_never_started = state.runner.is_none()
+            && event::now_ms().saturating_sub(state.created_at_ms)
+                > crate::reconcile::START_GRACE_MS;
         let is_runner_gone = runner_exit.is_some()
             || (runner.is_none()
-                && state.runner.as_ref().is_some_and(|info| {
-                    matches!(
-                        liveness::check(&info.identity),
-                        Ok(Liveness::Dead | Liveness::OtherBoot)
-                    )
-                }));
+                && (state.is_stale()
+                    || is_never_started
+                    || state.runner.as_ref().is_some_and(|info| {
+                        matches!(
+                            liveness::check(&info.identity),
+                            Ok(Liveness::Dead | Liveness::OtherBoot)
+                        )
+                    })));
         if is_runner_gone {
             // It may have recorded its end just before it went: look once more.
             let state = snapshot(store, run)?;

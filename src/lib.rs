@@ -12,7 +12,6 @@ pub mod home;
 pub mod journal;
 pub mod launch;
 pub mod liveness;
-pub mod process_group;
 pub mod projection;
 pub mod reconcile;
 pub mod runner;

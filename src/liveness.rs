@@ -20,6 +20,11 @@ pub fn boot_id() -> io::Result<String> {
 /// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat`, field 22); `None` when
 /// no such process exists.
 pub fn start_time(pid: u32) -> io::Result<Option<u64>> {
+    Ok(stat(pid)?.map(|(_, start_time)| start_time))
+}
+
+/// State letter (field 3) and start time (field 22) of `pid`; `None` when it does not exist.
+fn stat(pid: u32) -> io::Result<Option<(char, u64)>> {
     let stat = match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -32,13 +37,18 @@ pub fn start_time(pid: u32) -> io::Result<Option<u64>> {
         .map(|end| &stat[end + 1..])
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no ')' in /proc stat"))?;
     // after_name starts at field 3 (state); start time is field 22.
-    let field = after_name.split_whitespace().nth(22 - 3).ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidData, "/proc stat has too few fields")
-    })?;
-    field
+    let too_short = || io::Error::new(io::ErrorKind::InvalidData, "/proc stat has too few fields");
+    let mut fields = after_name.split_whitespace();
+    let state = fields
+        .next()
+        .and_then(|state| state.chars().next())
+        .ok_or_else(too_short)?;
+    let start_time = fields
+        .nth(22 - 4)
+        .ok_or_else(too_short)?
         .parse()
-        .map(Some)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "start time is not a number"))
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "start time is not a number"))?;
+    Ok(Some((state, start_time)))
 }
 
 /// The identity of a live process; `None` when it does not exist.
@@ -62,9 +72,10 @@ pub fn current() -> io::Result<ProcessIdentity> {
 /// What we know of a recorded process now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Liveness {
-    /// Same boot, pid present, same start time (a zombie counts: it has not been reaped).
+    /// Same boot, pid present, same start time, and not a zombie.
     Alive,
-    /// Gone: no such pid, or the pid now belongs to another process.
+    /// Gone: no such pid, the pid now belongs to another process, or the process has exited
+    /// and waits as a zombie for a parent that may never reap it.
     Dead,
     /// Recorded in another boot: gone, and its pid means nothing now.
     OtherBoot,
@@ -75,8 +86,10 @@ pub fn check(identity: &ProcessIdentity) -> io::Result<Liveness> {
     if boot_id()? != identity.boot_id {
         return Ok(Liveness::OtherBoot);
     }
-    Ok(match start_time(identity.pid)? {
-        Some(start_time) if start_time == identity.start_time => Liveness::Alive,
+    Ok(match stat(identity.pid)? {
+        Some((state, start_time)) if start_time == identity.start_time && state != 'Z' => {
+            Liveness::Alive
+        }
         _ => Liveness::Dead,
     })
 }
@@ -119,6 +132,29 @@ mod tests {
         };
         assert_eq!(check(&before_reboot).expect("check"), Liveness::OtherBoot);
         assert!(!is_alive(&before_reboot));
+    }
+
+    #[test]
+    fn an_unreaped_zombie_is_dead() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let identity = identity_of(child.id())
+            .expect("read /proc")
+            .expect("child exists until reaped");
+        // Bounded wait for the child to exit; it stays a zombie until we reap it.
+        for _ in 0..500 {
+            if check(&identity).expect("check") == Liveness::Dead {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(check(&identity).expect("check"), Liveness::Dead);
+        assert!(
+            start_time(child.id()).expect("read /proc").is_some(),
+            "still in /proc as a zombie"
+        );
+        child.wait().expect("reap");
     }
 
     #[test]

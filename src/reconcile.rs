@@ -10,7 +10,7 @@
 //! * every combination of [`Inputs`] matches exactly one row of [`TABLE`];
 //! * the reconciler never records anything for a run whose runner is alive;
 //! * it signals step processes only of a runner it knows dead in this boot, and only groups
-//!   that are provably ours ([`crate::process_group`]).
+//!   that are provably ours ([`orphans`]).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
@@ -21,7 +21,6 @@ use crate::event::{
 };
 use crate::journal::{AppendError, Condition, ReadError};
 use crate::liveness::{self, Liveness};
-use crate::process_group;
 use crate::projection::{self, ProjectionError};
 use crate::state::{RunState, StepStatus};
 use crate::store::Store;
@@ -408,7 +407,7 @@ fn end_orphaned_steps(state: &RunState, grace: Duration) -> Vec<String> {
         let ended = step
             .process
             .as_ref()
-            .map(|process| process_group::terminate(process, grace));
+            .map(|process| orphans::terminate(process, grace));
         if let Some(Err(error)) = ended {
             errors.push(format!("step {index}: {error}"));
         }
@@ -516,5 +515,6 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
     Ok(Report { outcomes })
 }
 
+pub mod orphans;
 #[cfg(test)]
 mod tests;

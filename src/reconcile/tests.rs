@@ -236,7 +236,7 @@ fn the_orphaned_steps_of_a_dead_runner_are_ended() {
     assert_eq!(only_outcome(&report, run).row, "runner-died");
     step.wait().expect("reap the step");
     assert!(
-        process_group::is_empty(&process).expect("probe"),
+        orphans::is_empty(&process).expect("probe"),
         "no member survives"
     );
     let state = snapshot(&store, run);
@@ -273,10 +273,7 @@ fn a_runner_of_another_boot_fails_the_run_without_signalling_its_steps() {
             .as_deref()
             .is_some_and(|r| r.contains("host restarted"))
     );
-    assert!(
-        !process_group::is_empty(&real).expect("probe"),
-        "not signalled"
-    );
+    assert!(!orphans::is_empty(&real).expect("probe"), "not signalled");
     assert_eq!(snapshot(&store, run).status, RunStatus::Failed);
     step.kill().expect("kill");
     step.wait().expect("reap");

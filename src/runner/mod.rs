@@ -48,10 +48,10 @@ use crate::event::{
     StepEnd, StepOutcome, TerminalState,
 };
 use crate::home::Home;
-use crate::journal::{AppendError, Condition, OpenError, ReadError};
+use crate::journal::{AppendError, CapacityEvent, Condition, OpenError, ReadError};
 use crate::liveness;
 use crate::state::{ControlInfo, RunState, RunStatus, TransitionError};
-use crate::store::Store;
+use crate::store::{Store, StoreOptions};
 use step::{JobEnd, ProcessReport};
 
 /// Exit code of a failed run whose failure has no exit code of its own.
@@ -149,8 +149,34 @@ pub fn run_in_process(
             what: "starting the runtime",
             source,
         })?;
-    let store = Arc::new(Store::open(home)?);
+    let mut options = StoreOptions::from_env().map_err(|reason| RunnerError::Io {
+        what: "reading the reserve size",
+        source: io::Error::new(io::ErrorKind::InvalidInput, reason),
+    })?;
+    // The runner's stderr is runner.log: a full disk shows there.
+    options.listener = Some(Arc::new(|event: &CapacityEvent| {
+        log(&describe_capacity(event))
+    }));
+    let store = Arc::new(Store::open_with(home, options)?);
     runtime.block_on(run_steps(store, run, config))
+}
+
+/// A runner.log line for a capacity event.
+fn describe_capacity(event: &CapacityEvent) -> String {
+    match event {
+        CapacityEvent::Blocked { since_ms, error } => format!(
+            "journal blocked on a full disk since {since_ms} (Unix ms): {error}; steps keep running, transitions wait"
+        ),
+        CapacityEvent::ReserveReleased { bytes } => {
+            format!("released the {bytes}-byte space reserve to make room")
+        }
+        CapacityEvent::Unblocked { blocked_ms } => {
+            format!("journal writes resumed after {blocked_ms} ms blocked on a full disk")
+        }
+        CapacityEvent::ReserveRestored { bytes } => {
+            format!("the {bytes}-byte space reserve is back")
+        }
+    }
 }
 
 /// Runs `run`: takes it, executes its steps, records its end.
@@ -923,11 +949,10 @@ pub fn output_tail(path: &Path, max_lines: usize, max_bytes: usize) -> String {
 /// is still missing.
 async fn flush_projections(store: &Arc<Store>) {
     let store = Arc::clone(store);
-    let left = tokio::task::spawn_blocking(move || {
-        store.flush_projections(PROJECTION_FLUSH_TIMEOUT)
-    })
-    .await
-    .unwrap_or_default();
+    let left =
+        tokio::task::spawn_blocking(move || store.flush_projections(PROJECTION_FLUSH_TIMEOUT))
+            .await
+            .unwrap_or_default();
     if left > 0 {
         log(&format!(
             "{left} projection(s) still failing at exit; the reconciler will rebuild them"

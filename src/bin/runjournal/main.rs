@@ -4,6 +4,7 @@
 mod control;
 mod inspect;
 mod launch;
+mod reconcile;
 mod render;
 
 use std::path::PathBuf;
@@ -44,6 +45,10 @@ struct Cli {
     /// ~/.local/state/runjournal].
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// Size of the space reserve kept beside the journal and released on a full disk, in
+    /// bytes; 0 disables it [default: $RUNJOURNAL_RESERVE_BYTES, else 8388608].
+    #[arg(long, global = true, value_name = "BYTES")]
+    reserve_bytes: Option<u64>,
     #[command(subcommand)]
     command: Command,
 }
@@ -105,6 +110,13 @@ enum Command {
         /// Run id, or a unique prefix of at least 8 characters.
         run: String,
     },
+    /// Close runs whose runner died and rebuild damaged projections, printing what was done
+    /// for each active run (also done before status, list and wait).
+    Reconcile {
+        /// JSON Lines: one object per active run, then a summary.
+        #[arg(long)]
+        json: bool,
+    },
     /// External jobs.
     Job {
         #[command(subcommand)]
@@ -148,6 +160,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(error),
     };
+    if let Some(bytes) = cli.reserve_bytes {
+        // SAFETY: still single-threaded here, before any store or runtime starts a thread; the
+        // variable is how the setting reaches every store this process opens and the runners
+        // it starts.
+        unsafe { std::env::set_var(runjournal::capacity::RESERVE_ENV, bytes.to_string()) };
+    }
     let result = match Home::resolve(cli.home.as_deref()) {
         Ok(home) => dispatch(home, cli.command, &matches),
         Err(error) => Err(Failure::BadInput(error.into())),
@@ -203,17 +221,16 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Stop { run, reason } => control::stop(home, &run, &reason),
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),
+        Command::Reconcile { json } => reconcile::command(home, json),
         Command::Runner { run } => launch::runner(home, &run),
     }
 }
 
-/// The single call site of the reconciler (DESIGN.md section 7), made at the start of every
-/// command that reads state (`status`, `list`, `wait`) and when a waited-for runner is found
-/// gone.
-///
-/// It does nothing yet: `runjournal::reconcile::reconcile(&Store)` is being built separately and
-/// is to be called here, its report printed to stderr only when it repaired something.
-pub fn reconcile_before_reading(_store: &Store) {}
+/// The reconciler (DESIGN.md section 7), run at the start of every command that reads state
+/// (`status`, `list`, `wait`) and when a waited-for runner is found gone.
+pub fn reconcile_before_reading(store: &Store) {
+    reconcile::before_reading(store);
+}
 
 /// Checks a run id or prefix against the id alphabet before anything (a path, the journal) is
 /// touched with it.

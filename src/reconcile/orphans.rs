@@ -1,6 +1,8 @@
-//! Ending a step's process group, and knowing it is gone.
+//! Ending the process groups a dead runner left behind, and knowing they are gone.
 //!
-//! Each step runs in its own process group whose id is the step's pid. A group outlives its
+//! Unlike the runner, which ends groups of its own children, the reconciler signals processes
+//! it did not start and cannot reap, named only by what the journal recorded. Each step runs
+//! in its own process group whose id is the step's pid. A group outlives its
 //! leader while children remain, and Linux does not hand out a pid that is still some group's
 //! id, so while any member lives the group id still means our group.
 //!

@@ -1,0 +1,95 @@
+//! `runjournal reconcile`, and the reconcile pass every reading command makes first.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use runjournal::reconcile::{self, Action, Outcome, Report};
+use runjournal::{Home, Store};
+
+use crate::{CliResult, open_store};
+
+/// One pass with the default options.
+pub fn pass(store: &Store) -> anyhow::Result<Report> {
+    reconcile::reconcile(store, &reconcile::Options::default()).context("reconciling")
+}
+
+fn describe(outcome: &Outcome) -> String {
+    let mut line = format!("{}  {}", outcome.run, outcome.row);
+    if !outcome.appended.is_empty() {
+        line.push_str(&format!("  recorded {}", outcome.appended.join(" + ")));
+    } else if outcome.action != Action::Nothing {
+        line.push_str("  (someone else acted first)");
+    }
+    if outcome.reprojected && outcome.appended.is_empty() {
+        line.push_str("  projection rebuilt");
+    }
+    if let Some(reason) = &outcome.reason {
+        line.push_str(&format!("  reason: {reason}"));
+    }
+    if let Some(error) = &outcome.error {
+        line.push_str(&format!("  error: {error}"));
+    }
+    line
+}
+
+/// The reconcile pass before `status`, `list` and `wait` read. It prints, on stderr, only what
+/// it changed; a failure to reconcile does not stop the reading.
+pub fn before_reading(store: &Store) {
+    match pass(store) {
+        Ok(report) => {
+            for outcome in report.changed() {
+                eprintln!("runjournal: reconciled {}", describe(outcome));
+            }
+        }
+        Err(error) => eprintln!("runjournal: {error:#}"),
+    }
+}
+
+/// `runjournal reconcile [--json]`: one pass, every active run's row printed.
+pub fn command(home: Home, json: bool) -> CliResult {
+    let store = open_store(home)?;
+    let report = pass(&store)?;
+    let mut stdout = std::io::stdout().lock();
+    let mut errors = 0usize;
+    for outcome in &report.outcomes {
+        errors += usize::from(outcome.error.is_some());
+        let line = if json {
+            serde_json::json!({
+                "type": "run",
+                "run": outcome.run.to_string(),
+                "row": outcome.row,
+                "action": format!("{:?}", outcome.action),
+                "appended": outcome.appended,
+                "reprojected": outcome.reprojected,
+                "reason": outcome.reason,
+                "error": outcome.error,
+            })
+            .to_string()
+        } else {
+            describe(outcome)
+        };
+        writeln!(stdout, "{line}").context("writing the report")?;
+    }
+    let changed = report.changed().count();
+    if json {
+        let summary = serde_json::json!({
+            "type": "summary",
+            "active": report.outcomes.len(),
+            "changed": changed,
+            "errors": errors,
+        });
+        writeln!(stdout, "{summary}").context("writing the report")?;
+    } else {
+        eprintln!(
+            "{} active run(s), {changed} changed, {errors} error(s)",
+            report.outcomes.len()
+        );
+    }
+    Ok(if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::EXIT_ERROR)
+    })
+}
