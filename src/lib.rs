@@ -13,6 +13,7 @@ pub mod liveness;
 pub mod projection;
 pub mod state;
 pub mod store;
+pub mod verify;
 
 pub use event::{Event, RunId, RunSpec};
 pub use home::Home;
