@@ -858,20 +858,26 @@ pub fn check_integrity_of_copy(
         crate::journal::JournalReader::open(&copy),
         Err(crate::journal::OpenError::NeedsRecovery { .. })
     );
-    let damaged =
-        |message: String| Problem::new(Severity::Damaged, ProblemKind::Integrity, message);
-    let mut problems = Vec::new();
-    match Journal::open(&copy) {
-        Err(error) => problems.push(damaged(format!("a copy of the journal does not open: {error}"))),
+    let outcome = match Journal::open(&copy) {
+        Err(error) => Err(format!("a copy of the journal does not open: {error}")),
         Ok(journal) => match journal.check_integrity() {
-            Ok(true) => {}
-            Ok(false) => problems.push(damaged(
-                "redb's integrity check failed (redb could repair the copy; the journal itself is untouched)"
-                    .to_string(),
-            )),
-            Err(error) => problems.push(damaged(format!("redb's integrity check failed: {error}"))),
+            Ok(true) => Ok(()),
+            Ok(false) => Err(concat!(
+                "redb's integrity check failed ",
+                "(redb could repair the copy; the journal itself is untouched)"
+            )
+            .to_string()),
+            Err(error) => Err(format!("redb's integrity check failed: {error}")),
         },
-    }
+    };
+    let problems = match outcome {
+        Ok(()) => Vec::new(),
+        Err(message) => vec![Problem::new(
+            Severity::Damaged,
+            ProblemKind::Integrity,
+            message,
+        )],
+    };
     std::fs::remove_file(&copy).ok();
     Ok(Integrity {
         was_recovered,

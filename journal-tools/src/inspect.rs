@@ -235,7 +235,11 @@ pub fn run(source: &Source, out: &mut Out, text: &str) -> anyhow::Result<Status>
         }
         out.json(
             "summary",
-            json!({"run": run.to_string(), "records": rederived.records.len(), "head_seq": state.head_seq}),
+            json!({
+                "run": run.to_string(),
+                "records": rederived.records.len(),
+                "head_seq": state.head_seq,
+            }),
         )?;
         return Ok(status);
     }
@@ -517,6 +521,13 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
         note(&error.to_string());
     }
     if out.is_json {
+        let runs_by_state: serde_json::Map<String, Value> = by_state
+            .iter()
+            .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
+            .collect();
+        let blocked_pids: Option<Vec<u32>> = capacity
+            .as_ref()
+            .map(|capacity| capacity.blocked.iter().map(|blocked| blocked.pid).collect());
         out.json(
             "stats",
             json!({
@@ -526,14 +537,14 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
                 "created_at_ms": meta.created_at_ms,
                 "file_bytes": file_bytes,
                 "runs": runs,
-                "runs_by_state": by_state.iter().map(|(status, count)| (status.as_str().to_string(), Value::from(*count))).collect::<serde_json::Map<String, Value>>(),
+                "runs_by_state": runs_by_state,
                 "damaged_snapshots": damaged.len(),
                 "active_runs": active,
                 "records": records,
                 "global_head": global_head,
                 "has_reserve": capacity.as_ref().map(|capacity| capacity.has_reserve),
-                "blocked_since_ms": capacity.as_ref().and_then(|capacity| capacity.blocked_since_ms()),
-                "blocked_pids": capacity.as_ref().map(|capacity| capacity.blocked.iter().map(|blocked| blocked.pid).collect::<Vec<_>>()),
+                "blocked_since_ms": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
+                "blocked_pids": blocked_pids,
             }),
         )?;
         out.json("summary", json!({"runs": runs, "records": records}))?;
