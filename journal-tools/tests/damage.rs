@@ -320,3 +320,51 @@ fn a_flipped_byte_in_the_file_fails_redb_integrity_and_the_record_checksum() {
     );
     assert!(out.contains("redb integrity check failed"), "{out}");
 }
+
+#[test]
+fn indexes_that_disagree_with_the_runs_are_each_reported() {
+    const ACTIVE: TableDefinition<&[u8; 16], ()> = TableDefinition::new("active");
+    const TERMINAL: TableDefinition<&[u8; 24], ()> = TableDefinition::new("terminal");
+    const ALIASES: TableDefinition<&str, &[u8; 16]> = TableDefinition::new("aliases");
+    const LOG: TableDefinition<u64, &[u8; 24]> = TableDefinition::new("log");
+    let fixture = fixture();
+    {
+        let db = open_raw(&fixture.journal_path());
+        let txn = db.begin_write().expect("write");
+        txn.open_table(ACTIVE)
+            .expect("active")
+            .remove(&fixture.running.to_bytes())
+            .expect("remove");
+        {
+            let mut terminal = txn.open_table(TERMINAL).expect("terminal");
+            let key = terminal
+                .iter()
+                .expect("iterate")
+                .map(|entry| *entry.expect("entry").0.value())
+                .find(|key| key[8..] == fixture.complete.to_bytes())
+                .expect("the complete run is listed");
+            terminal.remove(&key).expect("remove");
+        }
+        txn.open_table(ALIASES)
+            .expect("aliases")
+            .insert("name:hello", &fixture.failed.to_bytes())
+            .expect("insert");
+        txn.open_table(LOG)
+            .expect("log")
+            .remove(20)
+            .expect("remove");
+        txn.commit().expect("commit");
+    }
+    let ran = verify(&fixture);
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    let out = fixture.redact(&ran.stdout);
+    for expected in [
+        "run <running-run> is not closed but the active index lacks it",
+        "but the terminal index lacks it",
+        r#"alias "name:hello" points to run <failed-run>, but the latest run it names is <complete-run>"#,
+        "the log names records up to seq 4 of run <running-run>, which has 5 records",
+    ] {
+        assert!(out.contains(expected), "{expected}\n{out}");
+    }
+    assert!(out.contains("4 inconsistent"), "{out}");
+}
