@@ -19,6 +19,7 @@ pub mod spec;
 pub mod state;
 pub mod store;
 mod sync;
+pub mod verify;
 
 pub use event::{Event, RunId, RunSpec};
 pub use home::Home;

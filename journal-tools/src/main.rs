@@ -1,45 +1,262 @@
 //! `journal-tools`: look inside a runjournal journal and rebuild its projections. It opens the
 //! journal read-only, so it works while runs are live.
+//!
+//! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`); 2 a usage or
+//! other error; 4 a journal that is damaged or of an unknown format. When several apply, the
+//! most serious wins (4, then 2, then 1). A closed stdout (`| head`) exits 0 quietly.
+
+mod inspect;
+mod output;
+mod replay;
+mod source;
+mod when;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
+use runjournal::RunId;
+use runjournal::journal::{CorruptError, OpenError, ReadError, View};
+use runjournal::state::RunStatus;
+use runjournal::verify::{Report, Severity};
 
-use runjournal::{Home, JournalReader};
-
-/// Look inside a runjournal journal.
+/// Look inside a runjournal journal and rebuild its projections.
+///
+/// The journal is opened read-only, so every command works while runs are live. Data goes to
+/// stdout, messages to stderr. Times are shown in UTC.
+///
+/// Exit codes: 0 fine, 1 a problem found (inspect verify, replay --check), 2 a usage or other
+/// error, 4 a journal that is damaged or of an unknown format.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version, about, long_about)]
 struct Cli {
     /// State directory [default: $RUNJOURNAL_HOME, else $XDG_STATE_HOME/runjournal, else
     /// ~/.local/state/runjournal].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// Read this journal file (a copy, say) instead of the home's. Projections are then
+    /// checked or rebuilt only with --home or --out.
+    #[arg(long, global = true, value_name = "FILE")]
+    journal: Option<PathBuf>,
+    /// Print JSON Lines: one object per line, each with a "type", ending with a summary.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// See what the journal holds.
+    #[command(subcommand)]
+    Inspect(InspectCommand),
+    /// Rebuild status.json, events.jsonl, result files and index markers from the journal.
+    Replay(ReplayArgs),
+}
+
+#[derive(Subcommand)]
+enum InspectCommand {
+    /// One row per run, newest first.
+    Runs(RunsArgs),
+    /// One run: its state folded from its records, and its timeline.
+    Run {
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
+        run: String,
+    },
+    /// The global log in commit order; each line shows its global seq, a resumable cursor.
+    Events(EventsArgs),
+    /// Counts, sizes, format, and the journal's space reserve.
+    Stats,
+    /// Check everything: records, snapshots, indexes, projections, redb's integrity.
+    Verify,
+}
+
+#[derive(Args)]
+struct RunsArgs {
+    /// Only runs in these states (queued, running, complete, failed, stopped, paused).
+    #[arg(long, value_name = "S", value_delimiter = ',', value_parser = parse_status)]
+    state: Vec<RunStatus>,
+    /// Only runs created at or after TIME: 2025-01-31T12:00:00Z, 2025-01-31 12:00 (UTC), or
+    /// a time before now: 30s, 2h, 1d.
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// Only runs created at or before TIME (same forms as --since).
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+    /// At most N runs (the newest).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+}
+
+#[derive(Args)]
+struct EventsArgs {
+    /// Only this run's records.
+    #[arg(long, value_name = "RUN")]
+    run: Option<String>,
+    /// Start after this global seq (the cursor a previous listing ended at).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    after_seq: u64,
+    /// Stop after N records (with --follow too).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Keep waiting for new commits and print them as they come.
+    #[arg(long)]
+    follow: bool,
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// Replay this run (id, unique prefix, name or tool-call id).
+    #[arg(long, value_name = "RUN", conflicts_with = "all")]
+    run: Option<String>,
+    /// Replay every run.
+    #[arg(long)]
+    all: bool,
+    /// Render the run as it stood at this seq of its own (needs --run and --out).
+    #[arg(long, value_name = "N", requires = "run", requires = "out")]
+    until_seq: Option<u64>,
+    /// Write into this directory (laid out as a home) instead of in place.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Change nothing; report the files that differ from a fresh projection.
+    #[arg(long)]
+    check: bool,
+    /// In place, also re-create result files (and their index entries) that are absent. They
+    /// are left absent by default: hosts delete them once they have delivered the result.
+    #[arg(long)]
+    restore_results: bool,
+}
+
+fn parse_status(text: &str) -> Result<RunStatus, String> {
+    text.parse()
+}
+
+/// A mistake in how the tool was called (exit 2, one line).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// How a command that ran to its end came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Fine,
+    /// A problem found (verify, check): exit 1.
+    Problems,
+    /// A check could not run: exit 2.
+    Unchecked,
+    /// The journal is damaged: exit 4.
+    Damaged,
+}
+
+impl Status {
+    /// The status a set of findings calls for; notes alone are fine.
+    pub fn of_severity(severity: Option<Severity>) -> Status {
+        match severity {
+            None | Some(Severity::Note) => Status::Fine,
+            Some(Severity::Inconsistent) => Status::Problems,
+            Some(Severity::Unchecked) => Status::Unchecked,
+            Some(Severity::Damaged) => Status::Damaged,
+        }
+    }
+
+    pub fn of_report(report: &Report) -> Status {
+        Status::of_severity(report.worst())
+    }
+
+    fn exit_code(self) -> ExitCode {
+        ExitCode::from(match self {
+            Status::Fine => 0,
+            Status::Problems => 1,
+            Status::Unchecked => 2,
+            Status::Damaged => 4,
+        })
+    }
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let cli = Cli::parse();
+    let mut out = output::Out::new(cli.json);
+    let result = run(cli, &mut out).and_then(|status| {
+        out.flush()?;
+        Ok(status)
+    });
+    match result {
+        Ok(status) => status.exit_code(),
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("journal-tools: {error:#}");
-            ExitCode::from(2)
+            // Whatever was printed before the error still goes out.
+            if let Err(flush_error) = out.flush()
+                && flush_error.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                output::note(&format!("writing stdout: {flush_error}"));
+            }
+            output::note(&format!("{error:#}"));
+            if is_damage(&error) {
+                ExitCode::from(4)
+            } else {
+                ExitCode::from(2)
+            }
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let home = Home::resolve(cli.home.as_deref())?;
-    let journal = JournalReader::open(home.journal_path())?;
-    let view = journal.view().context("reading the journal")?;
-    let meta = view.meta()?;
-    println!(
-        "{}: format {}, {} runs, {} records",
-        journal.path().display(),
-        meta.format_version,
-        view.run_count()?,
-        view.record_count()?
-    );
-    Ok(())
+fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
+    let source = source::Source::open(cli.home.as_deref(), cli.journal.as_deref())?;
+    match cli.command {
+        Command::Inspect(InspectCommand::Runs(args)) => inspect::runs(&source, out, &args),
+        Command::Inspect(InspectCommand::Run { run }) => inspect::run(&source, out, &run),
+        Command::Inspect(InspectCommand::Events(args)) => inspect::events(&source, out, &args),
+        Command::Inspect(InspectCommand::Stats) => inspect::stats(&source, out),
+        Command::Inspect(InspectCommand::Verify) => inspect::verify(&source, out),
+        Command::Replay(args) => replay::replay(&source, out, &args),
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Whether an error means the journal is damaged or of an unknown format (exit 4).
+fn is_damage(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<OpenError>(),
+            Some(
+                OpenError::NewerFormat { .. }
+                    | OpenError::NotAJournal { .. }
+                    | OpenError::Corrupt { .. }
+            )
+        ) || matches!(
+            cause.downcast_ref::<ReadError>(),
+            Some(ReadError::Corrupt(_))
+        ) || cause.downcast_ref::<CorruptError>().is_some()
+    })
+}
+
+/// The run `text` names: an id, a unique prefix of one, or an alias (name, tool-call id).
+pub fn resolve_run(view: &View, text: &str) -> anyhow::Result<RunId> {
+    use runjournal::journal::{ResolveError, name_alias, tool_call_alias};
+    match view.resolve(text) {
+        Ok(run) => Ok(run),
+        Err(error @ (ResolveError::Unknown { .. } | ResolveError::BadId(_))) => {
+            for alias in [name_alias(text), tool_call_alias(text)] {
+                if let Some(run) = view.lookup_alias(&alias)? {
+                    return Ok(run);
+                }
+            }
+            Err(UsageError(error.to_string()).into())
+        }
+        Err(error) => Err(error.into()),
+    }
 }

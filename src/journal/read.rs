@@ -232,6 +232,58 @@ impl View {
         Ok(())
     }
 
+    /// Every stored record in key order (run, then seq), each decoded and checked against its
+    /// checksum and its key. Unlike [`View::records`], a damaged record does not end the scan:
+    /// `f` sees it as an `Err` naming its run and seq, and may stop early by returning `false`.
+    pub fn scan_records(
+        &self,
+        mut f: impl FnMut(RunId, u64, Result<Record, CorruptError>) -> bool,
+    ) -> Result<(), StorageFailure> {
+        let records = self.table(RECORDS)?;
+        for entry in records.iter().map_err(storage("reading records"))? {
+            let (key, value) = entry.map_err(storage("reading records"))?;
+            let (run, seq) = tables::split_record_key(key.value());
+            if !f(run, seq, decode_record(key.value(), value.value())) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every stored snapshot in run id order, each decoded; a damaged one does not end the scan
+    /// (see [`View::scan_records`]).
+    pub fn scan_snapshots(
+        &self,
+        mut f: impl FnMut(RunId, Result<RunState, CorruptError>) -> bool,
+    ) -> Result<(), StorageFailure> {
+        let runs = self.table(RUNS)?;
+        for entry in runs.iter().map_err(storage("reading runs"))? {
+            let (key, value) = entry.map_err(storage("reading runs"))?;
+            let run = RunId::from_bytes(*key.value());
+            if !f(run, decode_snapshot(run, value.value())) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry of the global log in commit order, as (global seq, run, seq), without
+    /// reading the records it names.
+    pub fn scan_log(
+        &self,
+        mut f: impl FnMut(u64, RunId, u64) -> bool,
+    ) -> Result<(), StorageFailure> {
+        let log = self.table(LOG)?;
+        for entry in log.iter().map_err(storage("reading the log"))? {
+            let (global, key) = entry.map_err(storage("reading the log"))?;
+            let (run, seq) = tables::split_record_key(key.value());
+            if !f(global.value(), run, seq) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The run an alias points to (see [`super::tool_call_alias`], [`super::name_alias`]).
     pub fn lookup_alias(&self, alias: &str) -> Result<Option<RunId>, ReadError> {
         let aliases = self.table(ALIASES)?;

@@ -1690,3 +1690,18 @@ fn resolve_refuses_path_characters_before_touching_the_journal() {
         );
     }
 }
+
+#[test]
+fn a_consistent_copy_holds_every_commit_and_leaves_the_source_as_it_was() {
+    let (dir, path, run) = journal_with_one_lifecycle();
+    let before = read_bytes(&path);
+    let copy = dir.path().join("copy.redb");
+    copy_consistent(&path, &copy).expect("a quiet journal copies at once");
+    assert_eq!(read_bytes(&path), before, "the source is not written");
+    let reader = JournalReader::open(&copy).expect("the copy opens read-only");
+    let view = reader.view().expect("a view opens");
+    assert_eq!(
+        seqs(&view.records(run).expect("records read")),
+        (1..=6).collect::<Vec<_>>()
+    );
+}

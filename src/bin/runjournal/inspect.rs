@@ -35,8 +35,8 @@ fn read_state(store: &Store, run: RunId) -> Result<RunState, Failure> {
 pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     check_run_text(text)?;
     let store = open_store(home)?;
-    reconcile_before_reading(&store);
     let run = resolve(&store, text)?;
+    reconcile_before_reading(&store);
     let state = read_state(&store, run)?;
     if json {
         let document = documents::status_doc(store.home(), &state);
@@ -105,8 +105,8 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
 pub fn wait(home: Home, text: &str, timeout: Option<Duration>) -> CliResult {
     check_run_text(text)?;
     let store = open_store(home)?;
-    reconcile_before_reading(&store);
     let run = resolve(&store, text)?;
+    reconcile_before_reading(&store);
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
     let head = read_state(&store, run)?.head_seq;
     let mut end =

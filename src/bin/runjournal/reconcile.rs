@@ -34,12 +34,13 @@ fn describe(outcome: &Outcome) -> String {
     line
 }
 
-/// The reconcile pass before `status`, `list` and `wait` read. It prints, on stderr, only what
-/// it changed; a failure to reconcile does not stop the reading.
+/// The reconcile pass before `status`, `list` and `wait` read. It prints, on stderr, only the
+/// runs it closed (a rebuilt projection is routine); a failure to reconcile does not stop the
+/// reading.
 pub fn before_reading(store: &Store) {
     match pass(store) {
         Ok(report) => {
-            for outcome in report.changed() {
+            for outcome in report.outcomes.iter().filter(|o| !o.appended.is_empty()) {
                 eprintln!("runjournal: reconciled {}", describe(outcome));
             }
         }

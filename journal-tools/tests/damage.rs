@@ -1,0 +1,370 @@
+//! `inspect verify` and `replay --check` catch damage: a projection edited or deleted, a
+//! snapshot rewritten behind the library's back, a flipped byte in a record (through redb,
+//! and in the raw file). Each is reported with the run (and seq or file) it concerns, the
+//! other runs are still checked, and the exit code says how bad it is.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Fixture, fixture, json_lines, run, tool, tool_at};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use runjournal::RunId;
+use runjournal::journal::{JournalReader, encode_snapshot_for_tests};
+
+const RECORDS: TableDefinition<&[u8; 24], &[u8]> = TableDefinition::new("records");
+const RUNS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("runs");
+
+/// The journal file opened with redb directly, as another program would.
+fn open_raw(path: &Path) -> redb::Database {
+    redb::Database::builder()
+        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+        .open(path)
+        .expect("the journal opens as a redb database")
+}
+
+fn record_key(run: RunId, seq: u64) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(&run.to_bytes());
+    key[16..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn verify(fixture: &Fixture) -> common::Ran {
+    run(tool_at(fixture, &["inspect", "verify"]))
+}
+
+fn check(fixture: &Fixture) -> common::Ran {
+    run(tool_at(fixture, &["replay", "--all", "--check"]))
+}
+
+#[test]
+fn an_edited_status_json_is_reported_with_the_fields_that_differ_and_replay_repairs_it() {
+    let fixture = fixture();
+    let status_path = fixture.home.status_path(fixture.complete);
+    let mut status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&status_path).expect("status.json")).expect("JSON");
+    status["state"] = "running".into();
+    status["journalSeq"] = 3.into();
+    std::fs::write(
+        &status_path,
+        serde_json::to_vec_pretty(&status).expect("JSON"),
+    )
+    .expect("overwrite status.json");
+    std::fs::remove_file(fixture.home.events_path(fixture.failed)).expect("delete events.jsonl");
+
+    let ran = verify(&fixture);
+    common::redactions().bind(|| {
+        insta::assert_snapshot!("verify_damaged_projections", fixture.redact(&ran.stdout))
+    });
+    for ran in [ran, check(&fixture)] {
+        assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+        let out = fixture.redact(&ran.stdout);
+        assert!(
+            out.contains(
+                "inconsistent status of run <complete-run> differs from a fresh projection"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("runs/<complete-run>/status.json"), "{out}");
+        assert!(
+            out.contains(r#"state: "running" on disk, "complete" expected"#),
+            "{out}"
+        );
+        assert!(out.contains("journalSeq: 3 on disk, 6 expected"), "{out}");
+        assert!(
+            out.contains("inconsistent events of run <failed-run> is missing"),
+            "{out}"
+        );
+    }
+    let objects = json_lines(&run(tool_at(&fixture, &["inspect", "verify", "--json"])).stdout);
+    let problems: Vec<_> = objects.iter().filter(|o| o["type"] == "problem").collect();
+    assert_eq!(problems.len(), 2, "{objects:?}");
+    assert_eq!(problems[0]["file_kind"], "events");
+    assert_eq!(problems[1]["kind"], "projection");
+    assert_eq!(problems[1]["run"], fixture.complete.to_string());
+
+    let ran = run(tool_at(&fixture, &["replay", "--all"]));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let out = fixture.redact(&ran.stdout);
+    assert!(
+        out.contains("repaired     status         runs/<complete-run>/status.json (was differing)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("repaired     events         runs/<failed-run>/events.jsonl (was missing)"),
+        "{out}"
+    );
+    assert_eq!(verify(&fixture).code, 0);
+    assert_eq!(check(&fixture).code, 0);
+}
+
+#[test]
+fn a_consumed_result_is_a_note_but_an_edited_one_is_a_problem() {
+    let fixture = fixture();
+    let result_path = fixture.home.result_path(fixture.complete);
+    std::fs::remove_file(&result_path).expect("the host consumed the result");
+
+    for ran in [verify(&fixture), check(&fixture)] {
+        assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+        assert!(
+            fixture.redact(&ran.stdout).contains(
+                "note         result of run <complete-run> was published and is gone (consumed by the host)"
+            ),
+            "{}",
+            ran.stdout
+        );
+    }
+    // In place, replay leaves it absent (writing it again would deliver it twice) unless asked.
+    let ran = run(tool_at(&fixture, &["replay", "--all"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("left-absent"), "{}", ran.stdout);
+    assert!(!result_path.exists());
+    let ran = run(tool_at(&fixture, &["replay", "--all", "--restore-results"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(result_path.exists());
+
+    let failed_result = fixture.home.result_path(fixture.failed);
+    let edited = std::fs::read_to_string(&failed_result)
+        .expect("result")
+        .replace("\"success\": false", "\"success\": true");
+    std::fs::write(&failed_result, edited).expect("edit the result");
+    let ran = check(&fixture);
+    assert_eq!(ran.code, 1, "{}", ran.stdout);
+    assert!(
+        ran.stdout.contains("success: true on disk, false expected"),
+        "{}",
+        ran.stdout
+    );
+}
+
+#[test]
+fn an_edited_snapshot_is_reported_as_differing_from_the_fold() {
+    let fixture = fixture();
+    let mut state = {
+        let reader = JournalReader::open(fixture.journal_path()).expect("open");
+        let view = reader.view().expect("view");
+        view.snapshot(fixture.complete)
+            .expect("reads")
+            .expect("the run exists")
+    };
+    // A valid snapshot of another state: the run's summary and head rewritten.
+    if let Some(terminal) = state.terminal.as_mut() {
+        terminal.summary = "said goodbye".to_string();
+    }
+    state.head_seq = 5;
+    let bytes = encode_snapshot_for_tests(&state).expect("encodes");
+    {
+        let db = open_raw(&fixture.journal_path());
+        let txn = db.begin_write().expect("write");
+        txn.open_table(RUNS)
+            .expect("runs")
+            .insert(&fixture.complete.to_bytes(), bytes.as_slice())
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+
+    for ran in [verify(&fixture), check(&fixture)] {
+        assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+        let out = fixture.redact(&ran.stdout);
+        assert!(
+            out.contains(
+                "inconsistent the stored snapshot of run <complete-run> differs from the fold of its 6 records"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"terminal.summary: "said goodbye" stored, "said hello" folded"#),
+            "{out}"
+        );
+        assert!(out.contains("head_seq: 5 stored, 6 folded"), "{out}");
+    }
+    // The projection is rendered from the fold, the truth, so it still matches the disk.
+    let ran = check(&fixture);
+    assert!(!ran.stdout.contains("status of run"), "{}", ran.stdout);
+}
+
+#[test]
+fn a_snapshot_of_another_run_is_damage() {
+    let fixture = fixture();
+    {
+        let db = open_raw(&fixture.journal_path());
+        let txn = db.begin_write().expect("write");
+        {
+            let mut runs = txn.open_table(RUNS).expect("runs");
+            let other = runs
+                .get(&fixture.failed.to_bytes())
+                .expect("reads")
+                .expect("exists")
+                .value()
+                .to_vec();
+            runs.insert(&fixture.complete.to_bytes(), other.as_slice())
+                .expect("insert");
+        }
+        txn.commit().expect("commit");
+    }
+    let ran = verify(&fixture);
+    assert_eq!(ran.code, 4, "{}{}", ran.stdout, ran.stderr);
+    let out = fixture.redact(&ran.stdout);
+    assert!(
+        out.contains("damaged      snapshot of run <complete-run>: record does not decode: it holds the state of run <failed-run>"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_flipped_byte_in_a_record_names_the_run_and_seq_and_exits_4() {
+    let fixture = fixture();
+    {
+        let db = open_raw(&fixture.journal_path());
+        let key = record_key(fixture.failed, 6);
+        let mut bytes = {
+            let txn = db.begin_read().expect("read");
+            let records = txn.open_table(RECORDS).expect("records");
+            records
+                .get(&key)
+                .expect("reads")
+                .expect("record 6 exists")
+                .value()
+                .to_vec()
+        };
+        let at = bytes
+            .windows(5)
+            .position(|window| window == b"quota")
+            .expect("the job message is in record 6");
+        bytes[at] ^= 0x01;
+        let txn = db.begin_write().expect("write");
+        txn.open_table(RECORDS)
+            .expect("records")
+            .insert(&key, bytes.as_slice())
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+
+    let ran = verify(&fixture);
+    assert_eq!(ran.code, 4, "{}{}", ran.stdout, ran.stderr);
+    let out = fixture.redact(&ran.stdout);
+    assert!(
+        out.contains("damaged      record 6 of run <failed-run>: record fails its checksum"),
+        "{out}"
+    );
+    assert!(
+        out.contains("run <failed-run> was not folded or projected"),
+        "{out}"
+    );
+    // The other runs were still checked, and redb's own pages are sound.
+    assert!(out.contains("verified 3 runs, 20 records"), "{out}");
+    assert!(out.contains("redb integrity check passed"), "{out}");
+    let objects = json_lines(&run(tool_at(&fixture, &["inspect", "verify", "--json"])).stdout);
+    let record = objects
+        .iter()
+        .find(|object| object["kind"] == "record")
+        .expect("the record problem");
+    assert_eq!(record["run"], fixture.failed.to_string());
+    assert_eq!(record["seq"], 6);
+    assert_eq!(record["severity"], "damaged");
+
+    let ran = check(&fixture);
+    assert_eq!(ran.code, 4, "{}{}", ran.stdout, ran.stderr);
+    let out = fixture.redact(&ran.stdout);
+    assert!(out.contains("record 6 of run <failed-run>"), "{out}");
+    assert!(out.contains("(1 run skipped"), "{out}");
+
+    // Reading the run says the same, and exits 4.
+    let ran = run(tool_at(&fixture, &["inspect", "run", "deploy"]));
+    assert_eq!(ran.code, 4, "{}", ran.stderr);
+    assert!(
+        fixture
+            .redact(&ran.stderr)
+            .contains("record 6 of run <failed-run>: record fails its checksum"),
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn a_flipped_byte_in_the_file_fails_redb_integrity_and_the_record_checksum() {
+    let fixture = fixture();
+    let path = fixture.journal_path();
+    let mut bytes = std::fs::read(&path).expect("read the journal");
+    let needle = b"quota exceeded";
+    let positions: Vec<usize> = bytes
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, window)| *window == needle)
+        .map(|(at, _)| at)
+        .collect();
+    assert!(!positions.is_empty(), "the job message is in the file");
+    for at in positions {
+        bytes[at] ^= 0x01;
+    }
+    std::fs::write(&path, &bytes).expect("write the damaged journal");
+
+    let ran = run({
+        let mut command = tool();
+        command
+            .arg("--journal")
+            .arg(&path)
+            .args(["inspect", "verify"]);
+        command
+    });
+    assert_eq!(ran.code, 4, "{}{}", ran.stdout, ran.stderr);
+    let out = fixture.redact(&ran.stdout);
+    assert!(
+        out.contains("record 6 of run <failed-run>: record fails its checksum"),
+        "{out}"
+    );
+    assert!(
+        out.contains("damaged      redb's integrity check failed"),
+        "{out}"
+    );
+    assert!(out.contains("redb integrity check failed"), "{out}");
+}
+
+#[test]
+fn indexes_that_disagree_with_the_runs_are_each_reported() {
+    const ACTIVE: TableDefinition<&[u8; 16], ()> = TableDefinition::new("active");
+    const TERMINAL: TableDefinition<&[u8; 24], ()> = TableDefinition::new("terminal");
+    const ALIASES: TableDefinition<&str, &[u8; 16]> = TableDefinition::new("aliases");
+    const LOG: TableDefinition<u64, &[u8; 24]> = TableDefinition::new("log");
+    let fixture = fixture();
+    {
+        let db = open_raw(&fixture.journal_path());
+        let txn = db.begin_write().expect("write");
+        txn.open_table(ACTIVE)
+            .expect("active")
+            .remove(&fixture.running.to_bytes())
+            .expect("remove");
+        {
+            let mut terminal = txn.open_table(TERMINAL).expect("terminal");
+            let key = terminal
+                .iter()
+                .expect("iterate")
+                .map(|entry| *entry.expect("entry").0.value())
+                .find(|key| key[8..] == fixture.complete.to_bytes())
+                .expect("the complete run is listed");
+            terminal.remove(&key).expect("remove");
+        }
+        txn.open_table(ALIASES)
+            .expect("aliases")
+            .insert("name:hello", &fixture.failed.to_bytes())
+            .expect("insert");
+        txn.open_table(LOG)
+            .expect("log")
+            .remove(20)
+            .expect("remove");
+        txn.commit().expect("commit");
+    }
+    let ran = verify(&fixture);
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    let out = fixture.redact(&ran.stdout);
+    for expected in [
+        "run <running-run> is not closed but the active index lacks it",
+        "but the terminal index lacks it",
+        r#"alias "name:hello" points to run <failed-run>, but the latest run it names is <complete-run>"#,
+        "the log names records up to seq 4 of run <running-run>, which has 5 records",
+    ] {
+        assert!(out.contains(expected), "{expected}\n{out}");
+    }
+    assert!(out.contains("4 inconsistent"), "{out}");
+}
