@@ -510,3 +510,104 @@ fn emfile_child(home_dir: &Path) {
         "the projection caught up"
     );
 }
+
+/// Through the real binary: a run launched on a full disk waits (the launcher blocks on its
+/// first commit, visibly to `list` and `status`) and completes once space returns.
+#[test]
+fn a_run_launched_on_a_full_disk_waits_for_space_and_completes() {
+    if !can_mount("a_run_launched_on_a_full_disk_waits_for_space_and_completes") {
+        return;
+    }
+    let fs = SmallFs::tmpfs("16m");
+    let home = fs.path().join("home");
+    let runjournal = env!("CARGO_BIN_EXE_runjournal");
+    let command = |args: &[&str]| {
+        let mut command = Command::new(runjournal);
+        command
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .env("RUNJOURNAL_RESERVE_BYTES", "0");
+        command
+    };
+    // Make the home while there is room, then fill the disk.
+    let made = command(&["list"]).output().expect("list");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    fill(&fs.path().join("filler"));
+
+    // Sixty steps with long commands: the run's first record needs more room than the
+    // journal file has spare.
+    let mut launch = command(&["run", "--wait", "--name", "on-full-disk"]);
+    for index in 0..60 {
+        launch.args(["--step", &format!("true {index} {}", "y".repeat(3000))]);
+    }
+    let mut launcher = launch
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("launch");
+    let home_handle = Home::at(&home);
+    wait_for("the launcher to be blocked on the full disk", || {
+        capacity::read_status(&home_handle)
+            .expect("capacity status")
+            .blocked_since_ms()
+            .is_some()
+    });
+    assert!(
+        launcher.try_wait().expect("try_wait").is_none(),
+        "the launcher waits for space instead of failing"
+    );
+    let listed = command(&["list"]).output().expect("list while blocked");
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("blocked on a full disk"),
+        "list says so: {listed}"
+    );
+
+    std::fs::remove_file(fs.path().join("filler")).expect("free space");
+    let output = launcher.wait_with_output().expect("the launcher ends");
+    assert!(
+        output.status.success(),
+        "the run completed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let store = Store::open_with(
+        Home::at(&home),
+        StoreOptions {
+            reserve_bytes: 0,
+            listener: None,
+        },
+    )
+    .expect("open");
+    let view = store.journal().view().expect("view");
+    let run = view
+        .lookup_alias(&runjournal::journal::name_alias("on-full-disk"))
+        .expect("alias")
+        .expect("the run exists");
+    let records = view.records(run).expect("records");
+    let seqs: Vec<u64> = records.iter().map(|record| record.seq).collect();
+    assert_eq!(seqs, (1..=records.len() as u64).collect::<Vec<_>>());
+    let state = view.snapshot(run).expect("snapshot").expect("exists");
+    assert_eq!(state.status, RunStatus::Complete);
+    assert_eq!(
+        state,
+        state::replay(&records).expect("fold").expect("non-empty")
+    );
+    assert!(
+        capacity::read_status(store.home())
+            .expect("status")
+            .blocked
+            .is_empty(),
+        "no writer is blocked any more"
+    );
+}

@@ -40,10 +40,21 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     let state = read_state(&store, run)?;
     if json {
         let document = documents::status_doc(store.home(), &state);
-        let text = serde_json::to_string_pretty(&document).context("rendering the status")?;
+        let mut value = serde_json::to_value(&document).context("rendering the status")?;
+        // An extra field, as readers of the status.json format ignore ones they do not know.
+        if let Some(object) = value.as_object_mut() {
+            object.insert(
+                "journalCapacity".to_string(),
+                render::capacity_json(store.home()),
+            );
+        }
+        let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         println!("{text}");
     } else {
         print!("{}", render::status_text(store.home(), &state));
+        if let Some(notice) = render::capacity_notice(store.home(), runjournal::event::now_ms()) {
+            println!("{notice}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -88,15 +99,21 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     drop(view);
     // Newest first: ids sort by creation time.
     states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
+    let now_ms = runjournal::event::now_ms();
+    let notice = render::capacity_notice(store.home(), now_ms);
     if json {
         let rows: Vec<serde_json::Value> = states.iter().map(render::list_json).collect();
         let text = serde_json::to_string_pretty(&rows).context("rendering the list")?;
         println!("{text}");
+        // The array stays the data; the notice goes beside it.
+        if let Some(notice) = notice {
+            eprintln!("runjournal: {notice}");
+        }
     } else {
-        print!(
-            "{}",
-            render::list_table(&states, runjournal::event::now_ms())
-        );
+        if let Some(notice) = notice {
+            println!("{notice}");
+        }
+        print!("{}", render::list_table(&states, now_ms));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -265,3 +265,34 @@ pub fn list_json(state: &RunState) -> serde_json::Value {
         "toolCallId": state.tool_call_id,
     })
 }
+
+/// What `status` and `list` say about a full disk: a line when a journal writer is blocked
+/// waiting for space, or when the space reserve has been released. `None` when all is well.
+pub fn capacity_notice(home: &Home, now_ms: UnixMs) -> Option<String> {
+    let status = runjournal::capacity::read_status(home).ok()?;
+    if let Some(since_ms) = status.blocked_since_ms() {
+        return Some(format!(
+            "journal: blocked on a full disk for {} ({} writer(s) waiting; transitions land once space returns)",
+            age(now_ms, since_ms),
+            status.blocked.len()
+        ));
+    }
+    let is_reserve_expected =
+        runjournal::capacity::reserve_bytes_from_env().is_ok_and(|bytes| bytes > 0);
+    (is_reserve_expected && !status.has_reserve && home.journal_path().exists()).then(|| {
+        "journal: the space reserve is released (the disk was full); it is made again once space allows"
+            .to_string()
+    })
+}
+
+/// The capacity state as JSON, for `status --json`.
+pub fn capacity_json(home: &Home) -> serde_json::Value {
+    match runjournal::capacity::read_status(home) {
+        Ok(status) => serde_json::json!({
+            "blockedSinceMs": status.blocked_since_ms(),
+            "blockedWriters": status.blocked.len(),
+            "hasReserve": status.has_reserve,
+        }),
+        Err(error) => serde_json::json!({ "error": error.to_string() }),
+    }
+}
