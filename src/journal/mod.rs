@@ -552,10 +552,13 @@ impl Journal {
     /// handle of its own. The journal must be a file.
     pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
         let mut db = open_source(&self.shared.source).map_err(|error| {
-            StorageFailure::new(
-                "opening a handle for the integrity check",
-                redb::Error::Corrupted(error.to_string()),
-            )
+            // An open that failed is not damage: keep its I/O error (ENOSPC, say).
+            let source = match error {
+                OpenError::Io { source, .. } => redb::Error::Io(source),
+                OpenError::Storage(failure) => failure.source,
+                other => redb::Error::Io(std::io::Error::other(other.to_string())),
+            };
+            StorageFailure::new("opening a handle for the integrity check", source)
         })?;
         db.check_integrity()
             .map_err(|error| StorageFailure::new("checking integrity", error))
