@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use runjournal::event::Event;
 use runjournal::journal::{OpenError, WriterOptions};
-use runjournal::{Journal, RunId};
+use runjournal::{Condition, Journal, RunId};
 use support::mem_disk::{Call, Fault, MemDisk};
 use support::script;
 
@@ -253,4 +253,117 @@ fn enospc_at_any_write_until_space_is_freed_delays_and_loses_nothing() {
 #[test]
 fn enospc_at_any_sync_until_space_is_freed_delays_and_loses_nothing() {
     sweep(Call::Sync, true);
+}
+
+/// The answers of a refused append and a legal one that the writer commits in one group, with
+/// ENOSPC at the sync `fail_sync` (or none), and how many commits the writer saw fail.
+fn grouped_refusal(fail_sync: Option<u64>) -> (GroupedAnswers, u64) {
+    let fault = match fail_sync {
+        Some(at) => Fault::Enospc {
+            on: Call::Sync,
+            at,
+            is_persistent: false,
+        },
+        None => Fault::None,
+    };
+    let disk = MemDisk::new(fault);
+    let journal = open(&disk, "grouped");
+    let (first, second) = (script::run_id(1), script::run_id(2));
+    for run in [first, second] {
+        journal
+            .append(
+                run,
+                vec![script::created_event(run)],
+                Condition::expect_head(0),
+            )
+            .expect("create");
+    }
+    // A second handle's write transaction holds redb's writer lock: the journal's writer takes
+    // the next append as a group of its own and waits; what comes meanwhile queues up.
+    let holder = redb::Database::builder()
+        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+        .create_with_backend(disk.backend())
+        .expect("a second handle");
+    let held = holder.begin_write().expect("hold the writer lock");
+    let answers = std::thread::scope(|scope| {
+        let started = scope.spawn(|| {
+            journal.append(
+                first,
+                vec![script::runner_started_event("a")],
+                Condition::expect_head(1),
+            )
+        });
+        let waited = Instant::now();
+        while disk.lock_waiters() == 0 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "the writer waits for the lock"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Refused: the append above moves the head to 2 first.
+        let refused = scope.spawn(|| {
+            journal.append(
+                first,
+                vec![script::runner_started_event("b")],
+                Condition::expect_head(1),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let legal = scope.spawn(|| {
+            journal.append(
+                second,
+                vec![script::runner_started_event("c")],
+                Condition::expect_head(1),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+        started
+            .join()
+            .expect("thread")
+            .expect("the first append lands");
+        GroupedAnswers {
+            refused: refused.join().expect("thread"),
+            legal: legal.join().expect("thread"),
+            syncs_after: disk.counts().1,
+        }
+    });
+    let failures = journal.writer_stats().failures.load(Ordering::Relaxed);
+    (answers, failures)
+}
+
+struct GroupedAnswers {
+    refused: Result<runjournal::journal::Appended, runjournal::journal::AppendError>,
+    legal: Result<runjournal::journal::Appended, runjournal::journal::AppendError>,
+    syncs_after: u64,
+}
+
+/// Regression: when a group's commit landed but reported a failure (its last sync failed),
+/// the retry answered a batch of the group that had been refused (here a head mismatch) with
+/// "writer reused writer seq", an internal error, instead of its refusal: the writer mark had
+/// moved past its seq, and it had written no records to be recognised by.
+#[test]
+fn a_refused_append_in_a_group_whose_commit_landed_unacknowledged_gets_its_refusal() {
+    use runjournal::journal::AppendError;
+    let (probe, _) = grouped_refusal(None);
+    assert!(
+        matches!(probe.refused, Err(AppendError::HeadMismatch { .. })),
+        "without a fault: {:?}",
+        probe.refused
+    );
+    assert!(probe.legal.is_ok());
+    // The group's last sync is the last sync of the probe: fail it.
+    let (faulted, failures) = grouped_refusal(Some(probe.syncs_after));
+    assert!(failures >= 1, "the group's commit failed once");
+    let legal = faulted.legal.expect("the legal append is acknowledged");
+    assert!(
+        legal.was_duplicate,
+        "the failed commit had landed (the scenario needs it)"
+    );
+    assert!(
+        matches!(faulted.refused, Err(AppendError::HeadMismatch { .. })),
+        "the refused append gets its refusal: {:?}",
+        faulted.refused
+    );
 }

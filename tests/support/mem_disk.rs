@@ -81,6 +81,7 @@ struct State {
     is_full: bool,
     injected: u64,
     locks: Vec<Held>,
+    lock_waiters: u64,
     next_backend: u64,
 }
 
@@ -213,6 +214,11 @@ impl MemDisk {
         self.lock().is_full = false;
     }
 
+    /// How many lock requests are waiting for a lock another handle holds.
+    pub fn lock_waiters(&self) -> u64 {
+        self.lock().lock_waiters
+    }
+
     /// Ends every fault: calls from now on succeed (the power stays cut, though).
     pub fn disarm(&self) {
         self.free_space();
@@ -291,9 +297,11 @@ impl DiskBackend {
         let (start, end) = range_of(start, end)?;
         let deadline = Instant::now() + LOCK_WAIT;
         let mut state = self.disk.lock();
+        state.lock_waiters += 1;
         while self.conflicts(&state, start, end, is_exclusive) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                state.lock_waiters -= 1;
                 return Err(BackendError::Io(io::Error::other(format!(
                     "test disk: waited {} s for a lock on {start}..{end:?}; a handle leaked it",
                     LOCK_WAIT.as_secs()
@@ -306,6 +314,7 @@ impl DiskBackend {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .0;
         }
+        state.lock_waiters -= 1;
         state.locks.push(Held {
             backend: self.id,
             start,

@@ -168,6 +168,19 @@ fn job(state: JobState, progress: Option<f64>) -> ExternalJobStatus {
     }
 }
 
+/// A `RunCreated` of a one-step run named after `run`.
+pub fn created_event(run: RunId) -> Event {
+    created(
+        spec(&format!("run-{run}"), Mode::Single, vec![shell("true")]),
+        None,
+    )
+}
+
+/// A `RunnerStarted` of a dead runner.
+pub fn runner_started_event(instance: &str) -> Event {
+    runner_started(instance)
+}
+
 /// Runs the script against `journal`, returning every attempt in order (the burst's attempts
 /// last, in thread order).
 pub fn run(journal: &Journal) -> Vec<Attempt> {
