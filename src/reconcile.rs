@@ -217,7 +217,10 @@ pub struct Outcome {
 /// A whole pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
+    /// One per active run, then one per closed run whose projection had to be repaired.
     pub outcomes: Vec<Outcome>,
+    /// How many active runs the pass decided.
+    pub active: usize,
 }
 
 impl Report {
@@ -576,6 +579,7 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
     let start = ProjectionCursor::start(cursor.as_ref(), boot_id.as_deref(), view.global_head()?);
     let (changed, through) = view.runs_changed_after(start)?;
     drop(view);
+    let active_count = active.len();
     let mut outcomes: Vec<Outcome> = active
         .iter()
         .map(|&run| reconcile_run(store, run, options))
@@ -599,14 +603,19 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
         }
     }
     if let (false, Some(boot_id)) = (has_failed_repair, boot_id) {
-        // Best effort: without it, the next pass checks the same runs again.
-        let _ = ProjectionCursor {
+        let next = ProjectionCursor {
             boot_id,
             global_seq: through,
+        };
+        if cursor.as_ref() != Some(&next) {
+            // Best effort: without it, the next pass checks the same runs again.
+            let _ = next.write(store.home());
         }
-        .write(store.home());
     }
-    Ok(Report { outcomes })
+    Ok(Report {
+        outcomes,
+        active: active_count,
+    })
 }
 
 pub mod orphans;
