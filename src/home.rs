@@ -79,6 +79,12 @@ impl Home {
         self.run_dir(run).join("events.jsonl")
     }
 
+    /// Where the reconciler notes how far into the log it has checked projections (see
+    /// `reconcile::ProjectionCursor`).
+    pub fn reconcile_cursor_path(&self) -> PathBuf {
+        self.runs_dir().join(".reconciled-through")
+    }
+
     pub fn lock_path(&self, run: RunId) -> PathBuf {
         self.run_dir(run).join(".lock")
     }

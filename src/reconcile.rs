@@ -61,7 +61,8 @@ pub enum Action {
     FailRunnerDied,
     /// Terminal(failed) "host restarted", + ProcessTerminalObserved(unknown); signal nothing.
     FailHostRestarted,
-    /// Terminal(failed) from what the recorded observation says of the runner's end.
+    /// Terminal(failed) from what the recorded observation says of the runner's end; end the
+    /// orphaned step groups when the runner died in this boot.
     FailAfterObservedExit,
     /// Terminal(failed) "runner never started", + ProcessTerminalObserved(not-started) if
     /// missing.
@@ -216,7 +217,10 @@ pub struct Outcome {
 /// A whole pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
+    /// One per active run, then one per closed run whose projection had to be repaired.
     pub outcomes: Vec<Outcome>,
+    /// How many active runs the pass decided.
+    pub active: usize,
 }
 
 impl Report {
@@ -440,7 +444,8 @@ fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
                 return outcome;
             }
         };
-        let row = decide(&inputs_of(&state, now_ms(), options));
+        let inputs = inputs_of(&state, now_ms(), options);
+        let row = decide(&inputs);
         outcome.row = row.name;
         outcome.action = row.action;
         let (events, reason) = events_for(store, &state, row.action);
@@ -448,7 +453,14 @@ fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
             outcome.reprojected = repair_projection(store, run, &mut outcome.error);
             return outcome;
         }
-        if row.action == Action::FailRunnerDied {
+        // A runner dead in this boot, whether or not someone saw it exit, left its running
+        // steps' groups behind: end them before the run is recorded failed.
+        let has_orphans = match row.action {
+            Action::FailRunnerDied => true,
+            Action::FailAfterObservedExit => inputs.runner == RunnerLiveness::Dead,
+            _ => false,
+        };
+        if has_orphans {
             let errors = end_orphaned_steps(&state, options.step_grace);
             if !errors.is_empty() {
                 outcome.error = Some(errors.join("; "));
@@ -505,14 +517,105 @@ fn repair_projection(store: &Store, run: RunId, error: &mut Option<String>) -> b
     }
 }
 
-/// One reconcile pass over the active runs.
+/// How many records back in the log a pass looks for runs to re-project when it has no cursor
+/// of this boot: projections are not fsynced, so a host crash can lose the files of runs that
+/// changed shortly before it, closed runs included.
+pub const LOOKBACK_RECORDS: u64 = 10_000;
+
+/// How far into the global log a reconcile pass has checked the projections of the runs the
+/// records belong to, in which boot. Kept in `runs/.reconciled-through` as `<boot id> <seq>`.
+///
+/// A writer that dies between its commit and its projection (SIGKILL) leaves the run's files
+/// behind the journal; when that commit closed the run, the run has left the `active` table, so
+/// the walk over active runs never sees it. The cursor makes each pass also check the runs
+/// changed since the last pass: O(records since then), not O(all runs). In another boot (or
+/// without a cursor) the last [`LOOKBACK_RECORDS`] records are checked instead: files written
+/// before a host crash may be lost even though a pass had checked them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionCursor {
+    pub boot_id: String,
+    pub global_seq: u64,
+}
+
+impl ProjectionCursor {
+    /// The cursor of this home, if it has a readable one.
+    pub fn read(home: &crate::home::Home) -> Option<ProjectionCursor> {
+        let text = std::fs::read_to_string(home.reconcile_cursor_path()).ok()?;
+        let (boot_id, seq) = text.trim().split_once(' ')?;
+        Some(ProjectionCursor {
+            boot_id: boot_id.to_string(),
+            global_seq: seq.parse().ok()?,
+        })
+    }
+
+    fn write(&self, home: &crate::home::Home) -> std::io::Result<()> {
+        crate::durable_fs::write_atomic(
+            &home.reconcile_cursor_path(),
+            format!("{} {}\n", self.boot_id, self.global_seq).as_bytes(),
+        )
+    }
+
+    /// Where a pass starts reading the log: after the cursor if it is of this boot, else
+    /// [`LOOKBACK_RECORDS`] before the head.
+    fn start(cursor: Option<&ProjectionCursor>, boot_id: Option<&str>, head: u64) -> u64 {
+        match cursor {
+            Some(cursor)
+                if Some(cursor.boot_id.as_str()) == boot_id && cursor.global_seq <= head =>
+            {
+                cursor.global_seq
+            }
+            _ => head.saturating_sub(LOOKBACK_RECORDS),
+        }
+    }
+}
+
+/// One reconcile pass: every active run is decided by [`TABLE`], and every other run changed
+/// since the last pass (see [`ProjectionCursor`]) has its projection rebuilt if it differs.
 pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileError> {
-    let active = store.journal().view()?.active_runs()?;
-    let outcomes = active
-        .into_iter()
-        .map(|run| reconcile_run(store, run, options))
+    let view = store.journal().view()?;
+    let active = view.active_runs()?;
+    let boot_id = liveness::boot_id().ok();
+    let cursor = ProjectionCursor::read(store.home());
+    let start = ProjectionCursor::start(cursor.as_ref(), boot_id.as_deref(), view.global_head()?);
+    let (changed, through) = view.runs_changed_after(start)?;
+    drop(view);
+    let active_count = active.len();
+    let mut outcomes: Vec<Outcome> = active
+        .iter()
+        .map(|&run| reconcile_run(store, run, options))
         .collect();
-    Ok(Report { outcomes })
+    let active: std::collections::HashSet<RunId> = active.into_iter().collect();
+    let mut has_failed_repair = false;
+    for run in changed.into_iter().filter(|run| !active.contains(run)) {
+        let mut error = None;
+        let reprojected = repair_projection(store, run, &mut error);
+        has_failed_repair |= error.is_some();
+        if reprojected || error.is_some() {
+            outcomes.push(Outcome {
+                run,
+                row: "closed",
+                action: Action::Nothing,
+                appended: vec![],
+                reason: None,
+                reprojected,
+                error,
+            });
+        }
+    }
+    if let (false, Some(boot_id)) = (has_failed_repair, boot_id) {
+        let next = ProjectionCursor {
+            boot_id,
+            global_seq: through,
+        };
+        if cursor.as_ref() != Some(&next) {
+            // Best effort: without it, the next pass checks the same runs again.
+            let _ = next.write(store.home());
+        }
+    }
+    Ok(Report {
+        outcomes,
+        active: active_count,
+    })
 }
 
 pub mod orphans;

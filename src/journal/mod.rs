@@ -552,10 +552,13 @@ impl Journal {
     /// handle of its own. The journal must be a file.
     pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
         let mut db = open_source(&self.shared.source).map_err(|error| {
-            StorageFailure::new(
-                "opening a handle for the integrity check",
-                redb::Error::Corrupted(error.to_string()),
-            )
+            // An open that failed is not damage: keep its I/O error (ENOSPC, say).
+            let source = match error {
+                OpenError::Io { source, .. } => redb::Error::Io(source),
+                OpenError::Storage(failure) => failure.source,
+                other => redb::Error::Io(std::io::Error::other(other.to_string())),
+            };
+            StorageFailure::new("opening a handle for the integrity check", source)
         })?;
         db.check_integrity()
             .map_err(|error| StorageFailure::new("checking integrity", error))
@@ -577,10 +580,12 @@ pub(crate) fn open_source(source: &Source) -> Result<Database, OpenError> {
     match source {
         Source::Path(path) => open_database(path),
         Source::Backend { name, factory } => {
-            let backend = factory().map_err(|source| OpenError::Io {
+            let io_error = |source| OpenError::Io {
                 path: name.clone(),
                 source,
-            })?;
+            };
+            let backend = factory().map_err(io_error)?;
+            discard_unfinished_creation(backend.as_ref()).map_err(io_error)?;
             let db = builder()
                 .create_with_backend(BoxedBackend(backend))
                 .map_err(|error| OpenError::from_database(name, error))?;
@@ -659,12 +664,92 @@ impl redb::StorageBackend for BoxedBackend {
 
 fn open_database(path: &Path) -> Result<Database, OpenError> {
     create_private_file(path)?;
+    discard_unfinished_file(path)?;
     precheck_read_only(path)?;
     let db = builder()
         .create(path)
         .map_err(|error| OpenError::from_database(path, error))?;
     initialize(path, &db)?;
     Ok(db)
+}
+
+/// The bytes of redb's magic number, at the start of every database it finished creating.
+const REDB_MAGIC_BYTES: usize = 9;
+
+/// The largest file [`discard_unfinished_creation`] looks into: redb creates a database at a
+/// few hundred KiB.
+const UNFINISHED_CREATION_MAX_BYTES: u64 = 4 << 20;
+
+/// [`discard_unfinished_creation`] on the journal file.
+fn discard_unfinished_file(path: &Path) -> Result<(), OpenError> {
+    let io_error = |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_error)?;
+    let backend = redb::backends::FileBackend::new(file).map_err(|error| OpenError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(error.to_string()),
+    })?;
+    let discarded = discard_unfinished_creation(&backend);
+    let closed = redb::StorageBackend::close(&backend);
+    discarded.and(closed).map_err(io_error)
+}
+
+/// Empties a file whose creation as a database never finished, so that the open creates it
+/// anew instead of refusing it.
+///
+/// redb writes its magic number last when it creates a database, after the rest of the header
+/// is durable, so that a crash (a power cut) mid-way never leaves a file that looks like a
+/// database; but it then refuses any non-empty file without the magic number. A file that
+/// holds nothing but a header without it is such a creation: nothing was ever committed to it.
+/// The check is made under an exclusive lock on the header's first bytes, which a creator holds
+/// (redb's header lock) until the magic number is written, so a creation under way in another
+/// process is never mistaken for a dead one. Anything else (a file with other bytes past the
+/// header, or another program's file) is left for the open to judge.
+fn discard_unfinished_creation(backend: &dyn redb::StorageBackend) -> std::io::Result<()> {
+    use std::ops::Bound;
+    let has_unfinished_signature = |backend: &dyn redb::StorageBackend| -> std::io::Result<bool> {
+        let len = backend.len()?;
+        if len < REDB_MAGIC_BYTES as u64 || len > UNFINISHED_CREATION_MAX_BYTES {
+            return Ok(false);
+        }
+        let mut magic = [0u8; REDB_MAGIC_BYTES];
+        backend.read(0, &mut magic)?;
+        if magic != [0u8; REDB_MAGIC_BYTES] {
+            return Ok(false);
+        }
+        let header_end = (REDB_HEADER_BYTES as u64).min(len);
+        let len = usize::try_from(len).map_err(|_| std::io::Error::other("file too large"))?;
+        let mut rest = vec![0u8; len - header_end as usize];
+        backend.read(header_end, &mut rest)?;
+        Ok(rest.iter().all(|&byte| byte == 0))
+    };
+    if !has_unfinished_signature(backend)? {
+        return Ok(());
+    }
+    let range = (Bound::Included(0), Bound::Excluded(REDB_MAGIC_BYTES as u64));
+    match backend.lock_range(range.0, range.1) {
+        Ok(()) => {}
+        // Without locks we cannot tell a dead creation from a live one: leave it.
+        Err(redb::BackendError::Unsupported) => return Ok(()),
+        Err(error) => return Err(error.into()),
+    }
+    let emptied = has_unfinished_signature(backend).and_then(|is_unfinished| {
+        if is_unfinished {
+            backend.set_len(0)?;
+            backend.sync_data()?;
+        }
+        Ok(())
+    });
+    let unlocked = backend
+        .unlock_range(range.0, range.1)
+        .map_err(std::io::Error::from);
+    emptied.and(unlocked)
 }
 
 /// Refuses a file that is not a journal of our format through a read-only open, before the

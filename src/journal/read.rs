@@ -160,6 +160,28 @@ impl View {
         Ok(out)
     }
 
+    /// The runs that records committed after global seq `after` belong to, each once, in the
+    /// order of their first such record, and the global seq of the last of those records
+    /// (`after` when there is none). Reads the log only, not the records.
+    pub fn runs_changed_after(&self, after: u64) -> Result<(Vec<RunId>, u64), ReadError> {
+        let log = self.table(LOG)?;
+        let mut runs = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut last = after;
+        for entry in log
+            .range(after.saturating_add(1)..)
+            .map_err(storage("reading the log"))?
+        {
+            let (global, key) = entry.map_err(storage("reading the log"))?;
+            let (run, _) = tables::split_record_key(key.value());
+            if seen.insert(run) {
+                runs.push(run);
+            }
+            last = global.value();
+        }
+        Ok((runs, last))
+    }
+
     /// The global seq of the last commit (0 for an empty journal).
     pub fn global_head(&self) -> Result<u64, ReadError> {
         let log = self.table(LOG)?;

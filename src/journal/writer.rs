@@ -201,11 +201,20 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
             next_writer_seq += 1;
             replies.push(reply);
         }
-        let results = commit_group(&shared, &batches, &mut capacity);
+        let batch_count = batches.len() as u64;
+        let results = commit_and_rejudge(&shared, batches, &mut capacity, |batch| {
+            let writer_seq = next_writer_seq;
+            next_writer_seq += 1;
+            Batch {
+                writer_seq,
+                time_ms: now_ms(),
+                ..batch
+            }
+        });
         shared
             .stats
             .batches
-            .fetch_add(batches.len() as u64, Ordering::Relaxed);
+            .fetch_add(batch_count, Ordering::Relaxed);
         for (reply, result) in replies.into_iter().zip(results) {
             reply.answer(result);
         }
@@ -221,9 +230,68 @@ struct CapacityState {
     last_reserve_attempt: Option<Instant>,
 }
 
+/// Most times the refused batches of a group are judged again (see [`commit_and_rejudge`]);
+/// each time needs another failed commit that in fact landed.
+const MAX_REJUDGE_ROUNDS: usize = 8;
+
+/// Commits a group (see [`commit_group`]), then judges again, under fresh writer seqs from
+/// `renumber`, every batch that a retry answered with its own writer seq "reused".
+///
+/// When a group's commit lands but reports a failure (the last sync failed, say), the retry
+/// finds the writer mark past every batch of the group. A batch that was committed is then
+/// recognised by its records; a batch that was refused (a head mismatch, an illegal
+/// transition) wrote none, so the retry could only call its seq reused, and its caller got
+/// that instead of its refusal. Nothing of such a batch is in the journal and its caller has no
+/// answer yet, so judging it again now, as a new batch, is exact.
+fn commit_and_rejudge(
+    shared: &Shared,
+    mut batches: Vec<Batch>,
+    capacity: &mut CapacityState,
+    mut renumber: impl FnMut(Batch) -> Batch,
+) -> Vec<Answer> {
+    let (mut results, mut was_retried) = commit_group(shared, &batches, capacity);
+    // Positions in `results` of the batches being judged again.
+    let mut positions: Vec<usize> = (0..batches.len()).collect();
+    for _ in 0..MAX_REJUDGE_ROUNDS {
+        if !was_retried {
+            break;
+        }
+        let stale: Vec<usize> = (0..batches.len())
+            .filter(|&index| {
+                matches!(
+                    &results[positions[index]],
+                    Err(AppendError::WriterSeqReused { writer, writer_seq, .. })
+                        if *writer == batches[index].writer
+                            && *writer_seq == batches[index].writer_seq
+                )
+            })
+            .collect();
+        if stale.is_empty() {
+            break;
+        }
+        let again: Vec<Batch> = stale
+            .iter()
+            .map(|&index| renumber(batches[index].clone()))
+            .collect();
+        positions = stale.iter().map(|&index| positions[index]).collect();
+        let (answers, retried) = commit_group(shared, &again, capacity);
+        for (position, answer) in positions.iter().zip(answers) {
+            results[*position] = answer;
+        }
+        batches = again;
+        was_retried = retried;
+    }
+    results
+}
+
 /// Commits a group, retrying through reopens until it lands, or until a failure that is not
-/// about capacity persists past `max_other_attempts`.
-fn commit_group(shared: &Shared, batches: &[Batch], capacity: &mut CapacityState) -> Vec<Answer> {
+/// about capacity persists past `max_other_attempts`. Returns the answers, and whether any
+/// attempt failed before them (so an earlier attempt may have landed unacknowledged).
+fn commit_group(
+    shared: &Shared,
+    batches: &[Batch],
+    capacity: &mut CapacityState,
+) -> (Vec<Answer>, bool) {
     let mut attempt = 0usize;
     let mut other_failures = 0u32;
     loop {
@@ -233,7 +301,7 @@ fn commit_group(shared: &Shared, batches: &[Batch], capacity: &mut CapacityState
             Ok(results) => {
                 shared.stats.commits.fetch_add(1, Ordering::Relaxed);
                 after_success(shared, capacity);
-                return results;
+                return (results, attempt > 0);
             }
             Err(failure) => failure,
         };
@@ -247,10 +315,11 @@ fn commit_group(shared: &Shared, batches: &[Batch], capacity: &mut CapacityState
             if other_failures >= shared.options.max_other_attempts {
                 // Leave a working handle for the next group if one can be had.
                 let _ = current_or_reopened(shared);
-                return batches
+                let answers = batches
                     .iter()
                     .map(|_| Err(AppendError::Storage(failure.duplicate())))
                     .collect();
+                return (answers, false);
             }
         }
         std::thread::sleep(retry_delay(attempt));

@@ -244,6 +244,60 @@ fn the_orphaned_steps_of_a_dead_runner_are_ended() {
     assert_eq!(state.steps[1].status, StepStatus::Skipped);
 }
 
+/// Regression: when the runner's parent (`run --wait`) saw the runner die and recorded its
+/// exit before any outcome, the reconciler failed the run ("stale") but left its running
+/// steps' process groups alive, still working for a run recorded failed.
+#[test]
+fn the_orphaned_steps_of_a_runner_whose_exit_was_observed_are_ended() {
+    let (_dir, store) = store();
+    let run = started_run(&store, dead_identity());
+    let (mut step, process) = spawn_group("sleep 60 & sleep 60 & wait");
+    store
+        .append(
+            run,
+            vec![
+                Event::StepRunning {
+                    step: 0,
+                    process: Some(process.clone()),
+                },
+                Event::ProcessTerminalObserved {
+                    instance_id: "runner-1".to_string(),
+                    exit: Some(ProcessExit {
+                        code: None,
+                        signal: Some(9),
+                    }),
+                    proof: Proof::Observed,
+                    observer: Observer::RunnerParent,
+                },
+            ],
+            Condition::none(),
+        )
+        .expect("step running, runner seen dead");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert_eq!(only_outcome(&report, run).row, "stale");
+    // Bounded: a step left alive is killed here so the test fails instead of hanging.
+    let mut has_ended = false;
+    for _ in 0..250 {
+        if step.try_wait().expect("try_wait").is_some() {
+            has_ended = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if !has_ended {
+        let _ = orphans::signal(&process, nix::sys::signal::Signal::SIGKILL);
+        let _ = step.wait();
+    }
+    assert!(has_ended, "the step's leader was ended");
+    assert!(
+        orphans::is_empty(&process).expect("probe"),
+        "no member survives"
+    );
+    let state = snapshot(&store, run);
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.steps[0].status, StepStatus::Failed);
+}
+
 #[test]
 fn a_runner_of_another_boot_fails_the_run_without_signalling_its_steps() {
     let (_dir, store) = store();
@@ -499,4 +553,69 @@ fn a_result_never_published_is_published_by_the_reconciler() {
     assert!(!store.home().result_path(run).exists());
     reconcile(&store, &Options::default()).expect("reconcile");
     assert!(store.home().result_path(run).exists());
+}
+
+/// Regression: a writer that died between the commit that closed a run and its projection
+/// (a `run --wait` launcher SIGKILLed right after recording the runner's exit, a reconciler
+/// killed mid-pass) left the run's status.json and events.jsonl behind the journal for good:
+/// the run had left the `active` table, and the reconciler walked active runs only.
+#[test]
+fn a_run_closed_by_a_writer_that_died_before_projecting_is_reprojected() {
+    let (_dir, store) = store();
+    let close_without_projecting = |run: RunId| {
+        let head = snapshot(&store, run).head_seq;
+        // The journal alone: the commit lands, the projection never happens.
+        store
+            .journal()
+            .append(
+                run,
+                vec![
+                    Event::Terminal {
+                        state: TerminalState::Failed,
+                        error: Some("the runner died".to_string()),
+                        summary: "failed".to_string(),
+                        exit_code: 1,
+                        repaired_by: Some(Repairer::Reconciler),
+                    },
+                    Event::ProcessTerminalObserved {
+                        instance_id: "runner-1".to_string(),
+                        exit: None,
+                        proof: Proof::Unknown,
+                        observer: Observer::Reconciler,
+                    },
+                ],
+                Condition::expect_head(head),
+            )
+            .expect("close the run");
+        assert!(!is_active(&store, run), "the run is closed");
+    };
+    let is_projected = |run: RunId| {
+        let view = store.journal().view().expect("view");
+        let (state, records) = projection::load(&view, run).expect("load");
+        projection::check_plan(&projection::plan(store.home(), &state, &records)).is_empty()
+    };
+
+    // Before any pass has left a cursor.
+    let me = liveness::current().expect("me");
+    let first = started_run(&store, me.clone());
+    close_without_projecting(first);
+    assert!(!is_projected(first), "the files are behind the journal");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(only_outcome(&report, first).reprojected, "{report:?}");
+    assert!(is_projected(first));
+
+    // After one: the pass looks at what changed since.
+    // Its runner alive (this process), the pass leaves it be.
+    let second = started_run(&store, me);
+    reconcile(&store, &Options::default()).expect("reconcile");
+    close_without_projecting(second);
+    assert!(!is_projected(second));
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(only_outcome(&report, second).reprojected, "{report:?}");
+    assert!(is_projected(second));
+    assert!(is_projected(first));
+
+    // Nothing changed: nothing to report.
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(report.outcomes.is_empty(), "{report:?}");
 }

@@ -77,7 +77,7 @@ pub fn command(home: Home, json: bool) -> CliResult {
     if json {
         let summary = serde_json::json!({
             "type": "summary",
-            "active": report.outcomes.len(),
+            "active": report.active,
             "changed": changed,
             "errors": errors,
         });
@@ -85,7 +85,7 @@ pub fn command(home: Home, json: bool) -> CliResult {
     } else {
         eprintln!(
             "{} active run(s), {changed} changed, {errors} error(s)",
-            report.outcomes.len()
+            report.active
         );
     }
     Ok(if errors == 0 {
