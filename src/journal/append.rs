@@ -168,11 +168,17 @@ pub(crate) fn commit_batches(
     Ok(results)
 }
 
-/// A prepared batch: records encoded and the new state folded, nothing written yet.
+/// A prepared batch: records encoded, the new state folded and its snapshot encoded, nothing
+/// written yet. Everything that can refuse a batch happens before [`write`] starts, so a refused
+/// batch leaves no trace in a transaction that goes on to commit its batch-mates.
 struct Prepared {
     records: Vec<(u64, Vec<u8>)>,
-    before: Option<RunState>,
+    /// The run existed before the batch.
+    existed: bool,
+    /// The run was terminal before the batch.
+    was_terminal: bool,
     after: RunState,
+    snapshot: Vec<u8>,
 }
 
 fn apply_batch(tables: &mut Tables<'_>, batch: &Batch) -> Result<Appended, AppendError> {
@@ -224,7 +230,10 @@ fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> 
             state: state.status,
         });
     }
-    let mut state = before.clone();
+    let existed = before.is_some();
+    let was_terminal = before.as_ref().is_some_and(RunState::is_terminal);
+    // Folded in place: a refused event leaves `state` half-way, but it is then dropped.
+    let mut state = before;
     let mut records = Vec::with_capacity(batch.events.len());
     for (index, event) in batch.events.iter().enumerate() {
         let seq = head + 1 + index as u64;
@@ -237,20 +246,31 @@ fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> 
             writer_seq: batch.writer_seq,
             event: event.clone(),
         };
-        let next = state::apply(state.as_ref(), &record)
-            .map_err(|source| AppendError::Transition { index, source })?;
-        assert_eq!(next.head_seq, seq, "apply advances the head by exactly one");
+        let folded = match &mut state {
+            None => state::apply(None, &record).map(|created| state = Some(created)),
+            Some(state) => state.apply_mut(&record),
+        };
+        folded.map_err(|source| AppendError::Transition { index, source })?;
+        assert_eq!(
+            state.as_ref().map(|state| state.head_seq),
+            Some(seq),
+            "apply advances the head by exactly one"
+        );
         records.push((seq, record.encode()?));
-        state = Some(next);
     }
     let after = state.expect("a non-empty batch leaves a state");
+    let snapshot = encode_snapshot(&after)?;
     Ok(Prepared {
         records,
-        before,
+        existed,
+        was_terminal,
         after,
+        snapshot,
     })
 }
 
+/// Writes a prepared batch. Only a storage failure can stop it part-way, and that fails the
+/// whole transaction.
 fn write(
     tables: &mut Tables<'_>,
     batch: &Batch,
@@ -277,10 +297,9 @@ fn write(
             .insert(global_seq, &key)
             .map_err(storage("writing the log"))?;
     }
-    let snapshot = encode_snapshot(&prepared.after)?;
     tables
         .runs
-        .insert(&run_key, snapshot.as_slice())
+        .insert(&run_key, prepared.snapshot.as_slice())
         .map_err(storage("writing the snapshot"))?;
 
     let after = &prepared.after;
@@ -289,23 +308,19 @@ fn write(
             .active
             .remove(&run_key)
             .map_err(storage("updating the active index"))?;
-    } else if prepared.before.is_none() {
+    } else if !prepared.existed {
         tables
             .active
             .insert(&run_key, ())
             .map_err(storage("updating the active index"))?;
     }
-    let was_terminal = prepared
-        .before
-        .as_ref()
-        .is_some_and(|state| state.is_terminal());
-    if let (false, Some(ended_at)) = (was_terminal, after.ended_at_ms()) {
+    if let (false, Some(ended_at)) = (prepared.was_terminal, after.ended_at_ms()) {
         tables
             .terminal
             .insert(&tables::terminal_key(ended_at, run), ())
             .map_err(storage("updating the terminal index"))?;
     }
-    if prepared.before.is_none() {
+    if !prepared.existed {
         if let Some(tool_call_id) = &after.tool_call_id {
             tables
                 .aliases
