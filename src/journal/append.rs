@@ -156,12 +156,14 @@ pub(crate) fn commit_batches(
     let mut results = Vec::with_capacity(batches.len());
     {
         let mut tables = Tables::open(&txn)?;
+        let mut group = Group::start(&tables)?;
         for batch in batches {
-            match apply_batch(&mut tables, batch) {
+            match apply_batch(&mut tables, &mut group, batch) {
                 Err(AppendError::Storage(failure)) => return Err(failure),
                 other => results.push(other),
             }
         }
+        group.finish(&mut tables)?;
     }
     txn.commit()
         .map_err(|e| StorageFailure::new("committing", e))?;
@@ -181,20 +183,82 @@ struct Prepared {
     snapshot: Vec<u8>,
 }
 
-fn apply_batch(tables: &mut Tables<'_>, batch: &Batch) -> Result<Appended, AppendError> {
+/// What every batch of a group reads and moves on: the global log head and the writers' marks.
+/// They are read once per group and the marks written once at its end, rather than read and
+/// written by each batch; what the batches see is the same.
+struct Group {
+    global_seq: u64,
+    /// Per writer: its mark as the group now stands, and whether the group moved it.
+    marks: Vec<(WriterId, Option<u64>, bool)>,
+}
+
+impl Group {
+    fn start(tables: &Tables<'_>) -> Result<Group, StorageFailure> {
+        let global_seq = tables
+            .log
+            .last()
+            .map_err(storage("reading the log head"))?
+            .map_or(0, |(key, _)| key.value());
+        Ok(Group {
+            global_seq,
+            marks: Vec::new(),
+        })
+    }
+
+    fn mark(
+        &mut self,
+        tables: &Tables<'_>,
+        writer: WriterId,
+    ) -> Result<Option<u64>, StorageFailure> {
+        if let Some((_, mark, _)) = self.marks.iter().find(|(id, _, _)| *id == writer) {
+            return Ok(*mark);
+        }
+        let mark = tables
+            .writers
+            .get(writer.0)
+            .map_err(storage("reading the writer mark"))?
+            .map(|mark| mark.value());
+        self.marks.push((writer, mark, false));
+        Ok(mark)
+    }
+
+    fn advance_mark(&mut self, writer: WriterId, writer_seq: u64) {
+        let entry = self
+            .marks
+            .iter_mut()
+            .find(|(id, _, _)| *id == writer)
+            .expect("a batch's writer mark is read before it is written");
+        let mark = entry.1.map_or(writer_seq, |mark| mark.max(writer_seq));
+        *entry = (writer, Some(mark), true);
+    }
+
+    fn finish(self, tables: &mut Tables<'_>) -> Result<(), StorageFailure> {
+        for (writer, mark, is_moved) in self.marks {
+            if let (true, Some(mark)) = (is_moved, mark) {
+                tables
+                    .writers
+                    .insert(writer.0, mark)
+                    .map_err(storage("writing the writer mark"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn apply_batch(
+    tables: &mut Tables<'_>,
+    group: &mut Group,
+    batch: &Batch,
+) -> Result<Appended, AppendError> {
     if batch.events.is_empty() {
         return Err(AppendError::EmptyBatch);
     }
-    let mark = tables
-        .writers
-        .get(batch.writer.0)
-        .map_err(storage("reading the writer mark"))?
-        .map(|mark| mark.value());
+    let mark = group.mark(tables, batch.writer)?;
     if mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
     let prepared = prepare(tables, batch)?;
-    write(tables, batch, prepared)
+    write(tables, group, batch, prepared)
 }
 
 /// Validates the batch and encodes its records without writing anything.
@@ -273,16 +337,13 @@ fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> 
 /// whole transaction.
 fn write(
     tables: &mut Tables<'_>,
+    group: &mut Group,
     batch: &Batch,
     prepared: Prepared,
 ) -> Result<Appended, AppendError> {
     let run = batch.run;
     let run_key = run.to_bytes();
-    let mut global_seq = tables
-        .log
-        .last()
-        .map_err(storage("reading the log head"))?
-        .map_or(0, |(key, _)| key.value());
+    let global_seq = &mut group.global_seq;
     let first_seq = prepared.records[0].0;
     let last_seq = prepared.after.head_seq;
     for (seq, bytes) in &prepared.records {
@@ -291,10 +352,10 @@ fn write(
             .records
             .insert(&key, bytes.as_slice())
             .map_err(storage("writing a record"))?;
-        global_seq += 1;
+        *global_seq += 1;
         tables
             .log
-            .insert(global_seq, &key)
+            .insert(*global_seq, &key)
             .map_err(storage("writing the log"))?;
     }
     tables
@@ -334,10 +395,7 @@ fn write(
                 .map_err(storage("writing an alias"))?;
         }
     }
-    tables
-        .writers
-        .insert(batch.writer.0, batch.writer_seq)
-        .map_err(storage("writing the writer mark"))?;
+    group.advance_mark(batch.writer, batch.writer_seq);
     Ok(Appended {
         run,
         first_seq,
