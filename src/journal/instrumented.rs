@@ -11,7 +11,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
@@ -29,17 +29,24 @@ pub struct DiskCounters {
     pub bytes_written: AtomicU64,
     /// `set_len` calls (the file grew or shrank).
     pub set_lens: AtomicU64,
+    /// Nanoseconds spent inside `sync_data` (gate waits excluded).
+    pub sync_ns: AtomicU64,
+    /// Nanoseconds spent inside `write`.
+    pub write_ns: AtomicU64,
 }
 
 impl DiskCounters {
-    /// (syncs, writes, bytes written, set_lens) now.
-    pub fn read(&self) -> (u64, u64, u64, u64) {
-        (
-            self.syncs.load(Ordering::Relaxed),
-            self.writes.load(Ordering::Relaxed),
-            self.bytes_written.load(Ordering::Relaxed),
-            self.set_lens.load(Ordering::Relaxed),
-        )
+    /// Every counter now: (syncs, writes, bytes written, set_lens, sync ns, write ns).
+    pub fn read(&self) -> [u64; 6] {
+        [
+            &self.syncs,
+            &self.writes,
+            &self.bytes_written,
+            &self.set_lens,
+            &self.sync_ns,
+            &self.write_ns,
+        ]
+        .map(|counter| counter.load(Ordering::Relaxed))
     }
 }
 
@@ -101,6 +108,11 @@ impl SyncGate {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+fn add_elapsed(counter: &AtomicU64, started: Instant) {
+    let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counter.fetch_add(elapsed, Ordering::Relaxed);
 }
 
 /// redb's file backend, counted, with an optional gate on its syncs.
@@ -167,14 +179,20 @@ impl StorageBackend for InstrumentedFile {
             gate.pass();
         }
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
-        self.inner.sync_data()
+        let started = Instant::now();
+        let result = self.inner.sync_data();
+        add_elapsed(&self.counters.sync_ns, started);
+        result
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_written
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        self.inner.write(offset, data)
+        let started = Instant::now();
+        let result = self.inner.write(offset, data);
+        add_elapsed(&self.counters.write_ns, started);
+        result
     }
     fn close(&self) -> Result<(), io::Error> {
         self.inner.close()
