@@ -51,6 +51,23 @@ const _: () = assert!(
     MAX_STEPS * (MAX_STEP_BYTES + MAX_ARGS * 2 + 16) + 8 * MAX_TEXT_BYTES + 256 <= MAX_RECORD_BYTES
 );
 
+/// Upper bound on the encoded size of one run's snapshot (its folded state), checksum included.
+pub const MAX_SNAPSHOT_BYTES: usize = 4 << 20;
+
+// The largest legal snapshot must fit the snapshot limit, or a legal transition of a run whose
+// texts are all at their limits would be refused and the run could never end. It holds the spec
+// (at most a record); per step, five texts (process boot id, error, job id, message, url), each
+// with a length prefix of up to 2 bytes, plus 64 bytes of fixed fields; and the run's own fifteen
+// texts (three host ids, the runner's boot id and instance id, three controls' `by` and `reason`,
+// the terminal error and summary, the observed instance id) plus 1 KiB for the rest.
+const _: () = assert!(
+    MAX_RECORD_BYTES
+        + MAX_STEPS * (5 * (MAX_TEXT_BYTES + 2) + 64)
+        + 15 * (MAX_TEXT_BYTES + 2)
+        + 1024
+        <= MAX_SNAPSHOT_BYTES
+);
+
 const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 
 /// Milliseconds since the Unix epoch.
@@ -758,8 +775,8 @@ pub enum DecodeError {
     Malformed { reason: String },
     #[error("record has {count} bytes after its checksum")]
     TrailingBytes { count: usize },
-    #[error("record is {bytes} bytes, over the limit of {MAX_RECORD_BYTES}")]
-    TooLarge { bytes: usize },
+    #[error("stored value is {bytes} bytes, over the limit of {limit}")]
+    TooLarge { bytes: usize, limit: usize },
 }
 
 /// Why a record could not be encoded.
@@ -777,13 +794,20 @@ pub(crate) fn encode_checked<T: Serialize>(value: &T) -> Result<Vec<u8>, postcar
     postcard::to_allocvec_crc32(value, CRC.digest())
 }
 
-/// Decodes a value written by [`encode_checked`], after checking its leading format version.
-pub(crate) fn decode_checked<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, DecodeError> {
+/// Decodes a value written by [`encode_checked`] of at most `limit` bytes, after checking its
+/// leading format version.
+pub(crate) fn decode_checked<'a, T: Deserialize<'a>>(
+    bytes: &'a [u8],
+    limit: usize,
+) -> Result<T, DecodeError> {
     if bytes.is_empty() {
         return Err(DecodeError::Empty);
     }
-    if bytes.len() > MAX_RECORD_BYTES {
-        return Err(DecodeError::TooLarge { bytes: bytes.len() });
+    if bytes.len() > limit {
+        return Err(DecodeError::TooLarge {
+            bytes: bytes.len(),
+            limit,
+        });
     }
     match postcard::take_from_bytes::<u16>(bytes) {
         Ok((FORMAT_VERSION, _)) => {}
@@ -821,7 +845,7 @@ impl RecordEnvelope {
 
     /// Decodes stored bytes, verifying the format version and the checksum.
     pub fn decode(bytes: &[u8]) -> Result<RecordEnvelope, DecodeError> {
-        decode_checked(bytes)
+        decode_checked(bytes, MAX_RECORD_BYTES)
     }
 }
 

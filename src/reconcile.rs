@@ -422,8 +422,8 @@ fn end_orphaned_steps(state: &RunState, grace: Duration) -> Vec<String> {
 /// How many times a run is re-read and decided again when someone else appends first.
 const ATTEMPTS: usize = 3;
 
-fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
-    let mut outcome = Outcome {
+fn new_outcome(run: RunId) -> Outcome {
+    Outcome {
         run,
         row: "",
         action: Action::Nothing,
@@ -431,47 +431,84 @@ fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
         reason: None,
         reprojected: false,
         error: None,
+    }
+}
+
+/// What a run needs, decided from its state now.
+struct Decision {
+    events: Vec<Event>,
+    head_seq: u64,
+    reason: Option<String>,
+}
+
+/// Reads the run, picks its row, and does what needs no append: a projection repair, or
+/// ending a dead runner's step groups before its failure is recorded. Returns the events to
+/// append, if any; `outcome` carries the row and any error.
+fn decide_run(
+    store: &Store,
+    run: RunId,
+    options: &Options,
+    outcome: &mut Outcome,
+) -> Option<Decision> {
+    let state = match store.journal().view().and_then(|view| view.snapshot(run)) {
+        Ok(Some(state)) => state,
+        Ok(None) => {
+            outcome.error = Some("in the active table but has no snapshot".to_string());
+            return None;
+        }
+        Err(error) => {
+            outcome.error = Some(error.to_string());
+            return None;
+        }
     };
+    let inputs = inputs_of(&state, now_ms(), options);
+    let row = decide(&inputs);
+    outcome.row = row.name;
+    outcome.action = row.action;
+    let (events, reason) = events_for(store, &state, row.action);
+    if events.is_empty() {
+        outcome.reprojected = repair_projection(store, run, &mut outcome.error);
+        return None;
+    }
+    // A runner dead in this boot, whether or not someone saw it exit, left its running steps'
+    // groups behind: end them before the run is recorded failed.
+    let has_orphans = match row.action {
+        Action::FailRunnerDied => true,
+        Action::FailAfterObservedExit => inputs.runner == RunnerLiveness::Dead,
+        _ => false,
+    };
+    if has_orphans {
+        let errors = end_orphaned_steps(&state, options.step_grace);
+        if !errors.is_empty() {
+            outcome.error = Some(errors.join("; "));
+        }
+    }
+    Some(Decision {
+        events,
+        head_seq: state.head_seq,
+        reason,
+    })
+}
+
+/// Records what an acknowledged append of `decision` did.
+fn appended(outcome: &mut Outcome, decision: Decision) {
+    outcome.appended = decision.events.iter().map(Event::name).collect();
+    outcome.reason = decision.reason;
+    outcome.reprojected = true;
+}
+
+/// Decides and appends for one run until it lands, re-reading the run when someone else
+/// appended first.
+fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
+    let mut outcome = new_outcome(run);
     for _ in 0..ATTEMPTS {
-        let state = match store.journal().view().and_then(|view| view.snapshot(run)) {
-            Ok(Some(state)) => state,
-            Ok(None) => {
-                outcome.error = Some("in the active table but has no snapshot".to_string());
-                return outcome;
-            }
-            Err(error) => {
-                outcome.error = Some(error.to_string());
-                return outcome;
-            }
-        };
-        let inputs = inputs_of(&state, now_ms(), options);
-        let row = decide(&inputs);
-        outcome.row = row.name;
-        outcome.action = row.action;
-        let (events, reason) = events_for(store, &state, row.action);
-        if events.is_empty() {
-            outcome.reprojected = repair_projection(store, run, &mut outcome.error);
+        let Some(decision) = decide_run(store, run, options, &mut outcome) else {
             return outcome;
-        }
-        // A runner dead in this boot, whether or not someone saw it exit, left its running
-        // steps' groups behind: end them before the run is recorded failed.
-        let has_orphans = match row.action {
-            Action::FailRunnerDied => true,
-            Action::FailAfterObservedExit => inputs.runner == RunnerLiveness::Dead,
-            _ => false,
         };
-        if has_orphans {
-            let errors = end_orphaned_steps(&state, options.step_grace);
-            if !errors.is_empty() {
-                outcome.error = Some(errors.join("; "));
-            }
-        }
-        let names: Vec<&'static str> = events.iter().map(Event::name).collect();
-        match store.append(run, events, Condition::expect_head(state.head_seq)) {
+        let condition = Condition::expect_head(decision.head_seq);
+        match store.append(run, decision.events.clone(), condition) {
             Ok(_) => {
-                outcome.appended = names;
-                outcome.reason = reason;
-                outcome.reprojected = true;
+                appended(&mut outcome, decision);
                 return outcome;
             }
             // Someone else moved the run on: look again.
@@ -571,6 +608,11 @@ impl ProjectionCursor {
 
 /// One reconcile pass: every active run is decided by [`TABLE`], and every other run changed
 /// since the last pass (see [`ProjectionCursor`]) has its projection rebuilt if it differs.
+///
+/// Active runs are decided first; then all their appends are queued together
+/// ([`Store::append_all`]), so closing a thousand stale runs costs a few group commits rather
+/// than a thousand. A run that someone else moved on in between is decided and appended again
+/// on its own.
 pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileError> {
     let view = store.journal().view()?;
     let active = view.active_runs()?;
@@ -580,10 +622,34 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
     let (changed, through) = view.runs_changed_after(start)?;
     drop(view);
     let active_count = active.len();
-    let mut outcomes: Vec<Outcome> = active
-        .iter()
-        .map(|&run| reconcile_run(store, run, options))
-        .collect();
+
+    let mut outcomes: Vec<Outcome> = Vec::with_capacity(active.len());
+    let mut decided: Vec<(usize, Decision)> = Vec::new();
+    for &run in &active {
+        let mut outcome = new_outcome(run);
+        if let Some(decision) = decide_run(store, run, options, &mut outcome) {
+            decided.push((outcomes.len(), decision));
+        }
+        outcomes.push(outcome);
+    }
+    let results = store.append_all(decided.iter().map(|(index, decision)| {
+        (
+            outcomes[*index].run,
+            decision.events.clone(),
+            Condition::expect_head(decision.head_seq),
+        )
+    }));
+    for ((index, decision), result) in decided.into_iter().zip(results) {
+        let outcome = &mut outcomes[index];
+        match result {
+            Ok(_) => appended(outcome, decision),
+            Err(AppendError::HeadMismatch { .. }) => {
+                *outcome = reconcile_run(store, outcome.run, options);
+            }
+            Err(error) => outcome.error = Some(error.to_string()),
+        }
+    }
+
     let active: std::collections::HashSet<RunId> = active.into_iter().collect();
     let mut has_failed_repair = false;
     for run in changed.into_iter().filter(|run| !active.contains(run)) {

@@ -189,6 +189,21 @@ impl Store {
         Ok(appended)
     }
 
+    /// Appends several batches (see [`Journal::append_all`]: queued together, committed in as
+    /// few transactions as the writer's bounds allow, each answered on its own), then projects
+    /// each run that an acknowledged batch changed. Results are in the order given.
+    pub fn append_all(
+        &self,
+        batches: impl IntoIterator<Item = (RunId, Vec<Event>, Condition)>,
+    ) -> Vec<Result<Appended, AppendError>> {
+        let results = self.inner.journal.append_all(batches);
+        for appended in results.iter().flatten() {
+            self.inner
+                .project_after_commit(appended.run, appended.last_seq);
+        }
+        results
+    }
+
     /// Projects one run now (a result a host consumed is not written again).
     pub fn project(&self, run: RunId) -> Result<(), ProjectionError> {
         self.inner.project(run).map(|_| ())

@@ -156,39 +156,109 @@ pub(crate) fn commit_batches(
     let mut results = Vec::with_capacity(batches.len());
     {
         let mut tables = Tables::open(&txn)?;
+        let mut group = Group::start(&tables)?;
         for batch in batches {
-            match apply_batch(&mut tables, batch) {
+            match apply_batch(&mut tables, &mut group, batch) {
                 Err(AppendError::Storage(failure)) => return Err(failure),
                 other => results.push(other),
             }
         }
+        group.finish(&mut tables)?;
     }
     txn.commit()
         .map_err(|e| StorageFailure::new("committing", e))?;
     Ok(results)
 }
 
-/// A prepared batch: records encoded and the new state folded, nothing written yet.
+/// A prepared batch: records encoded, the new state folded and its snapshot encoded, nothing
+/// written yet. Everything that can refuse a batch happens before [`write`] starts, so a refused
+/// batch leaves no trace in a transaction that goes on to commit its batch-mates.
 struct Prepared {
     records: Vec<(u64, Vec<u8>)>,
-    before: Option<RunState>,
+    /// The run existed before the batch.
+    existed: bool,
+    /// The run was terminal before the batch.
+    was_terminal: bool,
     after: RunState,
+    snapshot: Vec<u8>,
 }
 
-fn apply_batch(tables: &mut Tables<'_>, batch: &Batch) -> Result<Appended, AppendError> {
+/// What every batch of a group reads and moves on: the global log head and the writers' marks.
+/// They are read once per group and the marks written once at its end, rather than read and
+/// written by each batch; what the batches see is the same.
+struct Group {
+    global_seq: u64,
+    /// Per writer: its mark as the group now stands, and whether the group moved it.
+    marks: Vec<(WriterId, Option<u64>, bool)>,
+}
+
+impl Group {
+    fn start(tables: &Tables<'_>) -> Result<Group, StorageFailure> {
+        let global_seq = tables
+            .log
+            .last()
+            .map_err(storage("reading the log head"))?
+            .map_or(0, |(key, _)| key.value());
+        Ok(Group {
+            global_seq,
+            marks: Vec::new(),
+        })
+    }
+
+    fn mark(
+        &mut self,
+        tables: &Tables<'_>,
+        writer: WriterId,
+    ) -> Result<Option<u64>, StorageFailure> {
+        if let Some((_, mark, _)) = self.marks.iter().find(|(id, _, _)| *id == writer) {
+            return Ok(*mark);
+        }
+        let mark = tables
+            .writers
+            .get(writer.0)
+            .map_err(storage("reading the writer mark"))?
+            .map(|mark| mark.value());
+        self.marks.push((writer, mark, false));
+        Ok(mark)
+    }
+
+    fn advance_mark(&mut self, writer: WriterId, writer_seq: u64) {
+        let entry = self
+            .marks
+            .iter_mut()
+            .find(|(id, _, _)| *id == writer)
+            .expect("a batch's writer mark is read before it is written");
+        let mark = entry.1.map_or(writer_seq, |mark| mark.max(writer_seq));
+        *entry = (writer, Some(mark), true);
+    }
+
+    fn finish(self, tables: &mut Tables<'_>) -> Result<(), StorageFailure> {
+        for (writer, mark, is_moved) in self.marks {
+            if let (true, Some(mark)) = (is_moved, mark) {
+                tables
+                    .writers
+                    .insert(writer.0, mark)
+                    .map_err(storage("writing the writer mark"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn apply_batch(
+    tables: &mut Tables<'_>,
+    group: &mut Group,
+    batch: &Batch,
+) -> Result<Appended, AppendError> {
     if batch.events.is_empty() {
         return Err(AppendError::EmptyBatch);
     }
-    let mark = tables
-        .writers
-        .get(batch.writer.0)
-        .map_err(storage("reading the writer mark"))?
-        .map(|mark| mark.value());
+    let mark = group.mark(tables, batch.writer)?;
     if mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
     let prepared = prepare(tables, batch)?;
-    write(tables, batch, prepared)
+    write(tables, group, batch, prepared)
 }
 
 /// Validates the batch and encodes its records without writing anything.
@@ -224,7 +294,10 @@ fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> 
             state: state.status,
         });
     }
-    let mut state = before.clone();
+    let existed = before.is_some();
+    let was_terminal = before.as_ref().is_some_and(RunState::is_terminal);
+    // Folded in place: a refused event leaves `state` half-way, but it is then dropped.
+    let mut state = before;
     let mut records = Vec::with_capacity(batch.events.len());
     for (index, event) in batch.events.iter().enumerate() {
         let seq = head + 1 + index as u64;
@@ -237,32 +310,40 @@ fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> 
             writer_seq: batch.writer_seq,
             event: event.clone(),
         };
-        let next = state::apply(state.as_ref(), &record)
-            .map_err(|source| AppendError::Transition { index, source })?;
-        assert_eq!(next.head_seq, seq, "apply advances the head by exactly one");
+        let folded = match &mut state {
+            None => state::apply(None, &record).map(|created| state = Some(created)),
+            Some(state) => state.apply_mut(&record),
+        };
+        folded.map_err(|source| AppendError::Transition { index, source })?;
+        assert_eq!(
+            state.as_ref().map(|state| state.head_seq),
+            Some(seq),
+            "apply advances the head by exactly one"
+        );
         records.push((seq, record.encode()?));
-        state = Some(next);
     }
     let after = state.expect("a non-empty batch leaves a state");
+    let snapshot = encode_snapshot(&after)?;
     Ok(Prepared {
         records,
-        before,
+        existed,
+        was_terminal,
         after,
+        snapshot,
     })
 }
 
+/// Writes a prepared batch. Only a storage failure can stop it part-way, and that fails the
+/// whole transaction.
 fn write(
     tables: &mut Tables<'_>,
+    group: &mut Group,
     batch: &Batch,
     prepared: Prepared,
 ) -> Result<Appended, AppendError> {
     let run = batch.run;
     let run_key = run.to_bytes();
-    let mut global_seq = tables
-        .log
-        .last()
-        .map_err(storage("reading the log head"))?
-        .map_or(0, |(key, _)| key.value());
+    let global_seq = &mut group.global_seq;
     let first_seq = prepared.records[0].0;
     let last_seq = prepared.after.head_seq;
     for (seq, bytes) in &prepared.records {
@@ -271,16 +352,15 @@ fn write(
             .records
             .insert(&key, bytes.as_slice())
             .map_err(storage("writing a record"))?;
-        global_seq += 1;
+        *global_seq += 1;
         tables
             .log
-            .insert(global_seq, &key)
+            .insert(*global_seq, &key)
             .map_err(storage("writing the log"))?;
     }
-    let snapshot = encode_snapshot(&prepared.after)?;
     tables
         .runs
-        .insert(&run_key, snapshot.as_slice())
+        .insert(&run_key, prepared.snapshot.as_slice())
         .map_err(storage("writing the snapshot"))?;
 
     let after = &prepared.after;
@@ -289,23 +369,19 @@ fn write(
             .active
             .remove(&run_key)
             .map_err(storage("updating the active index"))?;
-    } else if prepared.before.is_none() {
+    } else if !prepared.existed {
         tables
             .active
             .insert(&run_key, ())
             .map_err(storage("updating the active index"))?;
     }
-    let was_terminal = prepared
-        .before
-        .as_ref()
-        .is_some_and(|state| state.is_terminal());
-    if let (false, Some(ended_at)) = (was_terminal, after.ended_at_ms()) {
+    if let (false, Some(ended_at)) = (prepared.was_terminal, after.ended_at_ms()) {
         tables
             .terminal
             .insert(&tables::terminal_key(ended_at, run), ())
             .map_err(storage("updating the terminal index"))?;
     }
-    if prepared.before.is_none() {
+    if !prepared.existed {
         if let Some(tool_call_id) = &after.tool_call_id {
             tables
                 .aliases
@@ -319,10 +395,7 @@ fn write(
                 .map_err(storage("writing an alias"))?;
         }
     }
-    tables
-        .writers
-        .insert(batch.writer.0, batch.writer_seq)
-        .map_err(storage("writing the writer mark"))?;
+    group.advance_mark(batch.writer, batch.writer_seq);
     Ok(Appended {
         run,
         first_seq,

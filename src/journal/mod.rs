@@ -10,6 +10,8 @@
 //!   committed mark was already applied and is answered from the records, never applied twice.
 
 mod append;
+#[doc(hidden)]
+pub mod instrumented;
 mod queue;
 mod read;
 pub(crate) mod tables;
@@ -265,7 +267,7 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
     .map_err(|error| EncodeError::Serialize {
         reason: error.to_string(),
     })?;
-    if bytes.len() > event::MAX_RECORD_BYTES * 2 {
+    if bytes.len() > event::MAX_SNAPSHOT_BYTES {
         return Err(EncodeError::TooLarge {
             event: "snapshot",
             bytes: bytes.len(),
@@ -275,8 +277,8 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
 }
 
 pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, CorruptError> {
-    let snapshot: SnapshotOwned =
-        decode_checked(bytes).map_err(|source| CorruptError::Snapshot { run, source })?;
+    let snapshot: SnapshotOwned = decode_checked(bytes, event::MAX_SNAPSHOT_BYTES)
+        .map_err(|source| CorruptError::Snapshot { run, source })?;
     debug_assert_eq!(snapshot.format_version, FORMAT_VERSION);
     let state = &snapshot.state;
     let reason = if state.run_id != run {
@@ -514,6 +516,34 @@ impl Journal {
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
+        self.submit(run, events, condition)?.wait()
+    }
+
+    /// Appends several batches, each as [`Journal::append`] would, and answers each with its
+    /// own result, in the order given. They are queued together before any answer is awaited,
+    /// so the writer commits them in as few transactions as its bounds allow: one caller can
+    /// close a thousand runs at the cost of a few commits. A refused batch fails only itself;
+    /// batches for the same run land in the order given.
+    pub fn append_all(
+        &self,
+        batches: impl IntoIterator<Item = (RunId, Vec<Event>, Condition)>,
+    ) -> Vec<Result<Appended, AppendError>> {
+        let tickets: Vec<_> = batches
+            .into_iter()
+            .map(|(run, events, condition)| self.submit(run, events, condition))
+            .collect();
+        tickets
+            .into_iter()
+            .map(|ticket| ticket.and_then(queue::Ticket::wait))
+            .collect()
+    }
+
+    fn submit(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+    ) -> Result<queue::Ticket<writer::Answer>, AppendError> {
         let ticket = self
             .queue
             .submit(writer::Request {
@@ -527,7 +557,11 @@ impl Journal {
                     redb::Error::Io(std::io::Error::other("the journal is closing")),
                 ))
             })?;
-        ticket.wait()
+        self.shared
+            .stats
+            .submitted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(ticket)
     }
 
     /// Creates a run: appends its `RunCreated` under a fresh id.

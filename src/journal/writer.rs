@@ -115,6 +115,9 @@ pub(crate) type Answer = Result<Appended, AppendError>;
 /// Counters of the writer's work.
 #[derive(Debug, Default)]
 pub struct WriterStats {
+    /// Batches (caller appends) queued so far, each counted just after it entered the queue;
+    /// those not yet in `batches` are waiting or being committed.
+    pub submitted: AtomicU64,
     /// Write transactions committed.
     pub commits: AtomicU64,
     /// Batches (caller appends) answered from those commits.

@@ -195,6 +195,91 @@ fn a_dead_runner_fails_the_run_naming_its_pid_and_log_tail() {
 }
 
 #[test]
+fn many_stale_runs_are_closed_in_fewer_commits_than_runs() {
+    const RUNS: usize = 64;
+    let (_dir, store) = store();
+    let runner = dead_identity();
+    let runs: Vec<RunId> = (0..RUNS)
+        .map(|_| started_run(&store, runner.clone()))
+        .collect();
+    let alive = started_run(&store, liveness::current().expect("me"));
+    let commits = || {
+        store
+            .journal()
+            .writer_stats()
+            .commits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = commits();
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+
+    for &run in &runs {
+        let outcome = only_outcome(&report, run);
+        assert_eq!(outcome.row, "runner-died");
+        assert_eq!(
+            outcome.appended,
+            vec!["Terminal", "ProcessTerminalObserved"]
+        );
+        assert!(outcome.error.is_none(), "{outcome:?}");
+        assert!(snapshot(&store, run).is_closed());
+        let status: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(store.home().status_path(run)).expect("status.json"),
+        )
+        .expect("json");
+        assert_eq!(status["state"], "failed", "run {run} is projected");
+    }
+    assert_eq!(only_outcome(&report, alive).row, "running");
+    // The decisions are queued together: the writer groups them. One commit per run is what a
+    // pass that appended run by run would cost.
+    let spent = commits() - before;
+    assert!(spent < RUNS as u64, "{spent} commits closed {RUNS} runs");
+}
+
+#[test]
+fn a_decision_gone_stale_is_refused_and_the_next_pass_decides_again() {
+    let (_dir, store) = store();
+    let run = started_run(&store, dead_identity());
+    let mut outcome = new_outcome(run);
+    let decision = decide_run(&store, run, &Options::default(), &mut outcome).expect("to fail");
+    // Someone else records the end first, between the pass's decision and its append.
+    store
+        .append(
+            run,
+            vec![Event::Terminal {
+                state: TerminalState::Failed,
+                error: Some("the runner's parent saw it die".to_string()),
+                summary: "lost".to_string(),
+                exit_code: 1,
+                repaired_by: None,
+            }],
+            Condition::none(),
+        )
+        .expect("the other writer lands");
+    let stale = store.append_all([(
+        run,
+        decision.events.clone(),
+        Condition::expect_head(decision.head_seq),
+    )]);
+    assert!(matches!(stale[0], Err(AppendError::HeadMismatch { .. })));
+    // The pass itself re-reads: the run is now terminal, only the observation is missing.
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    let outcome = only_outcome(&report, run);
+    assert_eq!(outcome.row, "gone-after-terminal");
+    assert_eq!(outcome.appended, vec!["ProcessTerminalObserved"]);
+    let state = snapshot(&store, run);
+    assert!(state.is_closed());
+    assert_eq!(
+        state
+            .terminal
+            .as_ref()
+            .and_then(|terminal| terminal.error.as_deref()),
+        Some("the runner's parent saw it die"),
+        "exactly one Terminal, the other writer's"
+    );
+}
+
+#[test]
 fn a_live_runner_is_left_alone() {
     let (_dir, store) = store();
     let run = started_run(&store, liveness::current().expect("me"));

@@ -1,0 +1,610 @@
+//! The Markdown report: the machine, then every figure as a ratio against its baseline, the
+//! targets of issue 8 and whether they are met.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+/// Percentiles of a set of durations, in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+}
+
+impl Percentiles {
+    pub fn of(mut times: Vec<Duration>) -> Percentiles {
+        assert!(!times.is_empty(), "percentiles of no times");
+        times.sort_unstable();
+        let at = |quantile: f64| {
+            let index = ((times.len() as f64 * quantile).ceil() as usize).clamp(1, times.len()) - 1;
+            times[index].as_nanos() as f64
+        };
+        Percentiles {
+            count: times.len(),
+            p50_ns: at(0.50),
+            p99_ns: at(0.99),
+        }
+    }
+}
+
+pub struct Latencies {
+    pub baseline: Percentiles,
+    pub one: Percentiles,
+    pub many: Percentiles,
+}
+
+/// Averages per commit.
+pub struct DiskPerCommit {
+    pub appenders: usize,
+    pub commits: f64,
+    pub batches_per_commit: f64,
+    pub syncs: f64,
+    pub writes: f64,
+    pub bytes: f64,
+    pub set_lens: f64,
+    /// Time inside `fdatasync`, inside `pwrite`, and in all, per commit.
+    pub sync_ns: f64,
+    pub write_ns: f64,
+    pub wall_ns: f64,
+}
+
+pub struct Disk {
+    pub one: DiskPerCommit,
+    pub many: DiskPerCommit,
+}
+
+/// The machine and the inputs, and what criterion cannot measure.
+#[derive(Default)]
+pub struct Facts {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory: String,
+    pub filesystem: String,
+    pub kernel: String,
+    pub rustc: String,
+    pub date: String,
+    pub load_before: String,
+    pub load_after: String,
+    pub record_bytes: usize,
+    pub status_bytes: usize,
+    pub latency: Option<Latencies>,
+    pub disk: Option<Disk>,
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|text| text.trim().to_string())
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+fn load_average() -> String {
+    read_trimmed("/proc/loadavg")
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The type and options of the filesystem holding `dir`: the longest mount point above it.
+fn filesystem_of(dir: &Path) -> String {
+    let Ok(dir) = dir.canonicalize() else {
+        return "unknown".to_string();
+    };
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [_, point, kind, options, ..] if dir.starts_with(point) => {
+                    Some((point.len(), format!("{kind} ({options})")))
+                }
+                _ => None,
+            }
+        })
+        .max_by_key(|(length, _)| *length)
+        .map_or_else(|| "unknown".to_string(), |(_, kind)| kind)
+}
+
+/// Today in UTC, from the system clock (days since the epoch to a civil date).
+fn utc_date() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let days = (seconds / 86_400) as i64;
+    // Howard Hinnant's days_from_civil, inverted.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let minutes = (seconds % 86_400) / 60;
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        minutes / 60,
+        minutes % 60
+    )
+}
+
+impl Facts {
+    pub fn observe(bench_dir: &Path) -> Facts {
+        let memory_kib: u64 = read_trimmed("/proc/meminfo")
+            .lines()
+            .find_map(|line| line.strip_prefix("MemTotal:"))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        let cpu_model = read_trimmed("/proc/cpuinfo")
+            .lines()
+            .find_map(|line| line.strip_prefix("model name"))
+            .map(|rest| rest.trim_start_matches([' ', '\t', ':']).to_string())
+            .unwrap_or_else(|| "unknown".to_string());
+        let rustc = std::process::Command::new(std::env::var("RUSTC").unwrap_or("rustc".into()))
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".to_string());
+        Facts {
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+            cpu_model,
+            memory: format!("{:.1} GiB", memory_kib as f64 / (1024.0 * 1024.0)),
+            filesystem: filesystem_of(bench_dir),
+            kernel: read_trimmed("/proc/sys/kernel/osrelease"),
+            rustc,
+            date: utc_date(),
+            load_before: load_average(),
+            ..Facts::default()
+        }
+    }
+
+    pub fn observe_end(&mut self) {
+        self.load_after = load_average();
+    }
+}
+
+/// Rounds kept per group (a first, calibrating round is not).
+const ROUNDS: usize = 9;
+
+/// Times per iteration (ns), one per round, of every workload, by group and id.
+#[derive(Default)]
+pub struct Measured {
+    groups: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+    /// The same for the CPU time of the whole process (user + system), every thread.
+    cpu: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+}
+
+/// CPU time of this process so far (user + system, all threads), in nanoseconds.
+fn process_cpu_ns() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage of this process");
+    let ns =
+        |time: nix::sys::time::TimeVal| time.tv_sec() as f64 * 1e9 + time.tv_usec() as f64 * 1e3;
+    ns(usage.user_time()) + ns(usage.system_time())
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+impl Measured {
+    /// Runs every workload of a group once per round, for about `budget` each; the first
+    /// round only sets how many iterations make `budget`.
+    pub fn run_rounds(&mut self, group: &str, mut ways: Vec<crate::Way<'_>>, budget: Duration) {
+        let mut counts = vec![1u64; ways.len()];
+        for round in 0..=ROUNDS {
+            for ((id, run), count) in ways.iter_mut().zip(counts.iter_mut()) {
+                let cpu_before = process_cpu_ns();
+                let elapsed = run(*count);
+                let cpu_per_iteration = (process_cpu_ns() - cpu_before) / *count as f64;
+                let per_iteration = (elapsed.as_nanos() as f64 / *count as f64).max(1.0);
+                if round > 0 {
+                    for (table, value) in [
+                        (&mut self.groups, per_iteration),
+                        (&mut self.cpu, cpu_per_iteration),
+                    ] {
+                        table
+                            .entry(group.to_string())
+                            .or_default()
+                            .entry(id.clone())
+                            .or_default()
+                            .push(value);
+                    }
+                }
+                *count = ((budget.as_nanos() as f64 / per_iteration) as u64).clamp(1, 10_000_000);
+            }
+        }
+    }
+
+    fn rounds(&self, group: &str, id: &str) -> Option<&Vec<f64>> {
+        self.groups.get(group)?.get(id)
+    }
+
+    /// The median time of one iteration over the rounds.
+    pub fn median(&self, group: &str, id: &str) -> Option<f64> {
+        self.rounds(group, id).map(|times| median(times.clone()))
+    }
+
+    /// The median CPU time (all threads) of one iteration over the rounds.
+    pub fn median_cpu(&self, group: &str, id: &str) -> Option<f64> {
+        let times = self.cpu.get(group)?.get(id)?;
+        Some(median(times.clone()))
+    }
+
+    /// `id`'s time over `base`'s, round by round: (median, lowest, highest).
+    pub fn ratio(&self, group: &str, id: &str, base: &str) -> Option<(f64, f64, f64)> {
+        let (times, bases) = (self.rounds(group, id)?, self.rounds(group, base)?);
+        let ratios: Vec<f64> = times
+            .iter()
+            .zip(bases)
+            .map(|(time, base)| time / base)
+            .collect();
+        let lowest = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let highest = ratios.iter().copied().fold(0.0, f64::max);
+        Some((median(ratios), lowest, highest))
+    }
+}
+
+/// A ratio with its spread over the rounds.
+fn ratio_cell(ratio: Option<(f64, f64, f64)>, invert: bool) -> String {
+    match ratio {
+        None => "?".to_string(),
+        Some((mid, low, high)) if invert => {
+            format!("{:.1}× ({:.1}–{:.1})", 1.0 / mid, 1.0 / high, 1.0 / low)
+        }
+        Some((mid, low, high)) => format!("{mid:.2}× ({low:.2}–{high:.2})"),
+    }
+}
+
+fn time(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn rate(per_second: f64) -> String {
+    if per_second >= 1e6 {
+        format!("{:.2} M/s", per_second / 1e6)
+    } else if per_second >= 1e4 {
+        format!("{:.1} k/s", per_second / 1e3)
+    } else {
+        format!("{per_second:.0}/s")
+    }
+}
+
+fn verdict(is_met: bool) -> &'static str {
+    if is_met { "**met**" } else { "**missed**" }
+}
+
+struct Table {
+    text: String,
+}
+
+impl Table {
+    fn new(headers: &[&str]) -> Table {
+        let mut text = format!("| {} |\n", headers.join(" | "));
+        let _ = writeln!(text, "|{}", "---|".repeat(headers.len()));
+        Table { text }
+    }
+
+    fn row(&mut self, cells: &[String]) {
+        let _ = writeln!(self.text, "| {} |", cells.join(" | "));
+    }
+}
+
+/// The report: the machine, then each group's table, then the targets.
+pub fn render(measured: &Measured, facts: &Facts) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Measured {}: {} CPUs ({}), {} memory, Linux {}; bench directory `target/tmp` on {}; \
+         {}. Load average {} at the start, {} at the end. The machine is shared, so every \
+         workload of a group runs in each of {ROUNDS} rounds, one after the other, and each \
+         ratio is the median of the per-round ratios (lowest–highest in brackets); times are \
+         medians over the rounds.\n",
+        facts.date,
+        facts.cpus,
+        facts.cpu_model,
+        facts.memory,
+        facts.kernel,
+        facts.filesystem,
+        facts.rustc,
+        facts.load_before,
+        facts.load_after,
+    );
+    let mut verdicts = Vec::new();
+
+    let _ = writeln!(
+        out,
+        "**Durable transitions.** A runjournal transition is an `ExternalJobUpdated` record of \
+         {} bytes on a run of its own, acknowledged once its commit returned \
+         (`Durability::Immediate`); the file and SQLite baselines write the same bytes, the \
+         pi-subagents way rewrites a {}-byte status.json. CPU is the whole process's, every \
+         thread, user + system.\n",
+        facts.record_bytes, facts.status_bytes
+    );
+    let mut table = Table::new(&[
+        "way",
+        "time per transition",
+        "transitions/s",
+        "time × append+fdatasync",
+        "throughput × 1 appender",
+        "CPU per transition",
+        "target",
+    ]);
+    let group = "transition";
+    let base = "append-fdatasync";
+    for (id, label) in [
+        (
+            base,
+            "append to a plain file + `fdatasync` (the physical limit)",
+        ),
+        (
+            "two-phase-floor",
+            "floor of a two-phase commit: page + `fdatasync`, header + `fdatasync`",
+        ),
+        (
+            "redb-insert",
+            "redb alone (`MultiWriter`): one insert into one table per commit",
+        ),
+        (
+            "status-rename",
+            "pi-subagents: status.json via temp file + rename, no fsync",
+        ),
+        (
+            "status-rename-fsync",
+            "the same with file + directory fsync",
+        ),
+        (
+            "sqlite-wal-full",
+            "SQLite WAL, `synchronous=FULL`, a transaction each",
+        ),
+        ("runjournal-1", "runjournal, 1 appender"),
+        ("runjournal-16", "runjournal, 16 appenders, one handle"),
+        ("runjournal-256", "runjournal, 256 appenders, one handle"),
+        (
+            "runjournal-16-handles",
+            "runjournal, 16 handles (as 16 processes), 1 appender each",
+        ),
+    ] {
+        let Some(ns) = measured.median(group, id) else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let vs_base = measured.ratio(group, id, base);
+        let vs_one = measured.ratio(group, id, "runjournal-1");
+        let target = match (id, vs_base, vs_one) {
+            ("runjournal-1", Some((ratio, _, _)), _) => {
+                let is_met = ratio <= 2.0;
+                verdicts.push(format!(
+                    "one appender within 2× the time of append + fdatasync: {} ({ratio:.2}×)",
+                    verdict(is_met)
+                ));
+                format!("≤ 2× append+fdatasync: {}", verdict(is_met))
+            }
+            ("runjournal-256", _, Some((ratio, _, _))) => {
+                let is_met = 1.0 / ratio >= 20.0;
+                verdicts.push(format!(
+                    "256 appenders ≥ 20× the throughput of one: {} ({:.1}×)",
+                    verdict(is_met),
+                    1.0 / ratio
+                ));
+                format!("≥ 20× 1 appender: {}", verdict(is_met))
+            }
+            _ => String::new(),
+        };
+        table.row(&[
+            label.to_string(),
+            time(ns),
+            rate(1e9 / ns),
+            ratio_cell(vs_base, false),
+            if id.starts_with("runjournal") {
+                ratio_cell(vs_one, true)
+            } else {
+                String::new()
+            },
+            measured.median_cpu(group, id).map_or("?".into(), time),
+            target,
+        ]);
+    }
+    out.push_str(&table.text);
+
+    if let Some(latency) = &facts.latency {
+        let _ = writeln!(
+            out,
+            "\n**Latency of one acknowledged transition**, from the call to its return (the \
+             three alternate in rounds).\n"
+        );
+        let mut table = Table::new(&[
+            "way",
+            "transitions timed",
+            "p50",
+            "p99",
+            "p50 × baseline p50",
+            "p99 × baseline p99",
+        ]);
+        for (label, figures) in [
+            ("append + fdatasync (baseline)", latency.baseline),
+            ("runjournal, 1 appender", latency.one),
+            ("runjournal, each of 256 appenders", latency.many),
+        ] {
+            table.row(&[
+                label.to_string(),
+                figures.count.to_string(),
+                time(figures.p50_ns),
+                time(figures.p99_ns),
+                format!("{:.2}×", figures.p50_ns / latency.baseline.p50_ns),
+                format!("{:.2}×", figures.p99_ns / latency.baseline.p99_ns),
+            ]);
+        }
+        out.push_str(&table.text);
+    }
+
+    if let Some(disk) = &facts.disk {
+        let _ = writeln!(
+            out,
+            "\n**What one commit asks of the disk**, counted through redb's own file backend \
+             (the baseline: one write and one `fdatasync` per transition).\n"
+        );
+        let mut table = Table::new(&[
+            "appenders",
+            "commits counted",
+            "batches per commit",
+            "`fdatasync`s per commit",
+            "writes per commit",
+            "KiB written per commit",
+            "file resizes per commit",
+            "time per commit",
+            "of it in `fdatasync`",
+            "in `pwrite`",
+            "the rest (CPU, locks, hand-offs)",
+        ]);
+        for figures in [&disk.one, &disk.many] {
+            let share = |ns: f64| format!("{} ({:.0}%)", time(ns), 100.0 * ns / figures.wall_ns);
+            table.row(&[
+                figures.appenders.to_string(),
+                format!("{:.0}", figures.commits),
+                format!("{:.1}", figures.batches_per_commit),
+                format!("{:.2}", figures.syncs),
+                format!("{:.1}", figures.writes),
+                format!("{:.1}", figures.bytes / 1024.0),
+                format!("{:.2}", figures.set_lens),
+                time(figures.wall_ns),
+                share(figures.sync_ns),
+                share(figures.write_ns),
+                share((figures.wall_ns - figures.sync_ns - figures.write_ns).max(0.0)),
+            ]);
+        }
+        out.push_str(&table.text);
+    }
+
+    let _ = writeln!(
+        out,
+        "\n**Replay.** One iteration = the six-record lives of 1,000 closed runs. Baseline: \
+         parsing the same records as events.jsonl lines (serde_json), as a file-based tool \
+         reads its history.\n"
+    );
+    let mut table = Table::new(&[
+        "what",
+        "time per record",
+        "records/s",
+        "time × JSON-lines parse",
+        "target",
+    ]);
+    let group = "replay";
+    for (id, label) in [
+        ("events-jsonl-parse", "parse events.jsonl lines (baseline)"),
+        ("fold", "`state::replay`: fold decoded records"),
+        (
+            "read-decode-fold",
+            "end to end: read from a 100,100-run journal, decode, check, fold",
+        ),
+    ] {
+        let Some(ns) = measured.median(group, id) else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let per_record = ns / 6_000.0;
+        let per_second = 1e9 / per_record;
+        let target = if id == "fold" {
+            let is_met = per_second >= 1e6;
+            verdicts.push(format!(
+                "replay ≥ 1,000,000 records/s: {} ({})",
+                verdict(is_met),
+                rate(per_second)
+            ));
+            format!("≥ 1 M/s: {}", verdict(is_met))
+        } else {
+            String::new()
+        };
+        table.row(&[
+            label.to_string(),
+            time(per_record),
+            rate(per_second),
+            ratio_cell(measured.ratio(group, id, "events-jsonl-parse"), false),
+            target,
+        ]);
+    }
+    out.push_str(&table.text);
+
+    let _ = writeln!(
+        out,
+        "\n**Costs that must follow active runs, not all runs.** Both homes hold 100 active \
+         runs (runner alive, projections in place); the large one also 100,000 closed runs, \
+         1,000× the small one's 100: a cost that followed all runs would grow about 500×.\n"
+    );
+    let mut table = Table::new(&[
+        "what",
+        "100 active + 100 closed",
+        "100 active + 100,000 closed",
+        "large ÷ small",
+        "target",
+    ]);
+    for (group, small, large, label) in [
+        (
+            "reconcile",
+            "100-active-100-closed",
+            "100-active-100000-closed",
+            "reconcile pass (library)",
+        ),
+        (
+            "list",
+            "library-200-runs",
+            "library-100100-runs",
+            "`list`'s reads (library calls)",
+        ),
+        (
+            "list",
+            "binary-200-runs",
+            "binary-100100-runs",
+            "`runjournal list` (a process, with its reconcile)",
+        ),
+    ] {
+        let (Some(small_ns), Some(large_ns), Some(ratio)) = (
+            measured.median(group, small),
+            measured.median(group, large),
+            measured.ratio(group, large, small),
+        ) else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let is_met = ratio.0 <= 2.0;
+        verdicts.push(format!(
+            "{label} grows with active runs, not all runs: {} ({:.2}×)",
+            verdict(is_met),
+            ratio.0
+        ));
+        table.row(&[
+            label.to_string(),
+            time(small_ns),
+            time(large_ns),
+            ratio_cell(Some(ratio), false),
+            format!("≤ 2×: {}", verdict(is_met)),
+        ]);
+    }
+    out.push_str(&table.text);
+
+    let _ = writeln!(out, "\n**Targets of issue 8**\n");
+    for line in verdicts {
+        let _ = writeln!(out, "* {line}");
+    }
+    out
+}
