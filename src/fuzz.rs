@@ -2,7 +2,21 @@
 //! replays their corpora (`tests/fuzz_corpus.rs`), so the corpus is a regression suite even
 //! without the fuzzer. Each function panics exactly when a property is broken.
 
-use crate::event::RecordEnvelope;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::event::{
+    ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode,
+    Observer, ProcessExit, ProcessIdentity, Proof, RecordEnvelope, Repairer, RunId, RunSpec,
+    StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, UnixMs, WriterId,
+};
+use crate::home::Home;
+use crate::projection::documents::{self, ResultDoc, StatusDoc};
+use crate::runner::external_job::{self, ProviderLineError};
+use crate::spec::SpecFile;
+use crate::state::{self, RunState, TransitionError};
 
 /// Arbitrary bytes as a stored record: decoding never panics, and whatever decodes encodes
 /// back to the same bytes (one encoding per record, so a checksum match means an exact match).
@@ -20,5 +34,451 @@ pub fn decode_record(data: &[u8]) {
             Ok(&record),
             "the re-encoded record decodes to the same record"
         );
+    }
+}
+
+/// Reads fuzz bytes as a sequence of small choices; past the end every choice is 0.
+struct Choices<'a> {
+    bytes: &'a [u8],
+}
+
+impl Choices<'_> {
+    fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    fn byte(&mut self) -> u8 {
+        match self.bytes.split_first() {
+            Some((&first, rest)) => {
+                self.bytes = rest;
+                first
+            }
+            None => 0,
+        }
+    }
+
+    /// A number below `count`.
+    fn below(&mut self, count: u8) -> u8 {
+        self.byte() % count
+    }
+
+    fn flag(&mut self) -> bool {
+        self.byte() & 1 == 1
+    }
+
+    fn pick<T: Clone>(&mut self, options: &[T]) -> T {
+        let index = usize::from(self.byte()) % options.len();
+        options[index].clone()
+    }
+
+    fn text(&mut self) -> String {
+        match self.below(8) {
+            0 => String::new(),
+            1 => "a".to_string(),
+            2 => "runner-a".to_string(),
+            3 => "runner-b".to_string(),
+            4 => "é✓ multi-byte".to_string(),
+            5 => "x".repeat(MAX_TEXT_BYTES),
+            6 => "x".repeat(MAX_TEXT_BYTES + 1),
+            _ => {
+                // Up to 32 raw bytes, read as text.
+                let len = usize::from(self.below(33)).min(self.bytes.len());
+                let (raw, rest) = self.bytes.split_at(len);
+                self.bytes = rest;
+                String::from_utf8_lossy(raw).into_owned()
+            }
+        }
+    }
+
+    fn optional<T>(&mut self, make: impl FnOnce(&mut Self) -> T) -> Option<T> {
+        self.flag().then(|| make(self))
+    }
+
+    fn number(&mut self) -> u64 {
+        self.pick(&[0, 1, 2, 7, 1_700_000_000_000, u64::MAX - 1, u64::MAX])
+    }
+
+    fn identity(&mut self) -> ProcessIdentity {
+        ProcessIdentity {
+            pid: u32::from(self.byte()),
+            start_time: self.number(),
+            boot_id: self.text(),
+        }
+    }
+
+    fn spec(&mut self) -> RunSpec {
+        let mode = self.pick(&[Mode::Single, Mode::Chain, Mode::Parallel]);
+        let step_count = self.below(6);
+        let steps = (0..step_count)
+            .map(|index| {
+                let action = match self.below(3) {
+                    0 => StepAction::Command {
+                        argv: (0..self.below(3)).map(|_| self.text()).collect(),
+                    },
+                    1 => StepAction::Shell {
+                        script: self.text(),
+                    },
+                    _ => StepAction::ExternalJob {
+                        provider: self.text(),
+                    },
+                };
+                let name = if self.flag() {
+                    self.text()
+                } else {
+                    format!("step-{index}")
+                };
+                StepSpec { name, action }
+            })
+            .collect();
+        RunSpec {
+            name: self.optional(Self::text),
+            mode,
+            concurrency: u32::from(self.below(4)),
+            timeout_ms: self.optional(Self::number),
+            cwd: self.optional(Self::text),
+            steps,
+        }
+    }
+
+    fn event(&mut self) -> Event {
+        match self.below(9) {
+            0 => Event::RunCreated {
+                spec: Arc::new(self.spec()),
+                created_at_ms: self.number(),
+                session_id: self.optional(Self::text),
+                completion_owner_id: self.optional(Self::text),
+                tool_call_id: self.optional(Self::text),
+            },
+            1 => Event::RunnerStarted {
+                runner: self.identity(),
+                instance_id: self.text(),
+            },
+            2 => Event::StepRunning {
+                step: u32::from(self.below(6)),
+                process: self.optional(Self::identity),
+            },
+            3 => Event::ExternalJobUpdated {
+                step: u32::from(self.below(6)),
+                job: ExternalJobStatus {
+                    state: self.pick(&[
+                        JobState::Queued,
+                        JobState::Running,
+                        JobState::Succeeded,
+                        JobState::Failed,
+                        JobState::Cancelled,
+                    ]),
+                    id: self.optional(Self::text),
+                    progress: self.pick(&[
+                        None,
+                        Some(0.5),
+                        Some(-1.0),
+                        Some(1e308),
+                        Some(f64::INFINITY),
+                        Some(f64::NAN),
+                    ]),
+                    message: self.optional(Self::text),
+                    url: self.optional(Self::text),
+                },
+            },
+            4 => Event::StepFinished {
+                step: u32::from(self.below(6)),
+                outcome: StepOutcome {
+                    end: self.pick(&[
+                        StepEnd::Complete,
+                        StepEnd::Failed,
+                        StepEnd::Stopped,
+                        StepEnd::Skipped,
+                    ]),
+                    exit_code: self.optional(|choices| i32::from(choices.byte() as i8)),
+                    error: self.optional(Self::text),
+                },
+            },
+            5 => Event::ControlRequested {
+                action: self.pick(&[
+                    ControlAction::Stop,
+                    ControlAction::Timeout,
+                    ControlAction::Interrupt,
+                ]),
+                by: self.text(),
+                reason: self.text(),
+            },
+            6 => Event::Terminal {
+                state: self.pick(&[
+                    TerminalState::Complete,
+                    TerminalState::Failed,
+                    TerminalState::Stopped,
+                    TerminalState::Paused,
+                ]),
+                error: self.optional(Self::text),
+                summary: self.text(),
+                exit_code: i32::from(self.byte() as i8),
+                repaired_by: self
+                    .optional(|choices| choices.pick(&[Repairer::Reconciler, Repairer::Launcher])),
+            },
+            7 => Event::ProcessTerminalObserved {
+                instance_id: self.text(),
+                exit: self.optional(|choices| ProcessExit {
+                    code: choices.optional(|choices| i32::from(choices.byte())),
+                    signal: choices.optional(|choices| i32::from(choices.byte())),
+                }),
+                proof: self.pick(&[Proof::Observed, Proof::Unknown, Proof::NotStarted]),
+                observer: self.pick(&[
+                    Observer::RunnerParent,
+                    Observer::Launcher,
+                    Observer::Reconciler,
+                ]),
+            },
+            _ => Event::Dismissed {
+                at_ms: self.number(),
+            },
+        }
+    }
+}
+
+const FUZZ_RUN: RunId = RunId::from_bytes([0x42; 16]);
+const OTHER_RUN: RunId = RunId::from_bytes([0x43; 16]);
+
+/// Arbitrary bytes as a run's life: a sequence of records folded one by one with
+/// [`state::apply`], as the journal folds them.
+///
+/// The first byte picks how events are made: from small choices (mostly legal, so runs get
+/// deep into their lives, with the odd wrong seq, wrong run or odd time), or decoded as raw
+/// postcard `Event`s (any field values at all). Properties: nothing panics; an accepted record
+/// advances the head by one and the in-place fold agrees; a refused record leaves the state
+/// exactly as it was; the accepted records replay to the same state; every state's snapshot
+/// encoding and every accepted record's encoding round-trip; and the run's projection renders,
+/// its status.json and result file reading back as what was rendered.
+pub fn fold_events(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let mut events: Vec<(RunId, u64, UnixMs, Event)> = Vec::new();
+    if mode & 1 == 0 {
+        let mut choices = Choices { bytes: rest };
+        let mut time_ms: UnixMs = 1_700_000_000_000;
+        let mut seq_offset = 0u64;
+        while !choices.is_empty() && events.len() < 512 {
+            // Mostly the next seq of the run at the next time; sometimes not.
+            let (run, skew) = match choices.below(16) {
+                0 => (OTHER_RUN, 0),
+                1 => (FUZZ_RUN, 1),
+                2 => (FUZZ_RUN, u64::MAX),
+                _ => (FUZZ_RUN, 0),
+            };
+            time_ms = match choices.below(8) {
+                0 => 0,
+                1 => u64::MAX,
+                2 => time_ms,
+                _ => time_ms.saturating_add(1000),
+            };
+            seq_offset = seq_offset.wrapping_add(skew);
+            events.push((run, seq_offset, time_ms, choices.event()));
+        }
+    } else {
+        let mut bytes = rest;
+        let mut time_ms: UnixMs = 1_700_000_000_000;
+        while let Ok((event, tail)) = postcard::take_from_bytes::<Event>(bytes) {
+            bytes = tail;
+            time_ms += 1000;
+            events.push((FUZZ_RUN, 0, time_ms, event));
+            if events.len() >= 512 {
+                break;
+            }
+        }
+    }
+
+    let mut state: Option<RunState> = None;
+    let mut accepted: Vec<RecordEnvelope> = Vec::new();
+    for (index, (run, seq_skew, time_ms, event)) in events.into_iter().enumerate() {
+        let head = state.as_ref().map_or(0, |state| state.head_seq);
+        let record = RecordEnvelope {
+            format_version: FORMAT_VERSION,
+            run_id: run,
+            seq: head.wrapping_add(1).wrapping_add(seq_skew),
+            time_ms,
+            writer: WriterId(7),
+            writer_seq: index as u64,
+            event,
+        };
+        match state::apply(state.as_ref(), &record) {
+            Ok(next) => {
+                assert_eq!(next.head_seq, record.seq, "the head is the record's seq");
+                assert_eq!(
+                    next.head_seq,
+                    head + 1,
+                    "an accepted record follows the head"
+                );
+                assert_eq!(next.run_id, record.run_id);
+                assert_eq!(
+                    next.steps.len(),
+                    next.spec.steps.len(),
+                    "one step state per step"
+                );
+                if let Some(before) = &state {
+                    let mut in_place = before.clone();
+                    in_place
+                        .apply_mut(&record)
+                        .expect("apply_mut accepts what apply accepts");
+                    assert_eq!(in_place, next, "apply_mut and apply agree");
+                }
+                let snapshot = crate::journal::encode_snapshot(&next)
+                    .expect("the snapshot of a legal state encodes");
+                let decoded = crate::journal::decode_snapshot(next.run_id, &snapshot)
+                    .expect("a snapshot decodes");
+                assert_eq!(decoded, next, "a snapshot round-trips");
+                if let Ok(bytes) = record.encode() {
+                    assert_eq!(
+                        RecordEnvelope::decode(&bytes).as_ref(),
+                        Ok(&record),
+                        "an accepted record round-trips"
+                    );
+                }
+                accepted.push(record);
+                state = Some(next);
+            }
+            Err(_) => {
+                if let Some(before) = &state {
+                    let mut in_place = before.clone();
+                    assert!(
+                        in_place.apply_mut(&record).is_err(),
+                        "apply_mut refuses what apply refuses"
+                    );
+                    assert_eq!(&in_place, before, "a refused record changes nothing");
+                }
+            }
+        }
+    }
+    let replayed = state::replay(&accepted).expect("the accepted records replay");
+    assert_eq!(
+        replayed, state,
+        "the accepted records replay to the same state"
+    );
+    if let Some(state) = &state {
+        render(state, &accepted);
+    }
+}
+
+/// Renders a run's projection and reads its documents back.
+fn render(state: &RunState, records: &[RecordEnvelope]) {
+    let home = Home::at("/fuzz-home");
+    let plan = crate::projection::plan(&home, state, records);
+    assert!(!plan.files.is_empty(), "a projection has files");
+    let status = documents::status_doc(&home, state);
+    round_trip(&status, "status.json");
+    if let Some(result) = documents::result_doc(&home, state, records) {
+        round_trip(&result, "the result file");
+    }
+}
+
+/// A document as the projection writes it reads back as the same document.
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
+    document: &T,
+    what: &str,
+) {
+    let bytes = documents::to_json_bytes(document);
+    let read: T = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|error| panic!("{what} as written does not parse: {error}"));
+    assert_eq!(&read, document, "{what} reads back as written");
+}
+
+/// What parses as a document re-serializes to bytes that parse to the same document, and
+/// serializing is stable from then on.
+fn reparse<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(data: &[u8]) {
+    let Ok(document) = serde_json::from_slice::<T>(data) else {
+        return;
+    };
+    let bytes = documents::to_json_bytes(&document);
+    let again: T = serde_json::from_slice(&bytes).expect("a serialized document parses");
+    assert_eq!(again, document, "a parsed document survives a round trip");
+    assert_eq!(
+        documents::to_json_bytes(&again),
+        bytes,
+        "serializing is stable"
+    );
+}
+
+/// Arbitrary bytes as a status.json written by someone else (another version, a host, a
+/// damaged disk).
+pub fn parse_status_json(data: &[u8]) {
+    reparse::<StatusDoc>(data);
+}
+
+/// Arbitrary bytes as a result file written by someone else.
+pub fn parse_result_json(data: &[u8]) {
+    reparse::<ResultDoc>(data);
+}
+
+/// Arbitrary bytes as a `--spec` file: parsing and finishing never panic, and a spec that
+/// finishes is one the reducer creates a run from (only host ids over the text limit may
+/// still be refused, as they are at append) and that fits a record.
+pub fn parse_spec(data: &[u8]) {
+    let Ok(file) = SpecFile::parse(data) else {
+        return;
+    };
+    let Ok(draft) = file.into_draft() else {
+        return;
+    };
+    let Ok(request) = draft.finish() else {
+        return;
+    };
+    request
+        .spec
+        .check()
+        .expect("a finished spec passed RunSpec::check");
+    let record = RecordEnvelope {
+        format_version: FORMAT_VERSION,
+        run_id: FUZZ_RUN,
+        seq: 1,
+        time_ms: 1,
+        writer: WriterId(7),
+        writer_seq: 1,
+        event: Event::RunCreated {
+            spec: Arc::new(request.spec),
+            created_at_ms: 1,
+            session_id: request.hosts.session_id,
+            completion_owner_id: request.hosts.completion_owner_id,
+            tool_call_id: request.hosts.tool_call_id,
+        },
+    };
+    match state::apply(None, &record) {
+        Ok(created) => assert_eq!(created.head_seq, 1),
+        Err(TransitionError::TextTooLong { .. }) => {}
+        Err(other) => panic!("a finished spec is refused by the reducer: {other}"),
+    }
+    record.encode().expect("a checked spec fits a record");
+}
+
+/// Longest error message a provider line may produce: the fixed text, a short reason and the
+/// quoted line. It goes into the step's error, which holds at most `MAX_TEXT_BYTES`.
+pub const MAX_PROVIDER_ERROR_BYTES: usize = 1024;
+
+/// Arbitrary bytes as one line of an external-job provider: never a panic; a status the
+/// reducer accepts, or an error of bounded size.
+pub fn provider_line(data: &[u8]) {
+    match external_job::parse_provider_line(data) {
+        Ok(status) => {
+            assert!(
+                status.progress.is_none_or(f64::is_finite),
+                "progress is finite"
+            );
+            Event::ExternalJobUpdated {
+                step: 0,
+                job: status,
+            }
+            .check_text_limits()
+            .expect("a parsed status is within the text limits");
+        }
+        Err(error) => {
+            let message = error.to_string();
+            assert!(
+                message.len() <= MAX_PROVIDER_ERROR_BYTES,
+                "an error of {} bytes: {}",
+                message.len(),
+                external_job::quote_line(message.as_bytes())
+            );
+            if let ProviderLineError::TooLong { bytes, .. } = error {
+                assert!(bytes > external_job::MAX_PROVIDER_LINE_BYTES);
+            }
+        }
     }
 }

@@ -35,3 +35,28 @@ fn replay(target: &str, body: fn(&[u8])) {
 fn decode_record_corpus() {
     replay("decode_record", runjournal::fuzz::decode_record);
 }
+
+#[test]
+fn fold_events_corpus() {
+    replay("fold_events", runjournal::fuzz::fold_events);
+}
+
+#[test]
+fn parse_status_json_corpus() {
+    replay("parse_status_json", runjournal::fuzz::parse_status_json);
+}
+
+#[test]
+fn parse_result_json_corpus() {
+    replay("parse_result_json", runjournal::fuzz::parse_result_json);
+}
+
+#[test]
+fn parse_spec_corpus() {
+    replay("parse_spec", runjournal::fuzz::parse_spec);
+}
+
+#[test]
+fn provider_line_corpus() {
+    replay("provider_line", runjournal::fuzz::provider_line);
+}

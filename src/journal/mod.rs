@@ -564,6 +564,22 @@ impl Journal {
         Ok(ticket)
     }
 
+    /// Commits `batches` in one durable write transaction on the calling thread, with the
+    /// writer ids and writer seqs they carry, as the writer thread does when it retries a group
+    /// after a reopen.
+    ///
+    /// It exists for tests: the model test (`tests/model.rs`) commits batches of its own
+    /// writer and commits them again under the same writer seq, to check that a retry is
+    /// recognised. A program appends with [`Journal::append`], which numbers its batches itself.
+    #[doc(hidden)]
+    pub fn commit_batches_for_tests(
+        &self,
+        batches: &[Batch],
+    ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
+        let db = self.database()?;
+        append::commit_batches(&db, batches)
+    }
+
     /// Creates a run: appends its `RunCreated` under a fresh id.
     pub fn create_run(&self, spec: RunSpec, hosts: HostIds) -> Result<Appended, AppendError> {
         let run = RunId::generate();

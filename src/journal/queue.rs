@@ -206,3 +206,135 @@ mod tests {
         assert!(queue.take_group(usize::MAX, |_| 1).is_empty());
     }
 }
+
+/// Every interleaving of submitters, the writer and `close`, explored by loom
+/// (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom`).
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    use loom::thread;
+
+    use super::*;
+
+    /// Explores every interleaving with at most `bound` preemptions: enough for two threads to
+    /// interleave at each lock, small enough to finish in seconds.
+    fn check(bound: usize, model: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(bound);
+        builder.check(model);
+    }
+
+    /// The writer's side: takes groups until the queue is closed and drained, marks each item
+    /// committed, then answers it with its own value times ten. Returns the order it took items.
+    fn writer(queue: Arc<Queue<u32, u32>>, committed: Arc<[AtomicBool; 4]>) -> Vec<u32> {
+        let mut taken = Vec::new();
+        loop {
+            let group = queue.take_group(2, |_| 1);
+            if group.is_empty() {
+                return taken;
+            }
+            for (item, reply) in group {
+                committed[item as usize].store(true, Ordering::SeqCst);
+                taken.push(item);
+                reply.answer(item * 10);
+            }
+        }
+    }
+
+    fn committed_flags() -> Arc<[AtomicBool; 4]> {
+        Arc::new([
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        ])
+    }
+
+    /// Two submitters (two requests each, on a queue of two slots, so submitters wait for
+    /// room) and the writer: every request is answered once, with its own result, never before
+    /// the writer committed it; each submitter's requests are taken in its order; and closing
+    /// after the last answer lets the writer end.
+    #[test]
+    fn every_submit_is_answered_once_with_its_own_result_after_its_commit() {
+        check(3, || {
+            let queue: Arc<Queue<u32, u32>> = Arc::new(Queue::new(2));
+            let committed = committed_flags();
+            let writer_thread = thread::spawn({
+                let queue = Arc::clone(&queue);
+                let committed = Arc::clone(&committed);
+                move || writer(queue, committed)
+            });
+            let submit_two = |queue: &Queue<u32, u32>, committed: &[AtomicBool; 4], first: u32| {
+                let tickets = [
+                    queue.submit(first).expect("the queue is open"),
+                    queue.submit(first + 1).expect("the queue is open"),
+                ];
+                for (item, ticket) in (first..).zip(tickets) {
+                    assert_eq!(
+                        ticket.wait(),
+                        item * 10,
+                        "request {item} gets its own answer"
+                    );
+                    assert!(
+                        committed[item as usize].load(Ordering::SeqCst),
+                        "request {item} is answered only after its commit"
+                    );
+                }
+            };
+            let other = thread::spawn({
+                let queue = Arc::clone(&queue);
+                let committed = Arc::clone(&committed);
+                move || submit_two(&queue, &committed, 2)
+            });
+            submit_two(&queue, &committed, 0);
+            other.join().expect("the other submitter");
+            queue.close();
+            let taken = writer_thread.join().expect("the writer");
+            assert_eq!(
+                taken.len(),
+                4,
+                "every request is taken exactly once: {taken:?}"
+            );
+            let position = |item| taken.iter().position(|&taken| taken == item);
+            assert!(position(0) < position(1), "FIFO per submitter: {taken:?}");
+            assert!(position(2) < position(3), "FIFO per submitter: {taken:?}");
+        });
+    }
+
+    /// A close racing a submit: the submit is refused, or it is answered (the writer drains
+    /// what was queued before the close); it is never lost. What was queued before the close
+    /// is still taken.
+    #[test]
+    fn close_drains_what_was_queued_and_refuses_the_rest() {
+        check(3, || {
+            let queue: Arc<Queue<u32, u32>> = Arc::new(Queue::new(2));
+            let committed = committed_flags();
+            let early = queue.submit(0).expect("the queue is open");
+            let submitter = thread::spawn({
+                let queue = Arc::clone(&queue);
+                move || queue.submit(1).ok().map(Ticket::wait)
+            });
+            let writer_thread = thread::spawn({
+                let queue = Arc::clone(&queue);
+                let committed = Arc::clone(&committed);
+                move || writer(queue, committed)
+            });
+            queue.close();
+            assert_eq!(
+                early.wait(),
+                0,
+                "a request queued before the close is answered"
+            );
+            let late = submitter.join().expect("the submitter");
+            let taken = writer_thread.join().expect("the writer");
+            match late {
+                Some(answer) => {
+                    assert_eq!(answer, 10);
+                    assert_eq!(taken, vec![0, 1]);
+                }
+                None => assert_eq!(taken, vec![0], "a refused request is never taken"),
+            }
+            assert!(queue.submit(2).is_err(), "a closed queue refuses requests");
+        });
+    }
+}

@@ -533,3 +533,33 @@ pub fn result_index(home: &Home, state: &RunState) -> Option<(String, ResultInde
         },
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (found by the `fold_events` fuzz target): serde_json parsed some floats one
+    /// unit in the last place off, so a job's progress in status.json read back as another
+    /// number than the one written.
+    #[test]
+    fn a_progress_value_reads_back_exactly_as_written() {
+        for progress in [4.7783074660614404e-299, 0.1, 1e-300, 0.30000000000000004] {
+            let job = ExternalJobDoc {
+                provider: "render-farm".to_string(),
+                provider_job_id: None,
+                prompt_digest: String::new(),
+                options: serde_json::Map::new(),
+                state: "running".to_string(),
+                handle_url: None,
+                failure_message: None,
+                message: None,
+                progress: Some(progress),
+                started_at: None,
+                updated_at: None,
+            };
+            let read: ExternalJobDoc =
+                serde_json::from_slice(&to_json_bytes(&job)).expect("the document parses");
+            assert_eq!(read.progress, Some(progress));
+        }
+    }
+}

@@ -97,3 +97,113 @@ mod tests {
         assert_eq!(pending.count(), 0);
     }
 }
+
+/// Every interleaving of projections failing and succeeding, explored by loom
+/// (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom`).
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::atomic::{AtomicU64, Ordering};
+    use loom::thread;
+
+    use super::*;
+    use crate::sync::Arc;
+
+    const RUN: RunId = RunId::from_bytes([1; 16]);
+
+    fn wanted(pending: &PendingProjections) -> Option<u64> {
+        pending
+            .snapshot()
+            .into_iter()
+            .find(|(run, _)| *run == RUN)
+            .map(|(_, pending)| pending.wanted_seq)
+    }
+
+    /// A success that reflects an older head, landing before or after a failure at a newer
+    /// head, never clears it.
+    #[test]
+    fn an_older_success_never_clears_a_newer_failure() {
+        loom::model(|| {
+            let pending = Arc::new(PendingProjections::new());
+            let older = thread::spawn({
+                let pending = Arc::clone(&pending);
+                move || pending.succeeded(RUN, 4)
+            });
+            pending.failed(RUN, 5);
+            older.join().expect("the older projection");
+            assert_eq!(wanted(&pending), Some(5));
+        });
+    }
+
+    /// Failures from two threads: the wanted head is the highest failed one and never goes
+    /// down, as a third thread watching sees, and every attempt is counted.
+    #[test]
+    fn the_wanted_head_never_goes_down_and_every_failure_counts() {
+        loom::model(|| {
+            let pending = Arc::new(PendingProjections::new());
+            let second = thread::spawn({
+                let pending = Arc::clone(&pending);
+                move || pending.failed(RUN, 4)
+            });
+            let watcher = thread::spawn({
+                let pending = Arc::clone(&pending);
+                move || {
+                    let first = wanted(&pending);
+                    let then = wanted(&pending);
+                    if let (Some(first), Some(then)) = (first, then) {
+                        assert!(then >= first, "wanted went down from {first} to {then}");
+                    }
+                    assert!(
+                        first.is_none() || then.is_some(),
+                        "an entry left without a success"
+                    );
+                }
+            });
+            pending.failed(RUN, 3);
+            pending.failed(RUN, 5);
+            second.join().expect("the second thread");
+            watcher.join().expect("the watcher");
+            let entries = pending.snapshot();
+            assert_eq!(
+                entries,
+                vec![(
+                    RUN,
+                    Pending {
+                        wanted_seq: 5,
+                        attempts: 3
+                    }
+                )]
+            );
+        });
+    }
+
+    /// The store's protocol: a committer moves the head to 6 and its projection fails; a retry
+    /// pass meanwhile projects whatever head it reads and reports success at that head. If the
+    /// run is no longer pending at the end, the retry must have projected head 6 or later.
+    #[test]
+    fn a_retry_clears_a_failure_only_by_projecting_its_head_or_later() {
+        loom::model(|| {
+            let pending = Arc::new(PendingProjections::new());
+            let head = Arc::new(AtomicU64::new(5));
+            pending.failed(RUN, 5);
+            let retry = thread::spawn({
+                let pending = Arc::clone(&pending);
+                let head = Arc::clone(&head);
+                move || {
+                    let projected = head.load(Ordering::SeqCst);
+                    pending.succeeded(RUN, projected);
+                    projected
+                }
+            });
+            head.store(6, Ordering::SeqCst);
+            pending.failed(RUN, 6);
+            let projected = retry.join().expect("the retry pass");
+            match wanted(&pending) {
+                None => assert!(
+                    projected >= 6,
+                    "cleared by a projection of head {projected}"
+                ),
+                Some(wanted) => assert_eq!(wanted, 6),
+            }
+        });
+    }
+}

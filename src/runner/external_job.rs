@@ -84,9 +84,10 @@ pub fn parse_provider_line(line: &[u8]) -> Result<ExternalJobStatus, ProviderLin
             quoted: quoted(),
         });
     }
+    // serde_json's message may quote a whole value of the wrong type: cut it like the line.
     let parsed: ProviderLine =
         serde_json::from_slice(line).map_err(|error| ProviderLineError::Malformed {
-            reason: error.to_string(),
+            reason: truncate_text(&error.to_string(), QUOTED_LINE_BYTES),
             quoted: quoted(),
         })?;
     let state = JobState::from_str(&parsed.state).map_err(|_| ProviderLineError::UnknownState {
@@ -189,6 +190,16 @@ mod tests {
         line.extend(br#""}"#);
         let error = parse_provider_line(&line).expect_err("too long");
         assert!(matches!(error, ProviderLineError::TooLong { .. }));
+        assert!(error.to_string().len() < 600, "{error}");
+    }
+
+    /// Regression (found with the `provider_line` fuzz target's bound): a value of the wrong
+    /// type was quoted whole in the error, so one long field made an error of any size.
+    #[test]
+    fn a_long_value_of_the_wrong_type_gives_a_short_error() {
+        let line = format!(r#"{{"state":"running","progress":"{}"}}"#, "x".repeat(3000));
+        let error = parse_provider_line(line.as_bytes()).expect_err("progress is not a number");
+        assert!(matches!(error, ProviderLineError::Malformed { .. }));
         assert!(error.to_string().len() < 600, "{error}");
     }
 
