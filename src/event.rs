@@ -359,7 +359,7 @@ impl RunSpec {
         }
         for (field, text) in [("name", &self.name), ("cwd", &self.cwd)] {
             if let Some(text) = text {
-                check_text(field, text).map_err(|bytes| SpecError::TextTooLong { field, bytes })?;
+                check_text(text).map_err(|bytes| SpecError::TextTooLong { field, bytes })?;
             }
         }
         for (step, spec) in self.steps.iter().enumerate() {
@@ -403,7 +403,7 @@ impl RunSpec {
 }
 
 /// `Err(len)` when `text` is over [`MAX_TEXT_BYTES`].
-fn check_text(_field: &'static str, text: &str) -> Result<(), usize> {
+fn check_text(text: &str) -> Result<(), usize> {
     if text.len() > MAX_TEXT_BYTES {
         Err(text.len())
     } else {
@@ -718,7 +718,7 @@ impl Event {
             Event::Dismissed { .. } => {}
         }
         for (field, value) in fields {
-            check_text(field, value).map_err(|bytes| TextTooLong {
+            check_text(value).map_err(|bytes| TextTooLong {
                 event,
                 field,
                 bytes,

@@ -1,10 +1,12 @@
 //! The reconciler: closes runs whose runner died, and re-projects damaged projections.
 //!
-//! It walks the `active` table only, so its cost grows with the runs not yet closed, not with
-//! every run ever. For each it evaluates one row of [`TABLE`] (DESIGN.md section 7) and
-//! appends that row's events with `expect_head(head)`: if anything else landed in between, the
-//! append fails, the run is read again and decided again. Two reconcilers, or a reconciler and
-//! a live runner, therefore never record two `Terminal`s.
+//! It walks the `active` table, and the log records since its last pass (for the projections
+//! of runs closed meanwhile, see [`ProjectionCursor`]), so its cost grows with the runs not yet
+//! closed and what changed since, not with every run ever. For each active run it evaluates one
+//! row of [`TABLE`] (DESIGN.md section 7) and appends that row's events with
+//! `expect_head(head)`: if anything else landed in between, the append fails, the run is read
+//! again and decided again. Two reconcilers, or a reconciler and a live runner, therefore never
+//! record two `Terminal`s.
 //!
 //! Invariants:
 //! * every combination of [`Inputs`] matches exactly one row of [`TABLE`];

@@ -155,12 +155,12 @@ impl Shared {
         db.clone()
     }
 
-    fn set_database(&self, db: Option<Database>) {
+    fn set_database(&self, db: Option<Arc<Database>>) {
         let mut slot = self
             .db
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *slot = db.map(Arc::new);
+        *slot = db;
     }
 
     /// Whether the writer is believed to have its reserve in place.
@@ -335,13 +335,8 @@ fn current_or_reopened(shared: &Shared) -> Result<Arc<Database>, StorageFailure>
     if let Some(db) = shared.database() {
         return Ok(db);
     }
-    let db = super::open_source(&shared.source).map_err(open_failure)?;
-    let db = Arc::new(db);
-    let mut slot = shared
-        .db
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    *slot = Some(Arc::clone(&db));
+    let db = Arc::new(super::open_source(&shared.source).map_err(open_failure)?);
+    shared.set_database(Some(Arc::clone(&db)));
     Ok(db)
 }
 
