@@ -1,5 +1,5 @@
 //! Fuzz-target bodies, shared by the cargo-fuzz targets in `fuzz/` and by the test that
-//! replays their corpora (`tests/fuzz_corpus.rs`), so the corpus is a regression suite even
+//! replays their corpora (`tests/it/fuzz_corpus.rs`), so the corpus is a regression suite even
 //! without the fuzzer. Each function panics exactly when a property is broken.
 
 use std::sync::Arc;

@@ -568,7 +568,7 @@ impl Journal {
     /// writer ids and writer seqs they carry, as the writer thread does when it retries a group
     /// after a reopen.
     ///
-    /// It exists for tests: the model test (`tests/model.rs`) commits batches of its own
+    /// It exists for tests: the model test (`tests/it/model.rs`) commits batches of its own
     /// writer and commits them again under the same writer seq, to check that a retry is
     /// recognised. A program appends with [`Journal::append`], which numbers its batches itself.
     #[doc(hidden)]

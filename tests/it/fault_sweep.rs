@@ -7,7 +7,7 @@
 //! gets without the fault, and the final journal equals the fault-free one, run by run, record
 //! by record, index by index, and passes redb's integrity check.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

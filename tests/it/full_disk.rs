@@ -444,17 +444,26 @@ fn running_out_of_file_descriptors_delays_projections_and_loses_nothing() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let status = Command::new(std::env::current_exe().expect("test binary"))
+    let output = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "running_out_of_file_descriptors_delays_projections_and_loses_nothing",
-            "--nocapture",
+            "full_disk::running_out_of_file_descriptors_delays_projections_and_loses_nothing",
             "--test-threads=1",
         ])
         .env(EMFILE_CHILD_ENV, dir.path())
-        .status()
+        .output()
         .expect("spawn the child");
-    assert!(status.success(), "the child's checks passed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the child's checks passed: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A renamed test would make the filter match nothing, and an empty run passes.
+    assert!(
+        stdout.contains("running 1 test") && stdout.contains("1 passed"),
+        "the child ran exactly this one test: {stdout}"
+    );
 }
 
 fn emfile_child(home_dir: &Path) {

@@ -3,7 +3,7 @@
 //! and in the raw file). Each is reported with the run (and seq or file) it concerns, the
 //! other runs are still checked, and the exit code says how bad it is.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -8,7 +8,7 @@
 //! was acknowledged before the cut, each batch whole or not at all, every snapshot equal to its
 //! replay; written to a file and opened as a home, the reconciler must close every run.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Bad input: one line on stderr saying what is wrong, exit code 2, and nothing written (the
 //! journal's record count is the same before and after).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

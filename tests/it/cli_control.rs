@@ -1,7 +1,7 @@
 //! Control with real processes: stop (grandchildren included), timeout, a stop recorded before
 //! the runner starts, pushed external-job updates.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! The test binary re-executes itself as the writer (sled's self-respawning harness): a child
 //! sees `WRITER_ENV` and appends instead of testing.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -101,7 +101,12 @@ fn writer_main(home: &Path, acks: &Path, stop: &Path) {
 
 fn spawn_writer(test_name: &str, home: &Path, acks: &Path, stop: &Path) -> Child {
     Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &format!("crash::{test_name}"),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(
             WRITER_ENV,
             format!("{}\n{}\n{}", home.display(), acks.display(), stop.display()),

@@ -163,7 +163,7 @@ fn spawn_writer(journal: &Path, ack: &Path) -> Child {
     Command::new(std::env::current_exe().expect("test binary path"))
         .args([
             "--exact",
-            "processes_append_concurrently_and_a_killed_one_loses_nothing_acknowledged",
+            "concurrent_writers::processes_append_concurrently_and_a_killed_one_loses_nothing_acknowledged",
             "--nocapture",
             "--test-threads=1",
         ])

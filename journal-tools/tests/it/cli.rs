@@ -1,7 +1,7 @@
 //! Each command of journal-tools on a home built through the library: human output (as
 //! snapshots, with times and ids redacted), JSON Lines, filters, exit codes, bad input.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::process::Stdio;

@@ -9,7 +9,7 @@
 //! RUNJOURNAL_CRASH_ITERATIONS=1` replays it (timing still varies, the choices do not).
 //! `RUNJOURNAL_CRASH_ITERATIONS` runs longer on demand.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! The fixture is never written by the tests: each copies it to a temporary directory first.
 //! To write it again (only with a new format version and a migration, see
 //! docs/journal-format.md), run
-//! `RUNJOURNAL_WRITE_GOLDEN=1 cargo test --test golden -- --ignored write_the_golden_journal`.
+//! `RUNJOURNAL_WRITE_GOLDEN=1 cargo test --test it -- --ignored golden::write_the_golden_journal`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! `runjournal run` with real processes: modes, exit codes, external jobs, the spec form, and a
 //! runner that outlives its launcher.
 
-mod common;
+use crate::common;
 
 use common::{TestHome, event_names, records, run_id_of, state, wait_for, wait_terminal};
 use predicates::prelude::*;

@@ -1,0 +1,7 @@
+//! The integration tests, one crate so they link once. Each module is one file of tests;
+//! `common` (and `support`) hold helpers they share.
+
+mod cli;
+mod common;
+mod crash;
+mod damage;

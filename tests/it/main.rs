@@ -1,0 +1,19 @@
+//! The integration tests, one crate so they link once. Each module is one file of tests;
+//! `common` and `support` are helpers they share.
+
+mod cli_bad_input;
+mod cli_control;
+mod cli_run;
+mod common;
+mod concurrent_writers;
+mod crash_kill;
+mod fault_sweep;
+mod full_disk;
+mod fuzz_corpus;
+mod golden;
+mod group_commit;
+mod launch;
+mod model;
+mod power_loss;
+mod projection_repair;
+mod support;
