@@ -108,9 +108,7 @@ impl Reserve {
                 .mode(0o600)
                 .open(&temp)?;
             // Allocated blocks, not a sparse file: deleting it must free real space.
-            let length = i64::try_from(self.bytes)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "reserve too large"))?;
-            nix::fcntl::posix_fallocate(&file, 0, length).map_err(io::Error::from)?;
+            crate::platform::preallocate(&file, self.bytes)?;
             drop(file);
             fs::rename(&temp, &self.path)
         })();

@@ -12,6 +12,8 @@ pub mod home;
 pub mod journal;
 pub mod launch;
 pub mod liveness;
+pub mod platform;
+pub mod process_group;
 pub mod projection;
 pub mod reconcile;
 pub mod runner;

@@ -12,7 +12,7 @@
 //! * every combination of [`Inputs`] matches exactly one row of [`TABLE`];
 //! * the reconciler never records anything for a run whose runner is alive;
 //! * it signals step processes only of a runner it knows dead in this boot, and only groups
-//!   that are provably ours ([`orphans`]).
+//!   that are provably ours ([`process_group::is_ours`]).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
@@ -23,6 +23,7 @@ use crate::event::{
 };
 use crate::journal::{AppendError, Condition, ReadError};
 use crate::liveness::{self, Liveness};
+use crate::process_group::{self, GroupEnd, Reaping};
 use crate::projection::{self, ProjectionError};
 use crate::state::{RunState, StepStatus};
 use crate::store::Store;
@@ -403,19 +404,24 @@ fn events_for(store: &Store, state: &RunState, action: Action) -> (Vec<Event>, O
     }
 }
 
-/// Ends the process groups of a dead runner's running steps, in this boot only.
+/// Ends the process groups of a dead runner's running steps, in this boot only. The reconciler
+/// is not their parent: it reaps nothing ([`Reaping::Nothing`]).
 fn end_orphaned_steps(state: &RunState, grace: Duration) -> Vec<String> {
     let mut errors = Vec::new();
     for (index, step) in state.steps.iter().enumerate() {
         if step.status != StepStatus::Running {
             continue;
         }
-        let ended = step
-            .process
-            .as_ref()
-            .map(|process| orphans::terminate(process, grace));
-        if let Some(Err(error)) = ended {
-            errors.push(format!("step {index}: {error}"));
+        let Some(process) = step.process.as_ref() else {
+            continue;
+        };
+        match process_group::end(process, grace, Reaping::Nothing) {
+            Ok(GroupEnd::Survived) => errors.push(format!(
+                "step {index}: process group {} still has members after SIGKILL",
+                process.pid
+            )),
+            Ok(_) => {}
+            Err(error) => errors.push(format!("step {index}: {error}")),
         }
     }
     errors
@@ -686,6 +692,5 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
     })
 }
 
-pub mod orphans;
 #[cfg(test)]
 mod tests;

@@ -169,7 +169,7 @@ pub fn run_in_process(
     run: RunId,
     config: RunnerConfig,
 ) -> Result<RunnerOutcome, RunnerError> {
-    if let Err(error) = nix::sys::prctl::set_child_subreaper(true) {
+    if let Err(error) = crate::platform::become_child_subreaper() {
         log(&format!(
             "cannot become a child subreaper ({error}); orphans of steps go to init"
         ));
@@ -530,6 +530,8 @@ impl RunLoop {
                 )));
             }
         };
+        // From here, every return before `release` drops `gated`, which aborts the child: it
+        // never runs its program.
         let gated = match process_group::spawn_gated(command).await {
             Ok(gated) => gated,
             Err(error) => {
@@ -552,21 +554,13 @@ impl RunLoop {
         loop {
             let state = match self.recorder.snapshot().await {
                 Ok(Some(state)) => state,
-                Ok(None) => {
-                    gated.abort().await;
-                    return Err(RunnerError::UnknownRun { run });
-                }
-                Err(error) => {
-                    gated.abort().await;
-                    return Err(error.into());
-                }
+                Ok(None) => return Err(RunnerError::UnknownRun { run }),
+                Err(error) => return Err(error.into()),
             };
             if state.is_terminal() {
-                gated.abort().await;
                 return Ok(Start::Lost(state.status));
             }
             if let Some(control) = state.controls.first() {
-                gated.abort().await;
                 log(&format!(
                     "step {index} not started: {} requested by {}",
                     control.action.as_str(),
@@ -589,10 +583,7 @@ impl RunLoop {
                 Err(AppendError::HeadMismatch { .. }) if attempts < MAX_HEAD_RETRIES => {
                     attempts += 1;
                 }
-                Err(error) => {
-                    gated.abort().await;
-                    return Err(error.into());
-                }
+                Err(error) => return Err(error.into()),
             }
         }
         match gated.release().await {
