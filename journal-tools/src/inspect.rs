@@ -525,9 +525,13 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
             .iter()
             .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
             .collect();
-        let blocked_pids: Option<Vec<u32>> = capacity
-            .as_ref()
-            .map(|capacity| capacity.blocked.iter().map(|blocked| blocked.pid).collect());
+        let blocked_pids: Option<Vec<u32>> = capacity.as_ref().map(|capacity| {
+            capacity
+                .blocked
+                .iter()
+                .map(|blocked| blocked.writer.pid)
+                .collect()
+        });
         out.json(
             "stats",
             json!({
@@ -576,7 +580,7 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
                         capacity
                             .blocked
                             .iter()
-                            .map(|blocked| blocked.pid.to_string())
+                            .map(|blocked| blocked.writer.pid.to_string())
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),
