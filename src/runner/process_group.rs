@@ -8,7 +8,7 @@
 //! identity (pid, start time, boot id), which exists only once the child does. So the child is
 //! forked with a `pre_exec` hook that, after std has put it in its own process group, writes its
 //! pid to a "hello" pipe and then blocks reading one byte from a "gate" pipe. The parent reads
-//! the pid, reads the identity from `/proc`, commits `StepRunning`, and only then writes the
+//! the pid, reads the identity (`platform`), commits `StepRunning`, and only then writes the
 //! byte: the child execs. If the parent closes the gate instead — which dropping a
 //! [`GatedChild`] without [`GatedChild::release`] does — the hook fails with `ECANCELED`, the
 //! child exits without ever running the program, and std reaps it.
@@ -25,10 +25,9 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
-use std::time::Duration;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::unistd::{close, getpid, read, write};
