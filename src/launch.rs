@@ -11,16 +11,18 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::durable_fs;
+use crate::duration::format_duration;
 use crate::event::{
     self, Event, Observer, ProcessExit, Proof, Record, Repairer, RunId, TerminalState,
     truncate_text,
 };
+use crate::exit::describe_exit;
 use crate::home::Home;
 use crate::journal::{AppendError, Condition, ReadError};
 use crate::liveness::{self, Liveness};
@@ -148,18 +150,16 @@ pub fn launch(
             let error = match exited {
                 Some(status) => format!(
                     "runner exited ({}) before taking the run; see {}",
-                    describe(status),
+                    describe_exit(status.into()),
                     store.home().runner_log_path(run).display()
                 ),
                 None => format!(
                     "runner did not start within {}; see {}",
-                    crate::spec::format_duration_ms(
-                        u64::try_from(start_timeout.as_millis()).unwrap_or(u64::MAX)
-                    ),
+                    format_duration(start_timeout),
                     store.home().runner_log_path(run).display()
                 ),
             };
-            let exit = exited.map(process_exit);
+            let exit = exited.map(ProcessExit::from);
             let start = give_up(
                 store,
                 run,
@@ -270,18 +270,6 @@ fn spawn_runner(home: &Home, run: RunId, program: &RunnerProgram) -> io::Result<
     command.spawn()
 }
 
-/// How a process ended, as the journal records it.
-pub fn process_exit(status: ExitStatus) -> ProcessExit {
-    ProcessExit {
-        code: status.code(),
-        signal: status.signal(),
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    runner::step::describe_exit(status)
-}
-
 /// How following a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FollowEnd {
@@ -357,7 +345,7 @@ pub fn follow(
             return Ok(match runner_exit {
                 Some(status) => FollowEnd::RunnerExited {
                     state,
-                    exit: process_exit(status),
+                    exit: ProcessExit::from(status),
                 },
                 None => FollowEnd::RunnerGone(state),
             });

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::output::{Colour, Out, cell, note, plural, shown_path, table, time, time_ms, wire_name};
 use crate::source::Source;
-use crate::{EventsArgs, RunsArgs, Status, UsageError, resolve_run, when};
+use crate::{EventsArgs, RunsArgs, Status, UsageError, resolve_run};
 
 /// How long `inspect events --follow` waits between looks at the journal.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
@@ -108,10 +108,13 @@ fn run_json(state: &RunState) -> Value {
 }
 
 pub fn runs(source: &Source, out: &mut Out, args: &RunsArgs) -> anyhow::Result<Status> {
-    let now = jiff::Timestamp::now();
+    let now_ms = runjournal::event::now_ms();
     let parse = |text: &Option<String>| {
         text.as_deref()
-            .map(|text| when::parse_time(text, now).map_err(UsageError))
+            .map(|text| {
+                runjournal::duration::parse_time(text, now_ms)
+                    .map_err(|error| UsageError(error.to_string()))
+            })
             .transpose()
     };
     let since = parse(&args.since)?;

@@ -9,7 +9,6 @@ mod inspect;
 mod output;
 mod replay;
 mod source;
-mod when;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -244,19 +243,11 @@ fn is_damage(error: &anyhow::Error) -> bool {
     })
 }
 
-/// The run `text` names: an id, a unique prefix of one, or an alias (name, tool-call id).
+/// The run `text` names: an id, a unique prefix of one, its name or tool-call id.
 pub fn resolve_run(view: &View, text: &str) -> anyhow::Result<RunId> {
-    use runjournal::journal::{ResolveError, name_alias, tool_call_alias};
-    match view.resolve(text) {
-        Ok(run) => Ok(run),
-        Err(error @ (ResolveError::Unknown { .. } | ResolveError::BadId(_))) => {
-            for alias in [name_alias(text), tool_call_alias(text)] {
-                if let Some(run) = view.lookup_alias(&alias)? {
-                    return Ok(run);
-                }
-            }
-            Err(UsageError(error.to_string()).into())
-        }
-        Err(error) => Err(error.into()),
-    }
+    use runjournal::journal::ResolveError;
+    runjournal::resolve::resolve_run(view, text).map_err(|error| match error {
+        ResolveError::Read(error) => error.into(),
+        other => UsageError(other.to_string()).into(),
+    })
 }

@@ -14,7 +14,7 @@ use crate::{CliResult, Failure, bad_input, check_run_text, open_store, resolve};
 pub enum JobCommand {
     /// Push an external job's status straight into the journal (the step must be running).
     Update {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// The external-job step's number (from 0).
         step: String,

@@ -104,7 +104,7 @@ pub fn mode_arg(text: &str) -> Result<Mode, String> {
 }
 
 pub fn duration_arg(text: &str) -> Result<Duration, String> {
-    spec::parse_duration(text).map_err(|error| error.to_string())
+    runjournal::duration::parse_duration(text).map_err(|error| error.to_string())
 }
 
 /// Turns the arguments into a checked run; nothing is written.
@@ -263,13 +263,8 @@ fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
             if let (Some(child), Some(instance_id)) = (launched.runner.as_mut(), &instance_id) {
                 match launch::wait_with_timeout(child, RUNNER_EXIT_TIMEOUT) {
                     Ok(Some(status)) => {
-                        launch::record_runner_exit(
-                            store,
-                            run,
-                            instance_id,
-                            launch::process_exit(status),
-                        )
-                        .context("recording the runner's exit")?;
+                        launch::record_runner_exit(store, run, instance_id, status.into())
+                            .context("recording the runner's exit")?;
                     }
                     Ok(None) => eprintln!(
                         "runjournal: run {run}: the runner has not exited {} s after the run ended; leaving it",
@@ -290,7 +285,7 @@ fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
             reconcile_before_reading(store);
             return Err(Failure::Error(anyhow::anyhow!(
                 "run {run}: its runner exited ({}) without recording an outcome (state {}); see {}",
-                render::exit_text(exit),
+                runjournal::exit::describe_exit(exit),
                 state.status,
                 store.home().runner_log_path(run).display()
             )));

@@ -12,7 +12,6 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use runjournal::event::RunIdError;
 use runjournal::journal::ResolveError;
 use runjournal::{Home, RunId, Store};
 
@@ -60,7 +59,7 @@ enum Command {
     Run(launch::RunArgs),
     /// Show a run's state.
     Status {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Print the status document (status.json's format) as JSON.
         #[arg(long)]
@@ -80,7 +79,7 @@ enum Command {
     },
     /// Wait until a run has ended; exit with its exit code.
     Wait {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Give up after this long (500ms, 30s, 5m, 1h30m) and exit 75.
         #[arg(long, value_name = "DURATION", value_parser = launch::duration_arg)]
@@ -88,7 +87,7 @@ enum Command {
     },
     /// Print a run's step output (all steps, or one).
     Logs {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Only this step (numbered from 0).
         #[arg(long, value_name = "N")]
@@ -99,7 +98,7 @@ enum Command {
     },
     /// Ask a run to stop: recorded in the journal, then the runner is sent SIGTERM.
     Stop {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Why, as recorded with the request.
         #[arg(long, default_value = "requested from the command line")]
@@ -107,7 +106,7 @@ enum Command {
     },
     /// Hide a run from `list` (without --all). Nothing is stopped.
     Dismiss {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
     },
     /// Close runs whose runner died and rebuild damaged projections, printing what was done
@@ -232,15 +231,10 @@ pub fn reconcile_before_reading(store: &Store) {
     reconcile::before_reading(store);
 }
 
-/// Checks a run id or prefix against the id alphabet before anything (a path, the journal) is
-/// touched with it.
+/// Checks a run's text (id, prefix, name or tool-call id) before anything (a path, the
+/// journal) is touched with it.
 pub fn check_run_text(text: &str) -> Result<(), Failure> {
-    let checked: Result<(), RunIdError> = if text.len() == RunId::LEN {
-        text.parse::<RunId>().map(|_| ())
-    } else {
-        RunId::prefix_range(text).map(|_| ())
-    };
-    checked.map_err(bad_input)
+    runjournal::resolve::check_text(text).map_err(bad_input)
 }
 
 /// Opens the home's store.
@@ -250,13 +244,13 @@ pub fn open_store(home: Home) -> Result<Store, Failure> {
         .map_err(|error| Failure::Error(anyhow::Error::new(error).context(format!("home {root}"))))
 }
 
-/// The run named by `text` (a full id or a unique prefix).
+/// The run named by `text`: a full id, a unique prefix, its name or its tool-call id.
 pub fn resolve(store: &Store, text: &str) -> Result<RunId, Failure> {
     let view = store
         .journal()
         .view()
         .map_err(|error| Failure::Error(error.into()))?;
-    view.resolve(text).map_err(|error| match error {
+    runjournal::resolve::resolve_run(&view, text).map_err(|error| match error {
         ResolveError::Read(error) => Failure::Error(error.into()),
         other => bad_input(other),
     })

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use runjournal::event::{Event, ProcessExit, Record, RunSpec, StepEnd, UnixMs};
-use runjournal::spec::format_duration_ms;
+use runjournal::duration::format_duration_ms;
+use runjournal::event::{Event, Record, RunSpec, StepEnd, UnixMs};
+use runjournal::exit::describe_exit;
 use runjournal::state::StepStatus;
 use runjournal::{Home, RunState};
 
@@ -12,15 +13,6 @@ fn step_label(spec: &RunSpec, step: u32) -> String {
     match spec.steps.get(step as usize) {
         Some(step_spec) => format!("step {step} ({})", step_spec.name),
         None => format!("step {step}"),
-    }
-}
-
-/// "exit code 3", "signal 9".
-pub fn exit_text(exit: ProcessExit) -> String {
-    match (exit.code, exit.signal) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(signal)) => format!("signal {signal}"),
-        (None, None) => "unknown exit".to_string(),
     }
 }
 
@@ -97,7 +89,7 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
             ..
         } => {
             let exit = exit
-                .map(exit_text)
+                .map(describe_exit)
                 .unwrap_or_else(|| "exit unknown".to_string());
             format!(
                 "runner gone ({exit}; proof {}, seen by {observer:?})",
@@ -160,7 +152,7 @@ pub fn status_text(home: &Home, state: &RunState) -> String {
                 ", gone ({})",
                 observed
                     .exit
-                    .map(exit_text)
+                    .map(describe_exit)
                     .unwrap_or_else(|| observed.proof.as_str().to_string())
             ),
             None => String::new(),
