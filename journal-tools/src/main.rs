@@ -8,14 +8,15 @@
 mod inspect;
 mod output;
 mod replay;
-mod source;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use runjournal::RunId;
 use runjournal::journal::{CorruptError, OpenError, ReadError, View};
+use runjournal::source::{JournalSource, SourceError};
 use runjournal::state::RunStatus;
 use runjournal::verify::{Report, Severity};
 
@@ -207,7 +208,14 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
-    let source = source::Source::open(cli.home.as_deref(), cli.journal.as_deref())?;
+    let source =
+        JournalSource::open(cli.home.as_deref(), cli.journal.as_deref()).map_err(source_error)?;
+    if source.was_recovered() {
+        output::note(&format!(
+            "{} was not shut down cleanly (its writer crashed, or it was copied while open); reading a recovered private copy, the file itself is left as it is",
+            source.journal_path().display()
+        ));
+    }
     match cli.command {
         Command::Inspect(InspectCommand::Runs(args)) => inspect::runs(&source, out, &args),
         Command::Inspect(InspectCommand::Run { run }) => inspect::run(&source, out, &run),
@@ -216,6 +224,21 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
         Command::Inspect(InspectCommand::Verify) => inspect::verify(&source, out),
         Command::Replay(args) => replay::replay(&source, out, &args),
     }
+}
+
+/// The library's error, with its `OpenError` where [`is_damage`] looks for it.
+fn source_error(error: SourceError) -> anyhow::Error {
+    match error {
+        SourceError::Open(error) => error.into(),
+        SourceError::Recover { journal, source } => anyhow::Error::new(*source)
+            .context(format!("recovering a copy of {}", journal.display())),
+        other => other.into(),
+    }
+}
+
+/// A fresh read view of the source.
+pub fn view(source: &JournalSource) -> anyhow::Result<View> {
+    source.view().context("reading the journal")
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
