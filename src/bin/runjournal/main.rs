@@ -1,14 +1,17 @@
-//! The `runjournal` command line: argument parsing, output and exit codes. The work is in the
-//! library (`runjournal::launch`, `runjournal::runner`, `runjournal::control`).
+//! The `runjournal` command line: argument parsing, printing and exit codes. The work is in
+//! the library (`runjournal::launch`, `runjournal::runner`, `runjournal::control`,
+//! `runjournal::resolve`), and so are the words (`runjournal::show`).
 
 mod control;
 mod inspect;
 mod launch;
 mod reconcile;
-mod render;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use anyhow::Context;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -172,14 +175,38 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(Failure::BadInput(error)) => {
-            eprintln!("runjournal: {}", one_line(&format!("{error:#}")));
+            note(&one_line(&format!("{error:#}")));
             ExitCode::from(EXIT_BAD_INPUT)
         }
         Err(Failure::Error(error)) => {
-            eprintln!("runjournal: {}", one_line(&format!("{error:#}")));
+            note(&one_line(&format!("{error:#}")));
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// Writes `text` to stdout. A closed pipe (`| head`) is not a failure: the reader stopped
+/// reading, and the command's own outcome (its exit code) stands. Any other failure to write
+/// (a full disk) is.
+pub fn print(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("writing to stdout").map_err(Failure::Error),
+    }
+}
+
+/// [`print`] of one line.
+pub fn print_line(line: &str) -> Result<(), Failure> {
+    print(&format!("{line}\n"))
+}
+
+/// A message on stderr, after `runjournal: `. A failure to write it changes nothing.
+pub fn note(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "runjournal: {text}");
 }
 
 /// Prints a usage error as one line (help and version print as clap does).
@@ -193,7 +220,7 @@ fn usage_error(error: clap::Error) -> ExitCode {
             let rendered = error.render().to_string();
             let first = rendered.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("runjournal: {first}");
+            note(first);
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
