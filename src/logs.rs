@@ -68,13 +68,19 @@ fn tail_of_text(text: &str, bounds: TailBounds) -> String {
     if tail.len() <= bounds.max_bytes {
         return tail;
     }
-    // Keep the end, which is what a reader of a summary or a failure wants.
+    // Keep the end, which is what a reader of a summary or a failure wants, after a mark
+    // when there is room for one.
     const CUT_MARK: &str = "…";
-    let mut cut = tail.len() - bounds.max_bytes.saturating_sub(CUT_MARK.len());
+    let mark = if bounds.max_bytes > CUT_MARK.len() {
+        CUT_MARK
+    } else {
+        ""
+    };
+    let mut cut = tail.len() - (bounds.max_bytes - mark.len());
     while !tail.is_char_boundary(cut) {
         cut += 1;
     }
-    format!("{CUT_MARK}{}", &tail[cut..])
+    format!("{mark}{}", &tail[cut..])
 }
 
 /// The bytes of a log from `offset` on; nothing for a log that does not exist yet.
@@ -136,6 +142,16 @@ mod tests {
         assert!(tail.len() <= 30, "{} bytes: {tail:?}", tail.len());
         assert!(tail.starts_with('…'), "{tail:?}");
         assert!(tail.ends_with("\nabcdefgh"), "{tail:?}");
+    }
+
+    #[test]
+    fn the_byte_bound_holds_even_below_the_mark() {
+        let (_dir, path) = file_with(b"abcdef\n");
+        for max_bytes in 0..8 {
+            let tail = tail(&path, bounds(5, max_bytes)).expect("reads");
+            assert!(tail.len() <= max_bytes, "{max_bytes}: {tail:?}");
+        }
+        assert_eq!(tail(&path, bounds(5, 2)).expect("reads"), "ef");
     }
 
     #[test]
