@@ -187,6 +187,37 @@ pub fn wire_name<T: serde::Serialize>(value: &T) -> String {
     }
 }
 
+/// `value` with every object key in camelCase (`head_seq` becomes `headSeq`; keys already in
+/// camelCase stay), so that JSON made from a domain type reads like the projections.
+pub fn camel_case_keys(value: Value) -> Value {
+    match value {
+        Value::Object(object) => Value::Object(
+            object
+                .into_iter()
+                .map(|(key, value)| (camel_case(&key), camel_case_keys(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(camel_case_keys).collect()),
+        other => other,
+    }
+}
+
+fn camel_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut is_word_start = false;
+    for c in key.chars() {
+        if c == '_' && !out.is_empty() {
+            is_word_start = true;
+        } else if is_word_start {
+            out.extend(c.to_uppercase());
+            is_word_start = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// What is known of a run's runner process now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunnerSeen {
@@ -640,6 +671,23 @@ mod tests {
     fn an_empty_last_cell_leaves_no_trailing_spaces() {
         let rows = vec![header(&["A", "B"]), vec![Cell::plain("x"), Cell::plain("")]];
         assert_eq!(table_lines(&rows, &no_colour), ["A  B", "x"]);
+    }
+
+    #[test]
+    fn json_keys_become_camel_case_at_every_depth() {
+        let value = serde_json::json!({
+            "run_id": 1,
+            "steps": [{"started_at_ms": 2, "exitCode": 3}],
+            "process_terminal": {"instance_id": "x"},
+        });
+        assert_eq!(
+            camel_case_keys(value),
+            serde_json::json!({
+                "runId": 1,
+                "steps": [{"startedAtMs": 2, "exitCode": 3}],
+                "processTerminal": {"instanceId": "x"},
+            })
+        );
     }
 
     #[test]

@@ -172,7 +172,7 @@ pub fn run(source: &JournalSource, out: &mut Out, text: &str) -> anyhow::Result<
         if let Value::Object(object) = &mut object {
             object.insert(
                 "stateFolded".to_string(),
-                serde_json::to_value(&state).unwrap_or(Value::Null),
+                serde_json::to_value(&state).map_or(Value::Null, show::camel_case_keys),
             );
         }
         out.json("run", object)?;
