@@ -402,6 +402,14 @@ impl RunSpec {
     }
 }
 
+/// The host's own ids for a run, recorded in [`Event::RunCreated`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostIds {
+    pub session_id: Option<String>,
+    pub completion_owner_id: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
 /// `Err(len)` when `text` is over [`MAX_TEXT_BYTES`].
 fn check_text(text: &str) -> Result<(), usize> {
     if text.len() > MAX_TEXT_BYTES {

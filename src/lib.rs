@@ -21,8 +21,8 @@ pub mod store;
 mod sync;
 pub mod verify;
 
-pub use event::{Event, RunId, RunSpec};
+pub use event::{Event, HostIds, RunId, RunSpec};
 pub use home::Home;
-pub use journal::{Condition, HostIds, Journal, JournalReader};
+pub use journal::{Condition, Journal, JournalReader};
 pub use state::{RunState, RunStatus, apply};
 pub use store::Store;

@@ -21,9 +21,10 @@ use crate::durable_fs::FileLock;
 use crate::event::{Record, RunId, UnixMs, WriterId};
 use crate::home::Home;
 use crate::journal::{
-    CorruptError, Journal, ReadError, StorageFailure, View, name_alias, tool_call_alias,
+    CorruptError, Journal, ReadError, ReadJournal, StorageFailure, View, name_alias,
+    tool_call_alias,
 };
-use crate::projection::{self, Difference, FileKind, ReadJournal};
+use crate::projection::{self, Difference, FileKind};
 use crate::state::{self, RunState};
 
 /// How serious a problem is.

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use runjournal::Home;
+use runjournal::journal::ReadJournal;
 use runjournal::journal::{self, Journal, JournalReader, OpenError, ReadError, View};
-use runjournal::projection::ReadJournal;
 
 use crate::output::note;
 

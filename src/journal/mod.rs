@@ -24,7 +24,7 @@ use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableHand
 use serde::{Deserialize, Serialize};
 
 use crate::event::{
-    self, DecodeError, EncodeError, Event, FORMAT_VERSION, RunId, RunSpec, WriterId,
+    self, DecodeError, EncodeError, Event, FORMAT_VERSION, HostIds, RunId, RunSpec, WriterId,
     decode_checked, encode_checked,
 };
 use crate::state::{RunState, RunStatus, TransitionError};
@@ -229,14 +229,6 @@ pub enum ReadError {
     Corrupt(#[from] CorruptError),
     #[error(transparent)]
     Storage(#[from] StorageFailure),
-}
-
-/// The host's own ids for a run, recorded in `RunCreated`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostIds {
-    pub session_id: Option<String>,
-    pub completion_owner_id: Option<String>,
-    pub tool_call_id: Option<String>,
 }
 
 /// Facts about the journal file itself.
@@ -1013,6 +1005,24 @@ impl JournalReader {
             .begin_read()
             .map_err(|error| StorageFailure::new("beginning a read", error))?;
         Ok(View::new(txn))
+    }
+}
+
+/// Anything the journal can be read through: a [`Journal`], a [`JournalReader`], or a tool's
+/// own source of views. Projections and verification read through it.
+pub trait ReadJournal {
+    fn view(&self) -> Result<View, ReadError>;
+}
+
+impl ReadJournal for Journal {
+    fn view(&self) -> Result<View, ReadError> {
+        Journal::view(self)
+    }
+}
+
+impl ReadJournal for JournalReader {
+    fn view(&self) -> Result<View, ReadError> {
+        JournalReader::view(self)
     }
 }
 

@@ -13,6 +13,7 @@ mod fuzz_corpus;
 mod golden;
 mod group_commit;
 mod launch;
+mod layers;
 mod model;
 mod power_loss;
 mod projection_repair;
