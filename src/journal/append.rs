@@ -3,8 +3,9 @@
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
+use super::error::{AppendError, CorruptError, StorageFailure};
+use super::snapshot::{decode_snapshot, encode_snapshot};
 use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
-use super::{AppendError, CorruptError, StorageFailure, decode_snapshot, encode_snapshot};
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
 use crate::state::{self, RunState};
 

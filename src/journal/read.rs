@@ -4,10 +4,19 @@
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::append::storage;
+use super::error::{CorruptError, ReadError, StorageFailure};
+use super::snapshot::decode_snapshot;
 use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
-use super::{CorruptError, JournalMeta, ReadError, StorageFailure, decode_snapshot};
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
 use crate::state::RunState;
+
+/// Facts about the journal file itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalMeta {
+    pub format_version: u16,
+    pub journal_id: [u8; 16],
+    pub created_at_ms: u64,
+}
 
 /// Why a run id or prefix does not name exactly one run.
 #[derive(Debug, thiserror::Error)]

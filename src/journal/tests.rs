@@ -12,7 +12,7 @@ use super::append::commit_batches;
 use super::tables::{self, META, RECORDS};
 use super::*;
 use crate::event::{
-    Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunId,
+    Event, HostIds, Mode, Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunId,
     RunIdError, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, UnixMs,
     WriterId, now_ms,
 };
