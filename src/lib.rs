@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod control;
 pub mod durable_fs;
 pub mod event;
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 pub mod home;
