@@ -836,6 +836,21 @@ pub(crate) fn decode_checked<'a, T: Deserialize<'a>>(
     }
 }
 
+/// Splits bytes written by [`encode_checked`] into what the checksum covers and whether their
+/// trailing CRC-32C matches it, decoding nothing; `None` for bytes shorter than a checksum.
+pub(crate) fn split_checksum(bytes: &[u8]) -> Option<(&[u8], bool)> {
+    let split = bytes.len().checked_sub(4)?;
+    let (payload, stored) = bytes.split_at(split);
+    Some((payload, CRC.checksum(payload).to_le_bytes() == stored))
+}
+
+/// `payload` followed by its CRC-32C, as [`encode_checked`] lays out what it encodes.
+pub(crate) fn with_checksum(payload: &[u8]) -> Vec<u8> {
+    let mut bytes = payload.to_vec();
+    bytes.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
+    bytes
+}
+
 impl RecordEnvelope {
     /// The stored bytes of this record: postcard, then its CRC-32C.
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::snapshot::SnapshotError;
 use crate::event::{DecodeError, EncodeError, FORMAT_VERSION, RunId, WriterId};
 use crate::state::{RunStatus, TransitionError};
 
@@ -160,6 +161,15 @@ pub enum AppendError {
     Storage(#[from] StorageFailure),
 }
 
+impl From<ReadError> for AppendError {
+    fn from(error: ReadError) -> AppendError {
+        match error {
+            ReadError::Corrupt(error) => AppendError::Corrupt(error),
+            ReadError::Storage(failure) => AppendError::Storage(failure),
+        }
+    }
+}
+
 /// Stored bytes that do not decode, or decode to something that contradicts their key.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -178,12 +188,22 @@ pub enum CorruptError {
         found_run: RunId,
         found_seq: u64,
     },
-    #[error("snapshot of run {run}: {source}")]
-    Snapshot {
+    /// The run's snapshot does not decode (a cache, re-derived from the records), and the
+    /// records do not fold either.
+    #[error(
+        "run {run}: its snapshot is unreadable ({snapshot}), and its record {seq} does not fold: {source}"
+    )]
+    Unfoldable {
         run: RunId,
+        seq: u64,
+        snapshot: SnapshotError,
+        /// Boxed: it is large, and every read's error carries this enum.
         #[source]
-        source: DecodeError,
+        source: Box<TransitionError>,
     },
+    /// The run's snapshot does not decode, and it has no records to re-derive it from.
+    #[error("run {run}: its snapshot is unreadable ({snapshot}), and it has no records")]
+    NoRecords { run: RunId, snapshot: SnapshotError },
     #[error("meta entry {key}: {reason}")]
     Meta { key: &'static str, reason: String },
 }

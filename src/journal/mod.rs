@@ -5,7 +5,8 @@
 //! * a record is acknowledged only when the write transaction holding it committed with
 //!   `Durability::Immediate`;
 //! * every record of a run passed [`crate::state::apply`] against the snapshot committed with
-//!   the record before it, and the snapshot stored beside the records is their fold;
+//!   the record before it, and the snapshot stored beside the records is their fold (a cache:
+//!   one that does not decode is re-derived from the records, never an error);
 //! * a batch carries (writer id, writer seq); a batch whose writer seq is not above the writer's
 //!   committed mark was already applied and is answered from the records, never applied twice.
 //!
@@ -37,7 +38,9 @@ pub use error::{AppendError, CorruptError, OpenError, ReadError, StorageFailure}
 pub use handle::Journal;
 pub use read::{JournalMeta, ResolveError, View};
 pub use reader::{JournalReader, ReadJournal};
-pub use snapshot::encode_snapshot_for_tests;
+pub use snapshot::{
+    SNAPSHOT_LAYOUT, SnapshotError, encode_snapshot_for_tests, snapshot_of_layout_two_for_tests,
+};
 pub use tables::{name_alias, tool_call_alias};
 pub use writer::{CapacityEvent, CapacityListener, Source, WriterOptions, WriterStats};
 

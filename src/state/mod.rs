@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 mod apply;
 pub use apply::{apply, replay};
@@ -18,7 +18,7 @@ use crate::event::{
 };
 
 /// Where a run is in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum RunStatus {
     Queued,
     Running,
@@ -90,7 +90,7 @@ impl fmt::Display for RunStatus {
 }
 
 /// Where a step is in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum StepStatus {
     Pending,
     Running,
@@ -136,7 +136,7 @@ impl fmt::Display for StepStatus {
 }
 
 /// One step's folded state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepState {
     pub status: StepStatus,
     pub process: Option<ProcessIdentity>,
@@ -165,7 +165,7 @@ impl StepState {
 }
 
 /// The runner that owns a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunnerInfo {
     pub identity: ProcessIdentity,
     pub instance_id: String,
@@ -173,7 +173,7 @@ pub struct RunnerInfo {
 }
 
 /// A recorded control request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ControlInfo {
     pub action: ControlAction,
     pub by: String,
@@ -182,7 +182,7 @@ pub struct ControlInfo {
 }
 
 /// How the run ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TerminalInfo {
     pub state: TerminalState,
     pub error: Option<String>,
@@ -193,7 +193,7 @@ pub struct TerminalInfo {
 }
 
 /// Proof that the runner process is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessTerminalInfo {
     pub instance_id: String,
     pub exit: Option<ProcessExit>,
@@ -203,7 +203,12 @@ pub struct ProcessTerminalInfo {
 }
 
 /// A run's state: the fold of its records.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The domain type, never stored as it is: the journal stores it as a snapshot of a wire type
+/// of its own (`journal::snapshot::SnapshotV1`), converted explicitly, so this type can change
+/// freely. It (and its parts) serializes only to be shown as JSON (`verify`'s differences,
+/// `journal-tools inspect run --json`), and deserializes from nothing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunState {
     pub run_id: RunId,
     pub spec: Arc<RunSpec>,

@@ -11,6 +11,7 @@ mod fault_sweep;
 mod full_disk;
 mod fuzz_corpus;
 mod golden;
+mod golden_snapshots;
 mod group_commit;
 mod launch;
 mod layers;
