@@ -16,6 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use runjournal::RunId;
+use runjournal::home::Layout;
 use runjournal::journal::{CorruptError, OpenError, ReadError, View};
 use runjournal::state::RunStatus;
 use runjournal::verify::{Report, Severity};
@@ -31,9 +32,14 @@ use runjournal::verify::{Report, Severity};
 #[command(version, about, long_about)]
 struct Cli {
     /// State directory [default: $RUNJOURNAL_HOME, else $XDG_STATE_HOME/runjournal, else
-    /// ~/.local/state/runjournal].
+    /// ~/.local/state/runjournal; with --layout pi-subagents: $RUNJOURNAL_HOME, else
+    /// $PI_SUBAGENTS_TEMP_ROOT, else pi-subagents' own temp root].
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// How the home (and a --out directory) is laid out: runjournal's own, or pi-subagents.
+    #[arg(long, global = true, value_name = "LAYOUT", env = "RUNJOURNAL_LAYOUT",
+          value_parser = parse_layout, default_value = "runjournal")]
+    layout: Layout,
     /// Read this journal file (a copy, say) instead of the home's. Projections are then
     /// checked or rebuilt only with --home or --out.
     #[arg(long, global = true, value_name = "FILE")]
@@ -208,7 +214,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
-    let source = source::Source::open(cli.home.as_deref(), cli.journal.as_deref())?;
+    let source = source::Source::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)?;
     match cli.command {
         Command::Inspect(InspectCommand::Runs(args)) => inspect::runs(&source, out, &args),
         Command::Inspect(InspectCommand::Run { run }) => inspect::run(&source, out, &run),
@@ -217,6 +223,12 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
         Command::Inspect(InspectCommand::Verify) => inspect::verify(&source, out),
         Command::Replay(args) => replay::replay(&source, out, &args),
     }
+}
+
+/// `--layout`'s values.
+fn parse_layout(text: &str) -> Result<Layout, String> {
+    text.parse()
+        .map_err(|error: runjournal::home::UnknownLayout| error.to_string())
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {

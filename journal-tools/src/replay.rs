@@ -47,7 +47,9 @@ pub fn replay(source: &Source, out: &mut Out, args: &ReplayArgs) -> anyhow::Resu
         .into());
     }
     let (home, target) = match &args.out {
-        Some(dir) if !is_same_dir(dir, source.home.as_ref()) => (Home::at(dir), Target::OutOfPlace),
+        Some(dir) if !is_same_dir(dir, source.home.as_ref()) => {
+            (Home::in_layout(dir, source.layout), Target::OutOfPlace)
+        }
         _ => (
             source
                 .require_home(if args.check {

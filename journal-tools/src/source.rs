@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use runjournal::Home;
+use runjournal::home::Layout;
 use runjournal::journal::{self, Journal, JournalReader, OpenError, ReadError, View};
 use runjournal::projection::ReadJournal;
 
@@ -16,6 +17,8 @@ pub struct Source {
     /// The home: `--home`, else (without `--journal`) `$RUNJOURNAL_HOME` and the defaults.
     /// `None` for `--journal FILE` alone: a copied journal has no projections of its own.
     pub home: Option<Home>,
+    /// `--layout`: the home's, and that of a directory `replay --out` writes.
+    pub layout: Layout,
     reader: Reader,
     /// Holds the recovered copy, when there is one, until the end.
     _scratch: Option<tempfile::TempDir>,
@@ -41,11 +44,20 @@ impl Source {
     /// Opens the journal read-only. One that was not shut down cleanly (its writer crashed, or
     /// it is a copy taken while writers had it open) cannot be read in place without writing
     /// to it: a private copy is recovered instead, and stderr says so.
-    pub fn open(home: Option<&Path>, journal_file: Option<&Path>) -> anyhow::Result<Source> {
+    pub fn open(
+        home: Option<&Path>,
+        journal_file: Option<&Path>,
+        layout: Layout,
+    ) -> anyhow::Result<Source> {
         let (journal_path, home) = match journal_file {
-            Some(file) => (file.to_path_buf(), home.map(Home::at)),
+            Some(file) => (
+                file.to_path_buf(),
+                home.map(|root| Home::in_layout(root, layout)),
+            ),
             None => {
-                let home = Home::resolve(home)?;
+                let home = Home::resolve(home, layout)?;
+                home.check_layout()
+                    .map_err(|mismatch| crate::UsageError(mismatch.to_string()))?;
                 (home.journal_path(), Some(home))
             }
         };
@@ -71,6 +83,7 @@ impl Source {
         Ok(Source {
             journal_path,
             home,
+            layout,
             reader,
             _scratch: scratch,
         })

@@ -3,6 +3,7 @@
 
 mod cli_bad_input;
 mod cli_control;
+mod cli_layout;
 mod cli_run;
 mod common;
 mod concurrent_writers;

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use runjournal::event::RunIdError;
+use runjournal::home::Layout;
 use runjournal::journal::ResolveError;
 use runjournal::{Home, RunId, Store};
 
@@ -42,9 +43,16 @@ Exit codes:
 #[command(version, about, after_help = EXIT_CODES_HELP)]
 struct Cli {
     /// State directory [default: $RUNJOURNAL_HOME, else $XDG_STATE_HOME/runjournal, else
-    /// ~/.local/state/runjournal].
+    /// ~/.local/state/runjournal; with --layout pi-subagents: $RUNJOURNAL_HOME, else
+    /// $PI_SUBAGENTS_TEMP_ROOT, else pi-subagents' own temp root].
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// How the home is laid out: runjournal's own, or pi-subagents (the home is then a
+    /// pi-subagents temp root: runs in async-subagent-runs/, results in
+    /// async-subagent-results/, the journal in runjournal/).
+    #[arg(long, global = true, value_name = "LAYOUT", env = "RUNJOURNAL_LAYOUT",
+          value_parser = parse_layout, default_value = "runjournal")]
+    layout: Layout,
     /// Size of the space reserve kept beside the journal and released on a full disk, in
     /// bytes; 0 disables it [default: $RUNJOURNAL_RESERVE_BYTES, else 8388608].
     #[arg(long, global = true, value_name = "BYTES")]
@@ -166,7 +174,7 @@ fn main() -> ExitCode {
         // it starts.
         unsafe { std::env::set_var(runjournal::capacity::RESERVE_ENV, bytes.to_string()) };
     }
-    let result = match Home::resolve(cli.home.as_deref()) {
+    let result = match Home::resolve(cli.home.as_deref(), cli.layout) {
         Ok(home) => dispatch(home, cli.command, &matches),
         Err(error) => Err(Failure::BadInput(error.into())),
     };
@@ -181,6 +189,12 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// `--layout`'s values.
+fn parse_layout(text: &str) -> Result<Layout, String> {
+    text.parse()
+        .map_err(|error: runjournal::home::UnknownLayout| error.to_string())
 }
 
 /// Prints a usage error as one line (help and version print as clap does).
@@ -243,8 +257,10 @@ pub fn check_run_text(text: &str) -> Result<(), Failure> {
     checked.map_err(bad_input)
 }
 
-/// Opens the home's store.
+/// Opens the home's store. A home whose journal is of the other layout is bad input: nothing
+/// is made in it.
 pub fn open_store(home: Home) -> Result<Store, Failure> {
+    home.check_layout().map_err(bad_input)?;
     let root = home.root().display().to_string();
     Store::open(home)
         .map_err(|error| Failure::Error(anyhow::Error::new(error).context(format!("home {root}"))))
