@@ -15,6 +15,7 @@ mod golden;
 mod group_commit;
 mod launch;
 mod model;
+mod pi_subagents_compat;
 mod power_loss;
 mod projection_repair;
 mod support;
