@@ -2,7 +2,9 @@ use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 
 use super::*;
-use crate::event::{ControlAction, Mode, ProcessIdentity, RunSpec, StepAction, StepSpec};
+use crate::event::{
+    ControlAction, Mode, ProcessExit, ProcessIdentity, RunSpec, StepAction, StepSpec,
+};
 use crate::home::Home;
 use crate::journal::HostIds;
 use crate::state::RunStatus;
