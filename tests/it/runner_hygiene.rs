@@ -132,6 +132,15 @@ fn an_inherited_descriptor_reaches_neither_the_runner_nor_its_steps() {
     });
     assert_eq!(state.status, RunStatus::Running, "the run was still going");
     let step = state.steps[0].process.as_ref().expect("the step's process");
+    // StepRunning is recorded while the child waits at the gate, before its exec (and until
+    // then it holds the runner's close-on-exec descriptors): look once it is `sleep`.
+    wait_until("the step's exec", || {
+        runjournal::platform::command_name(step.pid)
+            .ok()
+            .flatten()
+            .as_deref()
+            == Some("sleep")
+    });
     let mut descriptors: Vec<String> = fs::read_dir(format!("/proc/{}/fd", step.pid))
         .expect("the step's descriptors")
         .map(|entry| {
