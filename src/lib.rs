@@ -15,6 +15,7 @@ pub mod liveness;
 pub mod projection;
 pub mod reconcile;
 pub mod runner;
+pub mod ship;
 pub mod spec;
 pub mod state;
 pub mod store;

@@ -16,4 +16,5 @@ mod launch;
 mod model;
 mod power_loss;
 mod projection_repair;
+mod ship;
 mod support;

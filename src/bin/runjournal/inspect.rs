@@ -47,6 +47,8 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
                 "journalCapacity".to_string(),
                 render::capacity_json(store.home()),
             );
+            let lag = render::ship_lag(&store);
+            object.insert("shipping".to_string(), render::ship_lag_json(lag.as_ref()));
         }
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         println!("{text}");
@@ -54,6 +56,9 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         print!("{}", render::status_text(store.home(), &state));
         if let Some(notice) = render::capacity_notice(store.home(), runjournal::event::now_ms()) {
             println!("{notice}");
+        }
+        if let Some(lag) = render::ship_lag(&store) {
+            writeln!(std::io::stdout(), "{}", lag.line()).context("writing the status")?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -101,17 +106,19 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
     let now_ms = runjournal::event::now_ms();
     let notice = render::capacity_notice(store.home(), now_ms);
+    let ship_lag = render::ship_lag(&store).map(|lag| lag.line());
     if json {
         let rows: Vec<serde_json::Value> = states.iter().map(render::list_json).collect();
         let text = serde_json::to_string_pretty(&rows).context("rendering the list")?;
         println!("{text}");
         // The array stays the data; the notice goes beside it.
-        if let Some(notice) = notice {
-            eprintln!("runjournal: {notice}");
+        for notice in notice.iter().chain(&ship_lag) {
+            // The array on stdout is the data; a notice that cannot be written changes nothing.
+            let _ = writeln!(std::io::stderr(), "runjournal: {notice}");
         }
     } else {
-        if let Some(notice) = notice {
-            println!("{notice}");
+        for notice in notice.iter().chain(&ship_lag) {
+            writeln!(std::io::stdout(), "{notice}").context("writing the list")?;
         }
         print!("{}", render::list_table(&states, now_ms));
     }

@@ -296,3 +296,24 @@ pub fn capacity_json(home: &Home) -> serde_json::Value {
         Err(error) => serde_json::json!({ "error": error.to_string() }),
     }
 }
+
+/// What `status` and `list` say about shipping (`runjournal ship`): a line when it fails, or
+/// when records wait and no shipper runs. `None` when the home does not ship or it keeps up.
+pub fn ship_lag(store: &runjournal::Store) -> Option<runjournal::ship::state::Lag> {
+    let view = store.journal().view().ok()?;
+    runjournal::ship::state::lag(store.home(), &view)
+        .ok()
+        .flatten()
+}
+
+/// The shipping lag as JSON, for `status --json`.
+pub fn ship_lag_json(lag: Option<&runjournal::ship::state::Lag>) -> serde_json::Value {
+    match lag {
+        Some(lag) => serde_json::json!({
+            "recordsBehind": lag.records_behind,
+            "sinceMs": lag.since_ms,
+            "reason": lag.reason,
+        }),
+        None => serde_json::Value::Null,
+    }
+}
