@@ -6,6 +6,7 @@ use anyhow::Context;
 use runjournal::capacity;
 use runjournal::event::{Event, Record};
 use runjournal::liveness::{self, Liveness};
+use runjournal::ship::state as ship_state;
 use runjournal::state::{RunState, RunStatus};
 use runjournal::verify::{self, Problem, Severity};
 use serde_json::{Value, json};
@@ -42,7 +43,7 @@ fn closed_text(state: &RunState) -> &'static str {
     }
 }
 
-fn status_cell(out: &Out, status: RunStatus) -> (String, String) {
+pub(crate) fn status_cell(out: &Out, status: RunStatus) -> (String, String) {
     let text = status.as_str().to_string();
     let shown = match Colour::of_status(status) {
         Some(colour) => out.paint(&text, colour),
@@ -52,7 +53,7 @@ fn status_cell(out: &Out, status: RunStatus) -> (String, String) {
 }
 
 /// A record's event fields: the event's own fields as JSON (camelCase, as in events.jsonl).
-fn event_fields(event: &Event) -> serde_json::Map<String, Value> {
+pub(crate) fn event_fields(event: &Event) -> serde_json::Map<String, Value> {
     match serde_json::to_value(event) {
         Ok(Value::Object(mut tagged)) => match tagged.remove(event.name()) {
             Some(Value::Object(fields)) => fields,
@@ -63,7 +64,7 @@ fn event_fields(event: &Event) -> serde_json::Map<String, Value> {
 }
 
 /// `key=value ...` of the fields that are set.
-fn fields_text(fields: &serde_json::Map<String, Value>) -> String {
+pub(crate) fn fields_text(fields: &serde_json::Map<String, Value>) -> String {
     fields
         .iter()
         .filter(|(_, value)| !value.is_null())
@@ -243,7 +244,7 @@ pub fn run(source: &Source, out: &mut Out, text: &str) -> anyhow::Result<Status>
         )?;
         return Ok(status);
     }
-    print_state(out, &state)?;
+    print_state(out, &state, None)?;
     out.line("")?;
     out.line("timeline")?;
     let mut rows = vec![["SEQ", "TIME", "WRITER", "EVENT"].map(cell).to_vec()];
@@ -266,9 +267,18 @@ pub fn run(source: &Source, out: &mut Out, text: &str) -> anyhow::Result<Status>
     Ok(status)
 }
 
-fn print_state(out: &mut Out, state: &RunState) -> anyhow::Result<()> {
+/// Prints a run's state. `remote` is for a run of another host (the fleet): its rows come
+/// first, and the runner's liveness is not looked up here, where its pid means nothing.
+pub(crate) fn print_state(
+    out: &mut Out,
+    state: &RunState,
+    remote: Option<&[(String, String)]>,
+) -> anyhow::Result<()> {
     let mut rows: Vec<Vec<(String, String)>> = Vec::new();
     let mut row = |label: &str, value: (String, String)| rows.push(vec![cell(label), value]);
+    for (label, value) in remote.unwrap_or_default() {
+        row(label, cell(value.clone()));
+    }
     row("run", cell(state.run_id.to_string()));
     if let Some(name) = &state.spec.name {
         row("name", cell(name.clone()));
@@ -305,7 +315,11 @@ fn print_state(out: &mut Out, state: &RunState) -> anyhow::Result<()> {
         }
     }
     if let Some(runner) = &state.runner {
-        let alive = runner_liveness(state).map_or("unknown", |(_, alive)| alive);
+        let alive = if remote.is_some() {
+            "on its host"
+        } else {
+            runner_liveness(state).map_or("unknown", |(_, alive)| alive)
+        };
         row(
             "runner",
             cell(format!(
@@ -501,6 +515,13 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
     let active = view.active_runs()?.len();
     let records = view.record_count()?;
     let global_head = view.global_head()?;
+    let shipping = match &source.home {
+        Some(home) => ship_state::read(home).map(|state| {
+            let lag = ship_state::lag(home, &view).ok().flatten();
+            (state, lag)
+        }),
+        None => None,
+    };
     drop(view);
     let file_bytes = std::fs::metadata(&source.journal_path)
         .with_context(|| format!("reading the size of {}", source.journal_path.display()))?
@@ -545,6 +566,14 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
                 "has_reserve": capacity.as_ref().map(|capacity| capacity.has_reserve),
                 "blocked_since_ms": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
                 "blocked_pids": blocked_pids,
+                "shipping": shipping.as_ref().map(|(state, lag)| json!({
+                    "target": state.target,
+                    "shippedThrough": state.shipped_through,
+                    "recordsBehind": global_head.saturating_sub(state.shipped_through),
+                    "failingSinceMs": state.failing_since_ms,
+                    "lastError": state.last_error,
+                    "lag": lag.as_ref().map(|lag| lag.line()),
+                })),
             }),
         )?;
         out.json("summary", json!({"runs": runs, "records": records}))?;
@@ -606,6 +635,17 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
             ],
             vec![cell("reserve"), cell(reserve)],
             vec![cell("disk full"), cell(blocked)],
+            vec![
+                cell("shipping"),
+                cell(match &shipping {
+                    None => "not shipped (no runjournal ship from this home)".to_string(),
+                    Some((_, Some(lag))) => lag.line(),
+                    Some((state, None)) => format!(
+                        "to {}, shipped through global seq {} of {global_head}",
+                        state.target, state.shipped_through
+                    ),
+                }),
+            ],
         ];
         for line in table(&rows) {
             out.line(&line)?;

@@ -5,3 +5,4 @@ mod cli;
 mod common;
 mod crash;
 mod damage;
+mod fleet;
