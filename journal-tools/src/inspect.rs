@@ -639,7 +639,7 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
                 cell("shipping"),
                 cell(match &shipping {
                     None => "not shipped (no runjournal ship from this home)".to_string(),
-                    Some((_, Some(lag))) => lag.line(),
+                    Some((_, Some(lag))) => lag.summary(),
                     Some((state, None)) => format!(
                         "to {}, shipped through global seq {} of {global_head}",
                         state.target, state.shipped_through

@@ -139,7 +139,7 @@ impl Target {
     pub fn connect(&self) -> Result<postgres::Client, ShipError> {
         let server = |source| ShipError::Server {
             target: self.shown.clone(),
-            source,
+            error: source,
         };
         match &self.tls {
             Tls::Disabled => self.config.connect(postgres::NoTls).map_err(server),

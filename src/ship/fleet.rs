@@ -138,7 +138,7 @@ impl Fleet {
     fn server(&self) -> impl Fn(postgres::Error) -> ShipError + '_ {
         |source| ShipError::Server {
             target: self.target.clone(),
-            source,
+            error: source,
         }
     }
 
@@ -156,7 +156,7 @@ impl Fleet {
             .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
             .map_err(|source| ShipError::Server {
                 target: self.target.clone(),
-                source,
+                error: source,
             })?;
         rows::unsigned(row.get(0), "the server's time").map_err(self.bad())
     }

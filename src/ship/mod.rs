@@ -46,11 +46,12 @@ pub enum ShipError {
     #[error("TLS for {target}: {reason}")]
     Tls { target: String, reason: String },
     /// The server refused, failed or could not be reached.
-    #[error("PostgreSQL at {target}: {}", server_error_text(.source))]
+    // The client's error is shown in the message, not chained as a source: printed with its
+    // chain, it would say the same thing twice.
+    #[error("PostgreSQL at {target}: {}", server_error_text(.error))]
     Server {
         target: String,
-        #[source]
-        source: postgres::Error,
+        error: postgres::Error,
     },
     /// The database holds a schema of a later version than this build knows.
     #[error(
@@ -78,7 +79,7 @@ pub enum ShipError {
     #[error("the journal's run {run} does not fold: {reason}")]
     Fold { run: String, reason: String },
     /// The shipper's state file could not be written.
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}", path.display())]
     State {
         path: PathBuf,
         #[source]
@@ -95,7 +96,7 @@ impl ShipError {
     /// The SQLSTATE code of a server error, when the server sent one.
     pub fn sql_state(&self) -> Option<&str> {
         match self {
-            ShipError::Server { source, .. } => source.code().map(|code| code.code()),
+            ShipError::Server { error, .. } => error.code().map(|code| code.code()),
             _ => None,
         }
     }

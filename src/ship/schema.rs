@@ -86,7 +86,7 @@ pub fn migrate(client: &mut Client, target: &str) -> Result<(), ShipError> {
 fn migrate_once(client: &mut Client, target: &str) -> Result<(), ShipError> {
     let server = |source| ShipError::Server {
         target: target.to_string(),
-        source,
+        error: source,
     };
     client.batch_execute(CREATE_VERSION_TABLE).map_err(server)?;
     let current = current_version(client, target)?.unwrap_or(0);
@@ -125,7 +125,7 @@ fn migrate_once(client: &mut Client, target: &str) -> Result<(), ShipError> {
 pub fn current_version(client: &mut Client, target: &str) -> Result<Option<i32>, ShipError> {
     let server = |source| ShipError::Server {
         target: target.to_string(),
-        source,
+        error: source,
     };
     let exists: bool = client
         .query_one("SELECT to_regclass('runjournal_schema') IS NOT NULL", &[])

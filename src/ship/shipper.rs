@@ -295,7 +295,7 @@ impl Shipper {
     fn server_error(&self) -> impl Fn(postgres::Error) -> ShipError + '_ {
         |source| ShipError::Server {
             target: self.options.target.shown().to_string(),
-            source,
+            error: source,
         }
     }
 
@@ -306,7 +306,7 @@ impl Shipper {
         let target = self.options.target.shown().to_string();
         let server = |source| ShipError::Server {
             target: target.clone(),
-            source,
+            error: source,
         };
         let mut client = self.options.target.connect()?;
         client
@@ -458,7 +458,7 @@ impl Shipper {
         };
         let server = |source| ShipError::Server {
             target: target.clone(),
-            source,
+            error: source,
         };
         let journal_id = self.journal().id.clone();
         let expected = rows::bigint(cursor, "cursor").map_err(bad)?;

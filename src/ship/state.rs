@@ -71,8 +71,13 @@ impl Lag {
     /// `shipping N records behind since T: reason`, the line `status`, `list` and
     /// `inspect stats` print.
     pub fn line(&self) -> String {
+        format!("shipping {}", self.summary())
+    }
+
+    /// `N records behind since T: reason`.
+    pub fn summary(&self) -> String {
         format!(
-            "shipping {} record{} behind since {}: {}",
+            "{} record{} behind since {}: {}",
             self.records_behind,
             if self.records_behind == 1 { "" } else { "s" },
             utc_text(self.since_ms),
