@@ -234,6 +234,8 @@ impl Shipper {
         let mut report = PassReport::default();
         let head_at_start = self.global_head()?;
         report.global_head = head_at_start;
+        // The next batch, read while the server committed the previous one.
+        let mut prefetched: Option<Batch> = None;
         loop {
             let cursor = self
                 .shipped_through
@@ -242,14 +244,37 @@ impl Shipper {
             if cursor >= head_at_start {
                 break;
             }
-            let batch = self.read_batch(cursor)?;
-            let Some(batch) = batch else { break };
-            match self.send(cursor, &batch)? {
+            let batch = match prefetched.take() {
+                Some(batch) => batch,
+                None => match self.read_batch(cursor)? {
+                    Some(batch) => batch,
+                    None => break,
+                },
+            };
+            let mut connection = self.connection.take().expect("ensure_connection ran");
+            let journal_id = self.journal().id.clone();
+            let target = self.options.target.shown().to_string();
+            let has_more = batch.last_global_seq < head_at_start;
+            let (sent, next) = std::thread::scope(|scope| {
+                let sending = scope
+                    .spawn(|| send_batch(&mut connection, &target, &journal_id, cursor, &batch));
+                // The journal is read on this thread while the server works on the batch;
+                // if the batch does not commit, this read is simply thrown away.
+                let next = has_more.then(|| self.read_batch(batch.last_global_seq));
+                let sent = match sending.join() {
+                    Ok(sent) => sent,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                };
+                (sent, next)
+            });
+            self.connection = Some(connection);
+            match sent? {
                 Sent::Committed => {
                     report.records_shipped += batch.records.len() as u64;
                     report.batches += 1;
                     self.shipped_through = Some(batch.last_global_seq);
                     self.last_heartbeat = Some(Instant::now());
+                    prefetched = next.transpose()?.flatten();
                 }
                 Sent::CursorMoved(server) => {
                     self.folded.clear();
@@ -450,110 +475,6 @@ impl Shipper {
             .ok_or_else(|| failed("it has no records".to_string()))
     }
 
-    fn send(&mut self, cursor: u64, batch: &Batch) -> Result<Sent, ShipError> {
-        let target = self.options.target.shown().to_string();
-        let bad = |reason: String| ShipError::BadData {
-            target: target.clone(),
-            reason,
-        };
-        let server = |source| ShipError::Server {
-            target: target.clone(),
-            error: source,
-        };
-        let journal_id = self.journal().id.clone();
-        let expected = rows::bigint(cursor, "cursor").map_err(bad)?;
-        let last = rows::bigint(batch.last_global_seq, "global seq").map_err(bad)?;
-        let Connection {
-            client,
-            lock_cursor,
-            insert_records,
-            upsert_runs,
-            move_cursor,
-            ..
-        } = self.connection.as_mut().expect("ensure_connection ran");
-        let mut transaction = client.transaction().map_err(server)?;
-        let Some(row) = transaction
-            .query_opt(&*lock_cursor, &[&journal_id])
-            .map_err(server)?
-        else {
-            // The journal's row was deleted behind our back: the failure drops the connection,
-            // and registering again on the next one starts over from 0 (the conflict rule
-            // skips what is there).
-            return Err(bad(format!(
-                "the row of journal {journal_id} vanished; registering it again"
-            )));
-        };
-        let through: i64 = row.get(0);
-        if through != expected {
-            let through = rows::unsigned(through, "shipped_through").map_err(bad)?;
-            return Ok(Sent::CursorMoved(through));
-        }
-        let records = &batch.records;
-        let column = |f: fn(&RecordRow) -> i64| records.iter().map(f).collect::<Vec<i64>>();
-        let globals = column(|row| row.global_seq);
-        let seqs = column(|row| row.seq);
-        let times = column(|row| row.time_ms);
-        let run_ids: Vec<&str> = records.iter().map(|row| row.run_id.as_str()).collect();
-        let types: Vec<&str> = records.iter().map(|row| row.event_type.as_str()).collect();
-        let events: Vec<&Value> = records.iter().map(|row| &row.event).collect();
-        transaction
-            .execute(
-                &*insert_records,
-                &[
-                    &journal_id,
-                    &globals,
-                    &run_ids,
-                    &seqs,
-                    &times,
-                    &types,
-                    &events,
-                ],
-            )
-            .map_err(server)?;
-        let runs = &batch.runs;
-        let run_ids: Vec<&str> = runs.iter().map(|row| row.run_id.as_str()).collect();
-        let names: Vec<Option<&str>> = runs.iter().map(|row| row.name.as_deref()).collect();
-        let states: Vec<&str> = runs.iter().map(|row| row.state.as_str()).collect();
-        let closed: Vec<bool> = runs.iter().map(|row| row.is_closed).collect();
-        let stale: Vec<bool> = runs.iter().map(|row| row.is_stale).collect();
-        let dismissed: Vec<bool> = runs.iter().map(|row| row.is_dismissed).collect();
-        let steps_done: Vec<i32> = runs.iter().map(|row| row.steps_done).collect();
-        let steps_total: Vec<i32> = runs.iter().map(|row| row.steps_total).collect();
-        let pids: Vec<Option<i64>> = runs.iter().map(|row| row.runner_pid).collect();
-        let created: Vec<i64> = runs.iter().map(|row| row.created_at_ms).collect();
-        let updated: Vec<i64> = runs.iter().map(|row| row.updated_at_ms).collect();
-        let ended: Vec<Option<i64>> = runs.iter().map(|row| row.ended_at_ms).collect();
-        let heads: Vec<i64> = runs.iter().map(|row| row.head_seq).collect();
-        let statuses: Vec<&Value> = runs.iter().map(|row| &row.status).collect();
-        transaction
-            .execute(
-                &*upsert_runs,
-                &[
-                    &journal_id,
-                    &run_ids,
-                    &names,
-                    &states,
-                    &closed,
-                    &stale,
-                    &dismissed,
-                    &steps_done,
-                    &steps_total,
-                    &pids,
-                    &created,
-                    &updated,
-                    &ended,
-                    &heads,
-                    &statuses,
-                ],
-            )
-            .map_err(server)?;
-        transaction
-            .execute(&*move_cursor, &[&journal_id, &last])
-            .map_err(server)?;
-        transaction.commit().map_err(server)?;
-        Ok(Sent::Committed)
-    }
-
     fn heartbeat(&mut self) -> Result<(), ShipError> {
         let journal_id = self.journal().id.clone();
         let connection = self.connection.as_mut().expect("ensure_connection ran");
@@ -605,6 +526,116 @@ impl Shipper {
         // writer's business) must not stop shipping.
         let _ = state::write(&self.home, &self.state);
     }
+}
+
+/// Sends one batch in one transaction: the cursor checked and locked, the records, the runs,
+/// the cursor moved; all or nothing.
+fn send_batch(
+    connection: &mut Connection,
+    target: &str,
+    journal_id: &str,
+    cursor: u64,
+    batch: &Batch,
+) -> Result<Sent, ShipError> {
+    let bad = |reason: String| ShipError::BadData {
+        target: target.to_string(),
+        reason,
+    };
+    let server = |source| ShipError::Server {
+        target: target.to_string(),
+        error: source,
+    };
+    let expected = rows::bigint(cursor, "cursor").map_err(bad)?;
+    let last = rows::bigint(batch.last_global_seq, "global seq").map_err(bad)?;
+    let Connection {
+        client,
+        lock_cursor,
+        insert_records,
+        upsert_runs,
+        move_cursor,
+        ..
+    } = connection;
+    let mut transaction = client.transaction().map_err(server)?;
+    let Some(row) = transaction
+        .query_opt(&*lock_cursor, &[&journal_id])
+        .map_err(server)?
+    else {
+        // The journal's row was deleted behind our back: the failure drops the connection,
+        // and registering again on the next one starts over from 0 (the conflict rule
+        // skips what is there).
+        return Err(bad(format!(
+            "the row of journal {journal_id} vanished; registering it again"
+        )));
+    };
+    let through: i64 = row.get(0);
+    if through != expected {
+        let through = rows::unsigned(through, "shipped_through").map_err(bad)?;
+        return Ok(Sent::CursorMoved(through));
+    }
+    let records = &batch.records;
+    let column = |f: fn(&RecordRow) -> i64| records.iter().map(f).collect::<Vec<i64>>();
+    let globals = column(|row| row.global_seq);
+    let seqs = column(|row| row.seq);
+    let times = column(|row| row.time_ms);
+    let run_ids: Vec<&str> = records.iter().map(|row| row.run_id.as_str()).collect();
+    let types: Vec<&str> = records.iter().map(|row| row.event_type.as_str()).collect();
+    let events: Vec<&Value> = records.iter().map(|row| &row.event).collect();
+    transaction
+        .execute(
+            &*insert_records,
+            &[
+                &journal_id,
+                &globals,
+                &run_ids,
+                &seqs,
+                &times,
+                &types,
+                &events,
+            ],
+        )
+        .map_err(server)?;
+    let runs = &batch.runs;
+    let run_ids: Vec<&str> = runs.iter().map(|row| row.run_id.as_str()).collect();
+    let names: Vec<Option<&str>> = runs.iter().map(|row| row.name.as_deref()).collect();
+    let states: Vec<&str> = runs.iter().map(|row| row.state.as_str()).collect();
+    let closed: Vec<bool> = runs.iter().map(|row| row.is_closed).collect();
+    let stale: Vec<bool> = runs.iter().map(|row| row.is_stale).collect();
+    let dismissed: Vec<bool> = runs.iter().map(|row| row.is_dismissed).collect();
+    let steps_done: Vec<i32> = runs.iter().map(|row| row.steps_done).collect();
+    let steps_total: Vec<i32> = runs.iter().map(|row| row.steps_total).collect();
+    let pids: Vec<Option<i64>> = runs.iter().map(|row| row.runner_pid).collect();
+    let created: Vec<i64> = runs.iter().map(|row| row.created_at_ms).collect();
+    let updated: Vec<i64> = runs.iter().map(|row| row.updated_at_ms).collect();
+    let ended: Vec<Option<i64>> = runs.iter().map(|row| row.ended_at_ms).collect();
+    let heads: Vec<i64> = runs.iter().map(|row| row.head_seq).collect();
+    let statuses: Vec<&Value> = runs.iter().map(|row| &row.status).collect();
+    transaction
+        .execute(
+            &*upsert_runs,
+            &[
+                &journal_id,
+                &run_ids,
+                &names,
+                &states,
+                &closed,
+                &stale,
+                &dismissed,
+                &steps_done,
+                &steps_total,
+                &pids,
+                &created,
+                &updated,
+                &ended,
+                &heads,
+                &statuses,
+            ],
+        )
+        .map_err(server)?;
+    transaction
+        .execute(&*move_cursor, &[&journal_id, &last])
+        .map_err(server)?;
+    transaction.commit().map_err(server)?;
+    Ok(Sent::Committed)
 }
 
 const INSERT_RECORDS: &str = "

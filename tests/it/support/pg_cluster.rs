@@ -50,6 +50,8 @@ pub fn server_bin_dir() -> Option<PathBuf> {
 pub struct PgCluster {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    /// Whether the server fsyncs (benchmarks); tests run without, for speed.
+    is_durable: bool,
     /// Set when running as root: the user the server runs as.
     owner: Option<(nix::unistd::Uid, nix::unistd::Gid)>,
 }
@@ -57,6 +59,15 @@ pub struct PgCluster {
 impl PgCluster {
     /// Starts a cluster for `test`; `None` (after saying so) when PostgreSQL is not installed.
     pub fn start(test: &str) -> Option<PgCluster> {
+        PgCluster::start_with(test, false)
+    }
+
+    /// Starts a cluster that fsyncs its commits as a production server does (for benchmarks).
+    pub fn start_durable(test: &str) -> Option<PgCluster> {
+        PgCluster::start_with(test, true)
+    }
+
+    fn start_with(test: &str, is_durable: bool) -> Option<PgCluster> {
         let Some(bin) = server_bin_dir() else {
             return skip(
                 test,
@@ -83,7 +94,12 @@ impl PgCluster {
         if let Some((uid, gid)) = owner {
             nix::unistd::chown(dir.path(), Some(uid), Some(gid)).expect("chown the cluster dir");
         }
-        let cluster = PgCluster { dir, bin, owner };
+        let cluster = PgCluster {
+            dir,
+            bin,
+            is_durable,
+            owner,
+        };
         let data = cluster.data_dir();
         cluster.run(
             "initdb",
@@ -143,8 +159,9 @@ impl PgCluster {
         let data = self.data_dir();
         let log = self.dir.path().join("server.log");
         let options = format!(
-            "-k {} -c listen_addresses= -c fsync=off -c max_connections=40",
-            self.socket_dir().display()
+            "-k {} -c listen_addresses= -c max_connections=40{}",
+            self.socket_dir().display(),
+            if self.is_durable { "" } else { " -c fsync=off" }
         );
         self.run(
             "pg_ctl",
