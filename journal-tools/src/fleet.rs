@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use runjournal::RunStatus;
-use runjournal::ship::fleet::{self, EventFilter, Fleet, FleetRun, RunFilter};
+use runjournal::ship::fleet::{self, EventFilter, Fleet, FleetRun, RunFilter, ShippedRecord};
 use runjournal::ship::rows::{self, RecordRow};
 use runjournal::ship::{ShipError, Target, journal_id_text};
 use runjournal::state;
@@ -15,6 +15,9 @@ use crate::inspect::{event_fields, fields_text, print_problem, print_state, stat
 use crate::output::{Out, cell, note, plural, table, time, time_ms};
 use crate::source::Source;
 use crate::{EventsArgs, RunsArgs, Status, UsageError, when};
+
+/// Records read from the server per page by `inspect events --from`.
+const FLEET_EVENTS_PAGE: usize = 1000;
 
 /// How many differences `verify --against` lists one by one (the summary counts them all).
 const LISTED_DIFFERENCES_MAX: usize = 200;
@@ -261,54 +264,78 @@ pub fn events(args: &FleetArgs, out: &mut Out, events_args: &EventsArgs) -> anyh
         }
         None => None,
     };
-    let records = fleet.events(&EventFilter {
-        run,
-        after_seq: events_args.after_seq,
-        limit: events_args.limit,
-    })?;
-    for shipped in &records {
-        let row = &shipped.row;
-        let decoded = rows::record_from_event_line(&row.event);
-        if out.is_json {
-            let fields = match &decoded {
-                Ok(record) => Value::Object(event_fields(&record.event)),
-                Err(_) => row.event.clone(),
-            };
-            out.json(
-                "event",
-                json!({
-                    "host": shipped.host_name,
-                    "journalId": shipped.journal_id,
-                    "globalSeq": row.global_seq,
-                    "run": row.run_id,
-                    "seq": row.seq,
-                    "timeMs": row.time_ms,
-                    "event": row.event_type,
-                    "fields": fields,
-                }),
-            )?;
-        } else {
-            let fields = match &decoded {
-                Ok(record) => fields_text(&event_fields(&record.event)),
-                Err(reason) => format!("(does not decode: {reason})"),
-            };
-            let line = format!(
-                "{}  {}  {:>6}  {}  {}  {:>4}  {} {fields}",
-                shipped.host_name,
-                short_journal(&shipped.journal_id),
-                row.global_seq,
-                time_ms(u64::try_from(row.time_ms).unwrap_or_default()),
-                row.run_id,
-                row.seq,
-                row.event_type
-            );
-            out.line(line.trim_end())?;
+    // Read in pages, so a fleet of millions of records is never held at once.
+    let mut shown = 0usize;
+    let mut after: Option<(i64, String, i64)> = None;
+    loop {
+        let left = events_args.limit.map_or(FLEET_EVENTS_PAGE, |limit| {
+            limit.saturating_sub(shown).min(FLEET_EVENTS_PAGE)
+        });
+        if left == 0 {
+            break;
+        }
+        let page = fleet.events(&EventFilter {
+            run: run.clone(),
+            after_seq: events_args.after_seq,
+            after: after.clone(),
+            limit: Some(left),
+        })?;
+        let Some(last) = page.last() else { break };
+        after = Some((
+            last.row.time_ms,
+            last.journal_id.clone(),
+            last.row.global_seq,
+        ));
+        shown += page.len();
+        for shipped in &page {
+            print_event(out, shipped)?;
         }
     }
     if out.is_json {
-        out.json("summary", json!({"events": records.len()}))?;
+        out.json("summary", json!({"events": shown}))?;
     }
     Ok(Status::Fine)
+}
+
+fn print_event(out: &mut Out, shipped: &ShippedRecord) -> anyhow::Result<()> {
+    let row = &shipped.row;
+    let decoded = rows::record_from_event_line(&row.event);
+    if out.is_json {
+        let fields = match &decoded {
+            Ok(record) => Value::Object(event_fields(&record.event)),
+            Err(_) => row.event.clone(),
+        };
+        out.json(
+            "event",
+            json!({
+                "host": shipped.host_name,
+                "journalId": shipped.journal_id,
+                "globalSeq": row.global_seq,
+                "run": row.run_id,
+                "seq": row.seq,
+                "timeMs": row.time_ms,
+                "event": row.event_type,
+                "fields": fields,
+            }),
+        )?;
+    } else {
+        let fields = match &decoded {
+            Ok(record) => fields_text(&event_fields(&record.event)),
+            Err(reason) => format!("(does not decode: {reason})"),
+        };
+        let line = format!(
+            "{}  {}  {:>6}  {}  {}  {:>4}  {} {fields}",
+            shipped.host_name,
+            short_journal(&shipped.journal_id),
+            row.global_seq,
+            time_ms(u64::try_from(row.time_ms).unwrap_or_default()),
+            row.run_id,
+            row.seq,
+            row.event_type
+        );
+        out.line(line.trim_end())?;
+    }
+    Ok(())
 }
 
 pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {

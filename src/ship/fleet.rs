@@ -110,6 +110,9 @@ pub struct EventFilter {
     pub run: Option<(String, RunId)>,
     /// Only records after this global seq of their journal.
     pub after_seq: u64,
+    /// Only records after this one in the listing's order (time, journal id, global seq): the
+    /// position where the previous page ended.
+    pub after: Option<(i64, String, i64)>,
     pub limit: Option<usize>,
 }
 
@@ -345,6 +348,10 @@ impl Fleet {
         let limit = filter
             .limit
             .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
+        let (page_time, page_journal, page_global) = match &filter.after {
+            Some((time, journal, global)) => (Some(*time), Some(journal.clone()), Some(*global)),
+            None => (None, None, None),
+        };
         let rows = self
             .client
             .query(
@@ -354,9 +361,19 @@ impl Fleet {
                  WHERE x.global_seq > $1
                    AND ($2::text IS NULL OR x.journal_id = $2)
                    AND ($3::text IS NULL OR x.run_id = $3)
+                   AND ($5::bigint IS NULL
+                        OR (x.time_ms, x.journal_id, x.global_seq) > ($5, $6::text, $7::bigint))
                  ORDER BY x.time_ms, x.journal_id, x.global_seq
                  LIMIT $4",
-                &[&after, &journal, &run, &limit],
+                &[
+                    &after,
+                    &journal,
+                    &run,
+                    &limit,
+                    &page_time,
+                    &page_journal,
+                    &page_global,
+                ],
             )
             .map_err(self.server())?;
         Ok(rows

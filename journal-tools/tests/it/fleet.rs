@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 
 use runjournal::Home;
-use runjournal::event::Event;
+use runjournal::event::{Event, ExternalJobStatus, JobState, Mode, RunSpec, StepAction, StepSpec};
+use runjournal::journal::HostIds;
 use runjournal::ship::{ShipOptions, Shipper, Target};
 use runjournal::{Condition, Store};
 use serde_json::Value;
 
-use crate::common::{Fixture, fixture, json_lines, run, tool, tool_at};
+use crate::common::{Fixture, fixture, identity, json_lines, run, tool, tool_at};
 
 #[path = "../../../tests/it/support/pg_cluster.rs"]
 mod pg_cluster;
@@ -42,6 +43,60 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
     cluster.create_database("fleet");
     let url = cluster.url_of("fleet");
     let (a, b) = (fixture(), fixture());
+    // A long external job on host-b: enough records that the fleet's events come in more
+    // than one page.
+    let store = Store::open(b.home.clone()).unwrap();
+    let long = store
+        .create_run(
+            RunSpec {
+                name: Some("long".to_string()),
+                mode: Mode::Single,
+                concurrency: 1,
+                timeout_ms: None,
+                cwd: None,
+                steps: vec![StepSpec {
+                    name: "upload".to_string(),
+                    action: StepAction::ExternalJob {
+                        provider: "uploader".to_string(),
+                    },
+                }],
+            },
+            HostIds::default(),
+        )
+        .unwrap()
+        .run;
+    store
+        .append(
+            long,
+            vec![
+                Event::RunnerStarted {
+                    runner: identity(400),
+                    instance_id: "runner-d".to_string(),
+                },
+                Event::StepRunning {
+                    step: 0,
+                    process: None,
+                },
+            ],
+            Condition::none(),
+        )
+        .unwrap();
+    for batch in 0..11 {
+        let updates = (0..100)
+            .map(|index| Event::ExternalJobUpdated {
+                step: 0,
+                job: ExternalJobStatus {
+                    state: JobState::Running,
+                    id: Some("job".to_string()),
+                    progress: Some(f64::from(batch * 100 + index)),
+                    message: None,
+                    url: None,
+                },
+            })
+            .collect();
+        store.append(long, updates, Condition::none()).unwrap();
+    }
+    drop(store);
     assert_eq!(ship(&a.home, &url, "host-a"), record_count(&a));
     assert_eq!(ship(&b.home, &url, "host-b"), record_count(&b));
 
@@ -74,7 +129,10 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
         runs.sort();
     }
     assert_eq!(per_host.get("host-a"), Some(&expected(&a)));
-    assert_eq!(per_host.get("host-b"), Some(&expected(&b)));
+    let mut expected_b = expected(&b);
+    expected_b.push(long.to_string());
+    expected_b.sort();
+    assert_eq!(per_host.get("host-b"), Some(&expected_b));
     assert_eq!(objects.last().unwrap()["journals"], Value::from(2));
 
     let ran = run(from(&url, &["inspect", "runs"]));
@@ -97,7 +155,7 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
             .lines()
             .filter(|line| line.starts_with("host-b "))
             .count(),
-        3
+        4
     );
 
     // One run, folded from its shipped records, with its host.
@@ -142,14 +200,33 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
             .count() as u64,
         record_count(&a) + record_count(&b)
     );
+    let ran = run(from(
+        &url,
+        &["--json", "inspect", "events", "--limit", "1050"],
+    ));
+    let events = json_lines(&ran.stdout);
+    assert_eq!(events.len(), 1051, "1,050 events and the summary");
+    let mut seen = std::collections::HashSet::new();
+    for event in events.iter().filter(|object| object["type"] == "event") {
+        let key = (
+            event["journalId"].to_string(),
+            event["globalSeq"].to_string(),
+        );
+        assert!(seen.insert(key), "no event twice across pages: {event}");
+    }
     let ran = run(from(&url, &["--json", "inspect", "stats"]));
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     let stats = json_lines(&ran.stdout);
     let journals: Vec<&Value> = stats.iter().filter(|o| o["type"] == "journal").collect();
     assert_eq!(journals.len(), 2);
     for journal in journals {
-        assert_eq!(journal["runs"], Value::from(3));
-        assert_eq!(journal["runsOpen"], Value::from(1), "the running run");
+        let is_b = journal["host"] == "host-b";
+        assert_eq!(journal["runs"], Value::from(if is_b { 4 } else { 3 }));
+        assert_eq!(
+            journal["runsOpen"],
+            Value::from(if is_b { 2 } else { 1 }),
+            "running runs"
+        );
         assert_eq!(journal["shippedThrough"], journal["records"]);
     }
 
@@ -173,7 +250,14 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
             )
         })
         .collect();
-    assert_eq!(silent, vec![("host-b".to_string(), b.running.to_string())]);
+    let mut expected_silent = vec![
+        ("host-b".to_string(), b.running.to_string()),
+        ("host-b".to_string(), long.to_string()),
+    ];
+    expected_silent.sort();
+    let mut silent = silent;
+    silent.sort();
+    assert_eq!(silent, expected_silent);
     let ran = run(from(&url, &["inspect", "runs"]));
     let line = ran
         .stdout
