@@ -565,3 +565,40 @@ fn a_bad_url_is_a_usage_error_and_no_url_is_one_too() {
     }
     assert!(!home.journal_path().exists(), "nothing was written");
 }
+
+#[test]
+fn a_schema_of_a_later_version_is_refused_with_a_clear_line_and_nothing_written() {
+    let Some(cluster) = PgCluster::start("ship_schema_newer") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::at(dir.path().join("home"));
+    let store = Store::open(home.clone()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    record_run(&store, 2, &mut rng);
+    ship_once(&home, &cluster.url());
+    cluster
+        .client()
+        .execute("INSERT INTO runjournal_schema (version) VALUES (99)", &[])
+        .unwrap();
+    record_run(&store, 2, &mut rng);
+    let output = runjournal(&home)
+        .args(["ship", "--once", "--to", &cluster.url()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("its runjournal schema is version 99; this build knows version 1"),
+        "{stderr}"
+    );
+    let state = state::read(&home).expect("the failure is reported");
+    assert!(state.failing_since_ms.is_some());
+    assert!(state.last_error.unwrap_or_default().contains("version 99"));
+    let id = journal_id(&home);
+    let (server, _) = server_hashes(&cluster, &id);
+    assert!(
+        (server.len() as i64) < global_head(&home),
+        "nothing more was shipped into a schema this build does not know"
+    );
+}
