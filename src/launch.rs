@@ -1,5 +1,7 @@
 //! Launching a run and following it: create the run, start its runner detached, and wait until
-//! the journal shows the runner took it. The journal is the handshake (DESIGN.md section 8).
+//! the journal shows the runner took it (the journal is the handshake, DESIGN.md section 8);
+//! then, if asked, follow it to its end and record the runner's exit, or wait for any run to
+//! end.
 //!
 //! Invariants:
 //! * the launcher gives up on a run only through a conditional append that no `RunnerStarted`
@@ -7,27 +9,36 @@
 //!   the reducer refuses any later `RunnerStarted`, so a late runner cannot take the run, and
 //!   only then is the runner killed;
 //! * the runner is started in its own session with stdin from /dev/null and stdout and stderr
-//!   appended to `runs/<id>/runner.log`, so it outlives the launcher and its terminal.
+//!   appended to `runs/<id>/runner.log`, so it outlives the launcher and its terminal;
+//! * a launcher that reaps its runner ([`follow_launched`]) records how it exited, as its
+//!   parent: a host embedding the library owes the journal what the CLI does.
 
 use std::ffi::OsString;
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::durable_fs;
+use crate::duration::format_duration;
 use crate::event::{
     self, Event, Observer, ProcessExit, Proof, Record, Repairer, RunId, TerminalState,
     truncate_text,
 };
+use crate::exit::describe_exit;
 use crate::home::Home;
 use crate::journal::{AppendError, Condition, ReadError};
 use crate::liveness::{self, Liveness};
+use crate::reconcile::{self, ReconcileError};
 use crate::runner::{self, step::open_output_log};
 use crate::spec::RunRequest;
 use crate::state::{RunState, TransitionError};
 use crate::store::Store;
+
+/// How long a launcher that followed its run waits for the runner process to exit once the
+/// run is terminal, before it leaves it be.
+pub const RUNNER_EXIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the launcher waits for `RunnerStarted`.
 pub const RUNNER_START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,6 +114,12 @@ pub enum LaunchError {
     HeadKeptMoving { run: RunId },
     #[error("run {run} disappeared from the journal")]
     Vanished { run: RunId },
+    #[error("run {run}: recording how its runner exited: {source}")]
+    RecordExit {
+        run: RunId,
+        #[source]
+        source: AppendError,
+    },
 }
 
 /// Creates the run, starts its runner, and waits up to `start_timeout` for `RunnerStarted`.
@@ -148,18 +165,16 @@ pub fn launch(
             let error = match exited {
                 Some(status) => format!(
                     "runner exited ({}) before taking the run; see {}",
-                    describe(status),
+                    describe_exit(status.into()),
                     store.home().runner_log_path(run).display()
                 ),
                 None => format!(
                     "runner did not start within {}; see {}",
-                    crate::spec::format_duration_ms(
-                        u64::try_from(start_timeout.as_millis()).unwrap_or(u64::MAX)
-                    ),
+                    format_duration(start_timeout),
                     store.home().runner_log_path(run).display()
                 ),
             };
-            let exit = exited.map(process_exit);
+            let exit = exited.map(ProcessExit::from);
             let start = give_up(
                 store,
                 run,
@@ -270,18 +285,6 @@ fn spawn_runner(home: &Home, run: RunId, program: &RunnerProgram) -> io::Result<
     command.spawn()
 }
 
-/// How a process ended, as the journal records it.
-pub fn process_exit(status: ExitStatus) -> ProcessExit {
-    ProcessExit {
-        code: status.code(),
-        signal: status.signal(),
-    }
-}
-
-fn describe(status: ExitStatus) -> String {
-    runner::step::describe_exit(status)
-}
-
 /// How following a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FollowEnd {
@@ -357,7 +360,7 @@ pub fn follow(
             return Ok(match runner_exit {
                 Some(status) => FollowEnd::RunnerExited {
                     state,
-                    exit: process_exit(status),
+                    exit: ProcessExit::from(status),
                 },
                 None => FollowEnd::RunnerGone(state),
             });
@@ -405,4 +408,145 @@ pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> io::Result<Opt
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// What became of the runner process of a run a launcher followed to its end.
+#[derive(Debug)]
+pub enum RunnerExitSeen {
+    /// It exited so; its `ProcessTerminalObserved` (observer `runner-parent`) is recorded, or
+    /// someone else recorded the runner gone first.
+    Recorded(ProcessExit),
+    /// It was still running [`RUNNER_EXIT_TIMEOUT`] after the run ended: left to exit by itself
+    /// (whoever sees it gone records it).
+    StillRunning,
+    /// Waiting for it failed.
+    WaitFailed(io::Error),
+    /// The launcher is not its parent (no runner was started, or it was reaped).
+    NotOurs,
+}
+
+/// How following a launched run to its end came out.
+#[derive(Debug)]
+pub enum Followed {
+    /// The run is terminal.
+    Ended {
+        state: RunState,
+        runner: RunnerExitSeen,
+    },
+    /// The runner exited without recording an outcome. Its exit is recorded (as its parent),
+    /// then a reconcile pass recorded the run's end; `state` is the run as the runner left it.
+    RunnerDied {
+        state: RunState,
+        exit: ProcessExit,
+        reconciled: Result<reconcile::Report, ReconcileError>,
+    },
+    /// Following stopped before the run ended: no runner of the launcher's own to watch, and
+    /// the recorded one is gone.
+    Stopped { state: RunState },
+}
+
+/// Follows a run just launched to its end, handing each of its records to `on_record` as it
+/// lands (from the first), and records — as the runner's parent — how the runner process
+/// ended: what a launcher such as `runjournal run --wait` owes the journal.
+pub fn follow_launched(
+    store: &Store,
+    launched: &mut Launched,
+    on_record: impl FnMut(&Record),
+) -> Result<Followed, LaunchError> {
+    let run = launched.run;
+    let instance_id = match &launched.start {
+        RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
+        RunnerStart::NotStarted { .. } => None,
+    };
+    let end = follow(store, run, 0, launched.runner.as_mut(), None, on_record)?;
+    let record_exit = |exit: ProcessExit| match &instance_id {
+        Some(instance_id) => record_runner_exit(store, run, instance_id, exit)
+            .map_err(|source| LaunchError::RecordExit { run, source }),
+        None => Ok(()),
+    };
+    match end {
+        FollowEnd::Terminal(state) => {
+            let runner = match (launched.runner.as_mut(), &instance_id) {
+                (Some(child), Some(_)) => match wait_with_timeout(child, RUNNER_EXIT_TIMEOUT) {
+                    Ok(Some(status)) => {
+                        let exit = ProcessExit::from(status);
+                        record_exit(exit)?;
+                        launched.runner = None;
+                        RunnerExitSeen::Recorded(exit)
+                    }
+                    Ok(None) => RunnerExitSeen::StillRunning,
+                    Err(error) => RunnerExitSeen::WaitFailed(error),
+                },
+                _ => RunnerExitSeen::NotOurs,
+            };
+            Ok(Followed::Ended { state, runner })
+        }
+        FollowEnd::RunnerExited { state, exit } => {
+            record_exit(exit)?;
+            launched.runner = None;
+            let reconciled = reconcile::reconcile(store, &reconcile::Options::default());
+            Ok(Followed::RunnerDied {
+                state,
+                exit,
+                reconciled,
+            })
+        }
+        FollowEnd::RunnerGone(state) | FollowEnd::TimedOut(state) => {
+            Ok(Followed::Stopped { state })
+        }
+    }
+}
+
+/// How waiting for a run to end came out.
+#[derive(Debug)]
+pub enum WaitEnd {
+    /// The run is terminal.
+    Ended(RunState),
+    /// The deadline passed first.
+    TimedOut(RunState),
+    /// Its runner is gone without recording an outcome, and a reconcile pass did not end it.
+    RunnerGone(RunState),
+}
+
+/// What waiting for a run did.
+#[derive(Debug)]
+pub struct Waited {
+    pub end: WaitEnd,
+    /// The reconcile pass made when the runner was found gone, if one was.
+    pub reconciled: Option<Result<reconcile::Report, ReconcileError>>,
+}
+
+/// Waits until `run` is terminal or `deadline` passes (`runjournal wait`, or a host). A runner
+/// found gone without recording an outcome is reconciled at once, so the wait ends with the
+/// run's recorded end rather than hanging on a run that will never end by itself.
+pub fn wait_for_end(
+    store: &Store,
+    run: RunId,
+    deadline: Option<Instant>,
+) -> Result<Waited, LaunchError> {
+    let head_seq = snapshot(store, run)?.head_seq;
+    let end = follow(store, run, head_seq, None, deadline, |_| {})?;
+    Ok(match end {
+        FollowEnd::Terminal(state) => Waited {
+            end: WaitEnd::Ended(state),
+            reconciled: None,
+        },
+        FollowEnd::TimedOut(state) => Waited {
+            end: WaitEnd::TimedOut(state),
+            reconciled: None,
+        },
+        FollowEnd::RunnerGone(_) | FollowEnd::RunnerExited { .. } => {
+            let reconciled = reconcile::reconcile(store, &reconcile::Options::default());
+            let state = snapshot(store, run)?;
+            let end = if state.is_terminal() {
+                WaitEnd::Ended(state)
+            } else {
+                WaitEnd::RunnerGone(state)
+            };
+            Waited {
+                end,
+                reconciled: Some(reconciled),
+            }
+        }
+    })
 }

@@ -5,17 +5,26 @@
 pub mod capacity;
 pub mod control;
 pub mod durable_fs;
+pub mod duration;
 pub mod event;
+pub mod exit;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod home;
 pub mod journal;
 pub mod launch;
 pub mod liveness;
+pub mod logs;
+pub mod platform;
+pub mod process_group;
 pub mod projection;
 pub mod reconcile;
+pub mod replay;
+pub mod resolve;
 pub mod runner;
 pub mod ship;
+pub mod show;
+pub mod source;
 pub mod spec;
 pub mod state;
 pub mod store;

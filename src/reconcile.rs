@@ -12,17 +12,18 @@
 //! * every combination of [`Inputs`] matches exactly one row of [`TABLE`];
 //! * the reconciler never records anything for a run whose runner is alive;
 //! * it signals step processes only of a runner it knows dead in this boot, and only groups
-//!   that are provably ours ([`orphans`]).
+//!   that are provably ours ([`process_group::is_ours`]).
 
-use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
 
 use crate::event::{
-    Event, Observer, ProcessExit, Proof, Repairer, RunId, TerminalState, UnixMs, now_ms,
-    truncate_text,
+    Event, Observer, Proof, Repairer, RunId, TerminalState, UnixMs, now_ms, truncate_text,
 };
+use crate::exit::{UNKNOWN_EXIT, describe_exit, describe_observed_exit};
 use crate::journal::{AppendError, Condition, ReadError};
 use crate::liveness::{self, Liveness};
+use crate::logs::{self, TailBounds};
+use crate::process_group::{self, GroupEnd, Reaping};
 use crate::projection::{self, ProjectionError};
 use crate::state::{RunState, StepStatus};
 use crate::store::Store;
@@ -30,8 +31,11 @@ use crate::store::Store;
 /// How long a queued run may wait for its runner before it counts as never started.
 pub const START_GRACE_MS: u64 = 10_000;
 
-/// At most this much of runner.log goes into a failure reason.
-pub const LOG_TAIL_BYTES: usize = 300;
+/// How much of runner.log's end goes into a failure reason.
+pub const LOG_TAIL: TailBounds = TailBounds {
+    max_lines: 5,
+    max_bytes: 300,
+};
 
 /// What the reconciler knows of the runner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -265,46 +269,12 @@ pub fn inputs_of(state: &RunState, now_ms: UnixMs, options: &Options) -> Inputs 
     }
 }
 
-/// The last lines of runner.log, at most [`LOG_TAIL_BYTES`].
+/// The last lines of runner.log ([`LOG_TAIL`]); none when it is empty or cannot be read (a
+/// reason is still recorded without it).
 fn runner_log_tail(store: &Store, run: RunId) -> Option<String> {
-    let mut file = std::fs::File::open(store.home().runner_log_path(run)).ok()?;
-    let length = file.metadata().ok()?.len();
-    let start = length.saturating_sub(4096);
-    file.seek(SeekFrom::Start(start)).ok()?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).ok()?;
-    let text = String::from_utf8_lossy(&bytes);
-    let text = text.trim_end();
-    if text.is_empty() {
-        return None;
-    }
-    let mut tail_start = 0;
-    for (index, _) in text
-        .match_indices('\n')
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-    {
-        if text.len() - index - 1 > LOG_TAIL_BYTES {
-            break;
-        }
-        tail_start = index + 1;
-    }
-    let tail = &text[tail_start..];
-    Some(truncate_text(tail, LOG_TAIL_BYTES))
-}
-
-fn describe_exit(exit: Option<ProcessExit>) -> String {
-    match exit {
-        Some(ProcessExit {
-            signal: Some(signal),
-            ..
-        }) => format!("killed by signal {signal}"),
-        Some(ProcessExit {
-            code: Some(code), ..
-        }) => format!("exit code {code}"),
-        _ => "exit status unknown".to_string(),
-    }
+    logs::tail(&store.home().runner_log_path(run), LOG_TAIL)
+        .ok()
+        .filter(|tail| !tail.is_empty())
 }
 
 fn with_log_tail(mut reason: String, tail: Option<String>) -> String {
@@ -347,8 +317,9 @@ fn events_for(store: &Store, state: &RunState, action: Action) -> (Vec<Event>, O
         Action::FailRunnerDied => {
             let reason = with_log_tail(
                 format!(
-                    "runner {} exited without recording an outcome (exit status unknown)",
-                    pid.unwrap_or_default()
+                    "runner {} exited without recording an outcome ({})",
+                    pid.unwrap_or_default(),
+                    describe_exit(UNKNOWN_EXIT)
                 ),
                 runner_log_tail(store, run),
             );
@@ -381,7 +352,7 @@ fn events_for(store: &Store, state: &RunState, action: Action) -> (Vec<Event>, O
                 format!(
                     "runner {} exited without recording an outcome ({})",
                     pid.unwrap_or_default(),
-                    describe_exit(observed.and_then(|observed| observed.exit))
+                    describe_observed_exit(observed.and_then(|observed| observed.exit))
                 ),
                 runner_log_tail(store, run),
             );
@@ -403,19 +374,24 @@ fn events_for(store: &Store, state: &RunState, action: Action) -> (Vec<Event>, O
     }
 }
 
-/// Ends the process groups of a dead runner's running steps, in this boot only.
+/// Ends the process groups of a dead runner's running steps, in this boot only. The reconciler
+/// is not their parent: it reaps nothing ([`Reaping::Nothing`]).
 fn end_orphaned_steps(state: &RunState, grace: Duration) -> Vec<String> {
     let mut errors = Vec::new();
     for (index, step) in state.steps.iter().enumerate() {
         if step.status != StepStatus::Running {
             continue;
         }
-        let ended = step
-            .process
-            .as_ref()
-            .map(|process| orphans::terminate(process, grace));
-        if let Some(Err(error)) = ended {
-            errors.push(format!("step {index}: {error}"));
+        let Some(process) = step.process.as_ref() else {
+            continue;
+        };
+        match process_group::end(process, grace, Reaping::Nothing) {
+            Ok(GroupEnd::Survived) => errors.push(format!(
+                "step {index}: process group {} still has members after SIGKILL",
+                process.pid
+            )),
+            Ok(_) => {}
+            Err(error) => errors.push(format!("step {index}: {error}")),
         }
     }
     errors
@@ -686,6 +662,5 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
     })
 }
 
-pub mod orphans;
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! What a person or a host writes to describe a run: the JSON of a spec file (`runjournal run
-//! --spec FILE`), step names derived from commands, and durations such as `30s` or `1h30m`.
+//! --spec FILE`) and step names derived from commands. Durations (`timeout`) are read by
+//! [`crate::duration`], the one grammar of every binary.
 //!
 //! Everything here is pure and checked on the way in: a spec that parses here still goes through
 //! [`RunSpec::check`] before anything is written.
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::duration::{DurationError, parse_duration};
 use crate::event::{Mode, RunSpec, SpecError, StepAction, StepSpec};
 use crate::journal::HostIds;
 
@@ -206,150 +208,9 @@ pub fn named_step(action: StepAction) -> StepSpec {
     StepSpec { name, action }
 }
 
-/// Why a duration text does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DurationError {
-    #[error(
-        "{text:?} is not a duration (examples: 500ms, 30s, 5m, 2h, 1h30m; a bare number is seconds)"
-    )]
-    Malformed { text: String },
-    #[error("{text:?} is zero; a duration must be positive")]
-    Zero { text: String },
-    #[error("{text:?} is too long a duration")]
-    Overflow { text: String },
-}
-
-/// Parses `500ms`, `30s`, `5m`, `2h`, `1d`, combinations such as `1h30m`, or a bare number
-/// of seconds. Zero is refused.
-pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    let malformed = || DurationError::Malformed {
-        text: text.chars().take(64).collect(),
-    };
-    let overflow = || DurationError::Overflow {
-        text: text.chars().take(64).collect(),
-    };
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Err(malformed());
-    }
-    if trimmed.bytes().all(|byte| byte.is_ascii_digit()) {
-        let seconds: u64 = trimmed.parse().map_err(|_| overflow())?;
-        return nonzero(text, Duration::from_secs(seconds));
-    }
-    let mut total_ms: u64 = 0;
-    let mut rest = trimmed;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(malformed());
-        }
-        let number: u64 = rest[..digits].parse().map_err(|_| overflow())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .bytes()
-            .take_while(|byte| byte.is_ascii_alphabetic())
-            .count();
-        let unit_ms: u64 = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return Err(malformed()),
-        };
-        rest = &rest[unit_len..];
-        let part = number.checked_mul(unit_ms).ok_or_else(overflow)?;
-        total_ms = total_ms.checked_add(part).ok_or_else(overflow)?;
-    }
-    nonzero(text, Duration::from_millis(total_ms))
-}
-
-fn nonzero(text: &str, duration: Duration) -> Result<Duration, DurationError> {
-    if duration.is_zero() {
-        Err(DurationError::Zero {
-            text: text.chars().take(64).collect(),
-        })
-    } else {
-        Ok(duration)
-    }
-}
-
-/// Renders milliseconds the way [`parse_duration`] reads them: `1s`, `1m30s`, `250ms`.
-pub fn format_duration_ms(total_ms: u64) -> String {
-    if total_ms == 0 {
-        return "0s".to_string();
-    }
-    let mut out = String::new();
-    let mut rest = total_ms;
-    for (unit, unit_ms) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-        ("ms", 1),
-    ] {
-        if rest >= unit_ms {
-            out.push_str(&format!("{}{unit}", rest / unit_ms));
-            rest %= unit_ms;
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        let cases = [
-            ("500ms", 500),
-            ("30s", 30_000),
-            ("5m", 300_000),
-            ("2h", 7_200_000),
-            ("1d", 86_400_000),
-            ("1h30m", 5_400_000),
-            ("45", 45_000),
-        ];
-        for (text, ms) in cases {
-            assert_eq!(
-                parse_duration(text),
-                Ok(Duration::from_millis(ms)),
-                "{text}"
-            );
-        }
-    }
-
-    #[test]
-    fn bad_durations_are_refused() {
-        for text in ["", "s", "10x", "1.5s", "-1s", "10 s", "ms10"] {
-            assert!(
-                matches!(parse_duration(text), Err(DurationError::Malformed { .. })),
-                "{text:?}"
-            );
-        }
-        assert!(matches!(
-            parse_duration("0s"),
-            Err(DurationError::Zero { .. })
-        ));
-        assert!(matches!(
-            parse_duration("99999999999999999999d"),
-            Err(DurationError::Overflow { .. })
-        ));
-    }
-
-    #[test]
-    fn durations_format_as_they_parse() {
-        for ms in [1, 999, 1_000, 61_000, 5_400_000, 90_061_001] {
-            let text = format_duration_ms(ms);
-            assert_eq!(
-                parse_duration(&text),
-                Ok(Duration::from_millis(ms)),
-                "{text}"
-            );
-        }
-    }
 
     #[test]
     fn a_spec_file_becomes_a_checked_run() {

@@ -1,20 +1,21 @@
 //! `journal-tools --from URL inspect runs|run|events|stats`: the fleet as shipped into
-//! PostgreSQL (`runjournal::ship::fleet`), printed as the local commands print a journal, with
-//! a host and a journal column; and `inspect verify --against URL`.
+//! PostgreSQL (`runjournal::ship::fleet`), printed through the same table, run view and log
+//! line as a local journal (`runjournal::show`), with host and journal columns; and
+//! `inspect verify --against URL`. The library reads, folds and compares; this prints.
 
 use anyhow::Context;
-use runjournal::RunStatus;
+use runjournal::duration::{format_time_s, parse_time};
 use runjournal::ship::fleet::{self, EventFilter, Fleet, FleetRun, RunFilter, ShippedRecord};
-use runjournal::ship::rows::{self, RecordRow};
+use runjournal::ship::rows;
 use runjournal::ship::{ShipError, Target, journal_id_text};
-use runjournal::state;
-use runjournal::verify::{Problem, ProblemKind, Severity};
+use runjournal::show::{self, Cell, LogEntry, Origin, RunRow, RunView, Tone, header, plural};
+use runjournal::source::JournalSource;
+use runjournal::state::RunStatus;
 use serde_json::{Value, json};
 
-use crate::inspect::{event_fields, fields_text, print_problem, print_state, status_cell};
-use crate::output::{Out, cell, note, plural, table, time, time_ms};
-use crate::source::Source;
-use crate::{EventsArgs, RunsArgs, Status, UsageError, when};
+use crate::inspect::print_problem;
+use crate::output::{Out, note};
+use crate::{EventsArgs, RunsArgs, Status, UsageError, view};
 
 /// Records read from the server per page by `inspect events --from`.
 const FLEET_EVENTS_PAGE: usize = 1000;
@@ -29,22 +30,24 @@ pub struct FleetArgs {
     pub silent_after_ms: u64,
 }
 
+/// A usage error (exit 2) for what the caller got wrong, else the error itself.
+fn fleet_error(error: ShipError) -> anyhow::Error {
+    if error.is_usage() {
+        UsageError(error.to_string()).into()
+    } else {
+        error.into()
+    }
+}
+
 fn connect(url: &str) -> anyhow::Result<Fleet> {
     let target = Target::parse(url).map_err(|error| UsageError(error.to_string()))?;
-    Ok(Fleet::connect(&target)?)
+    Fleet::connect(&target).map_err(fleet_error)
 }
 
-/// The first characters of a journal id: enough to tell a fleet's journals apart in a table
-/// (JSON carries the whole id).
-fn short_journal(journal_id: &str) -> &str {
-    journal_id.get(..8).unwrap_or(journal_id)
-}
-
-fn runner_text(run: &FleetRun, silent_since: Option<u64>) -> String {
-    match (silent_since, run.runner_pid) {
-        (Some(since), _) => format!("host silent since {}", time(since)),
-        (None, Some(pid)) => pid.to_string(),
-        (None, None) => "-".to_string(),
+fn origin_of(run: &FleetRun) -> Origin {
+    Origin {
+        host_name: run.host_name.clone(),
+        journal_id: run.journal_id.clone(),
     }
 }
 
@@ -69,10 +72,10 @@ fn run_json(run: &FleetRun, silent_since: Option<u64>) -> Value {
 }
 
 pub fn runs(args: &FleetArgs, out: &mut Out, runs_args: &RunsArgs) -> anyhow::Result<Status> {
-    let now = jiff::Timestamp::now();
+    let now_ms = runjournal::event::now_ms();
     let parse = |text: &Option<String>| {
         text.as_deref()
-            .map(|text| when::parse_time(text, now).map_err(UsageError))
+            .map(|text| parse_time(text, now_ms).map_err(|error| UsageError(error.to_string())))
             .transpose()
     };
     let filter = RunFilter {
@@ -101,84 +104,20 @@ pub fn runs(args: &FleetArgs, out: &mut Out, runs_args: &RunsArgs) -> anyhow::Re
         ));
         return Ok(Status::Fine);
     }
-    let mut rows = vec![
-        [
-            "HOST", "JOURNAL", "RUN", "NAME", "STATE", "CLOSED", "STEPS", "STARTED", "ENDED",
-            "HEAD", "RUNNER",
-        ]
-        .map(cell)
-        .to_vec(),
-    ];
-    for run in &runs {
-        let silent = run.host_silent_since(server_now, args.silent_after_ms);
-        rows.push(vec![
-            cell(run.host_name.clone()),
-            cell(short_journal(&run.journal_id)),
-            cell(run.run_id.to_string()),
-            cell(run.name.clone().unwrap_or_else(|| "-".to_string())),
-            status_cell(out, run.state),
-            cell(if run.is_closed {
-                "yes"
-            } else if run.is_stale {
-                "stale"
-            } else {
-                "no"
-            }),
-            cell(format!("{}/{}", run.steps_done, run.steps_total)),
-            cell(time(run.created_at_ms)),
-            cell(run.ended_at_ms.map_or_else(|| "-".to_string(), time)),
-            cell(run.head_seq.to_string()),
-            cell(runner_text(run, silent)),
-        ]);
-    }
-    for line in table(&rows) {
-        out.line(&line)?;
-    }
+    let rows: Vec<RunRow> = runs
+        .iter()
+        .map(|run| RunRow::of_shipped(run, run.host_silent_since(server_now, args.silent_after_ms)))
+        .collect();
+    out.table(&show::runs_table(&rows), "")?;
     Ok(Status::Fine)
-}
-
-/// The one run `text` names across the fleet.
-fn find_run(fleet: &mut Fleet, text: &str) -> anyhow::Result<FleetRun> {
-    let mut found = fleet.find_runs(text)?;
-    found.dedup_by(|a, b| a.journal_id == b.journal_id && a.run_id == b.run_id);
-    match found.len() {
-        0 => Err(UsageError(format!("no run of the fleet matches {text:?}")).into()),
-        1 => Ok(found.remove(0)),
-        count => {
-            let examples = found
-                .iter()
-                .take(4)
-                .map(|run| format!("{} on {}", run.run_id, run.host_name))
-                .collect::<Vec<_>>()
-                .join(", ");
-            Err(UsageError(format!(
-                "{text:?} matches {count} runs of the fleet ({examples}); give more characters of the id"
-            ))
-            .into())
-        }
-    }
 }
 
 pub fn run(args: &FleetArgs, out: &mut Out, text: &str) -> anyhow::Result<Status> {
     let mut fleet = connect(&args.url)?;
     let server_now = fleet.server_now_ms()?;
-    let found = find_run(&mut fleet, text)?;
+    let found = fleet.find_run(text).map_err(fleet_error)?;
     let silent = found.host_silent_since(server_now, args.silent_after_ms);
-    let records = fleet.run_records(&found.journal_id, found.run_id)?;
-    let records: Vec<_> = records.into_iter().map(|(_, record)| record).collect();
-    // The shipped records are the truth here too: the run is their fold.
-    let state = state::replay(&records)
-        .map_err(|error| ShipError::BadData {
-            target: fleet.target().to_string(),
-            reason: format!(
-                "the shipped records of run {} do not fold: {error}",
-                found.run_id
-            ),
-        })?
-        .ok_or_else(|| ShipError::BadData {
-            target: fleet.target().to_string(),
-            reason: format!("run {} has no shipped records", found.run_id),
-        })?;
+    let (state, records) = fleet.run_state(&found)?;
     if out.is_json {
         let mut object = run_json(&found, silent);
         if let Value::Object(object) = &mut object {
@@ -196,7 +135,7 @@ pub fn run(args: &FleetArgs, out: &mut Out, text: &str) -> anyhow::Result<Status
                     "writer": record.writer.to_string(),
                     "writerSeq": record.writer_seq,
                     "event": record.event.name(),
-                    "fields": Value::Object(event_fields(&record.event)),
+                    "fields": Value::Object(show::event_fields(&record.event)),
                 }),
             )?;
         }
@@ -212,39 +151,14 @@ pub fn run(args: &FleetArgs, out: &mut Out, text: &str) -> anyhow::Result<Status
         )?;
         return Ok(Status::Fine);
     }
-    let mut remote = vec![
-        ("host".to_string(), found.host_name.clone()),
-        ("journal".to_string(), found.journal_id.clone()),
-    ];
-    if let Some(since) = silent {
-        remote.push((
-            "silent".to_string(),
-            format!(
-                "host silent since {} (only its own reconciler closes this run)",
-                time(since)
-            ),
-        ));
+    let paint = |text: &str, tone: Tone| out.paint(text, tone);
+    let lines = RunView::of_shipped(&state, &origin_of(&found), silent).lines(&paint);
+    for line in lines {
+        out.line(&line)?;
     }
-    print_state(out, &state, Some(&remote))?;
     out.line("")?;
     out.line("timeline")?;
-    let mut rows = vec![["SEQ", "TIME", "WRITER", "EVENT"].map(cell).to_vec()];
-    for record in &records {
-        let fields = fields_text(&event_fields(&record.event));
-        rows.push(vec![
-            cell(record.seq.to_string()),
-            cell(time_ms(record.time_ms)),
-            cell(format!("{}/{}", record.writer, record.writer_seq)),
-            cell(
-                format!("{} {fields}", record.event.name())
-                    .trim_end()
-                    .to_string(),
-            ),
-        ]);
-    }
-    for line in table(&rows) {
-        out.line(&format!("  {line}"))?;
-    }
+    out.table(&show::timeline_rows(&records), "  ")?;
     Ok(Status::Fine)
 }
 
@@ -259,7 +173,7 @@ pub fn events(args: &FleetArgs, out: &mut Out, events_args: &EventsArgs) -> anyh
     let mut fleet = connect(&args.url)?;
     let run = match &events_args.run {
         Some(text) => {
-            let found = find_run(&mut fleet, text)?;
+            let found = fleet.find_run(text).map_err(fleet_error)?;
             Some((found.journal_id, found.run_id))
         }
         None => None,
@@ -302,7 +216,7 @@ fn print_event(out: &mut Out, shipped: &ShippedRecord) -> anyhow::Result<()> {
     let decoded = rows::record_from_event_line(&row.event);
     if out.is_json {
         let fields = match &decoded {
-            Ok(record) => Value::Object(event_fields(&record.event)),
+            Ok(record) => Value::Object(show::event_fields(&record.event)),
             Err(_) => row.event.clone(),
         };
         out.json(
@@ -318,23 +232,28 @@ fn print_event(out: &mut Out, shipped: &ShippedRecord) -> anyhow::Result<()> {
                 "fields": fields,
             }),
         )?;
-    } else {
-        let fields = match &decoded {
-            Ok(record) => fields_text(&event_fields(&record.event)),
-            Err(reason) => format!("(does not decode: {reason})"),
-        };
-        let line = format!(
-            "{}  {}  {:>6}  {}  {}  {:>4}  {} {fields}",
-            shipped.host_name,
-            short_journal(&shipped.journal_id),
-            row.global_seq,
-            time_ms(u64::try_from(row.time_ms).unwrap_or_default()),
-            row.run_id,
-            row.seq,
-            row.event_type
-        );
-        out.line(line.trim_end())?;
+        return Ok(());
     }
+    let origin = Origin {
+        host_name: shipped.host_name.clone(),
+        journal_id: shipped.journal_id.clone(),
+    };
+    let global_seq = u64::try_from(row.global_seq).unwrap_or_default();
+    let line = match &decoded {
+        Ok(record) => LogEntry::of(Some(&origin), global_seq, record).line(),
+        // A row someone wrote behind the shipper's back: listed, with why it shows no fields.
+        Err(reason) => LogEntry {
+            origin: Some(&origin),
+            global_seq,
+            time_ms: u64::try_from(row.time_ms).unwrap_or_default(),
+            run: row.run_id.clone(),
+            seq: u64::try_from(row.seq).unwrap_or_default(),
+            event: &row.event_type,
+            fields: format!("(does not decode: {reason})"),
+        }
+        .line(),
+    };
+    out.line(&line)?;
     Ok(())
 }
 
@@ -343,6 +262,7 @@ pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
     let server_now = fleet.server_now_ms()?;
     let journals = fleet.journals()?;
     let counts = fleet.state_counts()?;
+    // In lifecycle order, for one journal or (`None`) the whole fleet.
     let by_state = |journal: Option<&str>| -> Vec<(RunStatus, u64)> {
         RunStatus::ALL
             .iter()
@@ -358,13 +278,8 @@ pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
             })
             .collect()
     };
-    let states_text = |states: &[(RunStatus, u64)]| {
-        states
-            .iter()
-            .map(|(status, count)| format!("{status} {count}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let total_runs: u64 = journals.iter().map(|journal| journal.runs).sum();
+    let total_records: u64 = journals.iter().map(|journal| journal.records).sum();
     if out.is_json {
         for journal in &journals {
             let silent = journal.silent_since(server_now, args.silent_after_ms);
@@ -390,8 +305,6 @@ pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
                 }),
             )?;
         }
-        let total_runs: u64 = journals.iter().map(|journal| journal.runs).sum();
-        let total_records: u64 = journals.iter().map(|journal| journal.records).sum();
         out.json(
             "summary",
             json!({
@@ -407,131 +320,74 @@ pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
         )?;
         return Ok(Status::Fine);
     }
-    let mut rows = vec![
-        [
-            "HOST",
-            "JOURNAL",
-            "RUNS",
-            "OPEN",
-            "RECORDS",
-            "SHIPPED",
-            "LAST SHIPPED",
-            "HEARTBEAT",
-        ]
-        .map(cell)
-        .to_vec(),
-    ];
+    let states_text = by_state(None)
+        .iter()
+        .map(|(status, count)| format!("{status} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let summary: Vec<Vec<Cell>> = [
+        ("server", fleet.target().to_string()),
+        ("journals", journals.len().to_string()),
+        ("runs", format!("{total_runs} ({states_text})")),
+        ("records", total_records.to_string()),
+    ]
+    .into_iter()
+    .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
+    .collect();
+    out.table(&summary, "")?;
+    if journals.is_empty() {
+        return Ok(Status::Fine);
+    }
+    let mut rows = vec![header(&[
+        "HOST",
+        "JOURNAL",
+        "RUNS",
+        "OPEN",
+        "RECORDS",
+        "SHIPPED",
+        "LAST SHIPPED",
+        "HEARTBEAT",
+    ])];
     for journal in &journals {
+        let origin = Origin {
+            host_name: journal.host_name.clone(),
+            journal_id: journal.journal_id.clone(),
+        };
         let heartbeat = match journal.silent_since(server_now, args.silent_after_ms) {
-            Some(since) => format!("silent since {}", time(since)),
-            None => time(journal.heartbeat_at_ms),
+            Some(since) => Cell::toned(
+                format!("silent since {}", format_time_s(since)),
+                Some(Tone::Warning),
+            ),
+            None => Cell::plain(format_time_s(journal.heartbeat_at_ms)),
         };
         rows.push(vec![
-            cell(journal.host_name.clone()),
-            cell(short_journal(&journal.journal_id)),
-            cell(journal.runs.to_string()),
-            cell(journal.runs_open.to_string()),
-            cell(journal.records.to_string()),
-            cell(format!("through {}", journal.shipped_through)),
-            cell(journal.shipped_at_ms.map_or_else(|| "-".to_string(), time)),
-            cell(heartbeat),
+            Cell::plain(journal.host_name.clone()),
+            Cell::plain(origin.short_journal()),
+            Cell::plain(journal.runs.to_string()),
+            Cell::plain(journal.runs_open.to_string()),
+            Cell::plain(journal.records.to_string()),
+            Cell::plain(format!("through {}", journal.shipped_through)),
+            Cell::plain(show::time_or_dash(journal.shipped_at_ms)),
+            heartbeat,
         ]);
     }
-    let total_runs: u64 = journals.iter().map(|journal| journal.runs).sum();
-    let total_records: u64 = journals.iter().map(|journal| journal.records).sum();
-    let summary = vec![
-        vec![cell("server"), cell(fleet.target().to_string())],
-        vec![cell("journals"), cell(journals.len().to_string())],
-        vec![
-            cell("runs"),
-            cell(format!("{total_runs} ({})", states_text(&by_state(None)))),
-        ],
-        vec![cell("records"), cell(total_records.to_string())],
-    ];
-    for line in table(&summary) {
-        out.line(&line)?;
-    }
-    if !journals.is_empty() {
-        out.line("")?;
-        for line in table(&rows) {
-            out.line(&line)?;
-        }
-    }
+    out.line("")?;
+    out.table(&rows, "")?;
     Ok(Status::Fine)
-}
-
-fn shipped_problem(
-    message: String,
-    run: Option<runjournal::RunId>,
-    seq: Option<u64>,
-    changes: Vec<String>,
-) -> Problem {
-    Problem {
-        severity: Severity::Inconsistent,
-        kind: ProblemKind::Shipped,
-        run,
-        seq,
-        file: None,
-        message,
-        changes,
-    }
-}
-
-fn row_text(row: &RecordRow) -> String {
-    format!(
-        "run {} seq {} ({}) is on the server at global seq {}",
-        row.run_id, row.seq, row.event_type, row.global_seq
-    )
 }
 
 /// `inspect verify --against URL`: the local journal compared with what the server holds of
 /// it. Exit 1 when they differ.
-pub fn verify_against(source: &Source, out: &mut Out, url: &str) -> anyhow::Result<Status> {
+pub fn verify_against(source: &JournalSource, out: &mut Out, url: &str) -> anyhow::Result<Status> {
     let target = Target::parse(url).map_err(|error| UsageError(error.to_string()))?;
-    let view = source.view()?;
+    let view = view(source)?;
     let meta = view.meta()?;
     let journal_id = journal_id_text(&meta.journal_id);
-    let mut fleet = Fleet::connect(&target)?;
+    let mut fleet = Fleet::connect(&target).map_err(fleet_error)?;
     let comparison = fleet::compare(&view, &mut fleet, &journal_id)
         .with_context(|| format!("comparing journal {journal_id} with {}", target.shown()))?;
     drop(view);
-    let mut problems = Vec::new();
-    if !comparison.is_registered && comparison.local_head > 0 {
-        problems.push(shipped_problem(
-            format!(
-                "the server holds nothing of journal {journal_id} ({} not shipped)",
-                plural(comparison.not_yet_shipped, "record")
-            ),
-            None,
-            None,
-            Vec::new(),
-        ));
-    }
-    for (global, run, seq) in &comparison.missing {
-        problems.push(shipped_problem(
-            format!("run {run} seq {seq} (global seq {global}) is missing on the server"),
-            Some(*run),
-            Some(*seq),
-            Vec::new(),
-        ));
-    }
-    for (global, run, seq, changes) in &comparison.different {
-        problems.push(shipped_problem(
-            format!("run {run} seq {seq} (global seq {global}) differs on the server"),
-            Some(*run),
-            Some(*seq),
-            changes.clone(),
-        ));
-    }
-    for row in &comparison.extra {
-        problems.push(shipped_problem(
-            format!("{} but not in the journal as shipped", row_text(row)),
-            row.run_id.parse().ok(),
-            u64::try_from(row.seq).ok(),
-            Vec::new(),
-        ));
-    }
-    problems.sort_by_key(|problem| problem.seq.is_none());
+    let problems = comparison.problems(&journal_id);
     for problem in problems.iter().take(LISTED_DIFFERENCES_MAX) {
         print_problem(out, problem, None)?;
     }

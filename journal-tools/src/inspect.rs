@@ -1,19 +1,22 @@
-//! `journal-tools inspect ...`: runs, run, events, stats, verify.
+//! `journal-tools inspect ...`: runs, run, events, stats, verify. The library reads, folds,
+//! checks and words; this prints.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use runjournal::capacity;
-use runjournal::event::{Event, Record};
-use runjournal::liveness::{self, Liveness};
+use runjournal::duration::{format_time_s, parse_time};
+use runjournal::event::Record;
+use runjournal::ship::journal_id_text;
 use runjournal::ship::state as ship_state;
+use runjournal::show::{self, Cell, LogEntry, RunRow, RunView, Tone, plural};
+use runjournal::source::JournalSource;
 use runjournal::state::{RunState, RunStatus};
 use runjournal::verify::{self, Problem, Severity};
 use serde_json::{Value, json};
 
-use crate::output::{Colour, Out, cell, note, plural, shown_path, table, time, time_ms, wire_name};
-use crate::source::Source;
-use crate::{EventsArgs, RunsArgs, Status, UsageError, resolve_run, when};
+use crate::output::{Out, note, shown_path};
+use crate::{EventsArgs, RunsArgs, Status, UsageError, resolve_run, view};
 
 /// How long `inspect events --follow` waits between looks at the journal.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
@@ -21,76 +24,24 @@ const FOLLOW_POLL: Duration = Duration::from_millis(200);
 /// Records read from the log per read.
 const LOG_PAGE: usize = 512;
 
-/// What is known of a run's runner now.
-fn runner_liveness(state: &RunState) -> Option<(u32, &'static str)> {
-    let runner = state.runner.as_ref()?;
-    let alive = match liveness::check(&runner.identity) {
-        Ok(Liveness::Alive) => "alive",
-        Ok(Liveness::Dead) => "dead",
-        Ok(Liveness::OtherBoot) => "dead (other boot)",
-        Err(_) => "unknown",
-    };
-    Some((runner.identity.pid, alive))
-}
-
-fn closed_text(state: &RunState) -> &'static str {
-    if state.is_closed() {
-        "yes"
-    } else if state.is_stale() {
-        "stale"
-    } else {
-        "no"
-    }
-}
-
-pub(crate) fn status_cell(out: &Out, status: RunStatus) -> (String, String) {
-    let text = status.as_str().to_string();
-    let shown = match Colour::of_status(status) {
-        Some(colour) => out.paint(&text, colour),
-        None => text.clone(),
-    };
-    (text, shown)
-}
-
-/// A record's event fields: the event's own fields as JSON (camelCase, as in events.jsonl).
-pub(crate) fn event_fields(event: &Event) -> serde_json::Map<String, Value> {
-    match serde_json::to_value(event) {
-        Ok(Value::Object(mut tagged)) => match tagged.remove(event.name()) {
-            Some(Value::Object(fields)) => fields,
-            _ => serde_json::Map::new(),
-        },
-        _ => serde_json::Map::new(),
-    }
-}
-
-/// `key=value ...` of the fields that are set.
-pub(crate) fn fields_text(fields: &serde_json::Map<String, Value>) -> String {
-    fields
-        .iter()
-        .filter(|(_, value)| !value.is_null())
-        .map(|(key, value)| format!("{key}={value}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn record_json(global: Option<u64>, record: &Record) -> Value {
     let mut object = json!({
         "run": record.run_id.to_string(),
         "seq": record.seq,
-        "time_ms": record.time_ms,
+        "timeMs": record.time_ms,
         "writer": record.writer.to_string(),
-        "writer_seq": record.writer_seq,
+        "writerSeq": record.writer_seq,
         "event": record.event.name(),
-        "fields": Value::Object(event_fields(&record.event)),
+        "fields": Value::Object(show::event_fields(&record.event)),
     });
     if let (Some(global), Value::Object(object)) = (global, &mut object) {
-        object.insert("global_seq".to_string(), global.into());
+        object.insert("globalSeq".to_string(), global.into());
     }
     object
 }
 
 fn run_json(state: &RunState) -> Value {
-    let runner = runner_liveness(state);
+    let runner = show::look_at_runner(state);
     json!({
         "run": state.run_id.to_string(),
         "name": state.spec.name,
@@ -98,26 +49,26 @@ fn run_json(state: &RunState) -> Value {
         "closed": state.is_closed(),
         "stale": state.is_stale(),
         "dismissed": state.dismissed_at_ms.is_some(),
-        "steps_done": state.steps_done(),
-        "steps_total": state.steps.len(),
-        "created_at_ms": state.created_at_ms,
-        "ended_at_ms": state.ended_at_ms(),
-        "head_seq": state.head_seq,
-        "runner_pid": runner.map(|(pid, _)| pid),
-        "runner_alive": runner.map(|(_, alive)| alive),
+        "stepsDone": state.steps_done(),
+        "stepsTotal": state.steps.len(),
+        "createdAtMs": state.created_at_ms,
+        "endedAtMs": state.ended_at_ms(),
+        "headSeq": state.head_seq,
+        "runnerPid": state.runner.as_ref().map(|runner| runner.identity.pid),
+        "runnerAlive": runner.map(show::RunnerSeen::as_str),
     })
 }
 
-pub fn runs(source: &Source, out: &mut Out, args: &RunsArgs) -> anyhow::Result<Status> {
-    let now = jiff::Timestamp::now();
+pub fn runs(source: &JournalSource, out: &mut Out, args: &RunsArgs) -> anyhow::Result<Status> {
+    let now_ms = runjournal::event::now_ms();
     let parse = |text: &Option<String>| {
         text.as_deref()
-            .map(|text| when::parse_time(text, now).map_err(UsageError))
+            .map(|text| parse_time(text, now_ms).map_err(|error| UsageError(error.to_string())))
             .transpose()
     };
     let since = parse(&args.since)?;
     let until = parse(&args.until)?;
-    let view = source.view()?;
+    let view = view(source)?;
     let mut total = 0u64;
     let mut matching: Vec<RunState> = Vec::new();
     let mut damaged = Vec::new();
@@ -154,31 +105,12 @@ pub fn runs(source: &Source, out: &mut Out, args: &RunsArgs) -> anyhow::Result<S
     } else if matching.is_empty() {
         note(&format!("no runs match (the journal holds {total})"));
     } else {
-        let mut rows = vec![
-            [
-                "RUN", "NAME", "STATE", "CLOSED", "STEPS", "STARTED", "ENDED", "HEAD", "RUNNER",
-            ]
-            .map(cell)
-            .to_vec(),
-        ];
-        for state in &matching {
-            let runner = runner_liveness(state)
-                .map_or_else(|| "-".to_string(), |(pid, alive)| format!("{pid} {alive}"));
-            rows.push(vec![
-                cell(state.run_id.to_string()),
-                cell(state.spec.name.clone().unwrap_or_else(|| "-".to_string())),
-                status_cell(out, state.status),
-                cell(closed_text(state)),
-                cell(format!("{}/{}", state.steps_done(), state.steps.len())),
-                cell(time(state.created_at_ms)),
-                cell(state.ended_at_ms().map_or_else(|| "-".to_string(), time)),
-                cell(state.head_seq.to_string()),
-                cell(runner),
-            ]);
-        }
-        for line in table(&rows) {
-            out.line(&line)?;
-        }
+        let rows: Vec<RunRow> = matching
+            .iter()
+            .map(|state| RunRow::of(state, show::look_at_runner(state)))
+            .collect();
+        let rows = show::runs_table(&rows);
+        out.table(&rows, "")?;
     }
     for error in &damaged {
         note(&error.to_string());
@@ -196,8 +128,8 @@ pub fn runs(source: &Source, out: &mut Out, args: &RunsArgs) -> anyhow::Result<S
     })
 }
 
-pub fn run(source: &Source, out: &mut Out, text: &str) -> anyhow::Result<Status> {
-    let view = source.view()?;
+pub fn run(source: &JournalSource, out: &mut Out, text: &str) -> anyhow::Result<Status> {
+    let view = view(source)?;
     let run = resolve_run(&view, text)?;
     let rederived = verify::rederive(&view, run, None);
     let stored = view.snapshot(run);
@@ -226,8 +158,8 @@ pub fn run(source: &Source, out: &mut Out, text: &str) -> anyhow::Result<Status>
         let mut object = run_json(&state);
         if let Value::Object(object) = &mut object {
             object.insert(
-                "state_folded".to_string(),
-                serde_json::to_value(&state).unwrap_or(Value::Null),
+                "stateFolded".to_string(),
+                serde_json::to_value(&state).map_or(Value::Null, show::camel_case_keys),
             );
         }
         out.json("run", object)?;
@@ -239,211 +171,32 @@ pub fn run(source: &Source, out: &mut Out, text: &str) -> anyhow::Result<Status>
             json!({
                 "run": run.to_string(),
                 "records": rederived.records.len(),
-                "head_seq": state.head_seq,
+                "headSeq": state.head_seq,
             }),
         )?;
         return Ok(status);
     }
-    print_state(out, &state, None)?;
-    out.line("")?;
-    out.line("timeline")?;
-    let mut rows = vec![["SEQ", "TIME", "WRITER", "EVENT"].map(cell).to_vec()];
-    for record in &rederived.records {
-        let fields = fields_text(&event_fields(&record.event));
-        rows.push(vec![
-            cell(record.seq.to_string()),
-            cell(time_ms(record.time_ms)),
-            cell(format!("{}/{}", record.writer, record.writer_seq)),
-            cell(
-                format!("{} {fields}", record.event.name())
-                    .trim_end()
-                    .to_string(),
-            ),
-        ]);
-    }
-    for line in table(&rows) {
-        out.line(&format!("  {line}"))?;
-    }
-    Ok(status)
-}
-
-/// Prints a run's state. `remote` is for a run of another host (the fleet): its rows come
-/// first, and the runner's liveness is not looked up here, where its pid means nothing.
-pub(crate) fn print_state(
-    out: &mut Out,
-    state: &RunState,
-    remote: Option<&[(String, String)]>,
-) -> anyhow::Result<()> {
-    let mut rows: Vec<Vec<(String, String)>> = Vec::new();
-    let mut row = |label: &str, value: (String, String)| rows.push(vec![cell(label), value]);
-    for (label, value) in remote.unwrap_or_default() {
-        row(label, cell(value.clone()));
-    }
-    row("run", cell(state.run_id.to_string()));
-    if let Some(name) = &state.spec.name {
-        row("name", cell(name.clone()));
-    }
-    let step_count = state.steps.len();
-    row(
-        "mode",
-        cell(format!(
-            "{}, {step_count} step{}",
-            state.spec.mode.as_str(),
-            if step_count == 1 { "" } else { "s" }
-        )),
-    );
-    let (plain, shown) = status_cell(out, state.status);
-    let closed = if state.is_closed() {
-        " (closed)"
-    } else if state.is_stale() {
-        " (stale: its runner is gone, no outcome recorded)"
-    } else {
-        ""
-    };
-    row(
-        "state",
-        (format!("{plain}{closed}"), format!("{shown}{closed}")),
-    );
-    row("created", cell(time_ms(state.created_at_ms)));
-    for (label, value) in [
-        ("session", &state.session_id),
-        ("owner", &state.completion_owner_id),
-        ("tool call", &state.tool_call_id),
-    ] {
-        if let Some(value) = value {
-            row(label, cell(value.clone()));
-        }
-    }
-    if let Some(runner) = &state.runner {
-        let alive = if remote.is_some() {
-            "on its host"
-        } else {
-            runner_liveness(state).map_or("unknown", |(_, alive)| alive)
-        };
-        row(
-            "runner",
-            cell(format!(
-                "pid {}, {alive}, instance {}, started {}",
-                runner.identity.pid,
-                runner.instance_id,
-                time_ms(runner.started_at_ms)
-            )),
-        );
-    }
-    for control in &state.controls {
-        row(
-            "control",
-            cell(format!(
-                "{} by {} at {}: {}",
-                control.action.as_str(),
-                control.by,
-                time_ms(control.at_ms),
-                control.reason
-            )),
-        );
-    }
-    if let Some(terminal) = &state.terminal {
-        let mut text = format!(
-            "{} at {}, exit code {}, summary {:?}",
-            terminal.state.as_str(),
-            time_ms(terminal.at_ms),
-            terminal.exit_code,
-            terminal.summary
-        );
-        if let Some(error) = &terminal.error {
-            text.push_str(&format!(", error {error:?}"));
-        }
-        if let Some(repairer) = terminal.repaired_by {
-            text.push_str(&format!(", repaired by {}", wire_name(&repairer)));
-        }
-        row("ended", cell(text));
-    }
-    if let Some(observed) = &state.process_terminal {
-        let exit = match observed.exit {
-            Some(exit) => match (exit.code, exit.signal) {
-                (_, Some(signal)) => format!(", signal {signal}"),
-                (Some(code), None) => format!(", exit code {code}"),
-                (None, None) => String::new(),
-            },
-            None => String::new(),
-        };
-        row(
-            "process",
-            cell(format!(
-                "{} by {} at {}{exit}",
-                observed.proof.as_str(),
-                wire_name(&observed.observer),
-                time_ms(observed.at_ms)
-            )),
-        );
-    }
-    if let Some(at) = state.dismissed_at_ms {
-        row("dismissed", cell(time_ms(at)));
-    }
-    row(
-        "head",
-        cell(format!(
-            "seq {}, updated {}",
-            state.head_seq,
-            time_ms(state.updated_at_ms)
-        )),
-    );
-    for line in table(&rows) {
+    let paint = |text: &str, tone: Tone| out.paint(text, tone);
+    let lines = RunView::of(&state, show::look_at_runner(&state)).lines(&paint);
+    for line in lines {
         out.line(&line)?;
     }
     out.line("")?;
-    out.line("steps")?;
-    let mut rows = vec![
-        ["#", "NAME", "STATUS", "STARTED", "ENDED", "EXIT", "DETAIL"]
-            .map(cell)
-            .to_vec(),
-    ];
-    for (index, (spec, step)) in state.spec.steps.iter().zip(&state.steps).enumerate() {
-        let mut detail = Vec::new();
-        if let Some(job) = &step.job {
-            detail.push(format!("job {}", job.state.as_str()));
-            if let Some(id) = &job.id {
-                detail.push(format!("id {id}"));
-            }
-            if let Some(progress) = job.progress {
-                detail.push(format!("progress {progress}"));
-            }
-            if let Some(message) = &job.message {
-                detail.push(format!("{message:?}"));
-            }
-        }
-        if let Some(error) = &step.error {
-            detail.push(format!("error {error:?}"));
-        }
-        rows.push(vec![
-            cell(index.to_string()),
-            cell(spec.name.clone()),
-            cell(step.status.as_str()),
-            cell(step.started_at_ms.map_or_else(|| "-".to_string(), time_ms)),
-            cell(step.ended_at_ms.map_or_else(|| "-".to_string(), time_ms)),
-            cell(
-                step.exit_code
-                    .map_or_else(|| "-".to_string(), |code| code.to_string()),
-            ),
-            cell(detail.join(", ")),
-        ]);
-    }
-    for line in table(&rows) {
-        out.line(&format!("  {}", line.trim_end()))?;
-    }
-    Ok(())
+    out.line("timeline")?;
+    out.table(&show::timeline_rows(&rederived.records), "  ")?;
+    Ok(status)
 }
 
-pub fn events(source: &Source, out: &mut Out, args: &EventsArgs) -> anyhow::Result<Status> {
+pub fn events(source: &JournalSource, out: &mut Out, args: &EventsArgs) -> anyhow::Result<Status> {
     let only = match &args.run {
-        Some(text) => Some(resolve_run(&source.view()?, text)?),
+        Some(text) => Some(resolve_run(&view(source)?, text)?),
         None => None,
     };
     let mut cursor = args.after_seq;
     let mut shown = 0usize;
     let is_done = |shown: usize| args.limit.is_some_and(|limit| shown >= limit);
     'polls: loop {
-        let view = source.view()?;
+        let view = view(source)?;
         loop {
             if is_done(shown) {
                 break 'polls;
@@ -460,15 +213,7 @@ pub fn events(source: &Source, out: &mut Out, args: &EventsArgs) -> anyhow::Resu
                 if out.is_json {
                     out.json("event", record_json(Some(global), &record))?;
                 } else {
-                    let fields = fields_text(&event_fields(&record.event));
-                    let line = format!(
-                        "{global:>6}  {}  {}  {:>4}  {} {fields}",
-                        time_ms(record.time_ms),
-                        record.run_id,
-                        record.seq,
-                        record.event.name()
-                    );
-                    out.line(line.trim_end())?;
+                    out.line(&LogEntry::of(None, global, &record).line())?;
                 }
                 shown += 1;
                 if is_done(shown) {
@@ -489,8 +234,8 @@ pub fn events(source: &Source, out: &mut Out, args: &EventsArgs) -> anyhow::Resu
     Ok(Status::Fine)
 }
 
-pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
-    let view = source.view()?;
+pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
+    let view = view(source)?;
     let meta = view.meta()?;
     // In lifecycle order.
     let mut by_state: Vec<(RunStatus, u64)> =
@@ -515,29 +260,27 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
     let active = view.active_runs()?.len();
     let records = view.record_count()?;
     let global_head = view.global_head()?;
-    let shipping = match &source.home {
-        Some(home) => ship_state::read(home).map(|state| {
+    let shipping = source.home().and_then(|home| {
+        ship_state::read(home).map(|state| {
+            // The lag is a report: when it cannot be read, there is no line rather than a
+            // failed command.
             let lag = ship_state::lag(home, &view).ok().flatten();
             (state, lag)
-        }),
-        None => None,
-    };
+        })
+    });
     drop(view);
-    let file_bytes = std::fs::metadata(&source.journal_path)
-        .with_context(|| format!("reading the size of {}", source.journal_path.display()))?
+    let journal_path = source.journal_path();
+    let file_bytes = std::fs::metadata(journal_path)
+        .with_context(|| format!("reading the size of {}", journal_path.display()))?
         .len();
     let capacity =
-        match &source.home {
+        match source.home() {
             Some(home) => Some(capacity::read_status(home).with_context(|| {
                 format!("reading the capacity state of {}", home.root().display())
             })?),
             None => None,
         };
-    let journal_id: String = meta
-        .journal_id
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let journal_id = journal_id_text(&meta.journal_id);
     for error in &damaged {
         note(&error.to_string());
     }
@@ -546,26 +289,30 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
             .iter()
             .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
             .collect();
-        let blocked_pids: Option<Vec<u32>> = capacity
-            .as_ref()
-            .map(|capacity| capacity.blocked.iter().map(|blocked| blocked.pid).collect());
+        let blocked_pids: Option<Vec<u32>> = capacity.as_ref().map(|capacity| {
+            capacity
+                .blocked
+                .iter()
+                .map(|blocked| blocked.writer.pid)
+                .collect()
+        });
         out.json(
             "stats",
             json!({
-                "journal": source.journal_path.display().to_string(),
-                "format_version": meta.format_version,
-                "journal_id": journal_id,
-                "created_at_ms": meta.created_at_ms,
-                "file_bytes": file_bytes,
+                "journal": journal_path.display().to_string(),
+                "formatVersion": meta.format_version,
+                "journalId": journal_id,
+                "createdAtMs": meta.created_at_ms,
+                "fileBytes": file_bytes,
                 "runs": runs,
-                "runs_by_state": runs_by_state,
-                "damaged_snapshots": damaged.len(),
-                "active_runs": active,
+                "runsByState": runs_by_state,
+                "damagedSnapshots": damaged.len(),
+                "activeRuns": active,
                 "records": records,
-                "global_head": global_head,
-                "has_reserve": capacity.as_ref().map(|capacity| capacity.has_reserve),
-                "blocked_since_ms": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
-                "blocked_pids": blocked_pids,
+                "globalHead": global_head,
+                "hasReserve": capacity.as_ref().map(|capacity| capacity.has_reserve),
+                "blockedSinceMs": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
+                "blockedPids": blocked_pids,
                 "shipping": shipping.as_ref().map(|(state, lag)| json!({
                     "target": state.target,
                     "shippedThrough": state.shipped_through,
@@ -598,58 +345,46 @@ pub fn stats(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
                 match capacity.blocked_since_ms() {
                     None => "no".to_string(),
                     Some(since) => format!(
-                        "yes, since {} ({} writer{} waiting for space: pid {})",
-                        time(since),
-                        capacity.blocked.len(),
-                        if capacity.blocked.len() == 1 { "" } else { "s" },
+                        "yes, since {} ({} waiting for space: pid {})",
+                        format_time_s(since),
+                        plural(capacity.blocked.len() as u64, "writer"),
                         capacity
                             .blocked
                             .iter()
-                            .map(|blocked| blocked.pid.to_string())
+                            .map(|blocked| blocked.writer.pid.to_string())
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),
                 },
             ),
         };
-        let rows = vec![
-            vec![
-                cell("journal"),
-                cell(source.journal_path.display().to_string()),
-            ],
-            vec![
-                cell("format"),
-                cell(format!("version {}", meta.format_version)),
-            ],
-            vec![cell("journal id"), cell(journal_id)],
-            vec![cell("created"), cell(time(meta.created_at_ms))],
-            vec![
-                cell("file size"),
-                cell(format!("{file_bytes} bytes ({})", human_bytes(file_bytes))),
-            ],
-            vec![cell("runs"), cell(format!("{runs} ({states})"))],
-            vec![cell("active runs"), cell(active.to_string())],
-            vec![
-                cell("records"),
-                cell(format!("{records} (global head {global_head})")),
-            ],
-            vec![cell("reserve"), cell(reserve)],
-            vec![cell("disk full"), cell(blocked)],
-            vec![
-                cell("shipping"),
-                cell(match &shipping {
-                    None => "not shipped (no runjournal ship from this home)".to_string(),
-                    Some((_, Some(lag))) => lag.summary(),
-                    Some((state, None)) => format!(
-                        "to {}, shipped through global seq {} of {global_head}",
-                        state.target, state.shipped_through
-                    ),
-                }),
-            ],
-        ];
-        for line in table(&rows) {
-            out.line(&line)?;
-        }
+        let rows: Vec<Vec<Cell>> = [
+            ("journal", journal_path.display().to_string()),
+            ("format", format!("version {}", meta.format_version)),
+            ("journal id", journal_id),
+            ("created", format_time_s(meta.created_at_ms)),
+            (
+                "file size",
+                format!("{file_bytes} bytes ({})", human_bytes(file_bytes)),
+            ),
+            ("runs", format!("{runs} ({states})")),
+            ("active runs", active.to_string()),
+            ("records", format!("{records} (global head {global_head})")),
+            ("reserve", reserve),
+            ("disk full", blocked),
+            (
+                "shipping",
+                show::shipping_text(
+                    shipping.as_ref().map(|(state, _)| state),
+                    shipping.as_ref().and_then(|(_, lag)| lag.as_ref()),
+                    global_head,
+                ),
+            ),
+        ]
+        .into_iter()
+        .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
+        .collect();
+        out.table(&rows, "")?;
     }
     Ok(if damaged.is_empty() {
         Status::Fine
@@ -694,7 +429,7 @@ pub fn print_problem(
     let label = format!("{:<12}", problem.severity.as_str());
     out.line(&format!(
         "{} {}",
-        out.paint(&label, Colour::of_severity(problem.severity)),
+        out.paint(&label, Tone::of_severity(problem.severity)),
         problem.message
     ))?;
     if let Some((_, path)) = &problem.file {
@@ -712,44 +447,23 @@ pub fn problem_json(problem: &Problem, root: Option<&std::path::Path>) -> Value 
         "kind": problem.kind.as_str(),
         "run": problem.run.map(|run| run.to_string()),
         "seq": problem.seq,
-        "file_kind": problem.file.as_ref().map(|(kind, _)| kind.as_str()),
+        "fileKind": problem.file.as_ref().map(|(kind, _)| kind.as_str()),
         "path": problem.file.as_ref().map(|(_, path)| shown_path(path, root)),
         "message": problem.message,
         "changes": problem.changes,
     })
 }
 
-pub fn verify(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
-    let view = source.view()?;
-    let mut report = verify::verify(&view, source.home.as_ref());
-    drop(view);
-    if let Some(home) = &source.home {
-        report.problems = verify::recheck_projections(home, source, report.problems);
-    }
-    let scratch = tempfile::Builder::new()
-        .prefix("journal-tools-")
-        .tempdir()
-        .context("making a directory for a copy of the journal")?;
-    let integrity = match verify::check_integrity_of_copy(&source.journal_path, scratch.path()) {
-        Ok(integrity) => {
-            let passed = integrity.problems.is_empty();
-            report.problems.extend(integrity.problems);
-            if passed { "passed" } else { "failed" }
+pub fn verify(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
+    let verification = source.verify().map_err(|error| match error {
+        runjournal::source::VerifyError::Read(error) => {
+            anyhow::Error::new(error).context("reading the journal")
         }
-        Err(error) => {
-            report.problems.push(Problem {
-                severity: Severity::Note,
-                kind: verify::ProblemKind::Integrity,
-                run: None,
-                seq: None,
-                file: None,
-                message: format!("redb's integrity check was skipped: {error}"),
-                changes: Vec::new(),
-            });
-            "skipped"
-        }
-    };
-    let root = source.home.as_ref().map(|home| home.root().to_path_buf());
+        other => other.into(),
+    })?;
+    let report = &verification.report;
+    let integrity = verification.integrity.as_str();
+    let root = source.home().map(|home| home.root().to_path_buf());
     for problem in &report.problems {
         print_problem(out, problem, root.as_deref())?;
     }
@@ -765,9 +479,9 @@ pub fn verify(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
             "runs": report.runs,
             "records": report.records,
             "files": report.files,
-            "projections_checked": source.home.is_some(),
+            "projectionsChecked": source.home().is_some(),
             "integrity": integrity,
-            "ok": Status::of_report(&report) == Status::Fine,
+            "ok": Status::of_report(report) == Status::Fine,
         });
         if let Value::Object(summary) = &mut summary {
             for (severity, count) in counts {
@@ -776,7 +490,7 @@ pub fn verify(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
         }
         out.json("summary", summary)?;
     } else {
-        let files = if source.home.is_some() {
+        let files = if source.home().is_some() {
             plural(report.files, "projection file")
         } else {
             "no projections (no home)".to_string()
@@ -797,5 +511,5 @@ pub fn verify(source: &Source, out: &mut Out) -> anyhow::Result<Status> {
             plural(report.records, "record")
         ))?;
     }
-    Ok(Status::of_report(&report))
+    Ok(Status::of_report(report))
 }

@@ -9,15 +9,15 @@ mod fleet;
 mod inspect;
 mod output;
 mod replay;
-mod source;
-mod when;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use runjournal::RunId;
 use runjournal::journal::{CorruptError, OpenError, ReadError, View};
+use runjournal::source::{JournalSource, SourceError};
 use runjournal::state::RunStatus;
 use runjournal::verify::{Report, Severity};
 
@@ -147,7 +147,7 @@ fn parse_status(text: &str) -> Result<RunStatus, String> {
 }
 
 fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    runjournal::spec::parse_duration(text)
+    runjournal::duration::parse_duration(text)
         .map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
         .map_err(|error| error.to_string())
 }
@@ -239,7 +239,14 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
             out,
         );
     }
-    let source = source::Source::open(cli.home.as_deref(), cli.journal.as_deref())?;
+    let source =
+        JournalSource::open(cli.home.as_deref(), cli.journal.as_deref()).map_err(source_error)?;
+    if source.was_recovered() {
+        output::note(&format!(
+            "{} was not shut down cleanly (its writer crashed, or it was copied while open); reading a recovered private copy, the file itself is left as it is",
+            source.journal_path().display()
+        ));
+    }
     match cli.command {
         Command::Inspect(InspectCommand::Runs(args)) => inspect::runs(&source, out, &args),
         Command::Inspect(InspectCommand::Run { run }) => inspect::run(&source, out, &run),
@@ -275,6 +282,21 @@ fn run_fleet(
     }
 }
 
+/// The library's error, with its `OpenError` where [`is_damage`] looks for it.
+fn source_error(error: SourceError) -> anyhow::Error {
+    match error {
+        SourceError::Open(error) => error.into(),
+        SourceError::Recover { journal, source } => anyhow::Error::new(*source)
+            .context(format!("recovering a copy of {}", journal.display())),
+        other => other.into(),
+    }
+}
+
+/// A fresh read view of the source.
+pub fn view(source: &JournalSource) -> anyhow::Result<View> {
+    source.view().context("reading the journal")
+}
+
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause
@@ -300,19 +322,11 @@ fn is_damage(error: &anyhow::Error) -> bool {
     })
 }
 
-/// The run `text` names: an id, a unique prefix of one, or an alias (name, tool-call id).
+/// The run `text` names: an id, a unique prefix of one, its name or tool-call id.
 pub fn resolve_run(view: &View, text: &str) -> anyhow::Result<RunId> {
-    use runjournal::journal::{ResolveError, name_alias, tool_call_alias};
-    match view.resolve(text) {
-        Ok(run) => Ok(run),
-        Err(error @ (ResolveError::Unknown { .. } | ResolveError::BadId(_))) => {
-            for alias in [name_alias(text), tool_call_alias(text)] {
-                if let Some(run) = view.lookup_alias(&alias)? {
-                    return Ok(run);
-                }
-            }
-            Err(UsageError(error.to_string()).into())
-        }
-        Err(error) => Err(error.into()),
-    }
+    use runjournal::journal::ResolveError;
+    runjournal::resolve::resolve_run(view, text).map_err(|error| match error {
+        ResolveError::Read(error) => error.into(),
+        other => UsageError(other.to_string()).into(),
+    })
 }

@@ -1,163 +1,216 @@
-//! `journal-tools replay`: rebuild projections from the journal, in place or into a directory,
-//! or (`--check`) only say which files differ.
+//! `journal-tools replay`: prints what `runjournal::replay` does — rebuild projections from the
+//! journal, in place or into a directory, or (`--check`) only say which files differ.
 
-use std::collections::BTreeSet;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use runjournal::durable_fs::{self, FileLock};
-use runjournal::projection::{self, Plan, ResultPolicy};
-use runjournal::verify::{self, Severity};
-use runjournal::{Home, RunId};
+use runjournal::replay::{
+    FileAction, Replay, ReplayError, ReplayOptions, RunReplay, Selection, Totals,
+};
+use runjournal::show::plural;
+use runjournal::source::JournalSource;
 use serde_json::json;
 
 use crate::inspect::print_problem;
-use crate::output::{Out, plural, shown_path};
-use crate::source::Source;
-use crate::{ReplayArgs, Status, UsageError, resolve_run};
+use crate::output::{Out, shown_path};
+use crate::{ReplayArgs, Status, UsageError, resolve_run, view};
 
-/// Where projections go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    /// The journal's own home, under each run's lock.
-    InPlace,
-    /// A directory of the user's, laid out as a home.
-    OutOfPlace,
-}
-
-#[derive(Debug, Default)]
-struct Tally {
-    runs: u64,
-    files: u64,
-    changed: u64,
-    left_absent: u64,
-    skipped_runs: u64,
-}
-
-pub fn replay(source: &Source, out: &mut Out, args: &ReplayArgs) -> anyhow::Result<Status> {
-    if args.run.is_none() && !args.all {
-        return Err(UsageError("say what to replay: --run RUN or --all".to_string()).into());
-    }
-    if args.restore_results && args.out.is_some() {
-        return Err(UsageError(
-            "--restore-results is for in-place replays; --out writes every file anyway".to_string(),
-        )
-        .into());
-    }
-    let (home, target) = match &args.out {
-        Some(dir) if !is_same_dir(dir, source.home.as_ref()) => (Home::at(dir), Target::OutOfPlace),
-        _ => (
-            source
-                .require_home(if args.check {
-                    "replay --check"
-                } else {
-                    "replay in place"
-                })?
-                .clone(),
-            Target::InPlace,
+/// The library's error as this tool says it: input errors in terms of its flags, read errors
+/// at the top of the chain (so that damage is recognised).
+fn replay_error(error: ReplayError, args: &ReplayArgs) -> anyhow::Error {
+    let usage = |message: String| UsageError(message).into();
+    match error {
+        ReplayError::NeedsHome => usage(format!(
+            "{} needs a home: with --journal FILE, give --home DIR too",
+            if args.check {
+                "replay --check"
+            } else {
+                "replay in place"
+            }
+        )),
+        ReplayError::RestoreResultsOutOfPlace => usage(
+            "--restore-results is for in-place replays; --out writes every file anyway"
+                .to_string(),
         ),
-    };
+        ReplayError::UntilSeqNeedsOneRunOutOfPlace => usage(
+            "--until-seq renders one run (--run) into a directory of its own (--out), never in place"
+                .to_string(),
+        ),
+        ReplayError::UntilSeqOutOfRange {
+            run,
+            head_seq,
+            until_seq,
+        } => usage(format!(
+            "run {run} has records 1 to {head_seq}; --until-seq {until_seq} is not among them"
+        )),
+        ReplayError::Read(error) => error.into(),
+        other => other.into(),
+    }
+}
 
-    let view = source.view()?;
-    let runs: Vec<RunId> = match &args.run {
-        Some(text) => vec![resolve_run(&view, text)?],
-        None => view.all_runs()?,
-    };
-    if let (Some(until_seq), [run]) = (args.until_seq, runs.as_slice()) {
-        let head = view.snapshot(*run)?.map_or(0, |state| state.head_seq);
-        if until_seq == 0 || until_seq > head {
-            return Err(UsageError(format!(
-                "run {run} has records 1 to {head}; --until-seq {until_seq} is not among them"
-            ))
-            .into());
+pub fn replay(source: &JournalSource, out: &mut Out, args: &ReplayArgs) -> anyhow::Result<Status> {
+    let selection = match (&args.run, args.all) {
+        (Some(text), _) => Selection::Run(resolve_run(&view(source)?, text)?),
+        (None, true) => Selection::All,
+        (None, false) => {
+            return Err(UsageError("say what to replay: --run RUN or --all".to_string()).into());
         }
-    }
-    drop(view);
-    if target == Target::OutOfPlace && !args.check {
-        durable_fs::ensure_private_dir(home.root())
-            .with_context(|| format!("creating {}", home.root().display()))?;
-    }
+    };
+    let options = ReplayOptions {
+        selection,
+        until_seq: args.until_seq,
+        out_dir: args.out.clone(),
+        is_check: args.check,
+        restore_results: args.restore_results,
+    };
+    let mut replay =
+        Replay::prepare(source, source.home(), options).map_err(|e| replay_error(e, args))?;
+    let root = replay.target().root().to_path_buf();
+    let is_in_place = replay.is_in_place();
 
+    let runs = replay.runs().to_vec();
     let progress = progress_bar(runs.len());
     let mut status = Status::Fine;
-    let mut tally = Tally::default();
     for run in runs {
         progress.inc(1);
-        let outcome =
-            progress.suspend(|| replay_run(source, out, args, &home, target, run, &mut tally))?;
-        status = status.max(outcome);
+        let replayed = replay
+            .replay_run(run)
+            .map_err(|error| replay_error(error, args))?;
+        status = status.max(Status::of_severity(replayed.worst_fold_problem()));
+        progress.suspend(|| print_run(out, args, &replayed, &root, is_in_place))?;
     }
     progress.finish_and_clear();
 
-    let root = home.root().display().to_string();
+    let totals = replay.totals();
+    print_summary(out, args, &totals, &root, is_in_place, status)?;
+    if args.check && totals.files_changed > 0 {
+        status = status.max(Status::Problems);
+    }
+    Ok(status)
+}
+
+fn print_run(
+    out: &mut Out,
+    args: &ReplayArgs,
+    replayed: &RunReplay,
+    root: &std::path::Path,
+    is_in_place: bool,
+) -> anyhow::Result<()> {
+    let root = Some(root);
+    for problem in replayed
+        .fold_problems
+        .iter()
+        .chain(&replayed.check_problems)
+    {
+        print_problem(out, problem, root)?;
+    }
+    for file in &replayed.files {
+        let path = shown_path(&file.path, root);
+        if out.is_json {
+            out.json(
+                "file",
+                json!({
+                    "run": replayed.run.to_string(),
+                    "kind": file.kind.as_str(),
+                    "path": path,
+                    "action": file.action.as_str(),
+                    "was": file.was.as_str(),
+                }),
+            )?;
+        } else if is_in_place {
+            let why = if file.action == FileAction::LeftAbsent {
+                "(published, then consumed by the host; --restore-results writes it)".to_string()
+            } else {
+                format!("(was {})", file.was.as_str())
+            };
+            out.line(&format!(
+                "{:<12} {:<14} {path} {why}",
+                file.action.as_str(),
+                file.kind.as_str()
+            ))?;
+        }
+    }
+    if let (false, false, false, Some((status, head_seq))) =
+        (is_in_place, out.is_json, args.check, replayed.rendered)
+    {
+        let at = match args.until_seq {
+            Some(seq) => format!("as of seq {seq}"),
+            None => format!("head {head_seq}"),
+        };
+        out.line(&format!(
+            "{}  {}  {at}  {}",
+            replayed.run,
+            status.as_str(),
+            plural(replayed.files_with_content, "file")
+        ))?;
+    }
+    Ok(())
+}
+
+fn print_summary(
+    out: &mut Out,
+    args: &ReplayArgs,
+    totals: &Totals,
+    root: &std::path::Path,
+    is_in_place: bool,
+    status: Status,
+) -> anyhow::Result<()> {
+    let root = root.display().to_string();
     if out.is_json {
         out.json(
             "summary",
             json!({
                 "mode": if args.check { "check" } else { "write" },
                 "target": root,
-                "in_place": target == Target::InPlace,
-                "runs": tally.runs,
-                "runs_skipped": tally.skipped_runs,
-                "files": tally.files,
-                "files_changed": tally.changed,
-                "results_left_absent": tally.left_absent,
-                "until_seq": args.until_seq,
+                "inPlace": is_in_place,
+                "runs": totals.runs,
+                "runsSkipped": totals.runs_skipped,
+                "files": totals.files,
+                "filesChanged": totals.files_changed,
+                "resultsLeftAbsent": totals.results_left_absent,
+                "untilSeq": args.until_seq,
                 "ok": status == Status::Fine,
             }),
         )?;
+        return Ok(());
+    }
+    let skipped = if totals.runs_skipped > 0 {
+        format!(
+            " ({} skipped: their records do not fold)",
+            plural(totals.runs_skipped, "run")
+        )
     } else {
-        let skipped = if tally.skipped_runs > 0 {
-            format!(
-                " ({} skipped: their records do not fold)",
-                plural(tally.skipped_runs, "run")
-            )
-        } else {
-            String::new()
-        };
-        let consumed = if tally.left_absent > 0 {
-            format!(
-                ", {} absent (consumed?)",
-                plural(tally.left_absent, "result file")
-            )
-        } else {
-            String::new()
-        };
-        let line = match (args.check, target) {
-            (true, _) => format!(
-                "checked {}{skipped} in {root}: {} of {} differ{consumed}",
-                plural(tally.runs, "run"),
-                tally.changed,
-                plural(tally.files, "file")
-            ),
-            (false, Target::InPlace) => format!(
-                "replayed {}{skipped} in place in {root}: {} of {} repaired{consumed}",
-                plural(tally.runs, "run"),
-                tally.changed,
-                plural(tally.files, "file")
-            ),
-            (false, Target::OutOfPlace) => format!(
-                "replayed {}{skipped} into {root}: {} written",
-                plural(tally.runs, "run"),
-                plural(tally.changed, "file")
-            ),
-        };
-        out.line(&line)?;
-    }
-    if args.check && tally.changed > 0 {
-        status = status.max(Status::Problems);
-    }
-    Ok(status)
-}
-
-fn is_same_dir(dir: &Path, home: Option<&Home>) -> bool {
-    let Some(home) = home else { return false };
-    match (dir.canonicalize(), home.root().canonicalize()) {
-        (Ok(dir), Ok(root)) => dir == root,
-        _ => false,
-    }
+        String::new()
+    };
+    let consumed = if totals.results_left_absent > 0 {
+        format!(
+            ", {} absent (consumed?)",
+            plural(totals.results_left_absent, "result file")
+        )
+    } else {
+        String::new()
+    };
+    let line = match (args.check, is_in_place) {
+        (true, _) => format!(
+            "checked {}{skipped} in {root}: {} of {} differ{consumed}",
+            plural(totals.runs, "run"),
+            totals.files_changed,
+            plural(totals.files, "file")
+        ),
+        (false, true) => format!(
+            "replayed {}{skipped} in place in {root}: {} of {} repaired{consumed}",
+            plural(totals.runs, "run"),
+            totals.files_changed,
+            plural(totals.files, "file")
+        ),
+        (false, false) => format!(
+            "replayed {}{skipped} into {root}: {} written",
+            plural(totals.runs, "run"),
+            plural(totals.files_changed, "file")
+        ),
+    };
+    out.line(&line)?;
+    Ok(())
 }
 
 fn progress_bar(runs: usize) -> ProgressBar {
@@ -169,160 +222,4 @@ fn progress_bar(runs: usize) -> ProgressBar {
         bar.set_style(style);
     }
     bar
-}
-
-/// Replays one run; returns how it came out.
-fn replay_run(
-    source: &Source,
-    out: &mut Out,
-    args: &ReplayArgs,
-    home: &Home,
-    target: Target,
-    run: RunId,
-    tally: &mut Tally,
-) -> anyhow::Result<Status> {
-    let root = Some(home.root());
-    // Writers project under the run's lock, from the latest state read under it; so does
-    // replay, so it can never put back an older state than a projector just wrote. A check
-    // takes the lock only where its file exists: it creates nothing.
-    let lock_path = home.lock_path(run);
-    let lock = if !args.check {
-        let run_dir = home.run_dir(run);
-        durable_fs::ensure_private_dir(&run_dir)
-            .with_context(|| format!("creating {}", run_dir.display()))?;
-        Some(
-            FileLock::acquire(&lock_path)
-                .with_context(|| format!("locking {}", lock_path.display()))?,
-        )
-    } else if lock_path.exists() {
-        Some(
-            FileLock::acquire(&lock_path)
-                .with_context(|| format!("locking {}", lock_path.display()))?,
-        )
-    } else {
-        None
-    };
-    let view = source.view()?;
-    let rederived = verify::rederive(&view, run, args.until_seq);
-    drop(view);
-    let mut status = Status::Fine;
-    for problem in &rederived.problems {
-        print_problem(out, problem, root)?;
-        status = status.max(Status::of_severity(Some(problem.severity)));
-    }
-    let Some(state) = &rederived.state else {
-        tally.skipped_runs += 1;
-        return Ok(status);
-    };
-    tally.runs += 1;
-    let plan = projection::plan(home, state, &rederived.records);
-    tally.files += plan.files.len() as u64;
-    let differences = projection::check_plan(&plan);
-    if args.check {
-        // A recheck takes the lock again itself.
-        drop(lock);
-        let mut problems: Vec<verify::Problem> =
-            differences.iter().map(verify::difference_problem).collect();
-        if target == Target::InPlace && args.until_seq.is_none() && !problems.is_empty() {
-            // A live projector may be a moment behind its commit: look again before saying so.
-            problems = verify::recheck_projections(home, source, problems);
-        }
-        for problem in &problems {
-            if problem.severity == Severity::Note {
-                tally.left_absent += 1;
-            } else {
-                tally.changed += 1;
-            }
-            print_problem(out, problem, root)?;
-        }
-        return Ok(status);
-    }
-
-    // In place, a result file (or result-index entry) that was published and is gone now was
-    // delivered and deleted by its host: writing it again would deliver it twice. It is
-    // restored only when asked; one never published, or one that differs, is written.
-    let left_absent: BTreeSet<PathBuf> = differences
-        .iter()
-        .filter(|difference| {
-            target == Target::InPlace
-                && !args.restore_results
-                && difference.problem == projection::Problem::Consumed
-        })
-        .map(|difference| difference.path.clone())
-        .collect();
-    let to_write = Plan {
-        run: plan.run,
-        files: plan
-            .files
-            .iter()
-            .filter(|file| !left_absent.contains(&file.path))
-            .cloned()
-            .collect(),
-        result_published_marker: plan.result_published_marker.clone(),
-    };
-    projection::write_plan(&to_write, ResultPolicy::Rewrite)?;
-
-    for difference in &differences {
-        let was = match &difference.problem {
-            projection::Problem::Missing => "missing",
-            projection::Problem::Consumed => "consumed",
-            projection::Problem::Unexpected => "unexpected",
-            projection::Problem::Differs { .. } => "differing",
-            projection::Problem::Unreadable { .. } => "unreadable",
-        };
-        let is_left_absent = left_absent.contains(&difference.path);
-        let action = match (is_left_absent, target) {
-            (true, _) => "left-absent",
-            (false, Target::OutOfPlace) => "written",
-            (false, Target::InPlace) if difference.problem == projection::Problem::Unexpected => {
-                "removed"
-            }
-            (false, Target::InPlace) => "repaired",
-        };
-        if is_left_absent {
-            tally.left_absent += 1;
-        } else {
-            tally.changed += 1;
-        }
-        let path = shown_path(&difference.path, root);
-        if out.is_json {
-            out.json(
-                "file",
-                json!({
-                    "run": run.to_string(),
-                    "kind": difference.kind.as_str(),
-                    "path": path,
-                    "action": action,
-                    "was": was,
-                }),
-            )?;
-        } else if target == Target::InPlace {
-            let why = if is_left_absent {
-                "(published, then consumed by the host; --restore-results writes it)".to_string()
-            } else {
-                format!("(was {was})")
-            };
-            out.line(&format!(
-                "{action:<12} {:<14} {path} {why}",
-                difference.kind.as_str()
-            ))?;
-        }
-    }
-    if target == Target::OutOfPlace && !out.is_json {
-        let at = match args.until_seq {
-            Some(seq) => format!("as of seq {seq}"),
-            None => format!("head {}", state.head_seq),
-        };
-        let files = to_write
-            .files
-            .iter()
-            .filter(|file| file.content != projection::Content::Absent)
-            .count();
-        out.line(&format!(
-            "{run}  {}  {at}  {}",
-            state.status.as_str(),
-            plural(files as u64, "file")
-        ))?;
-    }
-    Ok(status)
 }

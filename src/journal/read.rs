@@ -9,7 +9,8 @@ use super::{CorruptError, JournalMeta, ReadError, StorageFailure, decode_snapsho
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
 use crate::state::RunState;
 
-/// Why a run id or prefix does not name exactly one run.
+/// Why a text does not name exactly one run: by [`View::resolve`] (a run id or prefix), or by
+/// [`crate::resolve::resolve_run`] (also a name or tool-call id).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResolveError {
@@ -23,6 +24,15 @@ pub enum ResolveError {
         count: usize,
         examples: String,
     },
+    /// Refused before any lookup: no run may be named so here.
+    #[error("{text:?} is not a run id, name or tool-call id: {why}")]
+    Unusable { text: String, why: &'static str },
+    /// Not an id or prefix, and no run has it as its name or tool-call id.
+    #[error("no run matches {text:?}: no run has it as its name or tool-call id, and {id_error}")]
+    NoMatch { text: String, id_error: RunIdError },
+    /// Different runs match it in different ways (`matches` names each run and how).
+    #[error("{text:?} names more than one run ({matches}); give the full run id")]
+    AmbiguousKinds { text: String, matches: String },
     #[error(transparent)]
     Read(#[from] ReadError),
 }

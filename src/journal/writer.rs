@@ -228,6 +228,8 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
 #[derive(Default)]
 struct CapacityState {
     blocked_since_ms: Option<u64>,
+    /// The marker this writer made for others to see while blocked, to remove once unblocked.
+    blocked_marker: Option<capacity::Blocked>,
     /// The reserve is (believed) missing and should be made again when space allows.
     is_reserve_missing: bool,
     last_reserve_attempt: Option<Instant>,
@@ -357,13 +359,11 @@ fn on_capacity_failure(shared: &Shared, capacity: &mut CapacityState, failure: &
         capacity.blocked_since_ms = Some(since_ms);
         if let Some(home) = &shared.options.blocked_markers {
             // Best effort: a marker is for others to see; the retry does not depend on it.
-            let _ = capacity::mark_blocked(
-                home,
-                capacity::Blocked {
-                    pid: std::process::id(),
-                    since_ms,
-                },
-            );
+            if let Ok(writer) = crate::liveness::current() {
+                let blocked = capacity::Blocked { writer, since_ms };
+                let _ = capacity::mark_blocked(home, &blocked);
+                capacity.blocked_marker = Some(blocked);
+            }
         }
         shared.emit(CapacityEvent::Blocked {
             since_ms,
@@ -382,14 +382,11 @@ fn on_capacity_failure(shared: &Shared, capacity: &mut CapacityState, failure: &
 fn after_success(shared: &Shared, capacity: &mut CapacityState) {
     let was_blocked = capacity.blocked_since_ms.is_some();
     if let Some(since_ms) = capacity.blocked_since_ms.take() {
-        if let Some(home) = &shared.options.blocked_markers {
-            let _ = capacity::clear_blocked(
-                home,
-                capacity::Blocked {
-                    pid: std::process::id(),
-                    since_ms,
-                },
-            );
+        if let (Some(home), Some(blocked)) = (
+            &shared.options.blocked_markers,
+            capacity.blocked_marker.take(),
+        ) {
+            let _ = capacity::clear_blocked(home, &blocked);
         }
         shared.emit(CapacityEvent::Unblocked {
             blocked_ms: now_ms().saturating_sub(since_ms),

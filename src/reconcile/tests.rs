@@ -2,7 +2,9 @@ use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 
 use super::*;
-use crate::event::{ControlAction, Mode, ProcessIdentity, RunSpec, StepAction, StepSpec};
+use crate::event::{
+    ControlAction, Mode, ProcessExit, ProcessIdentity, RunSpec, StepAction, StepSpec,
+};
 use crate::home::Home;
 use crate::journal::HostIds;
 use crate::state::RunStatus;
@@ -321,7 +323,7 @@ fn the_orphaned_steps_of_a_dead_runner_are_ended() {
     assert_eq!(only_outcome(&report, run).row, "runner-died");
     step.wait().expect("reap the step");
     assert!(
-        orphans::is_empty(&process).expect("probe"),
+        process_group::is_empty(&process).expect("probe"),
         "no member survives"
     );
     let state = snapshot(&store, run);
@@ -370,12 +372,12 @@ fn the_orphaned_steps_of_a_runner_whose_exit_was_observed_are_ended() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     if !has_ended {
-        let _ = orphans::signal(&process, nix::sys::signal::Signal::SIGKILL);
+        let _ = process_group::signal(&process, nix::sys::signal::Signal::SIGKILL);
         let _ = step.wait();
     }
     assert!(has_ended, "the step's leader was ended");
     assert!(
-        orphans::is_empty(&process).expect("probe"),
+        process_group::is_empty(&process).expect("probe"),
         "no member survives"
     );
     let state = snapshot(&store, run);
@@ -390,7 +392,7 @@ fn a_runner_of_another_boot_fails_the_run_without_signalling_its_steps() {
     runner.boot_id = "an-earlier-boot".to_string();
     let run = started_run(&store, runner);
     // A live process group recorded as the step, under the old boot: its pid means nothing now.
-    let (mut step, mut process) = spawn_group("sleep 60");
+    let (mut step, mut process) = spawn_group("exec sleep 60");
     let real = process.clone();
     process.boot_id = "an-earlier-boot".to_string();
     store
@@ -412,7 +414,10 @@ fn a_runner_of_another_boot_fails_the_run_without_signalling_its_steps() {
             .as_deref()
             .is_some_and(|r| r.contains("host restarted"))
     );
-    assert!(!orphans::is_empty(&real).expect("probe"), "not signalled");
+    assert!(
+        !process_group::is_empty(&real).expect("probe"),
+        "not signalled"
+    );
     assert_eq!(snapshot(&store, run).status, RunStatus::Failed);
     step.kill().expect("kill");
     step.wait().expect("reap");

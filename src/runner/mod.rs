@@ -31,8 +31,7 @@ mod recorder;
 pub mod step;
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Seek, SeekFrom};
-use std::path::Path;
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,9 +78,11 @@ use crate::event::{
     self, ControlAction, Event, ExternalJobStatus, JobState, MAX_TEXT_BYTES, Mode, RunId, RunSpec,
     StepEnd, StepOutcome, TerminalState,
 };
+use crate::exit::describe_exit;
 use crate::home::Home;
 use crate::journal::{AppendError, CapacityEvent, Condition, OpenError, ReadError};
 use crate::liveness;
+use crate::logs::{self, TailBounds};
 use crate::state::{ControlInfo, RunState, RunStatus, TransitionError};
 use crate::store::{Store, StoreOptions};
 use step::{JobEnd, ProcessReport};
@@ -102,9 +103,11 @@ pub const EXIT_STOPPED: i32 = 143;
 /// Most retries of a conditional append whose expected head another writer moved.
 const MAX_HEAD_RETRIES: u32 = 64;
 
-/// Lines and bytes of the last step's output kept as the run's summary.
-const SUMMARY_LINES: usize = 5;
-const SUMMARY_BYTES: usize = 1000;
+/// How much of the last step's output is kept as the run's summary.
+const SUMMARY_TAIL: TailBounds = TailBounds {
+    max_lines: 5,
+    max_bytes: 1000,
+};
 
 /// How long the runner keeps retrying failed projections before it exits.
 const PROJECTION_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -169,7 +172,7 @@ pub fn run_in_process(
     run: RunId,
     config: RunnerConfig,
 ) -> Result<RunnerOutcome, RunnerError> {
-    if let Err(error) = nix::sys::prctl::set_child_subreaper(true) {
+    if let Err(error) = crate::platform::become_child_subreaper() {
         log(&format!(
             "cannot become a child subreaper ({error}); orphans of steps go to init"
         ));
@@ -415,7 +418,7 @@ impl RunLoop {
                     self.request(
                         ControlAction::Timeout,
                         "runner".to_string(),
-                        format!("the run's timeout of {} was reached", crate::spec::format_duration_ms(timeout_ms)),
+                        format!("the run's timeout of {} was reached", crate::duration::format_duration_ms(timeout_ms)),
                     ).await?;
                 }
                 _ = sigterm.recv() => {
@@ -530,6 +533,8 @@ impl RunLoop {
                 )));
             }
         };
+        // From here, every return before `release` drops `gated`, which aborts the child: it
+        // never runs its program.
         let gated = match process_group::spawn_gated(command).await {
             Ok(gated) => gated,
             Err(error) => {
@@ -552,21 +557,13 @@ impl RunLoop {
         loop {
             let state = match self.recorder.snapshot().await {
                 Ok(Some(state)) => state,
-                Ok(None) => {
-                    gated.abort().await;
-                    return Err(RunnerError::UnknownRun { run });
-                }
-                Err(error) => {
-                    gated.abort().await;
-                    return Err(error.into());
-                }
+                Ok(None) => return Err(RunnerError::UnknownRun { run }),
+                Err(error) => return Err(error.into()),
             };
             if state.is_terminal() {
-                gated.abort().await;
                 return Ok(Start::Lost(state.status));
             }
             if let Some(control) = state.controls.first() {
-                gated.abort().await;
                 log(&format!(
                     "step {index} not started: {} requested by {}",
                     control.action.as_str(),
@@ -589,10 +586,7 @@ impl RunLoop {
                 Err(AppendError::HeadMismatch { .. }) if attempts < MAX_HEAD_RETRIES => {
                     attempts += 1;
                 }
-                Err(error) => {
-                    gated.abort().await;
-                    return Err(error.into());
-                }
+                Err(error) => return Err(error.into()),
             }
         }
         match gated.release().await {
@@ -670,7 +664,7 @@ impl RunLoop {
         let survivors = match report.ended {
             Some(ended) if ended.has_survivors => format!(
                 " (members of the step's process group were still alive {} after SIGKILL)",
-                crate::spec::format_duration_ms(
+                crate::duration::format_duration_ms(
                     u64::try_from(process_group::KILL_VERIFY_TIMEOUT.as_millis())
                         .unwrap_or(u64::MAX)
                 )
@@ -709,7 +703,7 @@ impl RunLoop {
                 JobEnd::ProviderError(error) => (StepEnd::Failed, error),
                 JobEnd::NoTerminalStatus { last_line } => {
                     let exit = match &report.status {
-                        Some(Ok(status)) => step::describe_exit(*status),
+                        Some(Ok(status)) => describe_exit((*status).into()),
                         Some(Err(error)) => error.clone(),
                         None => "ended".to_string(),
                     };
@@ -725,7 +719,7 @@ impl RunLoop {
         } else {
             match &report.status {
                 Some(Ok(status)) if status.success() => (StepEnd::Complete, String::new()),
-                Some(Ok(status)) => (StepEnd::Failed, step::describe_exit(*status)),
+                Some(Ok(status)) => (StepEnd::Failed, describe_exit((*status).into())),
                 Some(Err(error)) => (StepEnd::Failed, error.clone()),
                 None => (
                     StepEnd::Failed,
@@ -907,12 +901,13 @@ impl RunLoop {
     fn summary(&self) -> String {
         let tail = self
             .last_finished
-            .map(|index| {
-                output_tail(
+            .and_then(|index| {
+                // The summary is a convenience: an unreadable log leaves the count of steps.
+                logs::tail(
                     &self.home.output_log_path(self.recorder.run(), index),
-                    SUMMARY_LINES,
-                    SUMMARY_BYTES,
+                    SUMMARY_TAIL,
                 )
+                .ok()
             })
             .unwrap_or_default();
         if tail.is_empty() {
@@ -943,39 +938,6 @@ async fn sleep_until_or_never(deadline: Option<Instant>) {
     }
 }
 
-/// The last `max_lines` non-empty lines of a file, at most `max_bytes`; empty if unreadable.
-pub fn output_tail(path: &Path, max_lines: usize, max_bytes: usize) -> String {
-    let read_tail = || -> io::Result<Vec<u8>> {
-        let mut file = std::fs::File::open(path)?;
-        let length = file.metadata()?.len();
-        let window = (max_bytes as u64).saturating_mul(4);
-        file.seek(SeekFrom::Start(length.saturating_sub(window)))?;
-        let mut bytes = Vec::new();
-        file.take(window).read_to_end(&mut bytes)?;
-        Ok(bytes)
-    };
-    let Ok(bytes) = read_tail() else {
-        return String::new();
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim_end)
-        .filter(|line| !line.is_empty())
-        .collect();
-    let start = lines.len().saturating_sub(max_lines);
-    let tail = lines[start..].join("\n");
-    if tail.len() <= max_bytes {
-        return tail;
-    }
-    // Keep the end, which is what a reader of a summary wants.
-    let mut cut = tail.len() - max_bytes + "…".len();
-    while !tail.is_char_boundary(cut) {
-        cut += 1;
-    }
-    format!("…{}", &tail[cut..])
-}
-
 /// Retries failed projections for a bounded time, so the files hosts read are current when
 /// the runner exits. The journal has everything either way, and the reconciler rebuilds what
 /// is still missing.
@@ -999,22 +961,4 @@ fn log(message: &str) {
         event::now_ms(),
         std::process::id()
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tail_keeps_the_last_lines() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("out.log");
-        std::fs::write(&path, "1\n2\n\n3\n4\n5\n6\n").expect("write");
-        assert_eq!(output_tail(&path, 3, 100), "4\n5\n6");
-        assert_eq!(output_tail(&dir.path().join("missing"), 3, 100), "");
-        let long = "x".repeat(50);
-        std::fs::write(&path, format!("{long}\n{long}\n")).expect("write");
-        let tail = output_tail(&path, 5, 30);
-        assert!(tail.len() <= 30 && tail.starts_with('…'), "{tail}");
-    }
 }

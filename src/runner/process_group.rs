@@ -1,5 +1,6 @@
 //! Step processes: spawned behind a gate in their own process group, so the journal can name
-//! them before they run, and ended as a whole group.
+//! them before they run, and ended as a whole group by the crate's one process-group core
+//! ([`crate::process_group`]), run on a blocking thread.
 //!
 //! # The gate
 //!
@@ -7,53 +8,62 @@
 //! identity (pid, start time, boot id), which exists only once the child does. So the child is
 //! forked with a `pre_exec` hook that, after std has put it in its own process group, writes its
 //! pid to a "hello" pipe and then blocks reading one byte from a "gate" pipe. The parent reads
-//! the pid, reads the identity from `/proc`, commits `StepRunning`, and only then writes the
-//! byte: the child execs. If the parent closes the gate instead, the hook fails with
-//! `ECANCELED`, the child exits without ever running the program, and std reaps it.
+//! the pid, reads the identity (`platform`), commits `StepRunning`, and only then writes the
+//! byte: the child execs. If the parent closes the gate instead — which dropping a
+//! [`GatedChild`] without [`GatedChild::release`] does — the hook fails with `ECANCELED`, the
+//! child exits without ever running the program, and std reaps it.
 //!
 //! std's `spawn` returns only once the child has exec'd (it waits on its own error pipe), so the
 //! spawn runs on a blocking thread while the parent works the gate.
 //!
 //! Invariant: the hook makes only raw system calls (getpid, write, read, close), which are
 //! async-signal-safe, as code between fork and exec in a threaded process must be.
-//! Invariant: a group is reported gone only when `kill(-pgid, 0)` fails with `ESRCH`.
+//! Invariant: a gated child runs its program only if `release` wrote the gate's byte.
+//! Invariant: a group is reported gone only when the core saw no live member in it.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, close, getpid, pipe2, read, write};
+use nix::unistd::{close, getpid, read, write};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// How long a group has, after SIGKILL, to be seen gone before we report members left.
-pub const KILL_VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::event::ProcessIdentity;
+use crate::platform;
+use crate::process_group::{self as core, GroupEnd, Reaping};
 
-/// How often a group is looked at while waiting for it to empty.
-const GROUP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How long a group has, after SIGKILL, to be seen gone before we report members left.
+pub use crate::process_group::KILL_VERIFY_TIMEOUT;
 
 /// A child forked and held at the gate: it exists (and has an identity) but has not exec'd.
+///
+/// A guard: dropped without [`GatedChild::release`], it closes the gate, so the child exits
+/// without running its program and is reaped (by the spawning thread, shortly after).
 #[derive(Debug)]
 pub struct GatedChild {
     pid: u32,
-    gate: OwnedFd,
-    spawning: JoinHandle<io::Result<Child>>,
+    /// `None` once released.
+    gate: Option<OwnedFd>,
+    /// `None` once released.
+    spawning: Option<JoinHandle<io::Result<Child>>>,
+    /// Set before the gate's byte is written: a child that exec'd without it is killed.
+    is_released: Arc<AtomicBool>,
 }
 
 /// Forks `command` in a new process group and holds it at the gate. The returned child has
-/// not run its program yet; call [`GatedChild::release`] or [`GatedChild::abort`].
+/// not run its program yet: [`GatedChild::release`] lets it, dropping the guard aborts it.
 ///
 /// Spawns must not overlap: a child forked while another is gated would inherit that one's
 /// gate and delay its abort until it execs itself.
 pub async fn spawn_gated(mut command: Command) -> io::Result<GatedChild> {
-    let (hello_read, hello_write) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-    let (gate_read, gate_write) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (hello_read, hello_write) = platform::pipe_cloexec()?;
+    let (gate_read, gate_write) = platform::pipe_cloexec()?;
     let hello_fd = hello_write.as_raw_fd();
     let gate_read_fd = gate_read.as_raw_fd();
     let gate_write_fd = gate_write.as_raw_fd();
@@ -63,13 +73,26 @@ pub async fn spawn_gated(mut command: Command) -> io::Result<GatedChild> {
     unsafe {
         command.pre_exec(move || hold_at_gate(hello_fd, gate_read_fd, gate_write_fd));
     }
+    let is_released = Arc::new(AtomicBool::new(false));
+    let is_released_at_spawn = Arc::clone(&is_released);
     let spawning = tokio::task::spawn_blocking(move || {
         let spawned = command.spawn();
         // The child holds its own copies until it execs or exits; the reader below sees end of
         // file once both are gone, whatever happened to the child.
         drop(hello_write);
         drop(gate_read);
-        spawned
+        match spawned {
+            Ok(mut child) if !is_released_at_spawn.load(Ordering::SeqCst) => {
+                // Unreachable in practice: a child execs only once `release` wrote the gate's
+                // byte. Make sure it does not run unrecorded.
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(io::Error::other(
+                    "the child exec'd without passing the gate",
+                ))
+            }
+            spawned => spawned,
+        }
     });
     let hello = tokio::task::spawn_blocking(move || read_hello(&hello_read))
         .await
@@ -77,16 +100,15 @@ pub async fn spawn_gated(mut command: Command) -> io::Result<GatedChild> {
     match hello {
         Some(pid) => Ok(GatedChild {
             pid,
-            gate: gate_write,
-            spawning,
+            gate: Some(gate_write),
+            spawning: Some(spawning),
+            is_released,
         }),
         None => {
             // The child never reached the gate: the spawn failed and says why.
-            let spawned = spawning.await.map_err(join_error)?;
-            match spawned {
+            drop(gate_write);
+            match spawning.await.map_err(join_error)? {
                 Ok(mut child) => {
-                    // Unreachable in practice (a child that execs has passed the gate); make
-                    // sure it does not run unrecorded.
                     let _ = child.kill();
                     let _ = child.wait();
                     Err(io::Error::other(
@@ -107,22 +129,24 @@ impl GatedChild {
 
     /// Opens the gate: the child execs its program. Returns the child once it has exec'd, or
     /// the exec error (a missing program, say).
-    pub async fn release(self) -> io::Result<Child> {
-        let written = write(&self.gate, &[1]).map_err(io::Error::from);
-        drop(self.gate);
-        let spawned = self.spawning.await.map_err(join_error)?;
+    pub async fn release(mut self) -> io::Result<Child> {
+        let (Some(gate), Some(spawning)) = (self.gate.take(), self.spawning.take()) else {
+            unreachable!("only release takes the gate and the spawn, and it consumes the guard")
+        };
+        self.is_released.store(true, Ordering::SeqCst);
+        let written = write(&gate, &[1]).map_err(io::Error::from);
+        drop(gate);
+        let spawned = spawning.await.map_err(join_error)?;
         written?;
         spawned
     }
+}
 
-    /// Closes the gate without opening it: the child exits without running its program.
-    pub async fn abort(self) {
-        drop(self.gate);
-        // std reaps a child whose pre_exec hook failed before it returns the error.
-        if let Ok(Ok(mut child)) = self.spawning.await {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+impl Drop for GatedChild {
+    /// Aborts a child that was not released: closing the gate makes its hook fail, so it
+    /// exits without running its program, and the spawning thread's `spawn` reaps it.
+    fn drop(&mut self) {
+        drop(self.gate.take());
     }
 }
 
@@ -178,44 +202,31 @@ fn join_error(error: tokio::task::JoinError) -> io::Error {
     io::Error::other(format!("a blocking task failed: {error}"))
 }
 
-/// A step's process group, named by its leader's pid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A step's process group, named by its leader.
+#[derive(Debug, Clone)]
 pub struct ProcessGroup {
-    pgid: i32,
+    pid: u32,
+    /// The leader's identity, which the core's ownership check needs, or why it could not be
+    /// read.
+    leader: Result<ProcessIdentity, String>,
 }
 
 impl ProcessGroup {
-    /// The group whose leader is `pid` (a gated child is its own group's leader).
+    /// The group whose leader is `pid` (a gated child is its own group's leader). Call it
+    /// before the leader is reaped: its identity is read now, while its pid still names it.
     pub fn led_by(pid: u32) -> ProcessGroup {
-        ProcessGroup {
-            pgid: i32::try_from(pid).expect("Linux pids fit in an i32"),
-        }
+        let leader = match platform::identity_of(pid) {
+            Ok(Some(identity)) => Ok(identity),
+            Ok(None) => Err(format!("process {pid} was gone before its group was named")),
+            Err(error) => Err(format!(
+                "cannot read the identity of process {pid}: {error}"
+            )),
+        };
+        ProcessGroup { pid, leader }
     }
 
-    pub fn id(self) -> u32 {
-        self.pgid.unsigned_abs()
-    }
-
-    /// Sends `signal` to every member; `false` when the group has no member left.
-    pub fn signal(self, signal: Signal) -> bool {
-        !matches!(killpg(Pid::from_raw(self.pgid), signal), Err(Errno::ESRCH))
-    }
-
-    /// Reaps the members that became our children (orphans handed to this process as a child
-    /// subreaper), then tells whether any member is left.
-    ///
-    /// Call it only once the leader has been reaped: `waitpid(-pgid)` would otherwise reap the
-    /// leader under the nose of whoever waits for its exit status.
-    pub fn is_empty_after_reaping(self) -> bool {
-        loop {
-            match waitpid(Pid::from_raw(-self.pgid), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(_) => continue,
-                Err(Errno::EINTR) => continue,
-                Err(_) => break,
-            }
-        }
-        matches!(killpg(Pid::from_raw(self.pgid), None), Err(Errno::ESRCH))
+    pub fn id(&self) -> u32 {
+        self.pid
     }
 }
 
@@ -275,25 +286,29 @@ impl Leader {
 pub struct Ended {
     /// SIGKILL was needed: something outlived the grace period after SIGTERM.
     pub was_killed: bool,
-    /// Members were still there after SIGKILL and [`KILL_VERIFY_TIMEOUT`].
+    /// Members were still there after SIGKILL and [`KILL_VERIFY_TIMEOUT`] (or the group could
+    /// not be looked at, so it was not verified empty).
     pub has_survivors: bool,
 }
 
-/// Ends a group: SIGTERM to every member, `grace` for the leader and then the whole group to
-/// go, SIGKILL to whatever is left, and a check that nothing is.
+/// Ends a group: SIGTERM to every member, `grace` for the group to empty, SIGKILL to whatever
+/// is left, and a check that nothing is; then collects the leader's exit status.
 pub async fn terminate(group: ProcessGroup, leader: &mut Leader, grace: Duration) -> Ended {
-    group.signal(Signal::SIGTERM);
-    if wait_until_empty(group, leader, Instant::now() + grace).await {
-        return Ended {
+    let end = end_group(&group, grace).await;
+    collect_leader(leader, end).await;
+    match end {
+        Some(GroupEnd::NotOurs | GroupEnd::AlreadyEmpty | GroupEnd::Terminated) => Ended {
             was_killed: false,
             has_survivors: false,
-        };
-    }
-    group.signal(Signal::SIGKILL);
-    let is_empty = wait_until_empty(group, leader, Instant::now() + KILL_VERIFY_TIMEOUT).await;
-    Ended {
-        was_killed: true,
-        has_survivors: !is_empty,
+        },
+        Some(GroupEnd::Killed) => Ended {
+            was_killed: true,
+            has_survivors: false,
+        },
+        Some(GroupEnd::Survived) | None => Ended {
+            was_killed: true,
+            has_survivors: true,
+        },
     }
 }
 
@@ -304,32 +319,81 @@ pub async fn end_leftovers(
     leader: &mut Leader,
     grace: Duration,
 ) -> Option<Ended> {
-    if leader.status().is_some() && group.is_empty_after_reaping() {
-        return None;
+    let end = end_group(&group, grace).await;
+    collect_leader(leader, end).await;
+    match end {
+        // The leader's pid is held by another process only once our group has emptied.
+        Some(GroupEnd::NotOurs | GroupEnd::AlreadyEmpty) => None,
+        Some(GroupEnd::Terminated) => Some(Ended {
+            was_killed: false,
+            has_survivors: false,
+        }),
+        Some(GroupEnd::Killed) => Some(Ended {
+            was_killed: true,
+            has_survivors: false,
+        }),
+        Some(GroupEnd::Survived) | None => Some(Ended {
+            was_killed: true,
+            has_survivors: true,
+        }),
     }
-    Some(terminate(group, leader, grace).await)
 }
 
-/// Waits for the leader to exit and the group to empty, until `deadline`.
-async fn wait_until_empty(group: ProcessGroup, leader: &mut Leader, deadline: Instant) -> bool {
-    if !leader.exited_by(deadline).await {
-        return false;
-    }
-    loop {
-        if group.is_empty_after_reaping() {
-            return true;
+/// Runs the core's [`core::end`] on a blocking thread, reaping the zombie members this
+/// runner inherited as their subreaper (never the leader: [`Leader`] waits for it). `None`
+/// when the group could not be ended or looked at; runner.log says why.
+async fn end_group(group: &ProcessGroup, grace: Duration) -> Option<GroupEnd> {
+    let leader = match &group.leader {
+        Ok(leader) => leader.clone(),
+        Err(why) => {
+            super::log(&format!(
+                "cannot end process group {}: {why}; it is reported with survivors",
+                group.pid
+            ));
+            return None;
         }
-        if Instant::now() >= deadline {
-            return false;
+    };
+    let ended =
+        tokio::task::spawn_blocking(move || core::end(&leader, grace, Reaping::ZombieMembers))
+            .await;
+    match ended {
+        Ok(Ok(end)) => Some(end),
+        Ok(Err(error)) => {
+            super::log(&format!(
+                "ending process group {} failed: {error}; it is reported with survivors",
+                group.pid
+            ));
+            None
         }
-        tokio::time::sleep(GROUP_POLL_INTERVAL).await;
+        Err(error) => {
+            super::log(&format!(
+                "ending process group {} failed: {}",
+                group.pid,
+                join_error(error)
+            ));
+            None
+        }
     }
+}
+
+/// Collects the leader's exit status once the core saw no live member: the leader has exited
+/// then, and its waiter returns at once. A group with survivors is not waited for again.
+async fn collect_leader(leader: &mut Leader, end: Option<GroupEnd>) {
+    let is_leader_gone = matches!(
+        end,
+        Some(GroupEnd::AlreadyEmpty | GroupEnd::Terminated | GroupEnd::Killed | GroupEnd::NotOurs)
+    );
+    let deadline = if is_leader_gone {
+        Instant::now() + KILL_VERIFY_TIMEOUT
+    } else {
+        Instant::now()
+    };
+    leader.exited_by(deadline).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::liveness;
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
@@ -338,17 +402,21 @@ mod tests {
             .expect("a runtime builds")
     }
 
+    fn touch_command(marker: &std::path::Path) -> Command {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("touch '{}'", marker.display()));
+        command
+    }
+
     #[test]
     fn a_gated_child_runs_only_once_released() {
         runtime().block_on(async {
             let dir = tempfile::tempdir().expect("temp dir");
             let marker = dir.path().join("ran");
-            let mut command = Command::new("sh");
-            command
-                .arg("-c")
-                .arg(format!("touch '{}'", marker.display()));
-            let gated = spawn_gated(command).await.expect("spawn");
-            let identity = liveness::identity_of(gated.pid())
+            let gated = spawn_gated(touch_command(&marker)).await.expect("spawn");
+            let identity = platform::identity_of(gated.pid())
                 .expect("read /proc")
                 .expect("the gated child exists");
             assert_eq!(identity.pid, gated.pid());
@@ -360,24 +428,31 @@ mod tests {
         });
     }
 
+    /// The guard: a gated child dropped without `release` (an early return, a `?`) never runs
+    /// its program and is reaped.
     #[test]
-    fn an_aborted_child_never_runs() {
+    fn a_dropped_gated_child_never_runs_and_is_reaped() {
         runtime().block_on(async {
             let dir = tempfile::tempdir().expect("temp dir");
             let marker = dir.path().join("ran");
-            let mut command = Command::new("sh");
-            command
-                .arg("-c")
-                .arg(format!("touch '{}'", marker.display()));
-            let gated = spawn_gated(command).await.expect("spawn");
+            let gated = spawn_gated(touch_command(&marker)).await.expect("spawn");
             let pid = gated.pid();
-            gated.abort().await;
-            assert!(!marker.exists());
-            assert_eq!(
-                liveness::identity_of(pid).expect("read /proc"),
-                None,
-                "the aborted child is reaped"
+            assert!(
+                platform::process(pid).expect("read").is_some(),
+                "held at the gate"
             );
+            drop(gated);
+            // Bounded wait for the spawning thread to reap it.
+            let mut is_reaped = false;
+            for _ in 0..500 {
+                if platform::process(pid).expect("read").is_none() {
+                    is_reaped = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(is_reaped, "the aborted child is reaped");
+            assert!(!marker.exists(), "the aborted child never ran its program");
         });
     }
 
@@ -392,19 +467,42 @@ mod tests {
     }
 
     #[test]
-    fn terminate_ends_grandchildren_too() {
+    fn terminate_ends_grandchildren_too_and_keeps_the_leaders_status() {
         runtime().block_on(async {
-            let _ = nix::sys::prctl::set_child_subreaper(true);
+            let _ = platform::become_child_subreaper();
             let mut command = Command::new("sh");
             command.arg("-c").arg("sleep 100 & sleep 100 & wait");
             let gated = spawn_gated(command).await.expect("spawn");
             let group = ProcessGroup::led_by(gated.pid());
             let child = gated.release().await.expect("release");
+            let leader_identity = platform::identity_of(child.id())
+                .expect("read")
+                .expect("the leader is alive");
             let mut leader = Leader::wait_for(child);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let ended = terminate(group, &mut leader, Duration::from_secs(3)).await;
-            assert!(!ended.has_survivors);
-            assert!(group.is_empty_after_reaping());
+            // Bounded wait for the shell's two sleeps.
+            for _ in 0..500 {
+                let members = platform::group_members(group.id()).expect("members");
+                if members.iter().filter(|member| member.is_alive()).count() >= 3 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let ended = terminate(group, &mut leader, Duration::from_secs(30)).await;
+            assert_eq!(
+                ended,
+                Ended {
+                    was_killed: false,
+                    has_survivors: false
+                }
+            );
+            assert!(core::is_empty(&leader_identity).expect("probe"));
+            let status = leader.status().cloned().expect("the leader was reaped");
+            let status = status.expect("its status was had");
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(15),
+                "SIGTERM ended the leader"
+            );
         });
     }
 }

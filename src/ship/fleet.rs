@@ -10,8 +10,11 @@ use postgres::Client;
 use serde_json::Value;
 
 use crate::event::{Record, RunId, UnixMs};
-use crate::journal::View;
-use crate::state::RunStatus;
+use crate::journal::{ResolveError, View};
+use crate::resolve;
+use crate::show::plural;
+use crate::state::{self as run_state, RunState, RunStatus};
+use crate::verify::{Problem, ProblemKind, Severity};
 
 use super::connect::Target;
 use super::rows::{self, RecordRow};
@@ -19,6 +22,12 @@ use super::{ShipError, schema};
 
 /// Records compared per page by [`compare`].
 const COMPARE_PAGE: usize = 1000;
+
+/// Runs read back per way of matching by [`Fleet::find_run`]: enough to name an ambiguity.
+const FIND_MATCHES_MAX: i64 = 20;
+
+/// Runs an ambiguity names.
+const AMBIGUITY_EXAMPLES_MAX: usize = 4;
 
 /// The fleet database, opened for reading.
 pub struct Fleet {
@@ -249,28 +258,115 @@ impl Fleet {
         rows.iter().map(|row| self.fleet_run(row)).collect()
     }
 
-    /// The runs `text` names across the fleet: a full id, a unique prefix of one (8 characters
-    /// or more), a run name or a tool-call id. More than one means the text is ambiguous.
-    pub fn find_runs(&mut self, text: &str) -> Result<Vec<FleetRun>, ShipError> {
+    /// The one run `text` names across the fleet, as a run of a local journal is named
+    /// ([`crate::resolve`], whose refusals it shares): a full id or a unique prefix of one (8
+    /// characters or more), or a run's name or tool-call id (per journal, the latest run of
+    /// that name, as locally). Different runs matching, in one journal or across the fleet,
+    /// are an ambiguity that names them.
+    pub fn find_run(&mut self, text: &str) -> Result<FleetRun, ShipError> {
+        resolve::check_text(text).map_err(ShipError::Resolve)?;
         // Checked against the id alphabet first, so it can hold no LIKE wildcard.
         let prefix = RunId::prefix_range(text)
             .ok()
             .map(|_| format!("{}%", text.to_ascii_uppercase()));
+        let mut found: Vec<(FleetRun, &str)> = Vec::new();
+        if let Some(prefix) = &prefix {
+            let rows = self
+                .client
+                .query(
+                    &format!(
+                        "SELECT {RUN_COLUMNS}
+                         FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
+                         WHERE r.run_id LIKE $1
+                         ORDER BY r.created_at_ms DESC, r.journal_id
+                         LIMIT $2"
+                    ),
+                    &[prefix, &FIND_MATCHES_MAX],
+                )
+                .map_err(self.server())?;
+            for row in &rows {
+                found.push((self.fleet_run(row)?, "by id prefix"));
+            }
+        }
         let rows = self
             .client
             .query(
                 &format!(
-                    "SELECT {RUN_COLUMNS}
+                    "SELECT DISTINCT ON (r.journal_id) {RUN_COLUMNS}
                      FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
-                     WHERE ($1::text IS NOT NULL AND r.run_id LIKE $1)
-                        OR r.name = $2 OR r.status ->> 'toolCallId' = $2
-                     ORDER BY r.created_at_ms DESC, r.journal_id
-                     LIMIT 20"
+                     WHERE r.name = $1 OR r.status ->> 'toolCallId' = $1
+                     ORDER BY r.journal_id, r.created_at_ms DESC, r.run_id DESC
+                     LIMIT $2"
                 ),
-                &[&prefix, &text],
+                &[&text, &FIND_MATCHES_MAX],
             )
             .map_err(self.server())?;
-        rows.iter().map(|row| self.fleet_run(row)).collect()
+        for row in &rows {
+            found.push((self.fleet_run(row)?, "by name or tool-call id"));
+        }
+        let mut runs: Vec<&(FleetRun, &str)> = Vec::new();
+        for candidate in &found {
+            let is_known = runs.iter().any(|(run, _)| {
+                run.journal_id == candidate.0.journal_id && run.run_id == candidate.0.run_id
+            });
+            if !is_known {
+                runs.push(candidate);
+            }
+        }
+        let text_owned = text.to_string();
+        match runs.as_slice() {
+            [] => Err(ShipError::Resolve(ResolveError::Unknown {
+                text: text_owned,
+            })),
+            [(run, _)] => Ok(run.clone()),
+            many => {
+                let named = |(run, how): &&(FleetRun, &str)| {
+                    format!("run {} on {} {how}", run.run_id, run.host_name)
+                };
+                let examples = many
+                    .iter()
+                    .take(AMBIGUITY_EXAMPLES_MAX)
+                    .map(named)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let is_all_by_prefix = many.iter().all(|(_, how)| *how == "by id prefix");
+                Err(ShipError::Resolve(if is_all_by_prefix {
+                    ResolveError::Ambiguous {
+                        text: text_owned,
+                        count: many.len(),
+                        examples,
+                    }
+                } else {
+                    ResolveError::AmbiguousKinds {
+                        text: text_owned,
+                        matches: examples,
+                    }
+                }))
+            }
+        }
+    }
+
+    /// A run of the fleet as its shipped records fold (they are the truth here too, as a
+    /// local journal's records are), with the records in seq order.
+    pub fn run_state(&mut self, run: &FleetRun) -> Result<(RunState, Vec<Record>), ShipError> {
+        let records: Vec<Record> = self
+            .run_records(&run.journal_id, run.run_id)?
+            .into_iter()
+            .map(|(_, record)| record)
+            .collect();
+        let state = run_state::replay(&records)
+            .map_err(|error| ShipError::BadData {
+                target: self.target.clone(),
+                reason: format!(
+                    "the shipped records of run {} do not fold: {error}",
+                    run.run_id
+                ),
+            })?
+            .ok_or_else(|| ShipError::BadData {
+                target: self.target.clone(),
+                reason: format!("run {} has no shipped records", run.run_id),
+            })?;
+        Ok((state, records))
     }
 
     fn fleet_run(&self, row: &postgres::Row) -> Result<FleetRun, ShipError> {
@@ -479,6 +575,72 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// Each difference as a problem of `inspect verify` (kind `shipped`, inconsistent): the
+    /// server knowing nothing of the journal first, then each record, by global seq.
+    pub fn problems(&self, journal_id: &str) -> Vec<Problem> {
+        let problem = |message: String, run: Option<RunId>, seq: Option<u64>, changes| Problem {
+            severity: Severity::Inconsistent,
+            kind: ProblemKind::Shipped,
+            run,
+            seq,
+            file: None,
+            message,
+            changes,
+        };
+        let mut problems = Vec::new();
+        if !self.is_registered && self.local_head > 0 {
+            problems.push(problem(
+                format!(
+                    "the server holds nothing of journal {journal_id} ({} not shipped)",
+                    plural(self.not_yet_shipped, "record")
+                ),
+                None,
+                None,
+                Vec::new(),
+            ));
+        }
+        let mut by_record: Vec<(u64, Problem)> = Vec::new();
+        for (global, run, seq) in &self.missing {
+            by_record.push((
+                *global,
+                problem(
+                    format!("run {run} seq {seq} (global seq {global}) is missing on the server"),
+                    Some(*run),
+                    Some(*seq),
+                    Vec::new(),
+                ),
+            ));
+        }
+        for (global, run, seq, changes) in &self.different {
+            by_record.push((
+                *global,
+                problem(
+                    format!("run {run} seq {seq} (global seq {global}) differs on the server"),
+                    Some(*run),
+                    Some(*seq),
+                    changes.clone(),
+                ),
+            ));
+        }
+        for row in &self.extra {
+            by_record.push((
+                u64::try_from(row.global_seq).unwrap_or_default(),
+                problem(
+                    format!(
+                        "run {} seq {} ({}) is on the server at global seq {} but not in the journal as shipped",
+                        row.run_id, row.seq, row.event_type, row.global_seq
+                    ),
+                    row.run_id.parse().ok(),
+                    u64::try_from(row.seq).ok(),
+                    Vec::new(),
+                ),
+            ));
+        }
+        by_record.sort_by_key(|(global, _)| *global);
+        problems.extend(by_record.into_iter().map(|(_, problem)| problem));
+        problems
+    }
+
     pub fn has_differences(&self) -> bool {
         !self.missing.is_empty()
             || !self.extra.is_empty()

@@ -25,8 +25,7 @@ pub mod state;
 
 use std::path::PathBuf;
 
-use crate::event::UnixMs;
-use crate::journal::{OpenError, ReadError};
+use crate::journal::{OpenError, ReadError, ResolveError};
 
 pub use connect::Target;
 pub use fleet::Fleet;
@@ -69,6 +68,10 @@ pub enum ShipError {
     /// decode): someone wrote the tables behind the shipper's back.
     #[error("PostgreSQL at {target}: {reason}")]
     BadData { target: String, reason: String },
+    /// No run of the fleet, or more than one, is named so (or the text names none anywhere):
+    /// the same refusals as naming a run of a local journal.
+    #[error(transparent)]
+    Resolve(ResolveError),
     /// The local journal could not be opened.
     #[error("opening the journal: {0}")]
     Open(#[from] OpenError),
@@ -90,7 +93,11 @@ pub enum ShipError {
 impl ShipError {
     /// Whether the error is in what the caller asked for (exit 2), not in the server or disk.
     pub fn is_usage(&self) -> bool {
-        matches!(self, ShipError::Url { .. })
+        match self {
+            ShipError::Url { .. } => true,
+            ShipError::Resolve(error) => !matches!(error, ResolveError::Read(_)),
+            _ => false,
+        }
     }
 
     /// The SQLSTATE code of a server error, when the server sent one.
@@ -128,40 +135,6 @@ fn server_error_text(error: &postgres::Error) -> String {
     }
 }
 
-/// Unix milliseconds as `YYYY-MM-DD HH:MM:SSZ` (UTC), as the status lines show times.
-pub fn utc_text(ms: UnixMs) -> String {
-    let seconds = ms / 1000;
-    let days = seconds / 86_400;
-    let of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    (year, month, day)
-}
-
 /// The journal id as the server stores it: 32 lowercase hex digits.
 pub fn journal_id_text(id: &[u8; 16]) -> String {
     id.iter().map(|byte| format!("{byte:02x}")).collect()
@@ -170,16 +143,6 @@ pub fn journal_id_text(id: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_text_matches_known_dates() {
-        assert_eq!(utc_text(0), "1970-01-01 00:00:00Z");
-        // 2000-02-29 12:34:56 UTC, a leap day.
-        assert_eq!(utc_text(951_827_696_000), "2000-02-29 12:34:56Z");
-        // 2026-11-30 03:42:25.718 UTC, from the README's demo.
-        assert_eq!(utc_text(1_796_010_145_718), "2026-11-30 03:42:25Z");
-        assert_eq!(utc_text(4_102_444_800_000), "2100-01-01 00:00:00Z");
-    }
 
     #[test]
     fn journal_ids_print_as_32_hex_digits() {

@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::durable_fs;
+use crate::duration::format_time_s;
 use crate::event::{ProcessIdentity, UnixMs};
 use crate::home::Home;
 use crate::journal::{ReadError, View};
 use crate::liveness::{self, Liveness};
 
-use super::{ShipError, utc_text};
+use super::ShipError;
 
 /// Where the state file lives.
 pub fn state_path(home: &Home) -> PathBuf {
@@ -57,8 +58,10 @@ pub fn read(home: &Home) -> Option<ShipState> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// How far behind shipping is, when it is worth a line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How far behind shipping is, when it is worth a line (as JSON: `recordsBehind`, `sinceMs`,
+/// `reason`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Lag {
     pub records_behind: u64,
     /// Since when: the first failure, or (no shipper running) the oldest unshipped record.
@@ -80,7 +83,7 @@ impl Lag {
             "{} record{} behind since {}: {}",
             self.records_behind,
             if self.records_behind == 1 { "" } else { "s" },
-            utc_text(self.since_ms),
+            format_time_s(self.since_ms),
             self.reason
         )
     }

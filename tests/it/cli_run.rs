@@ -409,3 +409,54 @@ fn status_list_logs_and_dismiss_show_a_finished_run() {
         state.dismissed_at_ms.is_some()
     });
 }
+
+#[test]
+fn every_command_names_a_run_by_its_name_or_tool_call_id() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--wait",
+            "--json",
+            "--name",
+            "nightly",
+            "--tool-call-id",
+            "call-7",
+            "--",
+            "echo",
+            "named",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output).to_string();
+    for text in ["nightly", "call-7"] {
+        home.cmd()
+            .args(["status", text])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(format!(
+                "{run}\nname       nightly"
+            )));
+        home.cmd()
+            .args(["logs", text])
+            .assert()
+            .success()
+            .stdout("named\n");
+        home.cmd()
+            .args(["wait", text])
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains(&run));
+    }
+    // The name of no run: exit 2, saying what was tried.
+    home.cmd()
+        .args(["status", "weekly"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no run matches \"weekly\""))
+        .stderr(predicate::str::contains("name or tool-call id"));
+}

@@ -24,8 +24,9 @@ use rand::{RngExt, SeedableRng};
 use runjournal::event::{Event, JobState, ProcessIdentity, Repairer};
 use runjournal::journal::name_alias;
 use runjournal::liveness::{self, Liveness};
+use runjournal::process_group;
 use runjournal::projection::{self, Problem};
-use runjournal::reconcile::{self, orphans};
+use runjournal::reconcile;
 use runjournal::state::StepStatus;
 use runjournal::store::StoreOptions;
 use runjournal::{Home, Journal, RunId, RunState, Store};
@@ -582,7 +583,7 @@ impl Iteration {
                     process.pid
                 );
                 assert!(
-                    orphans::is_empty(process).expect("look at the process group"),
+                    process_group::is_empty(process).expect("look at the process group"),
                     "seed {}: run {run} ({}): step {step}'s process group {} still has members",
                     self.seed,
                     state.status,

@@ -1,23 +1,36 @@
 //! The launcher's handshake through the journal when the runner does not take the run: the
 //! run ends failed with a not-started process terminal, the runner process is gone, and a
-//! runner that comes late is refused.
+//! runner that comes late is refused. And a host that follows its launch through the library
+//! records what the CLI records: the runner's exit, as its parent.
 
 use std::time::Duration;
 
-use runjournal::event::{Observer, Proof, Repairer, StepAction};
-use runjournal::launch::{self, RunnerProgram, RunnerStart};
+use runjournal::event::{Event, Observer, ProcessExit, Proof, Repairer, StepAction};
+use runjournal::launch::{self, Followed, RunnerExitSeen, RunnerProgram, RunnerStart};
 use runjournal::spec::{RunDraft, RunRequest, named_step};
 use runjournal::{Home, RunStatus, Store};
 
 fn request() -> RunRequest {
+    request_of("true")
+}
+
+fn request_of(script: &str) -> RunRequest {
     RunDraft {
         steps: vec![named_step(StepAction::Shell {
-            script: "true".to_string(),
+            script: script.to_string(),
         })],
         ..RunDraft::default()
     }
     .finish()
     .expect("a valid run")
+}
+
+/// The real runner: `runjournal __runner RUN --home HOME`.
+fn real_runner() -> RunnerProgram {
+    RunnerProgram {
+        program: env!("CARGO_BIN_EXE_runjournal").into(),
+        leading_args: vec!["__runner".into()],
+    }
 }
 
 fn open(dir: &tempfile::TempDir) -> Store {
@@ -103,4 +116,122 @@ fn a_runner_that_never_takes_the_run_is_given_up_then_killed_and_refused_later()
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot be taken by a runner"), "{stderr}");
     assert_eq!(count(), before);
+}
+
+#[test]
+fn a_host_following_its_launch_records_the_runner_exit_as_its_parent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let mut launched = launch::launch(
+        &store,
+        request_of("echo hi"),
+        &real_runner(),
+        launch::RUNNER_START_TIMEOUT,
+    )
+    .expect("launched");
+    assert!(
+        matches!(launched.start, RunnerStart::Started { .. }),
+        "{:?}",
+        launched.start
+    );
+    let mut seen = Vec::new();
+    let followed = launch::follow_launched(&store, &mut launched, |record| {
+        seen.push(record.seq);
+    })
+    .expect("followed");
+    let Followed::Ended { state, runner } = followed else {
+        panic!("the run ends: {followed:?}");
+    };
+    assert_eq!(state.status, RunStatus::Complete);
+    let RunnerExitSeen::Recorded(exit) = runner else {
+        panic!("the runner's exit is recorded: {runner:?}");
+    };
+    assert_eq!(
+        exit,
+        ProcessExit {
+            code: Some(0),
+            signal: None
+        }
+    );
+    assert!(launched.runner.is_none(), "the runner was reaped");
+    // Every record up to the Terminal was handed over once, in order.
+    assert_eq!(seen, (1..=state.head_seq).collect::<Vec<_>>());
+    let now = store
+        .journal()
+        .view()
+        .and_then(|view| view.snapshot(launched.run))
+        .expect("read")
+        .expect("the run exists");
+    assert!(now.is_closed());
+    let observed = now.process_terminal.expect("the runner's exit is recorded");
+    assert_eq!(observed.observer, Observer::RunnerParent);
+    assert_eq!(observed.proof, Proof::Observed);
+    assert_eq!(observed.exit, Some(exit));
+}
+
+#[test]
+fn a_runner_killed_under_a_following_host_is_recorded_by_it_and_the_run_reconciled() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    let mut launched = launch::launch(
+        &store,
+        request_of("exec sleep 100"),
+        &real_runner(),
+        launch::RUNNER_START_TIMEOUT,
+    )
+    .expect("launched");
+    let RunnerStart::Started { pid, .. } = launched.start.clone() else {
+        panic!("the runner started: {:?}", launched.start);
+    };
+    let followed = launch::follow_launched(&store, &mut launched, |record| {
+        // Once its step runs, the runner dies without recording an outcome.
+        if matches!(record.event, Event::StepRunning { .. }) {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill");
+        }
+    })
+    .expect("followed");
+    let Followed::RunnerDied {
+        exit, reconciled, ..
+    } = followed
+    else {
+        panic!("the runner died: {followed:?}");
+    };
+    assert_eq!(
+        exit,
+        ProcessExit {
+            code: None,
+            signal: Some(9)
+        }
+    );
+    let report = reconciled.expect("the reconcile pass ran");
+    assert!(
+        report
+            .outcomes
+            .iter()
+            .any(|outcome| outcome.run == launched.run && outcome.row == "stale"),
+        "{report:?}"
+    );
+    let state = store
+        .journal()
+        .view()
+        .and_then(|view| view.snapshot(launched.run))
+        .expect("read")
+        .expect("the run exists");
+    assert_eq!(state.status, RunStatus::Failed);
+    assert!(state.is_closed());
+    let step = state.steps[0].process.as_ref().expect("the step's process");
+    assert_ne!(
+        runjournal::liveness::check(step).expect("looked at"),
+        runjournal::liveness::Liveness::Alive,
+        "the step the dead runner left is ended"
+    );
+    let observed = state.process_terminal.expect("observed");
+    assert_eq!(observed.observer, Observer::RunnerParent);
+    assert_eq!(observed.exit, Some(exit));
+    let error = state
+        .terminal
+        .and_then(|terminal| terminal.error)
+        .expect("a reason");
+    assert!(error.contains("killed by signal 9 (SIGKILL)"), "{error}");
 }

@@ -58,10 +58,10 @@ fn inspect_runs_filters_by_state_time_and_count() {
     let running = &objects[0];
     assert_eq!(running["state"], "running");
     assert_eq!(running["closed"], false);
-    assert_eq!(running["steps_done"], 0);
-    assert_eq!(running["steps_total"], 2);
-    assert_eq!(running["runner_pid"], 300);
-    assert_eq!(running["runner_alive"], "dead (other boot)");
+    assert_eq!(running["stepsDone"], 0);
+    assert_eq!(running["stepsTotal"], 2);
+    assert_eq!(running["runnerPid"], 300);
+    assert_eq!(running["runnerAlive"], "dead (other boot)");
     assert_eq!(objects[3]["runs"], 3);
     assert!(!ran.stdout.contains('\x1b'), "no colour under --json");
 }
@@ -132,7 +132,7 @@ fn inspect_events_is_a_resumable_cursor_in_commit_order() {
     assert_eq!(events.len(), 20);
     let globals: Vec<u64> = events
         .iter()
-        .map(|event| event["global_seq"].as_u64().expect("a global seq"))
+        .map(|event| event["globalSeq"].as_u64().expect("a global seq"))
         .collect();
     assert_eq!(globals, (1..=20).collect::<Vec<_>>());
 
@@ -161,7 +161,7 @@ fn inspect_events_is_a_resumable_cursor_in_commit_order() {
         ))
         .stdout,
     );
-    assert_eq!(rest[0]["global_seq"], 6);
+    assert_eq!(rest[0]["globalSeq"], 6);
     assert_eq!(rest.len() - 1, 15);
 
     // One run's records only.
@@ -195,13 +195,13 @@ fn inspect_stats_counts_runs_by_state_and_shows_the_reserve() {
     let stats = &objects[0];
     assert_eq!(stats["type"], "stats");
     assert_eq!(stats["runs"], 3);
-    assert_eq!(stats["runs_by_state"]["failed"], 1);
-    assert_eq!(stats["runs_by_state"]["running"], 1);
-    assert_eq!(stats["active_runs"], 1);
+    assert_eq!(stats["runsByState"]["failed"], 1);
+    assert_eq!(stats["runsByState"]["running"], 1);
+    assert_eq!(stats["activeRuns"], 1);
     assert_eq!(stats["records"], 20);
-    assert_eq!(stats["format_version"], 1);
-    assert_eq!(stats["has_reserve"], true);
-    assert_eq!(stats["blocked_since_ms"], serde_json::Value::Null);
+    assert_eq!(stats["formatVersion"], 1);
+    assert_eq!(stats["hasReserve"], true);
+    assert_eq!(stats["blockedSinceMs"], serde_json::Value::Null);
 }
 
 #[test]
@@ -355,7 +355,7 @@ fn replay_json_lists_each_file_written() {
             .iter()
             .all(|o| o["type"] != "file" || o["action"] == "written")
     );
-    assert_eq!(objects.last().expect("summary")["files_changed"], 3);
+    assert_eq!(objects.last().expect("summary")["filesChanged"], 3);
 }
 
 #[test]

@@ -244,7 +244,7 @@ fn inspecting_while_a_writer_appends() {
     assert!(json_lines(&ran.stdout).len() >= 3);
 
     // --follow waits for commits made after it started, and prints them as they come.
-    let head = json_lines(&at_home(&["inspect", "stats", "--json"]).stdout)[0]["global_head"]
+    let head = json_lines(&at_home(&["inspect", "stats", "--json"]).stdout)[0]["globalHead"]
         .as_u64()
         .expect("a global head");
     let ran = at_home(&[
@@ -262,7 +262,7 @@ fn inspecting_while_a_writer_appends() {
     assert_eq!(events.len(), 13);
     let globals: Vec<u64> = events[..12]
         .iter()
-        .map(|event| event["global_seq"].as_u64().expect("global seq"))
+        .map(|event| event["globalSeq"].as_u64().expect("global seq"))
         .collect();
     assert_eq!(globals, (head + 1..=head + 12).collect::<Vec<_>>());
 

@@ -80,7 +80,7 @@ fn an_edited_status_json_is_reported_with_the_fields_that_differ_and_replay_repa
     let objects = json_lines(&run(tool_at(&fixture, &["inspect", "verify", "--json"])).stdout);
     let problems: Vec<_> = objects.iter().filter(|o| o["type"] == "problem").collect();
     assert_eq!(problems.len(), 2, "{objects:?}");
-    assert_eq!(problems[0]["file_kind"], "events");
+    assert_eq!(problems[0]["fileKind"], "events");
     assert_eq!(problems[1]["kind"], "projection");
     assert_eq!(problems[1]["run"], fixture.complete.to_string());
 

@@ -8,13 +8,13 @@ use runjournal::Home;
 use runjournal::control::{self, ControlError, DismissOutcome, StopOutcome};
 use runjournal::event::{ExternalJobStatus, JobState, MAX_TEXT_BYTES};
 
-use crate::{CliResult, Failure, bad_input, check_run_text, open_store, resolve};
+use crate::{CliResult, Failure, bad_input, check_run_text, open_store, print_line, resolve};
 
 #[derive(Subcommand)]
 pub enum JobCommand {
     /// Push an external job's status straight into the journal (the step must be running).
     Update {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// The external-job step's number (from 0).
         step: String,
@@ -61,10 +61,12 @@ pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
             } else {
                 "the runner will see it when it next looks"
             };
-            println!("run {run}: stop requested{again}; {how}");
+            print_line(&format!("run {run}: stop requested{again}; {how}"))?;
         }
         StopOutcome::AlreadyEnded { state } => {
-            println!("run {run} has already ended ({state}); nothing to stop");
+            print_line(&format!(
+                "run {run} has already ended ({state}); nothing to stop"
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -76,8 +78,10 @@ pub fn dismiss(home: Home, text: &str) -> CliResult {
     let store = open_store(home)?;
     let run = resolve(&store, text)?;
     match control::dismiss(&store, run).map_err(control_failure)? {
-        DismissOutcome::Dismissed => println!("run {run} dismissed"),
-        DismissOutcome::AlreadyDismissed => println!("run {run} was already dismissed"),
+        DismissOutcome::Dismissed => print_line(&format!("run {run} dismissed"))?,
+        DismissOutcome::AlreadyDismissed => {
+            print_line(&format!("run {run} was already dismissed"))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -127,11 +131,11 @@ pub fn job(home: Home, command: JobCommand) -> CliResult {
             let run = resolve(&store, &run)?;
             let appended =
                 control::push_job_update(&store, run, step, status).map_err(control_failure)?;
-            println!(
+            print_line(&format!(
                 "run {run}: step {step} job {} (record {})",
                 state.as_str(),
                 appended.last_seq
-            );
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
     }

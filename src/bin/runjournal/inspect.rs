@@ -1,19 +1,21 @@
 //! Looking at runs: `status`, `list`, `wait`, `logs`.
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use runjournal::launch::{self, FollowEnd};
+use runjournal::launch::{self, WaitEnd};
 use runjournal::projection::documents;
+use runjournal::show::{self, Cell, RunView};
 use runjournal::{Home, RunId, RunState, RunStatus, Store};
 
 use crate::launch::exit_code_of;
+use crate::reconcile::report_reconciled;
 use crate::{
-    CliResult, EXIT_WAIT_TIMEOUT, Failure, bad_input, check_run_text, open_store,
-    reconcile_before_reading, render, resolve,
+    CliResult, EXIT_WAIT_TIMEOUT, Failure, bad_input, check_run_text, note, open_store, print,
+    print_line, reconcile_before_reading, resolve,
 };
 
 /// How many recently ended runs `list` shows without `--all`.
@@ -38,29 +40,44 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     let run = resolve(&store, text)?;
     reconcile_before_reading(&store);
     let state = read_state(&store, run)?;
+    let home = store.home();
+    let shipping_lag = {
+        let view = store.journal().view().context("reading the journal")?;
+        show::shipping_lag(home, &view)
+    };
     if json {
-        let document = documents::status_doc(store.home(), &state);
+        let document = documents::status_doc(home, &state);
         let mut value = serde_json::to_value(&document).context("rendering the status")?;
         // An extra field, as readers of the status.json format ignore ones they do not know.
         if let Some(object) = value.as_object_mut() {
+            object.insert("journalCapacity".to_string(), capacity_json(home));
             object.insert(
-                "journalCapacity".to_string(),
-                render::capacity_json(store.home()),
+                "shipping".to_string(),
+                serde_json::to_value(&shipping_lag).context("rendering the status")?,
             );
-            let lag = render::ship_lag(&store);
-            object.insert("shipping".to_string(), render::ship_lag_json(lag.as_ref()));
         }
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
-        println!("{text}");
-    } else {
-        print!("{}", render::status_text(store.home(), &state));
-        if let Some(notice) = render::capacity_notice(store.home(), runjournal::event::now_ms()) {
-            println!("{notice}");
-        }
-        if let Some(lag) = render::ship_lag(&store) {
-            writeln!(std::io::stdout(), "{}", lag.line()).context("writing the status")?;
-        }
+        return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
+    let mut view = RunView::of(&state, show::look_at_runner(&state));
+    for (label, path) in [
+        ("status", home.status_path(run)),
+        ("result", home.result_path(run)),
+        ("output", home.run_dir(run)),
+    ] {
+        view.fields
+            .push((label.to_string(), Cell::plain(path.display().to_string())));
+    }
+    let mut text = view.lines(&show::no_colour).join("\n");
+    text.push('\n');
+    let notices = show::capacity_notice(home, runjournal::event::now_ms())
+        .into_iter()
+        .chain(shipping_lag.map(|lag| lag.line()));
+    for notice in notices {
+        text.push_str(&notice);
+        text.push('\n');
+    }
+    print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -101,28 +118,97 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
         }
         states.push(state);
     }
+    let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
+        .into_iter()
+        .chain(show::shipping_lag(store.home(), &view).map(|lag| lag.line()))
+        .collect();
     drop(view);
     // Newest first: ids sort by creation time.
     states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
     let now_ms = runjournal::event::now_ms();
-    let notice = render::capacity_notice(store.home(), now_ms);
-    let ship_lag = render::ship_lag(&store).map(|lag| lag.line());
     if json {
-        let rows: Vec<serde_json::Value> = states.iter().map(render::list_json).collect();
+        let rows: Vec<serde_json::Value> = states.iter().map(list_json).collect();
         let text = serde_json::to_string_pretty(&rows).context("rendering the list")?;
-        println!("{text}");
-        // The array stays the data; the notice goes beside it.
-        for notice in notice.iter().chain(&ship_lag) {
-            // The array on stdout is the data; a notice that cannot be written changes nothing.
-            let _ = writeln!(std::io::stderr(), "runjournal: {notice}");
+        print_line(&text)?;
+        // The array stays the data; the notices go beside it.
+        for notice in &notices {
+            note(notice);
         }
     } else {
-        for notice in notice.iter().chain(&ship_lag) {
-            writeln!(std::io::stdout(), "{notice}").context("writing the list")?;
+        let mut text = String::new();
+        for notice in &notices {
+            text.push_str(notice);
+            text.push('\n');
         }
-        print!("{}", render::list_table(&states, now_ms));
+        for line in show::table_lines(&list_rows(&states, now_ms), &show::no_colour) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        print(&text)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `list` without `--json`: a header, then a row per run.
+fn list_rows(states: &[RunState], now_ms: runjournal::event::UnixMs) -> Vec<Vec<Cell>> {
+    let mut rows = vec![show::header(&[
+        "RUN", "STATE", "MODE", "STEPS", "EXIT", "AGE", "NAME",
+    ])];
+    for state in states {
+        let exit = state.terminal.as_ref().map_or_else(
+            || "-".to_string(),
+            |terminal| terminal.exit_code.to_string(),
+        );
+        let name = state.spec.name.clone().unwrap_or_else(|| {
+            state
+                .spec
+                .steps
+                .first()
+                .map(|step| step.name.clone())
+                .unwrap_or_default()
+        });
+        rows.push(vec![
+            Cell::plain(state.run_id.to_string()),
+            Cell::plain(state.status.as_str()),
+            Cell::plain(state.spec.mode.as_str()),
+            Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),
+            Cell::plain(exit),
+            Cell::plain(show::age(now_ms, state.created_at_ms)),
+            Cell::plain(name),
+        ]);
+    }
+    rows
+}
+
+/// One run of `list --json`.
+fn list_json(state: &RunState) -> serde_json::Value {
+    serde_json::json!({
+        "runId": state.run_id.to_string(),
+        "name": state.spec.name,
+        "state": state.status.as_str(),
+        "mode": state.spec.mode.as_str(),
+        "steps": state.steps.len(),
+        "stepsDone": state.steps_done(),
+        "createdAt": state.created_at_ms,
+        "endedAt": state.ended_at_ms(),
+        "exitCode": state.terminal.as_ref().map(|terminal| terminal.exit_code),
+        "error": state.terminal.as_ref().and_then(|terminal| terminal.error.clone()),
+        "dismissed": state.dismissed_at_ms.is_some(),
+        "sessionId": state.session_id,
+        "toolCallId": state.tool_call_id,
+    })
+}
+
+/// The capacity state as JSON, for `status --json`.
+fn capacity_json(home: &Home) -> serde_json::Value {
+    match runjournal::capacity::read_status(home) {
+        Ok(status) => serde_json::json!({
+            "blockedSinceMs": status.blocked_since_ms(),
+            "blockedWriters": status.blocked.len(),
+            "hasReserve": status.has_reserve,
+        }),
+        Err(error) => serde_json::json!({ "error": error.to_string() }),
+    }
 }
 
 /// `runjournal wait RUN [--timeout DURATION]`.
@@ -132,30 +218,23 @@ pub fn wait(home: Home, text: &str, timeout: Option<Duration>) -> CliResult {
     let run = resolve(&store, text)?;
     reconcile_before_reading(&store);
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
-    let head = read_state(&store, run)?.head_seq;
-    let mut end =
-        launch::follow(&store, run, head, None, deadline, |_| {}).context("following the run")?;
-    if let FollowEnd::RunnerGone(_) = end {
-        // The runner died without recording an outcome: the reconciler records it.
-        reconcile_before_reading(&store);
-        let state = read_state(&store, run)?;
-        if state.is_terminal() {
-            end = FollowEnd::Terminal(state);
-        }
+    let waited = launch::wait_for_end(&store, run, deadline).context("following the run")?;
+    if let Some(reconciled) = &waited.reconciled {
+        report_reconciled(reconciled);
     }
-    match end {
-        FollowEnd::Terminal(state) => {
-            println!("{}", render::end_line(&state));
+    match waited.end {
+        WaitEnd::Ended(state) => {
+            print_line(&show::end_line(&state))?;
             Ok(exit_code_of(&state))
         }
-        FollowEnd::TimedOut(state) => {
-            eprintln!(
-                "runjournal: run {run} is still {} (wait timed out)",
+        WaitEnd::TimedOut(state) => {
+            note(&format!(
+                "run {run} is still {} (wait timed out)",
                 state.status
-            );
+            ));
             Ok(ExitCode::from(EXIT_WAIT_TIMEOUT))
         }
-        FollowEnd::RunnerGone(state) | FollowEnd::RunnerExited { state, .. } => {
+        WaitEnd::RunnerGone(state) => {
             let pid = state
                 .runner
                 .as_ref()
@@ -192,48 +271,53 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
     let mut last_shown: Option<usize> = None;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    loop {
-        // Read the state first: output written before it ended is then surely drained below.
-        let is_over = !follow || read_state(&store, run)?.is_terminal();
-        for (slot, &index) in steps.iter().enumerate() {
-            let path = store.home().output_log_path(run, index);
-            let chunk = read_from(&path, offsets[slot])
-                .with_context(|| format!("reading {}", path.display()))?;
-            if chunk.is_empty() {
-                continue;
-            }
-            offsets[slot] += chunk.len() as u64;
-            if show_headers && last_shown != Some(index) {
-                if last_shown.is_some() {
-                    writeln!(out).context("writing output")?;
+    let written = (|| -> Result<(), Failure> {
+        loop {
+            // Read the state first: output written before it ended is then surely drained below.
+            let is_over = !follow || read_state(&store, run)?.is_terminal();
+            for (slot, &index) in steps.iter().enumerate() {
+                let path = store.home().output_log_path(run, index);
+                let chunk = runjournal::logs::read_from(&path, offsets[slot])
+                    .with_context(|| format!("reading {}", path.display()))?;
+                if chunk.is_empty() {
+                    continue;
                 }
-                writeln!(
-                    out,
-                    "==> step {index} ({}) <==",
-                    state.spec.steps[index].name
-                )
-                .context("writing output")?;
-                last_shown = Some(index);
+                offsets[slot] += chunk.len() as u64;
+                if show_headers && last_shown != Some(index) {
+                    if last_shown.is_some() {
+                        writeln!(out).map_err(write_failure)?;
+                    }
+                    writeln!(
+                        out,
+                        "==> step {index} ({}) <==",
+                        state.spec.steps[index].name
+                    )
+                    .map_err(write_failure)?;
+                    last_shown = Some(index);
+                }
+                out.write_all(&chunk).map_err(write_failure)?;
             }
-            out.write_all(&chunk).context("writing output")?;
+            out.flush().map_err(write_failure)?;
+            if is_over {
+                return Ok(());
+            }
+            std::thread::sleep(LOGS_POLL_INTERVAL);
         }
-        out.flush().context("writing output")?;
-        if is_over {
-            return Ok(ExitCode::SUCCESS);
+    })();
+    match written {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // A closed pipe (`| head`): the reader has what it wanted.
+        Err(Failure::Error(error))
+            if error
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(ExitCode::SUCCESS)
         }
-        std::thread::sleep(LOGS_POLL_INTERVAL);
+        Err(failure) => Err(failure),
     }
 }
 
-/// The bytes of a file from `offset` on; nothing for a file that does not exist yet.
-fn read_from(path: &std::path::Path, offset: u64) -> std::io::Result<Vec<u8>> {
-    let mut file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(error),
-    };
-    file.seek(SeekFrom::Start(offset))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
+fn write_failure(error: std::io::Error) -> Failure {
+    Failure::Error(anyhow::Error::new(error).context("writing output"))
 }

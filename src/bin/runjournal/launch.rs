@@ -7,18 +7,17 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use runjournal::duration::format_duration;
 use runjournal::event::{Mode, StepAction};
-use runjournal::launch::{self, FollowEnd, Launched, RunnerProgram, RunnerStart};
+use runjournal::exit::describe_exit;
+use runjournal::launch::{self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart};
 use runjournal::runner::{self, RunnerConfig, RunnerOutcome};
+use runjournal::show;
 use runjournal::spec::{self, RunDraft, RunRequest, SpecFile};
 use runjournal::{Home, RunId, RunState, Store};
 
-use crate::{
-    CliResult, EXIT_ERROR, Failure, bad_input, open_store, reconcile_before_reading, render,
-};
-
-/// How long `run --wait` waits for the runner process to exit once the run is terminal.
-const RUNNER_EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::reconcile::report_reconciled;
+use crate::{CliResult, EXIT_ERROR, Failure, bad_input, note, open_store, print, print_line};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -104,7 +103,7 @@ pub fn mode_arg(text: &str) -> Result<Mode, String> {
 }
 
 pub fn duration_arg(text: &str) -> Result<Duration, String> {
-    spec::parse_duration(text).map_err(|error| error.to_string())
+    runjournal::duration::parse_duration(text).map_err(|error| error.to_string())
 }
 
 /// Turns the arguments into a checked run; nothing is written.
@@ -219,94 +218,91 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
             "statusPath": home.status_path(run),
             "resultPath": home.result_path(run),
         });
-        println!("{object}");
+        print_line(&object.to_string())?;
     } else {
-        match runner_pid {
-            Some(pid) => println!("run {run} started (runner pid {pid})"),
-            None => println!("run {run} failed to start"),
-        }
-        println!("status: {}", home.status_path(run).display());
-        println!("result: {}", home.result_path(run).display());
+        let started = match runner_pid {
+            Some(pid) => format!("run {run} started (runner pid {pid})"),
+            None => format!("run {run} failed to start"),
+        };
+        print(&format!(
+            "{started}\nstatus: {}\nresult: {}\n",
+            home.status_path(run).display(),
+            home.result_path(run).display()
+        ))?;
     }
     match error {
         None => Ok(ExitCode::SUCCESS),
         Some(error) => {
-            eprintln!("runjournal: run {run}: {error}");
+            note(&format!("run {run}: {error}"));
             Ok(ExitCode::from(EXIT_ERROR))
         }
     }
 }
 
-/// `run --wait`: prints each transition as it lands, records the runner's exit as its parent,
-/// exits with the run's exit code.
+/// `run --wait`: prints each transition as it lands; the library records the runner's exit
+/// as its parent. Exits with the run's exit code.
 fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
     let run = launched.run;
-    let spec_state = store
+    let spec = store
         .journal()
         .view()
         .and_then(|view| view.snapshot(run))
         .context("reading the run")?
-        .context("the run vanished from the journal")?;
-    let spec = spec_state.spec;
-    let end = launch::follow(store, run, 0, launched.runner.as_mut(), None, |record| {
-        if !json {
-            println!("{}", render::record_line(record, &spec));
+        .context("the run vanished from the journal")?
+        .spec;
+    // A failed write (other than a closed pipe, which print ignores) does not stop the
+    // following: the runner's exit is still recorded. It is reported at the end.
+    let mut write_failure: Option<Failure> = None;
+    let followed = launch::follow_launched(store, &mut launched, |record| {
+        if !json && write_failure.is_none() {
+            write_failure = print_line(&show::record_line(record, &spec)).err();
         }
     })
     .context("following the run")?;
-    let instance_id = match &launched.start {
-        RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
-        RunnerStart::NotStarted { .. } => None,
-    };
-    let state = match end {
-        FollowEnd::Terminal(state) => {
-            if let (Some(child), Some(instance_id)) = (launched.runner.as_mut(), &instance_id) {
-                match launch::wait_with_timeout(child, RUNNER_EXIT_TIMEOUT) {
-                    Ok(Some(status)) => {
-                        launch::record_runner_exit(
-                            store,
-                            run,
-                            instance_id,
-                            launch::process_exit(status),
-                        )
-                        .context("recording the runner's exit")?;
-                    }
-                    Ok(None) => eprintln!(
-                        "runjournal: run {run}: the runner has not exited {} s after the run ended; leaving it",
-                        RUNNER_EXIT_TIMEOUT.as_secs()
-                    ),
-                    Err(error) => {
-                        eprintln!("runjournal: run {run}: waiting for the runner failed: {error}")
-                    }
+    if let Some(failure) = write_failure {
+        return Err(failure);
+    }
+    let state = match followed {
+        Followed::Ended { state, runner } => {
+            match runner {
+                RunnerExitSeen::StillRunning => note(&format!(
+                    "run {run}: the runner has not exited {} after the run ended; leaving it",
+                    format_duration(launch::RUNNER_EXIT_TIMEOUT)
+                )),
+                RunnerExitSeen::WaitFailed(error) => {
+                    note(&format!(
+                        "run {run}: waiting for the runner failed: {error}"
+                    ));
                 }
+                RunnerExitSeen::Recorded(_) | RunnerExitSeen::NotOurs => {}
             }
             state
         }
-        FollowEnd::RunnerExited { state, exit } => {
-            if let Some(instance_id) = &instance_id {
-                launch::record_runner_exit(store, run, instance_id, exit)
-                    .context("recording the runner's exit")?;
-            }
-            reconcile_before_reading(store);
+        Followed::RunnerDied {
+            state,
+            exit,
+            reconciled,
+        } => {
+            report_reconciled(&reconciled);
             return Err(Failure::Error(anyhow::anyhow!(
                 "run {run}: its runner exited ({}) without recording an outcome (state {}); see {}",
-                render::exit_text(exit),
+                describe_exit(exit),
                 state.status,
                 store.home().runner_log_path(run).display()
             )));
         }
-        FollowEnd::RunnerGone(state) | FollowEnd::TimedOut(state) => {
+        Followed::Stopped { state } => {
             return Err(Failure::Error(anyhow::anyhow!(
                 "run {run}: stopped following it while {}",
                 state.status
             )));
         }
     };
-    print_end(store, &state, json);
+    print_end(store, &state, json)?;
     Ok(exit_code_of(&state))
 }
 
-fn print_end(store: &Store, state: &RunState, json: bool) {
+fn print_end(store: &Store, state: &RunState, json: bool) -> Result<(), Failure> {
     let run = state.run_id;
     let home = store.home();
     let terminal = state.terminal.as_ref();
@@ -319,10 +315,13 @@ fn print_end(store: &Store, state: &RunState, json: bool) {
             "statusPath": home.status_path(run),
             "resultPath": home.result_path(run),
         });
-        println!("{object}");
+        print_line(&object.to_string())
     } else {
-        println!("status: {}", home.status_path(run).display());
-        println!("result: {}", home.result_path(run).display());
+        print(&format!(
+            "status: {}\nresult: {}\n",
+            home.status_path(run).display(),
+            home.result_path(run).display()
+        ))
     }
 }
 

@@ -1,19 +1,21 @@
-//! The `runjournal` command line: argument parsing, output and exit codes. The work is in the
-//! library (`runjournal::launch`, `runjournal::runner`, `runjournal::control`).
+//! The `runjournal` command line: argument parsing, printing and exit codes. The work is in
+//! the library (`runjournal::launch`, `runjournal::runner`, `runjournal::control`,
+//! `runjournal::resolve`), and so are the words (`runjournal::show`).
 
 mod control;
 mod inspect;
 mod launch;
 mod reconcile;
-mod render;
 mod ship;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use runjournal::event::RunIdError;
 use runjournal::journal::ResolveError;
 use runjournal::{Home, RunId, Store};
 
@@ -61,7 +63,7 @@ enum Command {
     Run(launch::RunArgs),
     /// Show a run's state.
     Status {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Print the status document (status.json's format) as JSON.
         #[arg(long)]
@@ -81,7 +83,7 @@ enum Command {
     },
     /// Wait until a run has ended; exit with its exit code.
     Wait {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Give up after this long (500ms, 30s, 5m, 1h30m) and exit 75.
         #[arg(long, value_name = "DURATION", value_parser = launch::duration_arg)]
@@ -89,7 +91,7 @@ enum Command {
     },
     /// Print a run's step output (all steps, or one).
     Logs {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Only this step (numbered from 0).
         #[arg(long, value_name = "N")]
@@ -100,7 +102,7 @@ enum Command {
     },
     /// Ask a run to stop: recorded in the journal, then the runner is sent SIGTERM.
     Stop {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
         /// Why, as recorded with the request.
         #[arg(long, default_value = "requested from the command line")]
@@ -108,7 +110,7 @@ enum Command {
     },
     /// Hide a run from `list` (without --all). Nothing is stopped.
     Dismiss {
-        /// Run id, or a unique prefix of at least 8 characters.
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
     },
     /// Close runs whose runner died and rebuild damaged projections, printing what was done
@@ -177,14 +179,38 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(Failure::BadInput(error)) => {
-            eprintln!("runjournal: {}", one_line(&format!("{error:#}")));
+            note(&one_line(&format!("{error:#}")));
             ExitCode::from(EXIT_BAD_INPUT)
         }
         Err(Failure::Error(error)) => {
-            eprintln!("runjournal: {}", one_line(&format!("{error:#}")));
+            note(&one_line(&format!("{error:#}")));
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// Writes `text` to stdout. A closed pipe (`| head`) is not a failure: the reader stopped
+/// reading, and the command's own outcome (its exit code) stands. Any other failure to write
+/// (a full disk) is.
+pub fn print(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("writing to stdout").map_err(Failure::Error),
+    }
+}
+
+/// [`print`] of one line.
+pub fn print_line(line: &str) -> Result<(), Failure> {
+    print(&format!("{line}\n"))
+}
+
+/// A message on stderr, after `runjournal: `. A failure to write it changes nothing.
+pub fn note(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "runjournal: {text}");
 }
 
 /// Prints a usage error as one line (help and version print as clap does).
@@ -198,7 +224,7 @@ fn usage_error(error: clap::Error) -> ExitCode {
             let rendered = error.render().to_string();
             let first = rendered.lines().next().unwrap_or("invalid arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("runjournal: {first}");
+            note(first);
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
@@ -237,15 +263,10 @@ pub fn reconcile_before_reading(store: &Store) {
     reconcile::before_reading(store);
 }
 
-/// Checks a run id or prefix against the id alphabet before anything (a path, the journal) is
-/// touched with it.
+/// Checks a run's text (id, prefix, name or tool-call id) before anything (a path, the
+/// journal) is touched with it.
 pub fn check_run_text(text: &str) -> Result<(), Failure> {
-    let checked: Result<(), RunIdError> = if text.len() == RunId::LEN {
-        text.parse::<RunId>().map(|_| ())
-    } else {
-        RunId::prefix_range(text).map(|_| ())
-    };
-    checked.map_err(bad_input)
+    runjournal::resolve::check_text(text).map_err(bad_input)
 }
 
 /// Opens the home's store.
@@ -255,13 +276,13 @@ pub fn open_store(home: Home) -> Result<Store, Failure> {
         .map_err(|error| Failure::Error(anyhow::Error::new(error).context(format!("home {root}"))))
 }
 
-/// The run named by `text` (a full id or a unique prefix).
+/// The run named by `text`: a full id, a unique prefix, its name or its tool-call id.
 pub fn resolve(store: &Store, text: &str) -> Result<RunId, Failure> {
     let view = store
         .journal()
         .view()
         .map_err(|error| Failure::Error(error.into()))?;
-    view.resolve(text).map_err(|error| match error {
+    runjournal::resolve::resolve_run(&view, text).map_err(|error| match error {
         ResolveError::Read(error) => Failure::Error(error.into()),
         other => bad_input(other),
     })

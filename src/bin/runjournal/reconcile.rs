@@ -8,11 +8,11 @@ use anyhow::Context;
 use runjournal::reconcile::{self, Action, Outcome, Report};
 use runjournal::{Home, Store};
 
-use crate::{CliResult, open_store};
+use crate::{CliResult, note, open_store, print};
 
 /// One pass with the default options.
-pub fn pass(store: &Store) -> anyhow::Result<Report> {
-    reconcile::reconcile(store, &reconcile::Options::default()).context("reconciling")
+pub fn pass(store: &Store) -> Result<Report, reconcile::ReconcileError> {
+    reconcile::reconcile(store, &reconcile::Options::default())
 }
 
 fn describe(outcome: &Outcome) -> String {
@@ -38,21 +38,27 @@ fn describe(outcome: &Outcome) -> String {
 /// runs it closed (a rebuilt projection is routine); a failure to reconcile does not stop the
 /// reading.
 pub fn before_reading(store: &Store) {
-    match pass(store) {
+    report_reconciled(&pass(store));
+}
+
+/// Says on stderr what a pass the command made (or the library made for it) closed, or why it
+/// failed.
+pub fn report_reconciled<E: std::fmt::Display>(pass: &Result<Report, E>) {
+    match pass {
         Ok(report) => {
             for outcome in report.outcomes.iter().filter(|o| !o.appended.is_empty()) {
-                eprintln!("runjournal: reconciled {}", describe(outcome));
+                note(&format!("reconciled {}", describe(outcome)));
             }
         }
-        Err(error) => eprintln!("runjournal: {error:#}"),
+        Err(error) => note(&format!("reconciling: {error}")),
     }
 }
 
 /// `runjournal reconcile [--json]`: one pass, every active run's row printed.
 pub fn command(home: Home, json: bool) -> CliResult {
     let store = open_store(home)?;
-    let report = pass(&store)?;
-    let mut stdout = std::io::stdout().lock();
+    let report = pass(&store).context("reconciling")?;
+    let mut text = String::new();
     let mut errors = 0usize;
     for outcome in &report.outcomes {
         errors += usize::from(outcome.error.is_some());
@@ -71,7 +77,8 @@ pub fn command(home: Home, json: bool) -> CliResult {
         } else {
             describe(outcome)
         };
-        writeln!(stdout, "{line}").context("writing the report")?;
+        text.push_str(&line);
+        text.push('\n');
     }
     let changed = report.changed().count();
     if json {
@@ -81,9 +88,12 @@ pub fn command(home: Home, json: bool) -> CliResult {
             "changed": changed,
             "errors": errors,
         });
-        writeln!(stdout, "{summary}").context("writing the report")?;
+        text.push_str(&format!("{summary}\n"));
+        print(&text)?;
     } else {
-        eprintln!(
+        print(&text)?;
+        let _ = writeln!(
+            std::io::stderr().lock(),
             "{} active run(s), {changed} changed, {errors} error(s)",
             report.active
         );

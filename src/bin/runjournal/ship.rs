@@ -1,18 +1,16 @@
 //! `runjournal ship --to URL [--once]`: the journal's records into PostgreSQL
 //! (`runjournal::ship`).
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
-
-use anyhow::Context;
 
 use runjournal::Home;
 use runjournal::ship::shipper::{self, FollowEvent};
 use runjournal::ship::{SHIP_URL_ENV, ShipOptions, Shipper, Target};
+use runjournal::show::plural;
 
 use crate::launch::duration_arg;
-use crate::{CliResult, Failure, bad_input};
+use crate::{CliResult, Failure, bad_input, print_line};
 
 #[derive(clap::Args)]
 pub struct ShipArgs {
@@ -63,17 +61,16 @@ pub fn command(home: Home, args: ShipArgs) -> CliResult {
         let report = shipper
             .pass()
             .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
-        writeln!(
-            std::io::stdout(),
-            "shipped {} record{} in {} batch{} to {shown}; shipped through global seq {} (journal head {})",
-            report.records_shipped,
-            if report.records_shipped == 1 { "" } else { "s" },
-            report.batches,
-            if report.batches == 1 { "" } else { "es" },
+        print_line(&format!(
+            "shipped {} in {} to {shown}; shipped through global seq {} (journal head {})",
+            plural(report.records_shipped, "record"),
+            match report.batches {
+                1 => "1 batch".to_string(),
+                batches => format!("{batches} batches"),
+            },
             report.shipped_through,
             report.global_head,
-        )
-        .context("writing the report")?;
+        ))?;
         return Ok(ExitCode::SUCCESS);
     }
     note(&format!("following the journal into {shown}"));
@@ -92,7 +89,8 @@ pub fn command(home: Home, args: ShipArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A line on stderr; a closed or full stderr must not stop the shipper.
+/// A line on stderr (`runjournal: ship: ...`); a closed or full stderr does not stop the
+/// shipper.
 fn note(text: &str) {
-    let _ = writeln!(std::io::stderr(), "runjournal ship: {text}");
+    crate::note(&format!("ship: {text}"));
 }

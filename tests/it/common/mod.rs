@@ -111,33 +111,13 @@ pub fn run_id_of(stdout: &[u8]) -> RunId {
         .expect("runId is a run id")
 }
 
-/// Pids of the processes in process group `pgid`, zombies included, from /proc.
+/// Pids of the processes in process group `pgid`, zombies included.
 pub fn group_members(pgid: u32) -> Vec<u32> {
-    let mut members = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return members;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Fields after the command name: state (3), ppid (4), pgrp (5).
-        let Some(after_name) = stat.rfind(')').map(|end| &stat[end + 1..]) else {
-            continue;
-        };
-        let pgrp = after_name.split_whitespace().nth(2);
-        if pgrp.and_then(|pgrp| pgrp.parse::<u32>().ok()) == Some(pgid) {
-            members.push(pid);
-        }
-    }
-    members
+    runjournal::platform::group_members(pgid)
+        .expect("the system's processes can be read")
+        .into_iter()
+        .map(|member| member.pid)
+        .collect()
 }
 
 /// The names of the run's events, in order.

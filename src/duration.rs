@@ -1,0 +1,380 @@
+//! Durations and times as people write them: one grammar for `run --timeout`, `wait
+//! --timeout`, a spec file's `timeout`, `journal-tools --since/--until`, `runjournal ship
+//! --poll-interval/--heartbeat-interval` and `journal-tools --silent-after`.
+//!
+//! A duration is jiff's "friendly" format in whole units: `500ms`, `30s`, `5m`, `2h`, `1d`,
+//! `1w`, and combinations such as `1h30m` or `1h 30m` (jiff also reads `90 seconds` and ISO
+//! 8601's `PT90S`); a day is 24 hours. Refused, each with what to write instead: a bare number
+//! (seconds or milliseconds? write the unit), a fraction (`1.5s`: write `1s500ms`), a
+//! negative or zero duration, and months or years (their length varies).
+//!
+//! Invariant: pure; nothing here reads a clock (a relative time is counted back from a `now`
+//! the caller passes).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use jiff::civil::{Date, DateTime, Time};
+use jiff::tz::TimeZone;
+use jiff::{Span, SpanRelativeTo, Timestamp};
+
+use crate::event::UnixMs;
+
+/// The examples every refusal shows.
+const EXAMPLES: &str = "500ms, 30s, 5m, 2h, 1d, 1h30m";
+
+/// Longest part of a refused text repeated in its error.
+const QUOTED_TEXT_CHARS: usize = 64;
+
+/// Why a duration text is refused. Each message says what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    #[error("{text:?} is not a duration (examples: {EXAMPLES})")]
+    Malformed { text: String },
+    #[error(
+        "{text:?} has no unit: write {text}s for seconds (or {text}ms, {text}m, {text}h, {text}d)"
+    )]
+    NoUnit { text: String },
+    #[error("{text:?} has a fraction: write whole units, such as 1s500ms for 1.5s")]
+    Fraction { text: String },
+    #[error("{text:?} is negative; a duration must be positive (examples: {EXAMPLES})")]
+    Negative { text: String },
+    #[error("{text:?} is zero; a duration must be positive (examples: {EXAMPLES})")]
+    Zero { text: String },
+    #[error("{text:?} uses months or years, whose length varies: write days, such as 30d")]
+    CalendarUnit { text: String },
+    #[error("{text:?} is too long a duration")]
+    Overflow { text: String },
+}
+
+fn quoted(text: &str) -> String {
+    text.chars().take(QUOTED_TEXT_CHARS).collect()
+}
+
+/// Parses a duration ([module docs](self)). Zero and negative durations are refused.
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let trimmed = text.trim();
+    let text = quoted(trimmed);
+    if trimmed.is_empty() {
+        return Err(DurationError::Malformed { text });
+    }
+    if trimmed.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err(DurationError::NoUnit { text });
+    }
+    // jiff reads fractions of a unit (`1.5s`, `0,5h`); whole units only are accepted here, so
+    // that what is written is exactly what is meant, to the millisecond.
+    if trimmed.contains(['.', ',']) && trimmed.bytes().any(|byte| byte.is_ascii_digit()) {
+        return Err(DurationError::Fraction { text });
+    }
+    let span =
+        Span::from_str(trimmed).map_err(|_| DurationError::Malformed { text: text.clone() })?;
+    if span.is_negative() {
+        return Err(DurationError::Negative { text });
+    }
+    if span.get_years() != 0 || span.get_months() != 0 {
+        return Err(DurationError::CalendarUnit { text });
+    }
+    let signed = span
+        .to_duration(SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| DurationError::Overflow { text: text.clone() })?;
+    let duration =
+        Duration::try_from(signed).map_err(|_| DurationError::Negative { text: text.clone() })?;
+    if duration.is_zero() {
+        return Err(DurationError::Zero { text });
+    }
+    // Durations are kept as milliseconds (a spec's `timeoutMs`): refuse what does not fit.
+    if u64::try_from(duration.as_millis()).is_err() {
+        return Err(DurationError::Overflow { text });
+    }
+    Ok(duration)
+}
+
+/// Renders milliseconds the way [`parse_duration`] reads them: `1s`, `1m30s`, `250ms`.
+pub fn format_duration_ms(total_ms: u64) -> String {
+    if total_ms == 0 {
+        return "0s".to_string();
+    }
+    let mut out = String::new();
+    let mut rest = total_ms;
+    for (unit, unit_ms) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ] {
+        if rest >= unit_ms {
+            out.push_str(&format!("{}{unit}", rest / unit_ms));
+            rest %= unit_ms;
+        }
+    }
+    out
+}
+
+/// [`format_duration_ms`] of a [`Duration`], saturating at `u64::MAX` milliseconds.
+pub fn format_duration(duration: Duration) -> String {
+    format_duration_ms(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Why a time text is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimeError {
+    #[error(
+        "{text:?} is not a time: give an RFC 3339 time (2025-01-31T12:00:00Z), a UTC date and time (2025-01-31 12:00), or a time before now ({EXAMPLES})"
+    )]
+    Malformed { text: String },
+    #[error("{text:?} as a time before now: {source}")]
+    Duration {
+        text: String,
+        #[source]
+        source: DurationError,
+    },
+    #[error("{text:?} is before 1970 or after 9999")]
+    OutOfRange { text: String },
+}
+
+/// Parses a point in time into Unix milliseconds: an RFC 3339 time (`2025-01-31T12:00:00Z`,
+/// any offset), a date and time or a date taken as UTC (`2025-01-31 12:00[:30]`,
+/// `2025-01-31`), or a duration ([`parse_duration`]) meaning that long before `now_ms`.
+pub fn parse_time(text: &str, now_ms: UnixMs) -> Result<UnixMs, TimeError> {
+    let trimmed = text.trim();
+    let out_of_range = || TimeError::OutOfRange {
+        text: quoted(trimmed),
+    };
+    let time = if let Ok(time) = Timestamp::from_str(trimmed) {
+        time
+    } else if let Ok(datetime) = DateTime::from_str(trimmed) {
+        TimeZone::UTC
+            .to_timestamp(datetime)
+            .map_err(|_| out_of_range())?
+    } else if let Ok(date) = Date::from_str(trimmed) {
+        TimeZone::UTC
+            .to_timestamp(date.to_datetime(Time::midnight()))
+            .map_err(|_| out_of_range())?
+    } else {
+        return match parse_duration(trimmed) {
+            Ok(ago) => {
+                let ago_ms = u64::try_from(ago.as_millis()).map_err(|_| out_of_range())?;
+                now_ms.checked_sub(ago_ms).ok_or_else(out_of_range)
+            }
+            // Something that reads as no duration at all is named as no time at all.
+            Err(DurationError::Malformed { .. }) => Err(TimeError::Malformed {
+                text: quoted(trimmed),
+            }),
+            Err(source) => Err(TimeError::Duration {
+                text: quoted(trimmed),
+                source,
+            }),
+        };
+    };
+    u64::try_from(time.as_millisecond()).map_err(|_| out_of_range())
+}
+
+/// Unix milliseconds as `YYYY-MM-DD HH:MM:SSZ` (UTC); what [`parse_time`] reads back.
+pub fn format_time_s(ms: UnixMs) -> String {
+    format_time(ms, "%Y-%m-%d %H:%M:%SZ")
+}
+
+/// Unix milliseconds as `YYYY-MM-DD HH:MM:SS.mmmZ` (UTC), for timelines.
+pub fn format_time_ms(ms: UnixMs) -> String {
+    format_time(ms, "%Y-%m-%d %H:%M:%S%.3fZ")
+}
+
+fn format_time(ms: UnixMs, format: &str) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+        .map_or_else(
+            || format!("{ms} ms"),
+            |time| time.strftime(format).to_string(),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_form_parses() {
+        let cases = [
+            ("500ms", 500),
+            ("30s", 30_000),
+            ("5m", 300_000),
+            ("2h", 7_200_000),
+            ("1d", 86_400_000),
+            ("1w", 7 * 86_400_000),
+            ("1h30m", 5_400_000),
+            ("1h 30m", 5_400_000),
+            ("1d2h3m4s5ms", 93_784_005),
+            (" 45s ", 45_000),
+            ("90 seconds", 90_000),
+            ("2 hours", 7_200_000),
+            ("PT90S", 90_000),
+        ];
+        for (text, ms) in cases {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bare_number_is_refused_saying_to_write_the_unit() {
+        let error = parse_duration("45").expect_err("no unit");
+        assert_eq!(
+            error,
+            DurationError::NoUnit {
+                text: "45".to_string()
+            }
+        );
+        assert!(error.to_string().contains("write 45s"), "{error}");
+    }
+
+    #[test]
+    fn fractions_are_refused_saying_what_to_write() {
+        for text in ["1.5s", "0,5h", ".5s"] {
+            let error = parse_duration(text).expect_err("a fraction");
+            assert!(
+                matches!(error, DurationError::Fraction { .. }),
+                "{text}: {error:?}"
+            );
+            assert!(error.to_string().contains("1s500ms"), "{error}");
+        }
+    }
+
+    #[test]
+    fn negative_zero_and_calendar_durations_are_refused() {
+        for text in ["-1s", "1s ago"] {
+            assert!(
+                matches!(parse_duration(text), Err(DurationError::Negative { .. })),
+                "{text}"
+            );
+        }
+        for text in ["0s", "0ms", "0d"] {
+            assert!(
+                matches!(parse_duration(text), Err(DurationError::Zero { .. })),
+                "{text}"
+            );
+        }
+        for text in ["1mo", "1y", "1y2d"] {
+            assert!(
+                matches!(
+                    parse_duration(text),
+                    Err(DurationError::CalendarUnit { .. })
+                ),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_examples() {
+        for text in ["", " ", "s", "10x", "soon", "ms10", "1h30", "30 s s"] {
+            let error = parse_duration(text).expect_err("not a duration");
+            assert!(
+                matches!(error, DurationError::Malformed { .. }),
+                "{text:?}: {error:?}"
+            );
+            assert!(error.to_string().contains("1h30m"), "{error}");
+        }
+        assert!(parse_duration("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn a_refused_text_is_quoted_short() {
+        let long = "x".repeat(10_000);
+        let message = parse_duration(&long).expect_err("nonsense").to_string();
+        assert!(message.len() < 300, "{} bytes", message.len());
+    }
+
+    #[test]
+    fn durations_format_as_they_parse() {
+        for ms in [1, 999, 1_000, 61_000, 5_400_000, 90_061_001] {
+            let text = format_duration_ms(ms);
+            assert_eq!(
+                parse_duration(&text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
+        }
+        assert_eq!(format_duration(Duration::from_millis(1_500)), "1s500ms");
+    }
+
+    fn now() -> UnixMs {
+        ms("2025-06-15T12:00:00Z")
+    }
+
+    fn ms(text: &str) -> UnixMs {
+        u64::try_from(Timestamp::from_str(text).expect("valid").as_millisecond())
+            .expect("after 1970")
+    }
+
+    #[test]
+    fn absolute_times_are_utc() {
+        for (text, expected) in [
+            ("2025-06-15T10:00:00Z", "2025-06-15T10:00:00Z"),
+            ("2025-06-15T10:00:00+02:00", "2025-06-15T08:00:00Z"),
+            ("2025-06-15 10:00", "2025-06-15T10:00:00Z"),
+            ("2025-06-15 10:00:30", "2025-06-15T10:00:30Z"),
+            ("2025-06-15", "2025-06-15T00:00:00Z"),
+            // What the human output prints reads back.
+            ("2025-06-15 10:00:30Z", "2025-06-15T10:00:30Z"),
+        ] {
+            assert_eq!(parse_time(text, now()), Ok(ms(expected)), "{text}");
+        }
+        assert_eq!(
+            parse_time(&format_time_s(ms("2025-06-15T10:00:30Z")), now()),
+            Ok(ms("2025-06-15T10:00:30Z"))
+        );
+    }
+
+    #[test]
+    fn relative_times_count_back_from_now_with_the_duration_grammar() {
+        assert_eq!(parse_time("30s", now()), Ok(ms("2025-06-15T11:59:30Z")));
+        assert_eq!(parse_time("2h", now()), Ok(ms("2025-06-15T10:00:00Z")));
+        assert_eq!(parse_time("1d", now()), Ok(ms("2025-06-14T12:00:00Z")));
+        assert_eq!(parse_time("1h30m", now()), Ok(ms("2025-06-15T10:30:00Z")));
+        assert_eq!(parse_time("500ms", now()), Ok(now() - 500));
+        // The same refusals as a timeout, said as such.
+        let error = parse_time("30", now()).expect_err("no unit");
+        assert!(error.to_string().contains("write 30s"), "{error}");
+        assert!(parse_time("1.5h", now()).is_err());
+        // 30000 days before 2025 is before 1970.
+        assert!(matches!(
+            parse_time("30000d", now()),
+            Err(TimeError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn nonsense_times_are_refused_with_the_accepted_forms() {
+        let error = parse_time("yesterday-ish", now()).expect_err("not a time");
+        assert!(error.to_string().contains("RFC 3339"), "{error}");
+        assert!(error.to_string().contains("1h30m"), "{error}");
+    }
+
+    #[test]
+    fn times_format_as_known_dates() {
+        assert_eq!(format_time_s(0), "1970-01-01 00:00:00Z");
+        // 2000-02-29 12:34:56 UTC, a leap day.
+        assert_eq!(format_time_s(951_827_696_000), "2000-02-29 12:34:56Z");
+        assert_eq!(format_time_s(1_796_010_145_718), "2026-11-30 03:42:25Z");
+        assert_eq!(format_time_s(4_102_444_800_000), "2100-01-01 00:00:00Z");
+    }
+
+    #[test]
+    fn times_format_in_utc() {
+        assert_eq!(
+            format_time_s(ms("2025-06-15T10:00:30Z")),
+            "2025-06-15 10:00:30Z"
+        );
+        assert_eq!(
+            format_time_ms(ms("2025-06-15T10:00:30Z") + 7),
+            "2025-06-15 10:00:30.007Z"
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! The Linux implementation of [`super`]: `/proc` for process facts (with the crate's one
+//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate` and `pipe2`.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::OwnedFd;
+
+use super::ProcessInfo;
+
+/// Reads the boot id, checked to be what the kernel writes (a UUID): it is compared, stored
+/// in the journal and put into file names.
+pub(super) fn boot_id() -> io::Result<String> {
+    let text = fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+    let boot_id = text.trim();
+    let is_well_formed = !boot_id.is_empty()
+        && boot_id.len() <= 64
+        && boot_id
+            .bytes()
+            .all(|byte| byte.is_ascii_hexdigit() || byte == b'-');
+    if !is_well_formed {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the boot id {boot_id:?} is not a UUID"),
+        ));
+    }
+    Ok(boot_id.to_string())
+}
+
+/// `/proc/<pid>/stat`, parsed; `None` when no process has that pid (or it went away while we
+/// looked).
+pub(super) fn process(pid: u32) -> io::Result<Option<ProcessInfo>> {
+    let stat = match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(error) if is_gone(&error) => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    parse_stat(pid, &stat)
+        .map(Some)
+        .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
+}
+
+/// Every process now (thread-group leaders: `/proc` lists no other thread at its top level).
+/// A process that exits while we look is left out.
+pub(super) fn processes() -> io::Result<Vec<ProcessInfo>> {
+    let mut processes = Vec::new();
+    for entry in fs::read_dir("/proc")? {
+        let name = entry?.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|name| name.bytes().all(|byte| byte.is_ascii_digit()))
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(process) = process(pid)? {
+            processes.push(process);
+        }
+    }
+    Ok(processes)
+}
+
+/// Whether reading a process's file failed because the process is gone: the directory is
+/// missing, or the process was reaped between open and read.
+fn is_gone(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(nix::libc::ESRCH)
+}
+
+/// Why a `/proc/<pid>/stat` line could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub(super) enum StatError {
+    #[error("/proc/{pid}/stat has no command name in parentheses")]
+    NoCommandName { pid: u32 },
+    #[error("/proc/{pid}/stat ends before field {field} ({name})")]
+    TooShort {
+        pid: u32,
+        field: usize,
+        name: &'static str,
+    },
+    #[error("/proc/{pid}/stat field {field} ({name}) is not a number: {text:?}")]
+    NotANumber {
+        pid: u32,
+        field: usize,
+        name: &'static str,
+        text: String,
+    },
+}
+
+/// Parses one `/proc/<pid>/stat` line (proc(5)). Pure.
+///
+/// Field 2, the command name, is in parentheses and may itself hold spaces and parentheses,
+/// so the fields are counted from the last `)`: after it come state (3), ppid (4), pgrp (5)
+/// ... starttime (22).
+pub(super) fn parse_stat(pid: u32, stat: &str) -> Result<ProcessInfo, StatError> {
+    let after_name = stat
+        .rfind(')')
+        .map(|end| &stat[end + 1..])
+        .ok_or(StatError::NoCommandName { pid })?;
+    // Field 3 is the first after the name: index 0 here holds field 3.
+    const FIRST_FIELD: usize = 3;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let text_of = |field: usize, name: &'static str| {
+        fields
+            .get(field - FIRST_FIELD)
+            .copied()
+            .ok_or(StatError::TooShort { pid, field, name })
+    };
+    let number_of = |field: usize, name: &'static str| {
+        let text = text_of(field, name)?;
+        text.parse::<u64>().map_err(|_| StatError::NotANumber {
+            pid,
+            field,
+            name,
+            text: text.to_string(),
+        })
+    };
+    // A pid-valued field must fit a pid, not only be a number.
+    let pid_of = |field: usize, name: &'static str| {
+        let value = number_of(field, name)?;
+        u32::try_from(value).map_err(|_| StatError::NotANumber {
+            pid,
+            field,
+            name,
+            text: value.to_string(),
+        })
+    };
+    let state = text_of(3, "state")?;
+    let parent_pid = pid_of(4, "ppid")?;
+    let group_id = pid_of(5, "pgrp")?;
+    let start_time = number_of(22, "starttime")?;
+    Ok(ProcessInfo {
+        pid,
+        parent_pid,
+        group_id,
+        start_time,
+        is_zombie: matches!(state, "Z" | "X" | "x"),
+    })
+}
+
+pub(super) fn become_child_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
+}
+
+pub(super) fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
+    let length = i64::try_from(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot preallocate {bytes} bytes: too large"),
+        )
+    })?;
+    nix::fcntl::posix_fallocate(file, 0, length).map_err(io::Error::from)
+}
+
+pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stat line as the kernel writes it, with `name`, `state`, ppid 1, pgrp 77 and start
+    /// time 12345 (fields 6 to 52 filled with plausible numbers).
+    fn stat_line(pid: u32, name: &str, state: &str) -> String {
+        let mut fields = vec![
+            pid.to_string(),
+            format!("({name})"),
+            state.to_string(),
+            "1".to_string(),  // 4 ppid
+            "77".to_string(), // 5 pgrp
+        ];
+        for number in 6..=52 {
+            fields.push(if number == 22 {
+                "12345".to_string()
+            } else {
+                "0".to_string()
+            });
+        }
+        fields.join(" ") + "\n"
+    }
+
+    #[test]
+    fn a_plain_line_parses() {
+        let info = parse_stat(42, &stat_line(42, "sleep", "S")).expect("parses");
+        assert_eq!(
+            info,
+            ProcessInfo {
+                pid: 42,
+                parent_pid: 1,
+                group_id: 77,
+                start_time: 12345,
+                is_zombie: false,
+            }
+        );
+    }
+
+    #[test]
+    fn a_name_with_spaces_and_parentheses_does_not_shift_the_fields() {
+        for name in ["a) 1 2 (b", "x)", "(", ") Z 9 9 (", "two words", ""] {
+            let info = parse_stat(7, &stat_line(7, name, "R")).expect("parses");
+            assert_eq!(
+                (
+                    info.parent_pid,
+                    info.group_id,
+                    info.start_time,
+                    info.is_zombie
+                ),
+                (1, 77, 12345, false),
+                "name {name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn zombie_and_dead_states_are_zombies_and_others_are_not() {
+        for (state, is_zombie) in [
+            ("Z", true),
+            ("X", true),
+            ("x", true),
+            ("R", false),
+            ("S", false),
+            ("D", false),
+            ("T", false),
+            ("t", false),
+            ("I", false),
+        ] {
+            let info = parse_stat(7, &stat_line(7, "z", state)).expect("parses");
+            assert_eq!(info.is_zombie, is_zombie, "state {state}");
+        }
+    }
+
+    #[test]
+    fn short_or_damaged_lines_are_refused_with_what_is_missing() {
+        assert_eq!(
+            parse_stat(7, "7 no-parentheses S 1 77"),
+            Err(StatError::NoCommandName { pid: 7 })
+        );
+        assert_eq!(
+            parse_stat(7, "7 (name)"),
+            Err(StatError::TooShort {
+                pid: 7,
+                field: 3,
+                name: "state"
+            })
+        );
+        assert_eq!(
+            parse_stat(7, "7 (name) S 1 77 0 0"),
+            Err(StatError::TooShort {
+                pid: 7,
+                field: 22,
+                name: "starttime"
+            })
+        );
+        let line = stat_line(7, "name", "S").replace(" 12345 ", " soon ");
+        assert!(matches!(
+            parse_stat(7, &line),
+            Err(StatError::NotANumber { field: 22, .. })
+        ));
+        assert!(matches!(
+            parse_stat(7, "7 (name) S -1 77"),
+            Err(StatError::NotANumber { field: 4, .. })
+        ));
+        assert!(parse_stat(7, "").is_err());
+    }
+
+    #[test]
+    fn the_kernels_line_for_a_tricky_name_parses() {
+        // The real thing: a program whose name holds ") " must not shift the fields.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let tricky = dir.path().join("a) 1 2 (b");
+        std::os::unix::fs::symlink("/bin/sleep", &tricky).expect("symlink");
+        let mut child = std::process::Command::new(&tricky)
+            .arg("30")
+            .spawn()
+            .expect("spawn");
+        let stat = fs::read_to_string(format!("/proc/{}/stat", child.id())).expect("stat");
+        let parsed = process(child.id()).expect("read");
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert!(stat.contains("(a) 1 2 (b)"), "{stat}");
+        let info = parsed.expect("the child existed");
+        assert_eq!(info.parent_pid, std::process::id());
+        let me = process(std::process::id())
+            .expect("read")
+            .expect("this process");
+        assert_eq!(info.group_id, me.group_id, "the child stays in our group");
+        assert!(info.start_time >= me.start_time);
+    }
+
+    #[test]
+    fn a_pid_nobody_holds_is_none() {
+        // Pids stay below 2^22 on Linux.
+        assert_eq!(process(u32::MAX - 1).expect("read"), None);
+    }
+}

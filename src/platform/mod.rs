@@ -1,0 +1,231 @@
+//! What only the operating system knows, behind one small platform-neutral API: facts about
+//! processes (identity, zombie state, process-group members, children), making this process
+//! a child subreaper, preallocating a file, and a close-on-exec pipe.
+//!
+//! Each fact comes from one implementation per operating system, chosen at compile time:
+//! `linux.rs` reads `/proc`. Another platform is one more file beside it (DESIGN.md section
+//! 10 names macOS); until it exists the crate refuses to build there, rather than pretend to
+//! know facts it cannot.
+//!
+//! The judgements built on these facts live in the domain modules: whether a recorded process
+//! is alive in [`crate::liveness`], whether a process group is ours and how it is ended in
+//! [`crate::process_group`].
+//!
+//! Invariant: this is the only module that reads `/proc` or calls an API of one operating
+//! system; everything else calls it (or POSIX, which every target has).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+
+use crate::event::ProcessIdentity;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as os;
+
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "runjournal knows process facts only on Linux so far: src/platform/ needs an \
+     implementation for this target (a later issue adds macOS)"
+);
+
+/// One process as the operating system shows it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// The parent's pid (0 for a process without one, such as init).
+    pub parent_pid: u32,
+    /// The id of the process group it belongs to.
+    pub group_id: u32,
+    /// When it started, in the platform's own unit (on Linux, clock ticks since boot). Only
+    /// ever compared for equality: a different value under the same pid, in the same boot,
+    /// is another process.
+    pub start_time: u64,
+    /// It has exited and waits for its parent to reap it (on Linux, state `Z`, or `X` while
+    /// it is being removed).
+    pub is_zombie: bool,
+}
+
+impl ProcessInfo {
+    /// Whether the process counts as alive. The one zombie rule of the crate: a zombie has
+    /// exited and only waits to be reaped, by a parent that may never do it, so it is not
+    /// alive — neither as a recorded process (`liveness`) nor as a member of a group
+    /// (`process_group`).
+    pub fn is_alive(&self) -> bool {
+        !self.is_zombie
+    }
+
+    /// The identity of this process, in the boot `boot_id`.
+    pub fn identity(&self, boot_id: String) -> ProcessIdentity {
+        ProcessIdentity {
+            pid: self.pid,
+            start_time: self.start_time,
+            boot_id,
+        }
+    }
+}
+
+/// The id of the current boot (on Linux, `/proc/sys/kernel/random/boot_id`): it changes at
+/// every reboot, so a process recorded under another one is gone.
+pub fn boot_id() -> io::Result<String> {
+    os::boot_id()
+}
+
+/// What the operating system shows of `pid` now; `None` when no process has that pid.
+pub fn process(pid: u32) -> io::Result<Option<ProcessInfo>> {
+    os::process(pid)
+}
+
+/// The identity (pid, start time, boot id) of the process holding `pid` now; `None` when no
+/// process holds it. A zombie still has one.
+pub fn identity_of(pid: u32) -> io::Result<Option<ProcessIdentity>> {
+    let Some(info) = process(pid)? else {
+        return Ok(None);
+    };
+    Ok(Some(info.identity(boot_id()?)))
+}
+
+/// The identity of this process.
+pub fn current_identity() -> io::Result<ProcessIdentity> {
+    identity_of(std::process::id())?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "this process is not among the system's processes",
+        )
+    })
+}
+
+/// Every process in process group `group_id`, zombies included (each says whether it is one),
+/// in no particular order. Empty when the group has no member left.
+pub fn group_members(group_id: u32) -> io::Result<Vec<ProcessInfo>> {
+    Ok(os::processes()?
+        .into_iter()
+        .filter(|process| process.group_id == group_id)
+        .collect())
+}
+
+/// The children of `pid` (processes whose parent it is now, zombies included), in no
+/// particular order. A descendant that was orphaned and handed to a subreaper is that
+/// subreaper's child, not its original parent's.
+pub fn children(pid: u32) -> io::Result<Vec<ProcessInfo>> {
+    Ok(os::processes()?
+        .into_iter()
+        .filter(|process| process.parent_pid == pid)
+        .collect())
+}
+
+/// Makes this process the child subreaper of its descendants: an orphan among them becomes
+/// its child (instead of init's), so it can see and reap it.
+pub fn become_child_subreaper() -> io::Result<()> {
+    os::become_child_subreaper()
+}
+
+/// Allocates `bytes` of real blocks to `file` from its start (not a sparse file): deleting
+/// it frees that much space. A full disk fails with a capacity error.
+pub fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
+    os::preallocate(file, bytes)
+}
+
+/// A pipe, (read end, write end), both close-on-exec from the start: no child spawned at the
+/// same moment by another thread inherits them across its exec.
+pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    os::pipe_cloexec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_an_identity_of_this_boot() {
+        let me = current_identity().expect("identity of this process");
+        assert_eq!(me.pid, std::process::id());
+        assert_eq!(me.boot_id, boot_id().expect("boot id"));
+        let info = process(me.pid).expect("read").expect("this process exists");
+        assert_eq!(info.start_time, me.start_time);
+        assert!(info.is_alive());
+    }
+
+    #[test]
+    fn a_child_is_among_the_children_and_the_group_members() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let children = children(std::process::id()).expect("children");
+        let members = group_members(pid).expect("members");
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert!(
+            children.iter().any(|process| process.pid == pid),
+            "{children:?}"
+        );
+        assert_eq!(
+            members
+                .iter()
+                .map(|process| process.pid)
+                .collect::<Vec<_>>(),
+            vec![pid],
+            "the child leads a group of its own"
+        );
+        assert_eq!(members[0].parent_pid, std::process::id());
+        assert_eq!(members[0].group_id, pid);
+    }
+
+    #[test]
+    fn an_unreaped_child_shows_as_a_zombie_that_is_not_alive() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        // Bounded wait for the child to exit; it stays a zombie until we reap it.
+        let mut seen = None;
+        for _ in 0..500 {
+            seen = process(pid).expect("read");
+            if seen.as_ref().is_some_and(|info| info.is_zombie) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let seen = seen.expect("an unreaped child keeps its pid");
+        assert!(seen.is_zombie && !seen.is_alive(), "{seen:?}");
+        child.wait().expect("reap");
+        assert_eq!(process(pid).expect("read"), None, "reaped: gone");
+    }
+
+    #[test]
+    fn a_preallocated_file_has_its_blocks() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = File::create(dir.path().join("reserve")).expect("create");
+        preallocate(&file, 1 << 20).expect("preallocate");
+        let metadata = file.metadata().expect("metadata");
+        assert_eq!(metadata.len(), 1 << 20);
+        assert!(
+            metadata.blocks() * 512 >= 1 << 20,
+            "allocated, not sparse: {} blocks",
+            metadata.blocks()
+        );
+    }
+
+    #[test]
+    fn a_cloexec_pipe_carries_bytes_and_is_close_on_exec() {
+        use std::io::{Read, Write};
+        let (read_end, write_end) = pipe_cloexec().expect("pipe");
+        for fd in [&read_end, &write_end] {
+            let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).expect("F_GETFD");
+            assert_ne!(flags & nix::libc::FD_CLOEXEC, 0, "close-on-exec");
+        }
+        File::from(write_end).write_all(b"hi").expect("write");
+        let mut text = String::new();
+        File::from(read_end)
+            .read_to_string(&mut text)
+            .expect("read");
+        assert_eq!(text, "hi");
+    }
+}

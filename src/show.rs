@@ -1,0 +1,1046 @@
+//! What people read about runs, shared by both binaries: one table printer, one view of a
+//! run's state (`runjournal status`, `journal-tools inspect run`, local or of the fleet), one
+//! runs table and one log line (a local journal's, or the fleet's with host and journal
+//! columns), one line per journaled transition (`runjournal run --wait`), an event's fields as
+//! text, and what to say about a full disk and about shipping. Text is returned, never
+//! printed: the binaries write it (and handle a closed pipe), and decide whether a [`Tone`]
+//! becomes a colour.
+//!
+//! Invariant: pure, apart from [`look_at_runner`], [`capacity_notice`] and
+//! [`shipping_lag`], which say so; the same state renders the same lines.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::duration::{format_duration_ms, format_time_ms, format_time_s};
+use crate::event::RunId;
+use crate::event::{Event, Mode, Record, RunSpec, StepEnd, UnixMs};
+use crate::exit::describe_exit;
+use crate::home::Home;
+use crate::journal::View;
+use crate::liveness::{self, Liveness};
+use crate::ship::fleet::FleetRun;
+use crate::ship::state::{Lag, ShipState};
+use crate::state::{RunState, RunStatus};
+use crate::verify::Severity;
+
+/// What a piece of text means, for a binary that colours it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    /// Going on (a running run).
+    Active,
+    Good,
+    Bad,
+    Warning,
+    /// Worth less attention (a note).
+    Quiet,
+}
+
+impl Tone {
+    pub fn of_status(status: RunStatus) -> Option<Tone> {
+        match status {
+            RunStatus::Queued => None,
+            RunStatus::Running => Some(Tone::Active),
+            RunStatus::Complete => Some(Tone::Good),
+            RunStatus::Failed => Some(Tone::Bad),
+            RunStatus::Stopped | RunStatus::Paused => Some(Tone::Warning),
+        }
+    }
+
+    pub fn of_severity(severity: Severity) -> Tone {
+        match severity {
+            Severity::Damaged | Severity::Unchecked => Tone::Bad,
+            Severity::Inconsistent => Tone::Warning,
+            Severity::Note => Tone::Quiet,
+        }
+    }
+}
+
+/// Text in one tone (or none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub text: String,
+    pub tone: Option<Tone>,
+}
+
+/// One cell of a table: spans, so that part of a cell may be coloured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cell {
+    pub spans: Vec<Span>,
+}
+
+impl Cell {
+    /// A cell without tone.
+    pub fn plain(text: impl Into<String>) -> Cell {
+        Cell {
+            spans: vec![Span {
+                text: text.into(),
+                tone: None,
+            }],
+        }
+    }
+
+    /// A cell in a tone (none for `None`).
+    pub fn toned(text: impl Into<String>, tone: Option<Tone>) -> Cell {
+        Cell {
+            spans: vec![Span {
+                text: text.into(),
+                tone,
+            }],
+        }
+    }
+
+    /// This cell followed by untoned text.
+    pub fn then(mut self, text: impl Into<String>) -> Cell {
+        self.spans.push(Span {
+            text: text.into(),
+            tone: None,
+        });
+        self
+    }
+
+    /// The text without tones.
+    pub fn text(&self) -> String {
+        self.spans.iter().map(|span| span.text.as_str()).collect()
+    }
+
+    fn width(&self) -> usize {
+        self.spans
+            .iter()
+            .map(|span| span.text.chars().count())
+            .sum()
+    }
+
+    fn render(&self, paint: &impl Fn(&str, Tone) -> String) -> String {
+        self.spans
+            .iter()
+            .map(|span| match span.tone {
+                Some(tone) => paint(&span.text, tone),
+                None => span.text.clone(),
+            })
+            .collect()
+    }
+}
+
+impl From<&str> for Cell {
+    fn from(text: &str) -> Cell {
+        Cell::plain(text)
+    }
+}
+
+impl From<String> for Cell {
+    fn from(text: String) -> Cell {
+        Cell::plain(text)
+    }
+}
+
+/// A header row of plain cells.
+pub fn header(labels: &[&str]) -> Vec<Cell> {
+    labels.iter().map(|label| Cell::plain(*label)).collect()
+}
+
+/// The one table printer: left-aligned columns, each padded to its widest cell plus two
+/// spaces (the last cell of a row is not padded), trailing spaces trimmed. Widths count the
+/// text, not what `paint` adds around a toned span (colour codes).
+pub fn table_lines(rows: &[Vec<Cell>], paint: &impl Fn(&str, Tone) -> String) -> Vec<String> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|column| {
+            rows.iter()
+                .filter_map(|row| row.get(column))
+                .map(Cell::width)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (column, cell) in row.iter().enumerate() {
+                line.push_str(&cell.render(paint));
+                if column + 1 < row.len() {
+                    let pad = widths[column].saturating_sub(cell.width()) + 2;
+                    line.push_str(&" ".repeat(pad));
+                }
+            }
+            line.truncate(line.trim_end().len());
+            line
+        })
+        .collect()
+}
+
+/// A `paint` that ignores tones: plain text.
+pub fn no_colour(text: &str, _tone: Tone) -> String {
+    text.to_string()
+}
+
+/// `1 run`, `2 runs`.
+pub fn plural(count: u64, noun: &str) -> String {
+    if count == 1 {
+        format!("{count} {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
+/// The name serde gives a value (an enum's wire name, say), without quotes.
+pub fn wire_name<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".to_string(),
+    }
+}
+
+/// `value` with every object key in camelCase (`head_seq` becomes `headSeq`; keys already in
+/// camelCase stay), so that JSON made from a domain type reads like the projections.
+pub fn camel_case_keys(value: Value) -> Value {
+    match value {
+        Value::Object(object) => Value::Object(
+            object
+                .into_iter()
+                .map(|(key, value)| (camel_case(&key), camel_case_keys(value)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(camel_case_keys).collect()),
+        other => other,
+    }
+}
+
+fn camel_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut is_word_start = false;
+    for c in key.chars() {
+        if c == '_' && !out.is_empty() {
+            is_word_start = true;
+        } else if is_word_start {
+            out.extend(c.to_uppercase());
+            is_word_start = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What is known of a run's runner process now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerSeen {
+    Alive,
+    Dead,
+    /// Recorded in an earlier boot: gone.
+    OtherBoot,
+    /// It could not be looked at.
+    Unknown,
+    /// A run of another host (read from the fleet): its pid means nothing here, so it is
+    /// not looked at.
+    OnItsHost,
+    /// A run of another host that has sent no heartbeat since `since_ms`. Only that host's
+    /// own reconciler closes the run.
+    HostSilent {
+        since_ms: UnixMs,
+    },
+}
+
+impl RunnerSeen {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerSeen::Alive => "alive",
+            RunnerSeen::Dead => "dead",
+            RunnerSeen::OtherBoot => "dead (other boot)",
+            RunnerSeen::Unknown => "unknown",
+            RunnerSeen::OnItsHost => "on its host",
+            RunnerSeen::HostSilent { .. } => "host silent",
+        }
+    }
+
+    /// [`as_str`](Self::as_str), with since when a host is silent.
+    pub fn text(self) -> String {
+        match self {
+            RunnerSeen::HostSilent { since_ms } => {
+                format!("host silent since {}", format_time_s(since_ms))
+            }
+            other => other.as_str().to_string(),
+        }
+    }
+}
+
+/// Looks at the run's recorded runner by its full identity (reads the process table); `None`
+/// when no runner took the run.
+pub fn look_at_runner(state: &RunState) -> Option<RunnerSeen> {
+    let runner = state.runner.as_ref()?;
+    Some(match liveness::check(&runner.identity) {
+        Ok(Liveness::Alive) => RunnerSeen::Alive,
+        Ok(Liveness::Dead) => RunnerSeen::Dead,
+        Ok(Liveness::OtherBoot) => RunnerSeen::OtherBoot,
+        Err(_) => RunnerSeen::Unknown,
+    })
+}
+
+/// `yes`, `stale` or `no`: whether the run is closed.
+pub fn closed_text(state: &RunState) -> &'static str {
+    closed_word(state.is_closed(), state.is_stale())
+}
+
+fn closed_word(is_closed: bool, is_stale: bool) -> &'static str {
+    if is_closed {
+        "yes"
+    } else if is_stale {
+        "stale"
+    } else {
+        "no"
+    }
+}
+
+/// Where a run of the fleet comes from: its host and its journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub host_name: String,
+    /// 32 hex digits.
+    pub journal_id: String,
+}
+
+impl Origin {
+    /// The first characters of the journal id: enough to tell a fleet's journals apart in a
+    /// table (JSON carries the whole id).
+    pub fn short_journal(&self) -> &str {
+        self.journal_id.get(..8).unwrap_or(&self.journal_id)
+    }
+}
+
+/// One run as a row of the runs table (`journal-tools inspect runs`), from a local journal or
+/// from the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    /// `Some` for a run of the fleet: the table then has HOST and JOURNAL columns.
+    pub origin: Option<Origin>,
+    pub run_id: RunId,
+    pub name: Option<String>,
+    pub status: RunStatus,
+    pub is_closed: bool,
+    pub is_stale: bool,
+    pub steps_done: u64,
+    pub steps_total: u64,
+    pub created_at_ms: UnixMs,
+    pub ended_at_ms: Option<UnixMs>,
+    pub head_seq: u64,
+    pub runner_pid: Option<u32>,
+    pub runner: Option<RunnerSeen>,
+}
+
+impl RunRow {
+    /// A run of the local journal; `runner` is what [`look_at_runner`] saw.
+    pub fn of(state: &RunState, runner: Option<RunnerSeen>) -> RunRow {
+        RunRow {
+            origin: None,
+            run_id: state.run_id,
+            name: state.spec.name.clone(),
+            status: state.status,
+            is_closed: state.is_closed(),
+            is_stale: state.is_stale(),
+            steps_done: state.steps_done() as u64,
+            steps_total: state.steps.len() as u64,
+            created_at_ms: state.created_at_ms,
+            ended_at_ms: state.ended_at_ms(),
+            head_seq: state.head_seq,
+            runner_pid: state.runner.as_ref().map(|runner| runner.identity.pid),
+            runner,
+        }
+    }
+
+    /// A run of the fleet; `silent_since_ms` is [`FleetRun::host_silent_since`].
+    pub fn of_shipped(run: &FleetRun, silent_since_ms: Option<UnixMs>) -> RunRow {
+        RunRow {
+            origin: Some(Origin {
+                host_name: run.host_name.clone(),
+                journal_id: run.journal_id.clone(),
+            }),
+            run_id: run.run_id,
+            name: run.name.clone(),
+            status: run.state,
+            is_closed: run.is_closed,
+            is_stale: run.is_stale,
+            steps_done: u64::from(run.steps_done),
+            steps_total: u64::from(run.steps_total),
+            created_at_ms: run.created_at_ms,
+            ended_at_ms: run.ended_at_ms,
+            head_seq: run.head_seq,
+            runner_pid: run.runner_pid,
+            runner: Some(shipped_runner(silent_since_ms)),
+        }
+    }
+
+    fn runner_text(&self) -> String {
+        match (self.runner_pid, self.runner) {
+            (Some(pid), Some(seen)) => format!("{pid} {}", seen.text()),
+            // A silent host is said even of a run no runner has taken yet.
+            (None, Some(seen @ RunnerSeen::HostSilent { .. })) => seen.text(),
+            (Some(pid), None) => pid.to_string(),
+            (None, _) => "-".to_string(),
+        }
+    }
+}
+
+/// What is known of the runner of a run of another host.
+fn shipped_runner(silent_since_ms: Option<UnixMs>) -> RunnerSeen {
+    match silent_since_ms {
+        Some(since_ms) => RunnerSeen::HostSilent { since_ms },
+        None => RunnerSeen::OnItsHost,
+    }
+}
+
+/// The runs table, its header first; HOST and JOURNAL columns come first when the rows are
+/// the fleet's.
+pub fn runs_table(runs: &[RunRow]) -> Vec<Vec<Cell>> {
+    let has_origin = runs.iter().any(|run| run.origin.is_some());
+    let mut labels = Vec::new();
+    if has_origin {
+        labels.extend(["HOST", "JOURNAL"]);
+    }
+    labels.extend([
+        "RUN", "NAME", "STATE", "CLOSED", "STEPS", "STARTED", "ENDED", "HEAD", "RUNNER",
+    ]);
+    let mut rows = vec![header(&labels)];
+    for run in runs {
+        let mut row = Vec::new();
+        if has_origin {
+            let (host, journal) = run.origin.as_ref().map_or(("-", "-"), |origin| {
+                (origin.host_name.as_str(), origin.short_journal())
+            });
+            row.extend([Cell::plain(host), Cell::plain(journal)]);
+        }
+        row.extend([
+            Cell::plain(run.run_id.to_string()),
+            Cell::plain(run.name.clone().unwrap_or_else(|| "-".to_string())),
+            Cell::toned(run.status.as_str(), Tone::of_status(run.status)),
+            Cell::plain(closed_word(run.is_closed, run.is_stale)),
+            Cell::plain(format!("{}/{}", run.steps_done, run.steps_total)),
+            Cell::plain(format_time_s(run.created_at_ms)),
+            Cell::plain(time_or_dash(run.ended_at_ms)),
+            Cell::plain(run.head_seq.to_string()),
+            Cell::toned(
+                run.runner_text(),
+                matches!(run.runner, Some(RunnerSeen::HostSilent { .. })).then_some(Tone::Warning),
+            ),
+        ]);
+        rows.push(row);
+    }
+    rows
+}
+
+/// A run's state for people: labelled fields, then its steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunView {
+    /// `(label, value)`, in the order shown.
+    pub fields: Vec<(String, Cell)>,
+    /// The steps table, its header first.
+    pub steps: Vec<Vec<Cell>>,
+}
+
+impl RunView {
+    /// The view of `state`; `runner` is what [`look_at_runner`] saw.
+    pub fn of(state: &RunState, runner: Option<RunnerSeen>) -> RunView {
+        RunView {
+            fields: state_fields(state, runner),
+            steps: step_rows(state),
+        }
+    }
+
+    /// The view of `state` as shipped by another host (`journal-tools --from`): its host and
+    /// journal first, and its runner not looked at here; `silent_since_ms` is
+    /// [`FleetRun::host_silent_since`].
+    pub fn of_shipped(
+        state: &RunState,
+        origin: &Origin,
+        silent_since_ms: Option<UnixMs>,
+    ) -> RunView {
+        let mut view = RunView::of(state, Some(shipped_runner(silent_since_ms)));
+        let mut fields = vec![
+            ("host".to_string(), Cell::plain(origin.host_name.clone())),
+            (
+                "journal".to_string(),
+                Cell::plain(origin.journal_id.clone()),
+            ),
+        ];
+        if let Some(since_ms) = silent_since_ms {
+            fields.push((
+                "silent".to_string(),
+                Cell::toned(
+                    format!(
+                        "host silent since {} (only its own reconciler closes this run)",
+                        format_time_s(since_ms)
+                    ),
+                    Some(Tone::Warning),
+                ),
+            ));
+        }
+        fields.append(&mut view.fields);
+        view.fields = fields;
+        view
+    }
+
+    /// The fields, a blank line, `steps`, and the steps table indented by two spaces.
+    pub fn lines(&self, paint: &impl Fn(&str, Tone) -> String) -> Vec<String> {
+        let fields: Vec<Vec<Cell>> = self
+            .fields
+            .iter()
+            .map(|(label, value)| vec![Cell::plain(label.as_str()), value.clone()])
+            .collect();
+        let mut lines = table_lines(&fields, paint);
+        lines.push(String::new());
+        lines.push("steps".to_string());
+        lines.extend(
+            table_lines(&self.steps, paint)
+                .into_iter()
+                .map(|line| format!("  {line}")),
+        );
+        lines
+    }
+}
+
+fn state_fields(state: &RunState, runner: Option<RunnerSeen>) -> Vec<(String, Cell)> {
+    let mut fields: Vec<(String, Cell)> = Vec::new();
+    let mut field = |label: &str, value: Cell| fields.push((label.to_string(), value));
+    field("run", Cell::plain(state.run_id.to_string()));
+    if let Some(name) = &state.spec.name {
+        field("name", Cell::plain(name.clone()));
+    }
+    field("mode", Cell::plain(mode_text(&state.spec)));
+    let closed = if state.is_closed() {
+        " (closed)"
+    } else if state.is_stale() {
+        " (stale: its runner is gone, no outcome recorded)"
+    } else {
+        ""
+    };
+    let mut status = Cell::toned(state.status.as_str(), Tone::of_status(state.status)).then(closed);
+    if state.dismissed_at_ms.is_some() {
+        status = status.then(", dismissed");
+    }
+    field("state", status);
+    field("created", Cell::plain(format_time_ms(state.created_at_ms)));
+    for (label, value) in [
+        ("session", &state.session_id),
+        ("owner", &state.completion_owner_id),
+        ("tool call", &state.tool_call_id),
+    ] {
+        if let Some(value) = value {
+            field(label, Cell::plain(value.clone()));
+        }
+    }
+    if let Some(info) = &state.runner {
+        let seen = runner.unwrap_or(RunnerSeen::Unknown).text();
+        field(
+            "runner",
+            Cell::plain(format!(
+                "pid {}, {seen}, instance {}, started {}",
+                info.identity.pid,
+                info.instance_id,
+                format_time_ms(info.started_at_ms)
+            )),
+        );
+    }
+    for control in &state.controls {
+        field(
+            "control",
+            Cell::plain(format!(
+                "{} by {} at {}: {}",
+                control.action.as_str(),
+                control.by,
+                format_time_ms(control.at_ms),
+                control.reason
+            )),
+        );
+    }
+    if let Some(terminal) = &state.terminal {
+        let mut text = format!(
+            "{} (exit {}) at {}, summary {:?}",
+            terminal.state.as_str(),
+            terminal.exit_code,
+            format_time_ms(terminal.at_ms),
+            terminal.summary
+        );
+        if let Some(error) = &terminal.error {
+            let _ = write!(text, ", error {error:?}");
+        }
+        if let Some(repairer) = terminal.repaired_by {
+            let _ = write!(text, ", repaired by {}", wire_name(&repairer));
+        }
+        field("ended", Cell::plain(text));
+    }
+    if let Some(observed) = &state.process_terminal {
+        let exit = observed
+            .exit
+            .map(|exit| format!(", {}", describe_exit(exit)))
+            .unwrap_or_default();
+        field(
+            "process",
+            Cell::plain(format!(
+                "{} by {} at {}{exit}",
+                observed.proof.as_str(),
+                wire_name(&observed.observer),
+                format_time_ms(observed.at_ms)
+            )),
+        );
+    }
+    if let Some(at) = state.dismissed_at_ms {
+        field("dismissed", Cell::plain(format_time_ms(at)));
+    }
+    field(
+        "head",
+        Cell::plain(format!(
+            "seq {}, updated {}",
+            state.head_seq,
+            format_time_ms(state.updated_at_ms)
+        )),
+    );
+    fields
+}
+
+/// `chain, 3 steps`, with the concurrency of a parallel run and the timeout when there is one.
+fn mode_text(spec: &RunSpec) -> String {
+    let mut text = format!(
+        "{}, {}",
+        spec.mode.as_str(),
+        plural(spec.steps.len() as u64, "step")
+    );
+    if spec.mode == Mode::Parallel {
+        let _ = write!(text, ", concurrency {}", spec.concurrency);
+    }
+    if let Some(timeout_ms) = spec.timeout_ms {
+        let _ = write!(text, ", timeout {}", format_duration_ms(timeout_ms));
+    }
+    text
+}
+
+fn step_rows(state: &RunState) -> Vec<Vec<Cell>> {
+    let mut rows = vec![header(&[
+        "#", "NAME", "STATUS", "STARTED", "ENDED", "EXIT", "DETAIL",
+    ])];
+    for (index, (spec, step)) in state.spec.steps.iter().zip(&state.steps).enumerate() {
+        let mut detail = Vec::new();
+        if let Some(job) = &step.job {
+            detail.push(format!("job {}", job.state.as_str()));
+            if let Some(id) = &job.id {
+                detail.push(format!("id {id}"));
+            }
+            if let Some(progress) = job.progress {
+                detail.push(format!("progress {progress}"));
+            }
+            if let Some(message) = &job.message {
+                detail.push(format!("{message:?}"));
+            }
+        }
+        if let Some(error) = &step.error {
+            detail.push(format!("error {error:?}"));
+        }
+        let time = |ms: Option<UnixMs>| ms.map_or_else(|| "-".to_string(), format_time_ms);
+        rows.push(vec![
+            Cell::plain(index.to_string()),
+            Cell::plain(spec.name.clone()),
+            Cell::plain(step.status.as_str()),
+            Cell::plain(time(step.started_at_ms)),
+            Cell::plain(time(step.ended_at_ms)),
+            Cell::plain(
+                step.exit_code
+                    .map_or_else(|| "-".to_string(), |code| code.to_string()),
+            ),
+            Cell::plain(detail.join(", ")),
+        ]);
+    }
+    rows
+}
+
+/// A record's event fields, as JSON (camelCase, as in events.jsonl).
+pub fn event_fields(event: &Event) -> serde_json::Map<String, Value> {
+    match serde_json::to_value(event) {
+        Ok(Value::Object(mut tagged)) => match tagged.remove(event.name()) {
+            Some(Value::Object(fields)) => fields,
+            _ => serde_json::Map::new(),
+        },
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// `key=value ...` of an event's fields that are set.
+pub fn event_fields_text(event: &Event) -> String {
+    event_fields(event)
+        .iter()
+        .filter(|(_, value)| !value.is_null())
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A run's records as a table: seq, time, writer, event and its fields.
+pub fn timeline_rows(records: &[Record]) -> Vec<Vec<Cell>> {
+    let mut rows = vec![header(&["SEQ", "TIME", "WRITER", "EVENT"])];
+    for record in records {
+        rows.push(vec![
+            Cell::plain(record.seq.to_string()),
+            Cell::plain(format_time_ms(record.time_ms)),
+            Cell::plain(format!("{}/{}", record.writer, record.writer_seq)),
+            Cell::plain(
+                format!(
+                    "{} {}",
+                    record.event.name(),
+                    event_fields_text(&record.event)
+                )
+                .trim_end()
+                .to_string(),
+            ),
+        ]);
+    }
+    rows
+}
+
+/// One line of the global log (`journal-tools inspect events`), a local journal's or the
+/// fleet's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry<'a> {
+    /// `Some` for the fleet: the line starts with host and journal.
+    pub origin: Option<&'a Origin>,
+    /// The record's place in its journal's log: the cursor to resume after.
+    pub global_seq: u64,
+    pub time_ms: UnixMs,
+    pub run: String,
+    pub seq: u64,
+    pub event: &'a str,
+    /// The event's fields ([`event_fields_text`]), or why there are none to show.
+    pub fields: String,
+}
+
+impl<'a> LogEntry<'a> {
+    /// The entry of a record at `global_seq`.
+    pub fn of(origin: Option<&'a Origin>, global_seq: u64, record: &'a Record) -> LogEntry<'a> {
+        LogEntry {
+            origin,
+            global_seq,
+            time_ms: record.time_ms,
+            run: record.run_id.to_string(),
+            seq: record.seq,
+            event: record.event.name(),
+            fields: event_fields_text(&record.event),
+        }
+    }
+
+    /// `[host  journal  ]global  time  run  seq  event fields`.
+    pub fn line(&self) -> String {
+        let origin = self.origin.map_or_else(String::new, |origin| {
+            format!("{}  {}  ", origin.host_name, origin.short_journal())
+        });
+        let line = format!(
+            "{origin}{:>6}  {}  {}  {:>4}  {} {}",
+            self.global_seq,
+            format_time_ms(self.time_ms),
+            self.run,
+            self.seq,
+            self.event,
+            self.fields
+        );
+        line.trim_end().to_string()
+    }
+}
+
+fn step_label(spec: &RunSpec, step: u32) -> String {
+    match spec.steps.get(step as usize) {
+        Some(step_spec) => format!("step {step} ({})", step_spec.name),
+        None => format!("step {step}"),
+    }
+}
+
+/// One line per journaled transition, as `runjournal run --wait` prints them as they land.
+pub fn record_line(record: &Record, spec: &RunSpec) -> String {
+    let detail = match &record.event {
+        Event::RunCreated { spec, .. } => format!(
+            "created: {}, {}{}",
+            spec.mode.as_str(),
+            plural(spec.steps.len() as u64, "step"),
+            spec.name
+                .as_ref()
+                .map(|name| format!(", name {name}"))
+                .unwrap_or_default()
+        ),
+        Event::RunnerStarted { runner, .. } => format!("runner started (pid {})", runner.pid),
+        Event::StepRunning { step, process } => format!(
+            "{} running{}",
+            step_label(spec, *step),
+            process
+                .as_ref()
+                .map(|process| format!(" (pid {})", process.pid))
+                .unwrap_or_default()
+        ),
+        Event::ExternalJobUpdated { step, job } => {
+            let mut text = format!("{} job {}", step_label(spec, *step), job.state.as_str());
+            if let Some(progress) = job.progress {
+                let _ = write!(text, " {progress}");
+            }
+            if let Some(message) = &job.message {
+                let _ = write!(text, ": {message}");
+            }
+            if let Some(url) = &job.url {
+                let _ = write!(text, " <{url}>");
+            }
+            text
+        }
+        Event::StepFinished { step, outcome } => {
+            let end = match outcome.end {
+                StepEnd::Complete => "complete",
+                StepEnd::Failed => "failed",
+                StepEnd::Stopped => "stopped",
+                StepEnd::Skipped => "skipped",
+            };
+            let mut text = format!("{} {end}", step_label(spec, *step));
+            if let Some(code) = outcome.exit_code {
+                let _ = write!(text, " (exit {code})");
+            }
+            if let Some(error) = &outcome.error {
+                let _ = write!(text, ": {error}");
+            }
+            text
+        }
+        Event::ControlRequested { action, by, reason } => {
+            format!("{} requested by {by}: {reason}", action.as_str())
+        }
+        Event::Terminal {
+            state,
+            error,
+            exit_code,
+            ..
+        } => {
+            let mut text = format!("run {} (exit {exit_code})", state.as_str());
+            if let Some(error) = error {
+                let _ = write!(text, ": {error}");
+            }
+            text
+        }
+        Event::ProcessTerminalObserved {
+            exit,
+            proof,
+            observer,
+            ..
+        } => {
+            let exit = crate::exit::describe_observed_exit(*exit);
+            format!(
+                "runner gone ({exit}; proof {}, seen by {})",
+                proof.as_str(),
+                wire_name(observer)
+            )
+        }
+        Event::Dismissed { .. } => "dismissed".to_string(),
+    };
+    format!("#{} {}", record.seq, detail.replace('\n', " "))
+}
+
+/// The line `runjournal wait` prints when a run has ended.
+pub fn end_line(state: &RunState) -> String {
+    match &state.terminal {
+        Some(terminal) => {
+            let mut text = format!(
+                "run {} {} (exit {})",
+                state.run_id, state.status, terminal.exit_code
+            );
+            if let Some(error) = &terminal.error {
+                let _ = write!(text, ": {error}");
+            }
+            text.replace('\n', " ")
+        }
+        None => format!("run {} {}", state.run_id, state.status),
+    }
+}
+
+/// A short age: 5s, 3m, 2h, 4d.
+pub fn age(now_ms: UnixMs, then_ms: UnixMs) -> String {
+    let seconds = now_ms.saturating_sub(then_ms) / 1000;
+    match seconds {
+        0..60 => format!("{seconds}s"),
+        60..3600 => format!("{}m", seconds / 60),
+        3600..86_400 => format!("{}h", seconds / 3600),
+        _ => format!("{}d", seconds / 86_400),
+    }
+}
+
+/// A time to the second (`2025-01-31 12:00:00Z`), or `-`.
+pub fn time_or_dash(ms: Option<UnixMs>) -> String {
+    ms.map_or_else(|| "-".to_string(), format_time_s)
+}
+
+/// What to say about a full disk, from the home's capacity state (read from disk): a line
+/// when a journal writer is blocked waiting for space, or when the space reserve has been
+/// released. `None` when all is well or nothing can be read.
+pub fn capacity_notice(home: &Home, now_ms: UnixMs) -> Option<String> {
+    let status = crate::capacity::read_status(home).ok()?;
+    if let Some(since_ms) = status.blocked_since_ms() {
+        return Some(format!(
+            "journal: blocked on a full disk for {} ({} writer(s) waiting; transitions land once space returns)",
+            age(now_ms, since_ms),
+            status.blocked.len()
+        ));
+    }
+    let is_reserve_expected =
+        crate::capacity::reserve_bytes_from_env().is_ok_and(|bytes| bytes > 0);
+    (is_reserve_expected && !status.has_reserve && home.journal_path().exists()).then(|| {
+        "journal: the space reserve is released (the disk was full); it is made again once space allows"
+            .to_string()
+    })
+}
+
+/// How far behind shipping to PostgreSQL (`runjournal ship`) is, from the home's shipping
+/// state file and the journal's log (reads both), when it is worth a line ([`Lag::line`]:
+/// `shipping N records behind since T: why`): shipping fails, or records wait and no shipper
+/// runs. `None` when the home does not ship, shipping keeps up, or nothing can be read (it is
+/// a report: a command does not fail for it).
+pub fn shipping_lag(home: &Home, view: &View) -> Option<Lag> {
+    crate::ship::state::lag(home, view).ok().flatten()
+}
+
+/// The `shipping` row of `inspect stats`: where the home ships and how far, or how far behind
+/// and why.
+pub fn shipping_text(state: Option<&ShipState>, lag: Option<&Lag>, global_head: u64) -> String {
+    match (state, lag) {
+        (None, _) => "not shipped (no runjournal ship from this home)".to_string(),
+        (Some(_), Some(lag)) => lag.summary(),
+        (Some(state), None) => format!(
+            "to {}, shipped through global seq {} of {global_head}",
+            state.target, state.shipped_through
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paint_brackets(text: &str, _tone: Tone) -> String {
+        format!("[{text}]")
+    }
+
+    #[test]
+    fn columns_are_padded_by_text_not_colour() {
+        let rows = vec![
+            header(&["A", "B", "C"]),
+            vec![
+                Cell::toned("long", Some(Tone::Bad)),
+                Cell::plain("x"),
+                Cell::plain("end"),
+            ],
+        ];
+        assert_eq!(
+            table_lines(&rows, &paint_brackets),
+            ["A     B  C", "[long]  x  end"]
+        );
+        assert_eq!(
+            table_lines(&rows, &no_colour),
+            ["A     B  C", "long  x  end"]
+        );
+    }
+
+    #[test]
+    fn an_empty_last_cell_leaves_no_trailing_spaces() {
+        let rows = vec![header(&["A", "B"]), vec![Cell::plain("x"), Cell::plain("")]];
+        assert_eq!(table_lines(&rows, &no_colour), ["A  B", "x"]);
+    }
+
+    #[test]
+    fn json_keys_become_camel_case_at_every_depth() {
+        let value = serde_json::json!({
+            "run_id": 1,
+            "steps": [{"started_at_ms": 2, "exitCode": 3}],
+            "process_terminal": {"instance_id": "x"},
+        });
+        assert_eq!(
+            camel_case_keys(value),
+            serde_json::json!({
+                "runId": 1,
+                "steps": [{"startedAtMs": 2, "exitCode": 3}],
+                "processTerminal": {"instanceId": "x"},
+            })
+        );
+    }
+
+    fn fleet_run(is_closed: bool) -> FleetRun {
+        FleetRun {
+            journal_id: "0123456789abcdef0123456789abcdef".into(),
+            host_name: "build-7".into(),
+            heartbeat_at_ms: 951_827_696_000,
+            run_id: RunId::generate(),
+            name: Some("nightly".into()),
+            state: RunStatus::Running,
+            is_closed,
+            is_stale: false,
+            is_dismissed: false,
+            steps_done: 1,
+            steps_total: 2,
+            runner_pid: Some(100),
+            created_at_ms: 951_827_000_000,
+            updated_at_ms: 951_827_000_000,
+            ended_at_ms: None,
+            head_seq: 4,
+            status: Value::Null,
+        }
+    }
+
+    #[test]
+    fn the_fleet_runs_table_has_host_and_journal_columns_and_says_a_host_is_silent() {
+        let run = fleet_run(false);
+        let rows = runs_table(&[
+            RunRow::of_shipped(&run, None),
+            RunRow::of_shipped(&run, Some(951_827_696_000)),
+        ]);
+        let lines = table_lines(&rows, &no_colour);
+        let words = |line: &str| {
+            line.split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(words(&lines[0])[..3], ["HOST", "JOURNAL", "RUN"]);
+        assert_eq!(words(&lines[1])[..2], ["build-7", "01234567"]);
+        assert!(lines[1].ends_with("100 on its host"), "{}", lines[1]);
+        assert!(
+            lines[2].ends_with("100 host silent since 2000-02-29 12:34:56Z"),
+            "{}",
+            lines[2]
+        );
+    }
+
+    #[test]
+    fn a_fleet_log_line_starts_with_host_and_journal() {
+        let origin = Origin {
+            host_name: "build-7".into(),
+            journal_id: "0123456789abcdef0123456789abcdef".into(),
+        };
+        let entry = LogEntry {
+            origin: Some(&origin),
+            global_seq: 12,
+            time_ms: 951_827_696_000,
+            run: "RUN".into(),
+            seq: 3,
+            event: "Dismissed",
+            fields: String::new(),
+        };
+        assert_eq!(
+            entry.line(),
+            "build-7  01234567      12  2000-02-29 12:34:56.000Z  RUN     3  Dismissed"
+        );
+        let local = LogEntry {
+            origin: None,
+            ..entry
+        };
+        assert!(
+            local.line().starts_with("    12  2000-02-29"),
+            "{}",
+            local.line()
+        );
+    }
+
+    #[test]
+    fn part_of_a_cell_may_carry_a_tone() {
+        let cell = Cell::toned("failed", Some(Tone::Bad)).then(" (closed)");
+        assert_eq!(cell.text(), "failed (closed)");
+        assert_eq!(
+            table_lines(&[vec![Cell::plain("state"), cell]], &paint_brackets),
+            ["state  [failed] (closed)"]
+        );
+    }
+}
