@@ -402,6 +402,14 @@ impl RunSpec {
     }
 }
 
+/// The host's own ids for a run, recorded in [`Event::RunCreated`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostIds {
+    pub session_id: Option<String>,
+    pub completion_owner_id: Option<String>,
+    pub tool_call_id: Option<String>,
+}
+
 /// `Err(len)` when `text` is over [`MAX_TEXT_BYTES`].
 fn check_text(text: &str) -> Result<(), usize> {
     if text.len() > MAX_TEXT_BYTES {
@@ -826,6 +834,21 @@ pub(crate) fn decode_checked<'a, T: Deserialize<'a>>(
             reason: error.to_string(),
         }),
     }
+}
+
+/// Splits bytes written by [`encode_checked`] into what the checksum covers and whether their
+/// trailing CRC-32C matches it, decoding nothing; `None` for bytes shorter than a checksum.
+pub(crate) fn split_checksum(bytes: &[u8]) -> Option<(&[u8], bool)> {
+    let split = bytes.len().checked_sub(4)?;
+    let (payload, stored) = bytes.split_at(split);
+    Some((payload, CRC.checksum(payload).to_le_bytes() == stored))
+}
+
+/// `payload` followed by its CRC-32C, as [`encode_checked`] lays out what it encodes.
+pub(crate) fn with_checksum(payload: &[u8]) -> Vec<u8> {
+    let mut bytes = payload.to_vec();
+    bytes.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
+    bytes
 }
 
 impl RecordEnvelope {

@@ -321,9 +321,9 @@ pub fn fold_events(data: &[u8]) {
                         .expect("apply_mut accepts what apply accepts");
                     assert_eq!(in_place, next, "apply_mut and apply agree");
                 }
-                let snapshot = crate::journal::encode_snapshot(&next)
+                let snapshot = crate::journal::snapshot::encode_snapshot(&next)
                     .expect("the snapshot of a legal state encodes");
-                let decoded = crate::journal::decode_snapshot(next.run_id, &snapshot)
+                let decoded = crate::journal::snapshot::decode_snapshot(next.run_id, &snapshot)
                     .expect("a snapshot decodes");
                 assert_eq!(decoded, next, "a snapshot round-trips");
                 if let Ok(bytes) = record.encode() {

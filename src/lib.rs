@@ -8,6 +8,7 @@ pub mod durable_fs;
 pub mod duration;
 pub mod event;
 pub mod exit;
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 pub mod home;
@@ -31,8 +32,8 @@ pub mod store;
 mod sync;
 pub mod verify;
 
-pub use event::{Event, RunId, RunSpec};
+pub use event::{Event, HostIds, RunId, RunSpec};
 pub use home::Home;
-pub use journal::{Condition, HostIds, Journal, JournalReader};
+pub use journal::{Condition, Journal, JournalReader};
 pub use state::{RunState, RunStatus, apply};
 pub use store::Store;

@@ -22,10 +22,8 @@ use std::path::{Path, PathBuf};
 use crate::durable_fs::{self, FileLock};
 use crate::event::RunId;
 use crate::home::Home;
-use crate::journal::ReadError;
-use crate::projection::{
-    self, Content, FileKind, Plan, ProjectionError, ReadJournal, ResultPolicy,
-};
+use crate::journal::{ReadError, ReadJournal};
+use crate::projection::{self, Content, FileKind, Plan, ProjectionError, ResultPolicy};
 use crate::state::RunStatus;
 use crate::verify::{self, Problem, Severity};
 

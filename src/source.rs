@@ -11,8 +11,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::home::{Home, NoHome};
+use crate::journal::ReadJournal;
 use crate::journal::{self, CopyError, Journal, JournalReader, OpenError, ReadError, View};
-use crate::projection::ReadJournal;
 use crate::verify::{self, Integrity, Problem, ProblemKind, Report, Severity};
 
 /// Why a journal could not be opened for looking at. Nothing was written.

@@ -10,8 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::duration::{DurationError, parse_duration};
-use crate::event::{Mode, RunSpec, SpecError, StepAction, StepSpec};
-use crate::journal::HostIds;
+use crate::event::{HostIds, Mode, RunSpec, SpecError, StepAction, StepSpec};
 
 /// Longest step name derived from a command; longer commands are cut on a character boundary.
 pub const DERIVED_NAME_MAX_BYTES: usize = 48;

@@ -13,11 +13,10 @@ use std::time::{Duration, Instant};
 
 use crate::capacity::{self, Reserve};
 use crate::durable_fs;
-use crate::event::{Event, RunId, RunSpec};
+use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
 use crate::journal::{
-    AppendError, Appended, CapacityListener, Condition, HostIds, Journal, OpenError, Source,
-    WriterOptions,
+    AppendError, Appended, CapacityListener, Condition, Journal, OpenError, Source, WriterOptions,
 };
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};

@@ -21,9 +21,10 @@ use crate::durable_fs::FileLock;
 use crate::event::{Record, RunId, UnixMs, WriterId};
 use crate::home::Home;
 use crate::journal::{
-    CorruptError, Journal, ReadError, StorageFailure, View, name_alias, tool_call_alias,
+    CorruptError, Journal, ReadError, ReadJournal, SnapshotError, StorageFailure, View, name_alias,
+    tool_call_alias,
 };
-use crate::projection::{self, Difference, FileKind, ReadJournal};
+use crate::projection::{self, Difference, FileKind};
 use crate::state::{self, RunState};
 
 /// How serious a problem is.
@@ -32,13 +33,14 @@ pub enum Severity {
     /// Something that is most likely fine but worth knowing, such as a result file a host
     /// has consumed.
     Note,
-    /// Everything decodes, but something derived from the records (a snapshot, an index, a
-    /// projection) disagrees with them. Rebuilding from the records can fix it.
+    /// The records are sound, but something derived from them (a snapshot, an index, a
+    /// projection) disagrees with them or does not decode. Rebuilding from the records can fix
+    /// it.
     Inconsistent,
     /// A check could not run (an I/O error); nothing is known about what it would have found.
     Unchecked,
-    /// The journal's bytes are damaged (a record or snapshot fails its checksum or does not
-    /// decode, redb's integrity check fails) or its records break a lifecycle rule. The
+    /// The journal's bytes are damaged (a record fails its checksum or does not decode, redb's
+    /// integrity check fails) or its records break a lifecycle rule. The
     /// records themselves are in question; only a copy from before the damage can fix it.
     Damaged,
 }
@@ -68,8 +70,9 @@ pub enum ProblemKind {
     Meta,
     /// A stored record.
     Record,
-    /// A stored snapshot that does not decode, or a run with records but no snapshot or the
-    /// reverse.
+    /// A stored snapshot that does not decode (damaged, another layout, another run's): a
+    /// cache that reads re-derive and the run's next append rewrites; or a run with records
+    /// but no snapshot or the reverse.
     Snapshot,
     /// A run's records that do not fold.
     Fold,
@@ -176,12 +179,32 @@ impl Problem {
             } => Problem::new(Severity::Damaged, ProblemKind::Record, error.to_string())
                 .of_run(*key_run)
                 .at_seq(*key_seq),
-            CorruptError::Snapshot { run, .. } => {
-                Problem::new(Severity::Damaged, ProblemKind::Snapshot, error.to_string())
+            CorruptError::Unfoldable { run, seq, .. } => {
+                Problem::new(Severity::Damaged, ProblemKind::Fold, error.to_string())
                     .of_run(*run)
+                    .at_seq(*seq)
             }
+            CorruptError::NoRecords { run, .. } => Problem::new(
+                Severity::Inconsistent,
+                ProblemKind::Snapshot,
+                error.to_string(),
+            )
+            .of_run(*run),
             other => Problem::new(Severity::Damaged, ProblemKind::Meta, other.to_string()),
         }
+    }
+
+    /// A stored snapshot that does not decode. It is a cache, not lost data: every read
+    /// re-derives the run from its records, and the run's next append rewrites it.
+    fn snapshot(run: RunId, error: &SnapshotError) -> Problem {
+        Problem::new(
+            Severity::Inconsistent,
+            ProblemKind::Snapshot,
+            format!(
+                "snapshot of run {run}: {error} (a cache: reads re-derive it from the records, the run's next append rewrites it)"
+            ),
+        )
+        .of_run(run)
     }
 
     fn read(error: &ReadError) -> Problem {
@@ -267,12 +290,12 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     }
 
     let mut runs: BTreeMap<RunId, RunFacts> = BTreeMap::new();
-    let scanned = view.scan_snapshots(|run, snapshot| {
+    let scanned = view.scan_stored_snapshots(|run, snapshot| {
         let facts = runs.entry(run).or_default();
         facts.has_snapshot = true;
         match snapshot {
             Ok(state) => facts.facts = Some(IndexFacts::of(&state)),
-            Err(error) => report.problems.push(Problem::corrupt(&error)),
+            Err(error) => report.problems.push(Problem::snapshot(run, &error)),
         }
         true
     });
@@ -300,7 +323,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
             );
             return;
         }
-        let stored = view.snapshot(run);
+        let stored = view.stored_snapshot(run);
         let (folded, problems) = fold_and_compare(run, &records, stored);
         report.problems.extend(problems);
         let Some(folded) = folded else { return };
@@ -378,12 +401,16 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     report
 }
 
+/// The stored snapshot of a run as [`View::stored_snapshot`] reads it.
+type Stored = Result<Option<Result<RunState, SnapshotError>>, StorageFailure>;
+
 /// Folds `records` and compares the fold with the stored snapshot. Returns the fold (when the
-/// records fold) and the problems found.
+/// records fold) and the problems found; a snapshot that does not decode is not among them
+/// (its caller reports it).
 fn fold_and_compare(
     run: RunId,
     records: &[Record],
-    stored: Result<Option<RunState>, ReadError>,
+    stored: Stored,
 ) -> (Option<RunState>, Vec<Problem>) {
     let mut problems = Vec::new();
     let mut folded: Option<RunState> = None;
@@ -409,8 +436,8 @@ fn fold_and_compare(
         return (None, problems);
     };
     match stored {
-        Ok(Some(stored)) if stored == folded => {}
-        Ok(Some(stored)) => {
+        Ok(Some(Ok(stored))) if stored == folded => {}
+        Ok(Some(Ok(stored))) => {
             let mut problem = Problem::new(
                 Severity::Inconsistent,
                 ProblemKind::SnapshotDiffers,
@@ -427,9 +454,9 @@ fn fold_and_compare(
         }
         // A run without a snapshot is reported once, by the caller that saw the whole table.
         Ok(None) => {}
-        // A damaged snapshot was reported when the snapshots were scanned.
-        Err(ReadError::Corrupt(CorruptError::Snapshot { .. })) => {}
-        Err(error) => problems.push(Problem::read(&error).of_run(run)),
+        // A snapshot that does not decode is reported by the caller.
+        Ok(Some(Err(_))) => {}
+        Err(failure) => problems.push(Problem::storage(&failure).of_run(run)),
     }
     (Some(folded), problems)
 }
@@ -463,12 +490,12 @@ pub fn rederive(view: &View, run: RunId, until_seq: Option<u64>) -> Rederived {
     let stored = match until_seq {
         // The snapshot is the state at the head; an earlier state has nothing to compare with.
         Some(_) => Ok(None),
-        None => view.snapshot(run),
+        None => view.stored_snapshot(run),
     };
     let (state, problems) = match stored {
-        Err(ReadError::Corrupt(error)) => {
+        Ok(Some(Err(error))) => {
             let (state, mut problems) = fold_and_compare(run, &records, Ok(None));
-            problems.push(Problem::corrupt(&error));
+            problems.push(Problem::snapshot(run, &error));
             (state, problems)
         }
         stored => fold_and_compare(run, &records, stored),

@@ -3,8 +3,9 @@
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
+use super::error::{AppendError, CorruptError, StorageFailure};
+use super::snapshot::{encode_snapshot, state_of};
 use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
-use super::{AppendError, CorruptError, StorageFailure, decode_snapshot, encode_snapshot};
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
 use crate::state::{self, RunState};
 
@@ -269,7 +270,9 @@ fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> 
         .get(&run.to_bytes())
         .map_err(storage("reading the run snapshot"))?
     {
-        Some(bytes) => Some(decode_snapshot(run, bytes.value())?),
+        // A snapshot that does not decode is re-derived from the records; the new snapshot
+        // this batch writes replaces it.
+        Some(bytes) => Some(state_of(run, bytes.value(), &tables.records)?),
         None => None,
     };
     let head = before.as_ref().map_or(0, |state| state.head_seq);
@@ -457,7 +460,9 @@ fn find_duplicate(tables: &Tables<'_>, batch: &Batch) -> Result<Appended, Append
         .get(&run.to_bytes())
         .map_err(storage("reading the run snapshot"))?
     {
-        Some(bytes) => decode_snapshot(run, bytes.value())?,
+        // A duplicate writes nothing, so a snapshot that does not decode is re-derived in
+        // memory only.
+        Some(bytes) => state_of(run, bytes.value(), &tables.records)?,
         None => return Err(AppendError::UnknownRun { run }),
     };
     Ok(Appended {

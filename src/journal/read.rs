@@ -4,10 +4,19 @@
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::append::storage;
+use super::error::{CorruptError, ReadError, StorageFailure};
+use super::snapshot::{SnapshotError, decode_snapshot, state_of};
 use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
-use super::{CorruptError, JournalMeta, ReadError, StorageFailure, decode_snapshot};
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
 use crate::state::RunState;
+
+/// Facts about the journal file itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalMeta {
+    pub format_version: u16,
+    pub journal_id: [u8; 16],
+    pub created_at_ms: u64,
+}
 
 /// Why a text does not name exactly one run: by [`View::resolve`] (a run id or prefix), or by
 /// [`crate::resolve::resolve_run`] (also a name or tool-call id).
@@ -104,16 +113,31 @@ impl View {
         })
     }
 
-    /// The run's folded state as stored with its last commit; `None` for an unknown run.
+    /// The run's folded state as stored with its last commit; `None` for an unknown run. A
+    /// stored snapshot that does not decode is re-derived from the run's records (it is a
+    /// cache): only records that do not decode or fold make this an error.
     pub fn snapshot(&self, run: RunId) -> Result<Option<RunState>, ReadError> {
         let runs = self.table(RUNS)?;
         let value = runs
             .get(&run.to_bytes())
             .map_err(storage("reading a snapshot"))?;
         match value {
-            Some(bytes) => Ok(Some(decode_snapshot(run, bytes.value())?)),
+            Some(bytes) => Ok(Some(state_of(run, bytes.value(), &self.table(RECORDS)?)?)),
             None => Ok(None),
         }
+    }
+
+    /// The run's stored snapshot as it decodes, without re-deriving one that does not (for
+    /// `verify`, which reports such a snapshot); `None` for an unknown run.
+    pub fn stored_snapshot(
+        &self,
+        run: RunId,
+    ) -> Result<Option<Result<RunState, SnapshotError>>, StorageFailure> {
+        let runs = self.table(RUNS)?;
+        let value = runs
+            .get(&run.to_bytes())
+            .map_err(storage("reading a snapshot"))?;
+        Ok(value.map(|bytes| decode_snapshot(run, bytes.value())))
     }
 
     /// Every record of the run, in seq order, each verified against its checksum and its key.
@@ -123,18 +147,7 @@ impl View {
 
     /// The run's records with seq at most `until_seq`.
     pub fn records_until(&self, run: RunId, until_seq: u64) -> Result<Vec<Record>, ReadError> {
-        let records = self.table(RECORDS)?;
-        let low = tables::record_key(run, 0);
-        let high = tables::record_key(run, until_seq);
-        let mut out = Vec::new();
-        for entry in records
-            .range::<&[u8; 24]>(&low..=&high)
-            .map_err(storage("reading records"))?
-        {
-            let (key, value) = entry.map_err(storage("reading records"))?;
-            out.push(decode_record(key.value(), value.value())?);
-        }
-        Ok(out)
+        run_records(&self.table(RECORDS)?, run, until_seq)
     }
 
     /// Up to `limit` records committed after global seq `after`, in commit order, each with
@@ -250,13 +263,14 @@ impl View {
             .map_err(storage("counting records"))?)
     }
 
-    /// Every snapshot, decoded, in run id order; `f` sees each and may stop early by
-    /// returning `false`.
+    /// Every run's state, in run id order (a snapshot that does not decode is re-derived, as
+    /// [`View::snapshot`] does); `f` sees each and may stop early by returning `false`.
     pub fn for_each_snapshot(&self, mut f: impl FnMut(RunState) -> bool) -> Result<(), ReadError> {
         let runs = self.table(RUNS)?;
+        let records = self.table(RECORDS)?;
         for entry in runs.iter().map_err(storage("reading runs"))? {
             let (key, value) = entry.map_err(storage("reading runs"))?;
-            let state = decode_snapshot(RunId::from_bytes(*key.value()), value.value())?;
+            let state = state_of(RunId::from_bytes(*key.value()), value.value(), &records)?;
             if !f(state) {
                 break;
             }
@@ -282,11 +296,35 @@ impl View {
         Ok(())
     }
 
-    /// Every stored snapshot in run id order, each decoded; a damaged one does not end the scan
-    /// (see [`View::scan_records`]).
+    /// Every run's state in run id order, as [`View::snapshot`] reads it (a snapshot that does
+    /// not decode is re-derived from the records); a run whose records do not decode or fold
+    /// does not end the scan: `f` sees it as an `Err` (see [`View::scan_records`]).
     pub fn scan_snapshots(
         &self,
         mut f: impl FnMut(RunId, Result<RunState, CorruptError>) -> bool,
+    ) -> Result<(), StorageFailure> {
+        let runs = self.table(RUNS)?;
+        let records = self.table(RECORDS)?;
+        for entry in runs.iter().map_err(storage("reading runs"))? {
+            let (key, value) = entry.map_err(storage("reading runs"))?;
+            let run = RunId::from_bytes(*key.value());
+            let state = match state_of(run, value.value(), &records) {
+                Ok(state) => Ok(state),
+                Err(ReadError::Corrupt(error)) => Err(error),
+                Err(ReadError::Storage(failure)) => return Err(failure),
+            };
+            if !f(run, state) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every stored snapshot in run id order, as it decodes, without re-deriving one that does
+    /// not (for `verify`); `f` may stop early by returning `false`.
+    pub fn scan_stored_snapshots(
+        &self,
+        mut f: impl FnMut(RunId, Result<RunState, SnapshotError>) -> bool,
     ) -> Result<(), StorageFailure> {
         let runs = self.table(RUNS)?;
         for entry in runs.iter().map_err(storage("reading runs"))? {
@@ -362,11 +400,17 @@ impl View {
     pub fn resolve(&self, text: &str) -> Result<RunId, ResolveError> {
         if text.len() == RunId::LEN {
             let run: RunId = text.parse()?;
-            return match self.snapshot(run)? {
-                Some(_) => Ok(run),
-                None => Err(ResolveError::Unknown {
+            let is_known = self
+                .table(RUNS)?
+                .get(&run.to_bytes())
+                .map_err(storage("reading runs"))?
+                .is_some();
+            return if is_known {
+                Ok(run)
+            } else {
+                Err(ResolveError::Unknown {
                     text: text.to_string(),
-                }),
+                })
             };
         }
         let (low, high) = RunId::prefix_range(text)?;
@@ -404,6 +448,26 @@ impl View {
             }
         }
     }
+}
+
+/// The run's records with seq at most `until_seq`, in seq order, from the `records` table of a
+/// read or a write transaction.
+pub(super) fn run_records(
+    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
+    run: RunId,
+    until_seq: u64,
+) -> Result<Vec<Record>, ReadError> {
+    let low = tables::record_key(run, 0);
+    let high = tables::record_key(run, until_seq);
+    let mut out = Vec::new();
+    for entry in records
+        .range::<&[u8; 24]>(&low..=&high)
+        .map_err(storage("reading records"))?
+    {
+        let (key, value) = entry.map_err(storage("reading records"))?;
+        out.push(decode_record(key.value(), value.value())?);
+    }
+    Ok(out)
 }
 
 fn decode_record(key: &[u8; 24], value: &[u8]) -> Result<Record, CorruptError> {

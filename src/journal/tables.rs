@@ -12,7 +12,8 @@ use crate::event::{RunId, UnixMs};
 pub(crate) const RECORDS: TableDefinition<&[u8; 24], &[u8]> = TableDefinition::new("records");
 /// global seq → (run id, seq): commit order across runs.
 pub(crate) const LOG: TableDefinition<u64, &[u8; 24]> = TableDefinition::new("log");
-/// run id → snapshot ([`super::Snapshot`]): the folded state, a cache of the records.
+/// run id → snapshot ([`super::snapshot::SnapshotV1`]): the folded state, a cache of the
+/// records.
 pub(crate) const RUNS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("runs");
 /// run id → (): runs not yet closed.
 pub(crate) const ACTIVE: TableDefinition<&[u8; 16], ()> = TableDefinition::new("active");

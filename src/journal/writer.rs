@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 use redb::{Database, StorageBackend};
 
 use super::append::{self, Appended, Batch, Condition};
+use super::error::{AppendError, OpenError, StorageFailure};
+use super::open::open_source;
 use super::queue::{Queue, Reply};
-use super::{AppendError, OpenError, StorageFailure};
 use crate::capacity::{self, Reserve};
 use crate::event::{Event, RunId, WriterId, now_ms};
 
@@ -337,7 +338,7 @@ fn current_or_reopened(shared: &Shared) -> Result<Arc<Database>, StorageFailure>
     if let Some(db) = shared.database() {
         return Ok(db);
     }
-    let db = Arc::new(super::open_source(&shared.source).map_err(open_failure)?);
+    let db = Arc::new(open_source(&shared.source).map_err(open_failure)?);
     shared.set_database(Some(Arc::clone(&db)));
     Ok(db)
 }

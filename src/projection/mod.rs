@@ -9,7 +9,6 @@
 
 pub mod documents;
 pub mod pending;
-pub mod segment;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -17,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::durable_fs::{self, FileLock};
 use crate::event::{Record, RunId};
 use crate::home::Home;
-use crate::journal::{Journal, JournalReader, ReadError, View};
+use crate::journal::{ReadError, ReadJournal, View};
 use crate::state::RunState;
 
 /// What kind of projected file a path is.
@@ -312,23 +311,6 @@ pub fn check_plan(plan: &Plan) -> Vec<Difference> {
         }
     }
     out
-}
-
-/// Anything a projection can read the journal through.
-pub trait ReadJournal {
-    fn view(&self) -> Result<View, ReadError>;
-}
-
-impl ReadJournal for Journal {
-    fn view(&self) -> Result<View, ReadError> {
-        Journal::view(self)
-    }
-}
-
-impl ReadJournal for JournalReader {
-    fn view(&self) -> Result<View, ReadError> {
-        JournalReader::view(self)
-    }
 }
 
 /// Reads a run's state and records from one view.

@@ -3,10 +3,9 @@ use std::os::unix::process::CommandExt;
 
 use super::*;
 use crate::event::{
-    ControlAction, Mode, ProcessExit, ProcessIdentity, RunSpec, StepAction, StepSpec,
+    ControlAction, HostIds, Mode, ProcessExit, ProcessIdentity, RunSpec, StepAction, StepSpec,
 };
 use crate::home::Home;
-use crate::journal::HostIds;
 use crate::state::RunStatus;
 
 const LIVENESSES: [RunnerLiveness; 4] = [

@@ -26,6 +26,7 @@
 //! (paused) one.
 
 pub mod external_job;
+pub mod outcome;
 pub mod process_group;
 mod recorder;
 pub mod step;
@@ -85,6 +86,7 @@ use crate::liveness;
 use crate::logs::{self, TailBounds};
 use crate::state::{ControlInfo, RunState, RunStatus, TransitionError};
 use crate::store::{Store, StoreOptions};
+use outcome::{StepFailure, halt_error};
 use step::{JobEnd, ProcessReport};
 
 /// Exit code of a failed run whose failure has no exit code of its own.
@@ -327,14 +329,6 @@ struct RunningStep {
     ending: Option<Ending>,
 }
 
-/// The first step that failed.
-#[derive(Debug, Clone)]
-struct Failure {
-    step: usize,
-    exit_code: Option<i32>,
-    error: String,
-}
-
 /// How an attempt to start a step went.
 enum Start {
     Started(std::process::Child),
@@ -362,7 +356,7 @@ struct RunLoop {
     next_step: usize,
     halt: Option<ControlInfo>,
     lost: Option<RunStatus>,
-    first_failure: Option<Failure>,
+    first_failure: Option<StepFailure>,
     last_finished: Option<usize>,
     steps_complete: usize,
 }
@@ -643,7 +637,7 @@ impl RunLoop {
         match outcome.end {
             StepEnd::Complete => self.steps_complete += 1,
             StepEnd::Failed if self.first_failure.is_none() => {
-                self.first_failure = Some(Failure {
+                self.first_failure = Some(StepFailure {
                     step: index,
                     exit_code: outcome.exit_code,
                     error: outcome.error.unwrap_or_else(|| "failed".to_string()),
@@ -839,35 +833,20 @@ impl RunLoop {
         self.lost = Some(state);
     }
 
-    /// Records the run's `Terminal`.
+    /// Records the run's `Terminal`, as the outcome table ([`outcome::TABLE`]) decides it.
     async fn record_terminal(&mut self) -> Result<RunnerOutcome, RunnerError> {
-        let steps = self.spec.steps.len();
-        let every_step_complete = self.steps_complete == steps;
-        let (state, error, exit_code) = match (&self.halt, &self.first_failure) {
-            (Some(control), _) if !every_step_complete => match control.action {
-                ControlAction::Stop => (TerminalState::Stopped, halt_error(control), EXIT_STOPPED),
-                ControlAction::Timeout => {
-                    (TerminalState::Failed, halt_error(control), EXIT_TIMED_OUT)
-                }
-                ControlAction::Interrupt => {
-                    (TerminalState::Paused, halt_error(control), EXIT_INTERRUPTED)
-                }
-            },
-            (_, Some(failure)) => (
-                TerminalState::Failed,
-                format!(
-                    "step {} ({}) failed: {}",
-                    failure.step, self.spec.steps[failure.step].name, failure.error
-                ),
-                failure
-                    .exit_code
-                    .filter(|code| *code != 0)
-                    .unwrap_or(EXIT_FAILED),
-            ),
-            _ => (TerminalState::Complete, String::new(), 0),
-        };
+        let (_, end) = outcome::run_end(
+            &self.spec,
+            self.halt.as_ref(),
+            self.first_failure.as_ref(),
+            self.steps_complete,
+        );
+        let outcome::RunEnd {
+            state,
+            error,
+            exit_code,
+        } = end;
         let summary = self.summary();
-        let error = (!error.is_empty()).then(|| event::truncate_text(&error, MAX_TEXT_BYTES));
         let appended = self
             .recorder
             .append(
@@ -910,24 +889,7 @@ impl RunLoop {
                 .ok()
             })
             .unwrap_or_default();
-        if tail.is_empty() {
-            format!(
-                "{} of {} steps complete",
-                self.steps_complete,
-                self.spec.steps.len()
-            )
-        } else {
-            tail
-        }
-    }
-}
-
-/// The error text of a run or step ended by a control request.
-fn halt_error(control: &ControlInfo) -> String {
-    match control.action {
-        ControlAction::Timeout => format!("timed out: {}", control.reason),
-        ControlAction::Stop => format!("stopped by {}: {}", control.by, control.reason),
-        ControlAction::Interrupt => format!("interrupted by {}: {}", control.by, control.reason),
+        outcome::summary(tail, self.steps_complete, self.spec.steps.len())
     }
 }
 

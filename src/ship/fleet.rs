@@ -12,7 +12,6 @@ use serde_json::Value;
 use crate::event::{Record, RunId, UnixMs};
 use crate::journal::{ResolveError, View};
 use crate::resolve;
-use crate::show::plural;
 use crate::state::{self as run_state, RunState, RunStatus};
 use crate::verify::{Problem, ProblemKind, Severity};
 
@@ -591,8 +590,9 @@ impl Comparison {
         if !self.is_registered && self.local_head > 0 {
             problems.push(problem(
                 format!(
-                    "the server holds nothing of journal {journal_id} ({} not shipped)",
-                    plural(self.not_yet_shipped, "record")
+                    "the server holds nothing of journal {journal_id} ({} record{} not shipped)",
+                    self.not_yet_shipped,
+                    if self.not_yet_shipped == 1 { "" } else { "s" }
                 ),
                 None,
                 None,

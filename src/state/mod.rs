@@ -7,15 +7,18 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+mod apply;
+pub use apply::{apply, replay};
 
 use crate::event::{
-    ControlAction, Event, ExternalJobStatus, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    Record, Repairer, RunId, RunSpec, SpecError, StepEnd, TerminalState, TextTooLong, UnixMs,
+    ControlAction, ExternalJobStatus, Observer, ProcessExit, ProcessIdentity, Proof, Repairer,
+    RunId, RunSpec, SpecError, StepEnd, TerminalState, TextTooLong, UnixMs,
 };
 
 /// Where a run is in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum RunStatus {
     Queued,
     Running,
@@ -87,7 +90,7 @@ impl fmt::Display for RunStatus {
 }
 
 /// Where a step is in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum StepStatus {
     Pending,
     Running,
@@ -133,7 +136,7 @@ impl fmt::Display for StepStatus {
 }
 
 /// One step's folded state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepState {
     pub status: StepStatus,
     pub process: Option<ProcessIdentity>,
@@ -162,7 +165,7 @@ impl StepState {
 }
 
 /// The runner that owns a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunnerInfo {
     pub identity: ProcessIdentity,
     pub instance_id: String,
@@ -170,7 +173,7 @@ pub struct RunnerInfo {
 }
 
 /// A recorded control request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ControlInfo {
     pub action: ControlAction,
     pub by: String,
@@ -179,7 +182,7 @@ pub struct ControlInfo {
 }
 
 /// How the run ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TerminalInfo {
     pub state: TerminalState,
     pub error: Option<String>,
@@ -190,7 +193,7 @@ pub struct TerminalInfo {
 }
 
 /// Proof that the runner process is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessTerminalInfo {
     pub instance_id: String,
     pub exit: Option<ProcessExit>,
@@ -200,7 +203,12 @@ pub struct ProcessTerminalInfo {
 }
 
 /// A run's state: the fold of its records.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The domain type, never stored as it is: the journal stores it as a snapshot of a wire type
+/// of its own (`journal::snapshot::SnapshotV1`), converted explicitly, so this type can change
+/// freely. It (and its parts) serializes only to be shown as JSON (`verify`'s differences,
+/// `journal-tools inspect run --json`), and deserializes from nothing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunState {
     pub run_id: RunId,
     pub spec: Arc<RunSpec>,
@@ -377,390 +385,6 @@ pub enum TransitionError {
     },
     #[error("run {run} was already dismissed")]
     AlreadyDismissed { run: RunId },
-}
-
-/// Applies one record to a run's state. `None` is a run that does not exist yet, which only
-/// `RunCreated` at seq 1 may start. On error the state is unchanged.
-pub fn apply(state: Option<&RunState>, record: &Record) -> Result<RunState, TransitionError> {
-    match state {
-        None => create(record),
-        Some(state) => {
-            let mut next = state.clone();
-            next.apply_mut(record)?;
-            Ok(next)
-        }
-    }
-}
-
-/// Folds a run's records from the first. `Ok(None)` for no records.
-pub fn replay<'a>(
-    records: impl IntoIterator<Item = &'a Record>,
-) -> Result<Option<RunState>, TransitionError> {
-    let mut state: Option<RunState> = None;
-    for record in records {
-        match &mut state {
-            None => state = Some(create(record)?),
-            Some(state) => state.apply_mut(record)?,
-        }
-    }
-    Ok(state)
-}
-
-fn create(record: &Record) -> Result<RunState, TransitionError> {
-    let run = record.run_id;
-    let Event::RunCreated {
-        spec,
-        created_at_ms,
-        session_id,
-        completion_owner_id,
-        tool_call_id,
-    } = &record.event
-    else {
-        return Err(TransitionError::NotCreated {
-            run,
-            event: record.event.name(),
-        });
-    };
-    if record.seq != 1 {
-        return Err(TransitionError::CreatedNotFirst {
-            run,
-            found: record.seq,
-        });
-    }
-    spec.check()
-        .map_err(|source| TransitionError::InvalidSpec { run, source })?;
-    record
-        .event
-        .check_text_limits()
-        .map_err(|source| TransitionError::TextTooLong { run, source })?;
-    Ok(RunState {
-        run_id: run,
-        spec: Arc::clone(spec),
-        created_at_ms: *created_at_ms,
-        session_id: session_id.clone(),
-        completion_owner_id: completion_owner_id.clone(),
-        tool_call_id: tool_call_id.clone(),
-        status: RunStatus::Queued,
-        runner: None,
-        steps: vec![StepState::pending(); spec.steps.len()],
-        controls: Vec::new(),
-        terminal: None,
-        process_terminal: None,
-        dismissed_at_ms: None,
-        head_seq: 1,
-        updated_at_ms: record.time_ms,
-    })
-}
-
-impl RunState {
-    /// Applies one record in place. Every arm checks all its rules before it changes anything,
-    /// so on error the state is exactly as before.
-    pub fn apply_mut(&mut self, record: &Record) -> Result<(), TransitionError> {
-        let run = self.run_id;
-        if record.run_id != run {
-            return Err(TransitionError::WrongRun {
-                run,
-                found: record.run_id,
-            });
-        }
-        let event = &record.event;
-        if let Event::RunCreated { .. } = event {
-            return Err(TransitionError::AlreadyCreated { run });
-        }
-        if record.seq != self.head_seq.saturating_add(1) {
-            return Err(TransitionError::SequenceGap {
-                run,
-                head: self.head_seq,
-                found: record.seq,
-            });
-        }
-        event
-            .check_text_limits()
-            .map_err(|source| TransitionError::TextTooLong { run, source })?;
-        let is_allowed_after_terminal = matches!(
-            event,
-            Event::ProcessTerminalObserved { .. } | Event::Dismissed { .. }
-        );
-        if self.is_terminal() && !is_allowed_after_terminal {
-            return Err(TransitionError::AfterTerminal {
-                run,
-                event: event.name(),
-                state: self.status,
-            });
-        }
-        let at_ms = record.time_ms;
-
-        match event {
-            Event::RunCreated { .. } => unreachable!("RunCreated was refused above"),
-            Event::RunnerStarted {
-                runner,
-                instance_id,
-            } => {
-                if self.status != RunStatus::Queued {
-                    return Err(TransitionError::RunnerNotQueued {
-                        run,
-                        state: self.status,
-                    });
-                }
-                if let Some(observed) = &self.process_terminal {
-                    return Err(TransitionError::RunnerAfterProcessTerminal {
-                        run,
-                        proof: observed.proof.as_str(),
-                    });
-                }
-                self.status = RunStatus::Running;
-                self.runner = Some(RunnerInfo {
-                    identity: runner.clone(),
-                    instance_id: instance_id.clone(),
-                    started_at_ms: at_ms,
-                });
-            }
-            Event::StepRunning { step, process } => {
-                let index = self.step_index(event, *step)?;
-                if self.status != RunStatus::Running {
-                    return Err(TransitionError::StepStartWhileNotRunning {
-                        run,
-                        step: *step,
-                        state: self.status,
-                    });
-                }
-                let status = self.steps[index].status;
-                if status != StepStatus::Pending {
-                    return Err(TransitionError::StepNotPending {
-                        run,
-                        step: *step,
-                        status,
-                    });
-                }
-                match self.spec.mode {
-                    Mode::Chain => {
-                        if let Some((earlier, state)) = self.steps[..index]
-                            .iter()
-                            .enumerate()
-                            .find(|(_, state)| state.status != StepStatus::Complete)
-                        {
-                            return Err(TransitionError::ChainOrder {
-                                run,
-                                step: *step,
-                                earlier,
-                                status: state.status,
-                            });
-                        }
-                    }
-                    Mode::Parallel => {
-                        let running = self
-                            .steps
-                            .iter()
-                            .filter(|state| state.status == StepStatus::Running)
-                            .count();
-                        if running >= self.spec.concurrency as usize {
-                            return Err(TransitionError::ConcurrencyExceeded {
-                                run,
-                                step: *step,
-                                running,
-                                concurrency: self.spec.concurrency,
-                            });
-                        }
-                    }
-                    Mode::Single => {}
-                }
-                let state = &mut self.steps[index];
-                state.status = StepStatus::Running;
-                state.process = process.clone();
-                state.started_at_ms = Some(at_ms);
-            }
-            Event::ExternalJobUpdated { step, job } => {
-                let index = self.step_index(event, *step)?;
-                let spec = &self.spec.steps[index];
-                if !spec.is_external_job() {
-                    return Err(TransitionError::NotExternalJob {
-                        run,
-                        step: *step,
-                        name: spec.name.clone(),
-                    });
-                }
-                self.require_running_step(event, *step, index)?;
-                if let Some(progress) = job.progress.filter(|progress| !progress.is_finite()) {
-                    return Err(TransitionError::NonFiniteProgress {
-                        run,
-                        step: *step,
-                        progress,
-                    });
-                }
-                let state = &mut self.steps[index];
-                state.job = Some(job.clone());
-                state.job_updated_at_ms = Some(at_ms);
-            }
-            Event::StepFinished { step, outcome } => {
-                let index = self.step_index(event, *step)?;
-                if outcome.end == StepEnd::Skipped {
-                    let status = self.steps[index].status;
-                    if status != StepStatus::Pending {
-                        return Err(TransitionError::SkipNotPending {
-                            run,
-                            step: *step,
-                            status,
-                        });
-                    }
-                } else {
-                    self.require_running_step(event, *step, index)?;
-                }
-                let state = &mut self.steps[index];
-                state.status = outcome.end.into();
-                state.ended_at_ms = Some(at_ms);
-                state.exit_code = outcome.exit_code;
-                state.error = outcome.error.clone();
-            }
-            Event::ControlRequested { action, by, reason } => {
-                if self.has_control(*action) {
-                    return Err(TransitionError::ControlAlreadyRequested {
-                        run,
-                        action: *action,
-                    });
-                }
-                self.controls.push(ControlInfo {
-                    action: *action,
-                    by: by.clone(),
-                    reason: reason.clone(),
-                    at_ms,
-                });
-            }
-            Event::Terminal {
-                state,
-                error,
-                summary,
-                exit_code,
-                repaired_by,
-            } => {
-                let unfinished = self
-                    .steps
-                    .iter()
-                    .enumerate()
-                    .find(|(_, step)| step.status != StepStatus::Complete);
-                if let (TerminalState::Complete, Some((step, unfinished))) = (state, unfinished) {
-                    return Err(TransitionError::CompleteWithUnfinishedStep {
-                        run,
-                        step: step as u32,
-                        status: unfinished.status,
-                    });
-                }
-                let running_becomes = if *state == TerminalState::Stopped {
-                    StepStatus::Stopped
-                } else {
-                    StepStatus::Failed
-                };
-                for step in &mut self.steps {
-                    match step.status {
-                        StepStatus::Running => {
-                            step.status = running_becomes;
-                            step.ended_at_ms = Some(at_ms);
-                            if step.error.is_none() {
-                                step.error = error.clone();
-                            }
-                        }
-                        StepStatus::Pending => step.status = StepStatus::Skipped,
-                        _ => {}
-                    }
-                }
-                self.status = (*state).into();
-                self.terminal = Some(TerminalInfo {
-                    state: *state,
-                    error: error.clone(),
-                    summary: summary.clone(),
-                    exit_code: *exit_code,
-                    repaired_by: *repaired_by,
-                    at_ms,
-                });
-            }
-            Event::ProcessTerminalObserved {
-                instance_id,
-                exit,
-                proof,
-                observer,
-            } => {
-                if let Some(observed) = &self.process_terminal {
-                    return Err(TransitionError::ProcessTerminalAlreadyObserved {
-                        run,
-                        instance: observed.instance_id.clone(),
-                    });
-                }
-                match &self.runner {
-                    Some(runner) => {
-                        if runner.instance_id != *instance_id {
-                            return Err(TransitionError::InstanceMismatch {
-                                run,
-                                expected: runner.instance_id.clone(),
-                                found: instance_id.clone(),
-                            });
-                        }
-                        if *proof == Proof::NotStarted {
-                            return Err(TransitionError::ProofMismatch {
-                                run,
-                                proof: proof.as_str(),
-                                why: "the run has a runner that started",
-                            });
-                        }
-                    }
-                    None => {
-                        if *proof != Proof::NotStarted {
-                            return Err(TransitionError::ProofMismatch {
-                                run,
-                                proof: proof.as_str(),
-                                why: "no runner ever started for the run",
-                            });
-                        }
-                    }
-                }
-                self.process_terminal = Some(ProcessTerminalInfo {
-                    instance_id: instance_id.clone(),
-                    exit: *exit,
-                    proof: *proof,
-                    observer: *observer,
-                    at_ms,
-                });
-            }
-            Event::Dismissed { at_ms: dismissed } => {
-                if self.dismissed_at_ms.is_some() {
-                    return Err(TransitionError::AlreadyDismissed { run });
-                }
-                self.dismissed_at_ms = Some(*dismissed);
-            }
-        }
-        self.head_seq = record.seq;
-        self.updated_at_ms = at_ms;
-        Ok(())
-    }
-
-    fn step_index(&self, event: &Event, step: u32) -> Result<usize, TransitionError> {
-        let index = step as usize;
-        if index >= self.steps.len() {
-            return Err(TransitionError::NoSuchStep {
-                run: self.run_id,
-                event: event.name(),
-                step,
-                count: self.steps.len(),
-            });
-        }
-        Ok(index)
-    }
-
-    fn require_running_step(
-        &self,
-        event: &Event,
-        step: u32,
-        index: usize,
-    ) -> Result<(), TransitionError> {
-        let status = self.steps[index].status;
-        if status != StepStatus::Running {
-            return Err(TransitionError::StepNotRunning {
-                run: self.run_id,
-                event: event.name(),
-                step,
-                status,
-            });
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::event::{
-    ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, StepAction, StepOutcome, StepSpec,
-    WriterId,
+    Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode, Record, StepAction,
+    StepOutcome, StepSpec, WriterId,
 };
 
 const RUN: RunId = RunId::from_bytes([7; 16]);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use common::{TestHome, group_members, records, run_id_of, state, wait_for, wait_terminal};
 use predicates::prelude::*;
+use runjournal::HostIds;
 use runjournal::event::{ControlAction, Event, JobState, Mode, RunSpec, StepAction, StepSpec};
-use runjournal::journal::HostIds;
 use runjournal::state::StepStatus;
 use runjournal::{Condition, Home, RunStatus, Store};
 

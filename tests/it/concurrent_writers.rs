@@ -14,11 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use runjournal::HostIds;
 use runjournal::event::{
     Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunSpec, StepAction, StepEnd,
     StepOutcome, StepSpec, TerminalState,
 };
-use runjournal::journal::{HostIds, Journal, JournalReader, View};
+use runjournal::journal::{Journal, JournalReader, View};
 use runjournal::{Condition, RunId, state};
 
 const CHILD_ENV: &str = "RUNJOURNAL_TEST_WRITER";

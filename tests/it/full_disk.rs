@@ -11,12 +11,13 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use runjournal::HostIds;
 use runjournal::capacity;
 use runjournal::event::{
     Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunSpec, StepAction, StepEnd,
     StepOutcome, StepSpec, TerminalState,
 };
-use runjournal::journal::{CapacityEvent, HostIds};
+use runjournal::journal::CapacityEvent;
 use runjournal::projection;
 use runjournal::store::StoreOptions;
 use runjournal::{Condition, Home, RunId, RunStatus, Store, state};

@@ -13,8 +13,9 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use runjournal::HostIds;
 use runjournal::event::{Event, Mode, RunSpec, StepAction, StepSpec};
-use runjournal::journal::{HostIds, WriterOptions};
+use runjournal::journal::WriterOptions;
 use runjournal::reconcile;
 use runjournal::store::StoreOptions;
 use runjournal::{Home, Journal, RunId, Store};

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use runjournal::HostIds;
 use runjournal::event::{
     Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
     RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
 };
-use runjournal::journal::HostIds;
 use runjournal::projection::{
     self, Content, FileKind, Problem, ResultPolicy, documents::StatusDoc,
 };

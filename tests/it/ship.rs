@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rand::{RngExt, SeedableRng};
+use runjournal::HostIds;
 use runjournal::event::{
     Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
     RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
 };
-use runjournal::journal::HostIds;
 use runjournal::projection::documents;
 use runjournal::ship::state;
 use runjournal::{Condition, Home, RunId, Store};

@@ -12,11 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{identity, json_lines, run, tool};
+use runjournal::HostIds;
 use runjournal::event::{
     Event, Mode, Observer, ProcessExit, Proof, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec,
     TerminalState,
 };
-use runjournal::journal::HostIds;
 use runjournal::{Condition, Home, RunId, Store};
 
 const WRITER_ENV: &str = "JOURNAL_TOOLS_TEST_WRITER";

@@ -1,7 +1,9 @@
 //! `inspect verify` and `replay --check` catch damage: a projection edited or deleted, a
-//! snapshot rewritten behind the library's back, a flipped byte in a record (through redb,
-//! and in the raw file). Each is reported with the run (and seq or file) it concerns, the
-//! other runs are still checked, and the exit code says how bad it is.
+//! snapshot rewritten behind the library's back (another state, another run's, another layout,
+//! flipped bytes), a flipped byte in a record (through redb, and in the raw file). Each is
+//! reported with the run (and seq or file) it concerns, the other runs are still checked, and
+//! the exit code says how bad it is: a snapshot is a cache, so one that is wrong is
+//! inconsistent (1), while a damaged record is damage (4).
 
 use crate::common;
 
@@ -10,7 +12,9 @@ use std::path::Path;
 use common::{Fixture, fixture, json_lines, run, tool, tool_at};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use runjournal::RunId;
-use runjournal::journal::{JournalReader, encode_snapshot_for_tests};
+use runjournal::journal::{
+    JournalReader, encode_snapshot_for_tests, snapshot_of_layout_two_for_tests,
+};
 
 const RECORDS: TableDefinition<&[u8; 24], &[u8]> = TableDefinition::new("records");
 const RUNS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("runs");
@@ -184,31 +188,98 @@ fn an_edited_snapshot_is_reported_as_differing_from_the_fold() {
     assert!(!ran.stdout.contains("status of run"), "{}", ran.stdout);
 }
 
+/// Puts `bytes` in the `runs` table as the snapshot of `run`.
+fn overwrite_snapshot(fixture: &Fixture, run: RunId, bytes: &[u8]) {
+    let db = open_raw(&fixture.journal_path());
+    let txn = db.begin_write().expect("write");
+    txn.open_table(RUNS)
+        .expect("runs")
+        .insert(&run.to_bytes(), bytes)
+        .expect("insert");
+    txn.commit().expect("commit");
+}
+
+/// A snapshot is a cache of its run's records: one that does not decode is an inconsistency
+/// (exit 1), not damage (exit 4), and every read still shows the run, re-derived.
 #[test]
-fn a_snapshot_of_another_run_is_damage() {
+fn a_snapshot_of_another_run_is_an_inconsistent_cache_and_the_run_still_reads() {
     let fixture = fixture();
-    {
+    let other = {
         let db = open_raw(&fixture.journal_path());
-        let txn = db.begin_write().expect("write");
-        {
-            let mut runs = txn.open_table(RUNS).expect("runs");
-            let other = runs
-                .get(&fixture.failed.to_bytes())
-                .expect("reads")
-                .expect("exists")
-                .value()
-                .to_vec();
-            runs.insert(&fixture.complete.to_bytes(), other.as_slice())
-                .expect("insert");
-        }
-        txn.commit().expect("commit");
+        let txn = db.begin_read().expect("read");
+        let runs = txn.open_table(RUNS).expect("runs");
+        runs.get(&fixture.failed.to_bytes())
+            .expect("reads")
+            .expect("exists")
+            .value()
+            .to_vec()
+    };
+    overwrite_snapshot(&fixture, fixture.complete, &other);
+
+    for ran in [verify(&fixture), check(&fixture)] {
+        assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+        let out = fixture.redact(&ran.stdout);
+        assert!(
+            out.contains("inconsistent snapshot of run <complete-run>: it holds the state of run <failed-run> (a cache"),
+            "{out}"
+        );
+        assert!(
+            !out.lines().any(|line| line.starts_with("damaged")),
+            "{out}"
+        );
     }
+    let objects = json_lines(&run(tool_at(&fixture, &["inspect", "runs", "--json"])).stdout);
+    let complete = objects
+        .iter()
+        .find(|object| object["run"] == fixture.complete.to_string())
+        .expect("the run is listed");
+    assert_eq!(complete["state"], "complete");
+    assert_eq!(complete["headSeq"], 6);
+}
+
+/// Snapshot bytes of a later layout (a hypothetical layout 2 with a field added at the end),
+/// and snapshot bytes that fail their checksum: both inconsistent, neither damage.
+#[test]
+fn a_snapshot_of_another_layout_or_with_damaged_bytes_is_an_inconsistent_cache() {
+    let fixture = fixture();
+    let stored = |run: RunId| {
+        let db = open_raw(&fixture.journal_path());
+        let txn = db.begin_read().expect("read");
+        let runs = txn.open_table(RUNS).expect("runs");
+        runs.get(&run.to_bytes())
+            .expect("reads")
+            .expect("exists")
+            .value()
+            .to_vec()
+    };
+    let layout_two = snapshot_of_layout_two_for_tests(&stored(fixture.complete), Some(1))
+        .expect("the stored snapshot is of layout 1");
+    overwrite_snapshot(&fixture, fixture.complete, &layout_two);
+    let mut flipped = stored(fixture.failed);
+    flipped[20] ^= 0x01;
+    overwrite_snapshot(&fixture, fixture.failed, &flipped);
+
     let ran = verify(&fixture);
-    assert_eq!(ran.code, 4, "{}{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
     let out = fixture.redact(&ran.stdout);
+    for expected in [
+        "inconsistent snapshot of run <complete-run>: it is in layout 2; this build reads layout 1",
+        "inconsistent snapshot of run <failed-run>: it fails its checksum",
+        "2 inconsistent",
+    ] {
+        assert!(out.contains(expected), "{expected}\n{out}");
+    }
     assert!(
-        out.contains("damaged      snapshot of run <complete-run>: record does not decode: it holds the state of run <failed-run>"),
+        !out.lines().any(|line| line.starts_with("damaged")),
         "{out}"
+    );
+    // Reading the runs re-derives them: nothing to report there.
+    let ran = run(tool_at(&fixture, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(&fixture.failed.to_string()),
+        "{}",
+        ran.stdout
     );
 }
 

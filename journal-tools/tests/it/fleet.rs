@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use runjournal::Home;
+use runjournal::HostIds;
 use runjournal::event::{Event, ExternalJobStatus, JobState, Mode, RunSpec, StepAction, StepSpec};
-use runjournal::journal::HostIds;
 use runjournal::ship::{ShipOptions, Shipper, Target};
 use runjournal::{Condition, Store};
 use serde_json::Value;

@@ -7,11 +7,11 @@
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
+use runjournal::HostIds;
 use runjournal::event::{
     Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
     RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
 };
-use runjournal::journal::HostIds;
 use runjournal::{Condition, Home, RunId, Store};
 
 /// The test's home and the runs in it.

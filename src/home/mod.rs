@@ -6,8 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod segment;
+
 use crate::event::{RunId, UnixMs};
-use crate::projection::segment;
 
 /// Environment variable naming the home.
 pub const HOME_ENV: &str = "RUNJOURNAL_HOME";

@@ -1,0 +1,219 @@
+//! The journal's error families: storage failures, and why an open, an append or a read
+//! failed.
+
+use std::path::{Path, PathBuf};
+
+use super::snapshot::SnapshotError;
+use crate::event::{DecodeError, EncodeError, FORMAT_VERSION, RunId, WriterId};
+use crate::state::{RunStatus, TransitionError};
+
+/// A redb failure, with what we were doing when it happened.
+#[derive(Debug, thiserror::Error)]
+#[error("journal storage failed while {op}: {source}")]
+pub struct StorageFailure {
+    pub op: &'static str,
+    #[source]
+    pub source: redb::Error,
+}
+
+impl StorageFailure {
+    pub(crate) fn new(op: &'static str, source: impl Into<redb::Error>) -> StorageFailure {
+        StorageFailure {
+            op,
+            source: source.into(),
+        }
+    }
+
+    /// Whether the failure is about capacity (ENOSPC, EDQUOT, EMFILE, ENFILE): it clears by
+    /// waiting.
+    pub fn is_capacity(&self) -> bool {
+        crate::capacity::is_capacity_redb(&self.source)
+    }
+
+    /// A copy to hand to each caller of a failed group (redb errors are not `Clone`): the
+    /// same operation, the same OS error number where there is one, the same message.
+    pub(crate) fn duplicate(&self) -> StorageFailure {
+        let error = match self.io_error().and_then(std::io::Error::raw_os_error) {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::other(self.source.to_string()),
+        };
+        StorageFailure::new(self.op, redb::Error::Io(error))
+    }
+
+    /// The I/O error underneath, if the failure was one.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match &self.source {
+            redb::Error::Io(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// Why a journal could not be opened. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("cannot open journal {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a runjournal journal ({reason})")]
+    NotAJournal { path: PathBuf, reason: String },
+    #[error(
+        "journal {path} was written in format version {found}; this build reads version {FORMAT_VERSION} only (upgrade runjournal)"
+    )]
+    NewerFormat { path: PathBuf, found: u16 },
+    #[error("journal {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error(
+        "journal {path} is held open by a process in an incompatible mode ({reason}); close it and retry"
+    )]
+    Locked { path: PathBuf, reason: String },
+    #[error(
+        "journal {path} was not shut down cleanly and cannot be repaired read-only; open it once for writing (any runjournal command) to recover it"
+    )]
+    NeedsRecovery { path: PathBuf },
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+}
+
+impl OpenError {
+    pub(super) fn from_database(path: &Path, error: redb::DatabaseError) -> OpenError {
+        let path = path.to_path_buf();
+        match error {
+            // redb reports a file that is not a database as InvalidData ("Not a redb
+            // database: magic number mismatch", or an empty file opened without create).
+            redb::DatabaseError::Storage(redb::StorageError::Io(source))
+                if source.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                OpenError::NotAJournal {
+                    path,
+                    reason: source.to_string(),
+                }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Io(source)) => {
+                OpenError::Io { path, source }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(reason)) => {
+                if reason.contains("magic") {
+                    OpenError::NotAJournal { path, reason }
+                } else {
+                    OpenError::Corrupt { path, reason }
+                }
+            }
+            redb::DatabaseError::UpgradeRequired(version) => OpenError::NotAJournal {
+                path,
+                reason: format!("a redb file of file format {version}"),
+            },
+            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::Locked {
+                path,
+                reason: "database already open".to_string(),
+            },
+            redb::DatabaseError::LockProtocolMismatch => OpenError::Locked {
+                path,
+                reason: "another redb locking protocol".to_string(),
+            },
+            redb::DatabaseError::RepairAborted => OpenError::NeedsRecovery { path },
+            other => OpenError::Storage(StorageFailure::new("opening the database", other)),
+        }
+    }
+}
+
+/// Why an append was refused or failed. A refused append wrote nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    #[error("run {run} does not exist in the journal")]
+    UnknownRun { run: RunId },
+    #[error("event {index} of the batch breaks a lifecycle rule: {source}")]
+    Transition {
+        index: usize,
+        #[source]
+        source: TransitionError,
+    },
+    #[error(
+        "run {run}: expected head {expected}, but the head is {found} (someone appended first)"
+    )]
+    HeadMismatch {
+        run: RunId,
+        expected: u64,
+        found: u64,
+    },
+    #[error("run {run} is already {state}")]
+    AlreadyTerminal { run: RunId, state: RunStatus },
+    #[error("an append needs at least one event")]
+    EmptyBatch,
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error(transparent)]
+    Corrupt(#[from] CorruptError),
+    #[error(
+        "writer {writer} reused writer seq {writer_seq} for run {run}, but the run holds no batch of those events under it"
+    )]
+    WriterSeqReused {
+        writer: WriterId,
+        writer_seq: u64,
+        run: RunId,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+}
+
+impl From<ReadError> for AppendError {
+    fn from(error: ReadError) -> AppendError {
+        match error {
+            ReadError::Corrupt(error) => AppendError::Corrupt(error),
+            ReadError::Storage(failure) => AppendError::Storage(failure),
+        }
+    }
+}
+
+/// Stored bytes that do not decode, or decode to something that contradicts their key.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptError {
+    #[error("record {seq} of run {run}: {source}")]
+    Record {
+        run: RunId,
+        seq: u64,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("record stored under run {key_run} seq {key_seq} says run {found_run} seq {found_seq}")]
+    RecordKeyMismatch {
+        key_run: RunId,
+        key_seq: u64,
+        found_run: RunId,
+        found_seq: u64,
+    },
+    /// The run's snapshot does not decode (a cache, re-derived from the records), and the
+    /// records do not fold either.
+    #[error(
+        "run {run}: its snapshot is unreadable ({snapshot}), and its record {seq} does not fold: {source}"
+    )]
+    Unfoldable {
+        run: RunId,
+        seq: u64,
+        snapshot: SnapshotError,
+        /// Boxed: it is large, and every read's error carries this enum.
+        #[source]
+        source: Box<TransitionError>,
+    },
+    /// The run's snapshot does not decode, and it has no records to re-derive it from.
+    #[error("run {run}: its snapshot is unreadable ({snapshot}), and it has no records")]
+    NoRecords { run: RunId, snapshot: SnapshotError },
+    #[error("meta entry {key}: {reason}")]
+    Meta { key: &'static str, reason: String },
+}
+
+/// Errors of reads.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    #[error(transparent)]
+    Corrupt(#[from] CorruptError),
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+}

@@ -1,0 +1,244 @@
+//! [`Journal`]: a journal opened for reading and writing, with its writer thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase};
+
+use super::append::{self, Appended, Batch, Condition};
+use super::error::{AppendError, OpenError, ReadError, StorageFailure};
+use super::open::open_source;
+use super::queue::{self, Queue};
+use super::read::{JournalMeta, View};
+use super::reader::JournalReader;
+use super::writer::{self, Source, WriterOptions, WriterStats};
+use crate::event::{self, Event, HostIds, RunId, RunSpec, WriterId};
+
+/// A journal opened for reading and writing. Any number of processes may hold one at once.
+///
+/// Appends from any number of threads go through one queue to this handle's writer thread,
+/// which commits everything waiting as one durable write transaction (group commit) and
+/// answers each caller with its own result. Reads run beside it on snapshots.
+pub struct Journal {
+    shared: Arc<writer::Shared>,
+    queue: Arc<Queue<writer::Request, writer::Answer>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("path", &self.shared.source.path())
+            .field("writer", &self.shared.writer)
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Opens the journal at `path`, creating it (and its tables) if it does not exist.
+    ///
+    /// A journal of a newer format, or a file that is not a journal, is refused without
+    /// writing anything. A journal file this call created is removed again if the open fails.
+    pub fn open(path: impl AsRef<Path>) -> Result<Journal, OpenError> {
+        Journal::open_with(
+            Source::Path(path.as_ref().to_path_buf()),
+            WriterOptions::default(),
+        )
+    }
+
+    /// Opens a journal from `source` with these writer options.
+    pub fn open_with(source: Source, options: WriterOptions) -> Result<Journal, OpenError> {
+        let db = open_source(&source)?;
+        if let Some(reserve) = &options.reserve {
+            // Best effort: without room for it, the journal still works, only without slack.
+            let _ = reserve.ensure();
+        }
+        let shared = Arc::new(writer::Shared::new(source, db, options));
+        let queue = Arc::new(Queue::new(shared.options.queue_capacity));
+        let thread = std::thread::Builder::new()
+            .name("runjournal-writer".to_string())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                let queue = Arc::clone(&queue);
+                move || writer::run(shared, queue)
+            })
+            .map_err(|source| OpenError::Io {
+                path: PathBuf::from("<writer thread>"),
+                source,
+            })?;
+        Ok(Journal {
+            shared,
+            queue,
+            thread: Some(thread),
+        })
+    }
+
+    /// The file this journal lives in.
+    pub fn path(&self) -> &Path {
+        self.shared.source.path()
+    }
+
+    /// This handle's writer id.
+    pub fn writer(&self) -> WriterId {
+        self.shared.writer
+    }
+
+    /// Counters of this handle's writer.
+    pub fn writer_stats(&self) -> &WriterStats {
+        &self.shared.stats
+    }
+
+    pub(crate) fn database(&self) -> Result<Arc<Database>, StorageFailure> {
+        if let Some(db) = self.shared.database() {
+            return Ok(db);
+        }
+        // The writer dropped a failed handle and has not reopened yet.
+        Ok(Arc::new(open_source(&self.shared.source).map_err(
+            |error| {
+                StorageFailure::new(
+                    "opening a handle to read",
+                    redb::Error::Io(std::io::Error::other(error.to_string())),
+                )
+            },
+        )?))
+    }
+
+    /// A consistent read view of the journal as of now.
+    pub fn view(&self) -> Result<View, ReadError> {
+        let db = self.database()?;
+        match db.begin_read() {
+            Ok(txn) => Ok(View::new(txn)),
+            // The shared handle failed under a write; read through a handle of our own.
+            Err(_) if matches!(self.shared.source, Source::Path(_)) => {
+                let reader = JournalReader::open(self.path()).map_err(|error| {
+                    StorageFailure::new(
+                        "opening a read-only handle",
+                        redb::Error::Io(std::io::Error::other(error.to_string())),
+                    )
+                })?;
+                reader.view()
+            }
+            Err(error) => Err(StorageFailure::new("beginning a read", error).into()),
+        }
+    }
+
+    /// Appends `events` to `run` as one batch, atomically and durably, if `condition` holds and
+    /// every event passes [`crate::state::apply`]. Returns once the commit is durable.
+    ///
+    /// Waits while the append queue is full, and while the disk is full: a capacity error is
+    /// retried until space returns. [`AppendError::Storage`] means the writer gave up on
+    /// another kind of storage failure; the batch may or may not have landed.
+    pub fn append(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+    ) -> Result<Appended, AppendError> {
+        self.submit(run, events, condition)?.wait()
+    }
+
+    /// Appends several batches, each as [`Journal::append`] would, and answers each with its
+    /// own result, in the order given. They are queued together before any answer is awaited,
+    /// so the writer commits them in as few transactions as its bounds allow: one caller can
+    /// close a thousand runs at the cost of a few commits. A refused batch fails only itself;
+    /// batches for the same run land in the order given.
+    pub fn append_all(
+        &self,
+        batches: impl IntoIterator<Item = (RunId, Vec<Event>, Condition)>,
+    ) -> Vec<Result<Appended, AppendError>> {
+        let tickets: Vec<_> = batches
+            .into_iter()
+            .map(|(run, events, condition)| self.submit(run, events, condition))
+            .collect();
+        tickets
+            .into_iter()
+            .map(|ticket| ticket.and_then(queue::Ticket::wait))
+            .collect()
+    }
+
+    fn submit(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+    ) -> Result<queue::Ticket<writer::Answer>, AppendError> {
+        let ticket = self
+            .queue
+            .submit(writer::Request {
+                run,
+                events,
+                condition,
+            })
+            .map_err(|_| {
+                AppendError::Storage(StorageFailure::new(
+                    "queueing an append",
+                    redb::Error::Io(std::io::Error::other("the journal is closing")),
+                ))
+            })?;
+        self.shared
+            .stats
+            .submitted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(ticket)
+    }
+
+    /// Commits `batches` in one durable write transaction on the calling thread, with the
+    /// writer ids and writer seqs they carry, as the writer thread does when it retries a group
+    /// after a reopen.
+    ///
+    /// It exists for tests: the model test (`tests/it/model.rs`) commits batches of its own
+    /// writer and commits them again under the same writer seq, to check that a retry is
+    /// recognised. A program appends with [`Journal::append`], which numbers its batches itself.
+    #[doc(hidden)]
+    pub fn commit_batches_for_tests(
+        &self,
+        batches: &[Batch],
+    ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
+        let db = self.database()?;
+        append::commit_batches(&db, batches)
+    }
+
+    /// Creates a run: appends its `RunCreated` under a fresh id.
+    pub fn create_run(&self, spec: RunSpec, hosts: HostIds) -> Result<Appended, AppendError> {
+        let run = RunId::generate();
+        let event = Event::RunCreated {
+            spec: Arc::new(spec),
+            created_at_ms: event::now_ms(),
+            session_id: hosts.session_id,
+            completion_owner_id: hosts.completion_owner_id,
+            tool_call_id: hosts.tool_call_id,
+        };
+        self.append(run, vec![event], Condition::expect_head(0))
+    }
+
+    /// Facts about the journal file.
+    pub fn meta(&self) -> Result<JournalMeta, ReadError> {
+        self.view()?.meta()
+    }
+
+    /// Runs redb's own integrity check (every page checksum, the allocator state) through a
+    /// handle of its own. The journal must be a file.
+    pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
+        let mut db = open_source(&self.shared.source).map_err(|error| {
+            // An open that failed is not damage: keep its I/O error (ENOSPC, say).
+            let source = match error {
+                OpenError::Io { source, .. } => redb::Error::Io(source),
+                OpenError::Storage(failure) => failure.source,
+                other => redb::Error::Io(std::io::Error::other(other.to_string())),
+            };
+            StorageFailure::new("opening a handle for the integrity check", source)
+        })?;
+        db.check_integrity()
+            .map_err(|error| StorageFailure::new("checking integrity", error))
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        // Appends already queued are still committed and answered before the thread ends.
+        self.queue.close();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Opening a journal: creating the file private, discarding a creation that never finished,
+//! refusing what is not a journal of our format, and setting up the tables of a new one.
+
+use std::path::Path;
+
+use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableHandle};
+
+use super::append;
+use super::backend::BoxedBackend;
+use super::copy::REDB_HEADER_BYTES;
+use super::error::{OpenError, StorageFailure};
+use super::tables;
+use super::writer::Source;
+use crate::event::{self, FORMAT_VERSION};
+
+/// redb's page cache for one journal handle. Runners, launchers and tools each open their own
+/// handle, so this stays small.
+const CACHE_BYTES: usize = 16 << 20;
+
+pub(super) fn builder() -> redb::Builder {
+    let mut builder = Database::builder();
+    builder
+        .set_concurrency_mode(ConcurrencyMode::MultiWriter)
+        .set_cache_size(CACHE_BYTES);
+    builder
+}
+
+/// Opens (or creates) the database of a source.
+pub(crate) fn open_source(source: &Source) -> Result<Database, OpenError> {
+    match source {
+        Source::Path(path) => open_database(path),
+        Source::Backend { name, factory } => {
+            let io_error = |source| OpenError::Io {
+                path: name.clone(),
+                source,
+            };
+            let backend = factory().map_err(io_error)?;
+            discard_unfinished_creation(backend.as_ref()).map_err(io_error)?;
+            let db = builder()
+                .create_with_backend(BoxedBackend(backend))
+                .map_err(|error| OpenError::from_database(name, error))?;
+            initialize(name, &db)?;
+            Ok(db)
+        }
+    }
+}
+
+fn open_database(path: &Path) -> Result<Database, OpenError> {
+    create_private_file(path)?;
+    discard_unfinished_file(path)?;
+    precheck_read_only(path)?;
+    let db = builder()
+        .create(path)
+        .map_err(|error| OpenError::from_database(path, error))?;
+    initialize(path, &db)?;
+    Ok(db)
+}
+
+/// The bytes of redb's magic number, at the start of every database it finished creating.
+const REDB_MAGIC_BYTES: usize = 9;
+
+/// The largest file [`discard_unfinished_creation`] looks into: redb creates a database at a
+/// few hundred KiB.
+const UNFINISHED_CREATION_MAX_BYTES: u64 = 4 << 20;
+
+/// [`discard_unfinished_creation`] on the journal file.
+fn discard_unfinished_file(path: &Path) -> Result<(), OpenError> {
+    let io_error = |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_error)?;
+    let backend = redb::backends::FileBackend::new(file).map_err(|error| OpenError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(error.to_string()),
+    })?;
+    let discarded = discard_unfinished_creation(&backend);
+    let closed = redb::StorageBackend::close(&backend);
+    discarded.and(closed).map_err(io_error)
+}
+
+/// Empties a file whose creation as a database never finished, so that the open creates it
+/// anew instead of refusing it.
+///
+/// redb writes its magic number last when it creates a database, after the rest of the header
+/// is durable, so that a crash (a power cut) mid-way never leaves a file that looks like a
+/// database; but it then refuses any non-empty file without the magic number. A file that
+/// holds nothing but a header without it is such a creation: nothing was ever committed to it.
+/// The check is made under an exclusive lock on the header's first bytes, which a creator holds
+/// (redb's header lock) until the magic number is written, so a creation under way in another
+/// process is never mistaken for a dead one. Anything else (a file with other bytes past the
+/// header, or another program's file) is left for the open to judge.
+fn discard_unfinished_creation(backend: &dyn redb::StorageBackend) -> std::io::Result<()> {
+    use std::ops::Bound;
+    let has_unfinished_signature = |backend: &dyn redb::StorageBackend| -> std::io::Result<bool> {
+        let len = backend.len()?;
+        if len < REDB_MAGIC_BYTES as u64 || len > UNFINISHED_CREATION_MAX_BYTES {
+            return Ok(false);
+        }
+        let mut magic = [0u8; REDB_MAGIC_BYTES];
+        backend.read(0, &mut magic)?;
+        if magic != [0u8; REDB_MAGIC_BYTES] {
+            return Ok(false);
+        }
+        let header_end = (REDB_HEADER_BYTES as u64).min(len);
+        let len = usize::try_from(len).map_err(|_| std::io::Error::other("file too large"))?;
+        let mut rest = vec![0u8; len - header_end as usize];
+        backend.read(header_end, &mut rest)?;
+        Ok(rest.iter().all(|&byte| byte == 0))
+    };
+    if !has_unfinished_signature(backend)? {
+        return Ok(());
+    }
+    let range = (Bound::Included(0), Bound::Excluded(REDB_MAGIC_BYTES as u64));
+    match backend.lock_range(range.0, range.1) {
+        Ok(()) => {}
+        // Without locks we cannot tell a dead creation from a live one: leave it.
+        Err(redb::BackendError::Unsupported) => return Ok(()),
+        Err(error) => return Err(error.into()),
+    }
+    let emptied = has_unfinished_signature(backend).and_then(|is_unfinished| {
+        if is_unfinished {
+            backend.set_len(0)?;
+            backend.sync_data()?;
+        }
+        Ok(())
+    });
+    let unlocked = backend
+        .unlock_range(range.0, range.1)
+        .map_err(std::io::Error::from);
+    emptied.and(unlocked)
+}
+
+/// Refuses a file that is not a journal of our format through a read-only open, before the
+/// read-write open, which rewrites redb's header even when we then refuse the file. A journal
+/// that needs recovery cannot be opened read-only; the read-write open that follows recovers
+/// it and checks it again.
+fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
+    let is_empty = std::fs::metadata(path)
+        .map(|metadata| metadata.len() == 0)
+        .map_err(|source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if is_empty {
+        return Ok(());
+    }
+    let db = match builder().open_read_only(path) {
+        Ok(db) => db,
+        Err(redb::DatabaseError::RepairAborted) => return Ok(()),
+        Err(error) => return Err(OpenError::from_database(path, error)),
+    };
+    let txn = db
+        .begin_read()
+        .map_err(|error| StorageFailure::new("beginning a read", error))?;
+    match read_format_version(path, &txn)? {
+        Some(version) => check_format_version(path, version),
+        None => {
+            let has_tables = txn
+                .list_tables()
+                .map_err(|error| StorageFailure::new("listing tables", error))?
+                .next()
+                .is_some();
+            if has_tables {
+                Err(OpenError::NotAJournal {
+                    path: path.to_path_buf(),
+                    reason: "a redb database without runjournal's meta table".to_string(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Creates `path` empty and 0600 if it does not exist, so redb initializes a file only its
+/// owner can read.
+fn create_private_file(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Checks the format version and creates the tables of a new journal. A journal that is
+/// already set up is only read, so opening costs no commit.
+fn initialize(path: &Path, db: &Database) -> Result<(), OpenError> {
+    let txn = db
+        .begin_read()
+        .map_err(|error| StorageFailure::new("beginning a read", error))?;
+    if let Some(version) = read_format_version(path, &txn)? {
+        return check_format_version(path, version);
+    }
+    drop(txn);
+    let mut txn = db
+        .begin_write()
+        .map_err(|error| StorageFailure::new("beginning the set-up write", error))?;
+    txn.set_durability(redb::Durability::Immediate)
+        .map_err(|error| StorageFailure::new("setting durability", redb::Error::from(error)))?;
+    {
+        let mut meta = txn
+            .open_table(tables::META)
+            .map_err(|error| StorageFailure::new("creating the meta table", error))?;
+        // Another process may have set the journal up since our read.
+        let existing = meta
+            .get(tables::META_FORMAT_VERSION)
+            .map_err(|error| StorageFailure::new("reading the format version", error))?
+            .map(|value| value.value().to_vec());
+        match existing {
+            Some(bytes) => {
+                let version = parse_format_version(path, &bytes)?;
+                check_format_version(path, version)?;
+            }
+            None => {
+                let has_foreign_tables = txn
+                    .list_tables()
+                    .map_err(|error| StorageFailure::new("listing tables", error))?
+                    .any(|table| table.name() != tables::META.name());
+                if has_foreign_tables {
+                    return Err(OpenError::NotAJournal {
+                        path: path.to_path_buf(),
+                        reason: "a redb database without runjournal's meta table".to_string(),
+                    });
+                }
+                let journal_id: [u8; 16] = rand::random();
+                let created_at = event::now_ms().to_be_bytes();
+                let version = FORMAT_VERSION.to_be_bytes();
+                for (key, value) in [
+                    (tables::META_FORMAT_VERSION, &version[..]),
+                    (tables::META_JOURNAL_ID, &journal_id[..]),
+                    (tables::META_CREATED_AT, &created_at[..]),
+                ] {
+                    meta.insert(key, value)
+                        .map_err(|error| StorageFailure::new("writing meta", error))?;
+                }
+            }
+        }
+    }
+    append::create_tables(&txn)?;
+    txn.commit()
+        .map_err(|error| StorageFailure::new("committing the set-up", error))?;
+    Ok(())
+}
+
+pub(super) fn read_format_version(
+    path: &Path,
+    txn: &redb::ReadTransaction,
+) -> Result<Option<u16>, OpenError> {
+    let meta = match txn.open_table(tables::META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(error) => return Err(StorageFailure::new("opening the meta table", error).into()),
+    };
+    let value = meta
+        .get(tables::META_FORMAT_VERSION)
+        .map_err(|error| StorageFailure::new("reading the format version", error))?;
+    match value {
+        None => Ok(None),
+        Some(bytes) => Ok(Some(parse_format_version(path, bytes.value())?)),
+    }
+}
+
+fn parse_format_version(path: &Path, bytes: &[u8]) -> Result<u16, OpenError> {
+    let bytes: [u8; 2] = bytes.try_into().map_err(|_| OpenError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("format version entry has {} bytes, not 2", bytes.len()),
+    })?;
+    Ok(u16::from_be_bytes(bytes))
+}
+
+pub(super) fn check_format_version(path: &Path, version: u16) -> Result<(), OpenError> {
+    if version > FORMAT_VERSION {
+        return Err(OpenError::NewerFormat {
+            path: path.to_path_buf(),
+            found: version,
+        });
+    }
+    if version < FORMAT_VERSION {
+        // There has been only one format so far; a smaller number is damage, not history.
+        return Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("format version {version} was never written by runjournal"),
+        });
+    }
+    Ok(())
+}

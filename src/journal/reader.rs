@@ -1,0 +1,82 @@
+//! [`JournalReader`]: a journal opened read-only beside live writers, and [`ReadJournal`],
+//! anything a journal can be read through.
+
+use std::path::{Path, PathBuf};
+
+use redb::ReadableDatabase;
+
+use super::error::{OpenError, ReadError, StorageFailure};
+use super::handle::Journal;
+use super::open::{builder, check_format_version, read_format_version};
+use super::read::View;
+
+/// A journal opened read-only: sees the commits of live writers, never writes.
+pub struct JournalReader {
+    path: PathBuf,
+    db: redb::ReadOnlyDatabase,
+}
+
+impl JournalReader {
+    /// Opens an existing journal read-only.
+    pub fn open(path: impl AsRef<Path>) -> Result<JournalReader, OpenError> {
+        let path = path.as_ref();
+        if let Err(source) = std::fs::metadata(path) {
+            return Err(OpenError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        let db = builder()
+            .open_read_only(path)
+            .map_err(|error| OpenError::from_database(path, error))?;
+        let txn = db
+            .begin_read()
+            .map_err(|error| StorageFailure::new("beginning a read", error))?;
+        match read_format_version(path, &txn)? {
+            Some(version) => check_format_version(path, version)?,
+            None => {
+                return Err(OpenError::NotAJournal {
+                    path: path.to_path_buf(),
+                    reason: "no runjournal meta table".to_string(),
+                });
+            }
+        }
+        drop(txn);
+        Ok(JournalReader {
+            path: path.to_path_buf(),
+            db,
+        })
+    }
+
+    /// The file this journal lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A consistent read view of the journal as of now.
+    pub fn view(&self) -> Result<View, ReadError> {
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|error| StorageFailure::new("beginning a read", error))?;
+        Ok(View::new(txn))
+    }
+}
+
+/// Anything the journal can be read through: a [`Journal`], a [`JournalReader`], or a tool's
+/// own source of views. Projections and verification read through it.
+pub trait ReadJournal {
+    fn view(&self) -> Result<View, ReadError>;
+}
+
+impl ReadJournal for Journal {
+    fn view(&self) -> Result<View, ReadError> {
+        Journal::view(self)
+    }
+}
+
+impl ReadJournal for JournalReader {
+    fn view(&self) -> Result<View, ReadError> {
+        JournalReader::view(self)
+    }
+}

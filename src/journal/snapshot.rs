@@ -1,0 +1,636 @@
+//! Snapshots: a run's folded state as the `runs` table stores it, in a wire type of its own
+//! ([`SnapshotV1`]), converted explicitly to and from the domain type [`RunState`].
+//!
+//! A snapshot is a cache of the fold of the run's records. One that does not decode — damaged
+//! bytes, another layout (written by a later version, say), a state of another run — is never an
+//! error for whoever reads or appends: the state is re-derived from the records ([`state_of`]).
+//! An append rewrites the snapshot in the layout of this build, in its own write transaction;
+//! a reader re-derives in memory. Only records that do not decode or fold are errors.
+//!
+//! Layout 1 ([`SnapshotV1`]) is exactly the encoding of the first release, whose snapshot was the
+//! postcard encoding of `{format_version: u16 = 1, state: RunState}`: postcard puts nothing
+//! between a struct's fields, so the leading number followed by the state's fields in order is
+//! the same bytes. That number now names the snapshot's layout.
+
+use std::sync::Arc;
+
+use redb::ReadableTable;
+use serde::{Deserialize, Serialize};
+
+use super::error::{CorruptError, ReadError};
+use super::read::run_records;
+use crate::event::{
+    self, ControlAction, EncodeError, ExternalJobStatus, MAX_SNAPSHOT_BYTES, Observer, ProcessExit,
+    ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs, encode_checked,
+};
+use crate::state::{
+    self, ControlInfo, ProcessTerminalInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus,
+    TerminalInfo,
+};
+
+/// The snapshot layout this build writes and reads: [`SnapshotV1`].
+pub const SNAPSHOT_LAYOUT: u16 = 1;
+
+/// Why stored snapshot bytes are not a snapshot of this run that this build reads. Never an
+/// error for readers or appenders, who re-derive the state from the records; `verify` reports
+/// it as an inconsistency.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    #[error("it is empty")]
+    Empty,
+    #[error("it is {bytes} bytes, over the limit of {MAX_SNAPSHOT_BYTES}")]
+    TooLarge { bytes: usize },
+    #[error("it fails its checksum (the stored bytes were damaged)")]
+    Checksum,
+    #[error("it is in layout {found}; this build reads layout {SNAPSHOT_LAYOUT}")]
+    OtherLayout { found: u16 },
+    #[error("it does not decode: {reason}")]
+    Malformed { reason: String },
+    #[error("it holds the state of run {found}")]
+    OtherRun { found: RunId },
+    #[error("it has {states} step states for {steps} steps")]
+    StepCount { states: usize, steps: usize },
+}
+
+/// Snapshot layout 1. Fields are in encoding order; the enums' variants too (postcard encodes a
+/// variant by its index). Wire types of records (`RunSpec`, `ProcessIdentity`, ...) are used as
+/// they are: they are already versioned with the record format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotV1 {
+    /// [`SNAPSHOT_LAYOUT`] (1).
+    pub layout: u16,
+    pub run_id: RunId,
+    pub spec: Arc<RunSpec>,
+    pub created_at_ms: UnixMs,
+    pub session_id: Option<String>,
+    pub completion_owner_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub status: RunStatusV1,
+    pub runner: Option<RunnerV1>,
+    pub steps: Vec<StepV1>,
+    pub controls: Vec<ControlV1>,
+    pub terminal: Option<TerminalV1>,
+    pub process_terminal: Option<ProcessTerminalV1>,
+    pub dismissed_at_ms: Option<UnixMs>,
+    pub head_seq: u64,
+    pub updated_at_ms: UnixMs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunStatusV1 {
+    Queued,
+    Running,
+    Complete,
+    Failed,
+    Stopped,
+    Paused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StepStatusV1 {
+    Pending,
+    Running,
+    Complete,
+    Failed,
+    Stopped,
+    Skipped,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepV1 {
+    pub status: StepStatusV1,
+    pub process: Option<ProcessIdentity>,
+    pub started_at_ms: Option<UnixMs>,
+    pub ended_at_ms: Option<UnixMs>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub job: Option<ExternalJobStatus>,
+    pub job_updated_at_ms: Option<UnixMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerV1 {
+    pub identity: ProcessIdentity,
+    pub instance_id: String,
+    pub started_at_ms: UnixMs,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlV1 {
+    pub action: ControlAction,
+    pub by: String,
+    pub reason: String,
+    pub at_ms: UnixMs,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalV1 {
+    pub state: TerminalState,
+    pub error: Option<String>,
+    pub summary: String,
+    pub exit_code: i32,
+    pub repaired_by: Option<Repairer>,
+    pub at_ms: UnixMs,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessTerminalV1 {
+    pub instance_id: String,
+    pub exit: Option<ProcessExit>,
+    pub proof: Proof,
+    pub observer: Observer,
+    pub at_ms: UnixMs,
+}
+
+impl From<RunStatus> for RunStatusV1 {
+    fn from(status: RunStatus) -> RunStatusV1 {
+        match status {
+            RunStatus::Queued => RunStatusV1::Queued,
+            RunStatus::Running => RunStatusV1::Running,
+            RunStatus::Complete => RunStatusV1::Complete,
+            RunStatus::Failed => RunStatusV1::Failed,
+            RunStatus::Stopped => RunStatusV1::Stopped,
+            RunStatus::Paused => RunStatusV1::Paused,
+        }
+    }
+}
+
+impl From<RunStatusV1> for RunStatus {
+    fn from(status: RunStatusV1) -> RunStatus {
+        match status {
+            RunStatusV1::Queued => RunStatus::Queued,
+            RunStatusV1::Running => RunStatus::Running,
+            RunStatusV1::Complete => RunStatus::Complete,
+            RunStatusV1::Failed => RunStatus::Failed,
+            RunStatusV1::Stopped => RunStatus::Stopped,
+            RunStatusV1::Paused => RunStatus::Paused,
+        }
+    }
+}
+
+impl From<StepStatus> for StepStatusV1 {
+    fn from(status: StepStatus) -> StepStatusV1 {
+        match status {
+            StepStatus::Pending => StepStatusV1::Pending,
+            StepStatus::Running => StepStatusV1::Running,
+            StepStatus::Complete => StepStatusV1::Complete,
+            StepStatus::Failed => StepStatusV1::Failed,
+            StepStatus::Stopped => StepStatusV1::Stopped,
+            StepStatus::Skipped => StepStatusV1::Skipped,
+        }
+    }
+}
+
+impl From<StepStatusV1> for StepStatus {
+    fn from(status: StepStatusV1) -> StepStatus {
+        match status {
+            StepStatusV1::Pending => StepStatus::Pending,
+            StepStatusV1::Running => StepStatus::Running,
+            StepStatusV1::Complete => StepStatus::Complete,
+            StepStatusV1::Failed => StepStatus::Failed,
+            StepStatusV1::Stopped => StepStatus::Stopped,
+            StepStatusV1::Skipped => StepStatus::Skipped,
+        }
+    }
+}
+
+impl SnapshotV1 {
+    /// The wire form of a state.
+    pub fn of(state: &RunState) -> SnapshotV1 {
+        SnapshotV1 {
+            layout: SNAPSHOT_LAYOUT,
+            run_id: state.run_id,
+            spec: Arc::clone(&state.spec),
+            created_at_ms: state.created_at_ms,
+            session_id: state.session_id.clone(),
+            completion_owner_id: state.completion_owner_id.clone(),
+            tool_call_id: state.tool_call_id.clone(),
+            status: state.status.into(),
+            runner: state.runner.as_ref().map(|runner| RunnerV1 {
+                identity: runner.identity.clone(),
+                instance_id: runner.instance_id.clone(),
+                started_at_ms: runner.started_at_ms,
+            }),
+            steps: state
+                .steps
+                .iter()
+                .map(|step| StepV1 {
+                    status: step.status.into(),
+                    process: step.process.clone(),
+                    started_at_ms: step.started_at_ms,
+                    ended_at_ms: step.ended_at_ms,
+                    exit_code: step.exit_code,
+                    error: step.error.clone(),
+                    job: step.job.clone(),
+                    job_updated_at_ms: step.job_updated_at_ms,
+                })
+                .collect(),
+            controls: state
+                .controls
+                .iter()
+                .map(|control| ControlV1 {
+                    action: control.action,
+                    by: control.by.clone(),
+                    reason: control.reason.clone(),
+                    at_ms: control.at_ms,
+                })
+                .collect(),
+            terminal: state.terminal.as_ref().map(|terminal| TerminalV1 {
+                state: terminal.state,
+                error: terminal.error.clone(),
+                summary: terminal.summary.clone(),
+                exit_code: terminal.exit_code,
+                repaired_by: terminal.repaired_by,
+                at_ms: terminal.at_ms,
+            }),
+            process_terminal: state
+                .process_terminal
+                .as_ref()
+                .map(|observed| ProcessTerminalV1 {
+                    instance_id: observed.instance_id.clone(),
+                    exit: observed.exit,
+                    proof: observed.proof,
+                    observer: observed.observer,
+                    at_ms: observed.at_ms,
+                }),
+            dismissed_at_ms: state.dismissed_at_ms,
+            head_seq: state.head_seq,
+            updated_at_ms: state.updated_at_ms,
+        }
+    }
+
+    /// The domain state this snapshot holds, if it is a snapshot of `run` that agrees with its
+    /// own spec.
+    pub fn into_state(self, run: RunId) -> Result<RunState, SnapshotError> {
+        if self.run_id != run {
+            return Err(SnapshotError::OtherRun { found: self.run_id });
+        }
+        if self.steps.len() != self.spec.steps.len() {
+            return Err(SnapshotError::StepCount {
+                states: self.steps.len(),
+                steps: self.spec.steps.len(),
+            });
+        }
+        Ok(RunState {
+            run_id: self.run_id,
+            spec: self.spec,
+            created_at_ms: self.created_at_ms,
+            session_id: self.session_id,
+            completion_owner_id: self.completion_owner_id,
+            tool_call_id: self.tool_call_id,
+            status: self.status.into(),
+            runner: self.runner.map(|runner| RunnerInfo {
+                identity: runner.identity,
+                instance_id: runner.instance_id,
+                started_at_ms: runner.started_at_ms,
+            }),
+            steps: self
+                .steps
+                .into_iter()
+                .map(|step| StepState {
+                    status: step.status.into(),
+                    process: step.process,
+                    started_at_ms: step.started_at_ms,
+                    ended_at_ms: step.ended_at_ms,
+                    exit_code: step.exit_code,
+                    error: step.error,
+                    job: step.job,
+                    job_updated_at_ms: step.job_updated_at_ms,
+                })
+                .collect(),
+            controls: self
+                .controls
+                .into_iter()
+                .map(|control| ControlInfo {
+                    action: control.action,
+                    by: control.by,
+                    reason: control.reason,
+                    at_ms: control.at_ms,
+                })
+                .collect(),
+            terminal: self.terminal.map(|terminal| TerminalInfo {
+                state: terminal.state,
+                error: terminal.error,
+                summary: terminal.summary,
+                exit_code: terminal.exit_code,
+                repaired_by: terminal.repaired_by,
+                at_ms: terminal.at_ms,
+            }),
+            process_terminal: self.process_terminal.map(|observed| ProcessTerminalInfo {
+                instance_id: observed.instance_id,
+                exit: observed.exit,
+                proof: observed.proof,
+                observer: observed.observer,
+                at_ms: observed.at_ms,
+            }),
+            dismissed_at_ms: self.dismissed_at_ms,
+            head_seq: self.head_seq,
+            updated_at_ms: self.updated_at_ms,
+        })
+    }
+}
+
+/// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then its CRC-32C.
+pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> {
+    let bytes = encode_checked(&SnapshotV1::of(state)).map_err(|error| EncodeError::Serialize {
+        reason: error.to_string(),
+    })?;
+    if bytes.len() > MAX_SNAPSHOT_BYTES {
+        return Err(EncodeError::TooLarge {
+            event: "snapshot",
+            bytes: bytes.len(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// Decodes stored snapshot bytes of `run`: size, then checksum, then layout, then the fields,
+/// then whether the state is `run`'s and agrees with its spec.
+pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, SnapshotError> {
+    if bytes.is_empty() {
+        return Err(SnapshotError::Empty);
+    }
+    if bytes.len() > MAX_SNAPSHOT_BYTES {
+        return Err(SnapshotError::TooLarge { bytes: bytes.len() });
+    }
+    let malformed = |error: postcard::Error| SnapshotError::Malformed {
+        reason: error.to_string(),
+    };
+    let (payload, is_intact) = event::split_checksum(bytes).ok_or(SnapshotError::Malformed {
+        reason: "shorter than its checksum".to_string(),
+    })?;
+    if !is_intact {
+        return Err(SnapshotError::Checksum);
+    }
+    let (layout, _) = postcard::take_from_bytes::<u16>(payload).map_err(malformed)?;
+    if layout != SNAPSHOT_LAYOUT {
+        return Err(SnapshotError::OtherLayout { found: layout });
+    }
+    match postcard::take_from_bytes::<SnapshotV1>(payload).map_err(malformed)? {
+        (snapshot, []) => snapshot.into_state(run),
+        (_, rest) => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after the snapshot", rest.len()),
+        }),
+    }
+}
+
+/// The state of `run` whose stored snapshot is `bytes`: the snapshot, or, when it does not
+/// decode, the fold of the run's records read from `records` (the table of the same
+/// transaction).
+pub(super) fn state_of(
+    run: RunId,
+    bytes: &[u8],
+    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
+) -> Result<RunState, ReadError> {
+    match decode_snapshot(run, bytes) {
+        Ok(state) => Ok(state),
+        Err(why) => rederive(run, why, records),
+    }
+}
+
+/// Folds the run's records through [`state::apply`], in place of a snapshot that did not decode.
+fn rederive(
+    run: RunId,
+    why: SnapshotError,
+    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
+) -> Result<RunState, ReadError> {
+    let records = run_records(records, run, u64::MAX)?;
+    let mut folded: Option<RunState> = None;
+    for record in &records {
+        let applied = match &mut folded {
+            None => state::apply(None, record).map(|state| folded = Some(state)),
+            Some(state) => state.apply_mut(record),
+        };
+        applied.map_err(|source| CorruptError::Unfoldable {
+            run,
+            seq: record.seq,
+            snapshot: why.clone(),
+            source: Box::new(source),
+        })?;
+    }
+    folded.ok_or_else(|| CorruptError::NoRecords { run, snapshot: why }.into())
+}
+
+/// Snapshot bytes in a layout this build does not read, as a later version might write them:
+/// `layout_one` (snapshot bytes of layout 1) relabelled as layout 2, with one field added at the
+/// end (`last_heartbeat_ms: Option<u64>`), under a checksum that matches. For tests of what
+/// readers and appenders do with a snapshot of another layout; `None` if `layout_one` is not a
+/// layout-1 snapshot.
+#[doc(hidden)]
+pub fn snapshot_of_layout_two_for_tests(
+    layout_one: &[u8],
+    last_heartbeat_ms: Option<u64>,
+) -> Option<Vec<u8>> {
+    let (payload, is_intact) = event::split_checksum(layout_one)?;
+    // Layout 1 is the varint 1, one byte.
+    let (&1, fields) = payload.split_first()? else {
+        return None;
+    };
+    if !is_intact {
+        return None;
+    }
+    let mut layout_two = vec![2];
+    layout_two.extend_from_slice(fields);
+    layout_two.extend(postcard::to_allocvec(&last_heartbeat_ms).ok()?);
+    Some(event::with_checksum(&layout_two))
+}
+
+/// The snapshot bytes of `state`, as the `runs` table stores them. For tests that edit a
+/// journal behind the library's back (to check that `verify` notices); never needed otherwise.
+#[doc(hidden)]
+pub fn encode_snapshot_for_tests(state: &RunState) -> Result<Vec<u8>, EncodeError> {
+    encode_snapshot(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{
+        Event, FORMAT_VERSION, JobState, Mode, Record, StepAction, StepSpec, WriterId,
+    };
+
+    const RUN: RunId = RunId::from_bytes([3; 16]);
+
+    /// A run with every optional part of its state filled: a runner, a step with a process and
+    /// a job, a control request, a terminal, a process terminal, a dismissal.
+    fn full_state() -> RunState {
+        let identity = ProcessIdentity {
+            pid: 42,
+            start_time: 7,
+            boot_id: "boot".to_string(),
+        };
+        let events = vec![
+            Event::RunCreated {
+                spec: Arc::new(RunSpec {
+                    name: Some("n".to_string()),
+                    mode: Mode::Chain,
+                    concurrency: 1,
+                    timeout_ms: Some(1000),
+                    cwd: None,
+                    steps: vec![
+                        StepSpec {
+                            name: "job".to_string(),
+                            action: StepAction::ExternalJob {
+                                provider: "p".to_string(),
+                            },
+                        },
+                        StepSpec {
+                            name: "after".to_string(),
+                            action: StepAction::Shell {
+                                script: "true".to_string(),
+                            },
+                        },
+                    ],
+                }),
+                created_at_ms: 1,
+                session_id: Some("s".to_string()),
+                completion_owner_id: Some("o".to_string()),
+                tool_call_id: Some("t".to_string()),
+            },
+            Event::RunnerStarted {
+                runner: identity.clone(),
+                instance_id: "i".to_string(),
+            },
+            Event::StepRunning {
+                step: 0,
+                process: Some(identity),
+            },
+            Event::ExternalJobUpdated {
+                step: 0,
+                job: ExternalJobStatus {
+                    state: JobState::Running,
+                    id: Some("j".to_string()),
+                    progress: Some(0.5),
+                    message: Some("m".to_string()),
+                    url: Some("u".to_string()),
+                },
+            },
+            Event::ControlRequested {
+                action: ControlAction::Interrupt,
+                by: "b".to_string(),
+                reason: "r".to_string(),
+            },
+            Event::Terminal {
+                state: TerminalState::Paused,
+                error: Some("e".to_string()),
+                summary: "s".to_string(),
+                exit_code: 130,
+                repaired_by: Some(Repairer::Reconciler),
+            },
+            Event::ProcessTerminalObserved {
+                instance_id: "i".to_string(),
+                exit: Some(ProcessExit {
+                    code: None,
+                    signal: Some(2),
+                }),
+                proof: Proof::Observed,
+                observer: Observer::RunnerParent,
+            },
+            Event::Dismissed { at_ms: 99 },
+        ];
+        let records: Vec<Record> = events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| Record {
+                format_version: FORMAT_VERSION,
+                run_id: RUN,
+                seq: index as u64 + 1,
+                time_ms: 10 + index as u64,
+                writer: WriterId(1),
+                writer_seq: 1,
+                event,
+            })
+            .collect();
+        state::replay(&records)
+            .expect("a legal life")
+            .expect("records")
+    }
+
+    #[test]
+    fn a_state_round_trips_through_its_snapshot_in_layout_one() {
+        let state = full_state();
+        assert!(state.terminal.is_some() && state.process_terminal.is_some());
+        assert_eq!(SnapshotV1::of(&state).into_state(RUN), Ok(state.clone()));
+        let bytes = encode_snapshot(&state).expect("encodes");
+        assert_eq!(bytes[0], 1, "the layout leads, as the varint 1");
+        assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// postcard encodes an enum as its variant's index: the wire enums keep the order of the
+    /// first release, whatever the domain enums become.
+    #[test]
+    fn status_variants_encode_as_their_first_release_indexes() {
+        for (index, status) in RunStatus::ALL.into_iter().enumerate() {
+            let wire = RunStatusV1::from(status);
+            assert_eq!(
+                postcard::to_allocvec(&wire).expect("encodes"),
+                [index as u8]
+            );
+            assert_eq!(RunStatus::from(wire), status);
+        }
+        let steps = [
+            StepStatus::Pending,
+            StepStatus::Running,
+            StepStatus::Complete,
+            StepStatus::Failed,
+            StepStatus::Stopped,
+            StepStatus::Skipped,
+        ];
+        for (index, status) in steps.into_iter().enumerate() {
+            let wire = StepStatusV1::from(status);
+            assert_eq!(
+                postcard::to_allocvec(&wire).expect("encodes"),
+                [index as u8]
+            );
+            assert_eq!(StepStatus::from(wire), status);
+        }
+    }
+
+    #[test]
+    fn each_way_a_snapshot_can_fail_to_decode_is_told_apart() {
+        let state = full_state();
+        let bytes = encode_snapshot(&state).expect("encodes");
+        assert_eq!(decode_snapshot(RUN, &[]), Err(SnapshotError::Empty));
+        assert_eq!(
+            decode_snapshot(RUN, &vec![0; MAX_SNAPSHOT_BYTES + 1]),
+            Err(SnapshotError::TooLarge {
+                bytes: MAX_SNAPSHOT_BYTES + 1
+            })
+        );
+        assert!(matches!(
+            decode_snapshot(RUN, &bytes[..3]),
+            Err(SnapshotError::Malformed { .. })
+        ));
+        let mut flipped = bytes.clone();
+        flipped[10] ^= 0x40;
+        assert_eq!(decode_snapshot(RUN, &flipped), Err(SnapshotError::Checksum));
+        let layout_two =
+            snapshot_of_layout_two_for_tests(&bytes, Some(5)).expect("a layout-1 snapshot");
+        assert_eq!(
+            decode_snapshot(RUN, &layout_two),
+            Err(SnapshotError::OtherLayout { found: 2 })
+        );
+        let payload = &bytes[..bytes.len() - 4];
+        let trailing = event::with_checksum(&[payload, &[0]].concat());
+        assert!(matches!(
+            decode_snapshot(RUN, &trailing),
+            Err(SnapshotError::Malformed { reason }) if reason.contains("1 bytes after")
+        ));
+        let other = RunId::from_bytes([4; 16]);
+        assert_eq!(
+            decode_snapshot(other, &bytes),
+            Err(SnapshotError::OtherRun { found: RUN })
+        );
+        let mut missing_step = SnapshotV1::of(&state);
+        missing_step.steps.pop();
+        let missing_step = encode_checked(&missing_step).expect("encodes");
+        assert_eq!(
+            decode_snapshot(RUN, &missing_step),
+            Err(SnapshotError::StepCount {
+                states: 1,
+                steps: 2
+            })
+        );
+    }
+}

@@ -1,0 +1,494 @@
+//! The reducer: [`apply`] and [`replay`], with one handler per event. The checks every record
+//! meets (its run, its seq, its texts, nothing after `Terminal` but what may follow it) are made
+//! once in [`RunState::apply_mut`]; each handler then checks its event's own rules, all of them
+//! before it changes anything, so a refused record leaves the state exactly as it was.
+
+use std::sync::Arc;
+
+use super::{
+    ControlInfo, ProcessTerminalInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus,
+    TerminalInfo, TransitionError,
+};
+use crate::event::{
+    ControlAction, Event, ExternalJobStatus, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
+    Record, Repairer, StepEnd, StepOutcome, TerminalState, UnixMs,
+};
+
+/// Applies one record to a run's state. `None` is a run that does not exist yet, which only
+/// `RunCreated` at seq 1 may start. On error the state is unchanged.
+pub fn apply(state: Option<&RunState>, record: &Record) -> Result<RunState, TransitionError> {
+    match state {
+        None => create(record),
+        Some(state) => {
+            let mut next = state.clone();
+            next.apply_mut(record)?;
+            Ok(next)
+        }
+    }
+}
+
+/// Folds a run's records from the first. `Ok(None)` for no records.
+pub fn replay<'a>(
+    records: impl IntoIterator<Item = &'a Record>,
+) -> Result<Option<RunState>, TransitionError> {
+    let mut state: Option<RunState> = None;
+    for record in records {
+        match &mut state {
+            None => state = Some(create(record)?),
+            Some(state) => state.apply_mut(record)?,
+        }
+    }
+    Ok(state)
+}
+
+/// `RunCreated`: the run's first record, at seq 1, with a valid spec.
+fn create(record: &Record) -> Result<RunState, TransitionError> {
+    let run = record.run_id;
+    let Event::RunCreated {
+        spec,
+        created_at_ms,
+        session_id,
+        completion_owner_id,
+        tool_call_id,
+    } = &record.event
+    else {
+        return Err(TransitionError::NotCreated {
+            run,
+            event: record.event.name(),
+        });
+    };
+    if record.seq != 1 {
+        return Err(TransitionError::CreatedNotFirst {
+            run,
+            found: record.seq,
+        });
+    }
+    spec.check()
+        .map_err(|source| TransitionError::InvalidSpec { run, source })?;
+    record
+        .event
+        .check_text_limits()
+        .map_err(|source| TransitionError::TextTooLong { run, source })?;
+    Ok(RunState {
+        run_id: run,
+        spec: Arc::clone(spec),
+        created_at_ms: *created_at_ms,
+        session_id: session_id.clone(),
+        completion_owner_id: completion_owner_id.clone(),
+        tool_call_id: tool_call_id.clone(),
+        status: RunStatus::Queued,
+        runner: None,
+        steps: vec![StepState::pending(); spec.steps.len()],
+        controls: Vec::new(),
+        terminal: None,
+        process_terminal: None,
+        dismissed_at_ms: None,
+        head_seq: 1,
+        updated_at_ms: record.time_ms,
+    })
+}
+
+impl RunState {
+    /// Applies one record in place. The checks every record meets come first; then the
+    /// record's handler, which checks all its rules before it changes anything, so on error the
+    /// state is exactly as before.
+    pub fn apply_mut(&mut self, record: &Record) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if record.run_id != run {
+            return Err(TransitionError::WrongRun {
+                run,
+                found: record.run_id,
+            });
+        }
+        let event = &record.event;
+        if let Event::RunCreated { .. } = event {
+            return Err(TransitionError::AlreadyCreated { run });
+        }
+        if record.seq != self.head_seq.saturating_add(1) {
+            return Err(TransitionError::SequenceGap {
+                run,
+                head: self.head_seq,
+                found: record.seq,
+            });
+        }
+        event
+            .check_text_limits()
+            .map_err(|source| TransitionError::TextTooLong { run, source })?;
+        let is_allowed_after_terminal = matches!(
+            event,
+            Event::ProcessTerminalObserved { .. } | Event::Dismissed { .. }
+        );
+        if self.is_terminal() && !is_allowed_after_terminal {
+            return Err(TransitionError::AfterTerminal {
+                run,
+                event: event.name(),
+                state: self.status,
+            });
+        }
+        let at_ms = record.time_ms;
+        // Each arm only dispatches: the rules of an event live in its handler.
+        match event {
+            Event::RunCreated { .. } => unreachable!("RunCreated was refused above"),
+            Event::RunnerStarted {
+                runner,
+                instance_id,
+            } => self.runner_started(runner, instance_id, at_ms),
+            Event::StepRunning { step, process } => {
+                self.step_running(event, *step, process.as_ref(), at_ms)
+            }
+            Event::ExternalJobUpdated { step, job } => {
+                self.external_job_updated(event, *step, job, at_ms)
+            }
+            Event::StepFinished { step, outcome } => {
+                self.step_finished(event, *step, outcome, at_ms)
+            }
+            Event::ControlRequested { action, by, reason } => {
+                self.control_requested(*action, by, reason, at_ms)
+            }
+            Event::Terminal {
+                state,
+                error,
+                summary,
+                exit_code,
+                repaired_by,
+            } => self.terminal(
+                *state,
+                error.as_deref(),
+                summary,
+                *exit_code,
+                *repaired_by,
+                at_ms,
+            ),
+            Event::ProcessTerminalObserved {
+                instance_id,
+                exit,
+                proof,
+                observer,
+            } => self.process_terminal_observed(instance_id, *exit, *proof, *observer, at_ms),
+            Event::Dismissed { at_ms: dismissed } => self.dismissed(*dismissed),
+        }?;
+        self.head_seq = record.seq;
+        self.updated_at_ms = at_ms;
+        Ok(())
+    }
+
+    /// `RunnerStarted`: only from `queued`, once, and never after the launcher gave up on the
+    /// run (its process terminal is recorded).
+    fn runner_started(
+        &mut self,
+        runner: &ProcessIdentity,
+        instance_id: &str,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if self.status != RunStatus::Queued {
+            return Err(TransitionError::RunnerNotQueued {
+                run,
+                state: self.status,
+            });
+        }
+        if let Some(observed) = &self.process_terminal {
+            return Err(TransitionError::RunnerAfterProcessTerminal {
+                run,
+                proof: observed.proof.as_str(),
+            });
+        }
+        self.status = RunStatus::Running;
+        self.runner = Some(RunnerInfo {
+            identity: runner.clone(),
+            instance_id: instance_id.to_string(),
+            started_at_ms: at_ms,
+        });
+        Ok(())
+    }
+
+    /// `StepRunning(i)`: the run running, step `i` pending; in a chain every earlier step
+    /// complete; in parallel mode, room under the concurrency.
+    fn step_running(
+        &mut self,
+        event: &Event,
+        step: u32,
+        process: Option<&ProcessIdentity>,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let index = self.step_index(event, step)?;
+        if self.status != RunStatus::Running {
+            return Err(TransitionError::StepStartWhileNotRunning {
+                run,
+                step,
+                state: self.status,
+            });
+        }
+        let status = self.steps[index].status;
+        if status != StepStatus::Pending {
+            return Err(TransitionError::StepNotPending { run, step, status });
+        }
+        match self.spec.mode {
+            Mode::Chain => {
+                if let Some((earlier, state)) = self.steps[..index]
+                    .iter()
+                    .enumerate()
+                    .find(|(_, state)| state.status != StepStatus::Complete)
+                {
+                    return Err(TransitionError::ChainOrder {
+                        run,
+                        step,
+                        earlier,
+                        status: state.status,
+                    });
+                }
+            }
+            Mode::Parallel => {
+                let running = self
+                    .steps
+                    .iter()
+                    .filter(|state| state.status == StepStatus::Running)
+                    .count();
+                if running >= self.spec.concurrency as usize {
+                    return Err(TransitionError::ConcurrencyExceeded {
+                        run,
+                        step,
+                        running,
+                        concurrency: self.spec.concurrency,
+                    });
+                }
+            }
+            Mode::Single => {}
+        }
+        let state = &mut self.steps[index];
+        state.status = StepStatus::Running;
+        state.process = process.cloned();
+        state.started_at_ms = Some(at_ms);
+        Ok(())
+    }
+
+    /// `ExternalJobUpdated(i)`: step `i` is an external-job step and running; the status is
+    /// replaced whole.
+    fn external_job_updated(
+        &mut self,
+        event: &Event,
+        step: u32,
+        job: &ExternalJobStatus,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let index = self.step_index(event, step)?;
+        let spec = &self.spec.steps[index];
+        if !spec.is_external_job() {
+            return Err(TransitionError::NotExternalJob {
+                run,
+                step,
+                name: spec.name.clone(),
+            });
+        }
+        self.require_running_step(event, step, index)?;
+        if let Some(progress) = job.progress.filter(|progress| !progress.is_finite()) {
+            return Err(TransitionError::NonFiniteProgress {
+                run,
+                step,
+                progress,
+            });
+        }
+        let state = &mut self.steps[index];
+        state.job = Some(job.clone());
+        state.job_updated_at_ms = Some(at_ms);
+        Ok(())
+    }
+
+    /// `StepFinished(i)`: step `i` running, or pending when it is skipped.
+    fn step_finished(
+        &mut self,
+        event: &Event,
+        step: u32,
+        outcome: &StepOutcome,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let index = self.step_index(event, step)?;
+        if outcome.end == StepEnd::Skipped {
+            let status = self.steps[index].status;
+            if status != StepStatus::Pending {
+                return Err(TransitionError::SkipNotPending { run, step, status });
+            }
+        } else {
+            self.require_running_step(event, step, index)?;
+        }
+        let state = &mut self.steps[index];
+        state.status = outcome.end.into();
+        state.ended_at_ms = Some(at_ms);
+        state.exit_code = outcome.exit_code;
+        state.error = outcome.error.clone();
+        Ok(())
+    }
+
+    /// `ControlRequested`: at most one request per action.
+    fn control_requested(
+        &mut self,
+        action: ControlAction,
+        by: &str,
+        reason: &str,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        if self.has_control(action) {
+            return Err(TransitionError::ControlAlreadyRequested {
+                run: self.run_id,
+                action,
+            });
+        }
+        self.controls.push(ControlInfo {
+            action,
+            by: by.to_string(),
+            reason: reason.to_string(),
+            at_ms,
+        });
+        Ok(())
+    }
+
+    /// `Terminal`: `complete` needs every step complete. Running steps end `failed` (`stopped`
+    /// when the run is stopped) with the run's error; pending steps are skipped.
+    fn terminal(
+        &mut self,
+        state: TerminalState,
+        error: Option<&str>,
+        summary: &str,
+        exit_code: i32,
+        repaired_by: Option<Repairer>,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let unfinished = self
+            .steps
+            .iter()
+            .enumerate()
+            .find(|(_, step)| step.status != StepStatus::Complete);
+        if let (TerminalState::Complete, Some((step, unfinished))) = (state, unfinished) {
+            return Err(TransitionError::CompleteWithUnfinishedStep {
+                run: self.run_id,
+                step: step as u32,
+                status: unfinished.status,
+            });
+        }
+        let running_becomes = if state == TerminalState::Stopped {
+            StepStatus::Stopped
+        } else {
+            StepStatus::Failed
+        };
+        for step in &mut self.steps {
+            match step.status {
+                StepStatus::Running => {
+                    step.status = running_becomes;
+                    step.ended_at_ms = Some(at_ms);
+                    if step.error.is_none() {
+                        step.error = error.map(str::to_string);
+                    }
+                }
+                StepStatus::Pending => step.status = StepStatus::Skipped,
+                _ => {}
+            }
+        }
+        self.status = state.into();
+        self.terminal = Some(TerminalInfo {
+            state,
+            error: error.map(str::to_string),
+            summary: summary.to_string(),
+            exit_code,
+            repaired_by,
+            at_ms,
+        });
+        Ok(())
+    }
+
+    /// `ProcessTerminalObserved`: once per run, naming the run's runner instance; proof
+    /// `not-started` exactly when no runner ever started.
+    fn process_terminal_observed(
+        &mut self,
+        instance_id: &str,
+        exit: Option<ProcessExit>,
+        proof: Proof,
+        observer: Observer,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if let Some(observed) = &self.process_terminal {
+            return Err(TransitionError::ProcessTerminalAlreadyObserved {
+                run,
+                instance: observed.instance_id.clone(),
+            });
+        }
+        match &self.runner {
+            Some(runner) => {
+                if runner.instance_id != instance_id {
+                    return Err(TransitionError::InstanceMismatch {
+                        run,
+                        expected: runner.instance_id.clone(),
+                        found: instance_id.to_string(),
+                    });
+                }
+                if proof == Proof::NotStarted {
+                    return Err(TransitionError::ProofMismatch {
+                        run,
+                        proof: proof.as_str(),
+                        why: "the run has a runner that started",
+                    });
+                }
+            }
+            None => {
+                if proof != Proof::NotStarted {
+                    return Err(TransitionError::ProofMismatch {
+                        run,
+                        proof: proof.as_str(),
+                        why: "no runner ever started for the run",
+                    });
+                }
+            }
+        }
+        self.process_terminal = Some(ProcessTerminalInfo {
+            instance_id: instance_id.to_string(),
+            exit,
+            proof,
+            observer,
+            at_ms,
+        });
+        Ok(())
+    }
+
+    /// `Dismissed`: once.
+    fn dismissed(&mut self, dismissed_at_ms: UnixMs) -> Result<(), TransitionError> {
+        if self.dismissed_at_ms.is_some() {
+            return Err(TransitionError::AlreadyDismissed { run: self.run_id });
+        }
+        self.dismissed_at_ms = Some(dismissed_at_ms);
+        Ok(())
+    }
+
+    fn step_index(&self, event: &Event, step: u32) -> Result<usize, TransitionError> {
+        let index = step as usize;
+        if index >= self.steps.len() {
+            return Err(TransitionError::NoSuchStep {
+                run: self.run_id,
+                event: event.name(),
+                step,
+                count: self.steps.len(),
+            });
+        }
+        Ok(index)
+    }
+
+    fn require_running_step(
+        &self,
+        event: &Event,
+        step: u32,
+        index: usize,
+    ) -> Result<(), TransitionError> {
+        let status = self.steps[index].status;
+        if status != StepStatus::Running {
+            return Err(TransitionError::StepNotRunning {
+                run: self.run_id,
+                event: event.name(),
+                step,
+                status,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,164 @@
+//! The library's modules form layers (ARCHITECTURE.md, "Layers"): a module uses only modules of
+//! lower layers, so there is no cycle and the pure core knows nothing of the I/O around it.
+//! This test reads every file of `src/` (not `src/bin/`), finds each `crate::<module>` path in
+//! its code (comments are skipped; `use crate::{a, b::c}` counts `a` and `b`) and checks it
+//! against [`LAYERS`]. A module that is not in [`LAYERS`] fails the test: place it there, and
+//! in ARCHITECTURE.md.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The top-level modules of the library, lowest layer first. A module may use the modules of
+/// the layers before its own, never those of its own layer or after.
+const LAYERS: &[&[&str]] = &[
+    // Wire types, and the sync shim of the shared cores.
+    &["event", "sync"],
+    // What the operating system knows, and pure wordings and grammars over the wire types.
+    &["platform", "exit", "duration", "logs"],
+    // Pure rules over the wire types, and the leaf I/O of files, paths and processes.
+    &["state", "spec", "durable_fs", "home", "liveness"],
+    &["capacity", "process_group"],
+    &["journal"],
+    &["projection", "resolve"],
+    &["store", "verify"],
+    &["control", "reconcile", "runner", "source", "replay", "ship"],
+    &["launch", "show"],
+    &["fuzz"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+/// Every `.rs` file under `dir`, except the binaries' (they use the library as `runjournal::`).
+fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries =
+        std::fs::read_dir(dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|name| name == "bin") {
+                continue;
+            }
+            source_files(&path, out);
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file of `src/` belongs to (`src/journal/read.rs` → `journal`);
+/// `None` for the crate root.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(src).expect("the file is under src");
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    match first.strip_suffix(".rs") {
+        Some("lib") => None,
+        Some(module) => Some(module.to_string()),
+        None => Some(first.to_string()),
+    }
+}
+
+/// The modules named right after each `crate::` in `code`.
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    let identifier = |text: &str| -> String {
+        text.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let is_path_start = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'));
+        rest = &rest[at + "crate::".len()..];
+        if !is_path_start {
+            continue;
+        }
+        let Some(group) = rest.strip_prefix('{') else {
+            out.insert(identifier(rest));
+            continue;
+        };
+        // `crate::{a, b::{c, d}, e}`: the first segment of each top-level item.
+        let mut depth = 0;
+        let mut is_item_start = true;
+        for (index, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => break,
+                '}' => depth -= 1,
+                ',' if depth == 0 => is_item_start = true,
+                c if c.is_whitespace() => {}
+                _ if is_item_start => {
+                    out.insert(identifier(&group[index..]));
+                    is_item_start = false;
+                }
+                _ => {}
+            }
+        }
+    }
+    out.remove("");
+    out
+}
+
+/// `text` without its `//` comments (line, doc and trailing).
+fn code_of(text: &str) -> String {
+    text.lines()
+        .map(|line| line.find("//").map_or(line, |at| &line[..at]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_path_scanner_finds_grouped_and_inline_paths_and_skips_comments() {
+    let code = code_of(
+        "use crate::{event::{A, B}, home};\nlet x = crate::journal::f(); // crate::fuzz\nuse runjournal_crate::x;",
+    );
+    let found: Vec<_> = crate_paths(&code).into_iter().collect();
+    assert_eq!(found, ["event", "home", "journal"]);
+}
+
+#[test]
+fn no_module_uses_a_module_of_its_own_layer_or_above() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&src, &mut files);
+    files.sort();
+    assert!(files.len() > 20, "found only {} source files", files.len());
+    let mut violations = Vec::new();
+    for file in &files {
+        let shown = file
+            .strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .unwrap_or(file);
+        let Some(module) = module_of(&src, file) else {
+            continue;
+        };
+        let Some(layer) = layer_of(&module) else {
+            violations.push(format!(
+                "{}: module `{module}` is in no layer of LAYERS",
+                shown.display()
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("a source file reads");
+        for used in crate_paths(&code_of(&text)) {
+            if used == module {
+                continue;
+            }
+            match layer_of(&used) {
+                Some(used_layer) if used_layer < layer => {}
+                Some(used_layer) => violations.push(format!(
+                    "{}: `{module}` (layer {layer}) uses `{used}` (layer {used_layer})",
+                    shown.display()
+                )),
+                None => violations.push(format!(
+                    "{}: `{module}` uses `{used}`, which is in no layer of LAYERS",
+                    shown.display()
+                )),
+            }
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
