@@ -168,7 +168,7 @@ impl CapacityStatus {
 
 /// The directory of blocked-writer markers.
 pub fn blocked_dir(home: &Home) -> PathBuf {
-    home.root().join("blocked")
+    home.blocked_dir()
 }
 
 /// Whether a boot id can stand in a marker's name: what the kernel writes (a UUID) has only

@@ -240,9 +240,11 @@ impl fmt::Debug for WriterId {
 #[serde(rename_all = "camelCase")]
 pub struct ProcessIdentity {
     pub pid: u32,
-    /// Start time in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    /// Start time: on Linux in clock ticks since boot (`/proc/<pid>/stat` field 22), on
+    /// macOS in microseconds since the Unix epoch (`pbi_start_tvsec`, `pbi_start_tvusec`).
     pub start_time: u64,
-    /// `/proc/sys/kernel/random/boot_id` of the boot the process ran in.
+    /// The id of the boot the process ran in: Linux's `/proc/sys/kernel/random/boot_id`,
+    /// macOS's `kern.bootsessionuuid` (or `boottime-<s>-<us>` where it is missing).
     pub boot_id: String,
 }
 

@@ -49,7 +49,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Most retries of a conditional append whose expected head another writer moved.
 const MAX_HEAD_RETRIES: u32 = 64;
 
-/// How to start a runner: `program leading_args... RUN_ID --home HOME`.
+/// How to start a runner: `program leading_args... RUN_ID --home HOME --layout LAYOUT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerProgram {
     pub program: PathBuf,
@@ -65,7 +65,9 @@ impl RunnerProgram {
             .args(&self.leading_args)
             .arg(run.to_string())
             .arg("--home")
-            .arg(root);
+            .arg(root)
+            .arg("--layout")
+            .arg(home.layout().as_str());
         Ok(command)
     }
 }

@@ -1,7 +1,17 @@
 //! Is a recorded process still the one we think? A pid alone cannot say: pids are reused, and
 //! a reboot resets them. A [`ProcessIdentity`] adds the process's start time (on Linux, clock
-//! ticks since boot) and the boot id, and all three must match. The facts come from
-//! [`platform`]; this module judges them.
+//! ticks since boot; on macOS, microseconds since the epoch) and the boot id, and all three
+//! must match. The facts come from [`platform`]; this module judges them ([`judge`], pure).
+//!
+//! A process the platform cannot see is judged on both platforms the same way, and never
+//! alive: a pid no process holds (or none this user can see) is [`Liveness::Dead`]; a pid
+//! held by a process whose start time this user may not read (another user's process on
+//! macOS, when we are not root) is [`Liveness::Dead`] too, because the process we recorded
+//! ran as this user and one's own processes are always readable — the pid was reused by a
+//! stranger. (A runner started by root in a user's home is therefore judged dead by that
+//! user's reconciler: run it as the runner's user.) [`check`] fails only when the platform
+//! could not look at all (the boot id or the process table unreadable); that is no answer
+//! about the process, and [`is_alive`] then errs towards alive for that one look.
 //!
 //! Invariant: `is_alive` never mistakes a stranger for the recorded process; when it cannot
 //! tell (the platform's facts cannot be read), it says dead only on positive evidence.
@@ -9,7 +19,7 @@
 use std::io;
 
 use crate::event::ProcessIdentity;
-use crate::platform;
+use crate::platform::{self, ProcessInfo};
 
 /// The facts this module judges come from [`platform`]; they are re-exported here because
 /// most callers want them together with [`check`].
@@ -29,15 +39,36 @@ pub enum Liveness {
 
 /// Checks a recorded identity against the live system.
 pub fn check(identity: &ProcessIdentity) -> io::Result<Liveness> {
-    if boot_id()? != identity.boot_id {
+    let current_boot_id = boot_id()?;
+    if current_boot_id != identity.boot_id {
         return Ok(Liveness::OtherBoot);
     }
-    Ok(match platform::process(identity.pid)? {
-        Some(process) if process.start_time == identity.start_time && process.is_alive() => {
+    let holder = platform::process(identity.pid)?;
+    Ok(judge(identity, &current_boot_id, holder.as_ref()))
+}
+
+/// Judges what the platform shows now under a recorded identity's pid (`holder`, `None`
+/// when no visible process holds it), in the boot `current_boot_id`. Pure: the one place
+/// where a missing, reused, unreadable or zombie process is decided.
+pub fn judge(
+    recorded: &ProcessIdentity,
+    current_boot_id: &str,
+    holder: Option<&ProcessInfo>,
+) -> Liveness {
+    if recorded.boot_id != current_boot_id {
+        return Liveness::OtherBoot;
+    }
+    match holder {
+        // `start_time` is `None` when it is not ours to read: never equal to a recorded one.
+        Some(process)
+            if process.pid == recorded.pid
+                && process.start_time == Some(recorded.start_time)
+                && process.is_alive() =>
+        {
             Liveness::Alive
         }
         _ => Liveness::Dead,
-    })
+    }
 }
 
 /// Whether the recorded process is still running. An error reading the platform's facts
@@ -49,6 +80,58 @@ pub fn is_alive(identity: &ProcessIdentity) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn recorded() -> ProcessIdentity {
+        ProcessIdentity {
+            pid: 42,
+            start_time: 1_700_000_000_123_456,
+            boot_id: "3f6a8e4b-1c2d-4e5f-8a9b-0c1d2e3f4a5b".to_string(),
+        }
+    }
+
+    fn holder(start_time: Option<u64>, is_zombie: bool) -> ProcessInfo {
+        ProcessInfo {
+            pid: 42,
+            parent_pid: 1,
+            group_id: 42,
+            start_time,
+            is_zombie,
+        }
+    }
+
+    #[test]
+    fn every_kind_of_holder_is_judged() {
+        let recorded = recorded();
+        let boot = recorded.boot_id.clone();
+        let same_start = Some(recorded.start_time);
+        let cases = [
+            (
+                "the recorded process",
+                Some(holder(same_start, false)),
+                Liveness::Alive,
+            ),
+            ("no process holds the pid", None, Liveness::Dead),
+            ("a zombie", Some(holder(same_start, true)), Liveness::Dead),
+            (
+                "a stranger reusing the pid",
+                Some(holder(Some(recorded.start_time + 1), false)),
+                Liveness::Dead,
+            ),
+            (
+                "a process whose start time this user may not read",
+                Some(holder(None, false)),
+                Liveness::Dead,
+            ),
+        ];
+        for (case, holder, expected) in cases {
+            assert_eq!(judge(&recorded, &boot, holder.as_ref()), expected, "{case}");
+        }
+        assert_eq!(
+            judge(&recorded, "another-boot", Some(&holder(same_start, false))),
+            Liveness::OtherBoot,
+            "another boot, whatever holds the pid"
+        );
+    }
 
     #[test]
     fn the_current_process_is_alive() {

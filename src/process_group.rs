@@ -97,7 +97,8 @@ pub fn is_ours(leader: &ProcessIdentity) -> io::Result<bool> {
         return Ok(false);
     }
     Ok(match platform::process(leader.pid)? {
-        Some(holder) => holder.start_time == leader.start_time,
+        // A holder whose start time we may not read is another user's: not ours.
+        Some(holder) => holder.start_time == Some(leader.start_time),
         None => true,
     })
 }

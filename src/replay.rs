@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::durable_fs::{self, FileLock};
 use crate::event::RunId;
-use crate::home::Home;
+use crate::home::{Home, Layout};
 use crate::journal::{ReadError, ReadJournal};
 use crate::projection::{self, Content, FileKind, Plan, ProjectionError, ResultPolicy};
 use crate::state::RunStatus;
@@ -43,6 +43,8 @@ pub struct ReplayOptions {
     /// Write into this directory, laid out as a home, instead of in place. The journal's
     /// own home given here counts as in place.
     pub out_dir: Option<PathBuf>,
+    /// The layout of `out_dir`.
+    pub out_layout: Layout,
     /// Change nothing; report the files that differ from a fresh projection.
     pub is_check: bool,
     /// In place, also re-create result files (and index entries) a host consumed.
@@ -240,7 +242,9 @@ impl<'journal, J: ReadJournal> Replay<'journal, J> {
         options: ReplayOptions,
     ) -> Result<Replay<'journal, J>, ReplayError> {
         let (target, is_in_place) = match &options.out_dir {
-            Some(dir) if !is_same_dir(dir, journal_home) => (Home::at(dir), false),
+            Some(dir) if !is_same_dir(dir, journal_home) => {
+                (Home::in_layout(dir, options.out_layout), false)
+            }
             _ => (journal_home.ok_or(ReplayError::NeedsHome)?.clone(), true),
         };
         if options.restore_results && !is_in_place {

@@ -10,7 +10,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::home::{Home, NoHome};
+use crate::home::{Home, Layout, LayoutMismatch, NoHome};
 use crate::journal::ReadJournal;
 use crate::journal::{self, CopyError, Journal, JournalReader, OpenError, ReadError, View};
 use crate::verify::{self, Integrity, Problem, ProblemKind, Report, Severity};
@@ -23,6 +23,9 @@ pub enum SourceError {
     NoHome(#[from] NoHome),
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// The home's journal is where the other layout keeps it.
+    #[error(transparent)]
+    Layout(#[from] LayoutMismatch),
     #[error("making a directory for a recovered copy of {journal}")]
     Scratch {
         journal: PathBuf,
@@ -57,6 +60,8 @@ pub enum IntegrityCheckError {
 pub struct JournalSource {
     journal_path: PathBuf,
     home: Option<Home>,
+    /// The layout asked for: the home's, and that of a directory a replay writes.
+    layout: Layout,
     reader: Reader,
     /// Holds the recovered copy, when there is one, as long as the source lives.
     _scratch: Option<tempfile::TempDir>,
@@ -79,18 +84,25 @@ impl ReadJournal for JournalSource {
 }
 
 impl JournalSource {
-    /// Opens `journal_file`, else the home's journal, read-only. The home is `home`, else
-    /// (without `journal_file`) `$RUNJOURNAL_HOME` and the defaults; a journal file named
-    /// alone has no home (a copy has no projections of its own). A journal that needs
-    /// recovery is read through a recovered private copy ([`JournalSource::was_recovered`]).
+    /// Opens `journal_file`, else the home's journal, read-only. The home, laid out as
+    /// `layout`, is `home`, else (without `journal_file`) `$RUNJOURNAL_HOME` and the defaults
+    /// of that layout ([`Home::resolve`]); a journal file named alone has no home (a copy has
+    /// no projections of its own). A home whose journal is of the other layout is refused. A
+    /// journal that needs recovery is read through a recovered private copy
+    /// ([`JournalSource::was_recovered`]).
     pub fn open(
         home: Option<&Path>,
         journal_file: Option<&Path>,
+        layout: Layout,
     ) -> Result<JournalSource, SourceError> {
         let (journal_path, home) = match journal_file {
-            Some(file) => (file.to_path_buf(), home.map(Home::at)),
+            Some(file) => (
+                file.to_path_buf(),
+                home.map(|root| Home::in_layout(root, layout)),
+            ),
             None => {
-                let home = Home::resolve(home)?;
+                let home = Home::resolve(home, layout)?;
+                home.check_layout()?;
                 (home.journal_path(), Some(home))
             }
         };
@@ -105,6 +117,7 @@ impl JournalSource {
         Ok(JournalSource {
             journal_path,
             home,
+            layout,
             reader,
             _scratch: scratch,
         })
@@ -118,6 +131,11 @@ impl JournalSource {
     /// The home whose projections go with this journal, if known.
     pub fn home(&self) -> Option<&Home> {
         self.home.as_ref()
+    }
+
+    /// The layout asked for when it was opened.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// Whether the journal is read through a recovered private copy: it was not shut down

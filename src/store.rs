@@ -105,10 +105,17 @@ impl Store {
         options: StoreOptions,
         created: &mut Vec<PathBuf>,
     ) -> Result<Store, OpenError> {
+        // Before anything is made: a home whose journal is of the other layout is refused,
+        // so one directory never gets a second journal by mistake.
+        home.check_layout().map_err(|mismatch| OpenError::Io {
+            path: home.journal_path(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, mismatch),
+        })?;
         // `blocked/` is made now, while there is room: on a full ext4 a new directory needs a
         // block, but an empty marker file in an existing one does not.
         let dirs = [
             home.root().to_path_buf(),
+            home.state_dir(),
             home.runs_dir(),
             home.results_dir(),
             capacity::blocked_dir(&home),

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use runjournal::RunId;
+use runjournal::home::Layout;
 use runjournal::journal::{CorruptError, OpenError, ReadError, View};
 use runjournal::source::{JournalSource, SourceError};
 use runjournal::state::RunStatus;
@@ -32,9 +33,14 @@ use runjournal::verify::{Report, Severity};
 #[command(version, about, long_about)]
 struct Cli {
     /// State directory [default: $RUNJOURNAL_HOME, else $XDG_STATE_HOME/runjournal, else
-    /// ~/.local/state/runjournal].
+    /// ~/.local/state/runjournal; with --layout pi-subagents: $RUNJOURNAL_HOME, else
+    /// $PI_SUBAGENTS_TEMP_ROOT, else pi-subagents' own temp root].
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// How the home (and a --out directory) is laid out: runjournal's own, or pi-subagents.
+    #[arg(long, global = true, value_name = "LAYOUT", env = "RUNJOURNAL_LAYOUT",
+          value_parser = parse_layout, default_value = "runjournal")]
+    layout: Layout,
     /// Read this journal file (a copy, say) instead of the home's. Projections are then
     /// checked or rebuilt only with --home or --out.
     #[arg(long, global = true, value_name = "FILE")]
@@ -239,8 +245,8 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
             out,
         );
     }
-    let source =
-        JournalSource::open(cli.home.as_deref(), cli.journal.as_deref()).map_err(source_error)?;
+    let source = JournalSource::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)
+        .map_err(source_error)?;
     if source.was_recovered() {
         output::note(&format!(
             "{} was not shut down cleanly (its writer crashed, or it was copied while open); reading a recovered private copy, the file itself is left as it is",
@@ -280,6 +286,12 @@ fn run_fleet(
         )
         .into()),
     }
+}
+
+/// `--layout`'s values.
+fn parse_layout(text: &str) -> Result<Layout, String> {
+    text.parse()
+        .map_err(|error: runjournal::home::UnknownLayout| error.to_string())
 }
 
 /// The library's error, with its `OpenError` where [`is_damage`] looks for it.

@@ -60,6 +60,7 @@ pub fn replay(source: &JournalSource, out: &mut Out, args: &ReplayArgs) -> anyho
         selection,
         until_seq: args.until_seq,
         out_dir: args.out.clone(),
+        out_layout: source.layout(),
         is_check: args.check,
         restore_results: args.restore_results,
     };

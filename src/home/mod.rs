@@ -1,10 +1,23 @@
 //! The state directory and where everything lives in it (DESIGN.md section 4, "Layout").
 //!
+//! A home has a [`Layout`]: runjournal's own (`journal.redb`, `runs/`, `results/` at its root),
+//! or a pi-subagents temp root (`async-subagent-runs/`, `async-subagent-results/`, and
+//! runjournal's own files under `runjournal/`), so that a pi-subagents host reads our runs
+//! where it looks for its own. This module is the one place paths are built: nothing else
+//! knows which layout a home has.
+//!
+//! A home remembers its layout by where its journal is: `journal.redb` at the root, or
+//! `runjournal/journal.redb`. Opening a home under the other layout than the one its journal
+//! was made in is refused ([`Home::check_layout`]), so one directory never gets two journals
+//! by mistake.
+//!
 //! Invariant: every path under the home that names a run is built from a [`RunId`], whose
 //! printed form is checked to be 26 characters of the Crockford alphabet, so no run path can
 //! leave the home.
 
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Component, Path, PathBuf};
 
 pub mod segment;
 
@@ -13,10 +26,80 @@ use crate::event::{RunId, UnixMs};
 /// Environment variable naming the home.
 pub const HOME_ENV: &str = "RUNJOURNAL_HOME";
 
+/// Environment variable naming the layout (`runjournal` or `pi-subagents`).
+pub const LAYOUT_ENV: &str = "RUNJOURNAL_LAYOUT";
+
+/// pi-subagents' own variable for its temp root: the default home of the pi-subagents layout.
+pub const PI_SUBAGENTS_TEMP_ROOT_ENV: &str = "PI_SUBAGENTS_TEMP_ROOT";
+
+/// How a home lays out its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Layout {
+    /// runjournal's own: `journal.redb`, `runs/<id>/`, `results/<id>.json` at the root.
+    #[default]
+    Runjournal,
+    /// A pi-subagents (0.67) temp root: runs in `async-subagent-runs/<id>/`, results and
+    /// result indexes in `async-subagent-results/`, active and terminal markers in
+    /// `async-subagent-runs/.active-runs` and `.terminal-runs`, and everything of runjournal's
+    /// own (journal, reserve, blocked-writer markers, the reconciler's cursor) in
+    /// `runjournal/`.
+    PiSubagents,
+}
+
+impl Layout {
+    /// Its name, as `--layout` and [`LAYOUT_ENV`] take it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Runjournal => "runjournal",
+            Layout::PiSubagents => "pi-subagents",
+        }
+    }
+
+    /// The layout named by [`LAYOUT_ENV`], or the default when it is unset or empty.
+    pub fn from_env() -> Result<Layout, UnknownLayout> {
+        match std::env::var_os(LAYOUT_ENV).filter(|value| !value.is_empty()) {
+            None => Ok(Layout::default()),
+            Some(value) => value.to_string_lossy().parse(),
+        }
+    }
+
+    /// Where a journal of this layout is, under `root`.
+    fn journal_path(self, root: &Path) -> PathBuf {
+        match self {
+            Layout::Runjournal => root.join("journal.redb"),
+            Layout::PiSubagents => root.join("runjournal/journal.redb"),
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A layout name that is neither `runjournal` nor `pi-subagents`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown layout {0:?}: use runjournal or pi-subagents")]
+pub struct UnknownLayout(pub String);
+
+impl std::str::FromStr for Layout {
+    type Err = UnknownLayout;
+
+    fn from_str(text: &str) -> Result<Layout, UnknownLayout> {
+        match text {
+            "runjournal" => Ok(Layout::Runjournal),
+            "pi-subagents" => Ok(Layout::PiSubagents),
+            other => Err(UnknownLayout(other.to_string())),
+        }
+    }
+}
+
 /// The state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Home {
     root: PathBuf,
+    layout: Layout,
 }
 
 /// No home could be found.
@@ -24,21 +107,93 @@ pub struct Home {
 #[error("no home directory: set {HOME_ENV}, XDG_STATE_HOME or HOME, or pass --home")]
 pub struct NoHome;
 
+/// A home whose journal was made under another layout than the one it is opened with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{root} holds a journal of the {found} layout ({journal}), not of the {asked} layout: pass --layout {found} (or set {LAYOUT_ENV}={found})"
+)]
+pub struct LayoutMismatch {
+    pub root: PathBuf,
+    pub journal: PathBuf,
+    pub found: Layout,
+    pub asked: Layout,
+}
+
+/// pi-subagents' default temp root (0.67, `shared/types.ts`): `<tmpdir>/pi-subagents-uid-<uid>`,
+/// where tmpdir is Node's `os.tmpdir()` on POSIX: `$TMPDIR`, else `$TMP`, else `$TEMP`, else
+/// `/tmp`, without a trailing slash. `var` reads the environment. Pure.
+pub fn pi_subagents_default_root(var: impl Fn(&str) -> Option<OsString>, uid: u32) -> PathBuf {
+    let tmpdir = ["TMPDIR", "TMP", "TEMP"]
+        .into_iter()
+        .find_map(|name| var(name).filter(|value| !value.is_empty()))
+        .unwrap_or_else(|| OsString::from("/tmp"));
+    let mut tmpdir = tmpdir.into_vec();
+    if tmpdir.len() > 1 && tmpdir.ends_with(b"/") {
+        tmpdir.pop();
+    }
+    PathBuf::from(OsString::from_vec(tmpdir)).join(format!("pi-subagents-uid-{uid}"))
+}
+
+/// `PI_SUBAGENTS_TEMP_ROOT` as pi-subagents reads it: trimmed, ignored when empty, and made
+/// absolute against `cwd` with `.` and `..` resolved lexically (Node's `path.resolve`). Pure.
+pub fn pi_subagents_configured_root(value: &str, cwd: &Path) -> Option<PathBuf> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let mut resolved = PathBuf::new();
+    for component in cwd.join(value).components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                resolved.pop();
+            }
+            other => resolved.push(other),
+        }
+    }
+    Some(resolved)
+}
+
 impl Home {
-    /// The home at `root`.
+    /// The home at `root`, in runjournal's own layout.
     pub fn at(root: impl Into<PathBuf>) -> Home {
-        Home { root: root.into() }
+        Home::in_layout(root, Layout::Runjournal)
     }
 
-    /// `explicit`, else `$RUNJOURNAL_HOME`, else `$XDG_STATE_HOME/runjournal`, else
-    /// `~/.local/state/runjournal`.
-    pub fn resolve(explicit: Option<&Path>) -> Result<Home, NoHome> {
+    /// The home at `root`, in `layout`.
+    pub fn in_layout(root: impl Into<PathBuf>, layout: Layout) -> Home {
+        Home {
+            root: root.into(),
+            layout,
+        }
+    }
+
+    /// The home of `layout`: `explicit`, else `$RUNJOURNAL_HOME`; then, in runjournal's own
+    /// layout, `$XDG_STATE_HOME/runjournal`, else `~/.local/state/runjournal`; in the
+    /// pi-subagents layout, `$PI_SUBAGENTS_TEMP_ROOT`, else pi-subagents' own default root
+    /// ([`pi_subagents_default_root`]).
+    pub fn resolve(explicit: Option<&Path>, layout: Layout) -> Result<Home, NoHome> {
         if let Some(root) = explicit {
-            return Ok(Home::at(root));
+            return Ok(Home::in_layout(root, layout));
         }
         let non_empty = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
         if let Some(root) = non_empty(HOME_ENV) {
-            return Ok(Home::at(root));
+            return Ok(Home::in_layout(root, layout));
+        }
+        if layout == Layout::PiSubagents {
+            let configured = std::env::var(PI_SUBAGENTS_TEMP_ROOT_ENV)
+                .ok()
+                .and_then(|value| {
+                    let cwd = std::env::current_dir().ok()?;
+                    pi_subagents_configured_root(&value, &cwd)
+                });
+            let root = configured.unwrap_or_else(|| {
+                pi_subagents_default_root(
+                    |name| std::env::var_os(name),
+                    nix::unistd::getuid().as_raw(),
+                )
+            });
+            return Ok(Home::in_layout(root, layout));
         }
         if let Some(state) = non_empty("XDG_STATE_HOME") {
             return Ok(Home::at(PathBuf::from(state).join("runjournal")));
@@ -51,21 +206,67 @@ impl Home {
         }
     }
 
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Refuses a home whose journal was made under the other layout: its journal is where
+    /// the other layout keeps it, and not where this one does.
+    pub fn check_layout(&self) -> Result<(), LayoutMismatch> {
+        let other = match self.layout {
+            Layout::Runjournal => Layout::PiSubagents,
+            Layout::PiSubagents => Layout::Runjournal,
+        };
+        let theirs = other.journal_path(&self.root);
+        if theirs.exists() && !self.journal_path().exists() {
+            return Err(LayoutMismatch {
+                root: self.root.clone(),
+                journal: theirs,
+                found: other,
+                asked: self.layout,
+            });
+        }
+        Ok(())
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// Where runjournal keeps its own files (journal, reserve, blocked-writer markers): the
+    /// root, or `runjournal/` in the pi-subagents layout.
+    pub fn state_dir(&self) -> PathBuf {
+        match self.layout {
+            Layout::Runjournal => self.root.clone(),
+            Layout::PiSubagents => self.root.join("runjournal"),
+        }
+    }
+
     pub fn journal_path(&self) -> PathBuf {
-        self.root.join("journal.redb")
+        self.layout.journal_path(&self.root)
     }
 
     pub fn reserve_path(&self) -> PathBuf {
-        self.root.join("reserve")
+        self.state_dir().join("reserve")
+    }
+
+    /// `shipping.json`: what `runjournal ship` last said (see `ship::state`), beside the
+    /// journal it reports on.
+    pub fn shipping_state_path(&self) -> PathBuf {
+        self.state_dir().join("shipping.json")
+    }
+
+    /// `blocked/`: one empty marker per writer blocked on a full disk (see `capacity`).
+    pub fn blocked_dir(&self) -> PathBuf {
+        self.state_dir().join("blocked")
     }
 
     /// The root of the per-run directories (pi-subagents' async dir root).
     pub fn runs_dir(&self) -> PathBuf {
-        self.root.join("runs")
+        match self.layout {
+            Layout::Runjournal => self.root.join("runs"),
+            Layout::PiSubagents => self.root.join("async-subagent-runs"),
+        }
     }
 
     pub fn run_dir(&self, run: RunId) -> PathBuf {
@@ -83,7 +284,12 @@ impl Home {
     /// Where the reconciler notes how far into the log it has checked projections (see
     /// `reconcile::ProjectionCursor`).
     pub fn reconcile_cursor_path(&self) -> PathBuf {
-        self.runs_dir().join(".reconciled-through")
+        match self.layout {
+            Layout::Runjournal => self.runs_dir().join(".reconciled-through"),
+            // Not among the run directories: pi-subagents' repair scan takes every entry
+            // there for a run.
+            Layout::PiSubagents => self.state_dir().join("reconciled-through"),
+        }
     }
 
     pub fn lock_path(&self, run: RunId) -> PathBuf {
@@ -95,8 +301,13 @@ impl Home {
         self.run_dir(run).join(".result-published")
     }
 
+    /// The runner's stdout and stderr. In the pi-subagents layout it has the name of
+    /// pi-subagents' runner stderr, whose tail its stale-run reconciler quotes.
     pub fn runner_log_path(&self, run: RunId) -> PathBuf {
-        self.run_dir(run).join("runner.log")
+        match self.layout {
+            Layout::Runjournal => self.run_dir(run).join("runner.log"),
+            Layout::PiSubagents => self.run_dir(run).join("runner.stderr.log"),
+        }
     }
 
     pub fn output_log_path(&self, run: RunId, step: usize) -> PathBuf {
@@ -104,7 +315,10 @@ impl Home {
     }
 
     pub fn results_dir(&self) -> PathBuf {
-        self.root.join("results")
+        match self.layout {
+            Layout::Runjournal => self.root.join("results"),
+            Layout::PiSubagents => self.root.join("async-subagent-results"),
+        }
     }
 
     pub fn result_path(&self, run: RunId) -> PathBuf {
@@ -151,5 +365,176 @@ impl Home {
             .join(".terminal-runs")
             .join(segment::encode(session_id, segment::MAX_SEGMENT_BYTES))
             .join(format!("{ended_at_ms:016}-{run}.json"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> RunId {
+        "01ARZ3NDEKTSV4RRFFQ69G5FAV".parse().expect("a run id")
+    }
+
+    #[test]
+    fn the_pi_subagents_layout_puts_runs_and_results_where_pi_subagents_looks() {
+        let home = Home::in_layout("/t/root", Layout::PiSubagents);
+        let run = run();
+        let expected = [
+            (home.journal_path(), "/t/root/runjournal/journal.redb"),
+            (home.reserve_path(), "/t/root/runjournal/reserve"),
+            (home.blocked_dir(), "/t/root/runjournal/blocked"),
+            (
+                home.shipping_state_path(),
+                "/t/root/runjournal/shipping.json",
+            ),
+            (
+                home.reconcile_cursor_path(),
+                "/t/root/runjournal/reconciled-through",
+            ),
+            (
+                home.status_path(run),
+                "/t/root/async-subagent-runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/status.json",
+            ),
+            (
+                home.runner_log_path(run),
+                "/t/root/async-subagent-runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/runner.stderr.log",
+            ),
+            (
+                home.result_path(run),
+                "/t/root/async-subagent-results/01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
+            ),
+            (
+                home.result_session_index_path("s1", run),
+                "/t/root/async-subagent-results/result-index/sessions/s1/01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
+            ),
+            (
+                home.active_marker_path(run),
+                "/t/root/async-subagent-runs/.active-runs/01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            ),
+            (
+                home.tool_call_marker_path("call-1", run),
+                "/t/root/async-subagent-runs/.active-runs/tool-calls/call-1/01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            ),
+            (
+                home.terminal_marker_path("s1", 42, run),
+                "/t/root/async-subagent-runs/.terminal-runs/s1/0000000000000042-01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
+            ),
+        ];
+        for (path, want) in expected {
+            assert_eq!(path, PathBuf::from(want));
+        }
+    }
+
+    #[test]
+    fn runjournals_own_layout_is_unchanged() {
+        let home = Home::at("/h");
+        let run = run();
+        assert_eq!(home.layout(), Layout::Runjournal);
+        let expected = [
+            (home.journal_path(), "/h/journal.redb"),
+            (home.reserve_path(), "/h/reserve"),
+            (home.blocked_dir(), "/h/blocked"),
+            (home.reconcile_cursor_path(), "/h/runs/.reconciled-through"),
+            (
+                home.status_path(run),
+                "/h/runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/status.json",
+            ),
+            (
+                home.runner_log_path(run),
+                "/h/runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/runner.log",
+            ),
+            (
+                home.result_path(run),
+                "/h/results/01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
+            ),
+        ];
+        for (path, want) in expected {
+            assert_eq!(path, PathBuf::from(want));
+        }
+    }
+
+    #[test]
+    fn layout_names_round_trip_and_others_are_refused() {
+        for layout in [Layout::Runjournal, Layout::PiSubagents] {
+            assert_eq!(layout.as_str().parse::<Layout>(), Ok(layout));
+        }
+        assert_eq!("pi".parse::<Layout>(), Err(UnknownLayout("pi".to_string())));
+    }
+
+    #[test]
+    fn pi_subagents_default_root_follows_nodes_tmpdir_and_the_uid() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| OsString::from(value))
+            }
+        };
+        assert_eq!(
+            pi_subagents_default_root(env(&[]), 501),
+            PathBuf::from("/tmp/pi-subagents-uid-501")
+        );
+        assert_eq!(
+            pi_subagents_default_root(env(&[("TMPDIR", "/var/folders/xy/T/")]), 501),
+            PathBuf::from("/var/folders/xy/T/pi-subagents-uid-501"),
+            "macOS's per-user TMPDIR ends with a slash, which Node drops"
+        );
+        assert_eq!(
+            pi_subagents_default_root(env(&[("TMPDIR", ""), ("TMP", "/t"), ("TEMP", "/u")]), 0),
+            PathBuf::from("/t/pi-subagents-uid-0")
+        );
+        assert_eq!(
+            pi_subagents_default_root(env(&[("TEMP", "/")]), 7),
+            PathBuf::from("/pi-subagents-uid-7")
+        );
+    }
+
+    #[test]
+    fn pi_subagents_temp_root_is_trimmed_and_resolved_like_path_resolve() {
+        let cwd = Path::new("/work/dir");
+        assert_eq!(pi_subagents_configured_root("   ", cwd), None);
+        assert_eq!(
+            pi_subagents_configured_root(" /abs/root ", cwd),
+            Some(PathBuf::from("/abs/root"))
+        );
+        assert_eq!(
+            pi_subagents_configured_root("rel/./x/../root/", cwd),
+            Some(PathBuf::from("/work/dir/rel/root"))
+        );
+        assert_eq!(
+            pi_subagents_configured_root("../../../up", cwd),
+            Some(PathBuf::from("/up"))
+        );
+    }
+
+    #[test]
+    fn a_home_is_refused_under_the_other_layout_than_its_journal() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let runjournal_home = Home::at(dir.path());
+        let pi_home = Home::in_layout(dir.path(), Layout::PiSubagents);
+        assert_eq!(runjournal_home.check_layout(), Ok(()), "an empty home");
+        assert_eq!(pi_home.check_layout(), Ok(()), "an empty home");
+
+        std::fs::create_dir_all(dir.path().join("runjournal")).expect("mkdir");
+        std::fs::write(pi_home.journal_path(), b"").expect("a pi-layout journal");
+        assert_eq!(pi_home.check_layout(), Ok(()));
+        let mismatch = runjournal_home
+            .check_layout()
+            .expect_err("a pi-subagents journal is there");
+        assert_eq!(mismatch.found, Layout::PiSubagents);
+        assert_eq!(mismatch.asked, Layout::Runjournal);
+        assert!(
+            mismatch.to_string().contains("--layout pi-subagents"),
+            "{mismatch}"
+        );
+
+        let other = tempfile::tempdir().expect("temp dir");
+        std::fs::write(other.path().join("journal.redb"), b"").expect("a journal");
+        let mismatch = Home::in_layout(other.path(), Layout::PiSubagents)
+            .check_layout()
+            .expect_err("a runjournal-layout journal is there");
+        assert_eq!(mismatch.found, Layout::Runjournal);
     }
 }

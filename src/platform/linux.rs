@@ -39,9 +39,25 @@ pub(super) fn process(pid: u32) -> io::Result<Option<ProcessInfo>> {
         .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))
 }
 
+/// Every process of group `group_id`: a scan of `/proc`.
+pub(super) fn group_members(group_id: u32) -> io::Result<Vec<ProcessInfo>> {
+    Ok(processes()?
+        .into_iter()
+        .filter(|process| process.group_id == group_id)
+        .collect())
+}
+
+/// Every child of `pid`: a scan of `/proc`.
+pub(super) fn children(pid: u32) -> io::Result<Vec<ProcessInfo>> {
+    Ok(processes()?
+        .into_iter()
+        .filter(|process| process.parent_pid == pid)
+        .collect())
+}
+
 /// Every process now (thread-group leaders: `/proc` lists no other thread at its top level).
 /// A process that exits while we look is left out.
-pub(super) fn processes() -> io::Result<Vec<ProcessInfo>> {
+fn processes() -> io::Result<Vec<ProcessInfo>> {
     let mut processes = Vec::new();
     for entry in fs::read_dir("/proc")? {
         let name = entry?.file_name();
@@ -132,7 +148,7 @@ pub(super) fn parse_stat(pid: u32, stat: &str) -> Result<ProcessInfo, StatError>
         pid,
         parent_pid,
         group_id,
-        start_time,
+        start_time: Some(start_time),
         is_zombie: matches!(state, "Z" | "X" | "x"),
     })
 }
@@ -188,7 +204,7 @@ mod tests {
                 pid: 42,
                 parent_pid: 1,
                 group_id: 77,
-                start_time: 12345,
+                start_time: Some(12345),
                 is_zombie: false,
             }
         );
@@ -205,7 +221,7 @@ mod tests {
                     info.start_time,
                     info.is_zombie
                 ),
-                (1, 77, 12345, false),
+                (1, 77, Some(12345), false),
                 "name {name:?}"
             );
         }

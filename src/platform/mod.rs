@@ -3,9 +3,28 @@
 //! a child subreaper, preallocating a file, and a close-on-exec pipe.
 //!
 //! Each fact comes from one implementation per operating system, chosen at compile time:
-//! `linux.rs` reads `/proc`. Another platform is one more file beside it (DESIGN.md section
-//! 10 names macOS); until it exists the crate refuses to build there, rather than pretend to
-//! know facts it cannot.
+//! `linux.rs` reads `/proc`; `macos.rs` asks the kernel through `proc_pidinfo`,
+//! `proc_list*pids` and `sysctl`, and takes every decision on the answers in
+//! `macos_facts.rs`, which is pure and unit-tested on Linux too. On any other target the
+//! crate refuses to build, rather than pretend to know facts it cannot.
+//!
+//! | fact | Linux | macOS |
+//! |---|---|---|
+//! | start time | `/proc/<pid>/stat` field 22, clock ticks since boot | `pbi_start_tvsec`/`tvusec`, microseconds since the Unix epoch |
+//! | boot id | `/proc/sys/kernel/random/boot_id` | `kern.bootsessionuuid` (else `kern.boottime`) |
+//! | zombie | state `Z`, `X` | `p_stat == SZOMB` |
+//! | group members, children | a scan of `/proc` | `proc_listpgrppids`, `proc_listchildpids` |
+//! | another user's process | readable (unless `/proc` is mounted `hidepid`) | no start time (`start_time: None`) |
+//! | child subreaper | `PR_SET_CHILD_SUBREAPER` | none: orphans go to launchd, which reaps them |
+//! | preallocation | `posix_fallocate` | `F_PREALLOCATE`, else zeros written |
+//! | close-on-exec pipe | `pipe2(O_CLOEXEC)` | `pipe`, then `FD_CLOEXEC` on both ends |
+//!
+//! What a process nobody can see means is decided once, in [`crate::liveness`]: a pid that no
+//! process holds, or that a process holds whose start time this user may not read, is not
+//! the process we recorded (ours ran as this user, and one's own processes are always
+//! readable), so a recorded process is judged dead then, never alive for as long as a
+//! stranger keeps the pid. An error from this module means the platform could not look at
+//! all; it is never an answer about a process.
 //!
 //! The judgements built on these facts live in the domain modules: whether a recorded process
 //! is alive in [`crate::liveness`], whether a process group is ours and how it is ended in
@@ -25,10 +44,17 @@ mod linux;
 #[cfg(target_os = "linux")]
 use linux as os;
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+use macos as os;
+#[cfg(any(test, target_os = "macos"))]
+mod macos_facts;
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 compile_error!(
-    "runjournal knows process facts only on Linux so far: src/platform/ needs an \
-     implementation for this target (a later issue adds macOS)"
+    "runjournal knows process facts only on Linux and macOS: src/platform/ needs an \
+     implementation for this target"
 );
 
 /// One process as the operating system shows it now.
@@ -39,12 +65,14 @@ pub struct ProcessInfo {
     pub parent_pid: u32,
     /// The id of the process group it belongs to.
     pub group_id: u32,
-    /// When it started, in the platform's own unit (on Linux, clock ticks since boot). Only
-    /// ever compared for equality: a different value under the same pid, in the same boot,
-    /// is another process.
-    pub start_time: u64,
+    /// When it started, in the platform's own unit (on Linux, clock ticks since boot; on
+    /// macOS, microseconds since the Unix epoch). Only ever compared for equality: a
+    /// different value under the same pid, in the same boot, is another process. `None` when
+    /// this user may not read it (on macOS, another user's process unless we are root): such
+    /// a process is never taken for one we recorded.
+    pub start_time: Option<u64>,
     /// It has exited and waits for its parent to reap it (on Linux, state `Z`, or `X` while
-    /// it is being removed).
+    /// it is being removed; on macOS, `SZOMB`).
     pub is_zombie: bool,
 }
 
@@ -57,34 +85,44 @@ impl ProcessInfo {
         !self.is_zombie
     }
 
-    /// The identity of this process, in the boot `boot_id`.
-    pub fn identity(&self, boot_id: String) -> ProcessIdentity {
-        ProcessIdentity {
+    /// The identity of this process, in the boot `boot_id`; `None` when its start time is
+    /// not ours to read.
+    pub fn identity(&self, boot_id: String) -> Option<ProcessIdentity> {
+        Some(ProcessIdentity {
             pid: self.pid,
-            start_time: self.start_time,
+            start_time: self.start_time?,
             boot_id,
-        }
+        })
     }
 }
 
-/// The id of the current boot (on Linux, `/proc/sys/kernel/random/boot_id`): it changes at
-/// every reboot, so a process recorded under another one is gone.
+/// The id of the current boot (on Linux, `/proc/sys/kernel/random/boot_id`; on macOS,
+/// `kern.bootsessionuuid`): it changes at every reboot, so a process recorded under another
+/// one is gone.
 pub fn boot_id() -> io::Result<String> {
     os::boot_id()
 }
 
-/// What the operating system shows of `pid` now; `None` when no process has that pid.
+/// What the operating system shows of `pid` now; `None` when no process has that pid (or
+/// none this user can see: Linux's `/proc` mounted `hidepid=2` hides other users'
+/// processes). A zombie is shown, as one.
 pub fn process(pid: u32) -> io::Result<Option<ProcessInfo>> {
     os::process(pid)
 }
 
 /// The identity (pid, start time, boot id) of the process holding `pid` now; `None` when no
-/// process holds it. A zombie still has one.
+/// process holds it. A zombie still has one. A process whose start time this user may not
+/// read has none we could use: that is an error (`PermissionDenied`).
 pub fn identity_of(pid: u32) -> io::Result<Option<ProcessIdentity>> {
     let Some(info) = process(pid)? else {
         return Ok(None);
     };
-    Ok(Some(info.identity(boot_id()?)))
+    info.identity(boot_id()?).map(Some).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("the start time of process {pid} is not readable by this user"),
+        )
+    })
 }
 
 /// The identity of this process.
@@ -100,24 +138,20 @@ pub fn current_identity() -> io::Result<ProcessIdentity> {
 /// Every process in process group `group_id`, zombies included (each says whether it is one),
 /// in no particular order. Empty when the group has no member left.
 pub fn group_members(group_id: u32) -> io::Result<Vec<ProcessInfo>> {
-    Ok(os::processes()?
-        .into_iter()
-        .filter(|process| process.group_id == group_id)
-        .collect())
+    os::group_members(group_id)
 }
 
 /// The children of `pid` (processes whose parent it is now, zombies included), in no
-/// particular order. A descendant that was orphaned and handed to a subreaper is that
-/// subreaper's child, not its original parent's.
+/// particular order. A descendant that was orphaned and handed to a subreaper (or, on
+/// macOS, to launchd) is that process's child, not its original parent's: walking children
+/// from a process finds only the descendants still attached to it.
 pub fn children(pid: u32) -> io::Result<Vec<ProcessInfo>> {
-    Ok(os::processes()?
-        .into_iter()
-        .filter(|process| process.parent_pid == pid)
-        .collect())
+    os::children(pid)
 }
 
 /// Makes this process the child subreaper of its descendants: an orphan among them becomes
-/// its child (instead of init's), so it can see and reap it.
+/// its child (instead of init's), so it can see and reap it. Linux only: on macOS, which has
+/// no subreaper, it fails with `Unsupported`, and orphans go to launchd, which reaps them.
 pub fn become_child_subreaper() -> io::Result<()> {
     os::become_child_subreaper()
 }
@@ -128,8 +162,10 @@ pub fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
     os::preallocate(file, bytes)
 }
 
-/// A pipe, (read end, write end), both close-on-exec from the start: no child spawned at the
-/// same moment by another thread inherits them across its exec.
+/// A pipe, (read end, write end), both close-on-exec. On Linux they are from the start, so
+/// no child spawned at the same moment by another thread inherits them across its exec; on
+/// macOS (no `pipe2`) they become so just after, which is safe only while no other thread
+/// forks meanwhile (see `macos.rs`).
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     os::pipe_cloexec()
 }
@@ -144,7 +180,7 @@ mod tests {
         assert_eq!(me.pid, std::process::id());
         assert_eq!(me.boot_id, boot_id().expect("boot id"));
         let info = process(me.pid).expect("read").expect("this process exists");
-        assert_eq!(info.start_time, me.start_time);
+        assert_eq!(info.start_time, Some(me.start_time));
         assert!(info.is_alive());
     }
 

@@ -26,6 +26,7 @@ use crate::journal::Condition;
 pub const ENV_RUN_ID: &str = "RUNJOURNAL_RUN_ID";
 pub const ENV_STEP: &str = "RUNJOURNAL_STEP";
 pub const ENV_HOME: &str = "RUNJOURNAL_HOME";
+pub const ENV_LAYOUT: &str = crate::home::LAYOUT_ENV;
 
 /// Most provider lines buffered between the reading thread and the step's task.
 const PROVIDER_LINE_QUEUE: usize = 16;
@@ -71,7 +72,8 @@ pub fn command(
         .stderr(Stdio::from(log))
         .env(ENV_RUN_ID, run.to_string())
         .env(ENV_STEP, index.to_string())
-        .env(ENV_HOME, home.root());
+        .env(ENV_HOME, home.root())
+        .env(ENV_LAYOUT, home.layout().as_str());
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }

@@ -8,13 +8,17 @@
 //! * `sslmode=require` and `sslmode=verify-full` — TLS or no connection.
 //! * `sslrootcert=FILE` — trust the PEM certificates in FILE instead of the system's roots.
 //!
-//! TLS is rustls (ring provider), so nothing links a system library. Whenever TLS is used the
+//! TLS is rustls (ring provider), so nothing links a system library; it is the cargo feature
+//! `tls`, on by default (ring compiles C for its target: a build for a target without a C
+//! toolchain, such as CI's lint of the macOS targets, turns it off, and then `prefer` connects
+//! without TLS while `require` and `verify-full` are refused). Whenever TLS is used the
 //! server's certificate is verified against the roots *and* its host name, so `prefer` and
 //! `require` are as strict as libpq's `verify-full` (a server with a self-signed certificate
 //! needs `sslrootcert`). `sslmode=verify-ca` (chain without host name) is refused rather than
 //! silently upgraded. Client certificates (`sslcert`, `sslkey`) are not supported.
 
 use std::path::PathBuf;
+#[cfg(feature = "tls")]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +40,34 @@ pub struct Target {
 #[derive(Clone)]
 enum Tls {
     Disabled,
-    Rustls { root_file: Option<PathBuf> },
+    #[cfg(feature = "tls")]
+    Rustls {
+        root_file: Option<PathBuf>,
+    },
+}
+
+/// The TLS of `sslmode=prefer` (or none given): rustls, or none in a build without TLS.
+#[cfg(feature = "tls")]
+fn preferred_tls(root_file: Option<PathBuf>) -> Result<Tls, ShipError> {
+    Ok(Tls::Rustls { root_file })
+}
+
+#[cfg(not(feature = "tls"))]
+fn preferred_tls(_root_file: Option<PathBuf>) -> Result<Tls, ShipError> {
+    Ok(Tls::Disabled)
+}
+
+/// The TLS of `sslmode=require` or `verify-full`: rustls, or a refusal in a build without TLS.
+#[cfg(feature = "tls")]
+fn required_tls(root_file: Option<PathBuf>) -> Result<Tls, ShipError> {
+    Ok(Tls::Rustls { root_file })
+}
+
+#[cfg(not(feature = "tls"))]
+fn required_tls(_root_file: Option<PathBuf>) -> Result<Tls, ShipError> {
+    Err(ShipError::Url {
+        reason: "this build of runjournal has no TLS (built without the `tls` feature): use sslmode=disable, or a build with TLS".to_string(),
+    })
 }
 
 impl std::fmt::Debug for Target {
@@ -90,8 +121,8 @@ impl Target {
         }
         let (mode_for_client, tls) = match mode.as_deref() {
             Some("disable") => ("disable", Tls::Disabled),
-            None | Some("prefer") => ("prefer", Tls::Rustls { root_file }),
-            Some("require") | Some("verify-full") => ("require", Tls::Rustls { root_file }),
+            None | Some("prefer") => ("prefer", preferred_tls(root_file)?),
+            Some("require") | Some("verify-full") => ("require", required_tls(root_file)?),
             Some("verify-ca") => {
                 return Err(ShipError::Url {
                     reason: "sslmode=verify-ca is not supported: certificates are always checked against the host name too (use verify-full or require)".to_string(),
@@ -143,6 +174,7 @@ impl Target {
         };
         match &self.tls {
             Tls::Disabled => self.config.connect(postgres::NoTls).map_err(server),
+            #[cfg(feature = "tls")]
             Tls::Rustls { root_file } => {
                 let tls =
                     rustls_connector(root_file.as_ref()).map_err(|reason| ShipError::Tls {
@@ -155,6 +187,7 @@ impl Target {
     }
 }
 
+#[cfg(feature = "tls")]
 fn rustls_connector(
     root_file: Option<&PathBuf>,
 ) -> Result<tokio_postgres_rustls::MakeRustlsConnect, String> {
@@ -226,6 +259,7 @@ mod tests {
         assert_eq!(target.shown(), "postgres@/tmp/pg:5432/fleet");
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn tls_modes_are_mapped_or_refused() {
         for (url, is_ok) in [
@@ -260,6 +294,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn a_missing_root_file_is_a_tls_error_naming_it() {
         let error = rustls_connector(Some(&PathBuf::from("/nonexistent/ca.pem")))

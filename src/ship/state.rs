@@ -19,7 +19,7 @@ use super::ShipError;
 
 /// Where the state file lives.
 pub fn state_path(home: &Home) -> PathBuf {
-    home.root().join("shipping.json")
+    home.shipping_state_path()
 }
 
 /// The shipper's last word, as written to `shipping.json`.

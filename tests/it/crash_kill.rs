@@ -154,6 +154,7 @@ fn runjournal(bin: &Path, home: &Home) -> Command {
     let mut command = Command::new(bin);
     command
         .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
         .env("RUNJOURNAL_RESERVE_BYTES", "0")
         .arg("--home")
         .arg(home.root())

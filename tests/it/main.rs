@@ -3,6 +3,7 @@
 
 mod cli_bad_input;
 mod cli_control;
+mod cli_layout;
 mod cli_run;
 mod common;
 mod concurrent_writers;
@@ -16,6 +17,7 @@ mod group_commit;
 mod launch;
 mod layers;
 mod model;
+mod pi_subagents_compat;
 mod power_loss;
 mod projection_repair;
 mod ship;

@@ -16,6 +16,7 @@ use anyhow::Context;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use runjournal::home::Layout;
 use runjournal::journal::ResolveError;
 use runjournal::{Home, RunId, Store};
 
@@ -45,9 +46,16 @@ Exit codes:
 #[command(version, about, after_help = EXIT_CODES_HELP)]
 struct Cli {
     /// State directory [default: $RUNJOURNAL_HOME, else $XDG_STATE_HOME/runjournal, else
-    /// ~/.local/state/runjournal].
+    /// ~/.local/state/runjournal; with --layout pi-subagents: $RUNJOURNAL_HOME, else
+    /// $PI_SUBAGENTS_TEMP_ROOT, else pi-subagents' own temp root].
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// How the home is laid out: runjournal's own, or pi-subagents (the home is then a
+    /// pi-subagents temp root: runs in async-subagent-runs/, results in
+    /// async-subagent-results/, the journal in runjournal/).
+    #[arg(long, global = true, value_name = "LAYOUT", env = "RUNJOURNAL_LAYOUT",
+          value_parser = parse_layout, default_value = "runjournal")]
+    layout: Layout,
     /// Size of the space reserve kept beside the journal and released on a full disk, in
     /// bytes; 0 disables it [default: $RUNJOURNAL_RESERVE_BYTES, else 8388608].
     #[arg(long, global = true, value_name = "BYTES")]
@@ -172,7 +180,7 @@ fn main() -> ExitCode {
         // it starts.
         unsafe { std::env::set_var(runjournal::capacity::RESERVE_ENV, bytes.to_string()) };
     }
-    let result = match Home::resolve(cli.home.as_deref()) {
+    let result = match Home::resolve(cli.home.as_deref(), cli.layout) {
         Ok(home) => dispatch(home, cli.command, &matches),
         Err(error) => Err(Failure::BadInput(error.into())),
     };
@@ -187,6 +195,12 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// `--layout`'s values.
+fn parse_layout(text: &str) -> Result<Layout, String> {
+    text.parse()
+        .map_err(|error: runjournal::home::UnknownLayout| error.to_string())
 }
 
 /// Writes `text` to stdout. A closed pipe (`| head`) is not a failure: the reader stopped
@@ -269,8 +283,10 @@ pub fn check_run_text(text: &str) -> Result<(), Failure> {
     runjournal::resolve::check_text(text).map_err(bad_input)
 }
 
-/// Opens the home's store.
+/// Opens the home's store. A home whose journal is of the other layout is bad input: nothing
+/// is made in it.
 pub fn open_store(home: Home) -> Result<Store, Failure> {
+    home.check_layout().map_err(bad_input)?;
     let root = home.root().display().to_string();
     Store::open(home)
         .map_err(|error| Failure::Error(anyhow::Error::new(error).context(format!("home {root}"))))

@@ -39,6 +39,8 @@ pub struct ShipArgs {
 
 /// `runjournal ship`.
 pub fn command(home: Home, args: ShipArgs) -> CliResult {
+    // A home of the other layout has its journal elsewhere: refused, as every command does.
+    home.check_layout().map_err(bad_input)?;
     let url = match args.to {
         Some(url) => url,
         None => std::env::var(SHIP_URL_ENV)

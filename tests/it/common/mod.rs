@@ -35,6 +35,7 @@ impl TestHome {
         let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
         command
             .env_remove("RUNJOURNAL_HOME")
+            .env_remove("RUNJOURNAL_LAYOUT")
             .arg("--home")
             .arg(self.path())
             .timeout(Duration::from_secs(120));

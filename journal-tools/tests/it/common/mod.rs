@@ -12,6 +12,7 @@ use runjournal::event::{
     Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
     RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
 };
+use runjournal::home::Layout;
 use runjournal::{Condition, Home, RunId, Store};
 
 /// The test's home and the runs in it.
@@ -88,8 +89,13 @@ fn append(store: &Store, run: RunId, batches: Vec<Vec<Event>>) {
 
 /// Builds the fixture: three runs, created in the order failed, complete, running.
 pub fn fixture() -> Fixture {
+    fixture_in(Layout::Runjournal)
+}
+
+/// The fixture in a home of `layout`.
+pub fn fixture_in(layout: Layout) -> Fixture {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let home = Home::at(dir.path().join("home"));
+    let home = Home::in_layout(dir.path().join("home"), layout);
     let store = Store::open(home.clone()).expect("the home opens");
 
     let failed = store
@@ -278,6 +284,7 @@ pub fn tool() -> Command {
     let mut command = Command::cargo_bin("journal-tools").expect("the binary is built");
     command
         .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
         .env_remove("NO_COLOR")
         .env_remove("XDG_STATE_HOME");
     command

@@ -1,0 +1,83 @@
+// Runs pi-subagents 0.67's own readers over a temp root that runjournal made, and prints what
+// they saw as one JSON object. Driven by tests/it/pi_subagents_compat.rs.
+//
+//   node pi_subagents_compat.mjs INSTALL_DIR --temp-root
+//       prints {"tempRoot": TEMP_ROOT_DIR} (pi-subagents' root for this environment)
+//   node pi_subagents_compat.mjs INSTALL_DIR --read SESSION_ID
+//       with PI_SUBAGENTS_TEMP_ROOT set: for every run directory, readStatus,
+//       reconcileAsyncRun and the session's result lookup; then listAsyncRuns four ways.
+//
+// The package ships TypeScript only; jiti (one of its own dependencies) loads it on Node 20.
+
+import * as fs from "node:fs";
+import { createRequire } from "node:module";
+import * as path from "node:path";
+
+const [installDir, mode, sessionId] = process.argv.slice(2);
+const require = createRequire(path.join(installDir, "package.json"));
+const { createJiti } = require("jiti");
+const jiti = createJiti(path.join(installDir, "package.json"));
+const source = path.join(installDir, "node_modules", "pi-subagents", "src");
+const load = (file) => jiti.import(path.join(source, file));
+
+const types = await load("shared/types.ts");
+if (mode === "--temp-root") {
+	console.log(JSON.stringify({ tempRoot: types.TEMP_ROOT_DIR }));
+	process.exit(0);
+}
+if (mode !== "--read") throw new Error(`unknown mode ${mode}`);
+
+const { readStatus } = await load("shared/utils.ts");
+const { listAsyncRuns } = await load("runs/background/async-status.ts");
+const { reconcileAsyncRun } = await load("runs/background/stale-run-reconciler.ts");
+const { resultPayloadPathForSessionRun } = await load("runs/background/result-files.ts");
+
+const asyncRoot = types.DIRS.async;
+const resultsDir = types.DIRS.results;
+const report = { tempRoot: types.TEMP_ROOT_DIR, asyncRoot, resultsDir, runs: {}, listed: {} };
+const message = (error) => String(error?.message ?? error);
+
+for (const id of fs.readdirSync(asyncRoot).filter((entry) => !entry.startsWith("."))) {
+	const asyncDir = path.join(asyncRoot, id);
+	const seen = {};
+	try {
+		const status = readStatus(asyncDir);
+		seen.read = status && {
+			runId: status.runId,
+			state: status.state,
+			mode: status.mode,
+			sessionId: status.sessionId ?? null,
+			hasPid: typeof status.pid === "number",
+			steps: (status.steps ?? []).map((step) => step.status),
+		};
+	} catch (error) {
+		seen.readError = message(error);
+	}
+	try {
+		const reconciled = reconcileAsyncRun(asyncDir, { resultsDir });
+		seen.repaired = reconciled.repaired;
+		seen.reconciledState = reconciled.status?.state ?? null;
+		seen.message = reconciled.message ?? null;
+	} catch (error) {
+		seen.reconcileError = message(error);
+	}
+	try {
+		seen.resultPath = resultPayloadPathForSessionRun(resultsDir, sessionId, id) ?? null;
+	} catch (error) {
+		seen.resultError = message(error);
+	}
+	report.runs[id] = seen;
+}
+
+const listing = (options) => {
+	try {
+		return listAsyncRuns(asyncRoot, { resultsDir, ...options }).map((run) => ({ id: run.id, state: run.state }));
+	} catch (error) {
+		return { error: message(error) };
+	}
+};
+report.listed.default = listing({});
+report.listed.session = listing({ sessionId });
+report.listed.activeForSession = listing({ sessionId, states: ["queued", "running"] });
+report.listed.repairScan = listing({ repairScan: true });
+console.log(JSON.stringify(report));

@@ -1,0 +1,406 @@
+//! Compatibility with the real readers: pi-subagents 0.67.0, installed from the npm registry
+//! into a cache under target/, reads runs of every kind that the real `runjournal` binary made
+//! in the pi-subagents layout — its status reader, its run listing and its stale-run
+//! reconciler (`tests/it/pi_subagents_compat.mjs` calls them) — and must read every run, list
+//! each where pi-subagents lists it, and repair none (no file under the root changes).
+//!
+//! Needs node and npm and the registry. Without them the test fails under
+//! `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets) and otherwise skips, saying why.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use runjournal::home::pi_subagents_default_root;
+
+/// The version whose readers are checked.
+const PI_SUBAGENTS_VERSION: &str = "0.67.0";
+/// CI sets it: a test that cannot run fails instead of skipping.
+const REQUIRE_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
+const SESSION_ID: &str = "pi-session-1";
+const OWNER_ID: &str = "pi-owner-1";
+/// Bounds for the external commands: a hung install or reader fails the test.
+const NPM_TIMEOUT: Duration = Duration::from_secs(600);
+const NODE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Skips (returns `None`) or, where CI requires the test, fails.
+fn cannot_run(reason: &str) -> Option<PathBuf> {
+    if std::env::var(REQUIRE_ENV).is_ok_and(|value| value == "1") {
+        panic!("the pi-subagents compatibility test cannot run: {reason}");
+    }
+    eprintln!("skipped: the pi-subagents compatibility test cannot run: {reason}");
+    None
+}
+
+fn runs_ok(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+/// The directory pi-subagents is installed in (with its dependencies, jiti among them),
+/// installed now if the cache does not hold it.
+fn pi_subagents() -> Option<PathBuf> {
+    // One install at a time in this process: both tests need it.
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    let _installing = INSTALLING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let name = format!("pi-subagents-{PI_SUBAGENTS_VERSION}");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(&name);
+    let is_installed = |dir: &Path| {
+        let manifest = dir.join("node_modules/pi-subagents/package.json");
+        std::fs::read_to_string(manifest)
+            .is_ok_and(|text| text.contains(&format!("\"version\": \"{PI_SUBAGENTS_VERSION}\"")))
+            && dir.join("node_modules/jiti/package.json").is_file()
+    };
+    if is_installed(&dir) {
+        return Some(dir);
+    }
+    if !runs_ok("node") || !runs_ok("npm") {
+        return cannot_run("node and npm are not on this machine");
+    }
+    // Installed beside the cache and renamed into place, so a concurrent or killed install
+    // never leaves a half-filled cache behind.
+    let staging = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}.installing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging).expect("make the staging directory");
+    let output = assert_cmd::Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--loglevel=error",
+        ])
+        .arg("--prefix")
+        .arg(&staging)
+        .arg(format!("pi-subagents@{PI_SUBAGENTS_VERSION}"))
+        .timeout(NPM_TIMEOUT)
+        .output()
+        .expect("npm runs");
+    if !output.status.success() || !is_installed(&staging) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return cannot_run(&format!(
+            "npm install pi-subagents@{PI_SUBAGENTS_VERSION} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    if std::fs::rename(&staging, &dir).is_err() {
+        // Another test process installed it first.
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    assert!(
+        is_installed(&dir),
+        "pi-subagents is installed in {}",
+        dir.display()
+    );
+    Some(dir)
+}
+
+/// Runs the reader script; returns its JSON report.
+fn read_with_pi_subagents(
+    install: &Path,
+    env: &[(&str, &Path)],
+    args: &[&str],
+) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/pi_subagents_compat.mjs");
+    let mut command = assert_cmd::Command::new("node");
+    command
+        .env_remove("PI_SUBAGENTS_TEMP_ROOT")
+        .env_remove("TMPDIR")
+        .env_remove("TMP")
+        .env_remove("TEMP")
+        .arg(script)
+        .arg(install)
+        .args(args)
+        .timeout(NODE_TIMEOUT);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().expect("node runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the readers failed: {stderr}");
+    // pi-subagents warns on stderr about runs it skips or index entries it drops.
+    assert!(
+        !stderr.contains("pi-subagents") && !stderr.contains("Ignoring"),
+        "pi-subagents complained: {stderr}"
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "one JSON report: {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// `runjournal --layout pi-subagents --home ROOT`, environment cleared of homes and layouts.
+fn runjournal(root: &Path) -> assert_cmd::Command {
+    let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
+    command
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .env_remove("PI_SUBAGENTS_TEMP_ROOT")
+        .env("RUNJOURNAL_RESERVE_BYTES", "0")
+        .arg("--home")
+        .arg(root)
+        .args(["--layout", "pi-subagents"])
+        .timeout(Duration::from_secs(120));
+    command
+}
+
+/// Launches a run with the host's session and owner ids; returns its id and runner pid.
+fn launch(root: &Path, args: &[&str]) -> (String, u32) {
+    let output = runjournal(root)
+        .args([
+            "run",
+            "--json",
+            "--session-id",
+            SESSION_ID,
+            "--owner-id",
+            OWNER_ID,
+        ])
+        .args(args)
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{output:?}");
+    let launched: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let run = launched["runId"].as_str().expect("runId").to_string();
+    let pid = launched["runnerPid"].as_u64().expect("runnerPid");
+    (run, u32::try_from(pid).expect("a pid"))
+}
+
+/// Waits for the run's end (whatever its exit code).
+fn wait(root: &Path, run: &str) {
+    let output = runjournal(root).args(["wait", run]).output().expect("wait");
+    assert!(
+        output
+            .status
+            .code()
+            .is_some_and(|code| code != 2 && code != 75),
+        "{output:?}"
+    );
+}
+
+/// Every file under `dir`, by path, with its bytes.
+fn files_under(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
+    for entry in std::fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            files_under(&path, files);
+        } else {
+            files.insert(path.clone(), std::fs::read(&path).expect("read file"));
+        }
+    }
+}
+
+/// Stops the run left running, whatever the test's outcome.
+struct StopOnDrop<'a> {
+    root: &'a Path,
+    run: String,
+}
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = runjournal(self.root).args(["stop", &self.run]).output();
+        let _ = runjournal(self.root).args(["wait", &self.run]).output();
+    }
+}
+
+#[test]
+fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let provider = dir.path().join("provider.sh");
+    std::fs::write(
+        &provider,
+        "echo '{\"state\": \"running\", \"id\": \"job-1\"}'\necho '{\"state\": \"succeeded\", \"id\": \"job-1\"}'\n",
+    )
+    .expect("write the provider");
+
+    let mut expected: BTreeMap<String, &str> = BTreeMap::new();
+    let (single, _) = launch(&root, &["--", "sh", "-c", "echo one"]);
+    expected.insert(single, "complete");
+    let (chain, _) = launch(
+        &root,
+        &[
+            "--step",
+            "echo a",
+            "--step",
+            "exit 3",
+            "--step",
+            "echo never",
+        ],
+    );
+    expected.insert(chain, "failed");
+    let (parallel, _) = launch(
+        &root,
+        &[
+            "--mode", "parallel", "--step", "echo p1", "--step", "echo p2",
+        ],
+    );
+    expected.insert(parallel, "complete");
+    let (external, _) = launch(
+        &root,
+        &["--external-job", &format!("sh '{}'", provider.display())],
+    );
+    expected.insert(external, "complete");
+    let (timed_out, _) = launch(&root, &["--timeout", "1s", "--", "sleep", "300"]);
+    expected.insert(timed_out, "failed");
+    let (stopped, _) = launch(&root, &["--", "sleep", "300"]);
+    runjournal(&root)
+        .args(["stop", &stopped])
+        .assert()
+        .success();
+    expected.insert(stopped, "stopped");
+
+    // A runner SIGKILLed mid-run, then reconciled: the run is failed by our reconciler, which
+    // pi-subagents' must then leave alone.
+    let (killed, runner_pid) = launch(&root, &["--", "sleep", "300"]);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(runner_pid).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the runner");
+    let mut is_gone = false;
+    for _ in 0..1200 {
+        is_gone = runjournal::platform::process(runner_pid)
+            .expect("read the process table")
+            .is_none_or(|process| !process.is_alive());
+        if is_gone {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(is_gone, "the killed runner {runner_pid} is gone");
+    expected.insert(killed, "failed");
+
+    let (running, _) = launch(&root, &["--", "sleep", "300"]);
+    let _stop_running = StopOnDrop {
+        root: &root,
+        run: running.clone(),
+    };
+    for (run, _) in expected.iter() {
+        wait(&root, run);
+    }
+    expected.insert(running.clone(), "running");
+    // Our reconciler closes the killed runner's run, and makes sure every projection is
+    // written before pi-subagents looks.
+    runjournal(&root).arg("reconcile").assert().success();
+
+    let mut before = BTreeMap::new();
+    files_under(&root.join("async-subagent-runs"), &mut before);
+    files_under(&root.join("async-subagent-results"), &mut before);
+    let report = read_with_pi_subagents(
+        &install,
+        &[("PI_SUBAGENTS_TEMP_ROOT", &root)],
+        &["--read", SESSION_ID],
+    );
+    let mut after = BTreeMap::new();
+    files_under(&root.join("async-subagent-runs"), &mut after);
+    files_under(&root.join("async-subagent-results"), &mut after);
+
+    assert_eq!(report["tempRoot"], root.display().to_string());
+    let runs = report["runs"].as_object().expect("runs");
+    assert_eq!(
+        runs.keys().cloned().collect::<Vec<_>>(),
+        expected.keys().cloned().collect::<Vec<_>>(),
+        "every run directory, and nothing else, is a run to pi-subagents"
+    );
+    for (run, state) in &expected {
+        let seen = &runs[run.as_str()];
+        assert_eq!(seen["read"]["runId"], run.as_str(), "{run}: {seen}");
+        assert_eq!(seen["read"]["state"], *state, "{run}: {seen}");
+        assert_eq!(seen["read"]["sessionId"], SESSION_ID, "{run}: {seen}");
+        assert_eq!(seen["read"]["hasPid"], true, "{run}: {seen}");
+        assert_eq!(seen["repaired"], false, "{run} was repaired: {seen}");
+        assert_eq!(seen["reconciledState"], *state, "{run}: {seen}");
+        let result = root
+            .join("async-subagent-results")
+            .join(format!("{run}.json"));
+        if *state == "running" {
+            assert_eq!(seen["resultPath"], serde_json::Value::Null, "{run}: {seen}");
+        } else {
+            assert_eq!(
+                seen["resultPath"],
+                result.display().to_string(),
+                "{run}: the session's result index leads to the result: {seen}"
+            );
+        }
+    }
+    let listed = |name: &str| -> BTreeMap<String, String> {
+        report["listed"][name]
+            .as_array()
+            .unwrap_or_else(|| panic!("listing {name}: {}", report["listed"][name]))
+            .iter()
+            .map(|run| {
+                (
+                    run["id"].as_str().expect("id").to_string(),
+                    run["state"].as_str().expect("state").to_string(),
+                )
+            })
+            .collect()
+    };
+    let all: BTreeMap<String, String> = expected
+        .iter()
+        .map(|(run, state)| (run.clone(), state.to_string()))
+        .collect();
+    assert_eq!(listed("default"), all, "the default listing (its indexes)");
+    assert_eq!(listed("session"), all, "the session's listing");
+    assert_eq!(
+        listed("repairScan"),
+        all,
+        "a full scan of the run directories"
+    );
+    assert_eq!(
+        listed("activeForSession"),
+        BTreeMap::from([(running.clone(), "running".to_string())]),
+        "what a restarted host restores"
+    );
+    let changed: Vec<&PathBuf> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|path| before.get(*path) != after.get(*path))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "pi-subagents changed files, so it repaired something: {changed:?}"
+    );
+}
+
+#[test]
+fn the_default_root_is_the_one_pi_subagents_computes() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    // macOS's per-user TMPDIR ends in a slash, which both must drop.
+    let tmpdir = PathBuf::from(format!("{}/", dir.path().display()));
+    let report = read_with_pi_subagents(&install, &[("TMPDIR", &tmpdir)], &["--temp-root"]);
+    let theirs = PathBuf::from(report["tempRoot"].as_str().expect("tempRoot"));
+    let uid = nix::unistd::getuid().as_raw();
+    let ours = pi_subagents_default_root(
+        |name| (name == "TMPDIR").then(|| tmpdir.clone().into_os_string()),
+        uid,
+    );
+    assert_eq!(ours, theirs);
+    // And the binary, given neither --home nor PI_SUBAGENTS_TEMP_ROOT, makes its home there.
+    assert_cmd::cargo::cargo_bin_cmd!("runjournal")
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("PI_SUBAGENTS_TEMP_ROOT")
+        .env_remove("TMP")
+        .env_remove("TEMP")
+        .env("TMPDIR", &tmpdir)
+        .env("RUNJOURNAL_LAYOUT", "pi-subagents")
+        .env("RUNJOURNAL_RESERVE_BYTES", "0")
+        .args(["list", "--json"])
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .success();
+    assert!(theirs.join("runjournal/journal.redb").is_file());
+    assert!(theirs.join("async-subagent-runs").is_dir());
+}
