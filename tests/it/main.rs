@@ -21,4 +21,5 @@ mod pi_subagents_compat;
 mod power_loss;
 mod projection_repair;
 mod runner_hygiene;
+mod ship;
 mod support;
