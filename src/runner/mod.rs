@@ -189,7 +189,8 @@ pub enum RunnerOutcome {
 /// log lines to the run's `runner.log` (best effort, see [`output`]), makes this process the
 /// child subreaper of its steps' orphans (so that they can be reaped, a step's group verified
 /// empty and what steps left behind found), opens `home`, and runs `run` to its end on a
-/// fresh tokio runtime.
+/// fresh tokio runtime. At every point where no step runs, and at its end, it ends every
+/// process left below this one: call it only in a process of its own (`runjournal __runner`).
 pub fn run_in_process(
     home: Home,
     run: RunId,
@@ -262,8 +263,10 @@ fn describe_capacity(event: &CapacityEvent) -> String {
     }
 }
 
-/// Runs `run`: takes it, executes its steps, records its end.
-pub async fn run_steps(
+/// Runs `run`: takes it, executes its steps, records its end. Not public: it ends every
+/// descendant of this process that outlives the steps (the sweep), which only a process of
+/// its own, the runner, may do — a host starts a runner (`launch`), never runs one inside it.
+async fn run_steps(
     store: Arc<Store>,
     run: RunId,
     config: RunnerConfig,
