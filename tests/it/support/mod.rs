@@ -5,6 +5,7 @@
 
 pub mod faulty_file;
 pub mod mem_disk;
+pub mod pg_cluster;
 pub mod script;
 
 use runjournal::event::{Event, Record};
