@@ -777,3 +777,96 @@ fn a_queued_run_is_past_its_start_grace_only_once_more_than_the_grace_has_passed
     assert!(!is_past(options.start_grace_ms));
     assert!(is_past(options.start_grace_ms + 1));
 }
+
+/// A run closed and projected, for the cursor tests: it leaves the `active` table at once.
+fn closed_run(store: &Store) -> RunId {
+    let run = store
+        .create_run(spec(1), HostIds::default())
+        .expect("create")
+        .run;
+    store
+        .append(
+            run,
+            vec![
+                Event::Terminal {
+                    state: TerminalState::Failed,
+                    error: Some("given up".to_string()),
+                    summary: "given up".to_string(),
+                    exit_code: 1,
+                    repaired_by: Some(Repairer::Launcher),
+                },
+                Event::ProcessTerminalObserved {
+                    instance_id: String::new(),
+                    exit: None,
+                    proof: Proof::NotStarted,
+                    observer: Observer::Launcher,
+                },
+            ],
+            Condition::expect_head(1),
+        )
+        .expect("closed");
+    run
+}
+
+/// Found by mutation testing: nothing checked that a pass's cost follows what changed
+/// (DESIGN.md section 7: "its cost follows active runs, never all runs"). A closed run that
+/// did not change since the last pass of this boot is not looked at, so damage done to its
+/// files since is left to `journal-tools replay`; a cursor of another boot, or one past the
+/// journal's head, is not trusted, and the pass looks back instead.
+#[test]
+fn a_pass_looks_at_closed_runs_only_if_they_changed_since_the_last_pass_of_this_boot() {
+    let (_dir, store) = store();
+    let run = closed_run(&store);
+    let status = store.home().status_path(run);
+    reconcile(&store, &Options::default()).expect("reconcile");
+    let cursor = ProjectionCursor::read(store.home()).expect("the pass left its cursor");
+    std::fs::remove_file(&status).expect("delete its status");
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(report.outcomes.is_empty(), "{report:?}");
+    assert!(
+        !status.exists(),
+        "the unchanged closed run was not looked at"
+    );
+
+    for stale in [
+        ProjectionCursor {
+            boot_id: "another-boot".to_string(),
+            ..cursor.clone()
+        },
+        ProjectionCursor {
+            global_seq: cursor.global_seq + 1,
+            ..cursor.clone()
+        },
+    ] {
+        stale.write(store.home()).expect("write a cursor");
+        let report = reconcile(&store, &Options::default()).expect("reconcile");
+        assert!(
+            only_outcome(&report, run).reprojected,
+            "{stale:?}: the pass looked back: {report:?}"
+        );
+        assert!(status.exists());
+        std::fs::remove_file(&status).expect("delete its status again");
+    }
+}
+
+/// Found by mutation testing: a pass whose repair of a closed run failed must not move its
+/// cursor past it, or no later pass would look at that run again.
+#[test]
+fn a_repair_that_failed_is_tried_again_by_the_next_pass() {
+    let (_dir, store) = store();
+    let run = closed_run(&store);
+    let run_dir = store.home().run_dir(run);
+    std::fs::remove_dir_all(&run_dir).expect("delete the run's files");
+    std::fs::write(&run_dir, b"").expect("a file where the run's directory goes");
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(
+        only_outcome(&report, run).error.is_some(),
+        "the repair fails: {report:?}"
+    );
+    std::fs::remove_file(&run_dir).expect("the obstacle goes");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(only_outcome(&report, run).reprojected, "{report:?}");
+    assert!(store.home().status_path(run).exists());
+}
