@@ -217,6 +217,24 @@ mod tests {
         (child, identity)
     }
 
+    /// Found by mutation testing: nothing checked the ids that would signal more than one
+    /// group. `killpg(0)` is the caller's own group (and pid 0 is held by no process, so the
+    /// ownership check alone would let it through); `killpg(1)`, init's. Checked on the id
+    /// alone: a broken guard must not get to signal the test's own group.
+    #[test]
+    fn the_ids_of_the_callers_group_and_inits_are_refused() {
+        let leader = |pid| ProcessIdentity {
+            pid,
+            start_time: 1,
+            boot_id: "boot".to_string(),
+        };
+        for pid in [0, 1] {
+            let error = group_id(&leader(pid)).expect_err("refused");
+            assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "pid {pid}");
+        }
+        assert_eq!(group_id(&leader(2)).expect("a group id"), Pid::from_raw(2));
+    }
+
     fn live_members(leader: &ProcessIdentity) -> Vec<u32> {
         platform::group_members(leader.pid)
             .expect("members")
