@@ -235,6 +235,23 @@ mod tests {
         assert_eq!(group_id(&leader(2)).expect("a group id"), Pid::from_raw(2));
     }
 
+    /// Found by mutation testing: nothing checked that `signal` delivers, nor what it answers.
+    #[test]
+    fn signal_reaches_a_live_group_and_says_whether_it_did() {
+        use std::os::unix::process::ExitStatusExt;
+        let (mut child, identity) = spawn_group("exec sleep 60");
+        assert!(
+            signal(&identity, Signal::SIGKILL).expect("signal"),
+            "delivered"
+        );
+        let status = child.wait().expect("wait");
+        assert_eq!(status.signal(), Some(9), "{status}");
+        assert!(
+            !signal(&identity, Signal::SIGKILL).expect("signal"),
+            "an emptied group has no member to reach"
+        );
+    }
+
     fn live_members(leader: &ProcessIdentity) -> Vec<u32> {
         platform::group_members(leader.pid)
             .expect("members")
