@@ -291,6 +291,30 @@ mod tests {
         );
     }
 
+    /// Found by mutation testing: nothing checked that `end` gives a group its grace. This one
+    /// heeds SIGTERM, but takes a moment (its trap) to leave: it must be let go, not killed.
+    #[test]
+    fn a_group_that_takes_a_moment_to_heed_sigterm_gets_its_grace() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ready = dir.path().join("ready");
+        let (mut child, identity) = spawn_group(&format!(
+            "trap 'sleep 0.3; exit 0' TERM; touch {}; while :; do sleep 1; done",
+            ready.display()
+        ));
+        // Bounded wait for the trap to be in place.
+        for _ in 0..500 {
+            if ready.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(ready.exists(), "the group set its trap within 5 s");
+        let end = end(&identity, Duration::from_secs(60), Reaping::Nothing).expect("end");
+        assert_eq!(end, GroupEnd::Terminated);
+        let status = child.wait().expect("reap the leader");
+        assert_eq!(status.code(), Some(0), "it left by its trap: {status}");
+    }
+
     #[test]
     fn grandchildren_in_the_group_are_ended_too() {
         let (mut child, identity) =
