@@ -19,5 +19,6 @@ mod layers;
 mod model;
 mod pi_subagents_compat;
 mod power_loss;
+mod projection_incremental;
 mod projection_repair;
 mod support;
