@@ -208,6 +208,37 @@ impl Store {
         Ok(appended)
     }
 
+    /// [`Store::create_run`], calling `on_durable` once the run is durable and before it is
+    /// projected: for what should not wait for the files (a launch starting its runner).
+    pub fn create_run_then<T>(
+        &self,
+        spec: RunSpec,
+        hosts: HostIds,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.create_run(spec, hosts)?;
+        let value = on_durable(&appended);
+        self.inner
+            .project_after_commit(appended.run, appended.last_seq);
+        Ok((appended, value))
+    }
+
+    /// [`Store::append`], calling `on_durable` once the batch is durable and before it is
+    /// projected: for what should not wait for the files (a runner telling its launcher that
+    /// it took the run).
+    pub fn append_then<T>(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.append(run, events, condition)?;
+        let value = on_durable(&appended);
+        self.inner.project_after_commit(run, appended.last_seq);
+        Ok((appended, value))
+    }
+
     /// Appends several batches (see [`Journal::append_all`]: queued together, committed in as
     /// few transactions as the writer's bounds allow, each answered on its own), then projects
     /// each run that an acknowledged batch changed. Results are in the order given.

@@ -28,6 +28,7 @@
 pub mod external_job;
 pub mod outcome;
 pub mod process_group;
+pub mod ready;
 mod recorder;
 pub mod step;
 
@@ -73,6 +74,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
+pub use ready::{READY_FD_ENV, ReadySignal};
 pub use recorder::Recorder;
 
 use crate::event::{
@@ -174,6 +176,13 @@ pub fn run_in_process(
     run: RunId,
     config: RunnerConfig,
 ) -> Result<RunnerOutcome, RunnerError> {
+    // First, before anything could close or hand it on: the launcher's wake-up.
+    let ready = ReadySignal::from_env().unwrap_or_else(|why| {
+        log(&format!(
+            "launch handshake: {why}; the launcher will find RunnerStarted by looking"
+        ));
+        None
+    });
     if let Err(error) = crate::platform::become_child_subreaper() {
         log(&format!(
             "cannot become a child subreaper ({error}); orphans of steps go to init"
@@ -195,7 +204,7 @@ pub fn run_in_process(
         log(&describe_capacity(event))
     }));
     let store = Arc::new(Store::open_with(home, options)?);
-    runtime.block_on(run_steps(store, run, config))
+    runtime.block_on(run_steps_signalling(store, run, config, ready))
 }
 
 /// A runner.log line for a capacity event.
@@ -222,6 +231,16 @@ pub async fn run_steps(
     run: RunId,
     config: RunnerConfig,
 ) -> Result<RunnerOutcome, RunnerError> {
+    run_steps_signalling(store, run, config, None).await
+}
+
+/// [`run_steps`], telling the launcher through `ready` once `RunnerStarted` is durable.
+async fn run_steps_signalling(
+    store: Arc<Store>,
+    run: RunId,
+    config: RunnerConfig,
+    ready: Option<ReadySignal>,
+) -> Result<RunnerOutcome, RunnerError> {
     let signal_error = |source| RunnerError::Io {
         what: "installing signal handlers",
         source,
@@ -231,7 +250,9 @@ pub async fn run_steps(
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let recorder = Arc::new(Recorder::new(Arc::clone(&store), run));
-    let state = take_run(&recorder).await?;
+    // Signalled as soon as RunnerStarted is durable, before its projection; on failure `ready`
+    // is dropped, closing the pipe: the launcher looks at once either way.
+    let state = take_run(&recorder, ready).await?;
     log(&format!(
         "run {run} taken by runner pid {}",
         std::process::id()
@@ -261,8 +282,14 @@ pub async fn run_steps(
 }
 
 /// Records `RunnerStarted`: the run must be queued, without a runner and without a recorded
-/// process terminal (the launcher gives up on a run by recording one).
-async fn take_run(recorder: &Recorder) -> Result<RunState, RunnerError> {
+/// process terminal (the launcher gives up on a run by recording one). Once it is durable,
+/// `ready` tells the launcher.
+async fn take_run(
+    recorder: &Recorder,
+    ready: Option<ReadySignal>,
+) -> Result<RunState, RunnerError> {
+    // Shared with the append's callback, which takes it only when the append lands.
+    let ready = Arc::new(std::sync::Mutex::new(ready));
     let run = recorder.run();
     let runner = liveness::current().map_err(|source| RunnerError::Io {
         what: "reading the runner's own identity",
@@ -285,13 +312,27 @@ async fn take_run(recorder: &Recorder) -> Result<RunState, RunnerError> {
                 reason: format!("it is {}{observed}", state.status),
             });
         }
+        let signal = Arc::clone(&ready);
         let appended = recorder
-            .append(
+            .append_then(
                 vec![Event::RunnerStarted {
                     runner: runner.clone(),
                     instance_id: instance_id.clone(),
                 }],
                 Condition::expect_head(state.head_seq),
+                move |_| {
+                    let ready = signal
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .take();
+                    if let Some(ready) = ready
+                        && let Err(error) = ready.signal()
+                    {
+                        log(&format!(
+                            "telling the launcher that the run is taken: {error}"
+                        ));
+                    }
+                },
             )
             .await;
         match appended {
