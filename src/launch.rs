@@ -537,16 +537,21 @@ pub fn record_runner_exit(
 }
 
 /// Waits up to `timeout` for a child to exit; its status, or `None` if it is still running.
+/// It looks often at first (a runner exits a few milliseconds after its run ends), then every
+/// 20 ms.
 pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
     let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(Some(status));
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Ok(None);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 

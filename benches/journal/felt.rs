@@ -205,9 +205,10 @@ fn succeed(command: &mut Command) {
 }
 
 /// The ids of the launch group, in the order [`launch_ways`] returns them.
-pub const LAUNCH_IDS: [&str; 5] = [
+pub const LAUNCH_IDS: [&str; 6] = [
     "process-start",
     "durable-commit",
+    "store-open-close",
     "status-rename",
     "run",
     "run-wait",
@@ -215,13 +216,16 @@ pub const LAUNCH_IDS: [&str; 5] = [
 
 /// One iteration = one launch (`runjournal run -- true`, `run --wait -- true`) or one of what
 /// a launch is made of: a process start (`runjournal --version`), a durable commit
-/// (`Store::append` of one update, with its projection, in the same home), an fsync-less
+/// (`Store::append` of one update, with its projection, in the same home), opening and closing
+/// the home's store while another writer holds it open (what every process that writes pays:
+/// redb's multi-writer open and close each write its header and sync it), an fsync-less
 /// status.json rewrite (the pi-subagents and pueue way of recording state).
 pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
     let dir = scratch.join("launch");
     let store = open_store(&dir);
     let run = running_run(&store);
     let home: PathBuf = dir.clone();
+    let open_close_dir = dir.clone();
     let status = std::fs::read(store.home().status_path(run)).expect("a status.json");
     let mut rewrite = baselines::RewriteStatus::new(&dir, &status, false);
     let (mut run, mut progress) = (run, 0u32);
@@ -262,10 +266,14 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
         ),
         (
             LAUNCH_IDS[2].into(),
+            Box::new(move |iters| timed(iters, || drop(open_store(&open_close_dir)))),
+        ),
+        (
+            LAUNCH_IDS[3].into(),
             Box::new(move |iters| timed(iters, || rewrite.transition())),
         ),
-        (LAUNCH_IDS[3].into(), launch(false)),
-        (LAUNCH_IDS[4].into(), launch(true)),
+        (LAUNCH_IDS[4].into(), launch(false)),
+        (LAUNCH_IDS[5].into(), launch(true)),
     ]
 }
 

@@ -767,6 +767,10 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
             "a durable commit (`Store::append`, projected)",
         ),
         (
+            "store-open-close",
+            "opening and closing the home's store beside a writer",
+        ),
+        (
             "status-rename",
             "status.json via temp file + rename, no fsync",
         ),
@@ -790,6 +794,17 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
         measured,
         group,
         &[("process-start", 1.0), ("status-rename", 1.0)],
+    );
+    // What no launch through a redb multi-writer journal avoids: each of its two processes
+    // opens and closes the journal (header writes and syncs of redb's protocol).
+    let redb_floor = composite(
+        measured,
+        group,
+        &[
+            ("process-start", 2.0),
+            ("durable-commit", 2.0),
+            ("store-open-close", 2.0),
+        ],
     );
     for (label, sums) in [
         (
@@ -836,6 +851,17 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
             time(median(times.clone())),
             ratio_cell(ratio, false),
             target,
+        ]);
+    }
+    if let (Some(times), Some(redb_floor)) = (measured.per_round(group, "run"), &redb_floor) {
+        table.row(&[
+            "floor of `run` with each process's open and close of the journal".into(),
+            time(median(redb_floor.clone())),
+            format!(
+                "`run` is {}",
+                ratio_cell(ratio_of(times, redb_floor), false)
+            ),
+            String::new(),
         ]);
     }
     if let Some(pueue) = pueue {
