@@ -270,6 +270,7 @@ fn is_damage(error: &anyhow::Error) -> bool {
                 OpenError::NewerFormat { .. }
                     | OpenError::NotAJournal { .. }
                     | OpenError::Corrupt { .. }
+                    | OpenError::Lost { .. }
             )
         ) || matches!(
             cause.downcast_ref::<ReadError>(),

@@ -201,14 +201,22 @@ pub fn run_in_process(
 /// A runner.log line for a capacity event.
 fn describe_capacity(event: &CapacityEvent) -> String {
     match event {
-        CapacityEvent::Blocked { since_ms, error } => format!(
-            "journal blocked on a full disk since {since_ms} (Unix ms): {error}; steps keep running, transitions wait"
+        CapacityEvent::Blocked {
+            since_ms,
+            error,
+            cause,
+        } => format!(
+            "journal blocked on {} since {since_ms} (Unix ms): {error}; steps keep running, transitions wait",
+            cause.describe()
+        ),
+        CapacityEvent::GaveUp { blocked_ms, error } => format!(
+            "journal storage kept failing for {blocked_ms} ms, the whole retry window: {error}; giving up"
         ),
         CapacityEvent::ReserveReleased { bytes } => {
             format!("released the {bytes}-byte space reserve to make room")
         }
         CapacityEvent::Unblocked { blocked_ms } => {
-            format!("journal writes resumed after {blocked_ms} ms blocked on a full disk")
+            format!("journal writes resumed after {blocked_ms} ms blocked")
         }
         CapacityEvent::ReserveRestored { bytes } => {
             format!("the {bytes}-byte space reserve is back")
@@ -256,6 +264,9 @@ pub async fn run_steps(
         .timeout_ms
         .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
     let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
+    if let Err(error) = &outcome {
+        run_loop.abandon(error).await;
+    }
     flush_projections(&store).await;
     outcome
 }
@@ -831,6 +842,30 @@ impl RunLoop {
             }
         }
         self.lost = Some(state);
+    }
+
+    /// The runner cannot go on: the journal cannot record its transitions (storage errors
+    /// outlasted the retry window), or something else failed. It ends every running step's
+    /// group, so that nothing it started runs on unrecorded, and says why in its log; it then
+    /// exits without an outcome, and the reconciler fails the run, naming this runner, once
+    /// the journal can record it.
+    async fn abandon(&mut self, error: &RunnerError) {
+        log(&format!(
+            "cannot go on: {error}; ending {} running step(s) and exiting without recording an outcome (the reconciler fails the run once the journal can record it)",
+            self.running.len()
+        ));
+        for running in self.running.values_mut() {
+            running.terminate.send_replace(true);
+        }
+        // Each task ends its step's group (SIGTERM, grace, SIGKILL) before it returns.
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Err(error) = joined
+                && error.is_panic()
+            {
+                std::panic::resume_unwind(error.into_panic());
+            }
+        }
+        self.running.clear();
     }
 
     /// Records the run's `Terminal`, as the outcome table ([`outcome::TABLE`]) decides it.
