@@ -7,6 +7,7 @@
 
 mod inspect;
 mod output;
+mod recover;
 mod replay;
 
 use std::path::PathBuf;
@@ -58,6 +59,18 @@ enum Command {
     Inspect(InspectCommand),
     /// Rebuild status.json, events.jsonl, result files and index markers from the journal.
     Replay(ReplayArgs),
+    /// Rebuild a lost journal (missing, empty, zero-filled, truncated or damaged) from the
+    /// runs' events.jsonl. The lost file is moved aside, never deleted; runs that were not
+    /// closed are left to the reconciler. Run it when nothing else uses the home.
+    Recover(RecoverArgs),
+}
+
+#[derive(Args)]
+pub struct RecoverArgs {
+    /// Rebuild from the runs' events.jsonl (the only source there is; required, so the
+    /// command says what it does).
+    #[arg(long, required = true)]
+    from_projections: bool,
 }
 
 #[derive(Subcommand)]
@@ -214,6 +227,16 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
+    // Recovery works on a home whose journal cannot be opened: it opens no source.
+    if let Command::Recover(args) = &cli.command {
+        if cli.journal.is_some() {
+            return Err(UsageError(
+                "recover rebuilds a home's journal: give --home DIR (or RUNJOURNAL_HOME), not --journal".to_string(),
+            )
+            .into());
+        }
+        return recover::recover(cli.home.as_deref(), cli.layout, out, args);
+    }
     let source = JournalSource::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)
         .map_err(source_error)?;
     if source.was_recovered() {
@@ -229,6 +252,7 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
         Command::Inspect(InspectCommand::Stats) => inspect::stats(&source, out),
         Command::Inspect(InspectCommand::Verify) => inspect::verify(&source, out),
         Command::Replay(args) => replay::replay(&source, out, &args),
+        Command::Recover(_) => unreachable!("recover returned above"),
     }
 }
 

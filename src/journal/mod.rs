@@ -29,6 +29,7 @@ mod open;
 mod queue;
 mod read;
 mod reader;
+pub mod rebuild;
 pub(crate) mod snapshot;
 pub(crate) mod tables;
 pub mod writer;

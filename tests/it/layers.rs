@@ -21,7 +21,14 @@ const LAYERS: &[&[&str]] = &[
     &["journal"],
     &["projection", "resolve"],
     &["store", "verify"],
-    &["control", "reconcile", "runner", "source", "replay"],
+    &[
+        "control",
+        "reconcile",
+        "runner",
+        "source",
+        "replay",
+        "recover",
+    ],
     &["launch", "show"],
     &["fuzz"],
 ];
