@@ -24,6 +24,7 @@ pub mod recover;
 pub mod replay;
 pub mod resolve;
 pub mod runner;
+pub mod ship;
 pub mod show;
 pub mod source;
 pub mod spec;

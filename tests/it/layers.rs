@@ -27,6 +27,7 @@ const LAYERS: &[&[&str]] = &[
         "runner",
         "source",
         "replay",
+        "ship",
         "recover",
     ],
     &["launch", "show"],

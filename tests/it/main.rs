@@ -22,4 +22,5 @@ mod model;
 mod pi_subagents_compat;
 mod power_loss;
 mod projection_repair;
+mod ship;
 mod support;

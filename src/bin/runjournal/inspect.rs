@@ -41,12 +41,20 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     reconcile_before_reading(&store);
     let state = read_state(&store, run)?;
     let home = store.home();
+    let shipping_lag = {
+        let view = store.journal().view().context("reading the journal")?;
+        show::shipping_lag(home, &view)
+    };
     if json {
         let document = documents::status_doc(home, &state);
         let mut value = serde_json::to_value(&document).context("rendering the status")?;
         // An extra field, as readers of the status.json format ignore ones they do not know.
         if let Some(object) = value.as_object_mut() {
             object.insert("journalCapacity".to_string(), capacity_json(home));
+            object.insert(
+                "shipping".to_string(),
+                serde_json::to_value(&shipping_lag).context("rendering the status")?,
+            );
         }
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
@@ -62,7 +70,10 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     }
     let mut text = view.lines(&show::no_colour).join("\n");
     text.push('\n');
-    if let Some(notice) = show::capacity_notice(home, runjournal::event::now_ms()) {
+    let notices = show::capacity_notice(home, runjournal::event::now_ms())
+        .into_iter()
+        .chain(shipping_lag.map(|lag| lag.line()));
+    for notice in notices {
         text.push_str(&notice);
         text.push('\n');
     }
@@ -107,23 +118,26 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
         }
         states.push(state);
     }
+    let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
+        .into_iter()
+        .chain(show::shipping_lag(store.home(), &view).map(|lag| lag.line()))
+        .collect();
     drop(view);
     // Newest first: ids sort by creation time.
     states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
     let now_ms = runjournal::event::now_ms();
-    let notice = show::capacity_notice(store.home(), now_ms);
     if json {
         let rows: Vec<serde_json::Value> = states.iter().map(list_json).collect();
         let text = serde_json::to_string_pretty(&rows).context("rendering the list")?;
         print_line(&text)?;
-        // The array stays the data; the notice goes beside it.
-        if let Some(notice) = notice {
-            note(&notice);
+        // The array stays the data; the notices go beside it.
+        for notice in &notices {
+            note(notice);
         }
     } else {
         let mut text = String::new();
-        if let Some(notice) = notice {
-            text.push_str(&notice);
+        for notice in &notices {
+            text.push_str(notice);
             text.push('\n');
         }
         for line in show::table_lines(&list_rows(&states, now_ms), &show::no_colour) {

@@ -6,6 +6,7 @@ mod control;
 mod inspect;
 mod launch;
 mod reconcile;
+mod ship;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -132,6 +133,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ship the journal's records to PostgreSQL, in commit order, exactly once; follows the
+    /// journal unless --once.
+    Ship(ship::ShipArgs),
     /// External jobs.
     Job {
         #[command(subcommand)]
@@ -272,6 +276,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),
+        Command::Ship(args) => ship::command(home, args),
         Command::Runner { run } => launch::runner(home, &run),
     }
 }
