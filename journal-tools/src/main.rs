@@ -1,5 +1,6 @@
 //! `journal-tools`: look inside a runjournal journal and rebuild its projections. It opens the
-//! journal read-only, so it works while runs are live.
+//! journal read-only, so it works while runs are live; `recover --from-projections` rebuilds a
+//! lost journal (through the library, which does the writing).
 //!
 //! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`); 2 a usage or
 //! other error; 4 a journal that is damaged or of an unknown format. When several apply, the
