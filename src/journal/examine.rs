@@ -323,10 +323,10 @@ mod tests {
             examine(&path).expect("examine"),
             FileFinding::NotRedb { bytes: 200_000 }
         );
-        let journal = crate::Journal::open(&path);
+        let journal = crate::journal::Journal::open(&path);
         assert!(journal.is_err(), "not a journal: {journal:?}");
         std::fs::remove_file(&path).expect("remove");
-        drop(crate::Journal::open(&path).expect("a new journal"));
+        drop(crate::journal::Journal::open(&path).expect("a new journal"));
         assert_eq!(examine(&path).expect("examine"), FileFinding::Plausible);
         let bytes = std::fs::metadata(&path).expect("metadata").len();
         let file = std::fs::OpenOptions::new()
@@ -390,7 +390,7 @@ mod tests {
     fn a_journal_in_use_is_never_judged_truncated() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("journal.redb");
-        let journal = crate::Journal::open(&path).expect("open");
+        let journal = crate::journal::Journal::open(&path).expect("open");
         let spec = crate::event::RunSpec {
             name: None,
             mode: crate::event::Mode::Chain,
