@@ -51,11 +51,18 @@ pub fn write(home: &Home, state: &ShipState) -> Result<(), ShipError> {
     durable_fs::write_atomic(&path, &bytes).map_err(|source| ShipError::State { path, source })
 }
 
+/// The largest state file read: a few hundred bytes are written; anything much larger is not
+/// one of ours.
+const MAX_STATE_FILE_BYTES: u64 = 64 * 1024;
+
 /// Reads the state file; `None` when this home has never been shipped from (or the file is
-/// unreadable: it is a report, and a damaged one says nothing).
+/// unreadable, not a regular file, or over [`MAX_STATE_FILE_BYTES`]: it is a report, and a
+/// damaged one says nothing).
 pub fn read(home: &Home) -> Option<ShipState> {
-    let bytes = std::fs::read(state_path(home)).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    match durable_fs::read_file_bounded(&state_path(home), MAX_STATE_FILE_BYTES).ok()? {
+        durable_fs::Bounded::Whole(bytes) => serde_json::from_slice(&bytes).ok(),
+        durable_fs::Bounded::Over(_) => None,
+    }
 }
 
 /// How far behind shipping is, when it is worth a line (as JSON: `recordsBehind`, `sinceMs`,

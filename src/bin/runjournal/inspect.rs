@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use runjournal::launch::{self, WaitEnd};
+use runjournal::logs::CopyError;
 use runjournal::projection::documents;
 use runjournal::show::{self, Cell, RunView};
 use runjournal::{Home, RunId, RunState, RunStatus, Store};
@@ -15,7 +16,7 @@ use crate::launch::exit_code_of;
 use crate::reconcile::report_reconciled;
 use crate::{
     CliResult, EXIT_WAIT_TIMEOUT, Failure, bad_input, check_run_text, note, open_store, print,
-    print_line, reconcile_before_reading, resolve,
+    print_line, reconcile_before_reading, resolve, stdout_failure,
 };
 
 /// How many recently ended runs `list` shows without `--all`.
@@ -272,53 +273,44 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
     let mut last_shown: Option<usize> = None;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let written = (|| -> Result<(), Failure> {
-        loop {
-            // Read the state first: output written before it ended is then surely drained below.
-            let is_over = !follow || read_state(&store, run)?.is_terminal();
-            for (slot, &index) in steps.iter().enumerate() {
-                let path = store.home().output_log_path(run, index);
-                let chunk = runjournal::logs::read_from(&path, offsets[slot])
-                    .with_context(|| format!("reading {}", path.display()))?;
-                if chunk.is_empty() {
-                    continue;
+    loop {
+        // Read the state first: output written before it ended is then surely drained below.
+        let is_over = !follow || read_state(&store, run)?.is_terminal();
+        for (slot, &index) in steps.iter().enumerate() {
+            let path = store.home().output_log_path(run, index);
+            let reading = |error| {
+                Failure::Error(
+                    anyhow::Error::new(error).context(format!("reading {}", path.display())),
+                )
+            };
+            // Streamed: a log is never held in memory whole, whatever its size.
+            let Some(new_bytes) =
+                runjournal::logs::new_bytes(&path, offsets[slot]).map_err(reading)?
+            else {
+                continue;
+            };
+            if show_headers && last_shown != Some(index) {
+                if last_shown.is_some() {
+                    writeln!(out).map_err(stdout_failure)?;
                 }
-                offsets[slot] += chunk.len() as u64;
-                if show_headers && last_shown != Some(index) {
-                    if last_shown.is_some() {
-                        writeln!(out).map_err(write_failure)?;
-                    }
-                    writeln!(
-                        out,
-                        "==> step {index} ({}) <==",
-                        state.spec.steps[index].name
-                    )
-                    .map_err(write_failure)?;
-                    last_shown = Some(index);
-                }
-                out.write_all(&chunk).map_err(write_failure)?;
+                writeln!(
+                    out,
+                    "==> step {index} ({}) <==",
+                    state.spec.steps[index].name
+                )
+                .map_err(stdout_failure)?;
+                last_shown = Some(index);
             }
-            out.flush().map_err(write_failure)?;
-            if is_over {
-                return Ok(());
-            }
-            std::thread::sleep(LOGS_POLL_INTERVAL);
+            offsets[slot] += new_bytes.copy_to(&mut out).map_err(|error| match error {
+                CopyError::Write(error) => stdout_failure(error),
+                CopyError::Read(error) => reading(error),
+                other => Failure::Error(other.into()),
+            })?;
         }
-    })();
-    match written {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        // A closed pipe (`| head`): the reader has what it wanted.
-        Err(Failure::Error(error))
-            if error
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            Ok(ExitCode::SUCCESS)
+        out.flush().map_err(stdout_failure)?;
+        if is_over {
+            return Ok(ExitCode::SUCCESS);
         }
-        Err(failure) => Err(failure),
+        std::thread::sleep(LOGS_POLL_INTERVAL);
     }
-}
-
-fn write_failure(error: std::io::Error) -> Failure {
-    Failure::Error(anyhow::Error::new(error).context("writing output"))
 }
