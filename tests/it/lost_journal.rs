@@ -105,7 +105,6 @@ fn every_runjournal_command_refuses_a_lost_journal_beside_runs_and_changes_nothi
             &["dismiss", "first"],
             &["reconcile"],
             &["job", "update", "first", "0", "--state", "running"],
-            &["__runner", &id],
         ] {
             let output = home.cmd().args(args).output().expect("runs");
             let stderr = String::from_utf8_lossy(&output.stderr);
@@ -123,6 +122,22 @@ fn every_runjournal_command_refuses_a_lost_journal_beside_runs_and_changes_nothi
             assert!(output.stdout.is_empty(), "{damage:?} {args:?}");
         }
         assert_eq!(tree(home.path()), before, "{damage:?}: nothing was changed");
+
+        // The runner says it in its own log (its stderr is not kept), and changes nothing else.
+        let runner_log = home.path().join("runs").join(&id).join("runner.log");
+        let output = home.cmd().args(["__runner", &id]).output().expect("runs");
+        assert_eq!(output.status.code(), Some(1), "{damage:?} __runner");
+        let log = std::fs::read_to_string(&runner_log).expect("runner.log");
+        assert!(
+            log.contains(damage.named()) && log.contains("nothing was changed"),
+            "{damage:?} __runner names what it found in runner.log: {log}"
+        );
+        let mut after = tree(home.path());
+        after.insert(
+            runner_log.clone(),
+            before.get(&runner_log).cloned().flatten(),
+        );
+        assert_eq!(after, before, "{damage:?}: the runner changed nothing else");
     }
 }
 
