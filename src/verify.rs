@@ -95,6 +95,8 @@ pub enum ProblemKind {
     Integrity,
     /// Reading the journal failed.
     Storage,
+    /// A record as shipped to PostgreSQL (`journal-tools inspect verify --against`).
+    Shipped,
 }
 
 impl ProblemKind {
@@ -113,6 +115,7 @@ impl ProblemKind {
             ProblemKind::Projection => "projection",
             ProblemKind::Integrity => "integrity",
             ProblemKind::Storage => "storage",
+            ProblemKind::Shipped => "shipped",
         }
     }
 }

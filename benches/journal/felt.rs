@@ -150,8 +150,11 @@ pub fn chatty(scratch: &Path, sizes: Sizes, measured: &mut Measured) {
             .map(|run| {
                 scope.spawn(move || {
                     let mut seen = 0usize;
-                    launch::follow(store, run, 0, None, None, |_| seen += 1)
-                        .expect("the follower follows");
+                    launch::follow(store, run, 0, None, None, |_| {
+                        seen += 1;
+                        std::ops::ControlFlow::Continue(())
+                    })
+                    .expect("the follower follows");
                     seen
                 })
             })

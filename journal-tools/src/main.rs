@@ -1,12 +1,15 @@
 //! `journal-tools`: look inside a runjournal journal and rebuild its projections. It opens the
-//! journal read-only, so it works while runs are live.
+//! journal read-only, so it works while runs are live; `recover --from-projections` rebuilds a
+//! lost journal (through the library, which does the writing).
 //!
 //! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`); 2 a usage or
 //! other error; 4 a journal that is damaged or of an unknown format. When several apply, the
 //! most serious wins (4, then 2, then 1). A closed stdout (`| head`) exits 0 quietly.
 
+mod fleet;
 mod inspect;
 mod output;
+mod recover;
 mod replay;
 
 use std::path::PathBuf;
@@ -47,6 +50,15 @@ struct Cli {
     /// Print JSON Lines: one object per line, each with a "type", ending with a summary.
     #[arg(long, global = true)]
     json: bool,
+    /// Read the fleet shipped into this PostgreSQL database (`runjournal ship`) instead of a
+    /// local journal: inspect runs, run, events and stats across every shipped journal.
+    #[arg(long, global = true, value_name = "URL")]
+    from: Option<String>,
+    /// With --from: a host whose last heartbeat is older than this is shown silent (500ms,
+    /// 30s, 5m, 1h30m).
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2m",
+          value_parser = parse_duration_ms)]
+    silent_after: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,6 +70,18 @@ enum Command {
     Inspect(InspectCommand),
     /// Rebuild status.json, events.jsonl, result files and index markers from the journal.
     Replay(ReplayArgs),
+    /// Rebuild a lost journal (missing, empty, zero-filled, truncated or damaged) from the
+    /// runs' events.jsonl. The lost file is moved aside, never deleted; runs that were not
+    /// closed are left to the reconciler. Run it when nothing else uses the home.
+    Recover(RecoverArgs),
+}
+
+#[derive(Args)]
+pub struct RecoverArgs {
+    /// Rebuild from the runs' events.jsonl (the only source there is; required, so the
+    /// command says what it does).
+    #[arg(long, required = true)]
+    from_projections: bool,
 }
 
 #[derive(Subcommand)]
@@ -74,7 +98,12 @@ enum InspectCommand {
     /// Counts, sizes, format, and the journal's space reserve.
     Stats,
     /// Check everything: records, snapshots, indexes, projections, redb's integrity.
-    Verify,
+    Verify {
+        /// Instead, compare the journal with what this PostgreSQL database holds of it
+        /// (missing, extra or different records).
+        #[arg(long, value_name = "URL")]
+        against: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -135,6 +164,12 @@ struct ReplayArgs {
 
 fn parse_status(text: &str) -> Result<RunStatus, String> {
     text.parse()
+}
+
+fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    runjournal::duration::parse_duration(text)
+        .map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+        .map_err(|error| error.to_string())
 }
 
 /// A mistake in how the tool was called (exit 2, one line).
@@ -214,6 +249,26 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
+    if let Some(url) = cli.from {
+        return run_fleet(
+            &fleet::FleetArgs {
+                url,
+                silent_after_ms: cli.silent_after,
+            },
+            cli.command,
+            out,
+        );
+    }
+    // Recovery works on a home whose journal cannot be opened: it opens no source.
+    if let Command::Recover(args) = &cli.command {
+        if cli.journal.is_some() {
+            return Err(UsageError(
+                "recover rebuilds a home's journal: give --home DIR (or RUNJOURNAL_HOME), not --journal".to_string(),
+            )
+            .into());
+        }
+        return recover::recover(cli.home.as_deref(), cli.layout, out, args);
+    }
     let source = JournalSource::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)
         .map_err(source_error)?;
     if source.was_recovered() {
@@ -227,8 +282,39 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
         Command::Inspect(InspectCommand::Run { run }) => inspect::run(&source, out, &run),
         Command::Inspect(InspectCommand::Events(args)) => inspect::events(&source, out, &args),
         Command::Inspect(InspectCommand::Stats) => inspect::stats(&source, out),
-        Command::Inspect(InspectCommand::Verify) => inspect::verify(&source, out),
+        Command::Inspect(InspectCommand::Verify { against: None }) => inspect::verify(&source, out),
+        Command::Inspect(InspectCommand::Verify { against: Some(url) }) => {
+            fleet::verify_against(&source, out, &url)
+        }
         Command::Replay(args) => replay::replay(&source, out, &args),
+        Command::Recover(_) => unreachable!("recover returned above"),
+    }
+}
+
+/// The commands that read the fleet (`--from URL`).
+fn run_fleet(
+    args: &fleet::FleetArgs,
+    command: Command,
+    out: &mut output::Out,
+) -> anyhow::Result<Status> {
+    match command {
+        Command::Inspect(InspectCommand::Runs(runs)) => fleet::runs(args, out, &runs),
+        Command::Inspect(InspectCommand::Run { run }) => fleet::run(args, out, &run),
+        Command::Inspect(InspectCommand::Events(events)) => fleet::events(args, out, &events),
+        Command::Inspect(InspectCommand::Stats) => fleet::stats(args, out),
+        Command::Inspect(InspectCommand::Verify { .. }) => Err(UsageError(
+            "verify checks a local journal; compare it with the fleet with inspect verify --against URL".to_string(),
+        )
+        .into()),
+        Command::Replay(_) => Err(UsageError(
+            "replay rebuilds a local home's files; it does not read the fleet (--from)".to_string(),
+        )
+        .into()),
+        Command::Recover(_) => Err(UsageError(
+            "recover rebuilds a local home's journal; it does not read the fleet (--from)"
+                .to_string(),
+        )
+        .into()),
     }
 }
 
@@ -270,6 +356,7 @@ fn is_damage(error: &anyhow::Error) -> bool {
                 OpenError::NewerFormat { .. }
                     | OpenError::NotAJournal { .. }
                     | OpenError::Corrupt { .. }
+                    | OpenError::Lost { .. }
             )
         ) || matches!(
             cause.downcast_ref::<ReadError>(),

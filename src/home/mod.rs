@@ -250,6 +250,12 @@ impl Home {
         self.state_dir().join("reserve")
     }
 
+    /// `shipping.json`: what `runjournal ship` last said (see `ship::state`), beside the
+    /// journal it reports on.
+    pub fn shipping_state_path(&self) -> PathBuf {
+        self.state_dir().join("shipping.json")
+    }
+
     /// `blocked/`: one empty marker per writer blocked on a full disk (see `capacity`).
     pub fn blocked_dir(&self) -> PathBuf {
         self.state_dir().join("blocked")
@@ -261,6 +267,21 @@ impl Home {
             Layout::Runjournal => self.root.join("runs"),
             Layout::PiSubagents => self.root.join("async-subagent-runs"),
         }
+    }
+
+    /// The runs that have a directory under [`Home::runs_dir`]: entries named by a run id, in
+    /// no particular order (others, such as a pi-subagents host's own runs, are not ours).
+    /// Empty when the directory does not exist.
+    pub fn run_dirs_on_disk(&self) -> std::io::Result<Vec<RunId>> {
+        ids_named_in(&self.runs_dir(), |name| name.parse().ok())
+    }
+
+    /// The runs that have a result file (`<run id>.json`) under [`Home::results_dir`], in no
+    /// particular order. Empty when the directory does not exist.
+    pub fn result_files_on_disk(&self) -> std::io::Result<Vec<RunId>> {
+        ids_named_in(&self.results_dir(), |name| {
+            name.strip_suffix(".json")?.parse().ok()
+        })
     }
 
     pub fn run_dir(&self, run: RunId) -> PathBuf {
@@ -362,6 +383,22 @@ impl Home {
     }
 }
 
+/// The ids `parse` reads from the names of the entries of `dir`; none when it does not exist.
+fn ids_named_in(dir: &Path, parse: impl Fn(&str) -> Option<RunId>) -> std::io::Result<Vec<RunId>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        if let Some(id) = entry?.file_name().to_str().and_then(&parse) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +415,10 @@ mod tests {
             (home.journal_path(), "/t/root/runjournal/journal.redb"),
             (home.reserve_path(), "/t/root/runjournal/reserve"),
             (home.blocked_dir(), "/t/root/runjournal/blocked"),
+            (
+                home.shipping_state_path(),
+                "/t/root/runjournal/shipping.json",
+            ),
             (
                 home.reconcile_cursor_path(),
                 "/t/root/runjournal/reconciled-through",

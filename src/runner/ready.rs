@@ -64,6 +64,12 @@ impl ReadySignal {
         })
     }
 
+    /// The descriptor's number.
+    pub fn raw_fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.pipe.as_raw_fd()
+    }
+
     /// Tells the launcher that `RunnerStarted` is durable, and closes the pipe. A launcher
     /// that is gone (a broken pipe) is no failure of the run.
     pub fn signal(mut self) -> io::Result<()> {
