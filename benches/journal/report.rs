@@ -934,6 +934,20 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
             target,
         ]);
     }
+    if let (Some(ns), Some(cpu)) = (
+        measured.median("transition", "status-rename"),
+        measured.median_cpu("transition", "status-rename"),
+    ) {
+        table.row(&[
+            "pi-subagents' way: status.json via temp file + rename, no fsync (the transition \
+             rounds)"
+                .to_string(),
+            time(ns),
+            time(cpu),
+            String::new(),
+            String::new(),
+        ]);
+    }
     out.push_str(&table.text);
     out
 }
