@@ -218,18 +218,23 @@ fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn job_doc(
-    provider: &str,
-    job: &ExternalJobStatus,
-    state: &crate::state::StepState,
-) -> ExternalJobDoc {
-    let pi_state = match job.state {
+/// A job's state as pi-subagents names it (`ExternalJobDoc::state`).
+pub fn job_state_name(state: JobState) -> &'static str {
+    match state {
         JobState::Queued => "queued",
         JobState::Running => "running",
         JobState::Succeeded => "completed",
         JobState::Failed => "failed",
         JobState::Cancelled => "stopped",
-    };
+    }
+}
+
+fn job_doc(
+    provider: &str,
+    job: &ExternalJobStatus,
+    state: &crate::state::StepState,
+) -> ExternalJobDoc {
+    let pi_state = job_state_name(job.state);
     let digest = Sha256::digest(provider.as_bytes());
     ExternalJobDoc {
         provider: provider.to_string(),

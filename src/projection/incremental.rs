@@ -10,9 +10,9 @@
 //! * writes every file of the projection when the run's *shape* changed — its status document
 //!   with the fields a sample moves (a job's progress, message and update time, `lastUpdate`,
 //!   `journalSeq`) left out, which is everything the result, the index and the markers are
-//!   made of;
-//! * and otherwise (only samples: `ExternalJobUpdated` records that moved no more than those
-//!   fields) writes status.json at once if it has not in the last [`STATUS_COALESCE`] (the
+//!   made of — or when someone else wrote events.jsonl since (it cannot tell what they left);
+//! * and otherwise (only samples: `ExternalJobUpdated` records that keep their step's job
+//!   state, id and URL as the last shape shows them) writes status.json at once if it has not in the last [`STATUS_COALESCE`] (the
 //!   leading edge), else puts it off until then, and says so ([`Projected::status_due`]): the
 //!   caller writes it when it is due ([`Projector::due_runs`]), with the state of then.
 //!
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::documents::{self, StatusDoc};
 use super::{ProjectionError, ResultPolicy, lock_run, plan_parts, write_plan};
 use crate::durable_fs::{self, FileStamp};
-use crate::event::{Event, Record, RunId};
+use crate::event::{Event, JobState, Record, RunId};
 use crate::home::Home;
 use crate::journal::{ReadJournal, View};
 use crate::state::RunState;
@@ -90,13 +90,23 @@ pub struct Projected {
 
 /// How events.jsonl is brought up to the head.
 enum EventsUpdate {
-    UpToDate(EventsWritten),
-    Append { records: Vec<Record>, last_seq: u64 },
+    UpToDate {
+        left: EventsWritten,
+        /// The file is the one this process left: no record came since its last projection.
+        is_ours: bool,
+    },
+    Append {
+        records: Vec<Record>,
+        last_seq: u64,
+        /// The file is the one this process left: `records` are all that came since.
+        is_ours: bool,
+    },
     Rewrite,
 }
 
 /// The status document without what a sample moves: two documents of the same shape differ
 /// at most in jobs' progress, message and update time, and in `lastUpdate` and `journalSeq`.
+/// A sample (see [`are_samples_of`]) changes nothing else: after one the shape is the same.
 fn shape_of(doc: &StatusDoc) -> StatusDoc {
     let mut shape = doc.clone();
     shape.last_update = 0;
@@ -111,12 +121,27 @@ fn shape_of(doc: &StatusDoc) -> StatusDoc {
     shape
 }
 
-/// Whether every record is a sample by its kind (whether it moved only a sample's fields is
-/// told by the shape).
-fn are_samples(records: &[Record]) -> bool {
-    records
-        .iter()
-        .all(|record| matches!(record.event, Event::ExternalJobUpdated { .. }))
+/// Whether every record is a sample of a run of this shape: an `ExternalJobUpdated` that keeps
+/// its step's job state, id and URL as the shape shows them (a failed or cancelled job is no
+/// sample: its message is its failure message, part of the shape). Decided from the records,
+/// so that a sample costs no status document unless one is written.
+fn are_samples_of(shape: &StatusDoc, records: &[Record]) -> bool {
+    records.iter().all(|record| {
+        let Event::ExternalJobUpdated { step, job } = &record.event else {
+            return false;
+        };
+        let shown = usize::try_from(*step)
+            .ok()
+            .and_then(|step| shape.steps.get(step))
+            .and_then(|step| step.external_job.as_ref());
+        let Some(shown) = shown else {
+            return false;
+        };
+        !matches!(job.state, JobState::Failed | JobState::Cancelled)
+            && shown.state == documents::job_state_name(job.state)
+            && shown.provider_job_id == job.id
+            && shown.handle_url == job.url
+    })
 }
 
 fn io_error(run: RunId, path: &Path) -> impl FnOnce(std::io::Error) -> ProjectionError {
@@ -179,26 +204,29 @@ impl Projector {
         may_defer_status: bool,
     ) -> Result<Projected, ProjectionError> {
         let _lock = lock_run(home, run)?;
-        let remembered = lock(&self.runs).get(&run).cloned().unwrap_or_default();
-        // Forgotten until this projection succeeds: a failure halfway leaves files this
-        // memory would not describe.
-        self.forget(run);
+        // Taken out until this projection succeeds: a failure halfway leaves files this memory
+        // would not describe.
+        let remembered = lock(&self.runs).remove(&run).unwrap_or_default();
         let view = journal.view().map_err(read_error(run))?;
         let state = view
             .snapshot(run)
             .map_err(read_error(run))?
             .ok_or(ProjectionError::UnknownRun { run })?;
         let head_seq = state.head_seq;
-        let doc = documents::status_doc(home, &state);
-        let shape = shape_of(&doc);
         let events_path = home.events_path(run);
         let update = self.events_update(&view, run, head_seq, remembered.events, &events_path)?;
-        let is_sample_only = remembered.shape.as_ref() == Some(&shape)
-            && match &update {
-                EventsUpdate::UpToDate(_) => true,
-                EventsUpdate::Append { records, .. } => are_samples(records),
+        // Only where this process saw every record since its last projection can it tell what
+        // the files on disk show; after someone else's projection it writes them all.
+        let is_sample_only = remembered
+            .shape
+            .as_ref()
+            .is_some_and(|shape| match &update {
+                EventsUpdate::UpToDate { is_ours, .. } => *is_ours,
+                EventsUpdate::Append {
+                    records, is_ours, ..
+                } => *is_ours && are_samples_of(shape, records),
                 EventsUpdate::Rewrite => false,
-            };
+            });
         let mut next = Remembered {
             events: None,
             shape: remembered.shape,
@@ -214,6 +242,7 @@ impl Projector {
                 Some(due) => next.status_due = Some(due),
                 None => {
                     let path = home.status_path(run);
+                    let doc = documents::status_doc(home, &state);
                     durable_fs::write_atomic(&path, &documents::to_json_bytes(&doc))
                         .map_err(io_error(run, &path))?;
                     next.status_written_at = Some(now);
@@ -231,7 +260,7 @@ impl Projector {
                 &plan_parts(home, &state, terminal_seq, None),
                 ResultPolicy::Publish,
             )?;
-            next.shape = Some(shape);
+            next.shape = Some(shape_of(&documents::status_doc(home, &state)));
             next.status_written_at = Some(now);
         }
         next.events = Some(self.write_events(&view, run, update, &events_path)?);
@@ -256,15 +285,18 @@ impl Projector {
         let Some(stamp) = durable_fs::stamp(path).map_err(io_error(run, path))? else {
             return Ok(EventsUpdate::Rewrite);
         };
-        let last_seq = match remembered {
-            Some(left) if left.stamp == stamp && left.last_seq <= head_seq => left.last_seq,
+        let (last_seq, is_ours) = match remembered {
+            Some(left) if left.stamp == stamp && left.last_seq <= head_seq => (left.last_seq, true),
             _ => match verified_last_seq(view, run, head_seq, path)? {
-                Some(seq) => seq,
+                Some(seq) => (seq, false),
                 None => return Ok(EventsUpdate::Rewrite),
             },
         };
         if last_seq == head_seq {
-            return Ok(EventsUpdate::UpToDate(EventsWritten { stamp, last_seq }));
+            return Ok(EventsUpdate::UpToDate {
+                left: EventsWritten { stamp, last_seq },
+                is_ours,
+            });
         }
         let records = view
             .records_between(run, last_seq, head_seq)
@@ -272,6 +304,7 @@ impl Projector {
         Ok(EventsUpdate::Append {
             records,
             last_seq: head_seq,
+            is_ours,
         })
     }
 
@@ -283,8 +316,10 @@ impl Projector {
         path: &Path,
     ) -> Result<EventsWritten, ProjectionError> {
         let last_seq = match update {
-            EventsUpdate::UpToDate(left) => return Ok(left),
-            EventsUpdate::Append { records, last_seq } => {
+            EventsUpdate::UpToDate { left, .. } => return Ok(left),
+            EventsUpdate::Append {
+                records, last_seq, ..
+            } => {
                 let bytes = documents::events_jsonl(&records);
                 match durable_fs::append_existing(path, &bytes) {
                     Ok(stamp) => return Ok(EventsWritten { stamp, last_seq }),

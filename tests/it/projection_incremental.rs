@@ -212,6 +212,38 @@ fn a_state_change_is_written_at_once_within_the_window() {
     assert_current(&store, run);
 }
 
+/// What another process projected in between is not this projector's to judge: a status that
+/// is a sample of what this projector last wrote but a change of what is on disk now (the job
+/// went queued and back, projected by someone else) is written at once.
+#[test]
+fn after_another_projection_everything_is_written_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(Home::at(dir.path())).expect("open");
+    let run = running_run(&store);
+    let projector = Projector::new();
+    let home = store.home();
+    let start = Instant::now();
+    projector
+        .project(home, store.journal(), run, start, true)
+        .expect("project");
+    append(&store, run, update(JobState::Queued, 0.0));
+    Projector::new()
+        .project(home, store.journal(), run, start, true)
+        .expect("another projector");
+    append(&store, run, update(JobState::Running, 0.5));
+    let projected = projector
+        .project(
+            home,
+            store.journal(),
+            run,
+            start + Duration::from_millis(1),
+            true,
+        )
+        .expect("project");
+    assert_eq!(projected.status_due, None, "written at once");
+    assert_current(&store, run);
+}
+
 #[test]
 fn events_jsonl_whose_end_is_not_the_journals_is_rewritten_whole() {
     let dir = tempfile::tempdir().expect("temp dir");
