@@ -16,7 +16,8 @@ use crate::durable_fs;
 use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
 use crate::journal::{
-    AppendError, Appended, CapacityListener, Condition, Journal, OpenError, Source, WriterOptions,
+    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, OpenError, Source,
+    WriterOptions,
 };
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
@@ -28,14 +29,19 @@ pub struct StoreOptions {
     pub reserve_bytes: u64,
     /// Told when the journal writer is blocked on a full disk and when it recovers.
     pub listener: Option<CapacityListener>,
+    /// Whether commits are shared with the other processes that have the home open (the
+    /// default), or made alone.
+    pub commit_sharing: CommitSharing,
 }
 
 impl StoreOptions {
-    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` if set.
+    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` and commit sharing
+    /// from `RUNJOURNAL_COMMIT_SHARING` (`on` or `off`) if set.
     pub fn from_env() -> Result<StoreOptions, String> {
         Ok(StoreOptions {
             reserve_bytes: capacity::reserve_bytes_from_env()?,
             listener: None,
+            commit_sharing: CommitSharing::from_env()?,
         })
     }
 }
@@ -139,6 +145,7 @@ impl Store {
                 .then(|| Reserve::new(home.reserve_path(), options.reserve_bytes)),
             blocked_markers: Some(home.clone()),
             listener: options.listener,
+            commit_sharing: options.commit_sharing,
             ..WriterOptions::default()
         };
         let journal = Journal::open_with(Source::Path(journal_path), writer)?;

@@ -187,7 +187,7 @@ pub fn run_in_process(
             source,
         })?;
     let mut options = StoreOptions::from_env().map_err(|reason| RunnerError::Io {
-        what: "reading the reserve size",
+        what: "reading the store's settings from the environment",
         source: io::Error::new(io::ErrorKind::InvalidInput, reason),
     })?;
     // The runner's stderr is runner.log: a full disk shows there.

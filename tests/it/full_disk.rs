@@ -211,6 +211,7 @@ fn rides_out_a_full_disk(root: &Path) {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .push(event.clone());
         })),
+        ..StoreOptions::default()
     };
     let store =
         Arc::new(Store::open_with(Home::at(&home_dir), options).expect("open on the small fs"));
@@ -417,6 +418,7 @@ fn a_journal_cannot_be_created_on_a_full_disk_and_nothing_is_left_half_made() {
         StoreOptions {
             reserve_bytes: 1 << 20,
             listener: None,
+            ..StoreOptions::default()
         },
     )
     .expect_err("no room for a journal");
@@ -474,6 +476,7 @@ fn emfile_child(home_dir: &Path) {
         StoreOptions {
             reserve_bytes: 0,
             listener: None,
+            ..StoreOptions::default()
         },
     )
     .expect("open");
@@ -596,6 +599,7 @@ fn a_run_launched_on_a_full_disk_waits_for_space_and_completes() {
         StoreOptions {
             reserve_bytes: 0,
             listener: None,
+            ..StoreOptions::default()
         },
     )
     .expect("open");
