@@ -25,7 +25,7 @@ use runjournal::{Condition, Home, RunId, RunStatus, Store, state};
 const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
 
 /// Whether this test may run; prints why not, or fails when root tests are required.
-fn can_mount(test: &str) -> bool {
+pub(crate) fn can_mount(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
@@ -50,13 +50,13 @@ fn run_command(program: &str, args: &[&str]) {
 }
 
 /// A small file system mounted on a temp dir, unmounted on drop.
-struct SmallFs {
+pub(crate) struct SmallFs {
     mount_point: tempfile::TempDir,
     _image_dir: Option<tempfile::TempDir>,
 }
 
 impl SmallFs {
-    fn tmpfs(size: &str) -> SmallFs {
+    pub(crate) fn tmpfs(size: &str) -> SmallFs {
         let mount_point = tempfile::tempdir().expect("mount point");
         let path = mount_point.path().to_str().expect("utf-8 path");
         run_command(
@@ -86,7 +86,7 @@ impl SmallFs {
         }
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.mount_point.path()
     }
 }
@@ -99,7 +99,7 @@ impl Drop for SmallFs {
 }
 
 /// Writes `path` until the file system is full.
-fn fill(path: &Path) {
+pub(crate) fn fill(path: &Path) {
     let mut file = std::fs::File::create(path).expect("filler file");
     let chunk = vec![0xa5u8; 64 << 10];
     loop {
