@@ -155,7 +155,8 @@ pub struct WriterStats {
     pub batches: AtomicU64,
     /// Storage failures met (each followed by a reopen).
     pub failures: AtomicU64,
-    /// Batches of this handle that another handle, the commit leader, committed for it.
+    /// Batches of this handle answered by another handle, the commit leader, which committed
+    /// (or refused) them for it.
     pub through_leader: AtomicU64,
     /// Batches of other handles that this handle committed as their commit leader.
     pub for_others: AtomicU64,

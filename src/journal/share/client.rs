@@ -3,10 +3,11 @@
 
 use std::io::BufReader;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 
 use super::wire::{self, Hello, ToClient, ToLeader, WireAnswer, WireBatch};
 use super::{Rendezvous, SocketAt};
-use crate::durable_fs::{self, SocketPath};
+use crate::durable_fs::{self, FileLock, SocketPath};
 use crate::journal::append::Batch;
 use crate::platform;
 
@@ -28,12 +29,23 @@ pub(super) enum ExchangeError {
     TooLarge,
     /// The connection failed part-way: the leader may have taken any of the batches.
     Broken,
+    /// No answer came, and the commit lock is free: the leader is gone (it released the lock
+    /// only after answering all it took, or died), and judges nothing any more.
+    LeaderGone,
 }
+
+/// How long a client waits for an answer before it looks whether its leader still holds the
+/// lock. A leader riding out a full disk keeps it waiting for as long as that takes; a leader
+/// that is gone without its connection ending (a copy of its socket inherited by a child of
+/// its process, say) is noticed by its free lock.
+const ANSWER_CHECK_INTERVAL_MS: u16 = 1000;
 
 /// A connection whose hello the leader accepted.
 pub(super) struct Connection {
     stream: UnixStream,
     reader: BufReader<UnixStream>,
+    /// The commit lock the leader holds while it leads.
+    lock: PathBuf,
 }
 
 impl Connection {
@@ -64,11 +76,15 @@ impl Connection {
         let mut connection = Connection {
             stream,
             reader: BufReader::new(reader),
+            lock: rendezvous.lock.clone(),
         };
         let hello =
             wire::frame(&ToLeader::Hello(hello.clone())).map_err(|_| Unreachable::Refused)?;
         // A leader that goes away before it answers is no leader.
         platform::send_all(&connection.stream, &hello).map_err(|_| Unreachable::NoLeader)?;
+        connection
+            .wait_for_answer()
+            .map_err(|_| Unreachable::NoLeader)?;
         match wire::read::<ToClient>(&mut connection.reader) {
             Ok(Some(ToClient::Welcome { .. })) => Ok(connection),
             Ok(None) | Err(wire::WireError::Io(_)) => Err(Unreachable::NoLeader),
@@ -97,6 +113,7 @@ impl Connection {
         platform::send_all(&self.stream, &bytes).map_err(|_| ExchangeError::Broken)?;
         let mut answers = Vec::with_capacity(batches.len());
         for _ in batches {
+            self.wait_for_answer()?;
             match wire::read::<ToClient>(&mut self.reader) {
                 Ok(Some(ToClient::Answer(answer))) => answers.push(answer),
                 // Anything else, the end of the stream or a bad frame: the connection is
@@ -105,5 +122,31 @@ impl Connection {
             }
         }
         Ok(answers)
+    }
+
+    /// Waits until an answer starts to arrive, or the leader is found gone.
+    fn wait_for_answer(&self) -> Result<(), ExchangeError> {
+        use nix::poll::{PollFd, PollFlags, poll};
+        use std::os::fd::AsFd;
+        while self.reader.buffer().is_empty() {
+            let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ANSWER_CHECK_INTERVAL_MS) {
+                Ok(0) => {}
+                // Readable, or ended: the read tells which.
+                Ok(_) => return Ok(()),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return Err(ExchangeError::Broken),
+            }
+            if let Ok(Some(free)) = FileLock::try_acquire(&self.lock) {
+                drop(free);
+                // A leader answers before it releases the lock: look once more.
+                let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+                if poll(&mut fds, 0u8).is_ok_and(|ready| ready > 0) {
+                    return Ok(());
+                }
+                return Err(ExchangeError::LeaderGone);
+            }
+        }
+        Ok(())
     }
 }

@@ -357,11 +357,11 @@ impl Sharing {
                     self.commit_here(todo, &mut answers, capacity, renumber);
                     break;
                 }
-                Err(_) => {
+                Err(error) => {
                     for pending in &mut todo[..chunk] {
                         pending.may_have_landed = true;
                     }
-                    may_be_judged_elsewhere = true;
+                    may_be_judged_elsewhere = !matches!(error, ExchangeError::LeaderGone);
                     self.role = Role::Undecided;
                     trouble_since.get_or_insert_with(Instant::now);
                     failed_attempts += 1;

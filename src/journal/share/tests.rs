@@ -361,3 +361,55 @@ fn two_journals_in_one_directory_never_share_a_leader() {
     assert_eq!(one.view().expect("view").run_count().expect("runs"), 1);
     assert_eq!(two.view().expect("view").run_count().expect("runs"), 1);
 }
+
+/// A peer that listens at the socket's path, says welcome, takes a group and never answers,
+/// while nobody holds the commit lock: no leader. The client notices the free lock, leads, and
+/// commits its batch itself.
+#[test]
+fn a_silent_peer_that_holds_no_lock_is_left_and_the_batch_committed_here() {
+    use super::wire::{self, ToClient, ToLeader};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let socket = crate::home::commit_socket_path(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let (done, is_done) = std::sync::mpsc::channel::<()>();
+    let silent = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+        assert!(matches!(
+            wire::read::<ToLeader>(&mut reader),
+            Ok(Some(ToLeader::Hello(_)))
+        ));
+        let welcome = wire::frame(&ToClient::Welcome { leader_pid: 1 }).expect("frame");
+        std::io::Write::write_all(&mut stream, &welcome).expect("welcome");
+        assert!(matches!(
+            wire::read::<ToLeader>(&mut reader),
+            Ok(Some(ToLeader::Group { batches: 1 }))
+        ));
+        // Keeps the connection open, answering nothing, until the test is over.
+        let _ = is_done.recv();
+    });
+    let journal = open(&path);
+    let appended = create(&journal);
+    assert_eq!(
+        through_leader(&journal),
+        0,
+        "the silent peer answered nothing"
+    );
+    assert_eq!(
+        journal
+            .view()
+            .expect("view")
+            .records(appended.run)
+            .expect("records")
+            .len(),
+        1
+    );
+    assert_eq!(
+        std::fs::read_to_string(crate::home::commit_lock_path(&path)).expect("lock"),
+        format!("{}\n", std::process::id()),
+        "the client leads now"
+    );
+    drop(done);
+    silent.join().expect("the silent peer");
+}
