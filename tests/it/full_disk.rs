@@ -37,7 +37,7 @@ pub(crate) fn can_mount(test: &str) -> bool {
     false
 }
 
-fn run_command(program: &str, args: &[&str]) {
+pub(crate) fn run_command(program: &str, args: &[&str]) {
     let output = Command::new(program)
         .args(args)
         .output()

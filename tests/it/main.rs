@@ -21,4 +21,6 @@ mod model;
 mod pi_subagents_compat;
 mod power_loss;
 mod projection_repair;
+mod runner_hygiene;
+mod ship;
 mod support;

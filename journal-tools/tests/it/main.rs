@@ -5,4 +5,5 @@ mod cli;
 mod common;
 mod crash;
 mod damage;
+mod fleet;
 mod layout;
