@@ -303,7 +303,7 @@ impl Server {
         };
         if send(&stream, &welcome).is_ok() {
             while let Some(batches) = read_group(&mut reader, hello.writer) {
-                let answers = self.commit(&batches);
+                let answers = self.commit(batches);
                 if send_all(&stream, answers).is_err() {
                     break;
                 }
@@ -352,29 +352,31 @@ impl Server {
 
     /// Queues a client's group into this handle's writer and waits for every answer. Once the
     /// queue is closed, the rest of the group is not taken.
-    fn commit(&self, batches: &[Batch]) -> Vec<WireAnswer> {
-        let tickets: Vec<Option<Ticket<Answer>>> = batches
-            .iter()
+    fn commit(&self, batches: Vec<Batch>) -> Vec<WireAnswer> {
+        let tickets: Vec<(Option<Ticket<Answer>>, WriterId, u64)> = batches
+            .into_iter()
             .map(|batch| {
-                self.queue
+                let (writer, writer_seq) = (batch.writer, batch.writer_seq);
+                let ticket = self
+                    .queue
                     .submit(Request {
                         run: batch.run,
-                        events: batch.events.clone(),
+                        events: batch.events,
                         condition: batch.condition,
                         origin: Origin::Remote {
-                            writer: batch.writer,
-                            writer_seq: batch.writer_seq,
+                            writer,
+                            writer_seq,
                             time_ms: batch.time_ms,
                         },
                     })
-                    .ok()
+                    .ok();
+                (ticket, writer, writer_seq)
             })
             .collect();
         tickets
             .into_iter()
-            .zip(batches)
-            .map(|(ticket, batch)| match ticket {
-                Some(ticket) => to_wire(ticket.wait(), batch),
+            .map(|(ticket, writer, writer_seq)| match ticket {
+                Some(ticket) => to_wire(ticket.wait(), writer, writer_seq),
                 None => WireAnswer::NotTaken,
             })
             .collect()
@@ -400,8 +402,8 @@ fn read_group(reader: &mut impl Read, writer: WriterId) -> Option<Vec<Batch>> {
     Some(batches)
 }
 
-/// The client's answer to its batch, from the writer's.
-fn to_wire(answer: Answer, batch: &Batch) -> WireAnswer {
+/// The client's answer to its batch (its writer's `writer_seq`), from the writer's.
+fn to_wire(answer: Answer, writer: WriterId, writer_seq: u64) -> WireAnswer {
     let failed =
         |op: &str, errno: Option<i32>, message: String, is_corrupt: bool| WireAnswer::Failed {
             op: op.to_string(),
@@ -422,8 +424,10 @@ fn to_wire(answer: Answer, batch: &Batch) -> WireAnswer {
             Err(error) => failed("encoding the answer", None, error.to_string(), false),
         },
         Err(AppendError::WriterSeqReused {
-            writer, writer_seq, ..
-        }) if writer == batch.writer && writer_seq == batch.writer_seq => WireAnswer::SeqReused {
+            writer: reused_writer,
+            writer_seq: reused_seq,
+            ..
+        }) if reused_writer == writer && reused_seq == writer_seq => WireAnswer::SeqReused {
             was_retried: answer.was_retried,
         },
         Err(AppendError::Storage(failure)) => failed(
