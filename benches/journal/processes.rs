@@ -5,7 +5,7 @@
 //! appender is the baseline, all measured in the same rounds.
 //!
 //! The processes are this benchmark binary itself, started again with `CHILD_ENV` set (see
-//! [`child_main_if_asked`]). Each opens the journal, creates a run whose external-job step is
+//! [`child_main_if_asked`]), each in a session of its own, as runners are. Each opens the journal, creates a run whose external-job step is
 //! running, says `ready`, then for each line `<n>` on its stdin makes `n` transitions
 //! (`ExternalJobUpdated`, as `transition/runjournal-*` do) and answers `done <cpu-ns>`: its
 //! CPU time so far, so that the CPU of all processes per transition is reported too.
@@ -37,7 +37,9 @@ pub fn child_main_if_asked() -> bool {
     let Ok(journal) = std::env::var(CHILD_ENV) else {
         return false;
     };
-    let sharing = CommitSharing::from_env().expect("RUNJOURNAL_COMMIT_SHARING is on or off");
+    // Runner-like: a session of its own, without a terminal (so it may lead, as a runner does).
+    let _ = nix::unistd::setsid();
+    let sharing = CommitSharing::from_env().expect("RUNJOURNAL_COMMIT_SHARING is a sharing mode");
     let options = WriterOptions {
         commit_sharing: sharing,
         ..WriterOptions::default()
@@ -106,10 +108,7 @@ impl Fleet {
         let journal = dir.join("journal.redb");
         drop(Journal::open(&journal).expect("the journal is made"));
         let me = std::env::current_exe().expect("the benchmark binary");
-        let sharing = match sharing {
-            CommitSharing::Shared => "on",
-            _ => "off",
-        };
+        let sharing = sharing.as_env_value();
         let mut appenders: Vec<Appender> = (0..count)
             .map(|_| {
                 let mut child = Command::new(&me)

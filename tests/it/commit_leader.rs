@@ -24,7 +24,9 @@ use runjournal::event::{
     Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunSpec, StepAction, StepEnd,
     StepOutcome, StepSpec, TerminalState,
 };
-use runjournal::journal::{Appended, Journal, JournalReader, Source, View, WriterOptions};
+use runjournal::journal::{
+    Appended, CommitSharing, Journal, JournalReader, Source, View, WriterOptions,
+};
 use runjournal::{Condition, Home, RunId, Store, capacity, state};
 
 const CHILD_ENV: &str = "RUNJOURNAL_TEST_SHARED_APPENDER";
@@ -139,8 +141,11 @@ impl Job {
 /// "acknowledged"; an error panics, and the child exits unsuccessfully.
 fn child_main(job: &Job) {
     let home = Home::at(job.journal.parent().expect("the journal is in a directory"));
+    // Runner-like: a runner has no terminal and may lead; so may these, whatever runs the
+    // tests.
     let options = WriterOptions {
         blocked_markers: job.is_big.then_some(home),
+        commit_sharing: CommitSharing::Lead,
         ..WriterOptions::default()
     };
     let journal = Journal::open_with(Source::Path(job.journal.clone()), options)

@@ -29,7 +29,9 @@
 //!   very refusal its caller would have had alone.
 //!
 //! Full and flaky disks are the leader's writer's to ride out, as for its own batches: its
-//! clients wait, and never see a capacity error. A handle opened with
+//! clients wait, and never see a capacity error. A process with a controlling terminal does
+//! not lead (job control could stop it while its clients wait), unless opened with
+//! [`CommitSharing::Lead`]; runners, in sessions of their own, do. A handle opened with
 //! [`CommitSharing::Alone`], or a journal that is not a file, commits alone.
 
 mod client;
@@ -61,10 +63,15 @@ mod tests;
 /// Whether a journal handle shares its commits with other processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CommitSharing {
-    /// Hand groups to the journal's commit leader when there is one, and lead when there is
-    /// none (the default).
+    /// Hand groups to the journal's commit leader when there is one; when there is none, lead
+    /// unless this process has a controlling terminal (the default). Job control (Ctrl-Z)
+    /// stops a process of a terminal, and a stopped leader would hold up every client until
+    /// it is resumed; a runner, in a session of its own, has no terminal and leads.
     #[default]
     Shared,
+    /// As `Shared`, and lead even with a controlling terminal: for a process that knows it will
+    /// not be stopped (tests, benchmarks).
+    Lead,
     /// Commit every group in a write transaction of this handle's own.
     Alone,
 }
@@ -73,16 +80,27 @@ impl CommitSharing {
     /// The environment variable that turns sharing off for a process: `off` (or `on`).
     pub const ENV: &'static str = "RUNJOURNAL_COMMIT_SHARING";
 
-    /// From [`CommitSharing::ENV`]: `on` (or unset) shares, `off` commits alone.
+    /// From [`CommitSharing::ENV`]: `on` (or unset) shares, `lead` shares and leads even
+    /// from a terminal, `off` commits alone.
     pub fn from_env() -> Result<CommitSharing, String> {
         match std::env::var(Self::ENV) {
             Err(std::env::VarError::NotPresent) => Ok(CommitSharing::Shared),
             Ok(value) if value == "on" => Ok(CommitSharing::Shared),
+            Ok(value) if value == "lead" => Ok(CommitSharing::Lead),
             Ok(value) if value == "off" => Ok(CommitSharing::Alone),
-            Ok(value) => Err(format!("{}={value:?}: expected on or off", Self::ENV)),
+            Ok(value) => Err(format!("{}={value:?}: expected on, lead or off", Self::ENV)),
             Err(std::env::VarError::NotUnicode(value)) => {
-                Err(format!("{}={value:?}: expected on or off", Self::ENV))
+                Err(format!("{}={value:?}: expected on, lead or off", Self::ENV))
             }
+        }
+    }
+
+    /// The value of [`CommitSharing::ENV`] that means this.
+    pub fn as_env_value(self) -> &'static str {
+        match self {
+            CommitSharing::Shared => "on",
+            CommitSharing::Lead => "lead",
+            CommitSharing::Alone => "off",
         }
     }
 }
@@ -163,12 +181,16 @@ pub(crate) struct Sharing {
     journal_id: Option<[u8; 16]>,
     role: Role,
     lead_again_at: Option<Instant>,
+    /// Whether this handle may lead, once looked at (see [`CommitSharing::Shared`]).
+    may_lead: Option<bool>,
 }
 
 impl Sharing {
     pub(crate) fn new(shared: &Arc<Shared>, queue: &Arc<Queue<Request, Answer>>) -> Sharing {
         let rendezvous = match (&shared.options.commit_sharing, &shared.source) {
-            (CommitSharing::Shared, Source::Path(path)) => Rendezvous::of(path),
+            (CommitSharing::Shared | CommitSharing::Lead, Source::Path(path)) => {
+                Rendezvous::of(path)
+            }
             _ => None,
         };
         Sharing {
@@ -178,6 +200,7 @@ impl Sharing {
             journal_id: None,
             role: Role::Undecided,
             lead_again_at: None,
+            may_lead: None,
         }
     }
 
@@ -263,9 +286,13 @@ impl Sharing {
 
     /// Leads if the lock is free and this handle can serve; `is_leader` tells.
     fn try_to_lead(&mut self) {
-        if self
-            .lead_again_at
-            .is_some_and(|again| Instant::now() < again)
+        let may_lead = *self.may_lead.get_or_insert_with(|| {
+            self.shared.options.commit_sharing == CommitSharing::Lead || !has_controlling_terminal()
+        });
+        if !may_lead
+            || self
+                .lead_again_at
+                .is_some_and(|again| Instant::now() < again)
         {
             return;
         }
@@ -532,6 +559,18 @@ struct Pending {
     /// or refused in a commit that landed.
     may_have_landed: bool,
     rejudges: usize,
+}
+
+/// Whether this process has a controlling terminal: opening `/dev/tty` succeeds exactly then
+/// (ENXIO otherwise). Any failure to look counts as none.
+fn has_controlling_terminal() -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nix::libc::O_NOCTTY)
+        .open("/dev/tty")
+        .is_ok()
 }
 
 fn answer(result: Result<Appended, AppendError>) -> Answer {

@@ -77,8 +77,13 @@ fn journal_in(dir: &Path) -> PathBuf {
     dir.join("journal.redb")
 }
 
+/// A handle that may lead even if the tests run in a terminal.
 fn open(path: &Path) -> Journal {
-    Journal::open(path).expect("the journal opens")
+    let options = WriterOptions {
+        commit_sharing: CommitSharing::Lead,
+        ..WriterOptions::default()
+    };
+    Journal::open_with(super::Source::Path(path.to_path_buf()), options).expect("the journal opens")
 }
 
 fn create(journal: &Journal) -> Appended {
@@ -412,4 +417,19 @@ fn a_silent_peer_that_holds_no_lock_is_left_and_the_batch_committed_here() {
     );
     drop(done);
     silent.join().expect("the silent peer");
+}
+
+/// The default mode leads only from a process without a controlling terminal (as runners
+/// are, and as CI runs tests); from a terminal it joins a leader or commits alone.
+#[test]
+fn by_default_a_process_without_a_terminal_leads_and_one_with_a_terminal_does_not() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let first = Journal::open(&path).expect("opens");
+    create(&first);
+    let second = Journal::open(&path).expect("opens");
+    create(&second);
+    let expected = u64::from(!super::has_controlling_terminal());
+    assert_eq!(through_leader(&second), expected);
+    assert_eq!(for_others(&first), expected);
 }
