@@ -103,6 +103,7 @@ impl JournalSource {
             None => {
                 let home = Home::resolve(home, layout)?;
                 home.check_layout()?;
+                journal::check_home_journal(&home)?;
                 (home.journal_path(), Some(home))
             }
         };

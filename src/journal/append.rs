@@ -142,6 +142,16 @@ impl<'txn> Tables<'txn> {
     }
 }
 
+/// How a batch's writer seq is judged against its writer's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Marks {
+    /// A seq at or below the mark was committed before: answered from its records.
+    Idempotent,
+    /// Records rebuilt as they were (`journal::rebuild`): their seqs are not checked against
+    /// the marks, which only rise to each writer's highest seq.
+    Rebuild,
+}
+
 /// Commits `batches` in one durable write transaction, in order. Each batch is validated on its
 /// own against the state left by the batches before it: a refused batch writes nothing and
 /// fails only itself. A storage failure fails them all, and none of them is committed.
@@ -149,7 +159,16 @@ pub(crate) fn commit_batches(
     db: &Database,
     batches: &[Batch],
 ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
-    let judged = commit_batches_judged(db, batches, |_| false)?;
+    commit_batches_with(db, batches, Marks::Idempotent)
+}
+
+/// [`commit_batches`], with the writer marks judged as `marks` says.
+pub(crate) fn commit_batches_with(
+    db: &Database,
+    batches: &[Batch],
+    marks: Marks,
+) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
+    let judged = commit_batches_judged(db, batches, marks, |_| false)?;
     Ok(judged.into_iter().map(|judged| judged.result).collect())
 }
 
@@ -163,12 +182,13 @@ pub(crate) struct Judged {
     pub(crate) refused_against: Option<Option<RunState>>,
 }
 
-/// [`commit_batches`], keeping for each refused batch that `keeps_refusal` names the run's
-/// state the batch was judged against. A refused batch wrote nothing, so reading the run's
-/// state again in the same transaction reads exactly that state.
+/// [`commit_batches_with`], keeping for each refused batch that `keeps_refusal` names the
+/// run's state the batch was judged against. A refused batch wrote nothing, so reading the
+/// run's state again in the same transaction reads exactly that state.
 pub(crate) fn commit_batches_judged(
     db: &Database,
     batches: &[Batch],
+    marks: Marks,
     keeps_refusal: impl Fn(&Batch) -> bool,
 ) -> Result<Vec<Judged>, StorageFailure> {
     let mut txn = db
@@ -181,7 +201,7 @@ pub(crate) fn commit_batches_judged(
         let mut tables = Tables::open(&txn)?;
         let mut group = Group::start(&tables)?;
         for batch in batches {
-            let result = match apply_batch(&mut tables, &mut group, batch) {
+            let result = match apply_batch(&mut tables, &mut group, batch, marks) {
                 Err(AppendError::Storage(failure)) => return Err(failure),
                 other => other,
             };
@@ -301,12 +321,13 @@ fn apply_batch(
     tables: &mut Tables<'_>,
     group: &mut Group,
     batch: &Batch,
+    marks: Marks,
 ) -> Result<Appended, AppendError> {
     if batch.events.is_empty() {
         return Err(AppendError::EmptyBatch);
     }
     let mark = group.mark(tables, batch.writer)?;
-    if mark.is_some_and(|mark| batch.writer_seq <= mark) {
+    if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
     let prepared = prepare(tables, batch)?;

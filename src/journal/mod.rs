@@ -14,7 +14,7 @@
 //! `writer`: group commit; `share`: commits shared across processes through a commit
 //! leader), `append` (one write transaction of batches), `read` ([`View`]: one
 //! read transaction), `reader` ([`JournalReader`], [`ReadJournal`]), `open` (opening, format
-//! checks, an unfinished creation), `snapshot` (the snapshot codec), `tables` (tables and key
+//! checks, an unfinished creation), `examine` (what a journal file holds, before opening it), `snapshot` (the snapshot codec), `tables` (tables and key
 //! encoding), `copy` ([`copy_consistent`]), `error` (the error families), `backend` (a boxed
 //! redb backend), `instrumented` (a counting backend for tests and benchmarks).
 
@@ -22,6 +22,7 @@ mod append;
 mod backend;
 mod copy;
 mod error;
+pub mod examine;
 mod handle;
 #[doc(hidden)]
 pub mod instrumented;
@@ -29,6 +30,7 @@ mod open;
 mod queue;
 mod read;
 mod reader;
+pub mod rebuild;
 pub mod share;
 pub(crate) mod snapshot;
 pub(crate) mod tables;
@@ -37,6 +39,7 @@ pub mod writer;
 pub use append::{Appended, Batch, Condition};
 pub use copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
 pub use error::{AppendError, CorruptError, OpenError, ReadError, StorageFailure};
+pub use examine::{FileFinding, check_home_journal, examine};
 pub use handle::Journal;
 pub use read::{JournalMeta, ResolveError, View};
 pub use reader::{JournalReader, ReadJournal};

@@ -7,3 +7,4 @@ mod crash;
 mod damage;
 mod fleet;
 mod layout;
+mod lost;
