@@ -72,6 +72,10 @@ pub enum CommitSharing {
     /// As `Shared`, and lead even with a controlling terminal: for a process that knows it will
     /// not be stopped (tests, benchmarks).
     Lead,
+    /// Hand groups to the leader when there is one, never lead: for short-lived commands (the
+    /// `runjournal` CLI's own), whose leadership would pass on at once, and which a user may
+    /// stop; the runners they start lead.
+    Join,
     /// Commit every group in a write transaction of this handle's own.
     Alone,
 }
@@ -81,17 +85,22 @@ impl CommitSharing {
     pub const ENV: &'static str = "RUNJOURNAL_COMMIT_SHARING";
 
     /// From [`CommitSharing::ENV`]: `on` (or unset) shares, `lead` shares and leads even
-    /// from a terminal, `off` commits alone.
+    /// from a terminal, `join` shares without leading, `off` commits alone.
     pub fn from_env() -> Result<CommitSharing, String> {
         match std::env::var(Self::ENV) {
             Err(std::env::VarError::NotPresent) => Ok(CommitSharing::Shared),
             Ok(value) if value == "on" => Ok(CommitSharing::Shared),
             Ok(value) if value == "lead" => Ok(CommitSharing::Lead),
+            Ok(value) if value == "join" => Ok(CommitSharing::Join),
             Ok(value) if value == "off" => Ok(CommitSharing::Alone),
-            Ok(value) => Err(format!("{}={value:?}: expected on, lead or off", Self::ENV)),
-            Err(std::env::VarError::NotUnicode(value)) => {
-                Err(format!("{}={value:?}: expected on, lead or off", Self::ENV))
-            }
+            Ok(value) => Err(format!(
+                "{}={value:?}: expected on, lead, join or off",
+                Self::ENV
+            )),
+            Err(std::env::VarError::NotUnicode(value)) => Err(format!(
+                "{}={value:?}: expected on, lead, join or off",
+                Self::ENV
+            )),
         }
     }
 
@@ -100,6 +109,7 @@ impl CommitSharing {
         match self {
             CommitSharing::Shared => "on",
             CommitSharing::Lead => "lead",
+            CommitSharing::Join => "join",
             CommitSharing::Alone => "off",
         }
     }
@@ -188,9 +198,10 @@ pub(crate) struct Sharing {
 impl Sharing {
     pub(crate) fn new(shared: &Arc<Shared>, queue: &Arc<Queue<Request, Answer>>) -> Sharing {
         let rendezvous = match (&shared.options.commit_sharing, &shared.source) {
-            (CommitSharing::Shared | CommitSharing::Lead, Source::Path(path)) => {
-                Rendezvous::of(path)
-            }
+            (
+                CommitSharing::Shared | CommitSharing::Lead | CommitSharing::Join,
+                Source::Path(path),
+            ) => Rendezvous::of(path),
             _ => None,
         };
         Sharing {
@@ -286,9 +297,14 @@ impl Sharing {
 
     /// Leads if the lock is free and this handle can serve; `is_leader` tells.
     fn try_to_lead(&mut self) {
-        let may_lead = *self.may_lead.get_or_insert_with(|| {
-            self.shared.options.commit_sharing == CommitSharing::Lead || !has_controlling_terminal()
-        });
+        let may_lead =
+            *self
+                .may_lead
+                .get_or_insert_with(|| match self.shared.options.commit_sharing {
+                    CommitSharing::Lead => true,
+                    CommitSharing::Shared => !has_controlling_terminal(),
+                    CommitSharing::Join | CommitSharing::Alone => false,
+                });
         if !may_lead
             || self
                 .lead_again_at
