@@ -109,17 +109,20 @@ struct Job {
     /// Runs of big specs (a full disk comes sooner), and the writer marks itself blocked in
     /// the journal's directory as a home's writer does.
     is_big: bool,
+    /// Joins a leader but never leads, as the `runjournal` commands do.
+    is_join_only: bool,
 }
 
 impl Job {
     fn to_env(&self) -> String {
         format!(
-            "{}\n{}\n{}\n{}\n{}",
+            "{}\n{}\n{}\n{}\n{}\n{}",
             self.journal.display(),
             self.acks.display(),
             self.runs,
             self.pause_ms,
-            self.is_big
+            self.is_big,
+            self.is_join_only
         )
     }
 
@@ -131,6 +134,7 @@ impl Job {
             runs: lines[2].parse().expect("runs"),
             pause_ms: lines[3].parse().expect("pause"),
             is_big: lines[4].parse().expect("is_big"),
+            is_join_only: lines[5].parse().expect("is_join_only"),
         }
     }
 }
@@ -142,10 +146,14 @@ impl Job {
 fn child_main(job: &Job) {
     let home = Home::at(job.journal.parent().expect("the journal is in a directory"));
     // Runner-like: a runner has no terminal and may lead; so may these, whatever runs the
-    // tests.
+    // tests. Or command-like: joins, never leads.
     let options = WriterOptions {
         blocked_markers: job.is_big.then_some(home),
-        commit_sharing: CommitSharing::Lead,
+        commit_sharing: if job.is_join_only {
+            CommitSharing::Join
+        } else {
+            CommitSharing::Lead
+        },
         ..WriterOptions::default()
     };
     let journal = Journal::open_with(Source::Path(job.journal.clone()), options)
@@ -410,6 +418,11 @@ struct Children {
     live: BTreeMap<u32, Child>,
     ack_files: Vec<PathBuf>,
     is_big: bool,
+    /// Every other child of the first `APPENDERS` joins without leading (the others may lead,
+    /// so that there is a leader to kill).
+    are_some_join_only: bool,
+    /// Every child spawned from now on joins without leading.
+    are_all_join_only: bool,
 }
 
 impl Children {
@@ -428,6 +441,8 @@ impl Children {
             live: BTreeMap::new(),
             ack_files: Vec::new(),
             is_big: false,
+            are_some_join_only: false,
+            are_all_join_only: false,
         }
     }
 
@@ -441,6 +456,10 @@ impl Children {
                 runs,
                 pause_ms,
                 is_big: self.is_big,
+                is_join_only: self.are_all_join_only
+                    || (self.are_some_join_only
+                        && self.ack_files.len() < APPENDERS
+                        && self.ack_files.len() % 2 == 1),
             },
         );
         self.ack_files.push(acks);
@@ -487,6 +506,8 @@ fn leaders_killed_at_random_moments_lose_nothing_acknowledged() {
     let (seed, mut rng) = seeded_rng(test);
     let dir = tempfile::tempdir().expect("temp dir");
     let mut children = Children::new(test, &dir.path().join("home"), dir.path());
+    // Half of them never lead: when their leader dies, they must go on without leading.
+    children.are_some_join_only = true;
     for _ in 0..APPENDERS {
         children.spawn(12, 2);
     }
@@ -521,6 +542,56 @@ fn leaders_killed_at_random_moments_lose_nothing_acknowledged() {
         "seed {seed}: batches were committed through leaders ({through_leader} handed over, \
          {for_others} taken by the survivors)"
     );
+}
+
+/// Clients that may not lead (as `runjournal` commands) lose their leader mid-request, and no
+/// other process may lead: they see the lock free, so the leader judges nothing more, and
+/// commit what it left unanswered themselves — they neither wait for a leader that cannot come
+/// nor give up.
+#[test]
+fn clients_that_may_not_lead_go_on_alone_when_their_leader_is_killed() {
+    if is_child() {
+        return;
+    }
+    let test = "clients_that_may_not_lead_go_on_alone_when_their_leader_is_killed";
+    let (seed, mut rng) = seeded_rng(test);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut children = Children::new(test, &dir.path().join("home"), dir.path());
+    let leader = children.spawn(200, 5);
+    let started = Instant::now();
+    while leader_pid(&children.journal) != Some(leader) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "seed {seed}: the first appender never led"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    children.are_all_join_only = true;
+    for _ in 0..3 {
+        children.spawn(20, 0);
+    }
+    let started = Instant::now();
+    while children.ack_files[1..]
+        .iter()
+        .any(|path| ack_count(path) < 3)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "seed {seed}: the clients did not get going"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(rng.random_range(0..20)));
+    children.kill(leader);
+    children.finish(seed);
+    check(seed, &children.journal, &children.ack_files);
+    let (through_leader, for_others, duplicates) = children.stats();
+    eprintln!(
+        "seed {seed}: the clients handed {through_leader} batches to the leader before it was \
+         killed; {duplicates} sent again were already in"
+    );
+    assert!(through_leader > 0, "seed {seed}: the clients had a leader");
+    assert_eq!(for_others, 0, "seed {seed}: no client led");
 }
 
 #[test]

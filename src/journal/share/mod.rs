@@ -52,6 +52,7 @@ use super::queue::Queue;
 use super::read::View;
 use super::snapshot::decode_snapshot;
 use super::writer::{self, Answer, CapacityState, Request, Shared, Source};
+use crate::durable_fs::FileLock;
 use crate::platform;
 use client::{Connection, ExchangeError, Unreachable};
 use leader::Leadership;
@@ -323,6 +324,14 @@ impl Sharing {
         }
     }
 
+    /// Whether nobody holds the commit lock (it is taken and let go at once to tell).
+    fn is_lock_free(&self) -> bool {
+        let Some(rendezvous) = &self.rendezvous else {
+            return true;
+        };
+        matches!(FileLock::try_acquire(&rendezvous.lock), Ok(Some(_)))
+    }
+
     fn journal_id(&mut self) -> Option<[u8; 16]> {
         if self.journal_id.is_none() {
             let db = self.shared.database()?;
@@ -375,6 +384,12 @@ impl Sharing {
                     Err(unreachable) => {
                         if matches!(unreachable, Unreachable::NoLeader) {
                             self.try_to_lead();
+                        }
+                        // A free lock: the leader that had them released it, which it does
+                        // only once it answered all it took, or died. Nobody else will judge
+                        // them (a handle that may not lead commits them alone).
+                        if may_be_judged_elsewhere && !self.is_leader() && self.is_lock_free() {
+                            may_be_judged_elsewhere = false;
                         }
                         if self.is_leader() || !may_be_judged_elsewhere {
                             self.commit_here(todo, &mut answers, capacity, renumber);
