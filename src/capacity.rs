@@ -107,13 +107,7 @@ impl Reserve {
         }
         let temp = self.path.with_extension("making");
         let made = (|| {
-            use std::os::unix::fs::OpenOptionsExt;
-            let file = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&temp)?;
+            let file = crate::durable_fs::open_truncated(&temp)?;
             // Allocated blocks, not a sparse file: deleting it must free real space.
             platform::preallocate(&file, self.bytes)?;
             drop(file);

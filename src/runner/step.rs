@@ -4,9 +4,8 @@
 //! happened ([`ProcessReport`]) and the runner's loop, the single place that records
 //! `StepFinished`, turns that into an outcome.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -80,13 +79,10 @@ pub fn command(
     Ok(command)
 }
 
-/// Opens a step's output log for appending (0600), creating it if needed.
+/// Opens a step's output log for appending (0600), creating it if needed, without following
+/// a link in its place ([`crate::durable_fs::open_append`]).
 pub fn open_output_log(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
+    crate::durable_fs::open_append(path)
 }
 
 /// How an external job's provider ended its report.

@@ -20,4 +20,5 @@ mod model;
 mod pi_subagents_compat;
 mod power_loss;
 mod projection_repair;
+mod strangers;
 mod support;
