@@ -175,8 +175,9 @@ fn is_boot_id_nameable(boot_id: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
 }
 
-/// The marker's file name, `<pid>-<start time>-<since ms>-<boot id>`: the numbers first,
-/// because the boot id holds dashes itself.
+/// The marker's file name, `<pid>-<start time>-<since ms>-<boot id>`, then `_<PID namespace>`
+/// where the writer's pid has one: the numbers first, because the boot id holds dashes itself
+/// (and never `_`).
 fn marker_name(blocked: &Blocked) -> io::Result<String> {
     let writer = &blocked.writer;
     if !is_boot_id_nameable(&writer.boot_id) {
@@ -188,8 +189,12 @@ fn marker_name(blocked: &Blocked) -> io::Result<String> {
             ),
         ));
     }
+    let namespace = writer
+        .pid_namespace
+        .map(|namespace| format!("_{namespace}"))
+        .unwrap_or_default();
     Ok(format!(
-        "{}-{}-{}-{}",
+        "{}-{}-{}-{}{namespace}",
         writer.pid, writer.start_time, blocked.since_ms, writer.boot_id
     ))
 }
@@ -215,13 +220,24 @@ fn parse_marker_name(name: &str) -> MarkerName {
     }
     let parts: Vec<&str> = name.splitn(4, '-').collect();
     match parts.as_slice() {
-        [pid, start_time, since_ms, boot_id] if is_boot_id_nameable(boot_id) => {
+        [pid, start_time, since_ms, boot_and_namespace] => {
+            let (boot_id, namespace) = match boot_and_namespace.split_once('_') {
+                Some((boot_id, namespace)) => match number::<u64>(namespace) {
+                    Some(namespace) => (boot_id, Some(namespace)),
+                    None => return MarkerName::Unknown,
+                },
+                None => (*boot_and_namespace, None),
+            };
+            if !is_boot_id_nameable(boot_id) {
+                return MarkerName::Unknown;
+            }
             match (number(pid), number(start_time), number(since_ms)) {
                 (Some(pid), Some(start_time), Some(since_ms)) => MarkerName::Current(Blocked {
                     writer: ProcessIdentity {
                         pid,
                         start_time,
-                        boot_id: (*boot_id).to_string(),
+                        boot_id: boot_id.to_string(),
+                        pid_namespace: namespace,
                     },
                     since_ms,
                 }),
@@ -422,6 +438,7 @@ mod tests {
                 pid: 4242,
                 start_time: 987_654,
                 boot_id: "ea802a0e-e617-4d83-bbb1-efd556ab6eb6".to_string(),
+                pid_namespace: None,
             },
             1_700_000_000_000,
         );

@@ -225,6 +225,8 @@ pub enum RunnerSeen {
     Dead,
     /// Recorded in an earlier boot: gone.
     OtherBoot,
+    /// Recorded in another PID namespace: neither seen alive nor gone from here.
+    OtherNamespace,
     /// It could not be looked at.
     Unknown,
 }
@@ -235,6 +237,7 @@ impl RunnerSeen {
             RunnerSeen::Alive => "alive",
             RunnerSeen::Dead => "dead",
             RunnerSeen::OtherBoot => "dead (other boot)",
+            RunnerSeen::OtherNamespace => "unknown (other PID namespace)",
             RunnerSeen::Unknown => "unknown",
         }
     }
@@ -248,6 +251,7 @@ pub fn look_at_runner(state: &RunState) -> Option<RunnerSeen> {
         Ok(Liveness::Alive) => RunnerSeen::Alive,
         Ok(Liveness::Dead) => RunnerSeen::Dead,
         Ok(Liveness::OtherBoot) => RunnerSeen::OtherBoot,
+        Ok(Liveness::OtherNamespace) => RunnerSeen::OtherNamespace,
         Err(_) => RunnerSeen::Unknown,
     })
 }

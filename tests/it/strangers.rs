@@ -204,3 +204,427 @@ fn an_empty_home_is_bad_input_and_an_empty_variable_is_unset() {
     );
     assert_eq!(std::fs::read_dir(cwd.path()).expect("list").count(), 0);
 }
+
+/// `runjournal ARGS` with this home, run inside a new PID namespace with a /proc of its own:
+/// the sandbox of a coding-agent host.
+fn in_new_pid_namespace(home: &TestHome, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(assert_cmd::cargo::cargo_bin!("runjournal"))
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .output()
+        .expect("unshare runs")
+}
+
+/// A run of one step (`script`) whose step is running.
+fn running_run(home: &TestHome, script: &str) -> (runjournal::Journal, runjournal::RunId) {
+    let output = home
+        .cmd()
+        .args(["run", "--json", "--step", script])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let run = run_id_of(&output.stdout);
+    let journal = home.journal();
+    wait_for(&journal, run, "the step to run", |state| {
+        state.steps[0].status == StepStatus::Running
+    });
+    (journal, run)
+}
+
+/// Regression (issue 13): `list`, `status` and `reconcile` in another PID namespace found the
+/// runner's pid absent there, declared it dead and failed the live run. Now its runner is
+/// unknown there: nothing is recorded, nothing signalled, `reconcile` says why, and the run
+/// completes on its own.
+#[test]
+fn a_reader_in_another_pid_namespace_leaves_a_live_run_alone() {
+    if !is_root(
+        "a_reader_in_another_pid_namespace_leaves_a_live_run_alone",
+        "make a PID namespace (unshare)",
+    ) {
+        return;
+    }
+    let home = TestHome::new();
+    let (journal, run) = running_run(&home, "sleep 3");
+    let head = common::state(&journal, run).head_seq;
+    let run_text = run.to_string();
+    for args in [&["list"][..], &["status", &run_text], &["reconcile"]] {
+        let output = in_new_pid_namespace(&home, args);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        match args[0] {
+            "status" => assert!(
+                stdout.contains("unknown (other PID namespace)"),
+                "status says the runner is unknown here: {stdout}"
+            ),
+            "reconcile" => assert!(
+                stdout.contains("runner-elsewhere") && stdout.contains("PID namespace"),
+                "reconcile says why it left the run alone: {stdout}"
+            ),
+            _ => {}
+        }
+    }
+    let state = common::state(&journal, run);
+    assert_eq!(state.head_seq, head, "nothing was recorded: {state:?}");
+    assert!(!state.is_terminal());
+    let state = wait_terminal(&journal, run);
+    assert_eq!(state.status, runjournal::RunStatus::Complete, "{state:?}");
+    let terminal = state.terminal.expect("terminal");
+    assert_eq!(
+        terminal.repaired_by, None,
+        "the runner recorded its own end"
+    );
+}
+
+/// `stop` in another PID namespace records the request and signals nothing (it cannot tell the
+/// runner from a stranger there); the runner sees the request in the journal and stops.
+#[test]
+fn a_stop_from_another_pid_namespace_is_heeded_without_a_signal() {
+    if !is_root(
+        "a_stop_from_another_pid_namespace_is_heeded_without_a_signal",
+        "make a PID namespace (unshare)",
+    ) {
+        return;
+    }
+    let home = TestHome::new();
+    let (journal, run) = running_run(&home, "sleep 60");
+    let output = in_new_pid_namespace(&home, &["stop", &run.to_string()]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout.contains("the runner will see it when it next looks"),
+        "not signalled: {stdout}"
+    );
+    let state = wait_terminal(&journal, run);
+    assert_eq!(state.status, runjournal::RunStatus::Stopped, "{state:?}");
+}
+
+const INNER_ENV: &str = "RUNJOURNAL_STRANGERS_INNER";
+
+/// Runs the test `name` of this binary again, inside a new PID namespace with a /proc of its
+/// own, where it may hand out pids at will (`ns_last_pid`); its output must say it ran.
+fn run_inside_a_pid_namespace(name: &str) {
+    let output = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(INNER_ENV, "1")
+        .output()
+        .expect("unshare runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{name} inside a PID namespace:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("inside: done") || stdout.contains("inside: done"),
+        "the scenario ran: {stdout}\n{stderr}"
+    );
+}
+
+/// The next process this one starts gets `pid` (within this PID namespace).
+fn next_pid_is(pid: u32) {
+    std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+        .expect("write ns_last_pid");
+}
+
+fn identity_of(pid: u32) -> runjournal::event::ProcessIdentity {
+    runjournal::liveness::identity_of(pid)
+        .expect("read /proc")
+        .expect("the process exists")
+}
+
+fn is_alive(pid: u32) -> bool {
+    runjournal::platform::process(pid)
+        .expect("read /proc")
+        .is_some_and(|process| process.is_alive())
+}
+
+/// The recycled-pid hole of issue 13: a step's group empties, a stranger is given the
+/// leader's pid, leads a group of its own under that id and exits, leaving a member. The
+/// reconciler, failing the run of the dead runner, must not signal that group; `stop`'s
+/// signal must not reach a process that got a recorded runner's pid.
+#[test]
+fn a_recycled_pid_leading_a_strangers_group_is_not_signalled() {
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+    const NAME: &str = "strangers::a_recycled_pid_leading_a_strangers_group_is_not_signalled";
+    if std::env::var_os(INNER_ENV).is_none() {
+        if is_root(NAME, "make a PID namespace and choose pids (ns_last_pid)") {
+            run_inside_a_pid_namespace(NAME);
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = runjournal::Store::open(runjournal::Home::at(dir.path())).expect("store");
+    let spec = runjournal::event::RunSpec {
+        name: None,
+        mode: runjournal::event::Mode::Single,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: vec![runjournal::event::StepSpec {
+            name: "s".to_string(),
+            action: runjournal::event::StepAction::Shell {
+                script: "true".to_string(),
+            },
+        }],
+    };
+    let run = store
+        .create_run(spec, runjournal::event::HostIds::default())
+        .expect("create")
+        .run;
+    // The runner, dead by the time the reconciler looks.
+    let mut runner = Command::new("true").spawn().expect("spawn");
+    let runner_identity = identity_of(runner.id());
+    runner.wait().expect("reap");
+    // The step's leader, in a group of its own; it exits and is reaped.
+    let mut leader = Command::new("sleep")
+        .arg("60")
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    let leader_identity = identity_of(leader.id());
+    assert!(leader_identity.pid_namespace.is_some());
+    store
+        .append(
+            run,
+            vec![
+                runjournal::event::Event::RunnerStarted {
+                    runner: runner_identity.clone(),
+                    instance_id: "i".to_string(),
+                },
+                runjournal::event::Event::StepRunning {
+                    step: 0,
+                    process: Some(leader_identity.clone()),
+                },
+            ],
+            runjournal::Condition::none(),
+        )
+        .expect("append");
+    leader.kill().expect("kill");
+    leader.wait().expect("reap");
+    // In another clock tick than the leader's start (see below).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // A stranger gets the leader's pid, leads a group under that id, and leaves a member.
+    next_pid_is(leader_identity.pid);
+    let ready = dir.path().join("ready");
+    let mut stranger = Command::new("sh")
+        .arg("-c")
+        .arg(format!("sleep 60 & echo $! > {}; exit 0", ready.display()))
+        .process_group(0)
+        .spawn()
+        .expect("spawn the stranger");
+    assert_eq!(stranger.id(), leader_identity.pid, "the pid was recycled");
+    stranger.wait().expect("reap the stranger");
+    let member: u32 = std::fs::read_to_string(&ready)
+        .expect("the member's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert_eq!(
+        runjournal::platform::process(member)
+            .expect("read")
+            .map(|process| process.group_id),
+        Some(leader_identity.pid),
+        "the stranger's member is in a group under the recorded leader's id"
+    );
+
+    let report =
+        runjournal::reconcile::reconcile(&store, &runjournal::reconcile::Options::default())
+            .expect("reconcile");
+    let outcome = report
+        .outcomes
+        .iter()
+        .find(|outcome| outcome.run == run)
+        .expect("the run was decided");
+    assert_eq!(outcome.row, "runner-died", "{outcome:?}");
+    assert!(
+        !outcome.appended.is_empty(),
+        "the run was failed: {outcome:?}"
+    );
+    assert!(is_alive(member), "the stranger's member was not signalled");
+
+    // A runner's recorded identity whose pid another process holds now is not signalled.
+    let mut recorded = Command::new("true").spawn().expect("spawn");
+    let recorded_identity = identity_of(recorded.id());
+    recorded.wait().expect("reap");
+    // Linux counts start times in clock ticks (10 ms): a process started in the same tick
+    // under the same pid would be the same identity. Reusing a pid that fast takes a pid
+    // space wrapped around within a tick; here it would take only ns_last_pid.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    next_pid_is(recorded_identity.pid);
+    let mut holder = Command::new("sleep").arg("60").spawn().expect("spawn");
+    assert_eq!(holder.id(), recorded_identity.pid, "the pid was recycled");
+    assert!(
+        !runjournal::process_group::signal_process(
+            &recorded_identity,
+            nix::sys::signal::Signal::SIGKILL
+        )
+        .expect("signal")
+    );
+    assert_eq!(holder.try_wait().expect("try_wait"), None, "not signalled");
+
+    holder.kill().expect("kill");
+    holder.wait().expect("reap");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(member).expect("pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the member");
+    // This process is the namespace's init: the member was handed to it.
+    let _ = nix::sys::wait::waitpid(
+        nix::unistd::Pid::from_raw(i32::try_from(member).expect("pid")),
+        None,
+    );
+    eprintln!("inside: done");
+}
+
+const RUNS_TABLE: redb::TableDefinition<&[u8; 16], &[u8]> = redb::TableDefinition::new("runs");
+const RECORDS_TABLE: redb::TableDefinition<&[u8; 24], &[u8]> =
+    redb::TableDefinition::new("records");
+
+/// Puts `bytes` in the journal's `table` under `key`, behind the library's back.
+fn forge<K: redb::Key + 'static>(
+    home: &TestHome,
+    table: redb::TableDefinition<K, &[u8]>,
+    key: K::SelfType<'_>,
+    bytes: &[u8],
+) {
+    let db = redb::Database::builder()
+        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+        .open(home.file("journal.redb"))
+        .expect("the journal opens as a redb database");
+    let txn = db.begin_write().expect("write");
+    txn.open_table(table)
+        .expect("the table")
+        .insert(key, bytes)
+        .expect("insert");
+    txn.commit().expect("commit");
+}
+
+/// A queued run of one shell step, created through the library (no runner started).
+fn queued_run(home: &TestHome, script: &str) -> runjournal::RunId {
+    let store = runjournal::Store::open(runjournal::Home::at(home.path())).expect("store");
+    let spec = runjournal::event::RunSpec {
+        name: None,
+        mode: runjournal::event::Mode::Parallel,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: vec![runjournal::event::StepSpec {
+            name: "s".to_string(),
+            action: runjournal::event::StepAction::Shell {
+                script: script.to_string(),
+            },
+        }],
+    };
+    store
+        .create_run(spec, runjournal::event::HostIds::default())
+        .expect("create")
+        .run
+}
+
+/// The same run's state with a spec no runner can run: no program, and a parallel run of
+/// concurrency 0 (a runner given it would panic, or wait forever for a step it never starts).
+fn forged_state(home: &TestHome, run: runjournal::RunId) -> runjournal::RunState {
+    let mut state = common::state(&home.journal(), run);
+    let spec = std::sync::Arc::make_mut(&mut state.spec);
+    spec.concurrency = 0;
+    spec.steps[0].action = runjournal::event::StepAction::Command { argv: vec![] };
+    state
+}
+
+/// `runjournal __runner RUN`, as the launcher starts it, bounded.
+fn run_the_runner(home: &TestHome, run: runjournal::RunId) -> std::process::Output {
+    home.cmd()
+        .args(["__runner", &run.to_string()])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("the runner runs")
+}
+
+/// A snapshot forged (with a checksum that matches) to hold a spec the runner would choke on is
+/// not trusted: the runner runs the run its records describe.
+#[test]
+fn a_forged_snapshot_is_not_what_the_runner_runs() {
+    let home = TestHome::new();
+    let marker = home.file("ran");
+    let run = queued_run(&home, &format!("echo real > '{}'", marker.display()));
+    let forged = forged_state(&home, run);
+    let bytes = runjournal::journal::encode_snapshot_for_tests(&forged).expect("encodes");
+    forge(&home, RUNS_TABLE, &run.to_bytes(), &bytes);
+
+    let output = run_the_runner(&home, run);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        std::fs::read_to_string(&marker).expect("the step ran"),
+        "real\n"
+    );
+    let state = common::state(&home.journal(), run);
+    assert_eq!(state.status, runjournal::RunStatus::Complete, "{state:?}");
+    assert_eq!(state.spec.concurrency, 1, "the records' spec");
+}
+
+/// A record forged (with a checksum that matches) to create the run with such a spec is
+/// refused when read: the runner fails with a message, and does not panic or hang; `status`
+/// says what is wrong.
+#[test]
+fn a_forged_record_fails_the_runner_cleanly() {
+    let home = TestHome::new();
+    let run = queued_run(&home, "true");
+    let forged = forged_state(&home, run);
+    let record = common::records(&home.journal(), run)
+        .into_iter()
+        .next()
+        .expect("RunCreated");
+    let runjournal::event::Event::RunCreated {
+        created_at_ms,
+        session_id,
+        completion_owner_id,
+        tool_call_id,
+        ..
+    } = record.event.clone()
+    else {
+        panic!("the first record creates the run");
+    };
+    let forged_record = runjournal::event::RecordEnvelope {
+        event: runjournal::event::Event::RunCreated {
+            spec: std::sync::Arc::clone(&forged.spec),
+            created_at_ms,
+            session_id,
+            completion_owner_id,
+            tool_call_id,
+        },
+        ..record
+    };
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(&run.to_bytes());
+    key[16..].copy_from_slice(&1u64.to_be_bytes());
+    forge(
+        &home,
+        RECORDS_TABLE,
+        &key,
+        &forged_record.encode().expect("encodes"),
+    );
+    let bytes = runjournal::journal::encode_snapshot_for_tests(&forged).expect("encodes");
+    forge(&home, RUNS_TABLE, &run.to_bytes(), &bytes);
+
+    let output = run_the_runner(&home, run);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "no panic (101): {output:?}");
+    assert!(stderr.contains("no run accepts"), "{stderr}");
+    let output = home
+        .cmd()
+        .args(["status", &run.to_string()])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(stderr.contains("no run accepts"), "{stderr}");
+}

@@ -28,6 +28,9 @@ fn describe(outcome: &Outcome) -> String {
     if let Some(reason) = &outcome.reason {
         line.push_str(&format!("  reason: {reason}"));
     }
+    if let Some(note) = &outcome.note {
+        line.push_str(&format!("  note: {note}"));
+    }
     if let Some(error) = &outcome.error {
         line.push_str(&format!("  error: {error}"));
     }
@@ -71,6 +74,7 @@ pub fn command(home: Home, json: bool) -> CliResult {
                 "appended": outcome.appended,
                 "reprojected": outcome.reprojected,
                 "reason": outcome.reason,
+                "note": outcome.note,
                 "error": outcome.error,
             })
             .to_string()
