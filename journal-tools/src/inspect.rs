@@ -234,7 +234,7 @@ pub fn events(source: &JournalSource, out: &mut Out, args: &EventsArgs) -> anyho
                         record.event.name(),
                         show::event_fields_text(&record.event)
                     );
-                    out.line(line.trim_end())?;
+                    out.text_line(line.trim_end())?;
                 }
                 shown += 1;
                 if is_done(shown) {
@@ -428,16 +428,17 @@ pub fn print_problem(
         return Ok(());
     }
     let label = format!("{:<12}", problem.severity.as_str());
+    // The message may quote a run's text; the label is this binary's, painted.
     out.line(&format!(
         "{} {}",
         out.paint(&label, Tone::of_severity(problem.severity)),
-        problem.message
+        show::escape_control(&problem.message)
     ))?;
     if let Some((_, path)) = &problem.file {
         out.line(&format!("{:13}{}", "", shown_path(path, root)))?;
     }
     for change in &problem.changes {
-        out.line(&format!("{:13}{change}", ""))?;
+        out.text_line(&format!("{:13}{change}", ""))?;
     }
     Ok(())
 }

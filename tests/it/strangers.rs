@@ -628,3 +628,94 @@ fn a_forged_record_fails_the_runner_cleanly() {
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     assert!(stderr.contains("no run accepts"), "{stderr}");
 }
+
+/// Bytes that would drive a terminal: ESC (escape sequences), BEL (ends an OSC title), and the
+/// C1 CSI.
+fn has_terminal_controls(bytes: &[u8]) -> bool {
+    bytes.contains(&0x1b)
+        || bytes.contains(&0x07)
+        || bytes.windows(2).any(|pair| pair == [0xc2, 0x9b])
+}
+
+/// Hostile text — a run name that retitles the terminal, a step command that clears it, a
+/// provider message with an escape sequence — is shown escaped (`\x1b`) by `run --wait`,
+/// `status`, `list` and `reconcile`; the JSON of `status --json` is serde's, unchanged.
+#[test]
+fn hostile_text_reaches_the_terminal_escaped() {
+    let home = TestHome::new();
+    let provider = r#"printf '%s\n' '{"state":"running","message":"\u001b[2J wiped"}' '{"state":"failed","message":"\u001b]2;pwned\u0007"}'"#;
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--wait",
+            "--name",
+            "\u{1b}]2;owned\u{7}",
+            "--step",
+            "printf '\\033[2J' # \u{1b}[31m red",
+            "--external-job",
+            provider,
+        ])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "the job failed: {output:?}");
+    assert!(
+        !has_terminal_controls(&output.stdout),
+        "run --wait: {stdout}"
+    );
+    assert!(
+        !has_terminal_controls(&output.stderr),
+        "run --wait: {output:?}"
+    );
+    assert!(
+        stdout.contains("\\x1b[31m red"),
+        "the step's name, escaped: {stdout}"
+    );
+    assert!(
+        stdout.contains("\\x1b[2J wiped"),
+        "the provider's message, escaped: {stdout}"
+    );
+    assert!(stdout.contains("\\x1b]2;pwned\\x07"), "{stdout}");
+    let run = home
+        .journal()
+        .view()
+        .expect("view")
+        .all_runs()
+        .expect("runs")
+        .pop()
+        .expect("the run");
+    for args in [
+        &["status", &run.to_string()][..],
+        &["list"],
+        &["reconcile"],
+        &["logs", &run.to_string()],
+    ] {
+        let output = home.cmd().args(args).output().expect("runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        if args[0] == "logs" {
+            // A step's output is the step's own, passed through as it wrote it (like cat).
+            assert!(output.stdout.contains(&0x1b), "logs: {stdout}");
+            continue;
+        }
+        assert!(!has_terminal_controls(&output.stdout), "{args:?}: {stdout}");
+        if args[0] != "reconcile" {
+            assert!(
+                stdout.contains("\\x1b]2;owned\\x07"),
+                "{args:?}: the name, escaped: {stdout}"
+            );
+        }
+    }
+    let output = home
+        .cmd()
+        .args(["status", "--json", &run.to_string()])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!has_terminal_controls(&output.stdout), "{stdout}");
+    assert!(
+        stdout.contains(r"\u001b[2J"),
+        "serde's JSON escapes, unchanged: {stdout}"
+    );
+}

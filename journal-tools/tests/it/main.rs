@@ -6,3 +6,4 @@ mod common;
 mod crash;
 mod damage;
 mod layout;
+mod strangers;

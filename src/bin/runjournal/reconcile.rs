@@ -34,7 +34,8 @@ fn describe(outcome: &Outcome) -> String {
     if let Some(error) = &outcome.error {
         line.push_str(&format!("  error: {error}"));
     }
-    line
+    // The reason quotes runner.log: the run's own text.
+    runjournal::show::escape_control(&line).into_owned()
 }
 
 /// The reconcile pass before `status`, `list` and `wait` read. It prints, on stderr, only the
