@@ -1,6 +1,6 @@
-//! File-system primitives: private directories, atomic replacement, the per-run lock, and the
-//! one rule of what a home's directories and files must look like (like OpenSSH's
-//! StrictModes).
+//! File-system primitives: private directories, atomic replacement, the per-run lock, logs
+//! opened for appending, reads bounded in size, and the one rule of what a home's directories
+//! and files must look like (like OpenSSH's StrictModes).
 //!
 //! Every file runjournal creates or opens for writing under a home is opened here, and none
 //! through a symbolic link in its last component: temp files and markers are created
@@ -12,15 +12,16 @@
 //!
 //! Invariants:
 //! * a file written here is either its old content or its new content, never a mix
-//!   (same-directory temp file, then rename). Nothing here fsyncs: these files are projections,
-//!   and the journal is the durable copy;
+//!   (same-directory temp file, then rename). Nothing here fsyncs: these files are projections
+//!   and logs, and the journal is the durable copy;
+//! * a bounded read never reads more than its limit and one byte, whatever the file;
 //! * no open here follows a symbolic link in the last component of its path;
 //! * a directory this module makes or hands out as private belongs to the effective user and is
 //!   not writable by group or others.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// `O_NOFOLLOW`: the open fails (ELOOP) when the last component is a symbolic link.
@@ -261,6 +262,18 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     check_private(dir, Expect::Directory).map(|_| ())
 }
 
+/// Creates `dir` (0700) if it does not exist, and checks that it is private; its parent must
+/// exist. For a directory that belongs in an existing home (a run's): a home that was removed
+/// is not made again from below.
+pub fn make_private_dir(dir: &Path) -> io::Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error),
+    }
+    check_private(dir, Expect::Directory).map(|_| ())
+}
+
 /// Creates `path` as a new, empty 0600 file: fails if anything is there already, a symbolic
 /// link included (`O_CREAT | O_EXCL`).
 pub fn create_exclusive(path: &Path) -> io::Result<File> {
@@ -373,6 +386,58 @@ pub fn remove_dir_if_empty(dir: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
+/// What a bounded read found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bounded {
+    /// Everything there was, at most the limit.
+    Whole(Vec<u8>),
+    /// There is more than the limit: the first `limit` bytes, and nothing more was read.
+    Over(Vec<u8>),
+}
+
+/// Reads `reader` to its end, or up to `limit` bytes and one more, which tells that there is
+/// more: an endless source (`/dev/zero`) is refused after `limit + 1` bytes.
+pub fn read_bounded(reader: impl Read, limit: u64) -> io::Result<Bounded> {
+    let mut bytes = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok(Bounded::Over(bytes))
+    } else {
+        Ok(Bounded::Whole(bytes))
+    }
+}
+
+/// A file of the home (a projection, the reconciler's cursor) read up to `limit` bytes. Only
+/// a regular file is read: a FIFO or a device put in its place is refused (`InvalidData`)
+/// without blocking — it is opened non-blocking, and a FIFO without a writer would otherwise
+/// hang the open.
+pub fn read_file_bounded(path: &Path, limit: u64) -> io::Result<Bounded> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)?;
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() {
+        let kind = if file_type.is_fifo() {
+            "a FIFO"
+        } else if file_type.is_dir() {
+            "a directory"
+        } else if file_type.is_char_device() || file_type.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is {kind}, not a regular file", path.display()),
+        ));
+    }
+    read_bounded(file, limit)
+}
+
 /// An exclusive `flock` on a lock file, released on drop.
 #[derive(Debug)]
 pub struct FileLock {
@@ -434,6 +499,42 @@ mod tests {
             let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
             assert_eq!(mode, 0o700, "{}", path.display());
         }
+    }
+
+    #[test]
+    fn a_bounded_read_stops_one_byte_past_its_limit() {
+        let endless = std::io::repeat(0x5a);
+        assert_eq!(
+            read_bounded(endless, 4).expect("reads"),
+            Bounded::Over(vec![0x5a; 4])
+        );
+        assert_eq!(
+            read_bounded(&b"abcd"[..], 4).expect("reads"),
+            Bounded::Whole(b"abcd".to_vec())
+        );
+        assert_eq!(
+            read_bounded(&b"abcde"[..], 4).expect("reads"),
+            Bounded::Over(b"abcd".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_bounded_file_read_refuses_what_is_not_a_regular_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("status.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        // A FIFO without a writer: a blocking open would hang here.
+        let error = read_file_bounded(&fifo, 100).expect_err("a FIFO is refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+        assert!(error.to_string().contains("FIFO"), "{error}");
+        let error = read_file_bounded(Path::new("/dev/zero"), 100).expect_err("a device");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+        let file = dir.path().join("plain");
+        fs::write(&file, b"0123456789").expect("write");
+        assert_eq!(
+            read_file_bounded(&file, 4).expect("reads"),
+            Bounded::Over(b"0123".to_vec())
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Durations and times as people write them: one grammar for `run --timeout`, `wait
-//! --timeout`, a spec file's `timeout` and `journal-tools --since/--until`.
+//! --timeout`, a spec file's `timeout`, `journal-tools --since/--until`, `runjournal ship
+//! --poll-interval/--heartbeat-interval` and `journal-tools --silent-after`.
 //!
 //! A duration is jiff's "friendly" format in whole units: `500ms`, `30s`, `5m`, `2h`, `1d`,
 //! `1w`, and combinations such as `1h30m` or `1h 30m` (jiff also reads `90 seconds` and ISO
@@ -354,6 +355,15 @@ mod tests {
         let error = parse_time("yesterday-ish", now()).expect_err("not a time");
         assert!(error.to_string().contains("RFC 3339"), "{error}");
         assert!(error.to_string().contains("1h30m"), "{error}");
+    }
+
+    #[test]
+    fn times_format_as_known_dates() {
+        assert_eq!(format_time_s(0), "1970-01-01 00:00:00Z");
+        // 2000-02-29 12:34:56 UTC, a leap day.
+        assert_eq!(format_time_s(951_827_696_000), "2000-02-29 12:34:56Z");
+        assert_eq!(format_time_s(1_796_010_145_718), "2026-11-30 03:42:25Z");
+        assert_eq!(format_time_s(4_102_444_800_000), "2100-01-01 00:00:00Z");
     }
 
     #[test]

@@ -9,12 +9,17 @@
 //!   the reducer refuses any later `RunnerStarted`, so a late runner cannot take the run, and
 //!   only then is the runner killed;
 //! * the runner is started in its own session with stdin from /dev/null and stdout and stderr
-//!   appended to `runs/<id>/runner.log`, so it outlives the launcher and its terminal;
+//!   appended to `runs/<id>/runner.log` (or /dev/null when that cannot be made: a full disk
+//!   does not keep a run from starting; the runner writes its log itself once it can), so it
+//!   outlives the launcher and its terminal;
+//! * the runner gets no descriptor of the launcher's but those three: every other one is
+//!   close-on-exec in the runner's process before it execs;
 //! * a launcher that reaps its runner ([`follow_launched`]) records how it exited, as its
 //!   parent: a host embedding the library owes the journal what the CLI does.
 
 use std::ffi::OsString;
 use std::io;
+use std::ops::ControlFlow;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -30,8 +35,9 @@ use crate::exit::describe_exit;
 use crate::home::Home;
 use crate::journal::{AppendError, Condition, ReadError};
 use crate::liveness::{self, Liveness};
+use crate::platform;
 use crate::reconcile::{self, ReconcileError};
-use crate::runner::{self, step::open_output_log};
+use crate::runner;
 use crate::spec::RunRequest;
 use crate::state::{RunState, TransitionError};
 use crate::store::Store;
@@ -273,16 +279,26 @@ fn snapshot(store: &Store, run: RunId) -> Result<RunState, LaunchError> {
 /// Starts the runner detached: its own session, stdin from /dev/null, stdout and stderr
 /// appended to `runs/<id>/runner.log`.
 fn spawn_runner(home: &Home, run: RunId, program: &RunnerProgram) -> io::Result<Child> {
-    durable_fs::ensure_private_dir(&home.run_dir(run))?;
-    let log = open_output_log(&home.runner_log_path(run))?;
+    // What the runner writes before it opens its own log (a panic, a failure to start) lands
+    // in runner.log when it can be made; a full disk must not keep the run from starting.
+    let log = durable_fs::ensure_private_dir(&home.run_dir(run))
+        .and_then(|()| durable_fs::open_append(&home.runner_log_path(run)));
+    let output = || match log.as_ref().map(std::fs::File::try_clone) {
+        Ok(Ok(file)) => Stdio::from(file),
+        _ => Stdio::null(),
+    };
     let mut command = program.command(home, run)?;
     command
         .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log));
-    // SAFETY: setsid is async-signal-safe; it is the only call made between fork and exec.
+        .stdout(output())
+        .stderr(output());
+    // SAFETY: setsid and the descriptor walk are raw system calls, async-signal-safe, as
+    // calls between fork and exec must be. The walk leaves 0-2, which std has just set.
     unsafe {
-        command.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+        command.pre_exec(|| {
+            nix::unistd::setsid().map_err(io::Error::from)?;
+            platform::mark_cloexec_from(3)
+        });
     }
     command.spawn()
 }
@@ -298,19 +314,21 @@ pub enum FollowEnd {
     RunnerGone(RunState),
     /// The deadline passed first.
     TimedOut(RunState),
+    /// `on_record` asked to stop (its reader went away: a closed pipe).
+    Left(RunState),
 }
 
 /// Follows `run` until it is terminal, handing each record after `after_seq` to `on_record`
-/// as it lands. With `runner` (the caller is the runner's parent), a runner that exits
-/// without a `Terminal` ends the follow; without it, a recorded runner found dead by its
-/// identity does.
+/// as it lands; `on_record` may end the follow early by breaking. With `runner` (the caller is
+/// the runner's parent), a runner that exits without a `Terminal` ends the follow; without
+/// it, a recorded runner found dead by its identity does.
 pub fn follow(
     store: &Store,
     run: RunId,
     mut after_seq: u64,
     mut runner: Option<&mut Child>,
     deadline: Option<Instant>,
-    mut on_record: impl FnMut(&Record),
+    mut on_record: impl FnMut(&Record) -> ControlFlow<()>,
 ) -> Result<FollowEnd, LaunchError> {
     let read = |source| LaunchError::Read { run, source };
     loop {
@@ -322,8 +340,10 @@ pub fn follow(
         if state.head_seq > after_seq {
             for record in view.records(run).map_err(read)? {
                 if record.seq > after_seq {
-                    on_record(&record);
                     after_seq = record.seq;
+                    if on_record(&record).is_break() {
+                        return Ok(FollowEnd::Left(state));
+                    }
                 }
             }
         }
@@ -445,15 +465,19 @@ pub enum Followed {
     /// Following stopped before the run ended: no runner of the launcher's own to watch, and
     /// the recorded one is gone.
     Stopped { state: RunState },
+    /// `on_record` asked to stop before the run ended; the run goes on (its runner is in a
+    /// session of its own), and whoever sees the runner gone records it.
+    Left { state: RunState },
 }
 
 /// Follows a run just launched to its end, handing each of its records to `on_record` as it
 /// lands (from the first), and records — as the runner's parent — how the runner process
-/// ended: what a launcher such as `runjournal run --wait` owes the journal.
+/// ended: what a launcher such as `runjournal run --wait` owes the journal. `on_record` may
+/// break to stop following ([`Followed::Left`]).
 pub fn follow_launched(
     store: &Store,
     launched: &mut Launched,
-    on_record: impl FnMut(&Record),
+    on_record: impl FnMut(&Record) -> ControlFlow<()>,
 ) -> Result<Followed, LaunchError> {
     let run = launched.run;
     let instance_id = match &launched.start {
@@ -496,6 +520,7 @@ pub fn follow_launched(
         FollowEnd::RunnerGone(state) | FollowEnd::TimedOut(state) => {
             Ok(Followed::Stopped { state })
         }
+        FollowEnd::Left(state) => Ok(Followed::Left { state }),
     }
 }
 
@@ -527,13 +552,15 @@ pub fn wait_for_end(
     deadline: Option<Instant>,
 ) -> Result<Waited, LaunchError> {
     let head_seq = snapshot(store, run)?.head_seq;
-    let end = follow(store, run, head_seq, None, deadline, |_| {})?;
+    let end = follow(store, run, head_seq, None, deadline, |_| {
+        ControlFlow::Continue(())
+    })?;
     Ok(match end {
         FollowEnd::Terminal(state) => Waited {
             end: WaitEnd::Ended(state),
             reconciled: None,
         },
-        FollowEnd::TimedOut(state) => Waited {
+        FollowEnd::TimedOut(state) | FollowEnd::Left(state) => Waited {
             end: WaitEnd::TimedOut(state),
             reconciled: None,
         },

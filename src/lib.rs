@@ -23,6 +23,7 @@ pub mod reconcile;
 pub mod replay;
 pub mod resolve;
 pub mod runner;
+pub mod ship;
 pub mod show;
 pub mod source;
 pub mod spec;

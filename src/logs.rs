@@ -1,13 +1,19 @@
 //! Reading the logs a run leaves behind (`runner.log`, `output-<i>.log`): the end of one, as a
-//! run's summary or a failure's reason quotes it, and the bytes after an offset, as `logs
-//! --follow` prints them.
+//! run's summary or a failure's reason quotes it, and the bytes after an offset, streamed as
+//! `logs` (and `logs --follow`) prints them.
 //!
 //! Invariant: reading a tail costs the same whatever the file's size: it seeks to the end and
 //! reads at most [`TailBounds::window_bytes`], never the whole file.
+//! Invariant: streaming holds at most [`COPY_CHUNK_BYTES`] of a log in memory, and stops at
+//! the length the log had when it was opened, so a log growing as fast as it is read cannot
+//! keep one call going.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
+
+/// How much of a log is held in memory at once while it is streamed.
+pub const COPY_CHUNK_BYTES: usize = 64 * 1024;
 
 /// How much of a log's end a tail keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,17 +89,66 @@ fn tail_of_text(text: &str, bounds: TailBounds) -> String {
     format!("{mark}{}", &tail[cut..])
 }
 
-/// The bytes of a log from `offset` on; nothing for a log that does not exist yet.
-pub fn read_from(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+/// The bytes a log has past an offset, opened and not read yet.
+#[derive(Debug)]
+pub struct NewBytes {
+    file: File,
+    /// How many there are: the log's length when it was opened, less the offset.
+    count: u64,
+}
+
+/// Why streaming a log failed: reading the log, or writing what was read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CopyError {
+    #[error("reading the log: {0}")]
+    Read(#[source] io::Error),
+    #[error("writing the log's bytes: {0}")]
+    Write(#[source] io::Error),
+}
+
+/// The bytes of the log at `path` past `offset`, as its length is now; `None` when there are
+/// none (a log that does not exist yet has none).
+pub fn new_bytes(path: &Path, offset: u64) -> io::Result<Option<NewBytes>> {
     let mut file = match File::open(path) {
         Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
     };
+    let length = file.metadata()?.len();
+    if length <= offset {
+        return Ok(None);
+    }
     file.seek(SeekFrom::Start(offset))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
+    Ok(Some(NewBytes {
+        file,
+        count: length - offset,
+    }))
+}
+
+impl NewBytes {
+    /// How many bytes there are.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Writes them to `out`, [`COPY_CHUNK_BYTES`] at a time; the bytes written (fewer than
+    /// [`NewBytes::count`] only if the log was cut short meanwhile).
+    pub fn copy_to(self, out: &mut impl Write) -> Result<u64, CopyError> {
+        let mut reader = self.file.take(self.count);
+        let mut buffer = vec![0u8; COPY_CHUNK_BYTES];
+        let mut copied = 0u64;
+        loop {
+            let count = match reader.read(&mut buffer) {
+                Ok(0) => return Ok(copied),
+                Ok(count) => count,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(CopyError::Read(error)),
+            };
+            out.write_all(&buffer[..count]).map_err(CopyError::Write)?;
+            copied += count as u64;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -187,16 +242,60 @@ mod tests {
             tail(&dir.path().join("missing.log"), bounds(3, 100)).expect("no error"),
             ""
         );
-        assert_eq!(
-            read_from(&dir.path().join("missing.log"), 0).expect("no error"),
-            Vec::<u8>::new()
+        assert!(
+            new_bytes(&dir.path().join("missing.log"), 0)
+                .expect("no error")
+                .is_none()
         );
     }
 
     #[test]
-    fn reading_from_an_offset_returns_what_follows() {
+    fn streaming_from_an_offset_gives_what_follows() {
         let (_dir, path) = file_with(b"hello world");
-        assert_eq!(read_from(&path, 6).expect("reads"), b"world");
-        assert_eq!(read_from(&path, 11).expect("reads"), b"");
+        let bytes = new_bytes(&path, 6).expect("opens").expect("there is more");
+        assert_eq!(bytes.count(), 5);
+        let mut out = Vec::new();
+        assert_eq!(bytes.copy_to(&mut out).expect("copies"), 5);
+        assert_eq!(out, b"world");
+        assert!(new_bytes(&path, 11).expect("opens").is_none());
+    }
+
+    #[test]
+    fn streaming_stops_at_the_length_the_log_had_when_opened() {
+        let (_dir, path) = file_with(&vec![b'a'; 3 * COPY_CHUNK_BYTES + 7]);
+        let bytes = new_bytes(&path, 0).expect("opens").expect("bytes");
+        // The log grows after it was opened: the growth is for the next call.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| file.write_all(b"later"))
+            .expect("append");
+        let mut out = Vec::new();
+        let copied = bytes.copy_to(&mut out).expect("copies");
+        assert_eq!(copied, (3 * COPY_CHUNK_BYTES + 7) as u64);
+        assert!(out.iter().all(|&byte| byte == b'a'));
+        let rest = new_bytes(&path, copied)
+            .expect("opens")
+            .expect("the growth");
+        assert_eq!(rest.count(), 5);
+    }
+
+    #[test]
+    fn a_failed_write_is_told_from_a_failed_read() {
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let (_dir, path) = file_with(b"x");
+        let bytes = new_bytes(&path, 0).expect("opens").expect("bytes");
+        assert!(matches!(
+            bytes.copy_to(&mut Closed),
+            Err(CopyError::Write(error)) if error.kind() == io::ErrorKind::BrokenPipe
+        ));
     }
 }

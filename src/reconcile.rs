@@ -604,7 +604,11 @@ pub struct ProjectionCursor {
 impl ProjectionCursor {
     /// The cursor of this home, if it has a readable one.
     pub fn read(home: &crate::home::Home) -> Option<ProjectionCursor> {
-        let text = std::fs::read_to_string(home.reconcile_cursor_path()).ok()?;
+        // A cursor is a boot id and a number: anything longer is not one.
+        let text = match crate::durable_fs::read_file_bounded(&home.reconcile_cursor_path(), 256) {
+            Ok(crate::durable_fs::Bounded::Whole(bytes)) => String::from_utf8(bytes).ok()?,
+            _ => return None,
+        };
         let (boot_id, seq) = text.trim().split_once(' ')?;
         Some(ProjectionCursor {
             boot_id: boot_id.to_string(),

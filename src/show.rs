@@ -1,8 +1,10 @@
 //! What people read about runs, shared by both binaries: one table printer, one view of a
-//! run's state (`runjournal status`, `journal-tools inspect run`), one line per journaled
-//! transition (`runjournal run --wait`), an event's fields as text, and what to say about a
-//! full disk. Text is returned, never printed: the binaries write it (and handle a closed
-//! pipe), and decide whether a [`Tone`] becomes a colour.
+//! run's state (`runjournal status`, `journal-tools inspect run`, local or of the fleet), one
+//! runs table and one log line (a local journal's, or the fleet's with host and journal
+//! columns), one line per journaled transition (`runjournal run --wait`), an event's fields as
+//! text, and what to say about a full disk and about shipping. Text is returned, never
+//! printed: the binaries write it (and handle a closed pipe), and decide whether a [`Tone`]
+//! becomes a colour.
 //!
 //! Text that came from a run, a provider or a file (a run's name, a step's command, a
 //! provider's message, an error, a log's tail) reaches a terminal only through
@@ -10,8 +12,8 @@
 //! before they are returned. JSON is left to serde, which escapes control characters its own
 //! way.
 //!
-//! Invariant: pure, apart from [`look_at_runner`] and [`capacity_notice`], which say so; the
-//! same state renders the same lines.
+//! Invariant: pure, apart from [`look_at_runner`], [`capacity_notice`] and
+//! [`shipping_lag`], which say so; the same state renders the same lines.
 //! Invariant: no line returned here holds a control character of the run's, a provider's or a
 //! file's text (a colour a binary paints around a span is its own).
 
@@ -21,10 +23,14 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use crate::duration::{format_duration_ms, format_time_ms, format_time_s};
+use crate::event::RunId;
 use crate::event::{Event, Mode, Record, RunSpec, StepEnd, UnixMs};
 use crate::exit::describe_exit;
 use crate::home::Home;
+use crate::journal::View;
 use crate::liveness::{self, Liveness};
+use crate::ship::fleet::FleetRun;
+use crate::ship::state::{Lag, ShipState};
 use crate::state::{RunState, RunStatus};
 use crate::verify::Severity;
 
@@ -282,6 +288,14 @@ pub enum RunnerSeen {
     OtherNamespace,
     /// It could not be looked at.
     Unknown,
+    /// A run of another host (read from the fleet): its pid means nothing here, so it is
+    /// not looked at.
+    OnItsHost,
+    /// A run of another host that has sent no heartbeat since `since_ms`. Only that host's
+    /// own reconciler closes the run.
+    HostSilent {
+        since_ms: UnixMs,
+    },
 }
 
 impl RunnerSeen {
@@ -292,6 +306,18 @@ impl RunnerSeen {
             RunnerSeen::OtherBoot => "dead (other boot)",
             RunnerSeen::OtherNamespace => "unknown (other PID namespace)",
             RunnerSeen::Unknown => "unknown",
+            RunnerSeen::OnItsHost => "on its host",
+            RunnerSeen::HostSilent { .. } => "host silent",
+        }
+    }
+
+    /// [`as_str`](Self::as_str), with since when a host is silent.
+    pub fn text(self) -> String {
+        match self {
+            RunnerSeen::HostSilent { since_ms } => {
+                format!("host silent since {}", format_time_s(since_ms))
+            }
+            other => other.as_str().to_string(),
         }
     }
 }
@@ -311,13 +337,153 @@ pub fn look_at_runner(state: &RunState) -> Option<RunnerSeen> {
 
 /// `yes`, `stale` or `no`: whether the run is closed.
 pub fn closed_text(state: &RunState) -> &'static str {
-    if state.is_closed() {
+    closed_word(state.is_closed(), state.is_stale())
+}
+
+fn closed_word(is_closed: bool, is_stale: bool) -> &'static str {
+    if is_closed {
         "yes"
-    } else if state.is_stale() {
+    } else if is_stale {
         "stale"
     } else {
         "no"
     }
+}
+
+/// Where a run of the fleet comes from: its host and its journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub host_name: String,
+    /// 32 hex digits.
+    pub journal_id: String,
+}
+
+impl Origin {
+    /// The first characters of the journal id: enough to tell a fleet's journals apart in a
+    /// table (JSON carries the whole id).
+    pub fn short_journal(&self) -> &str {
+        self.journal_id.get(..8).unwrap_or(&self.journal_id)
+    }
+}
+
+/// One run as a row of the runs table (`journal-tools inspect runs`), from a local journal or
+/// from the fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    /// `Some` for a run of the fleet: the table then has HOST and JOURNAL columns.
+    pub origin: Option<Origin>,
+    pub run_id: RunId,
+    pub name: Option<String>,
+    pub status: RunStatus,
+    pub is_closed: bool,
+    pub is_stale: bool,
+    pub steps_done: u64,
+    pub steps_total: u64,
+    pub created_at_ms: UnixMs,
+    pub ended_at_ms: Option<UnixMs>,
+    pub head_seq: u64,
+    pub runner_pid: Option<u32>,
+    pub runner: Option<RunnerSeen>,
+}
+
+impl RunRow {
+    /// A run of the local journal; `runner` is what [`look_at_runner`] saw.
+    pub fn of(state: &RunState, runner: Option<RunnerSeen>) -> RunRow {
+        RunRow {
+            origin: None,
+            run_id: state.run_id,
+            name: state.spec.name.clone(),
+            status: state.status,
+            is_closed: state.is_closed(),
+            is_stale: state.is_stale(),
+            steps_done: state.steps_done() as u64,
+            steps_total: state.steps.len() as u64,
+            created_at_ms: state.created_at_ms,
+            ended_at_ms: state.ended_at_ms(),
+            head_seq: state.head_seq,
+            runner_pid: state.runner.as_ref().map(|runner| runner.identity.pid),
+            runner,
+        }
+    }
+
+    /// A run of the fleet; `silent_since_ms` is [`FleetRun::host_silent_since`].
+    pub fn of_shipped(run: &FleetRun, silent_since_ms: Option<UnixMs>) -> RunRow {
+        RunRow {
+            origin: Some(Origin {
+                host_name: run.host_name.clone(),
+                journal_id: run.journal_id.clone(),
+            }),
+            run_id: run.run_id,
+            name: run.name.clone(),
+            status: run.state,
+            is_closed: run.is_closed,
+            is_stale: run.is_stale,
+            steps_done: u64::from(run.steps_done),
+            steps_total: u64::from(run.steps_total),
+            created_at_ms: run.created_at_ms,
+            ended_at_ms: run.ended_at_ms,
+            head_seq: run.head_seq,
+            runner_pid: run.runner_pid,
+            runner: Some(shipped_runner(silent_since_ms)),
+        }
+    }
+
+    fn runner_text(&self) -> String {
+        match (self.runner_pid, self.runner) {
+            (Some(pid), Some(seen)) => format!("{pid} {}", seen.text()),
+            // A silent host is said even of a run no runner has taken yet.
+            (None, Some(seen @ RunnerSeen::HostSilent { .. })) => seen.text(),
+            (Some(pid), None) => pid.to_string(),
+            (None, _) => "-".to_string(),
+        }
+    }
+}
+
+/// What is known of the runner of a run of another host.
+fn shipped_runner(silent_since_ms: Option<UnixMs>) -> RunnerSeen {
+    match silent_since_ms {
+        Some(since_ms) => RunnerSeen::HostSilent { since_ms },
+        None => RunnerSeen::OnItsHost,
+    }
+}
+
+/// The runs table, its header first; HOST and JOURNAL columns come first when the rows are
+/// the fleet's.
+pub fn runs_table(runs: &[RunRow]) -> Vec<Vec<Cell>> {
+    let has_origin = runs.iter().any(|run| run.origin.is_some());
+    let mut labels = Vec::new();
+    if has_origin {
+        labels.extend(["HOST", "JOURNAL"]);
+    }
+    labels.extend([
+        "RUN", "NAME", "STATE", "CLOSED", "STEPS", "STARTED", "ENDED", "HEAD", "RUNNER",
+    ]);
+    let mut rows = vec![header(&labels)];
+    for run in runs {
+        let mut row = Vec::new();
+        if has_origin {
+            let (host, journal) = run.origin.as_ref().map_or(("-", "-"), |origin| {
+                (origin.host_name.as_str(), origin.short_journal())
+            });
+            row.extend([Cell::plain(host), Cell::plain(journal)]);
+        }
+        row.extend([
+            Cell::plain(run.run_id.to_string()),
+            Cell::plain(run.name.clone().unwrap_or_else(|| "-".to_string())),
+            Cell::toned(run.status.as_str(), Tone::of_status(run.status)),
+            Cell::plain(closed_word(run.is_closed, run.is_stale)),
+            Cell::plain(format!("{}/{}", run.steps_done, run.steps_total)),
+            Cell::plain(format_time_s(run.created_at_ms)),
+            Cell::plain(time_or_dash(run.ended_at_ms)),
+            Cell::plain(run.head_seq.to_string()),
+            Cell::toned(
+                run.runner_text(),
+                matches!(run.runner, Some(RunnerSeen::HostSilent { .. })).then_some(Tone::Warning),
+            ),
+        ]);
+        rows.push(row);
+    }
+    rows
 }
 
 /// A run's state for people: labelled fields, then its steps.
@@ -336,6 +502,39 @@ impl RunView {
             fields: state_fields(state, runner),
             steps: step_rows(state),
         }
+    }
+
+    /// The view of `state` as shipped by another host (`journal-tools --from`): its host and
+    /// journal first, and its runner not looked at here; `silent_since_ms` is
+    /// [`FleetRun::host_silent_since`].
+    pub fn of_shipped(
+        state: &RunState,
+        origin: &Origin,
+        silent_since_ms: Option<UnixMs>,
+    ) -> RunView {
+        let mut view = RunView::of(state, Some(shipped_runner(silent_since_ms)));
+        let mut fields = vec![
+            ("host".to_string(), Cell::plain(origin.host_name.clone())),
+            (
+                "journal".to_string(),
+                Cell::plain(origin.journal_id.clone()),
+            ),
+        ];
+        if let Some(since_ms) = silent_since_ms {
+            fields.push((
+                "silent".to_string(),
+                Cell::toned(
+                    format!(
+                        "host silent since {} (only its own reconciler closes this run)",
+                        format_time_s(since_ms)
+                    ),
+                    Some(Tone::Warning),
+                ),
+            ));
+        }
+        fields.append(&mut view.fields);
+        view.fields = fields;
+        view
     }
 
     /// The fields, a blank line, `steps`, and the steps table indented by two spaces.
@@ -388,7 +587,7 @@ fn state_fields(state: &RunState, runner: Option<RunnerSeen>) -> Vec<(String, Ce
         }
     }
     if let Some(info) = &state.runner {
-        let seen = runner.unwrap_or(RunnerSeen::Unknown).as_str();
+        let seen = runner.unwrap_or(RunnerSeen::Unknown).text();
         field(
             "runner",
             Cell::plain(format!(
@@ -554,6 +753,55 @@ pub fn timeline_rows(records: &[Record]) -> Vec<Vec<Cell>> {
     rows
 }
 
+/// One line of the global log (`journal-tools inspect events`), a local journal's or the
+/// fleet's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry<'a> {
+    /// `Some` for the fleet: the line starts with host and journal.
+    pub origin: Option<&'a Origin>,
+    /// The record's place in its journal's log: the cursor to resume after.
+    pub global_seq: u64,
+    pub time_ms: UnixMs,
+    pub run: String,
+    pub seq: u64,
+    pub event: &'a str,
+    /// The event's fields ([`event_fields_text`]), or why there are none to show.
+    pub fields: String,
+}
+
+impl<'a> LogEntry<'a> {
+    /// The entry of a record at `global_seq`.
+    pub fn of(origin: Option<&'a Origin>, global_seq: u64, record: &'a Record) -> LogEntry<'a> {
+        LogEntry {
+            origin,
+            global_seq,
+            time_ms: record.time_ms,
+            run: record.run_id.to_string(),
+            seq: record.seq,
+            event: record.event.name(),
+            fields: event_fields_text(&record.event),
+        }
+    }
+
+    /// `[host  journal  ]global  time  run  seq  event fields`.
+    pub fn line(&self) -> String {
+        let origin = self.origin.map_or_else(String::new, |origin| {
+            format!("{}  {}  ", origin.host_name, origin.short_journal())
+        });
+        let line = format!(
+            "{origin}{:>6}  {}  {}  {:>4}  {} {}",
+            self.global_seq,
+            format_time_ms(self.time_ms),
+            self.run,
+            self.seq,
+            self.event,
+            self.fields
+        );
+        // Fields, a host's name: text of a run or of another machine.
+        escape_control(line.trim_end()).into_owned()
+    }
+}
+
 fn step_label(spec: &RunSpec, step: u32) -> String {
     match spec.steps.get(step as usize) {
         Some(step_spec) => format!("step {step} ({})", step_spec.name),
@@ -701,6 +949,30 @@ pub fn capacity_notice(home: &Home, now_ms: UnixMs) -> Option<String> {
     })
 }
 
+/// How far behind shipping to PostgreSQL (`runjournal ship`) is, from the home's shipping
+/// state file and the journal's log (reads both), when it is worth a line ([`Lag::line`]:
+/// `shipping N records behind since T: why`): shipping fails, or records wait and no shipper
+/// runs. `None` when the home does not ship, shipping keeps up, or nothing can be read (it is
+/// a report: a command does not fail for it).
+pub fn shipping_lag(home: &Home, view: &View) -> Option<Lag> {
+    crate::ship::state::lag(home, view).ok().flatten()
+}
+
+/// The `shipping` row of `inspect stats`: where the home ships and how far, or how far behind
+/// and why.
+pub fn shipping_text(state: Option<&ShipState>, lag: Option<&Lag>, global_head: u64) -> String {
+    match (state, lag) {
+        (None, _) => "not shipped (no runjournal ship from this home)".to_string(),
+        (Some(_), Some(lag)) => lag.summary(),
+        // The target is read from a file of the home.
+        (Some(state), None) => escape_control(&format!(
+            "to {}, shipped through global seq {} of {global_head}",
+            state.target, state.shipped_through
+        ))
+        .into_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -783,6 +1055,81 @@ mod tests {
                 "steps": [{"startedAtMs": 2, "exitCode": 3}],
                 "processTerminal": {"instanceId": "x"},
             })
+        );
+    }
+
+    fn fleet_run(is_closed: bool) -> FleetRun {
+        FleetRun {
+            journal_id: "0123456789abcdef0123456789abcdef".into(),
+            host_name: "build-7".into(),
+            heartbeat_at_ms: 951_827_696_000,
+            run_id: RunId::generate(),
+            name: Some("nightly".into()),
+            state: RunStatus::Running,
+            is_closed,
+            is_stale: false,
+            is_dismissed: false,
+            steps_done: 1,
+            steps_total: 2,
+            runner_pid: Some(100),
+            created_at_ms: 951_827_000_000,
+            updated_at_ms: 951_827_000_000,
+            ended_at_ms: None,
+            head_seq: 4,
+            status: Value::Null,
+        }
+    }
+
+    #[test]
+    fn the_fleet_runs_table_has_host_and_journal_columns_and_says_a_host_is_silent() {
+        let run = fleet_run(false);
+        let rows = runs_table(&[
+            RunRow::of_shipped(&run, None),
+            RunRow::of_shipped(&run, Some(951_827_696_000)),
+        ]);
+        let lines = table_lines(&rows, &no_colour);
+        let words = |line: &str| {
+            line.split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(words(&lines[0])[..3], ["HOST", "JOURNAL", "RUN"]);
+        assert_eq!(words(&lines[1])[..2], ["build-7", "01234567"]);
+        assert!(lines[1].ends_with("100 on its host"), "{}", lines[1]);
+        assert!(
+            lines[2].ends_with("100 host silent since 2000-02-29 12:34:56Z"),
+            "{}",
+            lines[2]
+        );
+    }
+
+    #[test]
+    fn a_fleet_log_line_starts_with_host_and_journal() {
+        let origin = Origin {
+            host_name: "build-7".into(),
+            journal_id: "0123456789abcdef0123456789abcdef".into(),
+        };
+        let entry = LogEntry {
+            origin: Some(&origin),
+            global_seq: 12,
+            time_ms: 951_827_696_000,
+            run: "RUN".into(),
+            seq: 3,
+            event: "Dismissed",
+            fields: String::new(),
+        };
+        assert_eq!(
+            entry.line(),
+            "build-7  01234567      12  2000-02-29 12:34:56.000Z  RUN     3  Dismissed"
+        );
+        let local = LogEntry {
+            origin: None,
+            ..entry
+        };
+        assert!(
+            local.line().starts_with("    12  2000-02-29"),
+            "{}",
+            local.line()
         );
     }
 

@@ -15,6 +15,11 @@ use crate::event::{HostIds, Mode, RunSpec, SpecError, StepAction, StepSpec};
 /// Longest step name derived from a command; longer commands are cut on a character boundary.
 pub const DERIVED_NAME_MAX_BYTES: usize = 48;
 
+/// The largest spec file `runjournal run --spec` reads, in bytes: a spec holds at most
+/// `event::MAX_STEPS` steps of `event::MAX_STEP_BYTES`, far below it. A larger file (or an
+/// endless one, `/dev/zero`) is refused after this many bytes and one more.
+pub const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
+
 /// A spec file: a run as JSON.
 ///
 /// ```json

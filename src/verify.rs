@@ -94,6 +94,8 @@ pub enum ProblemKind {
     Integrity,
     /// Reading the journal failed.
     Storage,
+    /// A record as shipped to PostgreSQL (`journal-tools inspect verify --against`).
+    Shipped,
 }
 
 impl ProblemKind {
@@ -112,6 +114,7 @@ impl ProblemKind {
             ProblemKind::Projection => "projection",
             ProblemKind::Integrity => "integrity",
             ProblemKind::Storage => "storage",
+            ProblemKind::Shipped => "shipped",
         }
     }
 }

@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use runjournal::capacity;
-use runjournal::duration::{format_time_ms, format_time_s, parse_time};
+use runjournal::duration::{format_time_s, parse_time};
 use runjournal::event::Record;
-use runjournal::show::{self, Cell, RunView, Tone, header, plural};
+use runjournal::ship::journal_id_text;
+use runjournal::ship::state as ship_state;
+use runjournal::show::{self, Cell, LogEntry, RunRow, RunView, Tone, plural};
 use runjournal::source::JournalSource;
 use runjournal::state::{RunState, RunStatus};
 use runjournal::verify::{self, Problem, Severity};
@@ -103,26 +105,11 @@ pub fn runs(source: &JournalSource, out: &mut Out, args: &RunsArgs) -> anyhow::R
     } else if matching.is_empty() {
         note(&format!("no runs match (the journal holds {total})"));
     } else {
-        let mut rows = vec![header(&[
-            "RUN", "NAME", "STATE", "CLOSED", "STEPS", "STARTED", "ENDED", "HEAD", "RUNNER",
-        ])];
-        for state in &matching {
-            let runner = match (&state.runner, show::look_at_runner(state)) {
-                (Some(info), Some(seen)) => format!("{} {}", info.identity.pid, seen.as_str()),
-                _ => "-".to_string(),
-            };
-            rows.push(vec![
-                Cell::plain(state.run_id.to_string()),
-                Cell::plain(state.spec.name.clone().unwrap_or_else(|| "-".to_string())),
-                Cell::toned(state.status.as_str(), Tone::of_status(state.status)),
-                Cell::plain(show::closed_text(state)),
-                Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),
-                Cell::plain(format_time_s(state.created_at_ms)),
-                Cell::plain(show::time_or_dash(state.ended_at_ms())),
-                Cell::plain(state.head_seq.to_string()),
-                Cell::plain(runner),
-            ]);
-        }
+        let rows: Vec<RunRow> = matching
+            .iter()
+            .map(|state| RunRow::of(state, show::look_at_runner(state)))
+            .collect();
+        let rows = show::runs_table(&rows);
         out.table(&rows, "")?;
     }
     for error in &damaged {
@@ -226,15 +213,7 @@ pub fn events(source: &JournalSource, out: &mut Out, args: &EventsArgs) -> anyho
                 if out.is_json {
                     out.json("event", record_json(Some(global), &record))?;
                 } else {
-                    let line = format!(
-                        "{global:>6}  {}  {}  {:>4}  {} {}",
-                        format_time_ms(record.time_ms),
-                        record.run_id,
-                        record.seq,
-                        record.event.name(),
-                        show::event_fields_text(&record.event)
-                    );
-                    out.text_line(line.trim_end())?;
+                    out.line(&LogEntry::of(None, global, &record).line())?;
                 }
                 shown += 1;
                 if is_done(shown) {
@@ -281,6 +260,14 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
     let active = view.active_runs()?.len();
     let records = view.record_count()?;
     let global_head = view.global_head()?;
+    let shipping = source.home().and_then(|home| {
+        ship_state::read(home).map(|state| {
+            // The lag is a report: when it cannot be read, there is no line rather than a
+            // failed command.
+            let lag = ship_state::lag(home, &view).ok().flatten();
+            (state, lag)
+        })
+    });
     drop(view);
     let journal_path = source.journal_path();
     let file_bytes = std::fs::metadata(journal_path)
@@ -293,11 +280,7 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
             })?),
             None => None,
         };
-    let journal_id: String = meta
-        .journal_id
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let journal_id = journal_id_text(&meta.journal_id);
     for error in &damaged {
         note(&error.to_string());
     }
@@ -330,6 +313,14 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
                 "hasReserve": capacity.as_ref().map(|capacity| capacity.has_reserve),
                 "blockedSinceMs": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
                 "blockedPids": blocked_pids,
+                "shipping": shipping.as_ref().map(|(state, lag)| json!({
+                    "target": state.target,
+                    "shippedThrough": state.shipped_through,
+                    "recordsBehind": global_head.saturating_sub(state.shipped_through),
+                    "failingSinceMs": state.failing_since_ms,
+                    "lastError": state.last_error,
+                    "lag": lag.as_ref().map(|lag| lag.line()),
+                })),
             }),
         )?;
         out.json("summary", json!({"runs": runs, "records": records}))?;
@@ -381,6 +372,14 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
             ("records", format!("{records} (global head {global_head})")),
             ("reserve", reserve),
             ("disk full", blocked),
+            (
+                "shipping",
+                show::shipping_text(
+                    shipping.as_ref().map(|(state, _)| state),
+                    shipping.as_ref().and_then(|(_, lag)| lag.as_ref()),
+                    global_head,
+                ),
+            ),
         ]
         .into_iter()
         .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])

@@ -6,6 +6,7 @@
 //! journal that is damaged or of an unknown format. When several apply, the
 //! most serious wins (4, then 2, then 1). A closed stdout (`| head`) exits 0 quietly.
 
+mod fleet;
 mod inspect;
 mod output;
 mod replay;
@@ -49,6 +50,15 @@ struct Cli {
     /// Print JSON Lines: one object per line, each with a "type", ending with a summary.
     #[arg(long, global = true)]
     json: bool,
+    /// Read the fleet shipped into this PostgreSQL database (`runjournal ship`) instead of a
+    /// local journal: inspect runs, run, events and stats across every shipped journal.
+    #[arg(long, global = true, value_name = "URL")]
+    from: Option<String>,
+    /// With --from: a host whose last heartbeat is older than this is shown silent (500ms,
+    /// 30s, 5m, 1h30m).
+    #[arg(long, global = true, value_name = "DURATION", default_value = "2m",
+          value_parser = parse_duration_ms)]
+    silent_after: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -76,7 +86,12 @@ enum InspectCommand {
     /// Counts, sizes, format, and the journal's space reserve.
     Stats,
     /// Check everything: records, snapshots, indexes, projections, redb's integrity.
-    Verify,
+    Verify {
+        /// Instead, compare the journal with what this PostgreSQL database holds of it
+        /// (missing, extra or different records).
+        #[arg(long, value_name = "URL")]
+        against: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -137,6 +152,12 @@ struct ReplayArgs {
 
 fn parse_status(text: &str) -> Result<RunStatus, String> {
     text.parse()
+}
+
+fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    runjournal::duration::parse_duration(text)
+        .map(|duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+        .map_err(|error| error.to_string())
 }
 
 /// A mistake in how the tool was called (exit 2, one line).
@@ -218,6 +239,16 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
+    if let Some(url) = cli.from {
+        return run_fleet(
+            &fleet::FleetArgs {
+                url,
+                silent_after_ms: cli.silent_after,
+            },
+            cli.command,
+            out,
+        );
+    }
     let source = JournalSource::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)
         .map_err(source_error)?;
     if source.was_recovered() {
@@ -231,8 +262,33 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
         Command::Inspect(InspectCommand::Run { run }) => inspect::run(&source, out, &run),
         Command::Inspect(InspectCommand::Events(args)) => inspect::events(&source, out, &args),
         Command::Inspect(InspectCommand::Stats) => inspect::stats(&source, out),
-        Command::Inspect(InspectCommand::Verify) => inspect::verify(&source, out),
+        Command::Inspect(InspectCommand::Verify { against: None }) => inspect::verify(&source, out),
+        Command::Inspect(InspectCommand::Verify { against: Some(url) }) => {
+            fleet::verify_against(&source, out, &url)
+        }
         Command::Replay(args) => replay::replay(&source, out, &args),
+    }
+}
+
+/// The commands that read the fleet (`--from URL`).
+fn run_fleet(
+    args: &fleet::FleetArgs,
+    command: Command,
+    out: &mut output::Out,
+) -> anyhow::Result<Status> {
+    match command {
+        Command::Inspect(InspectCommand::Runs(runs)) => fleet::runs(args, out, &runs),
+        Command::Inspect(InspectCommand::Run { run }) => fleet::run(args, out, &run),
+        Command::Inspect(InspectCommand::Events(events)) => fleet::events(args, out, &events),
+        Command::Inspect(InspectCommand::Stats) => fleet::stats(args, out),
+        Command::Inspect(InspectCommand::Verify { .. }) => Err(UsageError(
+            "verify checks a local journal; compare it with the fleet with inspect verify --against URL".to_string(),
+        )
+        .into()),
+        Command::Replay(_) => Err(UsageError(
+            "replay rebuilds a local home's files; it does not read the fleet (--from)".to_string(),
+        )
+        .into()),
     }
 }
 

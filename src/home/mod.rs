@@ -276,6 +276,12 @@ impl Home {
         self.state_dir().join("reserve")
     }
 
+    /// `shipping.json`: what `runjournal ship` last said (see `ship::state`), beside the
+    /// journal it reports on.
+    pub fn shipping_state_path(&self) -> PathBuf {
+        self.state_dir().join("shipping.json")
+    }
+
     /// `blocked/`: one empty marker per writer blocked on a full disk (see `capacity`).
     pub fn blocked_dir(&self) -> PathBuf {
         self.state_dir().join("blocked")
@@ -404,6 +410,10 @@ mod tests {
             (home.journal_path(), "/t/root/runjournal/journal.redb"),
             (home.reserve_path(), "/t/root/runjournal/reserve"),
             (home.blocked_dir(), "/t/root/runjournal/blocked"),
+            (
+                home.shipping_state_path(),
+                "/t/root/runjournal/shipping.json",
+            ),
             (
                 home.reconcile_cursor_path(),
                 "/t/root/runjournal/reconciled-through",

@@ -1,9 +1,11 @@
 //! The Linux implementation of [`super`]: `/proc` for process facts (with the crate's one
-//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate` and `pipe2`.
+//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2` and `close_range`.
 
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
+
+use nix::libc;
 
 use super::ProcessInfo;
 
@@ -256,6 +258,65 @@ pub(super) fn pidfd_send_signal(
 
 pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// `/proc/<pid>/comm`, without its newline; `None` when no process has that pid.
+pub(super) fn command_name(pid: u32) -> io::Result<Option<String>> {
+    match fs::read(format!("/proc/{pid}/comm")) {
+        Ok(bytes) => {
+            let bytes = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+            Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+        }
+        Err(error) if is_gone(&error) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// `close_range(first, ~0, flags)` as a raw system call (glibc has a wrapper only since 2.34,
+/// and none is needed): whether the kernel did it. A kernel before 5.9 (or 5.11 for
+/// `CLOSE_RANGE_CLOEXEC`) answers ENOSYS or EINVAL, and the caller falls back.
+fn close_range(first: RawFd, flags: libc::c_uint) -> bool {
+    let Ok(first) = libc::c_uint::try_from(first.max(0)) else {
+        return true;
+    };
+    // SAFETY: close_range takes three integers and touches only this process's descriptor
+    // table; it is a plain system call, async-signal-safe.
+    let answer = unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, flags) };
+    answer == 0
+}
+
+/// `close_range(CLOSE_RANGE_CLOEXEC)`, else the portable walk. Async-signal-safe.
+pub(super) fn mark_cloexec_from(first: RawFd) -> io::Result<()> {
+    if close_range(first, libc::CLOSE_RANGE_CLOEXEC) {
+        return Ok(());
+    }
+    super::portable::mark_cloexec_from(first)
+}
+
+/// `close_range`, else each descriptor `/proc/self/fd` lists (the directory's own one left
+/// for last, closed with it), else the portable walk.
+pub(super) fn close_from(first: RawFd) -> io::Result<()> {
+    if close_range(first, 0) {
+        return Ok(());
+    }
+    let listed: Option<Vec<RawFd>> = fs::read_dir("/proc/self/fd").ok().map(|entries| {
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<RawFd>().ok())
+            .filter(|&fd| fd >= first)
+            .collect()
+    });
+    match listed {
+        Some(listed) => {
+            // The directory's descriptor was closed when `read_dir` was dropped: closing a
+            // number that is no longer open answers EBADF, which is fine.
+            for fd in listed {
+                // SAFETY: the caller owns every descriptor from `first` on.
+                unsafe { libc::close(fd) };
+            }
+            Ok(())
+        }
+        None => super::portable::close_from(first),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! What only the operating system knows, behind one small platform-neutral API: facts about
-//! processes (identity, zombie state, process-group members, children), making this process
-//! a child subreaper, preallocating a file, and a close-on-exec pipe.
+//! processes (identity, zombie state, process-group members, children, command name), making
+//! this process a child subreaper, preallocating a file, a close-on-exec pipe, and keeping
+//! inherited descriptors from reaching the programs this process starts.
 //!
 //! Each fact comes from one implementation per operating system, chosen at compile time:
 //! `linux.rs` reads `/proc`; `macos.rs` asks the kernel through `proc_pidinfo`,
@@ -18,6 +19,9 @@
 //! | child subreaper | `PR_SET_CHILD_SUBREAPER` | none: orphans go to launchd, which reaps them |
 //! | preallocation | `posix_fallocate` | `F_PREALLOCATE`, else zeros written |
 //! | close-on-exec pipe | `pipe2(O_CLOEXEC)` | `pipe`, then `FD_CLOEXEC` on both ends |
+//! | command name | `/proc/<pid>/comm` | not known yet (`None`): the portable fallback |
+//! | descriptors from N on: close-on-exec | `close_range(CLOSE_RANGE_CLOEXEC)` | `fcntl` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
+//! | descriptors from N on: closed | `close_range`, else a walk of `/proc/self/fd` | `close` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
 //!
 //! What a process nobody can see means is decided once, in [`crate::liveness`]: a pid that no
 //! process holds, or that a process holds whose start time this user may not read, is not
@@ -35,7 +39,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 
 use crate::event::ProcessIdentity;
 
@@ -213,6 +217,101 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     os::pipe_cloexec()
 }
 
+/// The command name of `pid` (on Linux, `/proc/<pid>/comm`: the program's file name, cut to
+/// 15 bytes), for messages that name a process; `None` when no process holds `pid`, or where
+/// the platform does not tell it yet (macOS, for now).
+pub fn command_name(pid: u32) -> io::Result<Option<String>> {
+    #[cfg(target_os = "linux")]
+    {
+        os::command_name(pid)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        Ok(None)
+    }
+}
+
+/// Marks every open descriptor from `first` on close-on-exec, so a program this process execs
+/// starts without them. Async-signal-safe (raw system calls only, no allocation): it may run
+/// between fork and exec, as a `pre_exec` hook.
+pub fn mark_cloexec_from(first: RawFd) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        os::mark_cloexec_from(first)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        portable::mark_cloexec_from(first)
+    }
+}
+
+/// Closes every open descriptor from `first` on. For the start of a fresh process that owns
+/// none of them yet (the runner): anything else would pull descriptors from under the objects
+/// holding them. Not for a `pre_exec` hook (the Linux fallback reads a directory).
+pub fn close_from(first: RawFd) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        os::close_from(first)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        portable::close_from(first)
+    }
+}
+
+/// What every POSIX system offers for the descriptor calls above: a walk of every descriptor
+/// number below the soft `RLIMIT_NOFILE` (no descriptor can be at or above it). It is Linux's
+/// fallback for kernels without `close_range`, and the implementation on other platforms.
+mod portable {
+    use std::io;
+    use std::os::fd::RawFd;
+
+    use nix::libc;
+
+    /// The highest descriptor number worth trying, plus one: the soft limit on open
+    /// descriptors, capped so that an unlimited one does not mean billions of calls.
+    fn descriptor_bound() -> RawFd {
+        /// Above any soft limit a system ships by default (Linux allows up to 2^20).
+        const MAX_DESCRIPTORS: libc::rlim_t = 1 << 20;
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes only into `limit`, which is a valid rlimit.
+        let answer = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        let soft = if answer == 0 && limit.rlim_cur != libc::RLIM_INFINITY {
+            limit.rlim_cur.min(MAX_DESCRIPTORS)
+        } else {
+            MAX_DESCRIPTORS
+        };
+        RawFd::try_from(soft).unwrap_or(RawFd::MAX)
+    }
+
+    /// Async-signal-safe: getrlimit and fcntl only.
+    pub(super) fn mark_cloexec_from(first: RawFd) -> io::Result<()> {
+        for fd in first.max(0)..descriptor_bound() {
+            // SAFETY: F_GETFD and F_SETFD read and set a descriptor's flags; a number that is
+            // not an open descriptor answers EBADF and is skipped.
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                // SAFETY: as above.
+                unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn close_from(first: RawFd) -> io::Result<()> {
+        for fd in first.max(0)..descriptor_bound() {
+            // SAFETY: closing a number that is not an open descriptor answers EBADF; the
+            // caller owns every descriptor from `first` on (see `super::close_from`).
+            unsafe { libc::close(fd) };
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +408,105 @@ mod tests {
             .read_to_string(&mut text)
             .expect("read");
         assert_eq!(text, "hi");
+    }
+
+    #[test]
+    fn a_child_has_its_command_name() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let name = command_name(child.id());
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert_eq!(name.expect("read").as_deref(), Some("sleep"));
+        assert_eq!(command_name(u32::MAX - 1).expect("read"), None);
+    }
+
+    /// Whether a pipe end this process holds without close-on-exec is still open in a child
+    /// after its exec, when `mark` ran between fork and exec.
+    fn is_open_in_child(mark: impl FnMut() -> io::Result<()> + Send + Sync + 'static) -> bool {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+        let fd = write_end.as_raw_fd();
+        let mut command = std::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("[ -e /proc/self/fd/{fd} ] || [ -e /dev/fd/{fd} ]"));
+        // SAFETY: the hook only makes raw system calls (the function under test promises so).
+        unsafe {
+            command.pre_exec(mark);
+        }
+        let status = command.status().expect("run sh");
+        drop((read_end, write_end));
+        status.success()
+    }
+
+    #[test]
+    fn descriptors_marked_close_on_exec_do_not_reach_a_child() {
+        assert!(
+            is_open_in_child(|| Ok(())),
+            "an inherited pipe reaches the child"
+        );
+        assert!(!is_open_in_child(|| mark_cloexec_from(3)));
+        assert!(!is_open_in_child(|| portable::mark_cloexec_from(3)));
+    }
+
+    #[test]
+    fn closing_from_a_number_closes_that_one_and_above_only() {
+        // In a child of its own: closing descriptors in the test process would pull them from
+        // under other tests.
+        for implementation in ["platform", "portable"] {
+            let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+                .args([
+                    "--exact",
+                    "platform::tests::close_from_child",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("RUNJOURNAL_CLOSE_FROM_CHILD", implementation)
+                .output()
+                .expect("run the child");
+            assert!(
+                output.status.success(),
+                "{implementation}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                String::from_utf8_lossy(&output.stdout).contains("close_from_child: checked"),
+                "{implementation}: the child ran the check"
+            );
+        }
+    }
+
+    /// The body of [`closing_from_a_number_closes_that_one_and_above_only`], in a child.
+    #[test]
+    fn close_from_child() {
+        use std::os::fd::{AsRawFd, IntoRawFd};
+        let Ok(implementation) = std::env::var("RUNJOURNAL_CLOSE_FROM_CHILD") else {
+            return;
+        };
+        let (low_read, low_write) = nix::unistd::pipe().expect("pipe");
+        let (high_read, high_write) = nix::unistd::pipe().expect("pipe");
+        let low = low_read.as_raw_fd().min(low_write.as_raw_fd());
+        let high = high_read.as_raw_fd().min(high_write.as_raw_fd());
+        assert!(high > low + 1, "pipes get rising numbers");
+        let first = high;
+        let raw: Vec<RawFd> = [low_read, low_write, high_read, high_write]
+            .into_iter()
+            .map(IntoRawFd::into_raw_fd)
+            .collect();
+        match implementation.as_str() {
+            "portable" => portable::close_from(first).expect("close"),
+            _ => close_from(first).expect("close"),
+        }
+        for fd in raw {
+            // SAFETY: F_GETFD only reads a descriptor's flags.
+            let is_open = unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } >= 0;
+            assert_eq!(is_open, fd < first, "descriptor {fd}");
+        }
+        println!("close_from_child: checked");
     }
 }

@@ -275,12 +275,34 @@ impl Difference {
     }
 }
 
-/// Compares a plan with the files on disk; changes nothing.
+/// How far past a fresh projection's size a file on disk is read when they are compared: a
+/// file larger than that differs, and is not read further (whoever replaced it, and with what,
+/// `status.json` is input, and reading it must not cost more than the projection would).
+pub const COMPARED_SLACK_BYTES: u64 = 64 * 1024;
+
+/// Compares a plan with the files on disk; changes nothing. Each file is read up to its
+/// fresh projection's size and [`COMPARED_SLACK_BYTES`] (a marker not at all), and only if it
+/// is a regular file.
 pub fn check_plan(plan: &Plan) -> Vec<Difference> {
     let mut out = Vec::new();
     let is_published = was_published(plan);
     for file in &plan.files {
-        let on_disk = std::fs::read(&file.path);
+        let limit = match &file.content {
+            Content::Bytes(expected) => {
+                (expected.len() as u64).saturating_add(COMPARED_SLACK_BYTES)
+            }
+            Content::Marker | Content::Absent => 0,
+        };
+        let on_disk = match durable_fs::read_file_bounded(&file.path, limit) {
+            Ok(durable_fs::Bounded::Whole(bytes)) => Ok(bytes),
+            // A marker's content does not matter; a projection this much larger differs.
+            Ok(durable_fs::Bounded::Over(_)) if limit == 0 => Ok(Vec::new()),
+            Ok(durable_fs::Bounded::Over(_)) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("it is over {limit} bytes, far larger than a fresh projection"),
+            )),
+            Err(error) => Err(error),
+        };
         let problem = match (&file.content, on_disk) {
             (Content::Absent, Err(error)) if error.kind() == io::ErrorKind::NotFound => None,
             (Content::Absent, _) => Some(Problem::Unexpected),

@@ -14,6 +14,12 @@
 //!   before a step starts is honoured: the step never runs ([`process_group`]);
 //! * every step's process group is verified empty (or reported with survivors) before its
 //!   `StepFinished`, and every `StepFinished` before the `Terminal`;
+//! * once no step runs, nothing a step started is left below the runner: the descendant
+//!   [`sweep`] ends it and the step's error names it; and nothing is left when the runner exits;
+//! * the runner and its steps start with descriptors 0–2 only (and a step's are its output
+//!   pipe), whatever the runner's launcher had open;
+//! * no write to a log (the runner's own, a step's output) can end the runner or a step: logs
+//!   are best effort ([`output`]);
 //! * the runner records nothing after `Terminal`: `ProcessTerminalObserved` is for whoever sees
 //!   it gone.
 //!
@@ -27,11 +33,13 @@
 
 pub mod external_job;
 pub mod outcome;
+pub mod output;
 pub mod process_group;
 mod recorder;
 pub mod step;
+pub mod sweep;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +95,9 @@ use crate::logs::{self, TailBounds};
 use crate::state::{ControlInfo, RunState, RunStatus, TransitionError};
 use crate::store::{Store, StoreOptions};
 use outcome::{StepFailure, halt_error};
+use output::StepOutput;
 use step::{JobEnd, ProcessReport};
+use sweep::Swept;
 
 /// Exit code of a failed run whose failure has no exit code of its own.
 pub const EXIT_FAILED: i32 = 1;
@@ -113,6 +123,14 @@ const SUMMARY_TAIL: TailBounds = TailBounds {
 
 /// How long the runner keeps retrying failed projections before it exits.
 const PROJECTION_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long, once a step has ended, its output may take to be drained and written: its
+/// pipe's last writers are gone (its group and what it left were ended), so this bounds only a
+/// slow disk or a pipe handed to a process the runner cannot reach.
+const OUTPUT_FINISH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the runner's last log lines may take to be written before it exits.
+const RUNNER_LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Timings of a runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,10 +184,39 @@ pub enum RunnerOutcome {
     EndedElsewhere { state: RunStatus },
 }
 
-/// The runner process's entry point: opens `home`, runs `run` to its end on a fresh tokio
-/// runtime, and makes this process the child subreaper of its steps' orphans so that they can
-/// be reaped and a step's group verified empty.
+/// The runner process's entry point, to be called first thing in a fresh process: closes
+/// every descriptor above 2 it inherited (a runner holds nothing of its launcher's), sends its
+/// log lines to the run's `runner.log` (best effort, see [`output`]), makes this process the
+/// child subreaper of its steps' orphans (so that they can be reaped, a step's group verified
+/// empty and what steps left behind found), opens `home`, and runs `run` to its end on a
+/// fresh tokio runtime. At every point where no step runs, and at its end, it ends every
+/// process left below this one: call it only in a process of its own (`runjournal __runner`).
 pub fn run_in_process(
+    home: Home,
+    run: RunId,
+    config: RunnerConfig,
+) -> Result<RunnerOutcome, RunnerError> {
+    // Nothing is open yet but what the launcher passed: 0-2 are kept, the rest would keep
+    // the launcher's pipes (`3>&1 | cat`) open for as long as the run lasts.
+    if let Err(error) = crate::platform::close_from(3) {
+        log(&format!(
+            "cannot close the descriptors it inherited: {error}"
+        ));
+    }
+    if let Err(error) = output::open_runner_log(home.runner_log_path(run)) {
+        log(&format!(
+            "cannot start writing runner.log ({error}); its lines go to stderr"
+        ));
+    }
+    let outcome = run_with_runtime(home, run, config);
+    if let Err(error) = &outcome {
+        log(&format!("the runner failed: {error}"));
+    }
+    output::flush_runner_log(RUNNER_LOG_FLUSH_TIMEOUT);
+    outcome
+}
+
+fn run_with_runtime(
     home: Home,
     run: RunId,
     config: RunnerConfig,
@@ -216,8 +263,10 @@ fn describe_capacity(event: &CapacityEvent) -> String {
     }
 }
 
-/// Runs `run`: takes it, executes its steps, records its end.
-pub async fn run_steps(
+/// Runs `run`: takes it, executes its steps, records its end. Not public: it ends every
+/// descendant of this process that outlives the steps (the sweep), which only a process of
+/// its own, the runner, may do — a host starts a runner (`launch`), never runs one inside it.
+async fn run_steps(
     store: Arc<Store>,
     run: RunId,
     config: RunnerConfig,
@@ -236,6 +285,7 @@ pub async fn run_steps(
         "run {run} taken by runner pid {}",
         std::process::id()
     ));
+    let grace = config.grace;
     let mut run_loop = RunLoop {
         recorder: Arc::clone(&recorder),
         home: store.home().clone(),
@@ -243,6 +293,7 @@ pub async fn run_steps(
         config,
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
+        spawned: BTreeSet::new(),
         next_step: 0,
         halt: None,
         lost: None,
@@ -256,8 +307,39 @@ pub async fn run_steps(
         .timeout_ms
         .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
     let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
+    // A loop that failed leaves steps running: dropping it stops following them, and the
+    // sweep below ends them with whatever else is left, so the runner leaves nothing behind.
+    let never_reap = std::mem::take(&mut run_loop.spawned);
+    drop(run_loop);
+    let swept = sweep_descendants(never_reap, grace).await;
+    if !swept.is_empty() {
+        log(&format!("at exit: {}", swept.describe()));
+    }
     flush_projections(&store).await;
     outcome
+}
+
+/// Runs the descendant [`sweep`] on a blocking thread; a sweep that could not look at the
+/// processes is logged and counts as having found nothing.
+async fn sweep_descendants(never_reap: BTreeSet<u32>, grace: Duration) -> Swept {
+    let swept =
+        tokio::task::spawn_blocking(move || sweep::sweep(std::process::id(), &never_reap, grace))
+            .await;
+    match swept {
+        Ok(Ok(swept)) => swept,
+        Ok(Err(error)) => {
+            log(&format!(
+                "cannot look for processes steps left behind: {error}"
+            ));
+            Swept::default()
+        }
+        Err(error) => {
+            log(&format!(
+                "looking for processes steps left behind failed: {error}"
+            ));
+            Swept::default()
+        }
+    }
 }
 
 /// Records `RunnerStarted`: the run must be queued, without a runner and without a recorded
@@ -327,11 +409,12 @@ enum Ending {
 struct RunningStep {
     terminate: watch::Sender<bool>,
     ending: Option<Ending>,
+    output: StepOutput,
 }
 
 /// How an attempt to start a step went.
 enum Start {
-    Started(std::process::Child),
+    Started(std::process::Child, StepOutput),
     /// A control request was recorded first: the step did not start and no other will.
     Halted(ControlInfo),
     /// The run ended elsewhere.
@@ -352,6 +435,8 @@ struct RunLoop {
     config: RunnerConfig,
     tasks: JoinSet<(usize, ProcessReport)>,
     running: BTreeMap<usize, RunningStep>,
+    /// Every process this runner spawned for a step: their waiters reap them, a sweep never.
+    spawned: BTreeSet<u32>,
     /// Steps start in index order in every mode.
     next_step: usize,
     halt: Option<ControlInfo>,
@@ -437,20 +522,14 @@ impl RunLoop {
 
     /// Starts step `index`, or learns why it must not start.
     async fn start(&mut self, index: usize) -> Result<(), RunnerError> {
-        let run = self.recorder.run();
         let step_number = u32::try_from(index).expect("RunSpec::check bounds the step count");
         self.next_step = index + 1;
         match self.start_gated(index, step_number).await? {
-            Start::Started(child) => {
+            Start::Started(child, output) => {
                 let (terminate, terminate_rx) = watch::channel(false);
                 let grace = self.config.grace;
                 if self.spec.steps[index].is_external_job() {
-                    let log_path = self.home.output_log_path(run, index);
-                    let log =
-                        step::open_output_log(&log_path).map_err(|source| RunnerError::Io {
-                            what: "opening a step's output log",
-                            source,
-                        })?;
+                    let log = output.sink();
                     let recorder = Arc::clone(&self.recorder);
                     self.tasks.spawn(async move {
                         let report = step::run_external_job(
@@ -474,6 +553,7 @@ impl RunLoop {
                     RunningStep {
                         terminate,
                         ending: None,
+                        output,
                     },
                 );
             }
@@ -515,17 +595,30 @@ impl RunLoop {
     /// head at which no control request was seen, then let the program run.
     async fn start_gated(&mut self, index: usize, step_number: u32) -> Result<Start, RunnerError> {
         let run = self.recorder.run();
-        let command = match step::command(
-            &self.home,
-            run,
-            index,
-            &self.spec.steps[index],
-            self.spec.cwd.as_deref(),
-        ) {
-            Ok(command) => command,
+        // The log itself is opened at the first write, and may fail then: only the pipe and
+        // the threads that drain it must exist for the step to start.
+        let mut output = match StepOutput::start(self.home.output_log_path(run, index)) {
+            Ok(output) => output,
             Err(error) => {
                 return Ok(Start::Unstartable(format!(
-                    "cannot open the step's output log: {error}"
+                    "cannot start the step's output writer: {error}"
+                )));
+            }
+        };
+        let command = match output.pipe().map(|pipe| {
+            step::command(
+                &self.home,
+                run,
+                index,
+                &self.spec.steps[index],
+                self.spec.cwd.as_deref(),
+                pipe,
+            )
+        }) {
+            Ok(Ok(command)) => command,
+            Ok(Err(error)) | Err(error) => {
+                return Ok(Start::Unstartable(format!(
+                    "cannot make the step's output pipe: {error}"
                 )));
             }
         };
@@ -539,6 +632,7 @@ impl RunLoop {
                 )));
             }
         };
+        self.spawned.insert(gated.pid());
         let process = match liveness::identity_of(gated.pid()) {
             Ok(process) => process,
             Err(error) => {
@@ -586,7 +680,7 @@ impl RunLoop {
             }
         }
         match gated.release().await {
-            Ok(child) => Ok(Start::Started(child)),
+            Ok(child) => Ok(Start::Started(child, output)),
             Err(error) => {
                 let exit_code = if error.kind() == io::ErrorKind::NotFound {
                     EXIT_NOT_FOUND
@@ -601,13 +695,40 @@ impl RunLoop {
         }
     }
 
-    /// Records how a step's process ended.
+    /// Records how a step's process ended: once no other step runs, after ending what it left
+    /// outside its group (named in its error), and after its output is written.
     async fn finish(&mut self, index: usize, report: ProcessReport) -> Result<(), RunnerError> {
-        let ending = self
-            .running
-            .remove(&index)
-            .and_then(|running| running.ending);
-        let outcome = self.outcome(index, &report, ending);
+        let running = self.running.remove(&index);
+        // With other steps running, an orphan cannot be told to be this step's: the sweep
+        // waits for the last of them (see `sweep`).
+        let swept = if self.running.is_empty() {
+            sweep_descendants(self.spawned.clone(), self.config.grace).await
+        } else {
+            Swept::default()
+        };
+        if !swept.is_empty() {
+            log(&format!("step {index}: {}", swept.describe()));
+        }
+        let ending = match running {
+            Some(running) => {
+                let end = running.output.finish(OUTPUT_FINISH_TIMEOUT).await;
+                if !end.is_complete {
+                    log(&format!(
+                        "step {index}: its output was not all written within {}; what comes later is still written",
+                        crate::duration::format_duration(OUTPUT_FINISH_TIMEOUT)
+                    ));
+                }
+                if end.lost_bytes > 0 {
+                    log(&format!(
+                        "step {index}: {} bytes of its output could not be written to its log",
+                        end.lost_bytes
+                    ));
+                }
+                running.ending
+            }
+            None => None,
+        };
+        let outcome = self.outcome(index, &report, ending, &swept);
         self.record_finished(index, outcome, Vec::new()).await
     }
 
@@ -650,8 +771,14 @@ impl RunLoop {
         Ok(())
     }
 
-    /// Turns a process report into the step's outcome.
-    fn outcome(&self, index: usize, report: &ProcessReport, ending: Option<Ending>) -> StepOutcome {
+    /// Turns a process report (and what the sweep after it ended) into the step's outcome.
+    fn outcome(
+        &self,
+        index: usize,
+        report: &ProcessReport,
+        ending: Option<Ending>,
+        swept: &Swept,
+    ) -> StepOutcome {
         // A step's exit code is its own: none when the runner ended its process.
         let exit_code = match &report.status {
             Some(Ok(status)) if !report.was_leader_signalled => step::exit_code_of(*status),
@@ -723,10 +850,16 @@ impl RunLoop {
                 ),
             }
         };
-        let error = format!("{error}{survivors}");
+        let left_behind = swept.describe();
+        let error = match (format!("{error}{survivors}"), left_behind.is_empty()) {
+            (error, true) => error,
+            (error, false) if error.is_empty() => left_behind,
+            (error, false) => format!("{error}; {left_behind}"),
+        };
         let error = (!error.is_empty()).then(|| event::truncate_text(&error, MAX_TEXT_BYTES));
-        // A step whose group outlived SIGKILL did not complete cleanly.
-        let end = if end == StepEnd::Complete && !survivors.is_empty() {
+        // A step whose group, or what it left, outlived SIGKILL did not complete cleanly.
+        let has_survivors = !survivors.is_empty() || !swept.survivors.is_empty();
+        let end = if end == StepEnd::Complete && has_survivors {
             StepEnd::Failed
         } else {
             end
@@ -918,11 +1051,11 @@ async fn flush_projections(store: &Arc<Store>) {
     }
 }
 
-/// A line in the runner's own log (its stderr, `runs/<id>/runner.log`).
+/// A line in the runner's own log (`runs/<id>/runner.log`), written at best ([`output`]).
 fn log(message: &str) {
-    eprintln!(
+    output::runner_log_line(&format!(
         "{} runner[{}]: {message}",
         event::now_ms(),
         std::process::id()
-    );
+    ));
 }

@@ -16,8 +16,13 @@
 //! std's `spawn` returns only once the child has exec'd (it waits on its own error pipe), so the
 //! spawn runs on a blocking thread while the parent works the gate.
 //!
-//! Invariant: the hook makes only raw system calls (getpid, write, read, close), which are
-//! async-signal-safe, as code between fork and exec in a threaded process must be.
+//! Once through the gate, the hook marks every descriptor above 2 close-on-exec: the step
+//! starts with its stdin, its output pipe and nothing else of the runner's, whatever a
+//! library or a launcher left open without `O_CLOEXEC`.
+//!
+//! Invariant: the hook makes only raw system calls (getpid, write, read, close, fcntl or
+//! close_range), which are async-signal-safe, as code between fork and exec in a threaded
+//! process must be.
 //! Invariant: a gated child runs its program only if `release` wrote the gate's byte.
 //! Invariant: a group is reported gone only when the core saw no live member in it.
 
@@ -177,7 +182,7 @@ fn hold_at_gate(hello_fd: RawFd, gate_read_fd: RawFd, gate_write_fd: RawFd) -> i
         }
     }
     let _ = close(gate_read_fd);
-    Ok(())
+    platform::mark_cloexec_from(3)
 }
 
 /// Reads the pid the child writes at the gate; `None` if the child never wrote it.

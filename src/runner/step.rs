@@ -4,10 +4,9 @@
 //! happened ([`ProcessReport`]) and the runner's loop, the single place that records
 //! `StepFinished`, turns that into an outcome.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::external_job::{self, MAX_PROVIDER_LINE_BYTES};
+use super::output::LogSink;
 use super::process_group::{self, Ended, Leader, ProcessGroup};
 use super::recorder::Recorder;
 use crate::event::{Event, ExternalJobStatus, RunId, StepAction, StepSpec};
@@ -30,16 +30,17 @@ pub const ENV_LAYOUT: &str = crate::home::LAYOUT_ENV;
 /// Most provider lines buffered between the reading thread and the step's task.
 const PROVIDER_LINE_QUEUE: usize = 16;
 
-/// The command that runs a step, with stdin from /dev/null and stdout and stderr appended to
-/// the step's output log (an external-job provider's stdout is piped to the runner instead).
+/// The command that runs a step, with stdin from /dev/null and stdout and stderr into
+/// `output`, the write end of the pipe the runner drains into the step's log (an external-job
+/// provider's stdout is piped to the runner instead, which copies its lines to the log).
 pub fn command(
     home: &Home,
     run: RunId,
     index: usize,
     step: &StepSpec,
     cwd: Option<&str>,
+    output: OwnedFd,
 ) -> io::Result<Command> {
-    let log = open_output_log(&home.output_log_path(run, index))?;
     let mut command = match &step.action {
         StepAction::Command { argv } => {
             // RunSpec::check refuses a command without a program, and nothing reaches a runner
@@ -65,12 +66,12 @@ pub fn command(
     let stdout = if step.is_external_job() {
         Stdio::piped()
     } else {
-        Stdio::from(log.try_clone()?)
+        Stdio::from(output.try_clone()?)
     };
     command
         .stdin(Stdio::null())
         .stdout(stdout)
-        .stderr(Stdio::from(log))
+        .stderr(Stdio::from(output))
         .env(ENV_RUN_ID, run.to_string())
         .env(ENV_STEP, index.to_string())
         .env(ENV_HOME, home.root())
@@ -79,12 +80,6 @@ pub fn command(
         command.current_dir(cwd);
     }
     Ok(command)
-}
-
-/// Opens a step's output log for appending (0600), creating it if needed, without following
-/// a link in its place ([`crate::durable_fs::open_append`]).
-pub fn open_output_log(path: &Path) -> io::Result<File> {
-    crate::durable_fs::open_append(path)
 }
 
 /// How an external job's provider ended its report.
@@ -165,7 +160,7 @@ pub async fn run_external_job(
     mut child: Child,
     recorder: Arc<Recorder>,
     index: u32,
-    log: File,
+    log: LogSink,
     mut terminate: watch::Receiver<bool>,
     grace: Duration,
 ) -> ProcessReport {
@@ -275,9 +270,10 @@ pub async fn run_external_job(
 }
 
 /// Reads the provider's stdout line by line, each bounded to [`MAX_PROVIDER_LINE_BYTES`],
-/// copying every line to the step's output log. Runs on a blocking thread; stops at end of
-/// file, at an over-long line, or when the step's task stops listening.
-fn read_provider(stdout: impl Read, mut log: File, lines: mpsc::Sender<ProviderRead>) {
+/// copying every line to the step's output log (at best: the sink never waits on the disk).
+/// Runs on a blocking thread; stops at end of file, at an over-long line, or when the step's
+/// task stops listening.
+fn read_provider(stdout: impl Read, log: LogSink, lines: mpsc::Sender<ProviderRead>) {
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     loop {
         let read = read_bounded_line(&mut reader, MAX_PROVIDER_LINE_BYTES);
@@ -288,7 +284,10 @@ fn read_provider(stdout: impl Read, mut log: File, lines: mpsc::Sender<ProviderR
         };
         if let ProviderRead::Line(line) = &read {
             // The log is a convenience copy; the journal has what matters.
-            let _ = log.write_all(line).and_then(|()| log.write_all(b"\n"));
+            let mut copy = Vec::with_capacity(line.len() + 1);
+            copy.extend_from_slice(line);
+            copy.push(b'\n');
+            log.push(&copy);
         }
         let is_last = !matches!(read, ProviderRead::Line(_));
         if lines.blocking_send(read).is_err() || is_last {

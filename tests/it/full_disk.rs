@@ -25,7 +25,7 @@ use runjournal::{Condition, Home, RunId, RunStatus, Store, state};
 const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
 
 /// Whether this test may run; prints why not, or fails when root tests are required.
-fn can_mount(test: &str) -> bool {
+pub(crate) fn can_mount(test: &str) -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
@@ -37,7 +37,7 @@ fn can_mount(test: &str) -> bool {
     false
 }
 
-fn run_command(program: &str, args: &[&str]) {
+pub(crate) fn run_command(program: &str, args: &[&str]) {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -99,7 +99,7 @@ impl Drop for SmallFs {
 }
 
 /// Writes `path` until the file system is full.
-fn fill(path: &Path) {
+pub(crate) fn fill(path: &Path) {
     let mut file = std::fs::File::create(path).expect("filler file");
     let chunk = vec![0xa5u8; 64 << 10];
     loop {

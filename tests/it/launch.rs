@@ -113,8 +113,9 @@ fn a_runner_that_never_takes_the_run_is_given_up_then_killed_and_refused_later()
         .output()
         .expect("run the runner");
     assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("cannot be taken by a runner"), "{stderr}");
+    // The runner says why in its own log (runner.log), which it writes itself.
+    let log = std::fs::read_to_string(store.home().runner_log_path(run)).expect("runner.log");
+    assert!(log.contains("cannot be taken by a runner"), "{log}");
     assert_eq!(count(), before);
 }
 
@@ -137,6 +138,7 @@ fn a_host_following_its_launch_records_the_runner_exit_as_its_parent() {
     let mut seen = Vec::new();
     let followed = launch::follow_launched(&store, &mut launched, |record| {
         seen.push(record.seq);
+        std::ops::ControlFlow::Continue(())
     })
     .expect("followed");
     let Followed::Ended { state, runner } = followed else {
@@ -189,6 +191,7 @@ fn a_runner_killed_under_a_following_host_is_recorded_by_it_and_the_run_reconcil
             let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
             nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill");
         }
+        std::ops::ControlFlow::Continue(())
     })
     .expect("followed");
     let Followed::RunnerDied {

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["journal"],
     &["projection", "resolve"],
     &["store", "verify"],
-    &["control", "reconcile", "runner", "source", "replay"],
+    &["control", "reconcile", "runner", "source", "replay", "ship"],
     &["launch", "show"],
     &["fuzz"],
 ];

@@ -20,5 +20,7 @@ mod model;
 mod pi_subagents_compat;
 mod power_loss;
 mod projection_repair;
+mod runner_hygiene;
+mod ship;
 mod strangers;
 mod support;

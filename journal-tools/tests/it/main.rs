@@ -5,5 +5,6 @@ mod cli;
 mod common;
 mod crash;
 mod damage;
+mod fleet;
 mod layout;
 mod strangers;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use runjournal::launch::{self, WaitEnd};
+use runjournal::logs::CopyError;
 use runjournal::projection::documents;
 use runjournal::show::{self, Cell, RunView};
 use runjournal::{Home, RunId, RunState, RunStatus, Store};
@@ -15,7 +16,7 @@ use crate::launch::exit_code_of;
 use crate::reconcile::report_reconciled;
 use crate::{
     CliResult, EXIT_WAIT_TIMEOUT, Failure, bad_input, check_run_text, note, open_store, print,
-    print_line, reconcile_before_reading, resolve,
+    print_line, reconcile_before_reading, resolve, stdout_failure,
 };
 
 /// How many recently ended runs `list` shows without `--all`.
@@ -41,12 +42,20 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     reconcile_before_reading(&store);
     let state = read_state(&store, run)?;
     let home = store.home();
+    let shipping_lag = {
+        let view = store.journal().view().context("reading the journal")?;
+        show::shipping_lag(home, &view)
+    };
     if json {
         let document = documents::status_doc(home, &state);
         let mut value = serde_json::to_value(&document).context("rendering the status")?;
         // An extra field, as readers of the status.json format ignore ones they do not know.
         if let Some(object) = value.as_object_mut() {
             object.insert("journalCapacity".to_string(), capacity_json(home));
+            object.insert(
+                "shipping".to_string(),
+                serde_json::to_value(&shipping_lag).context("rendering the status")?,
+            );
         }
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
@@ -62,7 +71,10 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     }
     let mut text = view.lines(&show::no_colour).join("\n");
     text.push('\n');
-    if let Some(notice) = show::capacity_notice(home, runjournal::event::now_ms()) {
+    let notices = show::capacity_notice(home, runjournal::event::now_ms())
+        .into_iter()
+        .chain(shipping_lag.map(|lag| lag.line()));
+    for notice in notices {
         text.push_str(&notice);
         text.push('\n');
     }
@@ -107,23 +119,26 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
         }
         states.push(state);
     }
+    let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
+        .into_iter()
+        .chain(show::shipping_lag(store.home(), &view).map(|lag| lag.line()))
+        .collect();
     drop(view);
     // Newest first: ids sort by creation time.
     states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
     let now_ms = runjournal::event::now_ms();
-    let notice = show::capacity_notice(store.home(), now_ms);
     if json {
         let rows: Vec<serde_json::Value> = states.iter().map(list_json).collect();
         let text = serde_json::to_string_pretty(&rows).context("rendering the list")?;
         print_line(&text)?;
-        // The array stays the data; the notice goes beside it.
-        if let Some(notice) = notice {
-            note(&notice);
+        // The array stays the data; the notices go beside it.
+        for notice in &notices {
+            note(notice);
         }
     } else {
         let mut text = String::new();
-        if let Some(notice) = notice {
-            text.push_str(&notice);
+        for notice in &notices {
+            text.push_str(notice);
             text.push('\n');
         }
         for line in show::table_lines(&list_rows(&states, now_ms), &show::no_colour) {
@@ -257,53 +272,44 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
     let mut last_shown: Option<usize> = None;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let written = (|| -> Result<(), Failure> {
-        loop {
-            // Read the state first: output written before it ended is then surely drained below.
-            let is_over = !follow || read_state(&store, run)?.is_terminal();
-            for (slot, &index) in steps.iter().enumerate() {
-                let path = store.home().output_log_path(run, index);
-                let chunk = runjournal::logs::read_from(&path, offsets[slot])
-                    .with_context(|| format!("reading {}", path.display()))?;
-                if chunk.is_empty() {
-                    continue;
+    loop {
+        // Read the state first: output written before it ended is then surely drained below.
+        let is_over = !follow || read_state(&store, run)?.is_terminal();
+        for (slot, &index) in steps.iter().enumerate() {
+            let path = store.home().output_log_path(run, index);
+            let reading = |error| {
+                Failure::Error(
+                    anyhow::Error::new(error).context(format!("reading {}", path.display())),
+                )
+            };
+            // Streamed: a log is never held in memory whole, whatever its size.
+            let Some(new_bytes) =
+                runjournal::logs::new_bytes(&path, offsets[slot]).map_err(reading)?
+            else {
+                continue;
+            };
+            if show_headers && last_shown != Some(index) {
+                if last_shown.is_some() {
+                    writeln!(out).map_err(stdout_failure)?;
                 }
-                offsets[slot] += chunk.len() as u64;
-                if show_headers && last_shown != Some(index) {
-                    if last_shown.is_some() {
-                        writeln!(out).map_err(write_failure)?;
-                    }
-                    writeln!(
-                        out,
-                        "==> step {index} ({}) <==",
-                        state.spec.steps[index].name
-                    )
-                    .map_err(write_failure)?;
-                    last_shown = Some(index);
-                }
-                out.write_all(&chunk).map_err(write_failure)?;
+                writeln!(
+                    out,
+                    "==> step {index} ({}) <==",
+                    state.spec.steps[index].name
+                )
+                .map_err(stdout_failure)?;
+                last_shown = Some(index);
             }
-            out.flush().map_err(write_failure)?;
-            if is_over {
-                return Ok(());
-            }
-            std::thread::sleep(LOGS_POLL_INTERVAL);
+            offsets[slot] += new_bytes.copy_to(&mut out).map_err(|error| match error {
+                CopyError::Write(error) => stdout_failure(error),
+                CopyError::Read(error) => reading(error),
+                other => Failure::Error(other.into()),
+            })?;
         }
-    })();
-    match written {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        // A closed pipe (`| head`): the reader has what it wanted.
-        Err(Failure::Error(error))
-            if error
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            Ok(ExitCode::SUCCESS)
+        out.flush().map_err(stdout_failure)?;
+        if is_over {
+            return Ok(ExitCode::SUCCESS);
         }
-        Err(failure) => Err(failure),
+        std::thread::sleep(LOGS_POLL_INTERVAL);
     }
-}
-
-fn write_failure(error: std::io::Error) -> Failure {
-    Failure::Error(anyhow::Error::new(error).context("writing output"))
 }

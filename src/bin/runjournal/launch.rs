@@ -1,5 +1,6 @@
 //! `runjournal run` and the hidden `__runner`.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use runjournal::durable_fs::{self, Bounded};
 use runjournal::duration::format_duration;
 use runjournal::event::{Mode, StepAction};
 use runjournal::exit::describe_exit;
@@ -110,8 +112,20 @@ pub fn duration_arg(text: &str) -> Result<Duration, String> {
 fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     let mut draft = match &args.spec {
         Some(path) => {
-            let bytes = std::fs::read(path)
-                .map_err(|error| bad_input(format!("spec {}: {error}", path.display())))?;
+            let refused = |error: String| bad_input(format!("spec {}: {error}", path.display()));
+            // Bounded: `--spec /dev/zero` is refused after the limit, not read forever.
+            let bytes = match std::fs::File::open(path)
+                .and_then(|file| durable_fs::read_bounded(file, spec::MAX_SPEC_FILE_BYTES))
+            {
+                Ok(Bounded::Whole(bytes)) => bytes,
+                Ok(Bounded::Over(_)) => {
+                    return Err(refused(format!(
+                        "over the limit of {} bytes for a spec file",
+                        spec::MAX_SPEC_FILE_BYTES
+                    )));
+                }
+                Err(error) => return Err(refused(error.to_string())),
+            };
             SpecFile::parse(&bytes)
                 .and_then(SpecFile::into_draft)
                 .map_err(|error| bad_input(format!("spec {}: {error}", path.display())))?
@@ -250,12 +264,17 @@ fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
         .context("reading the run")?
         .context("the run vanished from the journal")?
         .spec;
-    // A failed write (other than a closed pipe, which print ignores) does not stop the
-    // following: the runner's exit is still recorded. It is reported at the end.
+    // A closed stdout ends the following (and the command, quietly); the run goes on. Any
+    // other failed write does not: the runner's exit is still recorded, and the failure is
+    // reported at the end.
     let mut write_failure: Option<Failure> = None;
     let followed = launch::follow_launched(store, &mut launched, |record| {
         if !json && write_failure.is_none() {
             write_failure = print_line(&show::record_line(record, &spec)).err();
+        }
+        match write_failure {
+            Some(Failure::StdoutClosed) => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
         }
     })
     .context("following the run")?;
@@ -291,7 +310,7 @@ fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
                 store.home().runner_log_path(run).display()
             )));
         }
-        Followed::Stopped { state } => {
+        Followed::Stopped { state } | Followed::Left { state } => {
             return Err(Failure::Error(anyhow::anyhow!(
                 "run {run}: stopped following it while {}",
                 state.status
@@ -334,15 +353,15 @@ pub fn exit_code_of(state: &RunState) -> ExitCode {
     ExitCode::from(u8::try_from(code.rem_euclid(256)).unwrap_or(EXIT_ERROR))
 }
 
-/// `runjournal __runner RUN`: runs the run's steps. Its stdout and stderr are runner.log.
+/// `runjournal __runner RUN`: runs the run's steps. It writes runner.log itself (its stdout
+/// and stderr are runner.log too, when the launcher could make it, else /dev/null); a failure
+/// is written there by the runner, not repeated on stderr.
 pub fn runner(home: Home, run: &str) -> CliResult {
     let run: RunId = run.parse().map_err(bad_input)?;
     match runner::run_in_process(home, run, RunnerConfig::default()) {
         Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
             Ok(ExitCode::SUCCESS)
         }
-        Err(error) => Err(Failure::Error(
-            anyhow::Error::new(error).context(format!("runner of run {run}")),
-        )),
+        Err(_) => Ok(ExitCode::from(EXIT_ERROR)),
     }
 }

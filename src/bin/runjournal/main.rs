@@ -1,17 +1,20 @@
 //! The `runjournal` command line: argument parsing, printing and exit codes. The work is in
 //! the library (`runjournal::launch`, `runjournal::runner`, `runjournal::control`,
 //! `runjournal::resolve`), and so are the words (`runjournal::show`).
+//!
+//! Every write goes through `print` (stdout) or `note` (stderr), neither of which panics. A
+//! closed stdout (`| head`) ends any command at once, quietly, with exit 0 — as `journal-tools`
+//! and ripgrep do: the reader has what it wanted. A run being followed goes on by itself.
 
 mod control;
 mod inspect;
 mod launch;
 mod reconcile;
+mod ship;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-use anyhow::Context;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -127,6 +130,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ship the journal's records to PostgreSQL, in commit order, exactly once; follows the
+    /// journal unless --once.
+    Ship(ship::ShipArgs),
     /// External jobs.
     Job {
         #[command(subcommand)]
@@ -146,6 +152,8 @@ pub enum Failure {
     BadInput(anyhow::Error),
     /// Something went wrong underneath: exit 1.
     Error(anyhow::Error),
+    /// Stdout was closed by its reader: stop, quietly, exit 0.
+    StdoutClosed,
 }
 
 impl From<anyhow::Error> for Failure {
@@ -190,6 +198,7 @@ fn main() -> ExitCode {
             note(&one_line(&format!("{error:#}")));
             ExitCode::from(EXIT_ERROR)
         }
+        Err(Failure::StdoutClosed) => ExitCode::from(EXIT_OK),
     }
 }
 
@@ -199,17 +208,23 @@ fn parse_layout(text: &str) -> Result<Layout, String> {
         .map_err(|error: runjournal::home::UnknownLayout| error.to_string())
 }
 
-/// Writes `text` to stdout. A closed pipe (`| head`) is not a failure: the reader stopped
-/// reading, and the command's own outcome (its exit code) stands. Any other failure to write
-/// (a full disk) is.
+/// Writes `text` to stdout. A closed pipe (`| head`) is [`Failure::StdoutClosed`]: the
+/// command ends quietly with 0. Any other failure to write (a full disk) is an error.
 pub fn print(text: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
-    match stdout
+    stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-    {
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        written => written.context("writing to stdout").map_err(Failure::Error),
+        .map_err(stdout_failure)
+}
+
+/// What a failed write to stdout means: a closed pipe ends the command quietly; anything else
+/// is an error.
+pub fn stdout_failure(error: std::io::Error) -> Failure {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::StdoutClosed
+    } else {
+        Failure::Error(anyhow::Error::new(error).context("writing to stdout"))
     }
 }
 
@@ -264,6 +279,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),
+        Command::Ship(args) => ship::command(home, args),
         Command::Runner { run } => launch::runner(home, &run),
     }
 }

@@ -1,0 +1,447 @@
+//! `journal-tools --from URL inspect runs|run|events|stats`: the fleet as shipped into
+//! PostgreSQL (`runjournal::ship::fleet`), printed through the same table, run view and log
+//! line as a local journal (`runjournal::show`), with host and journal columns; and
+//! `inspect verify --against URL`. The library reads, folds and compares; this prints.
+
+use anyhow::Context;
+use runjournal::duration::{format_time_s, parse_time};
+use runjournal::ship::fleet::{self, EventFilter, Fleet, FleetRun, RunFilter, ShippedRecord};
+use runjournal::ship::rows;
+use runjournal::ship::{ShipError, Target, journal_id_text};
+use runjournal::show::{self, Cell, LogEntry, Origin, RunRow, RunView, Tone, header, plural};
+use runjournal::source::JournalSource;
+use runjournal::state::RunStatus;
+use serde_json::{Value, json};
+
+use crate::inspect::print_problem;
+use crate::output::{Out, note};
+use crate::{EventsArgs, RunsArgs, Status, UsageError, view};
+
+/// Records read from the server per page by `inspect events --from`.
+const FLEET_EVENTS_PAGE: usize = 1000;
+
+/// How many differences `verify --against` lists one by one (the summary counts them all).
+const LISTED_DIFFERENCES_MAX: usize = 200;
+
+/// The fleet's options, from the command line.
+pub struct FleetArgs {
+    pub url: String,
+    /// A host whose heartbeat is older than this is silent.
+    pub silent_after_ms: u64,
+}
+
+/// A usage error (exit 2) for what the caller got wrong, else the error itself.
+fn fleet_error(error: ShipError) -> anyhow::Error {
+    if error.is_usage() {
+        UsageError(error.to_string()).into()
+    } else {
+        error.into()
+    }
+}
+
+fn connect(url: &str) -> anyhow::Result<Fleet> {
+    let target = Target::parse(url).map_err(|error| UsageError(error.to_string()))?;
+    Fleet::connect(&target).map_err(fleet_error)
+}
+
+fn origin_of(run: &FleetRun) -> Origin {
+    Origin {
+        host_name: run.host_name.clone(),
+        journal_id: run.journal_id.clone(),
+    }
+}
+
+fn run_json(run: &FleetRun, silent_since: Option<u64>) -> Value {
+    json!({
+        "host": run.host_name,
+        "journalId": run.journal_id,
+        "run": run.run_id.to_string(),
+        "name": run.name,
+        "state": run.state.as_str(),
+        "closed": run.is_closed,
+        "stale": run.is_stale,
+        "dismissed": run.is_dismissed,
+        "stepsDone": run.steps_done,
+        "stepsTotal": run.steps_total,
+        "createdAtMs": run.created_at_ms,
+        "endedAtMs": run.ended_at_ms,
+        "headSeq": run.head_seq,
+        "runnerPid": run.runner_pid,
+        "hostSilentSinceMs": silent_since,
+    })
+}
+
+pub fn runs(args: &FleetArgs, out: &mut Out, runs_args: &RunsArgs) -> anyhow::Result<Status> {
+    let now_ms = runjournal::event::now_ms();
+    let parse = |text: &Option<String>| {
+        text.as_deref()
+            .map(|text| parse_time(text, now_ms).map_err(|error| UsageError(error.to_string())))
+            .transpose()
+    };
+    let filter = RunFilter {
+        states: runs_args.state.clone(),
+        created_since_ms: parse(&runs_args.since)?,
+        created_until_ms: parse(&runs_args.until)?,
+        limit: runs_args.limit,
+    };
+    let mut fleet = connect(&args.url)?;
+    let server_now = fleet.server_now_ms()?;
+    let runs = fleet.runs(&filter)?;
+    let journals = fleet.journals()?.len();
+    if out.is_json {
+        for run in &runs {
+            let silent = run.host_silent_since(server_now, args.silent_after_ms);
+            out.json("run", run_json(run, silent))?;
+        }
+        out.json("summary", json!({"runs": runs.len(), "journals": journals}))?;
+        return Ok(Status::Fine);
+    }
+    if runs.is_empty() {
+        note(&format!(
+            "no runs match ({} shipped to {})",
+            plural(journals as u64, "journal"),
+            fleet.target()
+        ));
+        return Ok(Status::Fine);
+    }
+    let rows: Vec<RunRow> = runs
+        .iter()
+        .map(|run| RunRow::of_shipped(run, run.host_silent_since(server_now, args.silent_after_ms)))
+        .collect();
+    out.table(&show::runs_table(&rows), "")?;
+    Ok(Status::Fine)
+}
+
+pub fn run(args: &FleetArgs, out: &mut Out, text: &str) -> anyhow::Result<Status> {
+    let mut fleet = connect(&args.url)?;
+    let server_now = fleet.server_now_ms()?;
+    let found = fleet.find_run(text).map_err(fleet_error)?;
+    let silent = found.host_silent_since(server_now, args.silent_after_ms);
+    let (state, records) = fleet.run_state(&found)?;
+    if out.is_json {
+        let mut object = run_json(&found, silent);
+        if let Value::Object(object) = &mut object {
+            object.insert("headSeq".to_string(), state.head_seq.into());
+            object.insert("state".to_string(), state.status.as_str().into());
+        }
+        out.json("run", object)?;
+        for record in &records {
+            out.json(
+                "record",
+                json!({
+                    "run": record.run_id.to_string(),
+                    "seq": record.seq,
+                    "timeMs": record.time_ms,
+                    "writer": record.writer.to_string(),
+                    "writerSeq": record.writer_seq,
+                    "event": record.event.name(),
+                    "fields": Value::Object(show::event_fields(&record.event)),
+                }),
+            )?;
+        }
+        out.json(
+            "summary",
+            json!({
+                "run": found.run_id.to_string(),
+                "host": found.host_name,
+                "journalId": found.journal_id,
+                "records": records.len(),
+                "headSeq": state.head_seq,
+            }),
+        )?;
+        return Ok(Status::Fine);
+    }
+    let paint = |text: &str, tone: Tone| out.paint(text, tone);
+    let lines = RunView::of_shipped(&state, &origin_of(&found), silent).lines(&paint);
+    for line in lines {
+        out.line(&line)?;
+    }
+    out.line("")?;
+    out.line("timeline")?;
+    out.table(&show::timeline_rows(&records), "  ")?;
+    Ok(Status::Fine)
+}
+
+pub fn events(args: &FleetArgs, out: &mut Out, events_args: &EventsArgs) -> anyhow::Result<Status> {
+    if events_args.follow {
+        return Err(UsageError(
+            "--follow reads a local journal as it grows; with --from, run the command again with --after-seq"
+                .to_string(),
+        )
+        .into());
+    }
+    let mut fleet = connect(&args.url)?;
+    let run = match &events_args.run {
+        Some(text) => {
+            let found = fleet.find_run(text).map_err(fleet_error)?;
+            Some((found.journal_id, found.run_id))
+        }
+        None => None,
+    };
+    // Read in pages, so a fleet of millions of records is never held at once.
+    let mut shown = 0usize;
+    let mut after: Option<(i64, String, i64)> = None;
+    loop {
+        let left = events_args.limit.map_or(FLEET_EVENTS_PAGE, |limit| {
+            limit.saturating_sub(shown).min(FLEET_EVENTS_PAGE)
+        });
+        if left == 0 {
+            break;
+        }
+        let page = fleet.events(&EventFilter {
+            run: run.clone(),
+            after_seq: events_args.after_seq,
+            after: after.clone(),
+            limit: Some(left),
+        })?;
+        let Some(last) = page.last() else { break };
+        after = Some((
+            last.row.time_ms,
+            last.journal_id.clone(),
+            last.row.global_seq,
+        ));
+        shown += page.len();
+        for shipped in &page {
+            print_event(out, shipped)?;
+        }
+    }
+    if out.is_json {
+        out.json("summary", json!({"events": shown}))?;
+    }
+    Ok(Status::Fine)
+}
+
+fn print_event(out: &mut Out, shipped: &ShippedRecord) -> anyhow::Result<()> {
+    let row = &shipped.row;
+    let decoded = rows::record_from_event_line(&row.event);
+    if out.is_json {
+        let fields = match &decoded {
+            Ok(record) => Value::Object(show::event_fields(&record.event)),
+            Err(_) => row.event.clone(),
+        };
+        out.json(
+            "event",
+            json!({
+                "host": shipped.host_name,
+                "journalId": shipped.journal_id,
+                "globalSeq": row.global_seq,
+                "run": row.run_id,
+                "seq": row.seq,
+                "timeMs": row.time_ms,
+                "event": row.event_type,
+                "fields": fields,
+            }),
+        )?;
+        return Ok(());
+    }
+    let origin = Origin {
+        host_name: shipped.host_name.clone(),
+        journal_id: shipped.journal_id.clone(),
+    };
+    let global_seq = u64::try_from(row.global_seq).unwrap_or_default();
+    let line = match &decoded {
+        Ok(record) => LogEntry::of(Some(&origin), global_seq, record).line(),
+        // A row someone wrote behind the shipper's back: listed, with why it shows no fields.
+        Err(reason) => LogEntry {
+            origin: Some(&origin),
+            global_seq,
+            time_ms: u64::try_from(row.time_ms).unwrap_or_default(),
+            run: row.run_id.clone(),
+            seq: u64::try_from(row.seq).unwrap_or_default(),
+            event: &row.event_type,
+            fields: format!("(does not decode: {reason})"),
+        }
+        .line(),
+    };
+    out.line(&line)?;
+    Ok(())
+}
+
+pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
+    let mut fleet = connect(&args.url)?;
+    let server_now = fleet.server_now_ms()?;
+    let journals = fleet.journals()?;
+    let counts = fleet.state_counts()?;
+    // In lifecycle order, for one journal or (`None`) the whole fleet.
+    let by_state = |journal: Option<&str>| -> Vec<(RunStatus, u64)> {
+        RunStatus::ALL
+            .iter()
+            .map(|status| {
+                let count = counts
+                    .iter()
+                    .filter(|(id, state, _)| {
+                        state == status && journal.is_none_or(|journal| journal == id)
+                    })
+                    .map(|(_, _, count)| count)
+                    .sum();
+                (*status, count)
+            })
+            .collect()
+    };
+    let total_runs: u64 = journals.iter().map(|journal| journal.runs).sum();
+    let total_records: u64 = journals.iter().map(|journal| journal.records).sum();
+    if out.is_json {
+        for journal in &journals {
+            let silent = journal.silent_since(server_now, args.silent_after_ms);
+            let states: serde_json::Map<String, Value> = by_state(Some(&journal.journal_id))
+                .iter()
+                .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
+                .collect();
+            out.json(
+                "journal",
+                json!({
+                    "host": journal.host_name,
+                    "journalId": journal.journal_id,
+                    "home": journal.home,
+                    "journalCreatedAtMs": journal.journal_created_at_ms,
+                    "runs": journal.runs,
+                    "runsOpen": journal.runs_open,
+                    "runsByState": states,
+                    "records": journal.records,
+                    "shippedThrough": journal.shipped_through,
+                    "shippedAtMs": journal.shipped_at_ms,
+                    "heartbeatAtMs": journal.heartbeat_at_ms,
+                    "silentSinceMs": silent,
+                }),
+            )?;
+        }
+        out.json(
+            "summary",
+            json!({
+                "server": fleet.target(),
+                "journals": journals.len(),
+                "silentJournals": journals
+                    .iter()
+                    .filter(|journal| journal.silent_since(server_now, args.silent_after_ms).is_some())
+                    .count(),
+                "runs": total_runs,
+                "records": total_records,
+            }),
+        )?;
+        return Ok(Status::Fine);
+    }
+    let states_text = by_state(None)
+        .iter()
+        .map(|(status, count)| format!("{status} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let summary: Vec<Vec<Cell>> = [
+        ("server", fleet.target().to_string()),
+        ("journals", journals.len().to_string()),
+        ("runs", format!("{total_runs} ({states_text})")),
+        ("records", total_records.to_string()),
+    ]
+    .into_iter()
+    .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
+    .collect();
+    out.table(&summary, "")?;
+    if journals.is_empty() {
+        return Ok(Status::Fine);
+    }
+    let mut rows = vec![header(&[
+        "HOST",
+        "JOURNAL",
+        "RUNS",
+        "OPEN",
+        "RECORDS",
+        "SHIPPED",
+        "LAST SHIPPED",
+        "HEARTBEAT",
+    ])];
+    for journal in &journals {
+        let origin = Origin {
+            host_name: journal.host_name.clone(),
+            journal_id: journal.journal_id.clone(),
+        };
+        let heartbeat = match journal.silent_since(server_now, args.silent_after_ms) {
+            Some(since) => Cell::toned(
+                format!("silent since {}", format_time_s(since)),
+                Some(Tone::Warning),
+            ),
+            None => Cell::plain(format_time_s(journal.heartbeat_at_ms)),
+        };
+        rows.push(vec![
+            Cell::plain(journal.host_name.clone()),
+            Cell::plain(origin.short_journal()),
+            Cell::plain(journal.runs.to_string()),
+            Cell::plain(journal.runs_open.to_string()),
+            Cell::plain(journal.records.to_string()),
+            Cell::plain(format!("through {}", journal.shipped_through)),
+            Cell::plain(show::time_or_dash(journal.shipped_at_ms)),
+            heartbeat,
+        ]);
+    }
+    out.line("")?;
+    out.table(&rows, "")?;
+    Ok(Status::Fine)
+}
+
+/// `inspect verify --against URL`: the local journal compared with what the server holds of
+/// it. Exit 1 when they differ.
+pub fn verify_against(source: &JournalSource, out: &mut Out, url: &str) -> anyhow::Result<Status> {
+    let target = Target::parse(url).map_err(|error| UsageError(error.to_string()))?;
+    let view = view(source)?;
+    let meta = view.meta()?;
+    let journal_id = journal_id_text(&meta.journal_id);
+    let mut fleet = Fleet::connect(&target).map_err(fleet_error)?;
+    let comparison = fleet::compare(&view, &mut fleet, &journal_id)
+        .with_context(|| format!("comparing journal {journal_id} with {}", target.shown()))?;
+    drop(view);
+    let problems = comparison.problems(&journal_id);
+    for problem in problems.iter().take(LISTED_DIFFERENCES_MAX) {
+        print_problem(out, problem, None)?;
+    }
+    if problems.len() > LISTED_DIFFERENCES_MAX {
+        note(&format!(
+            "{} more differences not listed",
+            problems.len() - LISTED_DIFFERENCES_MAX
+        ));
+    }
+    let status = if comparison.has_differences() {
+        Status::Problems
+    } else {
+        Status::Fine
+    };
+    if out.is_json {
+        out.json(
+            "summary",
+            json!({
+                "journalId": journal_id,
+                "server": target.shown(),
+                "registered": comparison.is_registered,
+                "shippedThrough": comparison.shipped_through,
+                "localHead": comparison.local_head,
+                "recordsCompared": comparison.records_compared,
+                "notYetShipped": comparison.not_yet_shipped,
+                "missing": comparison.missing.len(),
+                "extra": comparison.extra.len(),
+                "different": comparison.different.len(),
+                "ok": status == Status::Fine,
+            }),
+        )?;
+    } else {
+        let found = [
+            (comparison.missing.len(), "missing"),
+            (comparison.extra.len(), "extra"),
+            (comparison.different.len(), "different"),
+        ]
+        .iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, what)| format!("{count} {what}"))
+        .collect::<Vec<_>>();
+        let found = if found.is_empty() {
+            "no differences".to_string()
+        } else {
+            found.join(", ")
+        };
+        out.line(&format!(
+            "compared {} of journal {journal_id} with {} (shipped through {}, journal head {}, {} not shipped yet): {found}",
+            plural(comparison.records_compared, "record"),
+            target.shown(),
+            comparison.shipped_through,
+            comparison.local_head,
+            comparison.not_yet_shipped,
+        ))?;
+    }
+    Ok(status)
+}

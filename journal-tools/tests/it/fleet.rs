@@ -1,0 +1,437 @@
+//! `journal-tools --from URL` and `inspect verify --against URL` against a real PostgreSQL
+//! (a throwaway cluster per test): two homes shipped into one database, listed together; a
+//! silent host; a deleted, an altered and an extra row caught.
+
+use std::collections::BTreeMap;
+
+use runjournal::Home;
+use runjournal::HostIds;
+use runjournal::event::{Event, ExternalJobStatus, JobState, Mode, RunSpec, StepAction, StepSpec};
+use runjournal::ship::{ShipOptions, Shipper, Target};
+use runjournal::{Condition, Store};
+use serde_json::Value;
+
+use crate::common::{Fixture, fixture, identity, json_lines, run, tool, tool_at};
+
+#[path = "../../../tests/it/support/pg_cluster.rs"]
+mod pg_cluster;
+
+use pg_cluster::PgCluster;
+
+fn ship(home: &Home, url: &str, host: &str) -> u64 {
+    let target = Target::parse(url).expect("the test URL parses");
+    let mut shipper = Shipper::new(home.clone(), ShipOptions::new(target, host));
+    shipper.pass().expect("the journal ships").records_shipped
+}
+
+fn from(url: &str, args: &[&str]) -> assert_cmd::Command {
+    let mut command = tool();
+    command.arg("--from").arg(url).args(args);
+    command
+}
+
+fn record_count(fixture: &Fixture) -> u64 {
+    let reader = runjournal::JournalReader::open(fixture.journal_path()).unwrap();
+    reader.view().unwrap().record_count().unwrap()
+}
+
+#[test]
+fn two_hosts_shipping_into_one_database_are_listed_together() {
+    let Some(cluster) = PgCluster::start("fleet_two_hosts") else {
+        return;
+    };
+    cluster.create_database("fleet");
+    let url = cluster.url_of("fleet");
+    let (a, b) = (fixture(), fixture());
+    // A long external job on host-b: enough records that the fleet's events come in more
+    // than one page.
+    let store = Store::open(b.home.clone()).unwrap();
+    let long = store
+        .create_run(
+            RunSpec {
+                name: Some("long".to_string()),
+                mode: Mode::Single,
+                concurrency: 1,
+                timeout_ms: None,
+                cwd: None,
+                steps: vec![StepSpec {
+                    name: "upload".to_string(),
+                    action: StepAction::ExternalJob {
+                        provider: "uploader".to_string(),
+                    },
+                }],
+            },
+            HostIds::default(),
+        )
+        .unwrap()
+        .run;
+    store
+        .append(
+            long,
+            vec![
+                Event::RunnerStarted {
+                    runner: identity(400),
+                    instance_id: "runner-d".to_string(),
+                },
+                Event::StepRunning {
+                    step: 0,
+                    process: None,
+                },
+            ],
+            Condition::none(),
+        )
+        .unwrap();
+    for batch in 0..11 {
+        let updates = (0..100)
+            .map(|index| Event::ExternalJobUpdated {
+                step: 0,
+                job: ExternalJobStatus {
+                    state: JobState::Running,
+                    id: Some("job".to_string()),
+                    progress: Some(f64::from(batch * 100 + index)),
+                    message: None,
+                    url: None,
+                },
+            })
+            .collect();
+        store.append(long, updates, Condition::none()).unwrap();
+    }
+    drop(store);
+    assert_eq!(ship(&a.home, &url, "host-a"), record_count(&a));
+    assert_eq!(ship(&b.home, &url, "host-b"), record_count(&b));
+
+    let ran = run(from(&url, &["--json", "inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let objects = json_lines(&ran.stdout);
+    let mut per_host: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for object in objects.iter().filter(|object| object["type"] == "run") {
+        assert_eq!(object["journalId"].as_str().map(str::len), Some(32));
+        assert_eq!(
+            object["hostSilentSinceMs"],
+            Value::Null,
+            "both hosts beat just now"
+        );
+        per_host
+            .entry(object["host"].as_str().unwrap().to_string())
+            .or_default()
+            .push(object["run"].as_str().unwrap().to_string());
+    }
+    let expected = |fixture: &Fixture| {
+        let mut runs = vec![
+            fixture.failed.to_string(),
+            fixture.complete.to_string(),
+            fixture.running.to_string(),
+        ];
+        runs.sort();
+        runs
+    };
+    for runs in per_host.values_mut() {
+        runs.sort();
+    }
+    assert_eq!(per_host.get("host-a"), Some(&expected(&a)));
+    let mut expected_b = expected(&b);
+    expected_b.push(long.to_string());
+    expected_b.sort();
+    assert_eq!(per_host.get("host-b"), Some(&expected_b));
+    assert_eq!(objects.last().unwrap()["journals"], Value::from(2));
+
+    let ran = run(from(&url, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let header = ran.stdout.lines().next().unwrap();
+    assert_eq!(
+        header.split_whitespace().take(3).collect::<Vec<_>>(),
+        ["HOST", "JOURNAL", "RUN"],
+        "{header}"
+    );
+    assert_eq!(
+        ran.stdout
+            .lines()
+            .filter(|line| line.starts_with("host-a "))
+            .count(),
+        3
+    );
+    assert_eq!(
+        ran.stdout
+            .lines()
+            .filter(|line| line.starts_with("host-b "))
+            .count(),
+        4
+    );
+
+    // One run, folded from its shipped records, with its host.
+    let prefix = &a.failed.to_string()[..12];
+    let ran = run(from(&url, &["inspect", "run", prefix]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let has_line = |text: &str, words: &[&str]| {
+        text.lines()
+            .any(|line| line.split_whitespace().collect::<Vec<_>>() == words)
+    };
+    assert!(has_line(&ran.stdout, &["host", "host-a"]), "{}", ran.stdout);
+    assert!(
+        has_line(&ran.stdout, &["state", "failed", "(closed)"]),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout.contains("pid 100, on its host,"),
+        "{}",
+        ran.stdout
+    );
+    let local = run(tool_at(&a, &["inspect", "run", prefix]));
+    let timeline = |text: &str| {
+        text.split("timeline")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(
+        timeline(&ran.stdout),
+        timeline(&local.stdout),
+        "the same timeline as local"
+    );
+
+    // Events of both journals; stats per journal.
+    let ran = run(from(&url, &["--json", "inspect", "events"]));
+    let events = json_lines(&ran.stdout);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|object| object["type"] == "event")
+            .count() as u64,
+        record_count(&a) + record_count(&b)
+    );
+    let ran = run(from(
+        &url,
+        &["--json", "inspect", "events", "--limit", "1050"],
+    ));
+    let events = json_lines(&ran.stdout);
+    assert_eq!(events.len(), 1051, "1,050 events and the summary");
+    let mut seen = std::collections::HashSet::new();
+    for event in events.iter().filter(|object| object["type"] == "event") {
+        let key = (
+            event["journalId"].to_string(),
+            event["globalSeq"].to_string(),
+        );
+        assert!(seen.insert(key), "no event twice across pages: {event}");
+    }
+    let ran = run(from(&url, &["--json", "inspect", "stats"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let stats = json_lines(&ran.stdout);
+    let journals: Vec<&Value> = stats.iter().filter(|o| o["type"] == "journal").collect();
+    assert_eq!(journals.len(), 2);
+    for journal in journals {
+        let is_b = journal["host"] == "host-b";
+        assert_eq!(journal["runs"], Value::from(if is_b { 4 } else { 3 }));
+        assert_eq!(
+            journal["runsOpen"],
+            Value::from(if is_b { 2 } else { 1 }),
+            "running runs"
+        );
+        assert_eq!(journal["shippedThrough"], journal["records"]);
+    }
+
+    // host-b goes silent: its open run shows it; its closed runs and host-a's do not.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .execute(
+            "UPDATE runjournal_journals SET heartbeat_at = now() - interval '1 hour'
+             WHERE host_name = 'host-b'",
+            &[],
+        )
+        .unwrap();
+    let ran = run(from(&url, &["--json", "inspect", "runs"]));
+    let silent: Vec<(String, String)> = json_lines(&ran.stdout)
+        .iter()
+        .filter(|object| object["type"] == "run" && !object["hostSilentSinceMs"].is_null())
+        .map(|object| {
+            (
+                object["host"].as_str().unwrap().to_string(),
+                object["run"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut expected_silent = vec![
+        ("host-b".to_string(), b.running.to_string()),
+        ("host-b".to_string(), long.to_string()),
+    ];
+    expected_silent.sort();
+    let mut silent = silent;
+    silent.sort();
+    assert_eq!(silent, expected_silent);
+    let ran = run(from(&url, &["inspect", "runs"]));
+    let line = ran
+        .stdout
+        .lines()
+        .find(|line| line.contains(&b.running.to_string()))
+        .unwrap();
+    assert!(line.contains("host silent since "), "{line}");
+    assert!(
+        line.contains("running"),
+        "the run is not closed by anyone else: {line}"
+    );
+    let ran = run(from(&url, &["--silent-after", "2h", "inspect", "runs"]));
+    assert!(
+        !ran.stdout.contains("host silent"),
+        "a longer threshold: not silent"
+    );
+    let ran = run(from(&url, &["inspect", "stats"]));
+    assert!(
+        ran.stdout
+            .lines()
+            .any(|line| line.starts_with("host-b") && line.contains("silent since")),
+        "{}",
+        ran.stdout
+    );
+}
+
+#[test]
+fn verify_against_catches_a_deleted_an_altered_and_an_extra_row() {
+    let Some(cluster) = PgCluster::start("fleet_verify_against") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let verify = || run(tool_at(&a, &["inspect", "verify", "--against", &url]));
+    let ran = verify();
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains(": no differences"), "{}", ran.stdout);
+
+    // A record committed after the last shipment is not a difference.
+    let store = Store::open(a.home.clone()).unwrap();
+    store
+        .append(
+            a.complete,
+            vec![Event::Dismissed { at_ms: 5 }],
+            Condition::none(),
+        )
+        .unwrap();
+    drop(store);
+    let ran = verify();
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(ran.stdout.contains("1 not shipped yet"), "{}", ran.stdout);
+
+    let id = {
+        let reader = runjournal::JournalReader::open(a.journal_path()).unwrap();
+        let meta = reader.view().unwrap().meta().unwrap();
+        runjournal::ship::journal_id_text(&meta.journal_id)
+    };
+    let mut client = cluster.client();
+    client
+        .execute(
+            "DELETE FROM runjournal_records WHERE journal_id = $1 AND global_seq = 3",
+            &[&id],
+        )
+        .unwrap();
+    client
+        .execute(
+            "UPDATE runjournal_records SET event = jsonb_set(event, '{ts}', '1')
+             WHERE journal_id = $1 AND global_seq = 5",
+            &[&id],
+        )
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO runjournal_records
+             SELECT journal_id, 9999, run_id, seq, time_ms, event_type, event
+             FROM runjournal_records WHERE journal_id = $1 AND global_seq = 1",
+            &[&id],
+        )
+        .unwrap();
+    let ran = verify();
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout
+            .contains("(global seq 3) is missing on the server"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout.contains("(global seq 5) differs on the server"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout.contains("event.ts: 1 on the server, "),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout
+            .contains("at global seq 9999 but not in the journal"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout.contains("1 missing, 1 extra, 1 different"),
+        "{}",
+        ran.stdout
+    );
+
+    let ran = run(tool_at(
+        &a,
+        &["--json", "inspect", "verify", "--against", &url],
+    ));
+    assert_eq!(ran.code, 1);
+    let objects = json_lines(&ran.stdout);
+    let summary = objects.last().unwrap();
+    assert_eq!(summary["missing"], Value::from(1));
+    assert_eq!(summary["different"], Value::from(1));
+    assert_eq!(summary["extra"], Value::from(1));
+    assert_eq!(summary["notYetShipped"], Value::from(1));
+    assert!(
+        objects
+            .iter()
+            .filter(|object| object["type"] == "problem")
+            .all(|object| object["kind"] == "shipped")
+    );
+}
+
+#[test]
+fn fleet_commands_refuse_what_they_cannot_do() {
+    let a = fixture();
+    for args in [
+        vec![
+            "--from",
+            "postgresql:///x?host=/nonexistent",
+            "replay",
+            "--all",
+        ],
+        vec![
+            "--from",
+            "postgresql:///x?host=/nonexistent",
+            "inspect",
+            "verify",
+        ],
+        vec!["--from", "mysql://db/x", "inspect", "runs"],
+        vec![
+            "--from",
+            "postgresql:///x?host=/nonexistent",
+            "inspect",
+            "events",
+            "--follow",
+        ],
+        vec![
+            "inspect",
+            "verify",
+            "--against",
+            "postgresql://db/x?sslmode=verify-ca",
+        ],
+    ] {
+        let ran = run(tool_at(&a, &args));
+        assert_eq!(ran.code, 2, "{args:?}: {}", ran.stderr);
+        assert_eq!(ran.stderr.lines().count(), 1, "{args:?}: {}", ran.stderr);
+    }
+    // A server that is not there: exit 2, the line names it.
+    let ran = run(tool_at(
+        &a,
+        &[
+            "--from",
+            "postgresql:///x?host=/nonexistent&connect_timeout=2",
+            "inspect",
+            "runs",
+        ],
+    ));
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("PostgreSQL at "), "{}", ran.stderr);
+}

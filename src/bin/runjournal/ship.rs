@@ -1,0 +1,101 @@
+//! `runjournal ship --to URL [--once]`: the journal's records into PostgreSQL
+//! (`runjournal::ship`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use runjournal::Home;
+use runjournal::ship::shipper::{self, FollowEvent};
+use runjournal::ship::{SHIP_URL_ENV, ShipOptions, Shipper, Target};
+use runjournal::show::plural;
+
+use crate::launch::duration_arg;
+use crate::{CliResult, Failure, bad_input, print_line};
+
+#[derive(clap::Args)]
+pub struct ShipArgs {
+    /// PostgreSQL URL: postgresql://user[:password]@host[:port]/database[?sslmode=...]
+    /// [default: $RUNJOURNAL_SHIP_URL].
+    #[arg(long, value_name = "URL")]
+    to: Option<String>,
+    /// Ship what the journal holds now, then exit (0 shipped, 1 failed); without it the
+    /// shipper follows the journal and retries failures until it is stopped.
+    #[arg(long)]
+    once: bool,
+    /// The host's name in the fleet [default: this machine's host name].
+    #[arg(long, value_name = "NAME")]
+    host_name: Option<String>,
+    /// Records per PostgreSQL transaction.
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=shipper::BATCH_RECORDS_MAX as u64))]
+    batch_records: u64,
+    /// How often a following shipper looks for new records.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "250ms")]
+    poll_interval: Duration,
+    /// How often the journal's heartbeat is sent when there is nothing to ship.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, default_value = "10s")]
+    heartbeat_interval: Duration,
+}
+
+/// `runjournal ship`.
+pub fn command(home: Home, args: ShipArgs) -> CliResult {
+    // A home of the other layout has its journal elsewhere: refused, as every command does.
+    home.check_layout().map_err(bad_input)?;
+    // So is a home someone else owns or may write (exit 1, naming the fix).
+    runjournal::store::check_home(&home)
+        .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
+    let url = match args.to {
+        Some(url) => url,
+        None => std::env::var(SHIP_URL_ENV)
+            .ok()
+            .filter(|url| !url.is_empty())
+            .ok_or_else(|| bad_input(format!("ship needs --to URL (or {SHIP_URL_ENV})")))?,
+    };
+    let target = Target::parse(&url).map_err(bad_input)?;
+    let mut options = ShipOptions::new(
+        target,
+        args.host_name.unwrap_or_else(shipper::local_host_name),
+    );
+    options.batch_records =
+        usize::try_from(args.batch_records).unwrap_or(shipper::BATCH_RECORDS_DEFAULT);
+    options.poll_interval = args.poll_interval;
+    options.heartbeat_interval = args.heartbeat_interval;
+    let shown = options.target.shown().to_string();
+    let mut shipper = Shipper::new(home, options);
+    if args.once {
+        let report = shipper
+            .pass()
+            .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
+        print_line(&format!(
+            "shipped {} in {} to {shown}; shipped through global seq {} (journal head {})",
+            plural(report.records_shipped, "record"),
+            match report.batches {
+                1 => "1 batch".to_string(),
+                batches => format!("{batches} batches"),
+            },
+            report.shipped_through,
+            report.global_head,
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    note(&format!("following the journal into {shown}"));
+    // Stopped by a signal: a shipper killed at any moment resumes exactly where the server's
+    // cursor says, so there is nothing to finish first.
+    shipper.follow(&|| false, &mut |event| match event {
+        FollowEvent::Failing(error) => {
+            note(&format!("{error:#}; retrying"));
+        }
+        FollowEvent::Recovered(report) => note(&format!(
+            "shipping again; shipped through global seq {}",
+            report.shipped_through
+        )),
+        FollowEvent::Shipped(_) => {}
+    });
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A line on stderr (`runjournal: ship: ...`); a closed or full stderr does not stop the
+/// shipper.
+fn note(text: &str) {
+    crate::note(&format!("ship: {text}"));
+}

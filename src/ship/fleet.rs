@@ -1,0 +1,766 @@
+//! Reading the fleet back: every journal shipped into one database, their runs and records,
+//! and one journal compared with what the server holds of it (`journal-tools --from URL`,
+//! `inspect verify --against URL`). Read-only: nothing here writes to the server.
+//!
+//! Invariant: a host's silence is judged by the server's clock against the heartbeat the
+//! server stamped (`now()`), so clock skew between hosts cannot make one look silent; and a
+//! silent host's runs are only shown as such — only that host's own reconciler closes them.
+
+use postgres::Client;
+use serde_json::Value;
+
+use crate::event::{Record, RunId, UnixMs};
+use crate::journal::{ResolveError, View};
+use crate::resolve;
+use crate::state::{self as run_state, RunState, RunStatus};
+use crate::verify::{Problem, ProblemKind, Severity};
+
+use super::connect::Target;
+use super::rows::{self, RecordRow};
+use super::{ShipError, schema};
+
+/// Records compared per page by [`compare`].
+const COMPARE_PAGE: usize = 1000;
+
+/// Runs read back per way of matching by [`Fleet::find_run`]: enough to name an ambiguity.
+const FIND_MATCHES_MAX: i64 = 20;
+
+/// Runs an ambiguity names.
+const AMBIGUITY_EXAMPLES_MAX: usize = 4;
+
+/// The fleet database, opened for reading.
+pub struct Fleet {
+    client: Client,
+    target: String,
+}
+
+/// One shipped journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetJournal {
+    pub journal_id: String,
+    pub host_name: String,
+    pub home: String,
+    pub journal_created_at_ms: UnixMs,
+    pub shipped_through: u64,
+    pub shipped_at_ms: Option<UnixMs>,
+    /// The server's time of the journal's last heartbeat.
+    pub heartbeat_at_ms: UnixMs,
+    pub records: u64,
+    pub runs: u64,
+    /// Runs not closed.
+    pub runs_open: u64,
+}
+
+impl FleetJournal {
+    /// When the host went silent: its last heartbeat, if that is more than `silent_after_ms`
+    /// before `server_now_ms`.
+    pub fn silent_since(&self, server_now_ms: UnixMs, silent_after_ms: u64) -> Option<UnixMs> {
+        (server_now_ms.saturating_sub(self.heartbeat_at_ms) > silent_after_ms)
+            .then_some(self.heartbeat_at_ms)
+    }
+}
+
+/// One run of the fleet, as its journal's last shipped batch left it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetRun {
+    pub journal_id: String,
+    pub host_name: String,
+    pub heartbeat_at_ms: UnixMs,
+    pub run_id: RunId,
+    pub name: Option<String>,
+    pub state: RunStatus,
+    pub is_closed: bool,
+    pub is_stale: bool,
+    pub is_dismissed: bool,
+    pub steps_done: u32,
+    pub steps_total: u32,
+    pub runner_pid: Option<u32>,
+    pub created_at_ms: UnixMs,
+    pub updated_at_ms: UnixMs,
+    pub ended_at_ms: Option<UnixMs>,
+    pub head_seq: u64,
+    /// The run's status.json document.
+    pub status: Value,
+}
+
+impl FleetRun {
+    /// When the run's host went silent, if it did and the run is not closed (a closed run has
+    /// nothing left to happen to it).
+    pub fn host_silent_since(&self, server_now_ms: UnixMs, silent_after_ms: u64) -> Option<UnixMs> {
+        (!self.is_closed && server_now_ms.saturating_sub(self.heartbeat_at_ms) > silent_after_ms)
+            .then_some(self.heartbeat_at_ms)
+    }
+}
+
+/// Which runs [`Fleet::runs`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only these states (all when empty).
+    pub states: Vec<RunStatus>,
+    pub created_since_ms: Option<UnixMs>,
+    pub created_until_ms: Option<UnixMs>,
+    /// At most this many, newest first.
+    pub limit: Option<usize>,
+}
+
+/// One shipped record with its journal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShippedRecord {
+    pub journal_id: String,
+    pub host_name: String,
+    pub row: RecordRow,
+}
+
+/// Which records [`Fleet::events`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only this run of this journal.
+    pub run: Option<(String, RunId)>,
+    /// Only records after this global seq of their journal.
+    pub after_seq: u64,
+    /// Only records after this one in the listing's order (time, journal id, global seq): the
+    /// position where the previous page ended.
+    pub after: Option<(i64, String, i64)>,
+    pub limit: Option<usize>,
+}
+
+const RUN_COLUMNS: &str = "r.journal_id, j.host_name,
+    (extract(epoch FROM j.heartbeat_at) * 1000)::bigint,
+    r.run_id, r.name, r.state, r.is_closed, r.is_stale, r.is_dismissed, r.steps_done,
+    r.steps_total, r.runner_pid, r.created_at_ms, r.updated_at_ms, r.ended_at_ms, r.head_seq,
+    r.status";
+
+impl Fleet {
+    /// Connects and checks that the database holds a schema this build reads.
+    pub fn connect(target: &Target) -> Result<Fleet, ShipError> {
+        let mut client = target.connect()?;
+        schema::check_readable(&mut client, target.shown())?;
+        Ok(Fleet {
+            client,
+            target: target.shown().to_string(),
+        })
+    }
+
+    /// The server, as shown in messages.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn server(&self) -> impl Fn(postgres::Error) -> ShipError + '_ {
+        |source| ShipError::Server {
+            target: self.target.clone(),
+            error: source,
+        }
+    }
+
+    fn bad(&self) -> impl Fn(String) -> ShipError + '_ {
+        |reason| ShipError::BadData {
+            target: self.target.clone(),
+            reason,
+        }
+    }
+
+    /// The server's clock, in Unix milliseconds.
+    pub fn server_now_ms(&mut self) -> Result<UnixMs, ShipError> {
+        let row = self
+            .client
+            .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
+            .map_err(|source| ShipError::Server {
+                target: self.target.clone(),
+                error: source,
+            })?;
+        rows::unsigned(row.get(0), "the server's time").map_err(self.bad())
+    }
+
+    /// Every shipped journal, by host name then journal id.
+    pub fn journals(&mut self) -> Result<Vec<FleetJournal>, ShipError> {
+        self.journals_where(None)
+    }
+
+    /// One shipped journal; `None` when the server holds nothing of it.
+    pub fn journal(&mut self, journal_id: &str) -> Result<Option<FleetJournal>, ShipError> {
+        Ok(self.journals_where(Some(journal_id))?.into_iter().next())
+    }
+
+    fn journals_where(&mut self, only: Option<&str>) -> Result<Vec<FleetJournal>, ShipError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT j.journal_id, j.host_name, j.home, j.journal_created_at_ms,
+                    j.shipped_through, (extract(epoch FROM j.shipped_at) * 1000)::bigint,
+                    (extract(epoch FROM j.heartbeat_at) * 1000)::bigint,
+                    (SELECT count(*) FROM runjournal_records x WHERE x.journal_id = j.journal_id),
+                    (SELECT count(*) FROM runjournal_runs r WHERE r.journal_id = j.journal_id),
+                    (SELECT count(*) FROM runjournal_runs r
+                        WHERE r.journal_id = j.journal_id AND NOT r.is_closed)
+                 FROM runjournal_journals j
+                 WHERE $1::text IS NULL OR j.journal_id = $1
+                 ORDER BY j.host_name, j.journal_id",
+                &[&only],
+            )
+            .map_err(self.server())?;
+        let bad = self.bad();
+        rows.iter()
+            .map(|row| {
+                Ok(FleetJournal {
+                    journal_id: row.get(0),
+                    host_name: row.get(1),
+                    home: row.get(2),
+                    journal_created_at_ms: rows::unsigned(row.get(3), "journal_created_at_ms")
+                        .map_err(&bad)?,
+                    shipped_through: rows::unsigned(row.get(4), "shipped_through").map_err(&bad)?,
+                    shipped_at_ms: row
+                        .get::<_, Option<i64>>(5)
+                        .map(|at| rows::unsigned(at, "shipped_at"))
+                        .transpose()
+                        .map_err(&bad)?,
+                    heartbeat_at_ms: rows::unsigned(row.get(6), "heartbeat_at").map_err(&bad)?,
+                    records: rows::unsigned(row.get(7), "count").map_err(&bad)?,
+                    runs: rows::unsigned(row.get(8), "count").map_err(&bad)?,
+                    runs_open: rows::unsigned(row.get(9), "count").map_err(&bad)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Runs across the fleet, newest first.
+    pub fn runs(&mut self, filter: &RunFilter) -> Result<Vec<FleetRun>, ShipError> {
+        let states: Vec<&str> = filter.states.iter().map(|state| state.as_str()).collect();
+        let since = filter
+            .created_since_ms
+            .map(|at| rows::bigint(at, "--since"))
+            .transpose()
+            .map_err(self.bad())?;
+        let until = filter
+            .created_until_ms
+            .map(|at| rows::bigint(at, "--until"))
+            .transpose()
+            .map_err(self.bad())?;
+        let limit = filter
+            .limit
+            .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT {RUN_COLUMNS}
+                     FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
+                     WHERE (cardinality($1::text[]) = 0 OR r.state = ANY($1))
+                       AND ($2::bigint IS NULL OR r.created_at_ms >= $2)
+                       AND ($3::bigint IS NULL OR r.created_at_ms <= $3)
+                     ORDER BY r.created_at_ms DESC, r.run_id DESC, r.journal_id
+                     LIMIT $4"
+                ),
+                &[&states, &since, &until, &limit],
+            )
+            .map_err(self.server())?;
+        rows.iter().map(|row| self.fleet_run(row)).collect()
+    }
+
+    /// The one run `text` names across the fleet, as a run of a local journal is named
+    /// ([`crate::resolve`], whose refusals it shares): a full id or a unique prefix of one (8
+    /// characters or more), or a run's name or tool-call id (per journal, the latest run of
+    /// that name, as locally). Different runs matching, in one journal or across the fleet,
+    /// are an ambiguity that names them.
+    pub fn find_run(&mut self, text: &str) -> Result<FleetRun, ShipError> {
+        resolve::check_text(text).map_err(ShipError::Resolve)?;
+        // Checked against the id alphabet first, so it can hold no LIKE wildcard.
+        let prefix = RunId::prefix_range(text)
+            .ok()
+            .map(|_| format!("{}%", text.to_ascii_uppercase()));
+        let mut found: Vec<(FleetRun, &str)> = Vec::new();
+        if let Some(prefix) = &prefix {
+            let rows = self
+                .client
+                .query(
+                    &format!(
+                        "SELECT {RUN_COLUMNS}
+                         FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
+                         WHERE r.run_id LIKE $1
+                         ORDER BY r.created_at_ms DESC, r.journal_id
+                         LIMIT $2"
+                    ),
+                    &[prefix, &FIND_MATCHES_MAX],
+                )
+                .map_err(self.server())?;
+            for row in &rows {
+                found.push((self.fleet_run(row)?, "by id prefix"));
+            }
+        }
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT DISTINCT ON (r.journal_id) {RUN_COLUMNS}
+                     FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
+                     WHERE r.name = $1 OR r.status ->> 'toolCallId' = $1
+                     ORDER BY r.journal_id, r.created_at_ms DESC, r.run_id DESC
+                     LIMIT $2"
+                ),
+                &[&text, &FIND_MATCHES_MAX],
+            )
+            .map_err(self.server())?;
+        for row in &rows {
+            found.push((self.fleet_run(row)?, "by name or tool-call id"));
+        }
+        let mut runs: Vec<&(FleetRun, &str)> = Vec::new();
+        for candidate in &found {
+            let is_known = runs.iter().any(|(run, _)| {
+                run.journal_id == candidate.0.journal_id && run.run_id == candidate.0.run_id
+            });
+            if !is_known {
+                runs.push(candidate);
+            }
+        }
+        let text_owned = text.to_string();
+        match runs.as_slice() {
+            [] => Err(ShipError::Resolve(ResolveError::Unknown {
+                text: text_owned,
+            })),
+            [(run, _)] => Ok(run.clone()),
+            many => {
+                let named = |(run, how): &&(FleetRun, &str)| {
+                    format!("run {} on {} {how}", run.run_id, run.host_name)
+                };
+                let examples = many
+                    .iter()
+                    .take(AMBIGUITY_EXAMPLES_MAX)
+                    .map(named)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let is_all_by_prefix = many.iter().all(|(_, how)| *how == "by id prefix");
+                Err(ShipError::Resolve(if is_all_by_prefix {
+                    ResolveError::Ambiguous {
+                        text: text_owned,
+                        count: many.len(),
+                        examples,
+                    }
+                } else {
+                    ResolveError::AmbiguousKinds {
+                        text: text_owned,
+                        matches: examples,
+                    }
+                }))
+            }
+        }
+    }
+
+    /// A run of the fleet as its shipped records fold (they are the truth here too, as a
+    /// local journal's records are), with the records in seq order.
+    pub fn run_state(&mut self, run: &FleetRun) -> Result<(RunState, Vec<Record>), ShipError> {
+        let records: Vec<Record> = self
+            .run_records(&run.journal_id, run.run_id)?
+            .into_iter()
+            .map(|(_, record)| record)
+            .collect();
+        let state = run_state::replay(&records)
+            .map_err(|error| ShipError::BadData {
+                target: self.target.clone(),
+                reason: format!(
+                    "the shipped records of run {} do not fold: {error}",
+                    run.run_id
+                ),
+            })?
+            .ok_or_else(|| ShipError::BadData {
+                target: self.target.clone(),
+                reason: format!("run {} has no shipped records", run.run_id),
+            })?;
+        Ok((state, records))
+    }
+
+    fn fleet_run(&self, row: &postgres::Row) -> Result<FleetRun, ShipError> {
+        let bad = self.bad();
+        let run_text: String = row.get(3);
+        let state_text: String = row.get(5);
+        let count = |index: usize| {
+            u32::try_from(row.get::<_, i32>(index)).map_err(|_| bad("a negative step count".into()))
+        };
+        Ok(FleetRun {
+            journal_id: row.get(0),
+            host_name: row.get(1),
+            heartbeat_at_ms: rows::unsigned(row.get(2), "heartbeat_at").map_err(&bad)?,
+            run_id: run_text
+                .parse()
+                .map_err(|error| bad(format!("run id {run_text:?}: {error}")))?,
+            name: row.get(4),
+            state: state_text
+                .parse()
+                .map_err(|error| bad(format!("state {state_text:?}: {error}")))?,
+            is_closed: row.get(6),
+            is_stale: row.get(7),
+            is_dismissed: row.get(8),
+            steps_done: count(9)?,
+            steps_total: count(10)?,
+            runner_pid: row
+                .get::<_, Option<i64>>(11)
+                .map(|pid| u32::try_from(pid).map_err(|_| bad(format!("runner pid {pid}"))))
+                .transpose()?,
+            created_at_ms: rows::unsigned(row.get(12), "created_at_ms").map_err(&bad)?,
+            updated_at_ms: rows::unsigned(row.get(13), "updated_at_ms").map_err(&bad)?,
+            ended_at_ms: row
+                .get::<_, Option<i64>>(14)
+                .map(|at| rows::unsigned(at, "ended_at_ms"))
+                .transpose()
+                .map_err(&bad)?,
+            head_seq: rows::unsigned(row.get(15), "head_seq").map_err(&bad)?,
+            status: row.get(16),
+        })
+    }
+
+    /// The shipped records of one run, in seq order, each read back into a record.
+    pub fn run_records(
+        &mut self,
+        journal_id: &str,
+        run: RunId,
+    ) -> Result<Vec<(u64, Record)>, ShipError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT global_seq, event FROM runjournal_records
+                 WHERE journal_id = $1 AND run_id = $2 ORDER BY seq",
+                &[&journal_id, &run.to_string()],
+            )
+            .map_err(self.server())?;
+        let bad = self.bad();
+        rows.iter()
+            .map(|row| {
+                let global = rows::unsigned(row.get(0), "global_seq").map_err(&bad)?;
+                let event: Value = row.get(1);
+                let record = rows::record_from_event_line(&event)
+                    .map_err(|reason| bad(format!("run {run}, global seq {global}: {reason}")))?;
+                Ok((global, record))
+            })
+            .collect()
+    }
+
+    /// Shipped records across the fleet in time order (then journal, then global seq).
+    pub fn events(&mut self, filter: &EventFilter) -> Result<Vec<ShippedRecord>, ShipError> {
+        let (journal, run) = match &filter.run {
+            Some((journal, run)) => (Some(journal.clone()), Some(run.to_string())),
+            None => (None, None),
+        };
+        let after = rows::bigint(filter.after_seq, "--after-seq").map_err(self.bad())?;
+        let limit = filter
+            .limit
+            .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
+        let (page_time, page_journal, page_global) = match &filter.after {
+            Some((time, journal, global)) => (Some(*time), Some(journal.clone()), Some(*global)),
+            None => (None, None, None),
+        };
+        let rows = self
+            .client
+            .query(
+                "SELECT x.journal_id, j.host_name, x.global_seq, x.run_id, x.seq, x.time_ms,
+                    x.event_type, x.event
+                 FROM runjournal_records x JOIN runjournal_journals j USING (journal_id)
+                 WHERE x.global_seq > $1
+                   AND ($2::text IS NULL OR x.journal_id = $2)
+                   AND ($3::text IS NULL OR x.run_id = $3)
+                   AND ($5::bigint IS NULL
+                        OR (x.time_ms, x.journal_id, x.global_seq) > ($5, $6::text, $7::bigint))
+                 ORDER BY x.time_ms, x.journal_id, x.global_seq
+                 LIMIT $4",
+                &[
+                    &after,
+                    &journal,
+                    &run,
+                    &limit,
+                    &page_time,
+                    &page_journal,
+                    &page_global,
+                ],
+            )
+            .map_err(self.server())?;
+        Ok(rows
+            .iter()
+            .map(|row| ShippedRecord {
+                journal_id: row.get(0),
+                host_name: row.get(1),
+                row: RecordRow {
+                    global_seq: row.get(2),
+                    run_id: row.get(3),
+                    seq: row.get(4),
+                    time_ms: row.get(5),
+                    event_type: row.get(6),
+                    event: row.get(7),
+                },
+            })
+            .collect())
+    }
+
+    /// Runs per state per journal.
+    pub fn state_counts(&mut self) -> Result<Vec<(String, RunStatus, u64)>, ShipError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT journal_id, state, count(*) FROM runjournal_runs
+                 GROUP BY journal_id, state ORDER BY journal_id, state",
+                &[],
+            )
+            .map_err(self.server())?;
+        let bad = self.bad();
+        rows.iter()
+            .map(|row| {
+                let state: String = row.get(1);
+                Ok((
+                    row.get(0),
+                    state
+                        .parse()
+                        .map_err(|error| bad(format!("state {state:?}: {error}")))?,
+                    rows::unsigned(row.get(2), "count").map_err(&bad)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// A journal's shipped records with `after < global seq <= through`, in global order.
+    fn records_between(
+        &mut self,
+        journal_id: &str,
+        after: u64,
+        through: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<RecordRow>, ShipError> {
+        let after = rows::bigint(after, "global seq").map_err(self.bad())?;
+        let through = through
+            .map(|through| rows::bigint(through, "global seq"))
+            .transpose()
+            .map_err(self.bad())?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .client
+            .query(
+                "SELECT global_seq, run_id, seq, time_ms, event_type, event
+                 FROM runjournal_records
+                 WHERE journal_id = $1 AND global_seq > $2
+                   AND ($3::bigint IS NULL OR global_seq <= $3)
+                 ORDER BY global_seq LIMIT $4",
+                &[&journal_id, &after, &through, &limit],
+            )
+            .map_err(self.server())?;
+        Ok(rows
+            .iter()
+            .map(|row| RecordRow {
+                global_seq: row.get(0),
+                run_id: row.get(1),
+                seq: row.get(2),
+                time_ms: row.get(3),
+                event_type: row.get(4),
+                event: row.get(5),
+            })
+            .collect())
+    }
+}
+
+/// How a local journal and the server's copy of it compare.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Comparison {
+    /// Whether the server knows the journal at all.
+    pub is_registered: bool,
+    /// The server's cursor for the journal.
+    pub shipped_through: u64,
+    pub local_head: u64,
+    /// Local records compared (those up to `shipped_through`).
+    pub records_compared: u64,
+    /// Local records after the cursor: not shipped yet, so not expected on the server.
+    pub not_yet_shipped: u64,
+    /// Global seqs the server should hold (at or below its cursor) and does not.
+    pub missing: Vec<(u64, RunId, u64)>,
+    /// Global seqs the server holds that the local journal does not, or holds beyond the
+    /// server's own cursor.
+    pub extra: Vec<RecordRow>,
+    /// Global seqs whose rows differ from the local record, with what differs.
+    pub different: Vec<(u64, RunId, u64, Vec<String>)>,
+}
+
+impl Comparison {
+    /// Each difference as a problem of `inspect verify` (kind `shipped`, inconsistent): the
+    /// server knowing nothing of the journal first, then each record, by global seq.
+    pub fn problems(&self, journal_id: &str) -> Vec<Problem> {
+        let problem = |message: String, run: Option<RunId>, seq: Option<u64>, changes| Problem {
+            severity: Severity::Inconsistent,
+            kind: ProblemKind::Shipped,
+            run,
+            seq,
+            file: None,
+            message,
+            changes,
+        };
+        let mut problems = Vec::new();
+        if !self.is_registered && self.local_head > 0 {
+            problems.push(problem(
+                format!(
+                    "the server holds nothing of journal {journal_id} ({} record{} not shipped)",
+                    self.not_yet_shipped,
+                    if self.not_yet_shipped == 1 { "" } else { "s" }
+                ),
+                None,
+                None,
+                Vec::new(),
+            ));
+        }
+        let mut by_record: Vec<(u64, Problem)> = Vec::new();
+        for (global, run, seq) in &self.missing {
+            by_record.push((
+                *global,
+                problem(
+                    format!("run {run} seq {seq} (global seq {global}) is missing on the server"),
+                    Some(*run),
+                    Some(*seq),
+                    Vec::new(),
+                ),
+            ));
+        }
+        for (global, run, seq, changes) in &self.different {
+            by_record.push((
+                *global,
+                problem(
+                    format!("run {run} seq {seq} (global seq {global}) differs on the server"),
+                    Some(*run),
+                    Some(*seq),
+                    changes.clone(),
+                ),
+            ));
+        }
+        for row in &self.extra {
+            by_record.push((
+                u64::try_from(row.global_seq).unwrap_or_default(),
+                problem(
+                    format!(
+                        "run {} seq {} ({}) is on the server at global seq {} but not in the journal as shipped",
+                        row.run_id, row.seq, row.event_type, row.global_seq
+                    ),
+                    row.run_id.parse().ok(),
+                    u64::try_from(row.seq).ok(),
+                    Vec::new(),
+                ),
+            ));
+        }
+        by_record.sort_by_key(|(global, _)| *global);
+        problems.extend(by_record.into_iter().map(|(_, problem)| problem));
+        problems
+    }
+
+    pub fn has_differences(&self) -> bool {
+        !self.missing.is_empty()
+            || !self.extra.is_empty()
+            || !self.different.is_empty()
+            || (!self.is_registered && self.local_head > 0)
+    }
+}
+
+/// Compares the journal `view` reads (whose id is `journal_id`) with what the server holds.
+pub fn compare(view: &View, fleet: &mut Fleet, journal_id: &str) -> Result<Comparison, ShipError> {
+    let local_head = view.global_head()?;
+    let Some(journal) = fleet.journal(journal_id)? else {
+        return Ok(Comparison {
+            local_head,
+            not_yet_shipped: view.record_count()?,
+            ..Comparison::default()
+        });
+    };
+    let mut comparison = Comparison {
+        is_registered: true,
+        shipped_through: journal.shipped_through,
+        local_head,
+        ..Comparison::default()
+    };
+    let through = journal.shipped_through;
+    let mut cursor = 0u64;
+    loop {
+        let local = view.records_after(cursor, COMPARE_PAGE)?;
+        let Some((window_end, _)) = local.last() else {
+            break;
+        };
+        let window_end = *window_end;
+        let server = fleet.records_between(journal_id, cursor, Some(window_end), usize::MAX)?;
+        let mut server = server.into_iter().peekable();
+        for (global, record) in &local {
+            while let Some(row) = server.next_if(|row| (row.global_seq as u64) < *global) {
+                comparison.extra.push(row);
+            }
+            let shipped = server.next_if(|row| row.global_seq as u64 == *global);
+            let is_expected = *global <= through;
+            match (shipped, is_expected) {
+                (Some(row), _) => {
+                    let local_row = rows::record_row(*global, record).map_err(fleet.bad())?;
+                    let changes = rows::record_differences(&local_row, &row);
+                    if !changes.is_empty() {
+                        comparison
+                            .different
+                            .push((*global, record.run_id, record.seq, changes));
+                    }
+                    if is_expected {
+                        comparison.records_compared += 1;
+                    } else {
+                        // Held beyond the server's own cursor: a batch is all or nothing, so
+                        // someone wrote it there.
+                        comparison.extra.push(row);
+                    }
+                }
+                (None, true) => {
+                    comparison.records_compared += 1;
+                    comparison
+                        .missing
+                        .push((*global, record.run_id, record.seq));
+                }
+                (None, false) => comparison.not_yet_shipped += 1,
+            }
+        }
+        comparison.extra.extend(server);
+        cursor = window_end;
+    }
+    // What the server holds past the local head.
+    loop {
+        let rows = fleet.records_between(journal_id, cursor, None, COMPARE_PAGE)?;
+        let Some(last) = rows.last() else { break };
+        cursor = last.global_seq as u64;
+        comparison.extra.extend(rows);
+    }
+    Ok(comparison)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_silent_only_past_the_threshold_and_only_for_open_runs() {
+        let journal = FleetJournal {
+            journal_id: "j".into(),
+            host_name: "h".into(),
+            home: "/h".into(),
+            journal_created_at_ms: 0,
+            shipped_through: 0,
+            shipped_at_ms: None,
+            heartbeat_at_ms: 10_000,
+            records: 0,
+            runs: 0,
+            runs_open: 0,
+        };
+        assert_eq!(journal.silent_since(15_000, 5_000), None);
+        assert_eq!(journal.silent_since(15_001, 5_000), Some(10_000));
+        let mut run = FleetRun {
+            journal_id: "j".into(),
+            host_name: "h".into(),
+            heartbeat_at_ms: 10_000,
+            run_id: RunId::generate(),
+            name: None,
+            state: RunStatus::Running,
+            is_closed: false,
+            is_stale: false,
+            is_dismissed: false,
+            steps_done: 0,
+            steps_total: 1,
+            runner_pid: Some(7),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+            ended_at_ms: None,
+            head_seq: 2,
+            status: Value::Null,
+        };
+        assert_eq!(run.host_silent_since(20_000, 5_000), Some(10_000));
+        run.is_closed = true;
+        assert_eq!(run.host_silent_since(20_000, 5_000), None);
+    }
+}
