@@ -6,7 +6,7 @@
 //! through a symbolic link in its last component: temp files and markers are created
 //! exclusively (`O_CREAT | O_EXCL`, which never follows a link), logs, lock files and the
 //! reserve's temp file with `O_NOFOLLOW`, and each such file is checked, once open, to be a
-//! regular file of this user. Directories are made 0700 and checked to be this user's and
+//! regular file (or a FIFO) of this user. Directories are made 0700 and checked to be this user's and
 //! writable by nobody else ([`judge_private`]), so nobody else can plant a link or a file in
 //! them.
 //!
@@ -228,18 +228,20 @@ pub fn check_private(path: &Path, expected: Expect) -> io::Result<bool> {
     Ok(true)
 }
 
-/// Checks a file this module just opened: a regular file of this user (an open without
-/// `O_NOFOLLOW` could not tell; a FIFO or a device planted under the name is refused too).
+/// Checks a file this module just opened: of this user, and a regular file or a FIFO (which a
+/// user may put in a log's place to follow it; a device or a directory is refused).
 fn check_opened(file: File, path: &Path) -> io::Result<File> {
-    let facts = EntryFacts::of(&file.metadata()?);
-    judge_owned_file(path, facts)?;
+    let metadata = file.metadata()?;
+    let is_fifo = metadata.file_type().is_fifo();
+    let facts = EntryFacts::of(&metadata);
+    judge_owned_file(path, facts, is_fifo)?;
     Ok(file)
 }
 
-/// An opened file must be a regular file of this user; its mode is ours to set.
-fn judge_owned_file(path: &Path, facts: EntryFacts) -> Result<(), UnsafePath> {
+/// An opened file must be a regular file (or a FIFO) of this user; its mode is ours to set.
+fn judge_owned_file(path: &Path, facts: EntryFacts, is_fifo: bool) -> Result<(), UnsafePath> {
     let euid = effective_uid();
-    if facts.kind != EntryKind::File {
+    if facts.kind != EntryKind::File && !is_fifo {
         return Err(UnsafePath::WrongKind {
             path: path.to_path_buf(),
             expected: "regular file",

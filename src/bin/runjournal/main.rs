@@ -35,7 +35,8 @@ pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success
-  1    the journal or the system failed (or a run failed with code 1, for run --wait and wait)
+  1    the journal or the system failed, or the home is not safe to use (another user owns
+       it or may write it); or a run failed with code 1, for run --wait and wait
   2    bad input: usage, unknown or ambiguous run id, malformed spec, bad duration, step out of
        range, an update of a step that is not an external job; nothing was written
   75   wait --timeout: the run is still going
