@@ -22,6 +22,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use crate::capacity::{BlockCause, CapacityStatus};
 use crate::duration::{format_duration_ms, format_time_ms, format_time_s};
 use crate::event::RunId;
 use crate::event::{Event, Mode, Record, RunSpec, StepEnd, UnixMs};
@@ -929,17 +930,56 @@ pub fn time_or_dash(ms: Option<UnixMs>) -> String {
     ms.map_or_else(|| "-".to_string(), format_time_s)
 }
 
-/// What to say about a full disk, from the home's capacity state (read from disk): a line
-/// when a journal writer is blocked waiting for space, or when the space reserve has been
-/// released. `None` when all is well or nothing can be read.
+/// The blocked writers as JSON (`status --json`, `journal-tools inspect stats --json`):
+/// `[{"pid", "sinceMs", "cause": "capacity" | "io", "errno"}]`, `errno` only for `io`.
+pub fn blocked_writers_json(status: &CapacityStatus) -> Value {
+    Value::Array(
+        status
+            .blocked
+            .iter()
+            .map(|blocked| {
+                let mut object = serde_json::json!({
+                    "pid": blocked.writer.pid,
+                    "sinceMs": blocked.since_ms,
+                    "cause": blocked.cause.as_str(),
+                });
+                if let (BlockCause::Io { errno }, Some(object)) =
+                    (blocked.cause, object.as_object_mut())
+                {
+                    object.insert("errno".to_string(), errno.into());
+                }
+                object
+            })
+            .collect(),
+    )
+}
+
+/// What to say about a blocked journal, from the home's capacity state (read from disk): a
+/// line when journal writers are blocked waiting for space, one when they are retrying
+/// through storage errors, or one when the space reserve has been released. `None` when all
+/// is well or nothing can be read.
 pub fn capacity_notice(home: &Home, now_ms: UnixMs) -> Option<String> {
     let status = crate::capacity::read_status(home).ok()?;
-    if let Some(since_ms) = status.blocked_since_ms() {
-        return Some(format!(
+    let mut lines = Vec::new();
+    let full = status.blocked_by(BlockCause::Capacity);
+    if let Some(since_ms) = full.iter().map(|blocked| blocked.since_ms).min() {
+        lines.push(format!(
             "journal: blocked on a full disk for {} ({} writer(s) waiting; transitions land once space returns)",
             age(now_ms, since_ms),
-            status.blocked.len()
+            full.len()
         ));
+    }
+    let flaky = status.blocked_by(BlockCause::Io { errno: 0 });
+    if let Some(first) = flaky.iter().min_by_key(|blocked| blocked.since_ms) {
+        lines.push(format!(
+            "journal: blocked on {} for {} ({} writer(s) retrying until their retry window ends; steps keep running, transitions land once the storage works)",
+            first.cause.describe(),
+            age(now_ms, first.since_ms),
+            flaky.len()
+        ));
+    }
+    if !lines.is_empty() {
+        return Some(lines.join("\n"));
     }
     let is_reserve_expected =
         crate::capacity::reserve_bytes_from_env().is_ok_and(|bytes| bytes > 0);

@@ -110,6 +110,7 @@ impl JournalSource {
                 let home = Home::resolve(home, layout)?;
                 home.check_layout()?;
                 crate::store::check_home(&home)?;
+                journal::check_home_journal(&home)?;
                 (home.journal_path(), Some(home))
             }
         };

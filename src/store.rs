@@ -22,20 +22,37 @@ use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
 
 /// How a store is opened.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct StoreOptions {
     /// Size of the space reserve beside the journal; 0 disables it.
     pub reserve_bytes: u64,
-    /// Told when the journal writer is blocked on a full disk and when it recovers.
+    /// Told when the journal writer is blocked on a full disk or on storage errors, when it
+    /// recovers, and when it gives up.
     pub listener: Option<CapacityListener>,
+    /// How long storage errors other than a full disk are retried before an append fails
+    /// (see [`WriterOptions::io_retry_window`]).
+    pub io_retry_window: Duration,
+}
+
+impl Default for StoreOptions {
+    /// No reserve, no listener, the default retry window.
+    fn default() -> StoreOptions {
+        StoreOptions {
+            reserve_bytes: 0,
+            listener: None,
+            io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
+        }
+    }
 }
 
 impl StoreOptions {
-    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` if set.
+    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` and the retry
+    /// window from `RUNJOURNAL_IO_RETRY_WINDOW` if set.
     pub fn from_env() -> Result<StoreOptions, String> {
         Ok(StoreOptions {
             reserve_bytes: capacity::reserve_bytes_from_env()?,
             listener: None,
+            io_retry_window: capacity::io_retry_window_from_env()?,
         })
     }
 }
@@ -102,7 +119,9 @@ impl Store {
     }
 
     /// Opens the home, creating its directories (0700) and journal as needed. If that fails
-    /// (a full disk, say), what this call created is removed again.
+    /// (a full disk, say), what this call created is removed again. A home that holds runs
+    /// or results but whose journal file is missing, empty, zeroed, cut short or not a
+    /// database is refused ([`OpenError::Lost`]) before anything is made.
     pub fn open_with(home: Home, options: StoreOptions) -> Result<Store, OpenError> {
         let mut created: Vec<PathBuf> = Vec::new();
         let outcome = Store::open_inner(home, options, &mut created);
@@ -132,6 +151,8 @@ impl Store {
         })?;
         // Before anything is made either: a home someone else owns or may write is refused.
         check_home(&home)?;
+        // Nor is a journal that was lost beside runs made anew: that would wipe the history.
+        crate::journal::check_home_journal(&home)?;
         // `blocked/` is made now, while there is room: on a full ext4 a new directory needs a
         // block, but an empty marker file in an existing one does not.
         let dirs = [
@@ -158,6 +179,7 @@ impl Store {
                 .then(|| Reserve::new(home.reserve_path(), options.reserve_bytes)),
             blocked_markers: Some(home.clone()),
             listener: options.listener,
+            io_retry_window: options.io_retry_window,
             ..WriterOptions::default()
         };
         let journal = Journal::open_with(Source::Path(journal_path), writer)?;

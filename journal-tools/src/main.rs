@@ -1,5 +1,6 @@
 //! `journal-tools`: look inside a runjournal journal and rebuild its projections. It opens the
-//! journal read-only, so it works while runs are live.
+//! journal read-only, so it works while runs are live; `recover --from-projections` rebuilds a
+//! lost journal (through the library, which does the writing).
 //!
 //! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`) or a home that is
 //! not safe to use (another user owns it or may write it); 2 a usage or other error; 4 a
@@ -9,6 +10,7 @@
 mod fleet;
 mod inspect;
 mod output;
+mod recover;
 mod replay;
 
 use std::path::PathBuf;
@@ -70,6 +72,18 @@ enum Command {
     Inspect(InspectCommand),
     /// Rebuild status.json, events.jsonl, result files and index markers from the journal.
     Replay(ReplayArgs),
+    /// Rebuild a lost journal (missing, empty, zero-filled, truncated or damaged) from the
+    /// runs' events.jsonl. The lost file is moved aside, never deleted; runs that were not
+    /// closed are left to the reconciler. Run it when nothing else uses the home.
+    Recover(RecoverArgs),
+}
+
+#[derive(Args)]
+pub struct RecoverArgs {
+    /// Rebuild from the runs' events.jsonl (the only source there is; required, so the
+    /// command says what it does).
+    #[arg(long, required = true)]
+    from_projections: bool,
 }
 
 #[derive(Subcommand)]
@@ -249,6 +263,16 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
             out,
         );
     }
+    // Recovery works on a home whose journal cannot be opened: it opens no source.
+    if let Command::Recover(args) = &cli.command {
+        if cli.journal.is_some() {
+            return Err(UsageError(
+                "recover rebuilds a home's journal: give --home DIR (or RUNJOURNAL_HOME), not --journal".to_string(),
+            )
+            .into());
+        }
+        return recover::recover(cli.home.as_deref(), cli.layout, out, args);
+    }
     let source = JournalSource::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)
         .map_err(source_error)?;
     if source.was_recovered() {
@@ -267,6 +291,7 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
             fleet::verify_against(&source, out, &url)
         }
         Command::Replay(args) => replay::replay(&source, out, &args),
+        Command::Recover(_) => unreachable!("recover returned above"),
     }
 }
 
@@ -287,6 +312,11 @@ fn run_fleet(
         .into()),
         Command::Replay(_) => Err(UsageError(
             "replay rebuilds a local home's files; it does not read the fleet (--from)".to_string(),
+        )
+        .into()),
+        Command::Recover(_) => Err(UsageError(
+            "recover rebuilds a local home's journal; it does not read the fleet (--from)"
+                .to_string(),
         )
         .into()),
     }
@@ -330,6 +360,7 @@ fn is_damage(error: &anyhow::Error) -> bool {
                 OpenError::NewerFormat { .. }
                     | OpenError::NotAJournal { .. }
                     | OpenError::Corrupt { .. }
+                    | OpenError::Lost { .. }
             )
         ) || matches!(
             cause.downcast_ref::<ReadError>(),

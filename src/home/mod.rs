@@ -295,6 +295,21 @@ impl Home {
         }
     }
 
+    /// The runs that have a directory under [`Home::runs_dir`]: entries named by a run id, in
+    /// no particular order (others, such as a pi-subagents host's own runs, are not ours).
+    /// Empty when the directory does not exist.
+    pub fn run_dirs_on_disk(&self) -> std::io::Result<Vec<RunId>> {
+        ids_named_in(&self.runs_dir(), |name| name.parse().ok())
+    }
+
+    /// The runs that have a result file (`<run id>.json`) under [`Home::results_dir`], in no
+    /// particular order. Empty when the directory does not exist.
+    pub fn result_files_on_disk(&self) -> std::io::Result<Vec<RunId>> {
+        ids_named_in(&self.results_dir(), |name| {
+            name.strip_suffix(".json")?.parse().ok()
+        })
+    }
+
     pub fn run_dir(&self, run: RunId) -> PathBuf {
         self.runs_dir().join(run.to_string())
     }
@@ -392,6 +407,22 @@ impl Home {
             .join(segment::encode(session_id, segment::MAX_SEGMENT_BYTES))
             .join(format!("{ended_at_ms:016}-{run}.json"))
     }
+}
+
+/// The ids `parse` reads from the names of the entries of `dir`; none when it does not exist.
+fn ids_named_in(dir: &Path, parse: impl Fn(&str) -> Option<RunId>) -> std::io::Result<Vec<RunId>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        if let Some(id) = entry?.file_name().to_str().and_then(&parse) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
 }
 
 #[cfg(test)]

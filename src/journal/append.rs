@@ -142,12 +142,31 @@ impl<'txn> Tables<'txn> {
     }
 }
 
+/// How a batch's writer seq is judged against its writer's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Marks {
+    /// A seq at or below the mark was committed before: answered from its records.
+    Idempotent,
+    /// Records rebuilt as they were (`journal::rebuild`): their seqs are not checked against
+    /// the marks, which only rise to each writer's highest seq.
+    Rebuild,
+}
+
 /// Commits `batches` in one durable write transaction, in order. Each batch is validated on its
 /// own against the state left by the batches before it: a refused batch writes nothing and
 /// fails only itself. A storage failure fails them all, and none of them is committed.
 pub(crate) fn commit_batches(
     db: &Database,
     batches: &[Batch],
+) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
+    commit_batches_with(db, batches, Marks::Idempotent)
+}
+
+/// [`commit_batches`], with the writer marks judged as `marks` says.
+pub(crate) fn commit_batches_with(
+    db: &Database,
+    batches: &[Batch],
+    marks: Marks,
 ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
     let mut txn = db
         .begin_write()
@@ -159,7 +178,7 @@ pub(crate) fn commit_batches(
         let mut tables = Tables::open(&txn)?;
         let mut group = Group::start(&tables)?;
         for batch in batches {
-            match apply_batch(&mut tables, &mut group, batch) {
+            match apply_batch(&mut tables, &mut group, batch, marks) {
                 Err(AppendError::Storage(failure)) => return Err(failure),
                 other => results.push(other),
             }
@@ -250,12 +269,13 @@ fn apply_batch(
     tables: &mut Tables<'_>,
     group: &mut Group,
     batch: &Batch,
+    marks: Marks,
 ) -> Result<Appended, AppendError> {
     if batch.events.is_empty() {
         return Err(AppendError::EmptyBatch);
     }
     let mark = group.mark(tables, batch.writer)?;
-    if mark.is_some_and(|mark| batch.writer_seq <= mark) {
+    if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
     let prepared = prepare(tables, batch)?;

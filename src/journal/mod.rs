@@ -13,7 +13,7 @@
 //! Parts: [`Journal`] (`handle`: a read-write handle and its writer thread, `queue` and
 //! `writer`: group commit), `append` (one write transaction of batches), `read` ([`View`]: one
 //! read transaction), `reader` ([`JournalReader`], [`ReadJournal`]), `open` (opening, format
-//! checks, an unfinished creation), `snapshot` (the snapshot codec), `tables` (tables and key
+//! checks, an unfinished creation), `examine` (what a journal file holds, before opening it), `snapshot` (the snapshot codec), `tables` (tables and key
 //! encoding), `copy` ([`copy_consistent`]), `error` (the error families), `backend` (a boxed
 //! redb backend), `instrumented` (a counting backend for tests and benchmarks).
 
@@ -21,6 +21,7 @@ mod append;
 mod backend;
 mod copy;
 mod error;
+pub mod examine;
 mod handle;
 #[doc(hidden)]
 pub mod instrumented;
@@ -28,6 +29,7 @@ mod open;
 mod queue;
 mod read;
 mod reader;
+pub mod rebuild;
 pub(crate) mod snapshot;
 pub(crate) mod tables;
 pub mod writer;
@@ -35,6 +37,7 @@ pub mod writer;
 pub use append::{Appended, Batch, Condition};
 pub use copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
 pub use error::{AppendError, CorruptError, OpenError, ReadError, StorageFailure};
+pub use examine::{FileFinding, check_home_journal, examine};
 pub use handle::Journal;
 pub use read::{JournalMeta, ResolveError, View};
 pub use reader::{JournalReader, ReadJournal};

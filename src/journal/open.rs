@@ -40,10 +40,61 @@ pub(crate) fn open_source(source: &Source) -> Result<Database, OpenError> {
             let db = builder()
                 .create_with_backend(BoxedBackend(backend))
                 .map_err(|error| OpenError::from_database(name, error))?;
-            initialize(name, &db)?;
+            initialize(name, &db, Creation::Allowed)?;
             Ok(db)
         }
     }
+}
+
+/// Opens the database of a source again, for a handle that already had it open (after a
+/// storage failure, or beside the writer): it must be there and be a journal. Nothing is
+/// created or initialised, so a journal file that was emptied, removed or replaced meanwhile
+/// is refused rather than made anew.
+pub(crate) fn reopen_source(source: &Source) -> Result<Database, OpenError> {
+    let refuse_empty = |path: &Path| OpenError::NotAJournal {
+        path: path.to_path_buf(),
+        reason: "the file is empty (it held a journal when this process opened it)".to_string(),
+    };
+    match source {
+        Source::Path(path) => {
+            let len = std::fs::metadata(path)
+                .map_err(|source| OpenError::Io {
+                    path: path.clone(),
+                    source,
+                })?
+                .len();
+            if len == 0 {
+                return Err(refuse_empty(path));
+            }
+            let db = builder()
+                .open(path)
+                .map_err(|error| OpenError::from_database(path, error))?;
+            initialize(path, &db, Creation::Refused)?;
+            Ok(db)
+        }
+        Source::Backend { name, factory } => {
+            let io_error = |source| OpenError::Io {
+                path: name.clone(),
+                source,
+            };
+            let backend = factory().map_err(io_error)?;
+            if backend.len().map_err(io_error)? == 0 {
+                return Err(refuse_empty(name));
+            }
+            let db = builder()
+                .create_with_backend(BoxedBackend(backend))
+                .map_err(|error| OpenError::from_database(name, error))?;
+            initialize(name, &db, Creation::Refused)?;
+            Ok(db)
+        }
+    }
+}
+
+/// Whether an open may set up a journal in an empty database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Creation {
+    Allowed,
+    Refused,
 }
 
 fn open_database(path: &Path) -> Result<Database, OpenError> {
@@ -58,7 +109,7 @@ fn open_database(path: &Path) -> Result<Database, OpenError> {
     let db = redb::backends::FileBackend::new(file)
         .and_then(|backend| builder().create_with_backend(backend))
         .map_err(|error| OpenError::from_database(path, error))?;
-    initialize(path, &db)?;
+    initialize(path, &db, Creation::Allowed)?;
     Ok(db)
 }
 
@@ -207,9 +258,9 @@ fn create_private_file(path: &Path) -> Result<(), OpenError> {
     }
 }
 
-/// Checks the format version and creates the tables of a new journal. A journal that is
-/// already set up is only read, so opening costs no commit.
-fn initialize(path: &Path, db: &Database) -> Result<(), OpenError> {
+/// Checks the format version and, where `creation` allows, creates the tables of a new
+/// journal. A journal that is already set up is only read, so opening costs no commit.
+fn initialize(path: &Path, db: &Database, creation: Creation) -> Result<(), OpenError> {
     let txn = db
         .begin_read()
         .map_err(|error| StorageFailure::new("beginning a read", error))?;
@@ -217,6 +268,13 @@ fn initialize(path: &Path, db: &Database) -> Result<(), OpenError> {
         return check_format_version(path, version);
     }
     drop(txn);
+    if creation == Creation::Refused {
+        return Err(OpenError::NotAJournal {
+            path: path.to_path_buf(),
+            reason: "no runjournal meta table (it held a journal when this process opened it)"
+                .to_string(),
+        });
+    }
     let mut txn = db
         .begin_write()
         .map_err(|error| StorageFailure::new("beginning the set-up write", error))?;

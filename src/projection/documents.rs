@@ -483,6 +483,60 @@ pub fn event_line(record: &Record) -> serde_json::Value {
     serde_json::Value::Object(line)
 }
 
+/// Reads back one line of events.jsonl, the inverse of [`event_line`]: the envelope's keys
+/// (`seq`, `ts`, `runId`, `type`, `writer`, `writerSeq`), then the event's own fields. A line
+/// is accepted only if it renders back to the very same object, so nothing in it is ignored
+/// or guessed. `Err` says what is wrong with it.
+pub fn parse_event_line(line: &str) -> Result<Record, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|error| format!("not JSON: {error}"))?;
+    let serde_json::Value::Object(mut fields) = value.clone() else {
+        return Err("not a JSON object".to_string());
+    };
+    let mut take = |key: &str| fields.remove(key).ok_or_else(|| format!("no \"{key}\""));
+    let number = |value: serde_json::Value, key: &str| {
+        value
+            .as_u64()
+            .ok_or_else(|| format!("\"{key}\" is not a whole number"))
+    };
+    let text = |value: serde_json::Value, key: &str| match value {
+        serde_json::Value::String(text) => Ok(text),
+        _ => Err(format!("\"{key}\" is not a string")),
+    };
+    let seq = number(take("seq")?, "seq")?;
+    let time_ms = number(take("ts")?, "ts")?;
+    let run_id: RunId = text(take("runId")?, "runId")?
+        .parse()
+        .map_err(|error| format!("\"runId\": {error}"))?;
+    let name = text(take("type")?, "type")?;
+    let writer_text = text(take("writer")?, "writer")?;
+    let writer = u64::from_str_radix(&writer_text, 16)
+        .ok()
+        .filter(|_| writer_text.len() == 16)
+        .map(crate::event::WriterId)
+        .ok_or_else(|| format!("\"writer\" {writer_text:?} is not 16 hex digits"))?;
+    let writer_seq = number(take("writerSeq")?, "writerSeq")?;
+    let mut tagged = serde_json::Map::new();
+    tagged.insert(name.clone(), serde_json::Value::Object(fields));
+    let event: crate::event::Event = serde_json::from_value(serde_json::Value::Object(tagged))
+        .map_err(|error| format!("not a {name} event: {error}"))?;
+    let record = Record {
+        format_version: crate::event::FORMAT_VERSION,
+        run_id,
+        seq,
+        time_ms,
+        writer,
+        writer_seq,
+        event,
+    };
+    if event_line(&record) != value {
+        return Err(
+            "it does not read back as written (a field unknown or out of place)".to_string(),
+        );
+    }
+    Ok(record)
+}
+
 /// events.jsonl: one JSON object per record, in seq order.
 pub fn events_jsonl(records: &[Record]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -537,6 +591,74 @@ pub fn result_index(home: &Home, state: &RunState) -> Option<(String, ResultInde
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record() -> Record {
+        Record {
+            format_version: crate::event::FORMAT_VERSION,
+            run_id: "01ARZ3NDEKTSV4RRFFQ69G5FAV".parse().expect("run id"),
+            seq: 7,
+            time_ms: 1_700_000_000_123,
+            writer: crate::event::WriterId(0x00ab_cdef_0123_4567),
+            writer_seq: 3,
+            event: crate::event::Event::Terminal {
+                state: TerminalState::Failed,
+                error: Some("step 1 (exit 3) failed: \"quoted\"\nnewline".to_string()),
+                summary: "1 of 2 steps complete".to_string(),
+                exit_code: -3,
+                repaired_by: None,
+            },
+        }
+    }
+
+    #[test]
+    fn an_events_line_reads_back_as_the_record_it_was_written_from() {
+        let record = record();
+        let line = event_line(&record).to_string();
+        assert_eq!(parse_event_line(&line), Ok(record));
+    }
+
+    #[test]
+    fn an_events_line_that_is_not_exactly_a_record_is_refused_saying_why() {
+        let line = event_line(&record());
+        let edited = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+            let mut line = line.clone();
+            edit(line.as_object_mut().expect("an object"));
+            line.to_string()
+        };
+        let cases: Vec<(String, &str)> = vec![
+            ("[1]".to_string(), "not a JSON object"),
+            ("{\"seq\": ".to_string(), "not JSON"),
+            (edited(&|line| drop(line.remove("seq"))), "no \"seq\""),
+            (
+                edited(&|line| drop(line.insert("ts".into(), "soon".into()))),
+                "\"ts\" is not a whole number",
+            ),
+            (
+                edited(&|line| drop(line.insert("writer".into(), "abc".into()))),
+                "not 16 hex digits",
+            ),
+            (
+                edited(&|line| drop(line.insert("runId".into(), "nope".into()))),
+                "\"runId\"",
+            ),
+            (
+                edited(&|line| drop(line.insert("type".into(), "Exploded".into()))),
+                "not a Exploded event",
+            ),
+            (
+                edited(&|line| drop(line.insert("extra".into(), 1.into()))),
+                "does not read back as written",
+            ),
+            (
+                edited(&|line| drop(line.remove("exitCode"))),
+                "not a Terminal event",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = parse_event_line(&text).expect_err(&text);
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
 
     /// Regression (found by the `fold_events` fuzz target): serde_json parsed some floats one
     /// unit in the last place off, so a job's progress in status.json read back as another

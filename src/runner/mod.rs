@@ -248,14 +248,22 @@ fn run_with_runtime(
 /// A runner.log line for a capacity event.
 fn describe_capacity(event: &CapacityEvent) -> String {
     match event {
-        CapacityEvent::Blocked { since_ms, error } => format!(
-            "journal blocked on a full disk since {since_ms} (Unix ms): {error}; steps keep running, transitions wait"
+        CapacityEvent::Blocked {
+            since_ms,
+            error,
+            cause,
+        } => format!(
+            "journal blocked on {} since {since_ms} (Unix ms): {error}; steps keep running, transitions wait",
+            cause.describe()
+        ),
+        CapacityEvent::GaveUp { blocked_ms, error } => format!(
+            "journal storage kept failing for {blocked_ms} ms, the whole retry window: {error}; giving up"
         ),
         CapacityEvent::ReserveReleased { bytes } => {
             format!("released the {bytes}-byte space reserve to make room")
         }
         CapacityEvent::Unblocked { blocked_ms } => {
-            format!("journal writes resumed after {blocked_ms} ms blocked on a full disk")
+            format!("journal writes resumed after {blocked_ms} ms blocked")
         }
         CapacityEvent::ReserveRestored { bytes } => {
             format!("the {bytes}-byte space reserve is back")
@@ -307,8 +315,12 @@ async fn run_steps(
         .timeout_ms
         .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
     let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
-    // A loop that failed leaves steps running: dropping it stops following them, and the
-    // sweep below ends them with whatever else is left, so the runner leaves nothing behind.
+    if let Err(error) = &outcome {
+        run_loop.abandon(error).await;
+    }
+    // A loop that failed may still leave steps running (abandon ended those it followed):
+    // dropping it stops following them, and the sweep below ends them with whatever else is
+    // left, so the runner leaves nothing behind.
     let never_reap = std::mem::take(&mut run_loop.spawned);
     drop(run_loop);
     let swept = sweep_descendants(never_reap, grace).await;
@@ -966,6 +978,30 @@ impl RunLoop {
             }
         }
         self.lost = Some(state);
+    }
+
+    /// The runner cannot go on: the journal cannot record its transitions (storage errors
+    /// outlasted the retry window), or something else failed. It ends every running step's
+    /// group, so that nothing it started runs on unrecorded, and says why in its log; it then
+    /// exits without an outcome, and the reconciler fails the run, naming this runner, once
+    /// the journal can record it.
+    async fn abandon(&mut self, error: &RunnerError) {
+        log(&format!(
+            "cannot go on: {error}; ending {} running step(s) and exiting without recording an outcome (the reconciler fails the run once the journal can record it)",
+            self.running.len()
+        ));
+        for running in self.running.values_mut() {
+            running.terminate.send_replace(true);
+        }
+        // Each task ends its step's group (SIGTERM, grace, SIGKILL) before it returns.
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Err(error) = joined
+                && error.is_panic()
+            {
+                std::panic::resume_unwind(error.into_panic());
+            }
+        }
+        self.running.clear();
     }
 
     /// Records the run's `Terminal`, as the outcome table ([`outcome::TABLE`]) decides it.

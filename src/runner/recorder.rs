@@ -41,11 +41,18 @@ impl Recorder {
         unwind(tokio::task::spawn_blocking(move || store.append(run, events, condition)).await)
     }
 
-    /// The run's latest snapshot; `None` if the run is not in the journal.
+    /// The run's latest snapshot; `None` if the run is not in the journal. A storage failure
+    /// is retried as the journal's writer retries one ([`crate::Journal::read_retrying`]), so
+    /// the runner reads through a flaky disk as it writes through it.
     pub async fn snapshot(&self) -> Result<Option<RunState>, ReadError> {
         let store = Arc::clone(&self.store);
         let run = self.run;
-        unwind(tokio::task::spawn_blocking(move || store.journal().view()?.snapshot(run)).await)
+        unwind(
+            tokio::task::spawn_blocking(move || {
+                store.journal().read_retrying(|view| view.snapshot(run))
+            })
+            .await,
+        )
     }
 }
 

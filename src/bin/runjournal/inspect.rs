@@ -206,6 +206,7 @@ fn capacity_json(home: &Home) -> serde_json::Value {
         Ok(status) => serde_json::json!({
             "blockedSinceMs": status.blocked_since_ms(),
             "blockedWriters": status.blocked.len(),
+            "blocked": show::blocked_writers_json(&status),
             "hasReserve": status.has_reserve,
         }),
         Err(error) => serde_json::json!({ "error": error.to_string() }),

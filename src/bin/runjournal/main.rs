@@ -63,6 +63,11 @@ struct Cli {
     /// bytes; 0 disables it [default: $RUNJOURNAL_RESERVE_BYTES, else 8388608].
     #[arg(long, global = true, value_name = "BYTES")]
     reserve_bytes: Option<u64>,
+    /// How long journal storage errors other than a full disk (EIO, EROFS, timeouts) are
+    /// retried before a command or runner gives up (30s, 10m, 1h) [default:
+    /// $RUNJOURNAL_IO_RETRY_WINDOW, else 10m]. A full disk is waited out whatever this says.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = launch::duration_arg)]
+    io_retry_window: Option<std::time::Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -184,6 +189,11 @@ fn main() -> ExitCode {
         // variable is how the setting reaches every store this process opens and the runners
         // it starts.
         unsafe { std::env::set_var(runjournal::capacity::RESERVE_ENV, bytes.to_string()) };
+    }
+    if let Some(window) = cli.io_retry_window {
+        let window = runjournal::duration::format_duration(window);
+        // SAFETY: as above, before any thread starts; runners inherit it.
+        unsafe { std::env::set_var(runjournal::capacity::IO_RETRY_WINDOW_ENV, window) };
     }
     let result = match Home::resolve(cli.home.as_deref(), cli.layout) {
         Ok(home) => dispatch(home, cli.command, &matches),
