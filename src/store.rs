@@ -96,6 +96,25 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Refuses a home that is not private to this user, as OpenSSH's StrictModes refuses a
+/// `~/.ssh` others can write: each of its [`Home::private_dirs`] that exists must be a
+/// directory of the effective user that neither group nor others may write (a link to one,
+/// of this user or root, will do), and its journal, if it exists, a regular file of the
+/// effective user that neither group nor others may write, and no link
+/// ([`durable_fs::judge_private`]). What is missing passes: it is made private when it is made.
+/// Anyone who could write there could plant links that runjournal would write through, forge
+/// records it would act on, or read its runs' argv and environment.
+pub fn check_home(home: &Home) -> Result<(), OpenError> {
+    for dir in home.private_dirs() {
+        durable_fs::check_private(&dir, durable_fs::Expect::Directory)
+            .map_err(|source| OpenError::from_io(&dir, source))?;
+    }
+    let journal = home.journal_path();
+    durable_fs::check_private(&journal, durable_fs::Expect::File)
+        .map_err(|source| OpenError::from_io(&journal, source))?;
+    Ok(())
+}
+
 impl Store {
     /// Opens the home with options from the environment (see [`StoreOptions::from_env`]).
     pub fn open(home: Home) -> Result<Store, OpenError> {
@@ -137,6 +156,8 @@ impl Store {
             path: home.journal_path(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, mismatch),
         })?;
+        // Before anything is made either: a home someone else owns or may write is refused.
+        check_home(&home)?;
         // Nor is a journal that was lost beside runs made anew: that would wipe the history.
         crate::journal::check_home_journal(&home)?;
         // `blocked/` is made now, while there is room: on a full ext4 a new directory needs a
@@ -150,10 +171,8 @@ impl Store {
         ];
         for dir in dirs {
             let existed = dir.exists();
-            durable_fs::ensure_private_dir(&dir).map_err(|source| OpenError::Io {
-                path: dir.clone(),
-                source,
-            })?;
+            durable_fs::ensure_private_dir(&dir)
+                .map_err(|source| OpenError::from_io(&dir, source))?;
             if !existed {
                 created.push(dir);
             }

@@ -45,7 +45,8 @@ pub use read::{JournalMeta, ResolveError, View};
 pub use reader::{JournalReader, ReadJournal};
 pub use share::CommitSharing;
 pub use snapshot::{
-    SNAPSHOT_LAYOUT, SnapshotError, encode_snapshot_for_tests, snapshot_of_layout_two_for_tests,
+    SNAPSHOT_LAYOUT, SnapshotError, decode_snapshot_for_tests, encode_snapshot_for_tests,
+    snapshot_of_layout_two_for_tests, with_checksum_for_tests,
 };
 pub use tables::{name_alias, tool_call_alias};
 pub use writer::{CapacityEvent, CapacityListener, Source, WriterOptions, WriterStats};

@@ -31,6 +31,36 @@ pub(super) fn boot_id() -> io::Result<String> {
     Ok(boot_id.to_string())
 }
 
+/// This process's PID namespace (see [`super::pid_namespace`]), read once: a process never
+/// changes its own.
+pub(super) fn pid_namespace() -> io::Result<Option<u64>> {
+    static PID_NAMESPACE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    if let Some(namespace) = PID_NAMESPACE.get() {
+        return Ok(*namespace);
+    }
+    let namespace = read_pid_namespace()?;
+    Ok(*PID_NAMESPACE.get_or_init(|| namespace))
+}
+
+fn read_pid_namespace() -> io::Result<Option<u64>> {
+    use std::os::unix::fs::MetadataExt;
+    // /proc shows the pids of the namespace it was mounted for: this process's pids only when
+    // /proc/self is this process.
+    let self_link = fs::read_link("/proc/self")?;
+    let me = std::process::id().to_string();
+    if self_link.as_os_str() != me.as_str() {
+        return Err(io::Error::other(format!(
+            "/proc belongs to another PID namespace than this process (/proc/self is {}, this process is {me}): mount a /proc of its own (unshare --mount-proc)",
+            self_link.display()
+        )));
+    }
+    match fs::metadata("/proc/self/ns/pid") {
+        Ok(metadata) => Ok(Some(metadata.ino())),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 /// `/proc/<pid>/stat`, parsed; `None` when no process has that pid (or it went away while we
 /// looked).
 pub(super) fn process(pid: u32) -> io::Result<Option<ProcessInfo>> {
@@ -170,6 +200,63 @@ pub(super) fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
         )
     })?;
     nix::fcntl::posix_fallocate(file, 0, length).map_err(io::Error::from)
+}
+
+/// `pidfd_open(pid, 0)` (Linux 5.3): `None` for a pid nobody holds; `Unsupported` on an older
+/// kernel (ENOSYS), or where a sandbox's seccomp filter refuses the call (EPERM).
+pub(super) fn pidfd_open(pid: u32) -> io::Result<Option<OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    let pid = nix::libc::pid_t::try_from(pid).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pid {pid} is out of range"),
+        )
+    })?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; no memory
+    // is shared with the kernel.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(nix::libc::ESRCH) => Ok(None),
+            Some(nix::libc::ENOSYS | nix::libc::EPERM) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("pidfd_open is not available: {error}"),
+            )),
+            _ => Err(error),
+        };
+    }
+    let fd = std::os::fd::RawFd::try_from(fd)
+        .map_err(|_| io::Error::other(format!("pidfd_open returned descriptor {fd}")))?;
+    // SAFETY: the kernel just returned this descriptor, which nothing else owns.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// `pidfd_send_signal(fd, signal, NULL, 0)`: `false` when the process has exited (ESRCH).
+pub(super) fn pidfd_send_signal(
+    fd: &OwnedFd,
+    signal: nix::sys::signal::Signal,
+) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is a pidfd this process owns; a null info with flags 0 asks the
+    // kernel to fill in the signal information as `kill` would.
+    let answer = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            signal as nix::libc::c_int,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        )
+    };
+    if answer == 0 {
+        return Ok(true);
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(nix::libc::ESRCH) => Ok(false),
+        _ => Err(error),
+    }
 }
 
 pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {

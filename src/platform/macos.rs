@@ -41,6 +41,30 @@ const MAX_LISTED_PIDS: usize = 1 << 20;
 /// The first buffer of a listing, in pids.
 const FIRST_LISTING_PIDS: usize = 64;
 
+/// macOS has no pidfd: callers check a process's identity right before `kill` instead.
+pub(super) fn pidfd_open(_pid: u32) -> io::Result<Option<OwnedFd>> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "macOS has no process descriptors (pidfd)",
+    ))
+}
+
+/// Never reached: [`pidfd_open`] hands out no descriptor on macOS.
+pub(super) fn pidfd_send_signal(
+    _fd: &OwnedFd,
+    _signal: nix::sys::signal::Signal,
+) -> io::Result<bool> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "macOS has no process descriptors (pidfd)",
+    ))
+}
+
+/// macOS has no PID namespaces: every process of the machine shares one numbering.
+pub(super) fn pid_namespace() -> io::Result<Option<u64>> {
+    Ok(None)
+}
+
 pub(super) fn boot_id() -> io::Result<String> {
     match sysctl_bytes(c"kern.bootsessionuuid", 64) {
         Ok(bytes) => facts::boot_id_from_session_uuid(&bytes),

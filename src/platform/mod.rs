@@ -94,13 +94,14 @@ impl ProcessInfo {
         !self.is_zombie
     }
 
-    /// The identity of this process, in the boot `boot_id`; `None` when its start time is
-    /// not ours to read.
-    pub fn identity(&self, boot_id: String) -> Option<ProcessIdentity> {
+    /// The identity of this process, in the boot `boot_id`, its pid read in the PID namespace
+    /// `pid_namespace` ([`pid_namespace`]); `None` when its start time is not ours to read.
+    pub fn identity(&self, boot_id: String, pid_namespace: Option<u64>) -> Option<ProcessIdentity> {
         Some(ProcessIdentity {
             pid: self.pid,
             start_time: self.start_time?,
             boot_id,
+            pid_namespace,
         })
     }
 }
@@ -112,6 +113,19 @@ pub fn boot_id() -> io::Result<String> {
     os::boot_id()
 }
 
+/// The PID namespace whose numbers this process sees and records as pids: on Linux, the inode
+/// of `/proc/self/ns/pid` (the same number `lsns` shows); `None` where the platform has no PID
+/// namespaces (macOS, or a Linux kernel without `/proc/self/ns`). A pid names one process only
+/// within one namespace: a process in a sandbox or container with a namespace of its own sees
+/// other numbers, and not at all the processes outside it.
+///
+/// Fails when `/proc` was mounted for another namespace than this process's (`/proc/self`
+/// is not this process, as after `unshare --pid --fork` without `--mount-proc`): no pid read
+/// from it would mean what this process means by it.
+pub fn pid_namespace() -> io::Result<Option<u64>> {
+    os::pid_namespace()
+}
+
 /// What the operating system shows of `pid` now; `None` when no process has that pid (or
 /// none this user can see: Linux's `/proc` mounted `hidepid=2` hides other users'
 /// processes). A zombie is shown, as one.
@@ -119,19 +133,22 @@ pub fn process(pid: u32) -> io::Result<Option<ProcessInfo>> {
     os::process(pid)
 }
 
-/// The identity (pid, start time, boot id) of the process holding `pid` now; `None` when no
+/// The identity (pid, start time, boot id, the PID namespace the pid is read in) of the
+/// process holding `pid` now; `None` when no
 /// process holds it. A zombie still has one. A process whose start time this user may not
 /// read has none we could use: that is an error (`PermissionDenied`).
 pub fn identity_of(pid: u32) -> io::Result<Option<ProcessIdentity>> {
     let Some(info) = process(pid)? else {
         return Ok(None);
     };
-    info.identity(boot_id()?).map(Some).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("the start time of process {pid} is not readable by this user"),
-        )
-    })
+    info.identity(boot_id()?, pid_namespace()?)
+        .map(Some)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("the start time of process {pid} is not readable by this user"),
+            )
+        })
 }
 
 /// The identity of this process.
@@ -169,6 +186,32 @@ pub fn become_child_subreaper() -> io::Result<()> {
 /// it frees that much space. A full disk fails with a capacity error.
 pub fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
     os::preallocate(file, bytes)
+}
+
+/// A handle on one process that outlives its pid: a signal sent through it reaches that process
+/// or, once it has exited, nobody — never a process that got its pid since (Linux's pidfd).
+#[derive(Debug)]
+pub struct ProcessHandle {
+    fd: OwnedFd,
+}
+
+impl ProcessHandle {
+    /// Sends `signal` to the process; `Ok(false)` when it has exited (it may be a zombie,
+    /// which signals do not reach).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) -> io::Result<bool> {
+        os::pidfd_send_signal(&self.fd, signal)
+    }
+}
+
+/// A [`ProcessHandle`] on the process holding `pid` now; `Ok(None)` when no process holds it.
+/// Fails with `ErrorKind::Unsupported` where the platform has none (macOS; Linux before 5.3):
+/// the caller then falls back to a check of the identity right before `kill`.
+///
+/// The handle names whatever process held the pid when it was opened: check that process's
+/// identity after opening it, and the handle is known to name the recorded process (a pid is
+/// not handed to another process while its holder, zombie included, exists).
+pub fn open_process(pid: u32) -> io::Result<Option<ProcessHandle>> {
+    Ok(os::pidfd_open(pid)?.map(|fd| ProcessHandle { fd }))
 }
 
 /// A pipe, (read end, write end), both close-on-exec. On Linux they are from the start, so
@@ -359,6 +402,9 @@ mod tests {
         let me = current_identity().expect("identity of this process");
         assert_eq!(me.pid, std::process::id());
         assert_eq!(me.boot_id, boot_id().expect("boot id"));
+        assert_eq!(me.pid_namespace, pid_namespace().expect("PID namespace"));
+        #[cfg(target_os = "linux")]
+        assert!(me.pid_namespace.is_some(), "Linux has PID namespaces");
         let info = process(me.pid).expect("read").expect("this process exists");
         assert_eq!(info.start_time, Some(me.start_time));
         assert!(info.is_alive());

@@ -459,9 +459,11 @@ struct RunLoop {
 }
 
 impl RunLoop {
+    /// At least 1: RunSpec::check refuses a parallel run of concurrency 0, and nothing reaches
+    /// a runner unchecked; with 0 the loop would wait forever for a step it never starts.
     fn concurrency(&self) -> usize {
         match self.spec.mode {
-            Mode::Parallel => self.spec.concurrency as usize,
+            Mode::Parallel => (self.spec.concurrency as usize).max(1),
             Mode::Single | Mode::Chain => 1,
         }
     }

@@ -172,6 +172,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 1,
         boot_id: "b".to_string(),
+        pid_namespace: None,
     }
 }
 

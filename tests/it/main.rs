@@ -25,4 +25,5 @@ mod power_loss;
 mod projection_repair;
 mod runner_hygiene;
 mod ship;
+mod strangers;
 mod support;

@@ -36,7 +36,8 @@ pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success
-  1    the journal or the system failed (or a run failed with code 1, for run --wait and wait)
+  1    the journal or the system failed, or the home is not safe to use (another user owns
+       it or may write it); or a run failed with code 1, for run --wait and wait
   2    bad input: usage, unknown or ambiguous run id, malformed spec, bad duration, step out of
        range, an update of a step that is not an external job; nothing was written
   75   wait --timeout: the run is still going
@@ -244,9 +245,10 @@ pub fn print_line(line: &str) -> Result<(), Failure> {
     print(&format!("{line}\n"))
 }
 
-/// A message on stderr, after `runjournal: `. A failure to write it changes nothing.
+/// A message on stderr, after `runjournal: `, with its control characters shown visibly
+/// ([`one_line`]). A failure to write it changes nothing.
 pub fn note(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "runjournal: {text}");
+    let _ = writeln!(std::io::stderr().lock(), "runjournal: {}", one_line(text));
 }
 
 /// Prints a usage error as one line (help and version print as clap does).
@@ -266,9 +268,10 @@ fn usage_error(error: clap::Error) -> ExitCode {
     }
 }
 
-/// Error messages are one line: newlines inside quoted input would break that.
+/// Error messages are one line, and hold no control character of a run's or a file's text:
+/// newlines become `\n`, escape sequences `\x1b...` ([`runjournal::show::escape_control`]).
 fn one_line(text: &str) -> String {
-    text.replace('\n', "\\n")
+    runjournal::show::escape_control(text).into_owned()
 }
 
 fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResult {

@@ -47,6 +47,7 @@ fn runner_started() -> Event {
             pid: 4242,
             start_time: 1,
             boot_id: "boot".to_string(),
+            pid_namespace: None,
         },
         instance_id: "instance".to_string(),
     }
