@@ -1,6 +1,6 @@
 //! File-system primitives: private directories, atomic replacement, the per-run lock, logs
-//! opened for appending, reads bounded in size, and the one rule of what a home's directories
-//! and files must look like (like OpenSSH's StrictModes).
+//! opened for appending, reads bounded in size, private Unix sockets, and the one rule of what
+//! a home's directories and files must look like (like OpenSSH's StrictModes).
 //!
 //! Every file runjournal creates or opens for writing under a home is opened here, and none
 //! through a symbolic link in its last component: temp files and markers are created
@@ -20,8 +20,9 @@
 //!   not writable by group or others.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 /// `O_NOFOLLOW`: the open fails (ELOOP) when the last component is a symbolic link.
@@ -462,6 +463,79 @@ impl FileLock {
         file.lock()?;
         Ok(FileLock { file })
     }
+
+    /// Takes the exclusive lock on `path` if nobody holds it, creating the file (0600) if
+    /// needed; `None` when another open file holds it. A symbolic link there is not followed.
+    pub fn try_acquire(path: &Path) -> io::Result<Option<FileLock>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(NO_FOLLOW)
+            .open(path)?;
+        let file = check_opened(file, path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(FileLock { file })),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(error)) => Err(error),
+        }
+    }
+
+    /// Replaces the lock file's content with `note` (who holds it, for people and tests to
+    /// read; nothing decides by it).
+    pub fn write_note(&self, note: &[u8]) -> io::Result<()> {
+        let mut file = &self.file;
+        file.set_len(0)?;
+        file.rewind()?;
+        file.write_all(note)
+    }
+}
+
+/// What is at the path where a private Unix socket should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SocketPath {
+    Missing,
+    /// A socket owned by this process's user.
+    OurSocket,
+    /// Something else: a socket of another user, or not a socket at all. Never used, never
+    /// removed.
+    Other {
+        what: String,
+    },
+}
+
+/// Looks at `path` without following a symlink there.
+pub fn inspect_socket_path(path: &Path) -> io::Result<SocketPath> {
+    let metadata = match fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(SocketPath::Missing),
+        Err(error) => return Err(error),
+    };
+    let uid = nix::unistd::geteuid().as_raw();
+    if !metadata.file_type().is_socket() {
+        return Ok(SocketPath::Other {
+            what: "not a socket".to_string(),
+        });
+    }
+    if metadata.uid() != uid {
+        return Ok(SocketPath::Other {
+            what: format!("a socket of user {}, not {uid}", metadata.uid()),
+        });
+    }
+    Ok(SocketPath::OurSocket)
+}
+
+/// Listens on a new Unix socket at `path` (which must not exist), readable and writable by
+/// its owner only.
+pub fn bind_private_socket(path: &Path) -> io::Result<UnixListener> {
+    let listener = UnixListener::bind(path)?;
+    if let Err(error) = fs::set_permissions(path, fs::Permissions::from_mode(0o600)) {
+        let _ = fs::remove_file(path);
+        return Err(error);
+    }
+    Ok(listener)
 }
 
 impl Drop for FileLock {
@@ -501,6 +575,50 @@ mod tests {
             let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
             assert_eq!(mode, 0o700, "{}", path.display());
         }
+    }
+
+    #[test]
+    fn a_held_lock_is_not_taken_again_and_is_free_once_dropped() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("commit.lock");
+        let held = FileLock::try_acquire(&path).expect("open").expect("free");
+        held.write_note(b"4242\n").expect("note");
+        assert!(
+            FileLock::try_acquire(&path).expect("open").is_none(),
+            "held"
+        );
+        drop(held);
+        assert!(
+            FileLock::try_acquire(&path).expect("open").is_some(),
+            "free"
+        );
+        assert_eq!(fs::read(&path).expect("read"), b"4242\n");
+        std::os::unix::fs::symlink(&path, dir.path().join("link")).expect("symlink");
+        assert!(FileLock::try_acquire(&dir.path().join("link")).is_err());
+    }
+
+    #[test]
+    fn a_socket_path_is_told_apart_from_anything_else() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("commit.sock");
+        assert_eq!(
+            inspect_socket_path(&path).expect("look"),
+            SocketPath::Missing
+        );
+        let listener = bind_private_socket(&path).expect("bind");
+        assert_eq!(
+            inspect_socket_path(&path).expect("look"),
+            SocketPath::OurSocket
+        );
+        let mode = fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        drop(listener);
+        fs::remove_file(&path).expect("remove");
+        fs::write(&path, b"not a socket").expect("write");
+        assert!(matches!(
+            inspect_socket_path(&path).expect("look"),
+            SocketPath::Other { .. }
+        ));
     }
 
     #[test]

@@ -16,7 +16,8 @@ use crate::durable_fs;
 use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
 use crate::journal::{
-    AppendError, Appended, CapacityListener, Condition, Journal, OpenError, Source, WriterOptions,
+    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, OpenError, Source,
+    WriterOptions,
 };
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
@@ -32,27 +33,33 @@ pub struct StoreOptions {
     /// How long storage errors other than a full disk are retried before an append fails
     /// (see [`WriterOptions::io_retry_window`]).
     pub io_retry_window: Duration,
+    /// Whether commits are shared with the other processes that have the home open (the
+    /// default), or made alone.
+    pub commit_sharing: CommitSharing,
 }
 
 impl Default for StoreOptions {
-    /// No reserve, no listener, the default retry window.
+    /// No reserve, no listener, the default retry window, commits shared.
     fn default() -> StoreOptions {
         StoreOptions {
             reserve_bytes: 0,
             listener: None,
             io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
+            commit_sharing: CommitSharing::default(),
         }
     }
 }
 
 impl StoreOptions {
-    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` and the retry
-    /// window from `RUNJOURNAL_IO_RETRY_WINDOW` if set.
+    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES`, the retry window
+    /// from `RUNJOURNAL_IO_RETRY_WINDOW` and commit sharing from `RUNJOURNAL_COMMIT_SHARING`
+    /// (`on`, `lead` or `off`) if set.
     pub fn from_env() -> Result<StoreOptions, String> {
         Ok(StoreOptions {
             reserve_bytes: capacity::reserve_bytes_from_env()?,
             listener: None,
             io_retry_window: capacity::io_retry_window_from_env()?,
+            commit_sharing: CommitSharing::from_env()?,
         })
     }
 }
@@ -179,6 +186,7 @@ impl Store {
                 .then(|| Reserve::new(home.reserve_path(), options.reserve_bytes)),
             blocked_markers: Some(home.clone()),
             listener: options.listener,
+            commit_sharing: options.commit_sharing,
             io_retry_window: options.io_retry_window,
             ..WriterOptions::default()
         };

@@ -11,6 +11,7 @@
 
 mod baselines;
 mod fixture;
+mod processes;
 mod report;
 
 use std::cell::{OnceCell, RefCell};
@@ -64,7 +65,19 @@ fn timed(iters: u64, mut once: impl FnMut()) -> Duration {
 }
 
 fn main() {
+    // An appender process of the `processes` group: this binary started again.
+    if processes::child_main_if_asked() {
+        return;
+    }
     let is_report = std::env::args().any(|arg| arg == "--report");
+    // `--report <group>...`: only these groups' rounds (all when none is named).
+    let report_groups: Vec<String> = std::env::args()
+        .skip_while(|arg| arg != "--report")
+        .skip(1)
+        .take_while(|arg| !arg.starts_with("--"))
+        .collect();
+    let is_reported =
+        |group: &str| report_groups.is_empty() || report_groups.iter().any(|g| g == group);
     let target = target_dir();
     let scratch = tempfile::Builder::new()
         .prefix("bench-")
@@ -111,6 +124,9 @@ fn main() {
             Throughput::Elements(1),
             || transition_ways(scratch.path(), &record, &status),
         );
+        bench_group(&mut criterion, "processes", Throughput::Elements(1), || {
+            processes::ways(scratch.path()).0
+        });
         bench_group(
             &mut criterion,
             "replay",
@@ -131,31 +147,53 @@ fn main() {
     // for about `budget`, one after the other, so a baseline and what is compared with it see
     // the same moments of a shared machine; a figure is the median over the rounds.
     let mut measured = report::Measured::default();
-    eprintln!("transitions...");
-    measured.run_rounds(
-        "transition",
-        transition_ways(scratch.path(), &record, &status),
-        Duration::from_millis(600),
-    );
-    eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
-    let large = build_large();
-    let small = build_small();
-    eprintln!("replay...");
-    measured.run_rounds("replay", replay_ways(&large), Duration::from_millis(400));
-    eprintln!("reconcile and list...");
-    measured.run_rounds(
-        "reconcile",
-        reconcile_ways(&small, &large),
-        Duration::from_millis(500),
-    );
-    measured.run_rounds(
-        "list",
-        list_ways(&small, &large),
-        Duration::from_millis(500),
-    );
-    eprintln!("latency percentiles and disk operations per commit...");
-    facts.latency = Some(latencies(scratch.path(), &record));
-    facts.disk = Some(disk_operations(scratch.path()));
+    if is_reported("transition") {
+        eprintln!("transitions...");
+        measured.run_rounds(
+            "transition",
+            transition_ways(scratch.path(), &record, &status),
+            Duration::from_millis(600),
+        );
+    }
+    if is_reported("processes") {
+        eprintln!(
+            "processes appending at once (starting {} processes)...",
+            processes::WAYS
+                .iter()
+                .map(|(_, count, _)| count)
+                .sum::<usize>()
+        );
+        let (ways, cpu) = processes::ways(scratch.path());
+        measured.run_rounds("processes", ways, Duration::from_millis(800));
+        // The first figure of each is the round that only sets the iteration count.
+        facts.process_cpu = cpu
+            .into_iter()
+            .map(|(id, figures)| (id, report::median_of(figures.borrow()[1..].to_vec())))
+            .collect();
+    }
+    if is_reported("replay") || is_reported("reconcile") || is_reported("list") {
+        eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
+        let large = build_large();
+        let small = build_small();
+        eprintln!("replay...");
+        measured.run_rounds("replay", replay_ways(&large), Duration::from_millis(400));
+        eprintln!("reconcile and list...");
+        measured.run_rounds(
+            "reconcile",
+            reconcile_ways(&small, &large),
+            Duration::from_millis(500),
+        );
+        measured.run_rounds(
+            "list",
+            list_ways(&small, &large),
+            Duration::from_millis(500),
+        );
+    }
+    if is_reported("transition") {
+        eprintln!("latency percentiles and disk operations per commit...");
+        facts.latency = Some(latencies(scratch.path(), &record));
+        facts.disk = Some(disk_operations(scratch.path()));
+    }
     facts.observe_end();
     let text = report::render(&measured, &facts);
     let path = target.join("bench-report.md");
@@ -176,6 +214,10 @@ fn bench_group<'a>(
         "transition" => TRANSITION_IDS.iter().map(|id| id.to_string()).collect(),
         "replay" => REPLAY_IDS.iter().map(|id| id.to_string()).collect(),
         "reconcile" => RECONCILE_IDS.iter().map(|id| id.to_string()).collect(),
+        "processes" => processes::WAYS
+            .iter()
+            .map(|(id, _, _)| id.to_string())
+            .collect(),
         _ => LIST_IDS.iter().map(|id| id.to_string()).collect(),
     };
     let ways: OnceCell<RefCell<Vec<Way<'a>>>> = OnceCell::new();

@@ -125,6 +125,25 @@ pub struct LayoutMismatch {
     pub asked: Layout,
 }
 
+/// The lock file that the commit leader of the journal at `journal` holds while it takes
+/// other processes' batches: the journal's file name with `.commit.lock` added, beside it.
+/// Named after the journal file so that two journals in one directory never share a leader.
+pub fn commit_lock_path(journal: &Path) -> PathBuf {
+    with_suffix(journal, ".commit.lock")
+}
+
+/// The Unix socket where the commit leader of the journal at `journal` listens: the journal's
+/// file name with `.commit.sock` added, beside it.
+pub fn commit_socket_path(journal: &Path) -> PathBuf {
+    with_suffix(journal, ".commit.sock")
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
 /// pi-subagents' default temp root (0.67, `shared/types.ts`): `<tmpdir>/pi-subagents-uid-<uid>`,
 /// where tmpdir is Node's `os.tmpdir()` on POSIX: `$TMPDIR`, else `$TMP`, else `$TEMP`, else
 /// `/tmp`, without a trailing slash. `var` reads the environment. Pure.
@@ -274,6 +293,18 @@ impl Home {
 
     pub fn reserve_path(&self) -> PathBuf {
         self.state_dir().join("reserve")
+    }
+
+    /// `journal.redb.commit.lock`: held by the journal's commit leader (see
+    /// [`commit_lock_path`]).
+    pub fn commit_lock_path(&self) -> PathBuf {
+        commit_lock_path(&self.journal_path())
+    }
+
+    /// `journal.redb.commit.sock`: where the journal's commit leader listens (see
+    /// [`commit_socket_path`]).
+    pub fn commit_socket_path(&self) -> PathBuf {
+        commit_socket_path(&self.journal_path())
     }
 
     /// `shipping.json`: what `runjournal ship` last said (see `ship::state`), beside the

@@ -1,9 +1,12 @@
 //! The Linux implementation of [`super`]: `/proc` for process facts (with the crate's one
-//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2` and `close_range`.
+//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2`, `close_range`, and
+//! Unix sockets' `SO_PEERCRED`, `MSG_NOSIGNAL` and abstract names.
 
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
 use nix::libc;
 
@@ -258,6 +261,72 @@ pub(super) fn pidfd_send_signal(
 
 pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// `sun_path` is 108 bytes on Linux, NUL included.
+pub(super) const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+pub(super) fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the buffer is a `ucred` and `length` is its size, as SO_PEERCRED expects; the
+    // descriptor is open for the duration of the call (borrowed from `socket`).
+    let result = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut length,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(credentials.uid)
+}
+
+pub(super) fn no_sigpipe(_socket: &UnixStream) -> io::Result<()> {
+    // Every send passes MSG_NOSIGNAL instead.
+    Ok(())
+}
+
+pub(super) fn send_all(socket: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe `bytes`, which outlives the call; the
+        // descriptor is open for the duration of the call (borrowed from `socket`).
+        let sent = unsafe {
+            libc::send(
+                socket.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        match sent {
+            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            sent if sent > 0 => bytes = &bytes[sent as usize..],
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn bind_abstract(name: &[u8]) -> io::Result<UnixListener> {
+    UnixListener::bind_addr(&SocketAddr::from_abstract_name(name)?)
+}
+
+pub(super) fn connect_abstract(name: &[u8]) -> io::Result<UnixStream> {
+    UnixStream::connect_addr(&SocketAddr::from_abstract_name(name)?)
 }
 
 /// `/proc/<pid>/comm`, without its newline; `None` when no process has that pid.

@@ -22,6 +22,10 @@
 //! | command name | `/proc/<pid>/comm` | not known yet (`None`): the portable fallback |
 //! | descriptors from N on: close-on-exec | `close_range(CLOSE_RANGE_CLOEXEC)` | `fcntl` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
 //! | descriptors from N on: closed | `close_range`, else a walk of `/proc/self/fd` | `close` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
+//! | a Unix socket peer's user | `SO_PEERCRED` | `getpeereid` |
+//! | sending on a socket whose peer left | `send(MSG_NOSIGNAL)` | `SO_NOSIGPIPE` on the socket |
+//! | longest socket path | 107 bytes | 103 bytes |
+//! | a socket without a path | the abstract namespace | none |
 //!
 //! What a process nobody can see means is decided once, in [`crate::liveness`]: a pid that no
 //! process holds, or that a process holds whose start time this user may not read, is not
@@ -40,6 +44,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 
 use crate::event::ProcessIdentity;
 
@@ -217,6 +222,42 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     os::pipe_cloexec()
 }
 
+/// The longest path, in bytes, that a Unix socket can be bound to or connected at
+/// (`sun_path` less its terminating NUL).
+pub const MAX_SOCKET_PATH_BYTES: usize = os::MAX_SOCKET_PATH_BYTES;
+
+/// The effective user id of the process at the other end of a connected Unix socket, as the
+/// kernel recorded it: for a client, the process that made the listening socket; for a
+/// server, the process that connected.
+pub fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
+    os::peer_uid(socket)
+}
+
+/// Makes writes on `socket` whose peer has gone away fail with `BrokenPipe` instead of raising
+/// SIGPIPE, which would end a process that does not ignore it (a host embedding the library
+/// may not). Call it once on each socket before [`send_all`].
+pub fn no_sigpipe(socket: &UnixStream) -> io::Result<()> {
+    os::no_sigpipe(socket)
+}
+
+/// Writes all of `bytes` to `socket`, never raising SIGPIPE (see [`no_sigpipe`]).
+pub fn send_all(socket: &UnixStream, bytes: &[u8]) -> io::Result<()> {
+    os::send_all(socket, bytes)
+}
+
+/// Listens on `name` in the abstract socket namespace (Linux), where a name has no file: for
+/// a socket whose path would be too long to bind. Anyone on the host (in the same network
+/// namespace) can connect to it or take the name first: check the peer's user on both sides.
+/// `Unsupported` on macOS, which has no such namespace.
+pub fn bind_abstract(name: &[u8]) -> io::Result<UnixListener> {
+    os::bind_abstract(name)
+}
+
+/// Connects to `name` in the abstract socket namespace (see [`bind_abstract`]).
+pub fn connect_abstract(name: &[u8]) -> io::Result<UnixStream> {
+    os::connect_abstract(name)
+}
+
 /// The command name of `pid` (on Linux, `/proc/<pid>/comm`: the program's file name, cut to
 /// 15 bytes), for messages that name a process; `None` when no process holds `pid`, or where
 /// the platform does not tell it yet (macOS, for now).
@@ -315,6 +356,46 @@ mod portable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_peer_is_this_user_and_a_gone_peer_is_a_broken_pipe() {
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        let uid = nix::unistd::geteuid().as_raw();
+        assert_eq!(peer_uid(&ours).expect("peer of ours"), uid);
+        assert_eq!(peer_uid(&theirs).expect("peer of theirs"), uid);
+        no_sigpipe(&ours).expect("no SIGPIPE");
+        send_all(&ours, b"hello").expect("send");
+        drop(theirs);
+        let error = send_all(&ours, b"gone").expect_err("the peer is gone");
+        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_abstract_socket_connects_and_its_name_is_taken_once() {
+        let name = format!(
+            "runjournal-test-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        );
+        let listener = bind_abstract(name.as_bytes()).expect("bind");
+        assert!(
+            bind_abstract(name.as_bytes()).is_err(),
+            "a name is bound once"
+        );
+        let client = connect_abstract(name.as_bytes()).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        assert_eq!(
+            peer_uid(&client).expect("peer"),
+            peer_uid(&server).expect("peer")
+        );
+        drop(listener);
+        drop(server);
+        assert!(
+            connect_abstract(name.as_bytes()).is_err(),
+            "a closed name is gone, leaving no file behind"
+        );
+    }
 
     #[test]
     fn this_process_has_an_identity_of_this_boot() {

@@ -234,7 +234,7 @@ fn run_with_runtime(
             source,
         })?;
     let mut options = StoreOptions::from_env().map_err(|reason| RunnerError::Io {
-        what: "reading the reserve size",
+        what: "reading the store's settings from the environment",
         source: io::Error::new(io::ErrorKind::InvalidInput, reason),
     })?;
     // The runner's stderr is runner.log: a full disk shows there.

@@ -5,6 +5,7 @@ mod cli_bad_input;
 mod cli_control;
 mod cli_layout;
 mod cli_run;
+mod commit_leader;
 mod common;
 mod concurrent_writers;
 mod crash_kill;

@@ -19,7 +19,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use runjournal::home::Layout;
-use runjournal::journal::ResolveError;
+use runjournal::journal::{CommitSharing, ResolveError};
+use runjournal::store::StoreOptions;
 use runjournal::{Home, RunId, Store};
 
 /// Exit code: success.
@@ -308,12 +309,18 @@ pub fn check_run_text(text: &str) -> Result<(), Failure> {
 }
 
 /// Opens the home's store. A home whose journal is of the other layout is bad input: nothing
-/// is made in it.
+/// is made in it. A command hands its commits to the journal's commit leader (a runner) when
+/// there is one, but never leads: it is short-lived, and may be stopped from its terminal.
 pub fn open_store(home: Home) -> Result<Store, Failure> {
     home.check_layout().map_err(bad_input)?;
     let root = home.root().display().to_string();
-    Store::open(home)
-        .map_err(|error| Failure::Error(anyhow::Error::new(error).context(format!("home {root}"))))
+    let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
+    let mut options =
+        StoreOptions::from_env().map_err(|reason| failure(anyhow::anyhow!(reason)))?;
+    if options.commit_sharing == CommitSharing::Shared {
+        options.commit_sharing = CommitSharing::Join;
+    }
+    Store::open_with(home, options).map_err(|error| failure(anyhow::Error::new(error)))
 }
 
 /// The run named by `text`: a full id, a unique prefix, its name or its tool-call id.
