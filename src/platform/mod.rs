@@ -497,7 +497,18 @@ mod tests {
             .arg("30")
             .spawn()
             .expect("spawn sleep");
-        let name = command_name(child.id());
+        // A vfork-style spawn returns once the child's exec replaced its memory, a moment
+        // before the kernel renames it: until then it bears the spawning thread's name. Look
+        // again until it is renamed; the deadline only bounds a hang.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let name = loop {
+            let name = command_name(child.id());
+            let is_renamed = matches!(&name, Ok(Some(name)) if name == "sleep");
+            if is_renamed || std::time::Instant::now() >= deadline {
+                break name;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
         child.kill().expect("kill");
         child.wait().expect("reap");
         assert_eq!(name.expect("read").as_deref(), Some("sleep"));
