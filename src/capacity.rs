@@ -186,13 +186,7 @@ impl Reserve {
         }
         let temp = self.path.with_extension("making");
         let made = (|| {
-            use std::os::unix::fs::OpenOptionsExt;
-            let file = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&temp)?;
+            let file = crate::durable_fs::open_truncated(&temp)?;
             // Allocated blocks, not a sparse file: deleting it must free real space.
             platform::preallocate(&file, self.bytes)?;
             drop(file);
@@ -306,8 +300,9 @@ fn is_boot_id_nameable(boot_id: &str) -> bool {
 const IO_MARKER_PREFIX: &str = "io-";
 
 /// The marker's file name, `<pid>-<start time>-<since ms>-<boot id>` (capacity) or
-/// `io-<errno>-<pid>-<start time>-<since ms>-<boot id>` (storage errors): the numbers first,
-/// because the boot id holds dashes itself.
+/// `io-<errno>-<pid>-<start time>-<since ms>-<boot id>` (storage errors), then
+/// `_<PID namespace>` where the writer's pid has one: the numbers first, because the boot id
+/// holds dashes itself (and never `_`).
 fn marker_name(blocked: &Blocked) -> io::Result<String> {
     let writer = &blocked.writer;
     if !is_boot_id_nameable(&writer.boot_id) {
@@ -319,13 +314,17 @@ fn marker_name(blocked: &Blocked) -> io::Result<String> {
             ),
         ));
     }
+    let namespace = writer
+        .pid_namespace
+        .map(|namespace| format!("_{namespace}"))
+        .unwrap_or_default();
     let prefix = match blocked.cause {
         BlockCause::Capacity => String::new(),
         // The errno is never negative; one that is would not parse back, so it is not written.
         BlockCause::Io { errno } => format!("{IO_MARKER_PREFIX}{}-", errno.max(0)),
     };
     Ok(format!(
-        "{prefix}{}-{}-{}-{}",
+        "{prefix}{}-{}-{}-{}{namespace}",
         writer.pid, writer.start_time, blocked.since_ms, writer.boot_id
     ))
 }
@@ -361,13 +360,24 @@ fn parse_marker_name(name: &str) -> MarkerName {
     };
     let parts: Vec<&str> = name.splitn(4, '-').collect();
     match parts.as_slice() {
-        [pid, start_time, since_ms, boot_id] if is_boot_id_nameable(boot_id) => {
+        [pid, start_time, since_ms, boot_and_namespace] => {
+            let (boot_id, namespace) = match boot_and_namespace.split_once('_') {
+                Some((boot_id, namespace)) => match number::<u64>(namespace) {
+                    Some(namespace) => (boot_id, Some(namespace)),
+                    None => return MarkerName::Unknown,
+                },
+                None => (*boot_and_namespace, None),
+            };
+            if !is_boot_id_nameable(boot_id) {
+                return MarkerName::Unknown;
+            }
             match (number(pid), number(start_time), number(since_ms)) {
                 (Some(pid), Some(start_time), Some(since_ms)) => MarkerName::Current(Blocked {
                     writer: ProcessIdentity {
                         pid,
                         start_time,
-                        boot_id: (*boot_id).to_string(),
+                        boot_id: boot_id.to_string(),
+                        pid_namespace: namespace,
                     },
                     since_ms,
                     cause,
@@ -577,6 +587,7 @@ mod tests {
                 pid: 4242,
                 start_time: 987_654,
                 boot_id: "ea802a0e-e617-4d83-bbb1-efd556ab6eb6".to_string(),
+                pid_namespace: None,
             },
             1_700_000_000_000,
         );
@@ -620,6 +631,7 @@ mod tests {
             pid: 4242,
             start_time: 987_654,
             boot_id: "ea802a0e-e617-4d83-bbb1-efd556ab6eb6".to_string(),
+            pid_namespace: None,
         };
         let io = Blocked {
             writer: writer.clone(),

@@ -44,6 +44,10 @@ pub const MAX_EVENT_LINE_BYTES: u64 = 8 << 20;
 pub enum RecoverError {
     #[error(transparent)]
     Layout(#[from] LayoutMismatch),
+    /// A home someone else owns or may write is refused, as every command refuses it
+    /// ([`crate::store::check_home`]).
+    #[error(transparent)]
+    Unsafe(Box<OpenError>),
     #[error(
         "journal {path} is a readable journal: there is nothing to recover (journal-tools inspect verify checks it)"
     )]
@@ -139,6 +143,7 @@ pub struct Recovery {
 /// Rebuilds the home's lost journal from its runs' `events.jsonl` ([module docs](self)).
 pub fn recover_from_projections(home: &Home) -> Result<Recovery, RecoverError> {
     home.check_layout()?;
+    crate::store::check_home(home).map_err(|error| RecoverError::Unsafe(Box::new(error)))?;
     let path = home.journal_path();
     let found = judge(&path)?;
     let run_ids = home

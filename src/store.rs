@@ -23,7 +23,8 @@ use crate::durable_fs;
 use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
 use crate::journal::{
-    AppendError, Appended, CapacityListener, Condition, Journal, OpenError, Source, WriterOptions,
+    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, OpenError, Source,
+    WriterOptions,
 };
 use crate::projection::incremental::Projector;
 use crate::projection::pending::PendingProjections;
@@ -40,27 +41,33 @@ pub struct StoreOptions {
     /// How long storage errors other than a full disk are retried before an append fails
     /// (see [`WriterOptions::io_retry_window`]).
     pub io_retry_window: Duration,
+    /// Whether commits are shared with the other processes that have the home open (the
+    /// default), or made alone.
+    pub commit_sharing: CommitSharing,
 }
 
 impl Default for StoreOptions {
-    /// No reserve, no listener, the default retry window.
+    /// No reserve, no listener, the default retry window, commits shared.
     fn default() -> StoreOptions {
         StoreOptions {
             reserve_bytes: 0,
             listener: None,
             io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
+            commit_sharing: CommitSharing::default(),
         }
     }
 }
 
 impl StoreOptions {
-    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` and the retry
-    /// window from `RUNJOURNAL_IO_RETRY_WINDOW` if set.
+    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES`, the retry window
+    /// from `RUNJOURNAL_IO_RETRY_WINDOW` and commit sharing from `RUNJOURNAL_COMMIT_SHARING`
+    /// (`on`, `lead` or `off`) if set.
     pub fn from_env() -> Result<StoreOptions, String> {
         Ok(StoreOptions {
             reserve_bytes: capacity::reserve_bytes_from_env()?,
             listener: None,
             io_retry_window: capacity::io_retry_window_from_env()?,
+            commit_sharing: CommitSharing::from_env()?,
         })
     }
 }
@@ -99,6 +106,25 @@ impl std::fmt::Debug for Store {
             .field("home", &self.inner.home)
             .finish()
     }
+}
+
+/// Refuses a home that is not private to this user, as OpenSSH's StrictModes refuses a
+/// `~/.ssh` others can write: each of its [`Home::private_dirs`] that exists must be a
+/// directory of the effective user that neither group nor others may write (a link to one,
+/// of this user or root, will do), and its journal, if it exists, a regular file of the
+/// effective user that neither group nor others may write, and no link
+/// ([`durable_fs::judge_private`]). What is missing passes: it is made private when it is made.
+/// Anyone who could write there could plant links that runjournal would write through, forge
+/// records it would act on, or read its runs' argv and environment.
+pub fn check_home(home: &Home) -> Result<(), OpenError> {
+    for dir in home.private_dirs() {
+        durable_fs::check_private(&dir, durable_fs::Expect::Directory)
+            .map_err(|source| OpenError::from_io(&dir, source))?;
+    }
+    let journal = home.journal_path();
+    durable_fs::check_private(&journal, durable_fs::Expect::File)
+        .map_err(|source| OpenError::from_io(&journal, source))?;
+    Ok(())
 }
 
 impl Store {
@@ -142,6 +168,8 @@ impl Store {
             path: home.journal_path(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, mismatch),
         })?;
+        // Before anything is made either: a home someone else owns or may write is refused.
+        check_home(&home)?;
         // Nor is a journal that was lost beside runs made anew: that would wipe the history.
         crate::journal::check_home_journal(&home)?;
         // `blocked/` is made now, while there is room: on a full ext4 a new directory needs a
@@ -155,10 +183,8 @@ impl Store {
         ];
         for dir in dirs {
             let existed = dir.exists();
-            durable_fs::ensure_private_dir(&dir).map_err(|source| OpenError::Io {
-                path: dir.clone(),
-                source,
-            })?;
+            durable_fs::ensure_private_dir(&dir)
+                .map_err(|source| OpenError::from_io(&dir, source))?;
             if !existed {
                 created.push(dir);
             }
@@ -172,6 +198,7 @@ impl Store {
                 .then(|| Reserve::new(home.reserve_path(), options.reserve_bytes)),
             blocked_markers: Some(home.clone()),
             listener: options.listener,
+            commit_sharing: options.commit_sharing,
             io_retry_window: options.io_retry_window,
             ..WriterOptions::default()
         };

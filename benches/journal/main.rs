@@ -17,6 +17,7 @@
 mod baselines;
 mod felt;
 mod fixture;
+mod processes;
 mod report;
 
 use std::cell::{OnceCell, RefCell};
@@ -70,11 +71,21 @@ fn timed(iters: u64, mut once: impl FnMut()) -> Duration {
 }
 
 fn main() {
+    // An appender process of the `processes` group: this binary started again.
+    if processes::child_main_if_asked() {
+        return;
+    }
     let is_report = std::env::args().any(|arg| arg == "--report");
     let is_smoke = is_report && std::env::args().any(|arg| arg == "--smoke");
-    // `--only-felt`: the rows of issue 14 alone (a chatty run, launches, projected
-    // transitions), for measuring a change to them without the rest of the suite.
-    let is_felt_only = is_report && std::env::args().any(|arg| arg == "--only-felt");
+    // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
+    // issue 14 are the groups `chatty`, `launch` and `projected`.
+    let report_groups: Vec<String> = std::env::args()
+        .skip_while(|arg| arg != "--report")
+        .skip(1)
+        .take_while(|arg| !arg.starts_with("--"))
+        .collect();
+    let is_reported =
+        |group: &str| report_groups.is_empty() || report_groups.iter().any(|g| g == group);
     let sizes = if is_smoke {
         felt::Sizes::SMOKE
     } else {
@@ -129,6 +140,9 @@ fn main() {
             Throughput::Elements(1),
             || transition_ways(scratch.path(), &record, &status),
         );
+        bench_group(&mut criterion, "processes", Throughput::Elements(1), || {
+            processes::ways(scratch.path()).0
+        });
         bench_group(
             &mut criterion,
             "replay",
@@ -150,7 +164,7 @@ fn main() {
     // the same moments of a shared machine; a figure is the median over the rounds.
     let mut measured = report::Measured::new(is_smoke);
     let budget = |ms: u64| Duration::from_millis(if is_smoke { 1 } else { ms });
-    if !is_felt_only {
+    if is_reported("transition") {
         eprintln!("transitions...");
         measured.run_rounds(
             "transition",
@@ -158,24 +172,44 @@ fn main() {
             budget(600),
         );
     }
-    eprintln!("a chatty run, launches, projected transitions...");
-    felt::measure(scratch.path(), sizes, &mut measured, budget);
-    if is_felt_only {
-        facts.observe_end();
-        println!("{}", report::render(&measured, &facts));
-        return;
+    if is_reported("processes") {
+        eprintln!(
+            "processes appending at once (starting {} processes)...",
+            processes::WAYS
+                .iter()
+                .map(|(_, count, _)| count)
+                .sum::<usize>()
+        );
+        let (ways, cpu) = processes::ways(scratch.path());
+        measured.run_rounds("processes", ways, budget(800));
+        // The first figure of each is the round that only sets the iteration count (a smoke
+        // run has none).
+        let calibrating = usize::from(!is_smoke);
+        facts.process_cpu = cpu
+            .into_iter()
+            .map(|(id, figures)| {
+                let figures = figures.borrow();
+                let kept = figures.get(calibrating..).unwrap_or_default().to_vec();
+                (id, report::median_of(kept))
+            })
+            .collect();
     }
-    eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
-    let large = build_large();
-    let small = build_small();
-    eprintln!("replay...");
-    measured.run_rounds("replay", replay_ways(&large), budget(400));
-    eprintln!("reconcile and list...");
-    measured.run_rounds("reconcile", reconcile_ways(&small, &large), budget(500));
-    measured.run_rounds("list", list_ways(&small, &large), budget(500));
-    eprintln!("latency percentiles and disk operations per commit...");
-    facts.latency = Some(latencies(scratch.path(), &record, is_smoke));
-    facts.disk = Some(disk_operations(scratch.path(), is_smoke));
+    felt::measure(scratch.path(), sizes, &mut measured, budget, is_reported);
+    if is_reported("replay") || is_reported("reconcile") || is_reported("list") {
+        eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
+        let large = build_large();
+        let small = build_small();
+        eprintln!("replay...");
+        measured.run_rounds("replay", replay_ways(&large), budget(400));
+        eprintln!("reconcile and list...");
+        measured.run_rounds("reconcile", reconcile_ways(&small, &large), budget(500));
+        measured.run_rounds("list", list_ways(&small, &large), budget(500));
+    }
+    if is_reported("transition") {
+        eprintln!("latency percentiles and disk operations per commit...");
+        facts.latency = Some(latencies(scratch.path(), &record, is_smoke));
+        facts.disk = Some(disk_operations(scratch.path(), is_smoke));
+    }
     facts.observe_end();
     let text = report::render(&measured, &facts);
     let name = if is_smoke {
@@ -200,6 +234,10 @@ fn bench_group<'a>(
         "transition" => TRANSITION_IDS.iter().map(|id| id.to_string()).collect(),
         "replay" => REPLAY_IDS.iter().map(|id| id.to_string()).collect(),
         "reconcile" => RECONCILE_IDS.iter().map(|id| id.to_string()).collect(),
+        "processes" => processes::WAYS
+            .iter()
+            .map(|(id, _, _)| id.to_string())
+            .collect(),
         _ => LIST_IDS.iter().map(|id| id.to_string()).collect(),
     };
     let ways: OnceCell<RefCell<Vec<Way<'a>>>> = OnceCell::new();

@@ -74,6 +74,8 @@ pub struct Facts {
     pub disk: Option<Disk>,
     /// Appenders sharing one store in the projected-transition rows.
     pub projected_appenders: usize,
+    /// CPU of every process per transition, per workload of the `processes` group.
+    pub process_cpu: Vec<(String, f64)>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -243,6 +245,14 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// The median of `values` (NaN for none).
+pub fn median_of(values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    median(values)
+}
+
 impl Measured {
     /// Runs every workload of a group once per round, for about `budget` each; the first
     /// round only sets how many iterations make `budget`.
@@ -304,6 +314,84 @@ impl Measured {
         let highest = ratios.iter().copied().fold(0.0, f64::max);
         Some((median(ratios), lowest, highest))
     }
+}
+
+/// The `processes` group: host-wide throughput of many processes, each with one appender.
+fn render_processes(
+    measured: &Measured,
+    facts: &Facts,
+    out: &mut String,
+    verdicts: &mut Vec<String>,
+) {
+    let group = "processes";
+    let base = "1-process";
+    if measured.median(group, base).is_none() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n**Processes appending at once.** Each process has a journal handle of its own and \
+         one appender (a runner's shape) making the same transitions as above, all at once; \
+         host-wide transitions/s over one process with one appender, in the same rounds. \
+         They share commits through the journal's commit leader (one of them); the last row \
+         commits alone (`RUNJOURNAL_COMMIT_SHARING=off`), as every process did before. CPU is \
+         every process's, user + system.\n"
+    );
+    let mut table = Table::new(&[
+        "way",
+        "time per transition",
+        "transitions/s, host-wide",
+        "throughput × 1 process",
+        "CPU per transition",
+        "target",
+    ]);
+    for (id, label) in [
+        (base, "1 process, 1 appender"),
+        (
+            "16-processes",
+            "16 processes, 1 appender each, sharing commits",
+        ),
+        (
+            "64-processes",
+            "64 processes, 1 appender each, sharing commits",
+        ),
+        (
+            "64-processes-alone",
+            "64 processes, 1 appender each, each committing alone",
+        ),
+    ] {
+        let Some(ns) = measured.median(group, id) else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let vs_one = measured.ratio(group, id, base);
+        let target = match (id, vs_one) {
+            ("64-processes", Some((ratio, _, _))) => {
+                let is_met = 1.0 / ratio >= 8.0;
+                verdicts.push(format!(
+                    "64 processes × 1 appender ≥ 8× the throughput of one process: {} ({:.1}×)",
+                    verdict(is_met),
+                    1.0 / ratio
+                ));
+                format!("≥ 8× 1 process: {}", verdict(is_met))
+            }
+            _ => String::new(),
+        };
+        let cpu = facts
+            .process_cpu
+            .iter()
+            .find(|(way, _)| way == id)
+            .map_or("?".to_string(), |(_, ns)| time(*ns));
+        table.row(&[
+            label.to_string(),
+            time(ns),
+            rate(1e9 / ns),
+            ratio_cell(vs_one, true),
+            cpu,
+            target,
+        ]);
+    }
+    out.push_str(&table.text);
 }
 
 /// A ratio with its spread over the rounds.
@@ -482,6 +570,8 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
         ]);
     }
     out.push_str(&table.text);
+
+    render_processes(measured, facts, &mut out, &mut verdicts);
 
     if let Some(latency) = &facts.latency {
         let _ = writeln!(

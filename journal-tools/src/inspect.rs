@@ -431,16 +431,17 @@ pub fn print_problem(
         return Ok(());
     }
     let label = format!("{:<12}", problem.severity.as_str());
+    // The message may quote a run's text; the label is this binary's, painted.
     out.line(&format!(
         "{} {}",
         out.paint(&label, Tone::of_severity(problem.severity)),
-        problem.message
+        show::escape_control(&problem.message)
     ))?;
     if let Some((_, path)) = &problem.file {
         out.line(&format!("{:13}{}", "", shown_path(path, root)))?;
     }
     for change in &problem.changes {
-        out.line(&format!("{:13}{change}", ""))?;
+        out.text_line(&format!("{:13}{change}", ""))?;
     }
     Ok(())
 }

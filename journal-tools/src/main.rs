@@ -2,8 +2,9 @@
 //! journal read-only, so it works while runs are live; `recover --from-projections` rebuilds a
 //! lost journal (through the library, which does the writing).
 //!
-//! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`); 2 a usage or
-//! other error; 4 a journal that is damaged or of an unknown format. When several apply, the
+//! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`) or a home that is
+//! not safe to use (another user owns it or may write it); 2 a usage or other error; 4 a
+//! journal that is damaged or of an unknown format. When several apply, the
 //! most serious wins (4, then 2, then 1). A closed stdout (`| head`) exits 0 quietly.
 
 mod fleet;
@@ -29,8 +30,9 @@ use runjournal::verify::{Report, Severity};
 /// The journal is opened read-only, so every command works while runs are live. Data goes to
 /// stdout, messages to stderr. Times are shown in UTC.
 ///
-/// Exit codes: 0 fine, 1 a problem found (inspect verify, replay --check), 2 a usage or other
-/// error, 4 a journal that is damaged or of an unknown format.
+/// Exit codes: 0 fine, 1 a problem found (inspect verify, replay --check) or a home that is not
+/// safe to use (another user owns it or may write it), 2 a usage or other error, 4 a journal
+/// that is damaged or of an unknown format.
 #[derive(Parser)]
 #[command(version, about, long_about)]
 struct Cli {
@@ -241,6 +243,8 @@ fn main() -> ExitCode {
             output::note(&format!("{error:#}"));
             if is_damage(&error) {
                 ExitCode::from(4)
+            } else if is_unsafe_home(&error) {
+                ExitCode::from(1)
             } else {
                 ExitCode::from(2)
             }
@@ -362,6 +366,16 @@ fn is_damage(error: &anyhow::Error) -> bool {
             cause.downcast_ref::<ReadError>(),
             Some(ReadError::Corrupt(_))
         ) || cause.downcast_ref::<CorruptError>().is_some()
+    })
+}
+
+/// Whether an error is a home (or journal) refused as unsafe: exit 1, as `runjournal` does.
+fn is_unsafe_home(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<OpenError>(),
+            Some(OpenError::Unsafe(_))
+        )
     })
 }
 

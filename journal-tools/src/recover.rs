@@ -24,6 +24,8 @@ pub fn recover(
         Err(error) if error.is_refusal() => {
             return Err(UsageError(refusal_text(&error)).into());
         }
+        // An unsafe home exits 1 naming the fix, as every command's does.
+        Err(RecoverError::Unsafe(error)) => return Err(anyhow::Error::new(*error)),
         Err(error) => return Err(error.into()),
     };
     print(&home, out, &recovery)?;

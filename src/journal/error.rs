@@ -98,6 +98,10 @@ pub enum OpenError {
     },
     #[error(transparent)]
     Storage(#[from] StorageFailure),
+    /// The journal file, or a directory of its home, is not safe to trust: another user owns
+    /// it or may write it, or it is a link (see [`crate::durable_fs::judge_private`]).
+    #[error("refusing an unsafe home: {0}")]
+    Unsafe(crate::durable_fs::UnsafePath),
 }
 
 /// "3 runs and 1 result".
@@ -117,6 +121,17 @@ fn held_text(runs: usize, results: usize) -> String {
 }
 
 impl OpenError {
+    /// An I/O error at `path`, or the [`crate::durable_fs::UnsafePath`] it carries.
+    pub fn from_io(path: &Path, source: std::io::Error) -> OpenError {
+        match crate::durable_fs::UnsafePath::of(&source) {
+            Some(unsafe_path) => OpenError::Unsafe(unsafe_path.clone()),
+            None => OpenError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
+
     pub(super) fn from_database(path: &Path, error: redb::DatabaseError) -> OpenError {
         let path = path.to_path_buf();
         match error {

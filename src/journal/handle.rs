@@ -177,7 +177,7 @@ impl Journal {
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        self.submit(run, events, condition)?.wait()
+        self.submit(run, events, condition)?.wait().result
     }
 
     /// Appends several batches, each as [`Journal::append`] would, and answers each with its
@@ -195,7 +195,7 @@ impl Journal {
             .collect();
         tickets
             .into_iter()
-            .map(|ticket| ticket.and_then(queue::Ticket::wait))
+            .map(|ticket| ticket.and_then(|ticket| ticket.wait().result))
             .collect()
     }
 
@@ -211,6 +211,7 @@ impl Journal {
                 run,
                 events,
                 condition,
+                origin: writer::Origin::Local,
             })
             .map_err(|_| {
                 AppendError::Storage(StorageFailure::new(
@@ -288,7 +289,12 @@ fn reopen_failure(op: &'static str, error: OpenError) -> StorageFailure {
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        // Appends already queued are still committed and answered before the thread ends.
+        // A commit leader takes no new clients from now on; appends already queued (its own
+        // and its clients') are still committed and answered before the thread ends, and the
+        // thread hands the leadership on (see `share`).
+        self.shared
+            .is_closing
+            .store(true, std::sync::atomic::Ordering::Release);
         self.queue.close();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

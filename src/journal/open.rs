@@ -11,6 +11,7 @@ use super::copy::REDB_HEADER_BYTES;
 use super::error::{OpenError, StorageFailure};
 use super::tables;
 use super::writer::Source;
+use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
 
 /// redb's page cache for one journal handle. Runners, launchers and tools each open their own
@@ -98,10 +99,15 @@ enum Creation {
 
 fn open_database(path: &Path) -> Result<Database, OpenError> {
     create_private_file(path)?;
+    check_journal_file(path)?;
     discard_unfinished_file(path)?;
     precheck_read_only(path)?;
-    let db = builder()
-        .create(path)
+    // Opened here rather than by redb, so that a link put in the journal's place is not
+    // followed.
+    let file = durable_fs::open_existing_read_write(path)
+        .map_err(|source| OpenError::from_io(path, source))?;
+    let db = redb::backends::FileBackend::new(file)
+        .and_then(|backend| builder().create_with_backend(backend))
         .map_err(|error| OpenError::from_database(path, error))?;
     initialize(path, &db, Creation::Allowed)?;
     Ok(db)
@@ -120,11 +126,7 @@ fn discard_unfinished_file(path: &Path) -> Result<(), OpenError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(io_error)?;
+    let file = durable_fs::open_existing_read_write(path).map_err(io_error)?;
     let backend = redb::backends::FileBackend::new(file).map_err(|error| OpenError::Io {
         path: path.to_path_buf(),
         source: std::io::Error::other(error.to_string()),
@@ -200,7 +202,7 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
     if is_empty {
         return Ok(());
     }
-    let db = match builder().open_read_only(path) {
+    let db = match open_read_only(path) {
         Ok(db) => db,
         Err(redb::DatabaseError::RepairAborted) => return Ok(()),
         Err(error) => return Err(OpenError::from_database(path, error)),
@@ -228,16 +230,25 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
     }
 }
 
+/// Opens the journal at `path` read-only, without following a link in its place.
+pub(super) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
+    let file = durable_fs::open_existing_read_only(path)?;
+    let backend = redb::backends::FileBackend::new(file)?;
+    builder().open_read_only_with_backend(backend)
+}
+
+/// Refuses a journal file that another user owns or could write, or a link in its place
+/// ([`durable_fs::judge_private`]): its records are what runjournal acts on.
+pub(super) fn check_journal_file(path: &Path) -> Result<(), OpenError> {
+    durable_fs::check_private(path, durable_fs::Expect::File)
+        .map(|_| ())
+        .map_err(|error| OpenError::from_io(path, error))
+}
+
 /// Creates `path` empty and 0600 if it does not exist, so redb initializes a file only its
 /// owner can read.
 fn create_private_file(path: &Path) -> Result<(), OpenError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
+    match durable_fs::create_exclusive(path) {
         Ok(_) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(source) => Err(OpenError::Io {

@@ -26,8 +26,10 @@ use super::append::{self, Appended, Batch, Condition};
 use super::error::{AppendError, OpenError, StorageFailure};
 use super::open::reopen_source;
 use super::queue::{Queue, Reply};
+use super::share::{CommitSharing, Sharing};
 use crate::capacity::{self, BlockCause, FailureClass, Reserve};
-use crate::event::{Event, RunId, WriterId, now_ms};
+use crate::event::{Event, RunId, UnixMs, WriterId, now_ms};
+use crate::state::RunState;
 
 /// Makes a fresh storage backend for each (re)open of a journal that does not live in a file.
 pub type BackendFactory = Arc<dyn Fn() -> io::Result<Box<dyn StorageBackend>> + Send + Sync>;
@@ -94,6 +96,9 @@ pub struct WriterOptions {
     /// retried, from the first failure of a streak, before the waiting callers get the error.
     /// Zero: one attempt.
     pub io_retry_window: Duration,
+    /// Whether this handle's commits are shared with the other processes that have the same
+    /// journal open (through a commit leader: see `share`), or made alone.
+    pub commit_sharing: CommitSharing,
 }
 
 impl Default for WriterOptions {
@@ -105,6 +110,7 @@ impl Default for WriterOptions {
             blocked_markers: None,
             listener: None,
             io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
+            commit_sharing: CommitSharing::default(),
         }
     }
 }
@@ -122,9 +128,33 @@ pub(crate) struct Request {
     pub(crate) run: RunId,
     pub(crate) events: Vec<Event>,
     pub(crate) condition: Condition,
+    pub(crate) origin: Origin,
 }
 
-pub(crate) type Answer = Result<Appended, AppendError>;
+/// Whose batch a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A caller of this handle: the writer numbers it with this handle's writer id.
+    Local,
+    /// Another process's batch, handed to this handle as the commit leader (`share`): it is
+    /// committed under the writer id, writer seq and time its own writer gave it.
+    Remote {
+        writer: WriterId,
+        writer_seq: u64,
+        time_ms: UnixMs,
+    },
+}
+
+/// The writer's answer to one request.
+pub(crate) struct Answer {
+    pub(crate) result: Result<Appended, AppendError>,
+    /// For a refused remote batch: the run's state it was judged against (see
+    /// [`append::Judged`]).
+    pub(crate) refused_against: Option<Option<RunState>>,
+    /// An attempt at the commit failed before this answer, so an earlier attempt may have
+    /// landed: a remote writer may then judge its batch again under a fresh seq.
+    pub(crate) was_retried: bool,
+}
 
 /// Counters of the writer's work.
 #[derive(Debug, Default)]
@@ -140,6 +170,11 @@ pub struct WriterStats {
     pub failures: AtomicU64,
     /// Times the writer gave up on storage errors that outlasted the retry window.
     pub give_ups: AtomicU64,
+    /// Batches of this handle answered by another handle, the commit leader, which committed
+    /// (or refused) them for it.
+    pub through_leader: AtomicU64,
+    /// Batches of other handles that this handle committed as their commit leader.
+    pub for_others: AtomicU64,
 }
 
 /// What the journal handle and its writer thread share.
@@ -149,6 +184,8 @@ pub(crate) struct Shared {
     db: RwLock<Option<Arc<Database>>>,
     pub(crate) options: WriterOptions,
     pub(crate) stats: WriterStats,
+    /// Set when the handle is being dropped: a commit leader takes no new clients then.
+    pub(crate) is_closing: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -159,6 +196,7 @@ impl Shared {
             db: RwLock::new(Some(Arc::new(db))),
             options,
             stats: WriterStats::default(),
+            is_closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -223,11 +261,13 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
         is_reserve_missing: shared.options.reserve.is_some() && !shared.has_reserve(),
         ..CapacityState::default()
     };
+    let mut sharing = Sharing::new(&shared, &queue);
     loop {
         let group = queue.take_group(shared.options.max_group_events, |request| {
             request.events.len()
         });
         if group.is_empty() {
+            sharing.finish();
             clear_marker_at_exit(&shared, &mut capacity);
             return;
         }
@@ -235,19 +275,29 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
         let mut replies: Vec<Reply<Answer>> = Vec::with_capacity(group.len());
         let mut batches = Vec::with_capacity(group.len());
         for (request, reply) in group {
+            let (writer, writer_seq, time_ms) = match request.origin {
+                Origin::Local => {
+                    next_writer_seq += 1;
+                    (shared.writer, next_writer_seq - 1, time_ms)
+                }
+                Origin::Remote {
+                    writer,
+                    writer_seq,
+                    time_ms,
+                } => (writer, writer_seq, time_ms),
+            };
             batches.push(Batch {
                 run: request.run,
                 events: request.events,
                 condition: request.condition,
-                writer: shared.writer,
-                writer_seq: next_writer_seq,
+                writer,
+                writer_seq,
                 time_ms,
             });
-            next_writer_seq += 1;
             replies.push(reply);
         }
         let batch_count = batches.len() as u64;
-        let results = commit_and_rejudge(&shared, batches, &mut capacity, |batch| {
+        let mut renumber = |batch: Batch| {
             let writer_seq = next_writer_seq;
             next_writer_seq += 1;
             Batch {
@@ -255,13 +305,19 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
                 time_ms: now_ms(),
                 ..batch
             }
-        });
+        };
+        // Through another process's commit leader when there is one to hand the group to;
+        // otherwise committed here, as the leader or alone.
+        let answers = match sharing.commit_through_leader(&batches, &mut capacity, &mut renumber) {
+            Some(answers) => answers,
+            None => commit_and_rejudge(&shared, batches, &mut capacity, false, &mut renumber),
+        };
         shared
             .stats
             .batches
             .fetch_add(batch_count, Ordering::Relaxed);
-        for (reply, result) in replies.into_iter().zip(results) {
-            reply.answer(result);
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            reply.answer(answer);
         }
     }
 }
@@ -278,7 +334,7 @@ fn clear_marker_at_exit(shared: &Shared, capacity: &mut CapacityState) {
 
 /// What the writer knows of its fight with a full disk or flaky storage.
 #[derive(Default)]
-struct CapacityState {
+pub(crate) struct CapacityState {
     blocked_since_ms: Option<u64>,
     /// Why it is blocked now (the latest failure's cause).
     blocked_cause: Option<BlockCause>,
@@ -300,22 +356,28 @@ struct CapacityState {
 const MAX_REJUDGE_ROUNDS: usize = 8;
 
 /// Commits a group (see [`commit_group`]), then judges again, under fresh writer seqs from
-/// `renumber`, every batch that a retry answered with its own writer seq "reused".
+/// `renumber`, every batch of this handle's writer that a retry answered with its own writer
+/// seq "reused".
 ///
 /// When a group's commit lands but reports a failure (the last sync failed, say), the retry
 /// finds the writer mark past every batch of the group. A batch that was committed is then
 /// recognised by its records; a batch that was refused (a head mismatch, an illegal
 /// transition) wrote none, so the retry could only call its seq reused, and its caller got
 /// that instead of its refusal. Nothing of such a batch is in the journal and its caller has no
-/// answer yet, so judging it again now, as a new batch, is exact.
-fn commit_and_rejudge(
+/// answer yet, so judging it again now, as a new batch, is exact. `was_uncertain` says that
+/// the group was handed to a commit leader before, which may have committed it without
+/// answering: a seq found reused is then judged again as after a retry. Batches of other
+/// writers (a leader's clients) are answered as they are; their own writers judge them again.
+pub(crate) fn commit_and_rejudge(
     shared: &Shared,
     mut batches: Vec<Batch>,
     capacity: &mut CapacityState,
-    mut renumber: impl FnMut(Batch) -> Batch,
+    was_uncertain: bool,
+    renumber: &mut dyn FnMut(Batch) -> Batch,
 ) -> Vec<Answer> {
-    let (mut results, mut was_retried) = commit_group(shared, &batches, capacity);
-    // Positions in `results` of the batches being judged again.
+    let (mut answers, mut was_retried) = commit_group(shared, &batches, capacity);
+    was_retried |= was_uncertain;
+    // Positions in `answers` of the batches being judged again.
     let mut positions: Vec<usize> = (0..batches.len()).collect();
     for _ in 0..MAX_REJUDGE_ROUNDS {
         if !was_retried {
@@ -323,12 +385,13 @@ fn commit_and_rejudge(
         }
         let stale: Vec<usize> = (0..batches.len())
             .filter(|&index| {
-                matches!(
-                    &results[positions[index]],
-                    Err(AppendError::WriterSeqReused { writer, writer_seq, .. })
-                        if *writer == batches[index].writer
-                            && *writer_seq == batches[index].writer_seq
-                )
+                batches[index].writer == shared.writer
+                    && matches!(
+                        &answers[positions[index]].result,
+                        Err(AppendError::WriterSeqReused { writer, writer_seq, .. })
+                            if *writer == batches[index].writer
+                                && *writer_seq == batches[index].writer_seq
+                    )
             })
             .collect();
         if stale.is_empty() {
@@ -339,35 +402,56 @@ fn commit_and_rejudge(
             .map(|&index| renumber(batches[index].clone()))
             .collect();
         positions = stale.iter().map(|&index| positions[index]).collect();
-        let (answers, retried) = commit_group(shared, &again, capacity);
-        for (position, answer) in positions.iter().zip(answers) {
-            results[*position] = answer;
+        let (again_answers, retried) = commit_group(shared, &again, capacity);
+        for (position, answer) in positions.iter().zip(again_answers) {
+            answers[*position] = answer;
         }
         batches = again;
         was_retried = retried;
     }
-    results
+    answers
 }
 
 /// Commits a group, retrying through reopens until it lands; a capacity failure is retried
 /// until it clears, another storage failure until the retry window (from the first failure of
 /// the streak) has passed, and a failure that is not about storage not at all. Returns the
-/// answers, and whether any attempt failed before them (so an earlier attempt may have landed
-/// unacknowledged).
+/// answers (each saying whether an attempt failed before it, so an earlier attempt may have
+/// landed unacknowledged), and that flag.
 fn commit_group(
     shared: &Shared,
     batches: &[Batch],
     capacity: &mut CapacityState,
 ) -> (Vec<Answer>, bool) {
     let mut attempt = 0usize;
+    // Refusals of other writers' batches keep the state they were judged against, for their
+    // writers to word them.
+    let is_remote = |batch: &Batch| batch.writer != shared.writer;
     loop {
-        let outcome = current_or_reopened(shared)
-            .and_then(|db| append::commit_batches(&db, batches).map_err(Failed::from));
+        let outcome = current_or_reopened(shared).and_then(|db| {
+            append::commit_batches_judged(&db, batches, append::Marks::Idempotent, is_remote)
+                .map_err(Failed::from)
+        });
         let failure = match outcome {
-            Ok(results) => {
+            Ok(judged) => {
                 shared.stats.commits.fetch_add(1, Ordering::Relaxed);
+                let remote = batches.iter().filter(|batch| is_remote(batch)).count();
+                if remote > 0 {
+                    shared
+                        .stats
+                        .for_others
+                        .fetch_add(remote as u64, Ordering::Relaxed);
+                }
                 after_success(shared, capacity);
-                return (results, attempt > 0);
+                let was_retried = attempt > 0;
+                let answers = judged
+                    .into_iter()
+                    .map(|judged| Answer {
+                        result: judged.result,
+                        refused_against: judged.refused_against,
+                        was_retried,
+                    })
+                    .collect();
+                return (answers, was_retried);
             }
             Err(failure) => failure,
         };
@@ -399,7 +483,11 @@ fn commit_group(
             let _ = current_or_reopened(shared);
             let answers = batches
                 .iter()
-                .map(|_| Err(AppendError::Storage(failure.failure.duplicate())))
+                .map(|_| Answer {
+                    result: Err(AppendError::Storage(failure.failure.duplicate())),
+                    refused_against: None,
+                    was_retried: attempt > 0,
+                })
                 .collect();
             return (answers, false);
         }

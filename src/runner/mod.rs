@@ -260,7 +260,7 @@ fn run_with_runtime(
             source,
         })?;
     let mut options = StoreOptions::from_env().map_err(|reason| RunnerError::Io {
-        what: "reading the reserve size",
+        what: "reading the store's settings from the environment",
         source: io::Error::new(io::ErrorKind::InvalidInput, reason),
     })?;
     // The runner's stderr is runner.log: a full disk shows there.
@@ -509,9 +509,11 @@ struct RunLoop {
 }
 
 impl RunLoop {
+    /// At least 1: RunSpec::check refuses a parallel run of concurrency 0, and nothing reaches
+    /// a runner unchecked; with 0 the loop would wait forever for a step it never starts.
     fn concurrency(&self) -> usize {
         match self.spec.mode {
-            Mode::Parallel => self.spec.concurrency as usize,
+            Mode::Parallel => (self.spec.concurrency as usize).max(1),
             Mode::Single | Mode::Chain => 1,
         }
     }

@@ -43,9 +43,11 @@ pub fn command(
 ) -> io::Result<Command> {
     let mut command = match &step.action {
         StepAction::Command { argv } => {
-            let (program, args) = argv
-                .split_first()
-                .expect("RunSpec::check refuses a command step without a program");
+            // RunSpec::check refuses a command without a program, and nothing reaches a runner
+            // unchecked; a step without one fails rather than panics all the same.
+            let (program, args) = argv.split_first().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "the step's command is empty")
+            })?;
             let mut command = Command::new(program);
             command.args(args);
             command

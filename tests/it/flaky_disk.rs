@@ -156,6 +156,7 @@ fn comparable(record: &Record) -> (u64, Event) {
         pid: 0,
         start_time: 0,
         boot_id: String::new(),
+        pid_namespace: None,
     };
     let event = match record.event.clone() {
         Event::RunCreated {

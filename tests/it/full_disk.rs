@@ -51,13 +51,13 @@ pub(crate) fn run_command(program: &str, args: &[&str]) {
 }
 
 /// A small file system mounted on a temp dir, unmounted on drop.
-struct SmallFs {
+pub(crate) struct SmallFs {
     mount_point: tempfile::TempDir,
     _image_dir: Option<tempfile::TempDir>,
 }
 
 impl SmallFs {
-    fn tmpfs(size: &str) -> SmallFs {
+    pub(crate) fn tmpfs(size: &str) -> SmallFs {
         let mount_point = tempfile::tempdir().expect("mount point");
         let path = mount_point.path().to_str().expect("utf-8 path");
         run_command(
@@ -119,7 +119,7 @@ impl SmallFs {
         fs
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.mount_point.path()
     }
 }
@@ -172,6 +172,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 1,
         boot_id: "b".to_string(),
+        pid_namespace: None,
     }
 }
 

@@ -56,6 +56,7 @@ fn running_run(store: &Store) -> RunId {
                 pid: 1,
                 start_time: 1,
                 boot_id: "boot".to_string(),
+                pid_namespace: None,
             },
             instance_id: "runner-1".to_string(),
         },

@@ -8,3 +8,4 @@ mod damage;
 mod fleet;
 mod layout;
 mod lost;
+mod strangers;

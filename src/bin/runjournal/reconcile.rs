@@ -28,10 +28,14 @@ fn describe(outcome: &Outcome) -> String {
     if let Some(reason) = &outcome.reason {
         line.push_str(&format!("  reason: {reason}"));
     }
+    if let Some(note) = &outcome.note {
+        line.push_str(&format!("  note: {note}"));
+    }
     if let Some(error) = &outcome.error {
         line.push_str(&format!("  error: {error}"));
     }
-    line
+    // The reason quotes runner.log: the run's own text.
+    runjournal::show::escape_control(&line).into_owned()
 }
 
 /// The reconcile pass before `status`, `list` and `wait` read. Routine bookkeeping (recording
@@ -117,6 +121,7 @@ pub fn command(home: Home, json: bool) -> CliResult {
                 "appended": outcome.appended,
                 "reprojected": outcome.reprojected,
                 "reason": outcome.reason,
+                "note": outcome.note,
                 "error": outcome.error,
             })
             .to_string()
