@@ -45,39 +45,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(loom)]
-use loom_signal::{Signal, SignalKind, signal};
-#[cfg(not(loom))]
 use tokio::signal::unix::{Signal, SignalKind, signal};
-
-/// Under `--cfg loom` tokio is built without its signal module. The loom tests never run a
-/// runner; this stand-in, whose signals never arrive, only keeps the crate compiling for them.
-#[cfg(loom)]
-mod loom_signal {
-    pub(super) struct SignalKind;
-
-    impl SignalKind {
-        pub(super) fn terminate() -> SignalKind {
-            SignalKind
-        }
-
-        pub(super) fn interrupt() -> SignalKind {
-            SignalKind
-        }
-    }
-
-    pub(super) struct Signal;
-
-    impl Signal {
-        pub(super) async fn recv(&mut self) -> Option<()> {
-            std::future::pending().await
-        }
-    }
-
-    pub(super) fn signal(_kind: SignalKind) -> std::io::Result<Signal> {
-        Ok(Signal)
-    }
-}
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
