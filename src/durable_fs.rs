@@ -12,8 +12,9 @@
 //!
 //! Invariants:
 //! * a file written here is either its old content or its new content, never a mix
-//!   (same-directory temp file, then rename). Nothing here fsyncs: these files are projections
-//!   and logs, and the journal is the durable copy;
+//!   (same-directory temp file, then rename); only [`append_existing`] grows a file in place,
+//!   and its caller checks the file's end before it trusts it. Nothing here fsyncs: these files
+//!   are projections and logs, and the journal is the durable copy;
 //! * a bounded read never reads more than its limit and one byte, whatever the file;
 //! * no open here follows a symbolic link in the last component of its path;
 //! * a directory this module makes or hands out as private belongs to the effective user and is
@@ -387,6 +388,73 @@ pub fn remove_if_present(path: &Path) -> io::Result<()> {
 pub fn remove_dir_if_empty(dir: &Path) {
     // ENOTEMPTY and ENOENT are both fine outcomes here.
     let _ = fs::remove_dir(dir);
+}
+
+/// What tells cheaply whether a file changed since we last wrote it: which file it is (device
+/// and inode: a rename puts another one in its place), its length and its modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    device: u64,
+    inode: u64,
+    pub len: u64,
+    modified_ns: i128,
+}
+
+impl FileStamp {
+    fn of(metadata: &fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+            len: metadata.len(),
+            modified_ns: i128::from(metadata.mtime()) * 1_000_000_000
+                + i128::from(metadata.mtime_nsec()),
+        }
+    }
+}
+
+/// The stamp of the regular file at `path` (not followed if it is a symlink); `None` when
+/// nothing is there. Anything but a regular file is an error.
+pub fn stamp(path: &Path) -> io::Result<Option<FileStamp>> {
+    match fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_file() => Ok(Some(FileStamp::of(&metadata))),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not a regular file", path.display()),
+        )),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Appends `bytes` to the existing regular file at `path` (never created here, never through
+/// a symlink) in one `write` where the kernel allows; returns the file's stamp after it.
+/// A failure may leave part of `bytes` written: the caller must not trust the file's tail then.
+pub fn append_existing(path: &Path, bytes: &[u8]) -> io::Result<FileStamp> {
+    let file = OpenOptions::new()
+        .append(true)
+        .custom_flags(NO_FOLLOW)
+        .open(path)?;
+    let mut file = check_opened(file, path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    file.write_all(bytes)?;
+    Ok(FileStamp::of(&file.metadata()?))
+}
+
+/// The last `max_bytes` of the file at `path` (all of it if shorter), and the file's length.
+pub fn read_tail(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, u64)> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = open_existing_read_only(path)?;
+    let len = file.metadata()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(max_bytes)))?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes).read_to_end(&mut bytes)?;
+    Ok((bytes, len))
 }
 
 /// What a bounded read found.

@@ -1,9 +1,16 @@
 //! A home opened for work: its journal, and the projections that follow each commit.
 //!
+//! After each commit the run is projected in proportion to what changed
+//! ([`projection::incremental`]): events.jsonl appended, status.json of samples coalesced per
+//! run. A background thread writes the status files put off when they are due, and retries
+//! failed projections.
+//!
 //! Invariants:
 //! * an append is acknowledged by the journal's commit alone; a projection that fails after
 //!   it never fails the append, and is retried in the background (the journal has what the
 //!   files lack);
+//! * a status.json write put off is written when due, by [`Store::flush_projections`], or when
+//!   the store is dropped: an orderly exit loses none;
 //! * a failed open leaves nothing behind that it made.
 
 use std::path::PathBuf;
@@ -19,6 +26,7 @@ use crate::journal::{
     AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, OpenError, Source,
     WriterOptions,
 };
+use crate::projection::incremental::Projector;
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
 
@@ -70,8 +78,10 @@ const PROJECTION_RETRY_DELAYS_MS: [u64; 6] = [50, 100, 250, 500, 1000, 2000];
 struct Inner {
     home: Home,
     journal: Journal,
+    projector: Projector,
     pending: PendingProjections,
-    /// Wakes the retry thread: set when something failed, or to stop it.
+    /// Wakes the background thread: set when something failed, when a status write was put
+    /// off, or to stop it.
     wake: Mutex<RetryControl>,
     woken: Condvar,
 }
@@ -79,6 +89,8 @@ struct Inner {
 #[derive(Default)]
 struct RetryControl {
     has_work: bool,
+    /// A status write was put off since the thread last looked at when the next is due.
+    has_deferred: bool,
     should_stop: bool,
 }
 
@@ -194,6 +206,7 @@ impl Store {
         let inner = Arc::new(Inner {
             home,
             journal,
+            projector: Projector::new(),
             pending: PendingProjections::new(),
             wake: Mutex::new(RetryControl::default()),
             woken: Condvar::new(),
@@ -244,6 +257,37 @@ impl Store {
         Ok(appended)
     }
 
+    /// [`Store::create_run`], calling `on_durable` once the run is durable and before it is
+    /// projected: for what should not wait for the files (a launch starting its runner).
+    pub fn create_run_then<T>(
+        &self,
+        spec: RunSpec,
+        hosts: HostIds,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.create_run(spec, hosts)?;
+        let value = on_durable(&appended);
+        self.inner
+            .project_after_commit(appended.run, appended.last_seq);
+        Ok((appended, value))
+    }
+
+    /// [`Store::append`], calling `on_durable` once the batch is durable and before it is
+    /// projected: for what should not wait for the files (a runner telling its launcher that
+    /// it took the run).
+    pub fn append_then<T>(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.append(run, events, condition)?;
+        let value = on_durable(&appended);
+        self.inner.project_after_commit(run, appended.last_seq);
+        Ok((appended, value))
+    }
+
     /// Appends several batches (see [`Journal::append_all`]: queued together, committed in as
     /// few transactions as the writer's bounds allow, each answered on its own), then projects
     /// each run that an acknowledged batch changed. Results are in the order given.
@@ -269,10 +313,13 @@ impl Store {
         self.inner.pending.count()
     }
 
-    /// Retries the waiting projections until none is left or `within` has passed; returns how
-    /// many are still waiting. A projection lost here is rebuilt by the reconciler later.
+    /// Writes every status.json put off, then retries the waiting projections until none is
+    /// left or `within` has passed; returns how many are still waiting. A projection lost here
+    /// is rebuilt by the reconciler later.
     pub fn flush_projections(&self, within: Duration) -> usize {
         let deadline = Instant::now() + within;
+        self.inner
+            .write_deferred(self.inner.projector.deferred_runs());
         let mut attempt = 0;
         loop {
             self.inner.retry_pending();
@@ -295,18 +342,46 @@ impl Inner {
     }
 
     fn project_after_commit(&self, run: RunId, head_seq: u64) {
-        match self.project(run) {
-            Ok(projected_seq) => self.pending.succeeded(run, projected_seq),
+        self.project_incrementally(run, head_seq, true);
+    }
+
+    /// Projects `run` in proportion to what changed; a failure waits for a retry.
+    fn project_incrementally(&self, run: RunId, head_seq: u64, may_defer_status: bool) {
+        let projected = self.projector.project(
+            &self.home,
+            &self.journal,
+            run,
+            Instant::now(),
+            may_defer_status,
+        );
+        match projected {
+            Ok(projected) => {
+                self.pending.succeeded(run, projected.head_seq);
+                if projected.status_due.is_some() {
+                    self.wake_with(|control| control.has_deferred = true);
+                }
+            }
             Err(_) => {
                 self.pending.failed(run, head_seq);
-                let mut control = self
-                    .wake
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                control.has_work = true;
-                drop(control);
-                self.woken.notify_one();
+                self.wake_with(|control| control.has_work = true);
             }
+        }
+    }
+
+    fn wake_with(&self, change: impl FnOnce(&mut RetryControl)) {
+        let mut control = self
+            .wake
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        change(&mut control);
+        drop(control);
+        self.woken.notify_one();
+    }
+
+    /// Writes the status files put off of these runs now (with the runs' latest state).
+    fn write_deferred(&self, runs: Vec<RunId>) {
+        for run in runs {
+            self.project_incrementally(run, 0, false);
         }
     }
 
@@ -321,49 +396,73 @@ impl Inner {
     }
 }
 
-/// The background retry of failed projections: sleeps until something fails, then retries
-/// with growing delays until nothing waits. It never blocks an append.
+/// The background thread: writes the status files put off when they are due, and retries
+/// failed projections with growing delays until nothing waits. It sleeps while there is
+/// nothing to do, and never blocks an append.
 fn retry_loop(inner: &Inner) {
+    let mut retry_at: Option<Instant> = None;
     loop {
         let mut control = inner
             .wake
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        while !control.has_work && !control.should_stop {
-            control = inner
-                .woken
-                .wait(control)
+        loop {
+            if control.should_stop {
+                return;
+            }
+            if control.has_work && retry_at.is_none() {
+                let attempts = inner.pending.max_attempts() as usize;
+                let delay = Duration::from_millis(
+                    PROJECTION_RETRY_DELAYS_MS[attempts
+                        .min(PROJECTION_RETRY_DELAYS_MS.len())
+                        .saturating_sub(1)],
+                );
+                retry_at = Some(Instant::now() + delay);
+            }
+            control.has_deferred = false;
+            let next = [retry_at, inner.projector.next_due()]
+                .into_iter()
+                .flatten()
+                .min();
+            let now = Instant::now();
+            match next {
+                Some(next) if next <= now => break,
+                Some(next) => {
+                    control = inner
+                        .woken
+                        .wait_timeout(control, next - now)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0;
+                }
+                None => {
+                    control = inner
+                        .woken
+                        .wait(control)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            }
+        }
+        drop(control);
+        let now = Instant::now();
+        inner.write_deferred(inner.projector.due_runs(now));
+        if retry_at.is_some_and(|at| at <= now) {
+            retry_at = None;
+            inner.retry_pending();
+            let mut control = inner
+                .wake
+                .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            control.has_work = inner.pending.count() > 0;
         }
-        if control.should_stop {
-            return;
-        }
-        let attempts = inner.pending.max_attempts() as usize;
-        let delay = Duration::from_millis(
-            PROJECTION_RETRY_DELAYS_MS[attempts
-                .min(PROJECTION_RETRY_DELAYS_MS.len())
-                .saturating_sub(1)],
-        );
-        // Sleep the delay, but wake at once to stop.
-        let (control_after, _) = inner
-            .woken
-            .wait_timeout_while(control, delay, |control| !control.should_stop)
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if control_after.should_stop {
-            return;
-        }
-        drop(control_after);
-        inner.retry_pending();
-        let mut control = inner
-            .wake
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        control.has_work = inner.pending.count() > 0;
     }
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
+        // The status files put off are written before the store goes: a caller that appended
+        // and dropped its store leaves them current.
+        self.inner
+            .write_deferred(self.inner.projector.deferred_runs());
         let mut control = self
             .inner
             .wake

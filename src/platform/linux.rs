@@ -1,6 +1,6 @@
 //! The Linux implementation of [`super`]: `/proc` for process facts (with the crate's one
-//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2`, `close_range`, and
-//! Unix sockets' `SO_PEERCRED`, `MSG_NOSIGNAL` and abstract names.
+//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2`, `close_range`, inotify,
+//! and Unix sockets' `SO_PEERCRED`, `MSG_NOSIGNAL` and abstract names.
 
 use std::fs::{self, File};
 use std::io;
@@ -524,5 +524,78 @@ mod tests {
     fn a_pid_nobody_holds_is_none() {
         // Pids stay below 2^22 on Linux.
         assert_eq!(process(u32::MAX - 1).expect("read"), None);
+    }
+}
+
+/// An inotify watch on one directory's files.
+#[derive(Debug)]
+pub(super) struct DirWatch {
+    inotify: nix::sys::inotify::Inotify,
+    /// The files whose changes wake a wait; empty: every file.
+    names: Vec<std::ffi::OsString>,
+}
+
+impl DirWatch {
+    pub(super) const IS_WOKEN_BY_CHANGES: bool = true;
+
+    pub(super) fn new(dir: &std::path::Path, names: &[&str]) -> io::Result<DirWatch> {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+            .map_err(io::Error::from)?;
+        inotify
+            .add_watch(
+                dir,
+                AddWatchFlags::IN_MODIFY
+                    | AddWatchFlags::IN_CREATE
+                    | AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_DELETE
+                    | AddWatchFlags::IN_CLOSE_WRITE,
+            )
+            .map_err(io::Error::from)?;
+        Ok(DirWatch {
+            inotify,
+            names: names.iter().map(std::ffi::OsString::from).collect(),
+        })
+    }
+
+    pub(super) fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, left) {
+                Ok(0) => return Ok(false),
+                Ok(_) => {}
+                // A signal: taken as a wake-up; the caller looks and waits again.
+                Err(nix::errno::Errno::EINTR) => return Ok(true),
+                Err(error) => return Err(error.into()),
+            }
+            if self.drain()? {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Reads every queued event; whether one concerns a watched file.
+    fn drain(&self) -> io::Result<bool> {
+        let mut is_wanted = false;
+        loop {
+            match self.inotify.read_events() {
+                Ok(events) if !events.is_empty() => {
+                    is_wanted |= events.iter().any(|event| {
+                        self.names.is_empty()
+                            || event
+                                .name
+                                .as_ref()
+                                .is_some_and(|name| self.names.contains(name))
+                    });
+                }
+                Ok(_) | Err(nix::errno::Errno::EAGAIN) => return Ok(is_wanted),
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 }

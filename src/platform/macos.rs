@@ -343,6 +343,24 @@ pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((read_end, write_end))
 }
 
+/// macOS has no watch on a directory's files here: a wait only sleeps, and the caller's
+/// bounded polling is the wake-up.
+#[derive(Debug)]
+pub(super) struct DirWatch;
+
+impl DirWatch {
+    pub(super) const IS_WOKEN_BY_CHANGES: bool = false;
+
+    pub(super) fn new(_dir: &std::path::Path, _names: &[&str]) -> io::Result<DirWatch> {
+        Ok(DirWatch)
+    }
+
+    pub(super) fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        std::thread::sleep(timeout);
+        Ok(false)
+    }
+}
+
 /// `sun_path` is 104 bytes on macOS, NUL included.
 pub(super) const MAX_SOCKET_PATH_BYTES: usize = 103;
 

@@ -19,6 +19,7 @@
 //! | child subreaper | `PR_SET_CHILD_SUBREAPER` | none: orphans go to launchd, which reaps them |
 //! | preallocation | `posix_fallocate` | `F_PREALLOCATE`, else zeros written |
 //! | close-on-exec pipe | `pipe2(O_CLOEXEC)` | `pipe`, then `FD_CLOEXEC` on both ends |
+//! | a directory's files changing | inotify | none: a watch only sleeps, its caller polls |
 //! | command name | `/proc/<pid>/comm` | not known yet (`None`): the portable fallback |
 //! | descriptors from N on: close-on-exec | `close_range(CLOSE_RANGE_CLOEXEC)` | `fcntl` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
 //! | descriptors from N on: closed | `close_range`, else a walk of `/proc/self/fd` | `close` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
@@ -45,6 +46,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::Duration;
 
 use crate::event::ProcessIdentity;
 
@@ -220,6 +223,37 @@ pub fn open_process(pid: u32) -> io::Result<Option<ProcessHandle>> {
 /// forks meanwhile (see `macos.rs`).
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     os::pipe_cloexec()
+}
+
+/// A watch on the files of one directory: a follower sleeps on it instead of a fixed delay
+/// and wakes as soon as a file there is written, made, renamed or removed. On Linux it is an
+/// inotify watch; where the platform has none (macOS here) it only sleeps, and the caller's
+/// bounded polling is the wake-up.
+#[derive(Debug)]
+pub struct DirWatch {
+    inner: os::DirWatch,
+}
+
+/// Watches the files of `dir` named in `names` (all its files when `names` is empty; not its
+/// subdirectories' files).
+pub fn watch_dir(dir: &Path, names: &[&str]) -> io::Result<DirWatch> {
+    Ok(DirWatch {
+        inner: os::DirWatch::new(dir, names)?,
+    })
+}
+
+impl DirWatch {
+    /// Waits until a file of the directory changed or `timeout` passed; `true` when woken by a
+    /// change. Changes queue up between calls, so one made after a caller looked and before it
+    /// waits wakes it at once: look, then wait, never miss.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        self.inner.wait(timeout)
+    }
+
+    /// Whether changes wake a wait (an inotify watch), or it only sleeps.
+    pub fn is_woken_by_changes(&self) -> bool {
+        os::DirWatch::IS_WOKEN_BY_CHANGES
+    }
 }
 
 /// The longest path, in bytes, that a Unix socket can be bound to or connected at
@@ -473,6 +507,24 @@ mod tests {
             "allocated, not sparse: {} blocks",
             metadata.blocks()
         );
+    }
+
+    #[test]
+    fn a_write_in_a_watched_directory_wakes_the_watch() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let watch = watch_dir(dir.path(), &["events.jsonl"]).expect("watch");
+        if !watch.is_woken_by_changes() {
+            return;
+        }
+        // A file it does not watch: no wake-up.
+        std::fs::write(dir.path().join("output-0.log"), b"noise").expect("write");
+        assert!(!watch.wait(Duration::from_millis(1)).expect("wait"));
+        // Written before the wait: it is queued, so the wait returns at once. A minute of
+        // timeout is never reached unless the change is lost, which is the failure.
+        std::fs::write(dir.path().join("events.jsonl"), b"{}\n").expect("write");
+        assert!(watch.wait(Duration::from_secs(60)).expect("wait"));
+        // Drained: with nothing new, a short wait times out.
+        assert!(!watch.wait(Duration::from_millis(1)).expect("wait"));
     }
 
     #[test]

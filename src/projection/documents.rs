@@ -218,18 +218,23 @@ fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn job_doc(
-    provider: &str,
-    job: &ExternalJobStatus,
-    state: &crate::state::StepState,
-) -> ExternalJobDoc {
-    let pi_state = match job.state {
+/// A job's state as pi-subagents names it (`ExternalJobDoc::state`).
+pub fn job_state_name(state: JobState) -> &'static str {
+    match state {
         JobState::Queued => "queued",
         JobState::Running => "running",
         JobState::Succeeded => "completed",
         JobState::Failed => "failed",
         JobState::Cancelled => "stopped",
-    };
+    }
+}
+
+fn job_doc(
+    provider: &str,
+    job: &ExternalJobStatus,
+    state: &crate::state::StepState,
+) -> ExternalJobDoc {
+    let pi_state = job_state_name(job.state);
     let digest = Sha256::digest(provider.as_bytes());
     ExternalJobDoc {
         provider: provider.to_string(),
@@ -392,8 +397,8 @@ pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
     }
 }
 
-/// The seq of the run's `Terminal` record.
-fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
+/// The seq of the run's `Terminal` record (its head while it has none).
+pub fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
     records
         .iter()
         .find(|record| matches!(record.event, crate::event::Event::Terminal { .. }))
@@ -402,6 +407,12 @@ fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
 
 /// The result document of a terminal run; `None` while it is not terminal.
 pub fn result_doc(home: &Home, state: &RunState, records: &[Record]) -> Option<ResultDoc> {
+    result_doc_at(home, state, terminal_seq(state, records))
+}
+
+/// The result document of a terminal run whose `Terminal` record has seq `terminal_seq`
+/// (what [`result_doc`] finds in the records); `None` while it is not terminal.
+pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option<ResultDoc> {
     let terminal = state.terminal.as_ref()?;
     let names: Vec<&str> = state
         .spec
@@ -457,7 +468,7 @@ pub fn result_doc(home: &Home, state: &RunState, records: &[Record]) -> Option<R
         tool_call_id: state.tool_call_id.clone(),
         stopped: (terminal.state == TerminalState::Stopped).then_some(true),
         async_dir: path_text(&home.run_dir(state.run_id)),
-        journal_seq: terminal_seq(state, records),
+        journal_seq: terminal_seq,
     })
 }
 

@@ -35,6 +35,7 @@ pub mod external_job;
 pub mod outcome;
 pub mod output;
 pub mod process_group;
+pub mod ready;
 mod recorder;
 pub mod step;
 pub mod sweep;
@@ -49,6 +50,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
+pub use ready::{READY_FD_ENV, ReadySignal};
 pub use recorder::Recorder;
 
 use crate::event::{
@@ -164,9 +166,17 @@ pub fn run_in_process(
     run: RunId,
     config: RunnerConfig,
 ) -> Result<RunnerOutcome, RunnerError> {
-    // Nothing is open yet but what the launcher passed: 0-2 are kept, the rest would keep
+    // First, before anything is closed: the launch handshake's pipe, the one descriptor above
+    // 2 the launcher passes on purpose.
+    let ready = ReadySignal::from_env().unwrap_or_else(|why| {
+        log(&format!(
+            "launch handshake: {why}; the launcher will find RunnerStarted by looking"
+        ));
+        None
+    });
+    // Nothing else is open yet but what the launcher passed: 0-2 are kept, the rest would keep
     // the launcher's pipes (`3>&1 | cat`) open for as long as the run lasts.
-    if let Err(error) = crate::platform::close_from(3) {
+    if let Err(error) = close_inherited(ready.as_ref().map(ReadySignal::raw_fd)) {
         log(&format!(
             "cannot close the descriptors it inherited: {error}"
         ));
@@ -176,7 +186,7 @@ pub fn run_in_process(
             "cannot start writing runner.log ({error}); its lines go to stderr"
         ));
     }
-    let outcome = run_with_runtime(home, run, config);
+    let outcome = run_with_runtime(home, run, config, ready);
     if let Err(error) = &outcome {
         log(&format!("the runner failed: {error}"));
     }
@@ -184,10 +194,26 @@ pub fn run_in_process(
     outcome
 }
 
+/// Closes every descriptor above 2 this fresh process inherited, but `keep` (the handshake's
+/// pipe). Like [`crate::platform::close_from`], only for the start of a process that owns none
+/// of them yet.
+fn close_inherited(keep: Option<std::os::fd::RawFd>) -> io::Result<()> {
+    let Some(keep) = keep else {
+        return crate::platform::close_from(3);
+    };
+    for fd in 3..keep {
+        // SAFETY: closing a number that is not an open descriptor answers EBADF; nothing in
+        // this process holds these yet (see `platform::close_from`).
+        unsafe { nix::libc::close(fd) };
+    }
+    crate::platform::close_from(keep + 1)
+}
+
 fn run_with_runtime(
     home: Home,
     run: RunId,
     config: RunnerConfig,
+    ready: Option<ReadySignal>,
 ) -> Result<RunnerOutcome, RunnerError> {
     if let Err(error) = crate::platform::become_child_subreaper() {
         log(&format!(
@@ -210,7 +236,7 @@ fn run_with_runtime(
         log(&describe_capacity(event))
     }));
     let store = Arc::new(Store::open_with(home, options)?);
-    runtime.block_on(run_steps(store, run, config))
+    runtime.block_on(run_steps(store, run, config, ready))
 }
 
 /// A runner.log line for a capacity event.
@@ -239,13 +265,15 @@ fn describe_capacity(event: &CapacityEvent) -> String {
     }
 }
 
-/// Runs `run`: takes it, executes its steps, records its end. Not public: it ends every
-/// descendant of this process that outlives the steps (the sweep), which only a process of
-/// its own, the runner, may do — a host starts a runner (`launch`), never runs one inside it.
+/// Runs `run`: takes it (telling the launcher through `ready` once `RunnerStarted` is
+/// durable), executes its steps, records its end. Not public: it ends every descendant of this
+/// process that outlives the steps (the sweep), which only a process of its own, the runner,
+/// may do — a host starts a runner (`launch`), never runs one inside it.
 async fn run_steps(
     store: Arc<Store>,
     run: RunId,
     config: RunnerConfig,
+    ready: Option<ReadySignal>,
 ) -> Result<RunnerOutcome, RunnerError> {
     let signal_error = |source| RunnerError::Io {
         what: "installing signal handlers",
@@ -256,7 +284,9 @@ async fn run_steps(
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let recorder = Arc::new(Recorder::new(Arc::clone(&store), run));
-    let state = take_run(&recorder).await?;
+    // Signalled as soon as RunnerStarted is durable, before its projection; on failure `ready`
+    // is dropped, closing the pipe: the launcher looks at once either way.
+    let state = take_run(&recorder, ready).await?;
     log(&format!(
         "run {run} taken by runner pid {}",
         std::process::id()
@@ -323,8 +353,14 @@ async fn sweep_descendants(never_reap: BTreeSet<u32>, grace: Duration) -> Swept 
 }
 
 /// Records `RunnerStarted`: the run must be queued, without a runner and without a recorded
-/// process terminal (the launcher gives up on a run by recording one).
-async fn take_run(recorder: &Recorder) -> Result<RunState, RunnerError> {
+/// process terminal (the launcher gives up on a run by recording one). Once it is durable,
+/// `ready` tells the launcher.
+async fn take_run(
+    recorder: &Recorder,
+    ready: Option<ReadySignal>,
+) -> Result<RunState, RunnerError> {
+    // Shared with the append's callback, which takes it only when the append lands.
+    let ready = Arc::new(std::sync::Mutex::new(ready));
     let run = recorder.run();
     let runner = liveness::current().map_err(|source| RunnerError::Io {
         what: "reading the runner's own identity",
@@ -347,13 +383,27 @@ async fn take_run(recorder: &Recorder) -> Result<RunState, RunnerError> {
                 reason: format!("it is {}{observed}", state.status),
             });
         }
+        let signal = Arc::clone(&ready);
         let appended = recorder
-            .append(
+            .append_then(
                 vec![Event::RunnerStarted {
                     runner: runner.clone(),
                     instance_id: instance_id.clone(),
                 }],
                 Condition::expect_head(state.head_seq),
+                move |_| {
+                    let ready = signal
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .take();
+                    if let Some(ready) = ready
+                        && let Err(error) = ready.signal()
+                    {
+                        log(&format!(
+                            "telling the launcher that the run is taken: {error}"
+                        ));
+                    }
+                },
             )
             .await;
         match appended {

@@ -22,6 +22,7 @@ mod lost_journal;
 mod model;
 mod pi_subagents_compat;
 mod power_loss;
+mod projection_incremental;
 mod projection_repair;
 mod runner_hygiene;
 mod ship;
