@@ -34,6 +34,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 1_234_567,
         boot_id: "6f1c9b52-3d4e-4a8b-9c1d-2e3f4a5b6c7d".to_string(),
+        pid_namespace: None,
     }
 }
 

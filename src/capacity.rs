@@ -1,11 +1,15 @@
-//! What is known, across processes, about the journal writers and a full disk: whether the
-//! space reserve is in place, and which writers are blocked waiting for space.
+//! What is known, across processes, about the journal writers and their storage: which
+//! failures clear by waiting (a full disk) and which are retried for a window (flaky storage),
+//! whether the space reserve is in place, and which writers are blocked, and why.
 //!
-//! A blocked writer is an empty file `blocked/<pid>-<start time>-<since ms>-<boot id>` under
-//! the home: an empty file needs an inode and a directory entry but no data block, so it can
-//! be made on a full disk, and its name carries everything a reader needs. The name carries
-//! the writer's full identity because a marker outlives a writer killed while blocked, and by
-//! the time it is read its pid alone may name another process.
+//! A blocked writer is an empty file under the home's `blocked/`: an empty file needs an inode
+//! and a directory entry but no data block, so it can be made on a full disk, and its name
+//! carries everything a reader needs: `<pid>-<start time>-<since ms>-<boot id>` for a writer
+//! waiting for space (the name older versions write and read), `io-<errno>-<pid>-<start
+//! time>-<since ms>-<boot id>` for one retrying through storage errors (older versions do not
+//! know the name, and leave it alone). The name carries the writer's full identity because a
+//! marker outlives a writer killed while blocked, and by the time it is read its pid alone may
+//! name another process.
 //!
 //! Invariant: a marker is reported only while its writer is alive by its full identity
 //! ([`liveness::check`]), never by a bare pid.
@@ -13,6 +17,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::event::{ProcessIdentity, UnixMs};
 use crate::home::Home;
@@ -41,12 +46,86 @@ pub fn is_capacity_io(error: &io::Error) -> bool {
 
 /// Whether a redb error is a capacity error, wherever redb carries the I/O error.
 pub fn is_capacity_redb(error: &redb::Error) -> bool {
+    classify_redb(error) == FailureClass::Capacity
+}
+
+/// How a failure of the journal's storage is ridden out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureClass {
+    /// Out of space or handles (ENOSPC, EDQUOT, EMFILE, ENFILE): it clears by waiting, and is
+    /// retried until it does.
+    Capacity,
+    /// The storage failed for another reason (EIO, EROFS after a remount, ETIMEDOUT, ENOLCK,
+    /// a handle that latched after such an error): retried on a fresh handle for the retry
+    /// window. `errno` is the OS error number, 0 when there is none.
+    Io { errno: i32 },
+    /// Not about storage (damaged bytes, a bug): retrying cannot help.
+    NotStorage,
+}
+
+impl FailureClass {
+    /// The cause a blocked writer shows for this failure; `None` when it is not retried.
+    pub fn cause(self) -> Option<BlockCause> {
+        match self {
+            FailureClass::Capacity => Some(BlockCause::Capacity),
+            FailureClass::Io { errno } => Some(BlockCause::Io { errno }),
+            FailureClass::NotStorage => None,
+        }
+    }
+}
+
+/// The class of a file-system error: any I/O error that is not about capacity is the
+/// storage's.
+pub fn classify_io(error: &io::Error) -> FailureClass {
+    if is_capacity_io(error) {
+        FailureClass::Capacity
+    } else {
+        FailureClass::Io {
+            errno: error.raw_os_error().unwrap_or(0),
+        }
+    }
+}
+
+/// The class of a redb error, wherever redb carries the I/O error. `PreviousIo` (a handle
+/// that latched after an I/O error) and a closed handle are storage failures a fresh handle
+/// cures; corruption and everything else are not about storage.
+pub fn classify_redb(error: &redb::Error) -> FailureClass {
     match error {
-        redb::Error::Io(error) => is_capacity_io(error),
-        redb::Error::Backend(error) => error
-            .downcast_ref::<io::Error>()
-            .is_some_and(is_capacity_io),
-        _ => false,
+        redb::Error::Io(error) => classify_io(error),
+        redb::Error::Backend(error) => match error.downcast_ref::<io::Error>() {
+            Some(error) => classify_io(error),
+            None => FailureClass::Io { errno: 0 },
+        },
+        redb::Error::PreviousIo | redb::Error::DatabaseClosed => FailureClass::Io { errno: 0 },
+        _ => FailureClass::NotStorage,
+    }
+}
+
+/// The default retry window for storage errors that are not about capacity.
+pub const DEFAULT_IO_RETRY_WINDOW: Duration = Duration::from_secs(10 * 60);
+
+/// Environment variable overriding the retry window (a duration: `30s`, `10m`, `1h`).
+pub const IO_RETRY_WINDOW_ENV: &str = "RUNJOURNAL_IO_RETRY_WINDOW";
+
+/// The retry window from `RUNJOURNAL_IO_RETRY_WINDOW` (the crate's one duration grammar), else
+/// the default.
+pub fn io_retry_window_from_env() -> Result<Duration, String> {
+    match std::env::var(IO_RETRY_WINDOW_ENV) {
+        Ok(text) if !text.trim().is_empty() => crate::duration::parse_duration(&text)
+            .map_err(|error| format!("{IO_RETRY_WINDOW_ENV}: {error}")),
+        _ => Ok(DEFAULT_IO_RETRY_WINDOW),
+    }
+}
+
+/// Whether a failure of class `class` is tried again, when the first storage failure of this
+/// streak was `failing_for` ago: capacity always (it clears by waiting), other storage
+/// failures while the window lasts, anything else never. The one rule of the writer and of
+/// retried reads.
+pub fn is_retried(class: FailureClass, failing_for: Duration, window: Duration) -> bool {
+    match class {
+        FailureClass::Capacity => true,
+        FailureClass::Io { .. } => failing_for < window,
+        FailureClass::NotStorage => false,
     }
 }
 
@@ -107,13 +186,7 @@ impl Reserve {
         }
         let temp = self.path.with_extension("making");
         let made = (|| {
-            use std::os::unix::fs::OpenOptionsExt;
-            let file = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&temp)?;
+            let file = crate::durable_fs::open_truncated(&temp)?;
             // Allocated blocks, not a sparse file: deleting it must free real space.
             platform::preallocate(&file, self.bytes)?;
             drop(file);
@@ -142,12 +215,45 @@ impl Reserve {
     }
 }
 
-/// A journal writer blocked on a full disk.
+/// Why a journal writer is blocked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockCause {
+    /// Out of space or handles: it waits until space returns.
+    Capacity,
+    /// Storage errors (`errno`, 0 when unknown): it retries for its retry window.
+    Io { errno: i32 },
+}
+
+impl BlockCause {
+    /// What blocks the writer, for people: "a full disk", "storage errors (Input/output
+    /// error)".
+    pub fn describe(self) -> String {
+        match self {
+            BlockCause::Capacity => "a full disk".to_string(),
+            BlockCause::Io { errno: 0 } => "storage errors".to_string(),
+            BlockCause::Io { errno } => format!(
+                "storage errors ({})",
+                nix::errno::Errno::from_raw(errno).desc()
+            ),
+        }
+    }
+
+    /// `capacity` or `io`, for JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockCause::Capacity => "capacity",
+            BlockCause::Io { .. } => "io",
+        }
+    }
+}
+
+/// A journal writer blocked on a full disk or on storage errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocked {
     /// The writer's process, by full identity.
     pub writer: ProcessIdentity,
     pub since_ms: UnixMs,
+    pub cause: BlockCause,
 }
 
 /// The capacity state of a home, as other processes see it.
@@ -155,14 +261,23 @@ pub struct Blocked {
 pub struct CapacityStatus {
     /// The reserve file exists (it is released on a capacity error and made again later).
     pub has_reserve: bool,
-    /// Live writers blocked on a full disk, earliest first.
+    /// Live writers blocked on a full disk or on storage errors, earliest first.
     pub blocked: Vec<Blocked>,
 }
 
 impl CapacityStatus {
-    /// Since when the journal has been blocked, if any writer is.
+    /// Since when the journal has been blocked, if any writer is, whatever the cause.
     pub fn blocked_since_ms(&self) -> Option<UnixMs> {
         self.blocked.iter().map(|blocked| blocked.since_ms).min()
+    }
+
+    /// The writers blocked for a cause of `cause`'s kind (capacity, or storage errors of any
+    /// errno), earliest first.
+    pub fn blocked_by(&self, cause: BlockCause) -> Vec<&Blocked> {
+        self.blocked
+            .iter()
+            .filter(|blocked| blocked.cause.as_str() == cause.as_str())
+            .collect()
     }
 }
 
@@ -181,8 +296,13 @@ fn is_boot_id_nameable(boot_id: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
 }
 
-/// The marker's file name, `<pid>-<start time>-<since ms>-<boot id>`: the numbers first,
-/// because the boot id holds dashes itself.
+/// The prefix of a marker of a writer blocked on storage errors.
+const IO_MARKER_PREFIX: &str = "io-";
+
+/// The marker's file name, `<pid>-<start time>-<since ms>-<boot id>` (capacity) or
+/// `io-<errno>-<pid>-<start time>-<since ms>-<boot id>` (storage errors), then
+/// `_<PID namespace>` where the writer's pid has one: the numbers first, because the boot id
+/// holds dashes itself (and never `_`).
 fn marker_name(blocked: &Blocked) -> io::Result<String> {
     let writer = &blocked.writer;
     if !is_boot_id_nameable(&writer.boot_id) {
@@ -194,8 +314,17 @@ fn marker_name(blocked: &Blocked) -> io::Result<String> {
             ),
         ));
     }
+    let namespace = writer
+        .pid_namespace
+        .map(|namespace| format!("_{namespace}"))
+        .unwrap_or_default();
+    let prefix = match blocked.cause {
+        BlockCause::Capacity => String::new(),
+        // The errno is never negative; one that is would not parse back, so it is not written.
+        BlockCause::Io { errno } => format!("{IO_MARKER_PREFIX}{}-", errno.max(0)),
+    };
     Ok(format!(
-        "{}-{}-{}-{}",
+        "{prefix}{}-{}-{}-{}{namespace}",
         writer.pid, writer.start_time, blocked.since_ms, writer.boot_id
     ))
 }
@@ -219,22 +348,48 @@ fn parse_marker_name(name: &str) -> MarkerName {
         let is_digits = !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
         is_digits.then(|| text.parse().ok()).flatten()
     }
+    let (cause, name) = match name.strip_prefix(IO_MARKER_PREFIX) {
+        Some(rest) => match rest.split_once('-') {
+            Some((errno, rest)) => match number::<i32>(errno) {
+                Some(errno) => (BlockCause::Io { errno }, rest),
+                None => return MarkerName::Unknown,
+            },
+            None => return MarkerName::Unknown,
+        },
+        None => (BlockCause::Capacity, name),
+    };
     let parts: Vec<&str> = name.splitn(4, '-').collect();
     match parts.as_slice() {
-        [pid, start_time, since_ms, boot_id] if is_boot_id_nameable(boot_id) => {
+        [pid, start_time, since_ms, boot_and_namespace] => {
+            let (boot_id, namespace) = match boot_and_namespace.split_once('_') {
+                Some((boot_id, namespace)) => match number::<u64>(namespace) {
+                    Some(namespace) => (boot_id, Some(namespace)),
+                    None => return MarkerName::Unknown,
+                },
+                None => (*boot_and_namespace, None),
+            };
+            if !is_boot_id_nameable(boot_id) {
+                return MarkerName::Unknown;
+            }
             match (number(pid), number(start_time), number(since_ms)) {
                 (Some(pid), Some(start_time), Some(since_ms)) => MarkerName::Current(Blocked {
                     writer: ProcessIdentity {
                         pid,
                         start_time,
-                        boot_id: (*boot_id).to_string(),
+                        boot_id: boot_id.to_string(),
+                        pid_namespace: namespace,
                     },
                     since_ms,
+                    cause,
                 }),
                 _ => MarkerName::Unknown,
             }
         }
-        [pid, since_ms] if number::<u32>(pid).is_some() && number::<u64>(since_ms).is_some() => {
+        [pid, since_ms]
+            if cause == BlockCause::Capacity
+                && number::<u32>(pid).is_some()
+                && number::<u64>(since_ms).is_some() =>
+        {
             MarkerName::BarePid
         }
         _ => MarkerName::Unknown,
@@ -246,7 +401,7 @@ fn marker_path(home: &Home, blocked: &Blocked) -> io::Result<PathBuf> {
 }
 
 /// Records that a journal writer (this process's, by its identity) is blocked on a full
-/// disk. Removes, on the way, the markers of writers that are gone (killed while blocked) and
+/// disk or on storage errors. Removes, on the way, the markers of writers that are gone (killed while blocked) and
 /// bare-pid markers of older versions, so that they do not pile up.
 pub fn mark_blocked(home: &Home, blocked: &Blocked) -> io::Result<()> {
     let path = marker_path(home, blocked)?;
@@ -329,7 +484,11 @@ mod tests {
     }
 
     fn blocked(writer: ProcessIdentity, since_ms: UnixMs) -> Blocked {
-        Blocked { writer, since_ms }
+        Blocked {
+            writer,
+            since_ms,
+            cause: BlockCause::Capacity,
+        }
     }
 
     #[test]
@@ -428,6 +587,7 @@ mod tests {
                 pid: 4242,
                 start_time: 987_654,
                 boot_id: "ea802a0e-e617-4d83-bbb1-efd556ab6eb6".to_string(),
+                pid_namespace: None,
             },
             1_700_000_000_000,
         );
@@ -463,5 +623,111 @@ mod tests {
             ..marker
         };
         assert!(marker_name(&unnameable).is_err());
+    }
+
+    #[test]
+    fn a_marker_names_its_cause_and_reads_back_with_it() {
+        let writer = ProcessIdentity {
+            pid: 4242,
+            start_time: 987_654,
+            boot_id: "ea802a0e-e617-4d83-bbb1-efd556ab6eb6".to_string(),
+            pid_namespace: None,
+        };
+        let io = Blocked {
+            writer: writer.clone(),
+            since_ms: 1_700_000_000_000,
+            cause: BlockCause::Io { errno: 5 },
+        };
+        let name = marker_name(&io).expect("name");
+        assert_eq!(
+            name,
+            "io-5-4242-987654-1700000000000-ea802a0e-e617-4d83-bbb1-efd556ab6eb6"
+        );
+        assert_eq!(parse_marker_name(&name), MarkerName::Current(io.clone()));
+        let capacity = Blocked {
+            cause: BlockCause::Capacity,
+            ..io.clone()
+        };
+        assert_ne!(marker_name(&capacity).expect("name"), name);
+        for odd in [
+            "io-",
+            "io-5",
+            "io-x-4242-1-2-boot",
+            "io--4242-1-2-boot",
+            "io-5-4242-1000",
+            "io-+5-4242-1-2-boot",
+        ] {
+            assert_eq!(parse_marker_name(odd), MarkerName::Unknown, "{odd:?}");
+        }
+        assert_eq!(
+            BlockCause::Io { errno: 5 }.describe(),
+            "storage errors (I/O error)"
+        );
+        assert_eq!(BlockCause::Capacity.describe(), "a full disk");
+    }
+
+    #[test]
+    fn both_causes_are_read_back_and_told_apart() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = Home::at(dir.path());
+        let full = blocked(me(), 10);
+        let flaky = Blocked {
+            since_ms: 20,
+            cause: BlockCause::Io { errno: 5 },
+            ..full.clone()
+        };
+        mark_blocked(&home, &full).expect("mark");
+        mark_blocked(&home, &flaky).expect("mark");
+        let status = read_status(&home).expect("read");
+        assert_eq!(status.blocked, vec![full.clone(), flaky.clone()]);
+        assert_eq!(status.blocked_by(BlockCause::Capacity), vec![&full]);
+        assert_eq!(status.blocked_by(BlockCause::Io { errno: 0 }), vec![&flaky]);
+        clear_blocked(&home, &flaky).expect("clear");
+        assert_eq!(read_status(&home).expect("read").blocked, vec![full]);
+    }
+
+    #[test]
+    fn failures_are_classed_by_what_retrying_can_do() {
+        let eio = io::Error::from_raw_os_error(5);
+        let erofs = io::Error::from_raw_os_error(30);
+        let enospc = io::Error::from_raw_os_error(28);
+        assert_eq!(classify_io(&eio), FailureClass::Io { errno: 5 });
+        assert_eq!(classify_io(&erofs), FailureClass::Io { errno: 30 });
+        assert_eq!(classify_io(&enospc), FailureClass::Capacity);
+        assert_eq!(
+            classify_redb(&redb::Error::Io(io::Error::from_raw_os_error(122))),
+            FailureClass::Capacity,
+            "EDQUOT"
+        );
+        assert_eq!(
+            classify_redb(&redb::Error::PreviousIo),
+            FailureClass::Io { errno: 0 }
+        );
+        assert_eq!(
+            classify_redb(&redb::Error::Backend(Box::new(
+                io::Error::from_raw_os_error(110)
+            ))),
+            FailureClass::Io { errno: 110 },
+            "ETIMEDOUT carried by a backend"
+        );
+        assert_eq!(
+            classify_redb(&redb::Error::Corrupted("bad page".to_string())),
+            FailureClass::NotStorage
+        );
+        let window = Duration::from_secs(60);
+        let io_failure = FailureClass::Io { errno: 5 };
+        assert!(is_retried(io_failure, Duration::ZERO, window));
+        assert!(is_retried(io_failure, Duration::from_secs(59), window));
+        assert!(!is_retried(io_failure, window, window));
+        assert!(
+            !is_retried(io_failure, Duration::ZERO, Duration::ZERO),
+            "a window of zero tries once"
+        );
+        assert!(is_retried(FailureClass::Capacity, Duration::MAX, window));
+        assert!(!is_retried(
+            FailureClass::NotStorage,
+            Duration::ZERO,
+            window
+        ));
     }
 }

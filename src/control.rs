@@ -2,15 +2,15 @@
 //! status, dismiss it. Each is an append through the reducer, made before anything is acted on.
 //!
 //! Invariant: the runner is signalled only after the request is durable and only if the
-//! process recorded as its runner is alive by its full identity (pid, start time, boot id), so a
-//! stranger that reused the pid is never signalled.
+//! process recorded as its runner is alive by its full identity (pid, start time, boot id, PID
+//! namespace), through [`process_group::signal_process`], so a stranger that reused the pid is
+//! never signalled, and a runner of another PID namespace is left to see the request itself.
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, now_ms};
 use crate::journal::{AppendError, Appended, Condition, ReadError};
-use crate::liveness::{self, Liveness};
+use crate::process_group;
 use crate::state::{RunState, RunStatus, TransitionError};
 use crate::store::Store;
 
@@ -112,7 +112,8 @@ pub fn request_stop(
     })
 }
 
-/// Sends [`STOP_SIGNAL`] to the run's runner if the process recorded as its runner is alive.
+/// Sends [`STOP_SIGNAL`] to the run's runner if the process recorded as its runner is alive by
+/// its identity. Signalling only hurries the runner: it polls the journal for the request.
 fn signal_runner(state: &RunState) -> bool {
     let Some(runner) = &state.runner else {
         return false;
@@ -120,13 +121,7 @@ fn signal_runner(state: &RunState) -> bool {
     if state.is_terminal() {
         return false;
     }
-    if !matches!(liveness::check(&runner.identity), Ok(Liveness::Alive)) {
-        return false;
-    }
-    let Ok(pid) = i32::try_from(runner.identity.pid) else {
-        return false;
-    };
-    kill(Pid::from_raw(pid), STOP_SIGNAL).is_ok()
+    process_group::signal_process(&runner.identity, STOP_SIGNAL).unwrap_or(false)
 }
 
 /// Pushes an external job's status for step `step`: checked against the run's spec first, then

@@ -234,10 +234,15 @@ impl fmt::Debug for WriterId {
     }
 }
 
-/// A process is the same process only if all three fields match: pids are reused, and a
-/// reboot resets both pids and start times.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A process is the same process only if all its fields match: pids are reused, a reboot
+/// resets both pids and start times, and a pid names a process only within its PID namespace.
+///
+/// On the wire (postcard: records and snapshots) an identity is the three fields of format 1,
+/// `pid`, `start_time`, `boot_id`; the PID namespace travels at the end of the record or the
+/// snapshot that holds the identity (see [`RecordEnvelope::encode`]), so that records written
+/// before it existed decode unchanged, with `pid_namespace: None`. As JSON (events.jsonl, the
+/// binaries' `--json`) it is `{pid, startTime, bootId, pidNamespace?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProcessIdentity {
     pub pid: u32,
     /// Start time: on Linux in clock ticks since boot (`/proc/<pid>/stat` field 22), on
@@ -246,6 +251,75 @@ pub struct ProcessIdentity {
     /// The id of the boot the process ran in: Linux's `/proc/sys/kernel/random/boot_id`,
     /// macOS's `kern.bootsessionuuid` (or `boottime-<s>-<us>` where it is missing).
     pub boot_id: String,
+    /// The PID namespace `pid` was read in — the recorder's, which is where the number means
+    /// this process (on Linux the inode of `/proc/self/ns/pid`; see
+    /// `platform::pid_namespace`). `None` on a platform without PID namespaces, and in records
+    /// written before runjournal recorded it: those are judged as in the observer's own
+    /// namespace, as the version that wrote them judged them.
+    pub pid_namespace: Option<u64>,
+}
+
+/// [`ProcessIdentity`] as format 1 encodes it: what postcard writes and reads.
+#[derive(Serialize, Deserialize)]
+struct ProcessIdentityV1<S> {
+    pid: u32,
+    start_time: u64,
+    boot_id: S,
+}
+
+/// [`ProcessIdentity`] as JSON.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProcessIdentityJson<S> {
+    pid: u32,
+    start_time: u64,
+    boot_id: S,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pid_namespace: Option<u64>,
+}
+
+impl Serialize for ProcessIdentity {
+    fn serialize<Ser: serde::Serializer>(&self, serializer: Ser) -> Result<Ser::Ok, Ser::Error> {
+        // postcard is the one format that is not human-readable: the wire's three fields.
+        if serializer.is_human_readable() {
+            ProcessIdentityJson {
+                pid: self.pid,
+                start_time: self.start_time,
+                boot_id: self.boot_id.as_str(),
+                pid_namespace: self.pid_namespace,
+            }
+            .serialize(serializer)
+        } else {
+            ProcessIdentityV1 {
+                pid: self.pid,
+                start_time: self.start_time,
+                boot_id: self.boot_id.as_str(),
+            }
+            .serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ProcessIdentity {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            let json = ProcessIdentityJson::<String>::deserialize(deserializer)?;
+            Ok(ProcessIdentity {
+                pid: json.pid,
+                start_time: json.start_time,
+                boot_id: json.boot_id,
+                pid_namespace: json.pid_namespace,
+            })
+        } else {
+            let wire = ProcessIdentityV1::<String>::deserialize(deserializer)?;
+            Ok(ProcessIdentity {
+                pid: wire.pid,
+                start_time: wire.start_time,
+                boot_id: wire.boot_id,
+                pid_namespace: None,
+            })
+        }
+    }
 }
 
 /// How a run's steps are scheduled.
@@ -737,6 +811,38 @@ impl Event {
         Ok(())
     }
 
+    /// The process identity this event records, if any (`RunnerStarted`'s runner,
+    /// `StepRunning`'s process).
+    pub fn process_identity(&self) -> Option<&ProcessIdentity> {
+        match self {
+            Event::RunnerStarted { runner, .. } => Some(runner),
+            Event::StepRunning { process, .. } => process.as_ref(),
+            _ => None,
+        }
+    }
+
+    fn process_identity_mut(&mut self) -> Option<&mut ProcessIdentity> {
+        match self {
+            Event::RunnerStarted { runner, .. } => Some(runner),
+            Event::StepRunning { process, .. } => process.as_mut(),
+            _ => None,
+        }
+    }
+
+    /// Checks what an append checks of the event alone: a `RunCreated`'s spec
+    /// ([`RunSpec::check`]) and every text's limit ([`Event::check_text_limits`]).
+    pub fn check_shape(&self) -> Result<(), DecodeError> {
+        if let Event::RunCreated { spec, .. } = self {
+            spec.check().map_err(|error| DecodeError::Invalid {
+                reason: error.to_string(),
+            })?;
+        }
+        self.check_text_limits()
+            .map_err(|error| DecodeError::Invalid {
+                reason: error.to_string(),
+            })
+    }
+
     /// The event's name as written in logs and in events.jsonl.
     pub fn name(&self) -> &'static str {
         match self {
@@ -787,6 +893,10 @@ pub enum DecodeError {
     TrailingBytes { count: usize },
     #[error("stored value is {bytes} bytes, over the limit of {limit}")]
     TooLarge { bytes: usize, limit: usize },
+    /// It decodes, but holds an event no append would have accepted (a spec that fails
+    /// [`RunSpec::check`], a text over its limit): a forged or damaged record, never acted on.
+    #[error("record holds an event no run accepts: {reason}")]
+    Invalid { reason: String },
 }
 
 /// Why a record could not be encoded.
@@ -853,12 +963,37 @@ pub(crate) fn with_checksum(payload: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// What follows a record's event when the process identity it records has a PID namespace
+/// (the extension of format 1 at its end): `varint pid_namespace`. A record without it is
+/// byte for byte a record of the first release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct RecordTrailer {
+    pid_namespace: u64,
+}
+
 impl RecordEnvelope {
-    /// The stored bytes of this record: postcard, then its CRC-32C.
+    /// The stored bytes of this record: postcard, then — only when the event records a
+    /// process identity with a PID namespace — that namespace as a varint, then a CRC-32C of
+    /// everything before it.
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
-        let bytes = encode_checked(self).map_err(|error| EncodeError::Serialize {
+        let serialize_error = |error: postcard::Error| EncodeError::Serialize {
             reason: error.to_string(),
-        })?;
+        };
+        let namespace = self
+            .event
+            .process_identity()
+            .and_then(|identity| identity.pid_namespace);
+        let bytes = match namespace {
+            None => encode_checked(self).map_err(serialize_error)?,
+            Some(pid_namespace) => {
+                let mut payload = postcard::to_allocvec(self).map_err(serialize_error)?;
+                payload.extend(
+                    postcard::to_allocvec(&RecordTrailer { pid_namespace })
+                        .map_err(serialize_error)?,
+                );
+                with_checksum(&payload)
+            }
+        };
         if bytes.len() > MAX_RECORD_BYTES {
             return Err(EncodeError::TooLarge {
                 event: self.event.name(),
@@ -868,9 +1003,42 @@ impl RecordEnvelope {
         Ok(bytes)
     }
 
-    /// Decodes stored bytes, verifying the format version and the checksum.
+    /// Decodes stored bytes, verifying the format version and the checksum, then the event as
+    /// an append would (a run's spec by [`RunSpec::check`], every text by its limit): what
+    /// comes from disk is checked like input. A record of the first release decodes as it
+    /// always did (its identities without a PID namespace); one with a trailer after its event
+    /// gets the trailer's namespace in its identity.
     pub fn decode(bytes: &[u8]) -> Result<RecordEnvelope, DecodeError> {
-        decode_checked(bytes, MAX_RECORD_BYTES)
+        let record = match decode_checked(bytes, MAX_RECORD_BYTES) {
+            // The checksum is read right after the event: a trailer sits there instead.
+            Err(DecodeError::Checksum) => Self::decode_with_trailer(bytes),
+            decoded => decoded,
+        }?;
+        record.event.check_shape()?;
+        Ok(record)
+    }
+
+    fn decode_with_trailer(bytes: &[u8]) -> Result<RecordEnvelope, DecodeError> {
+        let malformed = |reason: String| DecodeError::Malformed { reason };
+        let (payload, is_intact) = split_checksum(bytes).ok_or(DecodeError::Checksum)?;
+        if !is_intact {
+            return Err(DecodeError::Checksum);
+        }
+        let (mut record, rest) = postcard::take_from_bytes::<RecordEnvelope>(payload)
+            .map_err(|error| malformed(error.to_string()))?;
+        let (trailer, rest) = postcard::take_from_bytes::<RecordTrailer>(rest)
+            .map_err(|error| malformed(format!("its trailer does not decode: {error}")))?;
+        if !rest.is_empty() {
+            return Err(malformed(format!("{} bytes after its trailer", rest.len())));
+        }
+        let event = record.event.name();
+        let identity = record.event.process_identity_mut().ok_or_else(|| {
+            malformed(format!(
+                "a PID namespace after {event}, which records no process"
+            ))
+        })?;
+        identity.pid_namespace = Some(trailer.pid_namespace);
+        Ok(record)
     }
 }
 
@@ -883,6 +1051,7 @@ mod tests {
             pid: 4242,
             start_time: 987_654,
             boot_id: "b".to_string(),
+            pid_namespace: None,
         }
     }
 
@@ -1058,6 +1227,123 @@ mod tests {
             mismatches.is_empty(),
             "encodings changed:\n{}",
             mismatches.join("\n")
+        );
+    }
+
+    /// Pins the encoding of the two events that record a process, with its PID namespace: the
+    /// bytes of format 1 (as above), then the namespace as a varint (4026531836, Linux's
+    /// initial PID namespace, is `fcffffff0e`), then the CRC-32C of everything before.
+    #[test]
+    fn golden_bytes_of_identities_with_a_pid_namespace() {
+        const ENVELOPE: &str =
+            "01010101010101010101010101010101010380d095ffbc31888e98a8c0e080810109";
+        let with_namespace = ProcessIdentity {
+            pid_namespace: Some(4_026_531_836),
+            ..identity()
+        };
+        let golden: &[(Event, &str)] = &[
+            (
+                Event::RunnerStarted {
+                    runner: with_namespace.clone(),
+                    instance_id: "i".to_string(),
+                },
+                "01922186a43c01620169fcffffff0ec189a978",
+            ),
+            (
+                Event::StepRunning {
+                    step: 1,
+                    process: Some(with_namespace),
+                },
+                "020101922186a43c0162fcffffff0e1f88dc79",
+            ),
+        ];
+        let mut mismatches = Vec::new();
+        for (event, golden_hex) in golden {
+            let original = record(event.clone());
+            let bytes = original.encode().expect("a small record encodes");
+            let actual = hex(&bytes);
+            match actual.strip_prefix(ENVELOPE) {
+                Some(rest) if rest == *golden_hex => {}
+                _ => mismatches.push(format!("{}: {actual}", event.name())),
+            }
+            assert_eq!(RecordEnvelope::decode(&bytes), Ok(original.clone()));
+            // Without the trailer, the same record is one of the first release.
+            let mut without = original.clone();
+            if let Some(identity) = without.event.process_identity_mut() {
+                identity.pid_namespace = None;
+            }
+            let first_release = without.encode().expect("encodes");
+            assert_eq!(
+                bytes.len(),
+                first_release.len() + 5,
+                "the namespace is 5 varint bytes after the event"
+            );
+            assert_eq!(
+                bytes[..first_release.len() - 4],
+                first_release[..first_release.len() - 4],
+                "the bytes of format 1 come first"
+            );
+        }
+        assert!(
+            mismatches.is_empty(),
+            "encodings changed:\n{}",
+            mismatches.join("\n")
+        );
+    }
+
+    #[test]
+    fn a_pid_namespace_after_an_event_without_a_process_is_refused() {
+        let plain = record(Event::Dismissed { at_ms: 7 })
+            .encode()
+            .expect("encodes");
+        let mut payload = plain[..plain.len() - 4].to_vec();
+        payload
+            .extend(postcard::to_allocvec(&RecordTrailer { pid_namespace: 9 }).expect("encodes"));
+        let forged = with_checksum(&payload);
+        assert!(
+            matches!(
+                RecordEnvelope::decode(&forged),
+                Err(DecodeError::Malformed { reason }) if reason.contains("records no process")
+            ),
+            "{:?}",
+            RecordEnvelope::decode(&forged)
+        );
+        let none_process = record(Event::StepRunning {
+            step: 0,
+            process: None,
+        })
+        .encode()
+        .expect("encodes");
+        let mut payload = none_process[..none_process.len() - 4].to_vec();
+        payload
+            .extend(postcard::to_allocvec(&RecordTrailer { pid_namespace: 9 }).expect("encodes"));
+        assert!(matches!(
+            RecordEnvelope::decode(&with_checksum(&payload)),
+            Err(DecodeError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn an_identity_as_json_carries_its_namespace_only_when_known() {
+        let known = ProcessIdentity {
+            pid_namespace: Some(7),
+            ..identity()
+        };
+        let text = serde_json::to_string(&known).expect("serializes");
+        assert_eq!(
+            text,
+            r#"{"pid":4242,"startTime":987654,"bootId":"b","pidNamespace":7}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<ProcessIdentity>(&text).expect("parses"),
+            known
+        );
+        let unknown = identity();
+        let text = serde_json::to_string(&unknown).expect("serializes");
+        assert_eq!(text, r#"{"pid":4242,"startTime":987654,"bootId":"b"}"#);
+        assert_eq!(
+            serde_json::from_str::<ProcessIdentity>(&text).expect("parses"),
+            unknown
         );
     }
 

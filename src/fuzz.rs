@@ -37,7 +37,35 @@ pub fn decode_record(data: &[u8]) {
     }
 }
 
-/// Reads fuzz bytes as a sequence of small choices; past the end every choice is 0.
+/// Arbitrary bytes as a stored snapshot (a forged or damaged entry of the `runs` table): decoding
+/// never panics, and what decodes is a state the runner, the reconciler and the projector may
+/// act on — it has the shape of a reducer's state ([`RunState::check_shape`]: its spec passes
+/// `RunSpec::check`), round-trips through its encoding, and renders as a view and as a
+/// projection. The bytes are read as they are and, so that the fuzzer gets past the checksum,
+/// as a payload with a CRC-32C made to match.
+pub fn decode_snapshot(data: &[u8]) {
+    use crate::journal::snapshot::{decode_snapshot, encode_snapshot};
+    for bytes in [data.to_vec(), crate::event::with_checksum(data)] {
+        let Ok(state) = decode_snapshot(FUZZ_RUN, &bytes) else {
+            continue;
+        };
+        state
+            .check_shape()
+            .expect("a decoded snapshot has the shape of a reducer's state");
+        let encoded = encode_snapshot(&state).expect("a decoded state re-encodes");
+        assert_eq!(
+            decode_snapshot(FUZZ_RUN, &encoded).as_ref(),
+            Ok(&state),
+            "a decoded state round-trips"
+        );
+        let lines = crate::show::RunView::of(&state, None).lines(&crate::show::no_colour);
+        assert!(!lines.is_empty(), "a state renders");
+        let plan = crate::projection::plan(&Home::at("/fuzz-home"), &state, &[]);
+        assert!(!plan.files.is_empty(), "a projection has files");
+    }
+}
+
+/// Reads fuzz bytes as a sequence of small choices; past the end every choice is 0./// Reads fuzz bytes as a sequence of small choices; past the end every choice is 0.
 struct Choices<'a> {
     bytes: &'a [u8],
 }
@@ -103,6 +131,7 @@ impl Choices<'_> {
             pid: u32::from(self.byte()),
             start_time: self.number(),
             boot_id: self.text(),
+            pid_namespace: self.optional(Self::number),
         }
     }
 
@@ -313,6 +342,9 @@ pub fn fold_events(data: &[u8]) {
                     next.steps.len(),
                     next.spec.steps.len(),
                     "one step state per step"
+                );
+                next.check_shape().expect(
+                    "every state the reducer makes has the shape a snapshot is checked for",
                 );
                 if let Some(before) = &state {
                     let mut in_place = before.clone();

@@ -15,7 +15,11 @@
 //! * the runner gets no descriptor of the launcher's but those three: every other one is
 //!   close-on-exec in the runner's process before it execs;
 //! * a launcher that reaps its runner ([`follow_launched`]) records how it exited, as its
-//!   parent: a host embedding the library owes the journal what the CLI does.
+//!   parent: a host embedding the library owes the journal what the CLI does;
+//! * waiting never decides anything: the launcher sleeps on the handshake's pipe
+//!   ([`runner::ready`]) and a follower on a watch of the run's directory
+//!   ([`crate::platform::DirWatch`]), each for a bounded time, and what they then read in the
+//!   journal decides. A wake-up that never comes costs a bounded delay, never a wrong answer.
 
 use std::ffi::OsString;
 use std::io;
@@ -49,8 +53,13 @@ pub const RUNNER_EXIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the launcher waits for `RunnerStarted`.
 pub const RUNNER_START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How often the launcher looks at the journal while it waits.
+/// The longest the launcher, or a follower, sleeps between two looks at the journal: its
+/// wake-ups (the handshake's pipe, a watch of the run's directory) usually come first.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A follower's first sleep without a wake-up; it doubles up to [`POLL_INTERVAL`] while nothing
+/// changes, and starts again after a change.
+const FIRST_POLL_INTERVAL: Duration = Duration::from_millis(2);
 
 /// Most retries of a conditional append whose expected head another writer moved.
 const MAX_HEAD_RETRIES: u32 = 64;
@@ -137,12 +146,15 @@ pub fn launch(
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
-    let created = store
-        .create_run(request.spec, request.hosts)
+    // The runner starts as soon as the run is durable; the run is projected meanwhile.
+    let (created, spawned) = store
+        .create_run_then(request.spec, request.hosts, |created| {
+            spawn_runner(store.home(), created.run, program)
+        })
         .map_err(LaunchError::Create)?;
     let run = created.run;
-    let mut runner = match spawn_runner(store.home(), run, program) {
-        Ok(runner) => runner,
+    let (mut runner, mut ready) = match spawned {
+        Ok(spawned) => spawned,
         Err(error) => {
             let start = give_up(
                 store,
@@ -196,7 +208,46 @@ pub fn launch(
                 start,
             });
         }
-        std::thread::sleep(POLL_INTERVAL);
+        let timeout = POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now()));
+        match ready.as_ref().map(|pipe| wait_for_signal(pipe, timeout)) {
+            // The byte (RunnerStarted is durable), or a timeout: look again.
+            Some(Ok(Signal::Ready | Signal::Nothing)) => {}
+            // The runner closed its end (it exited, or it will not signal): poll from now on.
+            Some(Ok(Signal::Closed)) | Some(Err(_)) => ready = None,
+            None => std::thread::sleep(timeout),
+        }
+    }
+}
+
+/// What the handshake's pipe said.
+enum Signal {
+    /// The runner wrote its byte.
+    Ready,
+    /// Its end is closed without one.
+    Closed,
+    /// Nothing within the timeout.
+    Nothing,
+}
+
+/// Waits up to `timeout` for the runner's byte on the handshake's pipe.
+fn wait_for_signal(pipe: &std::fs::File, timeout: Duration) -> io::Result<Signal> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    match poll(&mut fds, timeout) {
+        Ok(0) => return Ok(Signal::Nothing),
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok(Signal::Nothing),
+        Err(error) => return Err(error.into()),
+    }
+    let mut byte = [0u8; 1];
+    match (&*pipe).read(&mut byte) {
+        Ok(0) => Ok(Signal::Closed),
+        Ok(_) => Ok(Signal::Ready),
+        Err(error) if error.kind() == io::ErrorKind::Interrupted => Ok(Signal::Nothing),
+        Err(error) => Err(error),
     }
 }
 
@@ -277,8 +328,15 @@ fn snapshot(store: &Store, run: RunId) -> Result<RunState, LaunchError> {
 }
 
 /// Starts the runner detached: its own session, stdin from /dev/null, stdout and stderr
-/// appended to `runs/<id>/runner.log`.
-fn spawn_runner(home: &Home, run: RunId, program: &RunnerProgram) -> io::Result<Child> {
+/// appended to `runs/<id>/runner.log`, and the write end of the handshake's pipe passed on
+/// purpose (named in [`runner::READY_FD_ENV`]). Returns the runner and the pipe's read end
+/// (`None` if no pipe could be made: the launcher then polls the journal).
+fn spawn_runner(
+    home: &Home,
+    run: RunId,
+    program: &RunnerProgram,
+) -> io::Result<(Child, Option<std::fs::File>)> {
+    use std::os::fd::{AsRawFd, OwnedFd};
     // What the runner writes before it opens its own log (a panic, a failure to start) lands
     // in runner.log when it can be made; a full disk must not keep the run from starting.
     let log = durable_fs::ensure_private_dir(&home.run_dir(run))
@@ -292,15 +350,54 @@ fn spawn_runner(home: &Home, run: RunId, program: &RunnerProgram) -> io::Result<
         .stdin(Stdio::null())
         .stdout(output())
         .stderr(output());
-    // SAFETY: setsid and the descriptor walk are raw system calls, async-signal-safe, as
-    // calls between fork and exec must be. The walk leaves 0-2, which std has just set.
+    // Both ends close-on-exec, so no other child of this process inherits them; above the
+    // standard streams, which the spawn replaces in the child.
+    let pipe: Option<(OwnedFd, OwnedFd)> = platform::pipe_cloexec()
+        .and_then(|(read_end, write_end)| Ok((above_stdio(read_end)?, above_stdio(write_end)?)))
+        .ok();
+    let ready_fd = pipe.as_ref().map(|(_, write_end)| write_end.as_raw_fd());
+    if let Some(fd) = ready_fd {
+        command.env(runner::READY_FD_ENV, fd.to_string());
+    }
+    // SAFETY: setsid, the descriptor walk and fcntl are raw system calls, async-signal-safe,
+    // as calls between fork and exec must be. The walk leaves 0-2, which std has just set;
+    // then close-on-exec is cleared on the handshake's write end, in the child alone: the one
+    // descriptor above 2 passed on purpose.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             nix::unistd::setsid().map_err(io::Error::from)?;
-            platform::mark_cloexec_from(3)
+            platform::mark_cloexec_from(3)?;
+            if let Some(fd) = ready_fd {
+                let borrowed = std::os::fd::BorrowedFd::borrow_raw(fd);
+                nix::fcntl::fcntl(
+                    borrowed,
+                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+                )
+                .map_err(io::Error::from)?;
+            }
+            Ok(())
         });
     }
-    command.spawn()
+    let child = command.spawn()?;
+    // Our copy of the write end goes now: once the runner's is closed too, the read end
+    // reads the end of the pipe.
+    Ok((
+        child,
+        pipe.map(|(read_end, _)| std::fs::File::from(read_end)),
+    ))
+}
+
+/// `fd`, or a close-on-exec duplicate of it numbered above 2 if it is a standard stream's
+/// number (the launcher's own were closed): a spawn replaces those in the child.
+fn above_stdio(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    let duplicate = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))
+        .map_err(io::Error::from)?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(duplicate) })
 }
 
 /// How following a run ended.
@@ -322,6 +419,12 @@ pub enum FollowEnd {
 /// as it lands; `on_record` may end the follow early by breaking. With `runner` (the caller is
 /// the runner's parent), a runner that exits without a `Terminal` ends the follow; without
 /// it, a recorded runner found dead by its identity does.
+///
+/// Each look reads the run's snapshot and only the records after the last one handed on (its
+/// seq is the cursor), so following costs the same at the run's 10,000th record as at its
+/// first. Between looks it sleeps on a watch of the run's directory, which every projection
+/// after a commit writes to, bounded by a poll that starts at a few milliseconds and backs off
+/// to [`POLL_INTERVAL`] while nothing changes.
 pub fn follow(
     store: &Store,
     run: RunId,
@@ -331,19 +434,25 @@ pub fn follow(
     mut on_record: impl FnMut(&Record) -> ControlFlow<()>,
 ) -> Result<FollowEnd, LaunchError> {
     let read = |source| LaunchError::Read { run, source };
+    // Made before the first look, so a change between a look and the sleep after it wakes
+    // the sleep. Without one (inotify exhausted, say), the bounded poll alone wakes us.
+    let watch = watch_run(store.home(), run);
+    let mut sleep = FIRST_POLL_INTERVAL;
     loop {
         let view = store.journal().view().map_err(read)?;
         let state = view
             .snapshot(run)
             .map_err(read)?
             .ok_or(LaunchError::Vanished { run })?;
-        if state.head_seq > after_seq {
-            for record in view.records(run).map_err(read)? {
-                if record.seq > after_seq {
-                    after_seq = record.seq;
-                    if on_record(&record).is_break() {
-                        return Ok(FollowEnd::Left(state));
-                    }
+        let has_changed = state.head_seq > after_seq;
+        if has_changed {
+            for record in view
+                .records_between(run, after_seq, state.head_seq)
+                .map_err(read)?
+            {
+                after_seq = record.seq;
+                if on_record(&record).is_break() {
+                    return Ok(FollowEnd::Left(state));
                 }
             }
         }
@@ -387,10 +496,37 @@ pub fn follow(
                 None => FollowEnd::RunnerGone(state),
             });
         }
-        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+        let now = Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(FollowEnd::TimedOut(state));
         }
-        std::thread::sleep(POLL_INTERVAL);
+        sleep = if has_changed {
+            FIRST_POLL_INTERVAL
+        } else {
+            (sleep * 2).min(POLL_INTERVAL)
+        };
+        let timeout = deadline.map_or(sleep, |deadline| sleep.min(deadline - now));
+        sleep_or_wake(watch.as_ref(), timeout);
+    }
+}
+
+/// A watch of the run's events.jsonl and status.json, which the projection after each of its
+/// commits writes; `None` if the platform cannot make one now.
+fn watch_run(home: &Home, run: RunId) -> Option<crate::platform::DirWatch> {
+    let name = |path: PathBuf| path.file_name()?.to_str().map(str::to_string);
+    let names: Vec<String> = [home.events_path(run), home.status_path(run)]
+        .into_iter()
+        .filter_map(name)
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    crate::platform::watch_dir(&home.run_dir(run), &names).ok()
+}
+
+/// Sleeps `timeout`, or less if `watch` sees a file of the run change.
+pub(crate) fn sleep_or_wake(watch: Option<&crate::platform::DirWatch>, timeout: Duration) {
+    let is_watched = watch.is_some_and(|watch| watch.wait(timeout).is_ok());
+    if !is_watched {
+        std::thread::sleep(timeout);
     }
 }
 
@@ -419,16 +555,21 @@ pub fn record_runner_exit(
 }
 
 /// Waits up to `timeout` for a child to exit; its status, or `None` if it is still running.
+/// It looks often at first (a runner exits a few milliseconds after its run ends), then every
+/// 20 ms.
 pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
     let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(Some(status));
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Ok(None);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 

@@ -20,6 +20,7 @@ pub mod platform;
 pub mod process_group;
 pub mod projection;
 pub mod reconcile;
+pub mod recover;
 pub mod replay;
 pub mod resolve;
 pub mod runner;

@@ -3,6 +3,14 @@
 //! ticks since boot; on macOS, microseconds since the epoch) and the boot id, and all three
 //! must match. The facts come from [`platform`]; this module judges them ([`judge`], pure).
 //!
+//! A pid is a number in one PID namespace. A process recorded in another namespace than the
+//! observer's (a reader in a sandbox or a container with a namespace of its own, looking at a
+//! runner outside it, or the reverse) is [`Liveness::OtherNamespace`]: neither alive nor dead
+//! to this observer, who can neither see it nor tell it from a stranger holding the same
+//! number here, and so must neither repair nor signal it. An identity recorded without a
+//! namespace (by a version before namespaces were recorded, or on a platform without them) is
+//! judged as of the observer's namespace, as the version that wrote it judged it.
+//!
 //! A process the platform cannot see is judged on both platforms the same way, and never
 //! alive: a pid no process holds (or none this user can see) is [`Liveness::Dead`]; a pid
 //! held by a process whose start time this user may not read (another user's process on
@@ -23,7 +31,7 @@ use crate::platform::{self, ProcessInfo};
 
 /// The facts this module judges come from [`platform`]; they are re-exported here because
 /// most callers want them together with [`check`].
-pub use crate::platform::{boot_id, current_identity as current, identity_of};
+pub use crate::platform::{boot_id, current_identity as current, identity_of, pid_namespace};
 
 /// What we know of a recorded process now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +43,20 @@ pub enum Liveness {
     Dead,
     /// Recorded in another boot: gone, and its pid means nothing now.
     OtherBoot,
+    /// Recorded in another PID namespace than the observer's: unknown here. Never repaired
+    /// or signalled from here; an observer in its own namespace can tell.
+    OtherNamespace,
+}
+
+/// Whether an identity recorded in the PID namespace `recorded` can be judged by an observer
+/// in `current` (pure): the same namespace, or one recorded without a namespace (judged as
+/// the observer's own). One recorded with a namespace cannot be judged where none can be read.
+pub fn is_same_namespace(recorded: Option<u64>, current: Option<u64>) -> bool {
+    match (recorded, current) {
+        (None, _) => true,
+        (Some(recorded), Some(current)) => recorded == current,
+        (Some(_), None) => false,
+    }
 }
 
 /// Checks a recorded identity against the live system.
@@ -43,20 +65,34 @@ pub fn check(identity: &ProcessIdentity) -> io::Result<Liveness> {
     if current_boot_id != identity.boot_id {
         return Ok(Liveness::OtherBoot);
     }
+    let current_namespace = pid_namespace()?;
+    if !is_same_namespace(identity.pid_namespace, current_namespace) {
+        return Ok(Liveness::OtherNamespace);
+    }
     let holder = platform::process(identity.pid)?;
-    Ok(judge(identity, &current_boot_id, holder.as_ref()))
+    Ok(judge(
+        identity,
+        &current_boot_id,
+        current_namespace,
+        holder.as_ref(),
+    ))
 }
 
 /// Judges what the platform shows now under a recorded identity's pid (`holder`, `None`
-/// when no visible process holds it), in the boot `current_boot_id`. Pure: the one place
-/// where a missing, reused, unreadable or zombie process is decided.
+/// when no visible process holds it), in the boot `current_boot_id` and the PID namespace
+/// `current_namespace`. Pure: the one place where a missing, reused, unreadable or zombie
+/// process, or one of another boot or namespace, is decided.
 pub fn judge(
     recorded: &ProcessIdentity,
     current_boot_id: &str,
+    current_namespace: Option<u64>,
     holder: Option<&ProcessInfo>,
 ) -> Liveness {
     if recorded.boot_id != current_boot_id {
         return Liveness::OtherBoot;
+    }
+    if !is_same_namespace(recorded.pid_namespace, current_namespace) {
+        return Liveness::OtherNamespace;
     }
     match holder {
         // `start_time` is `None` when it is not ours to read: never equal to a recorded one.
@@ -71,8 +107,10 @@ pub fn judge(
     }
 }
 
-/// Whether the recorded process is still running. An error reading the platform's facts
-/// counts as alive, so nothing is declared dead on a failed look.
+/// Whether the recorded process may still be running: not known dead. An error reading the
+/// platform's facts counts as alive, so nothing is declared dead on a failed look, and so does
+/// a process of another PID namespace. Never a reason to signal it: that takes
+/// [`Liveness::Alive`].
 pub fn is_alive(identity: &ProcessIdentity) -> bool {
     !matches!(check(identity), Ok(Liveness::Dead | Liveness::OtherBoot))
 }
@@ -81,11 +119,14 @@ pub fn is_alive(identity: &ProcessIdentity) -> bool {
 mod tests {
     use super::*;
 
+    const NAMESPACE: u64 = 4_026_531_836;
+
     fn recorded() -> ProcessIdentity {
         ProcessIdentity {
             pid: 42,
             start_time: 1_700_000_000_123_456,
             boot_id: "3f6a8e4b-1c2d-4e5f-8a9b-0c1d2e3f4a5b".to_string(),
+            pid_namespace: Some(NAMESPACE),
         }
     }
 
@@ -123,14 +164,75 @@ mod tests {
                 Liveness::Dead,
             ),
         ];
+        let here = Some(NAMESPACE);
         for (case, holder, expected) in cases {
-            assert_eq!(judge(&recorded, &boot, holder.as_ref()), expected, "{case}");
+            assert_eq!(
+                judge(&recorded, &boot, here, holder.as_ref()),
+                expected,
+                "{case}"
+            );
         }
         assert_eq!(
-            judge(&recorded, "another-boot", Some(&holder(same_start, false))),
+            judge(
+                &recorded,
+                "another-boot",
+                here,
+                Some(&holder(same_start, false))
+            ),
             Liveness::OtherBoot,
             "another boot, whatever holds the pid"
         );
+        for (case, holder) in [
+            (
+                "the same pid and start time",
+                Some(holder(same_start, false)),
+            ),
+            ("nobody", None),
+            ("a stranger", Some(holder(Some(1), false))),
+        ] {
+            assert_eq!(
+                judge(&recorded, &boot, Some(NAMESPACE + 1), holder.as_ref()),
+                Liveness::OtherNamespace,
+                "seen from another namespace: {case}"
+            );
+            assert_eq!(
+                judge(&recorded, &boot, None, holder.as_ref()),
+                Liveness::OtherNamespace,
+                "seen where no namespace can be read: {case}"
+            );
+        }
+        let unrecorded = ProcessIdentity {
+            pid_namespace: None,
+            ..recorded.clone()
+        };
+        for current in [Some(NAMESPACE), Some(NAMESPACE + 1), None] {
+            assert_eq!(
+                judge(
+                    &unrecorded,
+                    &boot,
+                    current,
+                    Some(&holder(same_start, false))
+                ),
+                Liveness::Alive,
+                "recorded without a namespace: judged as here ({current:?})"
+            );
+            assert_eq!(
+                judge(&unrecorded, &boot, current, None),
+                Liveness::Dead,
+                "recorded without a namespace: judged as here ({current:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn an_identity_of_another_namespace_is_unknown_and_counts_as_alive() {
+        let me = current().expect("identity of this process");
+        let elsewhere = ProcessIdentity {
+            pid_namespace: Some(me.pid_namespace.unwrap_or(0).wrapping_add(1)),
+            ..me
+        };
+        assert_eq!(check(&elsewhere).expect("check"), Liveness::OtherNamespace);
+        assert!(is_alive(&elsewhere), "not known dead");
     }
 
     #[test]

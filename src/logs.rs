@@ -7,6 +7,9 @@
 //! Invariant: streaming holds at most [`COPY_CHUNK_BYTES`] of a log in memory, and stops at
 //! the length the log had when it was opened, so a log growing as fast as it is read cannot
 //! keep one call going.
+//! Invariant: a log is opened without following a symbolic link in its place (`O_NOFOLLOW`):
+//! what a tail quotes goes into the journal (a summary, a failure's reason), and must be the
+//! run's own text, never a file a link points to.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -37,12 +40,21 @@ impl TailBounds {
     }
 }
 
+/// Opens a log for reading, refusing a symbolic link in its place (ELOOP).
+fn open_log(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// The last lines of a log: at most `bounds.max_lines` non-empty lines, their trailing
 /// whitespace trimmed, joined by `\n`, at most `bounds.max_bytes` long (a longer tail keeps its
 /// end, after a `…`). Bytes that are not UTF-8 become U+FFFD. A file that does not exist has
 /// an empty tail; other read errors are returned.
 pub fn tail(path: &Path, bounds: TailBounds) -> io::Result<String> {
-    let mut file = match File::open(path) {
+    let mut file = match open_log(path) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(String::new()),
         Err(error) => return Err(error),
@@ -110,7 +122,7 @@ pub enum CopyError {
 /// The bytes of the log at `path` past `offset`, as its length is now; `None` when there are
 /// none (a log that does not exist yet has none).
 pub fn new_bytes(path: &Path, offset: u64) -> io::Result<Option<NewBytes>> {
-    let mut file = match File::open(path) {
+    let mut file = match open_log(path) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
@@ -160,6 +172,15 @@ mod tests {
             max_lines,
             max_bytes,
         }
+    }
+
+    #[test]
+    fn a_link_in_a_logs_place_is_not_read_through() {
+        let (dir, victim) = file_with(b"secret\n");
+        let link = dir.path().join("output-0.log");
+        std::os::unix::fs::symlink(&victim, &link).expect("link");
+        assert!(tail(&link, bounds(5, 300)).is_err());
+        assert!(new_bytes(&link, 0).is_err());
     }
 
     fn file_with(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {

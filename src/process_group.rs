@@ -1,6 +1,7 @@
-//! Ending a step's process group and knowing it is gone: the one implementation, used by the
-//! runner for its own steps (through a thin async wrapper, `runner::process_group`) and by the
-//! reconciler for the steps a dead runner left behind.
+//! Signalling recorded processes and ending a step's process group, and knowing it is gone:
+//! the one implementation, used by the runner for its own steps (through a thin async
+//! wrapper, `runner::process_group`), by the reconciler for the steps a dead runner left
+//! behind, and by `stop` for a runner ([`signal_process`]).
 //!
 //! Each step runs in its own process group, whose id is the pid of its leader, the step's
 //! process, recorded in `StepRunning` by its full identity. A group outlives its leader while
@@ -8,26 +9,37 @@
 //! while any member lives the group id still means our group.
 //!
 //! Each rule has one home:
-//! * ownership, [`is_ours`]: a group is signalled only when its id cannot belong to a
-//!   stranger;
+//! * ownership, [`is_ours`]: a group is signalled only when a member of it is verified ours —
+//!   the leader itself by its recorded identity (alive or a zombie, it holds the group's id),
+//!   or, once the leader is gone, a member whose ancestry leads to the live process that owns
+//!   the group (the runner, its steps' child subreaper). A group whose id nobody we can verify
+//!   holds is left alone: a recycled pid may lead a stranger's group under the same id;
+//! * a single process is signalled through a pidfd opened and then checked against its
+//!   recorded identity ([`signal_process`]), so the signal cannot reach a process that got its
+//!   pid since; without pidfd (macOS, old kernels) the identity is checked right before `kill`;
 //! * the zombie rule, [`ProcessInfo::is_alive`]: a zombie member has exited and does not count.
 //!   Whoever can reap zombie members ([`Reaping::ZombieMembers`], the runner as a child
 //!   subreaper) does, except the leader, whose exit status belongs to whoever waits for it;
 //! * ending, [`end`]: SIGTERM, up to the grace for the group to empty, SIGKILL, then the group
 //!   verified empty within [`KILL_VERIFY_TIMEOUT`].
 //!
-//! Invariant: nothing is signalled unless [`is_ours`] said yes just before.
+//! Nothing recorded in another boot or another PID namespace is ever signalled: its pid means
+//! another process here.
+//!
+//! Invariant: nothing is signalled unless [`is_ours`] (a group) or the recorded identity (a
+//! process) said yes just before.
 //! Invariant: a group is reported empty only when no member is alive by the zombie rule.
 
 use std::io;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
 use crate::event::ProcessIdentity;
+use crate::liveness::{self, Liveness};
 use crate::platform::{self, ProcessInfo};
 
 /// How long a group has, after SIGKILL, to be seen empty before its members are reported as
@@ -36,6 +48,10 @@ pub const KILL_VERIFY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often a group is looked at while waiting for it to empty.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How many parents up a member's ancestry is followed looking for the group's owner: far
+/// deeper than any step's process tree, and a bound on a tree that changes while it is read.
+const MAX_ANCESTRY: usize = 4096;
 
 /// Whether the caller reaps zombie members while it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +67,8 @@ pub enum Reaping {
 /// How ending a group went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupEnd {
-    /// Its id may belong to someone else now (another boot, or the leader's pid is held by
-    /// another process): nothing was signalled.
+    /// No member could be verified ours (another boot or PID namespace, the leader's pid held
+    /// by another process, or members nobody we know started): nothing was signalled.
     NotOurs,
     /// No member was alive: nothing was signalled.
     AlreadyEmpty,
@@ -60,7 +76,8 @@ pub enum GroupEnd {
     Terminated,
     /// SIGKILL was needed, and then it emptied.
     Killed,
-    /// Members were still alive [`KILL_VERIFY_TIMEOUT`] after SIGKILL.
+    /// Members were still alive [`KILL_VERIFY_TIMEOUT`] after SIGKILL (or, after SIGTERM,
+    /// could no longer be verified ours, so were not sent SIGKILL).
     Survived,
 }
 
@@ -84,23 +101,62 @@ fn group_id(leader: &ProcessIdentity) -> io::Result<Pid> {
     }
 }
 
-/// Whether signalling `leader`'s group can only reach our processes: same boot, and the
-/// leader's pid is held by the recorded process itself (alive or a zombie) or by nobody, in
-/// which case only our group can still use the id.
+/// Whether signalling `leader`'s group can only reach our processes: same boot and PID
+/// namespace, and a member of the group verified ours now —
+/// * the leader's pid is held by the recorded leader itself (alive or a zombie): no other
+///   group can have its id while it does; or
+/// * nobody holds the leader's pid, and a live member's ancestry leads to `owner` (the live
+///   process whose descendants the group's processes are: the runner, which inherits its
+///   steps' orphans as their subreaper), checked by its full identity.
 ///
-/// This is the one ownership check; a later issue tightens it (a pidfd held from the spawn,
-/// the PID namespace in the identity). Its known gap: once our group has emptied, a stranger
-/// given the leader's pid could lead a group of its own and exit, leaving members under the
-/// same id.
-pub fn is_ours(leader: &ProcessIdentity) -> io::Result<bool> {
+/// Otherwise no: a stranger may have been given the leader's pid once our group emptied, led a
+/// group of its own under that id, and exited, leaving its own members there. The reconciler
+/// passes the dead runner as `owner`, so it signals only groups whose leader is still there.
+pub fn is_ours(leader: &ProcessIdentity, owner: Option<&ProcessIdentity>) -> io::Result<bool> {
     if platform::boot_id()? != leader.boot_id {
         return Ok(false);
     }
-    Ok(match platform::process(leader.pid)? {
+    if !liveness::is_same_namespace(leader.pid_namespace, platform::pid_namespace()?) {
+        return Ok(false);
+    }
+    match platform::process(leader.pid)? {
         // A holder whose start time we may not read is another user's: not ours.
-        Some(holder) => holder.start_time == Some(leader.start_time),
-        None => true,
-    })
+        Some(holder) => Ok(holder.start_time == Some(leader.start_time)),
+        None => {
+            let Some(owner) = owner else {
+                return Ok(false);
+            };
+            if liveness::check(owner)? != Liveness::Alive {
+                return Ok(false);
+            }
+            for member in platform::group_members(leader.pid)? {
+                if member.is_alive() && descends_from(&member, owner)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Whether `owner` (alive, checked by the caller) is among `member`'s ancestors, itself
+/// included, as the parent links show them now.
+fn descends_from(member: &ProcessInfo, owner: &ProcessIdentity) -> io::Result<bool> {
+    let mut current = member.clone();
+    for _ in 0..MAX_ANCESTRY {
+        if current.pid == owner.pid {
+            return Ok(current.start_time == Some(owner.start_time));
+        }
+        if current.parent_pid <= 1 {
+            return Ok(false);
+        }
+        match platform::process(current.parent_pid)? {
+            Some(parent) => current = parent,
+            // The parent exited while we looked: the member is being handed to a subreaper.
+            None => return Ok(false),
+        }
+    }
+    Ok(false)
 }
 
 /// Whether no member of `leader`'s group is alive (zombies do not count). A read of the
@@ -109,22 +165,74 @@ pub fn is_empty(leader: &ProcessIdentity) -> io::Result<bool> {
     look(leader, Reaping::Nothing)
 }
 
-/// Sends `signal` to `leader`'s group if it is ours; whether it reached any member.
-pub fn signal(leader: &ProcessIdentity, signal: Signal) -> io::Result<bool> {
-    Ok(send(leader, signal)? == Sent::Delivered)
+/// Sends `signal` to `leader`'s group if it is ours (see [`is_ours`]); whether it reached any
+/// member.
+pub fn signal(
+    leader: &ProcessIdentity,
+    owner: Option<&ProcessIdentity>,
+    signal: Signal,
+) -> io::Result<bool> {
+    Ok(send(leader, owner, signal)? == Sent::Delivered)
+}
+
+/// Sends `signal` to the process recorded as `identity`, if it is alive by that identity (same
+/// boot, same PID namespace, same start time, not a zombie); whether it was sent.
+///
+/// Through a pidfd opened and then checked, the signal reaches the recorded process or nobody,
+/// even if it exits and its pid is reused in between. Where there is no pidfd (macOS, Linux
+/// before 5.3, a sandbox refusing the call) the identity is checked again right before `kill`;
+/// the window left is between those two calls.
+pub fn signal_process(identity: &ProcessIdentity, signal: Signal) -> io::Result<bool> {
+    if liveness::check(identity)? != Liveness::Alive {
+        return Ok(false);
+    }
+    match platform::open_process(identity.pid) {
+        Ok(None) => Ok(false),
+        Ok(Some(handle)) => {
+            // The handle names the process that held the pid when it was opened; if the
+            // recorded process holds it now, it held it then.
+            if liveness::check(identity)? != Liveness::Alive {
+                return Ok(false);
+            }
+            handle.signal(signal)
+        }
+        Err(error) if error.kind() == io::ErrorKind::Unsupported => {
+            let pid = i32::try_from(identity.pid).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("pid {} is out of range", identity.pid),
+                )
+            })?;
+            if liveness::check(identity)? != Liveness::Alive {
+                return Ok(false);
+            }
+            match kill(Pid::from_raw(pid), signal) {
+                Ok(()) => Ok(true),
+                Err(Errno::ESRCH) => Ok(false),
+                Err(errno) => Err(io::Error::from(errno)),
+            }
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// Ends `leader`'s group: SIGTERM to every member, up to `grace` for the group to empty,
 /// SIGKILL to whatever is left, and up to [`KILL_VERIFY_TIMEOUT`] for it to empty then.
-/// Ownership is checked before each signal. Blocks the calling thread while it waits.
-pub fn end(leader: &ProcessIdentity, grace: Duration, reaping: Reaping) -> io::Result<GroupEnd> {
-    if !is_ours(leader)? {
+/// Ownership ([`is_ours`], with `owner`) is checked before each signal. Blocks the calling
+/// thread while it waits.
+pub fn end(
+    leader: &ProcessIdentity,
+    owner: Option<&ProcessIdentity>,
+    grace: Duration,
+    reaping: Reaping,
+) -> io::Result<GroupEnd> {
+    if !is_same_place(leader)? {
         return Ok(GroupEnd::NotOurs);
     }
     if look(leader, reaping)? {
         return Ok(GroupEnd::AlreadyEmpty);
     }
-    match send(leader, Signal::SIGTERM)? {
+    match send(leader, owner, Signal::SIGTERM)? {
         Sent::Delivered => {}
         Sent::NotOurs => return Ok(GroupEnd::NotOurs),
         Sent::NoMember => return Ok(GroupEnd::AlreadyEmpty),
@@ -132,10 +240,18 @@ pub fn end(leader: &ProcessIdentity, grace: Duration, reaping: Reaping) -> io::R
     if wait_empty(leader, grace, reaping)? {
         return Ok(GroupEnd::Terminated);
     }
-    match send(leader, Signal::SIGKILL)? {
+    match send(leader, owner, Signal::SIGKILL)? {
         Sent::Delivered => {}
-        // The group emptied after the last look; the leader's pid can be another's only then.
-        Sent::NotOurs | Sent::NoMember => return Ok(GroupEnd::Terminated),
+        Sent::NoMember => return Ok(GroupEnd::Terminated),
+        // Members no longer verified ours are not signalled: they are reported as survivors
+        // unless the group emptied meanwhile.
+        Sent::NotOurs => {
+            return Ok(if look(leader, reaping)? {
+                GroupEnd::Terminated
+            } else {
+                GroupEnd::Survived
+            });
+        }
     }
     if wait_empty(leader, KILL_VERIFY_TIMEOUT, reaping)? {
         Ok(GroupEnd::Killed)
@@ -144,9 +260,20 @@ pub fn end(leader: &ProcessIdentity, grace: Duration, reaping: Reaping) -> io::R
     }
 }
 
-fn send(leader: &ProcessIdentity, signal: Signal) -> io::Result<Sent> {
+/// Whether `leader` was recorded in this boot and PID namespace: elsewhere its pid, and its
+/// group's id, name other processes here, which are not even looked at.
+fn is_same_place(leader: &ProcessIdentity) -> io::Result<bool> {
+    Ok(platform::boot_id()? == leader.boot_id
+        && liveness::is_same_namespace(leader.pid_namespace, platform::pid_namespace()?))
+}
+
+fn send(
+    leader: &ProcessIdentity,
+    owner: Option<&ProcessIdentity>,
+    signal: Signal,
+) -> io::Result<Sent> {
     let group = group_id(leader)?;
-    if !is_ours(leader)? {
+    if !is_ours(leader, owner)? {
         return Ok(Sent::NotOurs);
     }
     match killpg(group, signal) {
@@ -204,6 +331,10 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::process::{Child, Command};
+
+    fn me() -> ProcessIdentity {
+        platform::current_identity().expect("identity of this process")
+    }
 
     fn spawn_group(script: &str) -> (Child, ProcessIdentity) {
         let child = Command::new("sh")
@@ -280,7 +411,13 @@ mod tests {
         let (mut child, identity) = spawn_group("sleep 60 & sleep 60 & wait");
         wait_for_members(&identity, 3);
         // A long grace costs nothing when the group leaves at once.
-        let end = end(&identity, Duration::from_secs(60), Reaping::Nothing).expect("end");
+        let end = end(
+            &identity,
+            Some(&me()),
+            Duration::from_secs(60),
+            Reaping::Nothing,
+        )
+        .expect("end");
         assert_eq!(end, GroupEnd::Terminated);
         assert!(is_empty(&identity).expect("probe"));
         let status = child.wait().expect("reap the leader");
@@ -320,7 +457,13 @@ mod tests {
         let (mut child, identity) =
             spawn_group("sh -c 'sleep 60 & sleep 60 & wait' & sleep 60 & wait");
         let members = wait_for_members(&identity, 5);
-        let end = end(&identity, Duration::from_secs(60), Reaping::Nothing).expect("end");
+        let end = end(
+            &identity,
+            Some(&me()),
+            Duration::from_secs(60),
+            Reaping::Nothing,
+        )
+        .expect("end");
         assert!(
             matches!(end, GroupEnd::Terminated | GroupEnd::Killed),
             "{end:?}"
@@ -352,7 +495,13 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(ready.exists(), "the group set its trap within 5 s");
-        let end = end(&identity, Duration::from_millis(300), Reaping::Nothing).expect("end");
+        let end = end(
+            &identity,
+            Some(&me()),
+            Duration::from_millis(300),
+            Reaping::Nothing,
+        )
+        .expect("end");
         assert_eq!(end, GroupEnd::Killed);
         child.wait().expect("reap");
         assert!(is_empty(&identity).expect("probe"));
@@ -369,15 +518,26 @@ mod tests {
             start_time: identity.start_time + 1,
             ..identity.clone()
         };
-        for stranger in [other_boot, reused] {
-            assert!(!is_ours(&stranger).expect("probe"));
-            assert!(!signal(&stranger, Signal::SIGKILL).expect("signal"));
+        let other_namespace = ProcessIdentity {
+            pid_namespace: Some(identity.pid_namespace.unwrap_or(0).wrapping_add(1)),
+            ..identity.clone()
+        };
+        for stranger in [other_boot, reused, other_namespace] {
+            assert!(!is_ours(&stranger, Some(&me())).expect("probe"));
+            assert!(!signal(&stranger, Some(&me()), Signal::SIGKILL).expect("signal"));
             assert_eq!(
-                end(&stranger, Duration::from_millis(100), Reaping::Nothing).expect("end"),
+                end(
+                    &stranger,
+                    Some(&me()),
+                    Duration::from_millis(100),
+                    Reaping::Nothing
+                )
+                .expect("end"),
                 GroupEnd::NotOurs
             );
+            assert!(!signal_process(&stranger, Signal::SIGKILL).expect("signal"));
         }
-        assert!(is_ours(&identity).expect("probe"));
+        assert!(is_ours(&identity, None).expect("probe"));
         assert_eq!(
             live_members(&identity),
             vec![identity.pid],
@@ -388,13 +548,92 @@ mod tests {
     }
 
     #[test]
-    fn a_pid_held_by_nobody_is_ours_and_its_empty_group_is_left_alone() {
+    fn a_pid_held_by_nobody_is_not_ours_and_its_empty_group_is_left_alone() {
         let (mut child, identity) = spawn_group("exit 0");
         child.wait().expect("reap");
-        assert!(is_ours(&identity).expect("probe"), "no one else holds it");
+        assert!(
+            !is_ours(&identity, Some(&me())).expect("probe"),
+            "no member is left to verify"
+        );
         assert_eq!(
-            end(&identity, Duration::from_millis(100), Reaping::Nothing).expect("end"),
+            end(
+                &identity,
+                Some(&me()),
+                Duration::from_millis(100),
+                Reaping::Nothing
+            )
+            .expect("end"),
             GroupEnd::AlreadyEmpty
+        );
+    }
+
+    /// Once the leader is gone, a group is ours through a member whose ancestry leads to the
+    /// owner, and only then: the same group is not verified for an owner that is not its
+    /// members' ancestor, nor without an owner.
+    #[test]
+    fn a_leaderless_group_is_ours_only_through_a_member_descending_from_the_owner() {
+        let (mut leader, identity) = spawn_group("exec sleep 60");
+        // A child of this process joins the leader's group, so its ancestry leads here.
+        let mut member = Command::new("sleep")
+            .arg("60")
+            .process_group(i32::try_from(identity.pid).expect("pid fits"))
+            .spawn()
+            .expect("spawn a member");
+        let (mut unrelated, unrelated_identity) = spawn_group("exec sleep 60");
+        leader.kill().expect("kill the leader");
+        leader.wait().expect("reap the leader");
+        assert_eq!(platform::process(identity.pid).expect("read"), None);
+        assert_eq!(live_members(&identity), vec![member.id()]);
+        assert!(!is_ours(&identity, None).expect("probe"), "no owner");
+        assert!(
+            !is_ours(&identity, Some(&unrelated_identity)).expect("probe"),
+            "an owner that is not the member's ancestor"
+        );
+        assert!(is_ours(&identity, Some(&me())).expect("probe"));
+        assert_eq!(
+            end(
+                &identity,
+                Some(&unrelated_identity),
+                Duration::from_millis(100),
+                Reaping::Nothing
+            )
+            .expect("end"),
+            GroupEnd::NotOurs
+        );
+        assert_eq!(member.try_wait().expect("try_wait"), None, "untouched");
+        assert_eq!(
+            end(
+                &identity,
+                Some(&me()),
+                Duration::from_secs(60),
+                Reaping::Nothing
+            )
+            .expect("end"),
+            GroupEnd::Terminated
+        );
+        member.wait().expect("reap the member");
+        unrelated.kill().expect("kill");
+        unrelated.wait().expect("reap");
+    }
+
+    #[test]
+    fn a_live_process_is_signalled_by_its_identity_and_a_reused_pid_is_not() {
+        let (mut child, identity) = spawn_group("exec sleep 60");
+        let reused = ProcessIdentity {
+            start_time: identity.start_time + 1,
+            ..identity.clone()
+        };
+        assert!(!signal_process(&reused, Signal::SIGKILL).expect("signal"));
+        assert_eq!(child.try_wait().expect("try_wait"), None, "still running");
+        assert!(signal_process(&identity, Signal::SIGKILL).expect("signal"));
+        let status = child.wait().expect("reap");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+        assert!(
+            !signal_process(&identity, Signal::SIGKILL).expect("signal"),
+            "gone: not signalled"
         );
     }
 
@@ -444,6 +683,7 @@ mod tests {
         assert_eq!(
             end(
                 &identity,
+                Some(&me()),
                 Duration::from_millis(100),
                 Reaping::ZombieMembers
             )

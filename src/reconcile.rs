@@ -13,8 +13,10 @@
 //! * the reconciler never records anything for a run whose runner is alive, unless someone
 //!   recorded that runner's process gone (a stale run, DESIGN.md section 3: the recorded
 //!   observation outweighs a liveness look, which may have failed);
-//! * it signals step processes only of a runner it knows dead in this boot, and only groups
-//!   that are provably ours ([`process_group::is_ours`]).
+//! * it signals step processes only of a runner it knows dead in this boot and this PID
+//!   namespace, and only groups that are provably ours ([`process_group::is_ours`]);
+//! * a runner recorded in another PID namespace is unknown to it: it neither repairs its run
+//!   nor signals anything of it, and says why (`Outcome::note`).
 
 use std::time::Duration;
 
@@ -48,6 +50,8 @@ pub enum RunnerLiveness {
     Dead,
     /// Recorded in another boot: the host restarted since.
     OtherBoot,
+    /// Recorded in another PID namespace than this process's: unknown from here.
+    OtherNamespace,
 }
 
 /// The facts one row of the table is chosen by.
@@ -105,6 +109,14 @@ pub const TABLE: &[Row] = &[
         action: Action::Nothing,
     },
     Row {
+        name: "finishing-elsewhere",
+        why: "terminal, and the runner was recorded in another PID namespace: from here it is neither seen alive nor gone, so its end is left to a reconciler in its namespace",
+        matches: |i| {
+            i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::OtherNamespace
+        },
+        action: Action::Nothing,
+    },
+    Row {
         name: "gone-after-terminal",
         why: "terminal, runner gone, and nobody recorded seeing it go: record that it is gone, how unknown",
         matches: |i| {
@@ -124,6 +136,14 @@ pub const TABLE: &[Row] = &[
         name: "running",
         why: "the runner is alive and owns the run",
         matches: |i| !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::Alive,
+        action: Action::Nothing,
+    },
+    Row {
+        name: "runner-elsewhere",
+        why: "the runner was recorded in another PID namespace: from here it is unknown, neither alive nor dead, so the run is neither repaired nor signalled; a reconciler in its namespace can tell",
+        matches: |i| {
+            !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::OtherNamespace
+        },
         action: Action::Nothing,
     },
     Row {
@@ -216,6 +236,9 @@ pub struct Outcome {
     pub appended: Vec<&'static str>,
     /// The reason recorded in a repaired `Terminal`.
     pub reason: Option<String>,
+    /// Why nothing was done where a person might expect something (a runner of another PID
+    /// namespace, unknown from here).
+    pub note: Option<String>,
     /// Whether the run's projection was rewritten.
     pub reprojected: bool,
     /// What went wrong, if anything; the run is left for the next pass.
@@ -255,6 +278,7 @@ fn runner_liveness(state: &RunState) -> RunnerLiveness {
             Ok(Liveness::Alive) => RunnerLiveness::Alive,
             Ok(Liveness::Dead) => RunnerLiveness::Dead,
             Ok(Liveness::OtherBoot) => RunnerLiveness::OtherBoot,
+            Ok(Liveness::OtherNamespace) => RunnerLiveness::OtherNamespace,
             // Cannot look: never declare it dead on a failed look.
             Err(_) => RunnerLiveness::Alive,
         },
@@ -376,9 +400,13 @@ fn events_for(store: &Store, state: &RunState, action: Action) -> (Vec<Event>, O
     }
 }
 
-/// Ends the process groups of a dead runner's running steps, in this boot only. The reconciler
-/// is not their parent: it reaps nothing ([`Reaping::Nothing`]).
+/// Ends the process groups of a dead runner's running steps, in this boot only, and only those
+/// whose leader is still there by its recorded identity: the owner passed to
+/// [`process_group::end`] is the dead runner, so a group whose leader is gone is never
+/// verified ours (its id may lead a stranger's group now). The reconciler is not their
+/// parent: it reaps nothing ([`Reaping::Nothing`]).
 fn end_orphaned_steps(state: &RunState, grace: Duration) -> Vec<String> {
+    let owner = state.runner.as_ref().map(|runner| &runner.identity);
     let mut errors = Vec::new();
     for (index, step) in state.steps.iter().enumerate() {
         if step.status != StepStatus::Running {
@@ -387,7 +415,7 @@ fn end_orphaned_steps(state: &RunState, grace: Duration) -> Vec<String> {
         let Some(process) = step.process.as_ref() else {
             continue;
         };
-        match process_group::end(process, grace, Reaping::Nothing) {
+        match process_group::end(process, owner, grace, Reaping::Nothing) {
             Ok(GroupEnd::Survived) => errors.push(format!(
                 "step {index}: process group {} still has members after SIGKILL",
                 process.pid
@@ -409,9 +437,27 @@ fn new_outcome(run: RunId) -> Outcome {
         action: Action::Nothing,
         appended: vec![],
         reason: None,
+        note: None,
         reprojected: false,
         error: None,
     }
+}
+
+/// What a person is told about a runner of another PID namespace.
+fn other_namespace_note(state: &RunState) -> Option<String> {
+    let runner = state.runner.as_ref()?;
+    let here = match liveness::pid_namespace() {
+        Ok(Some(namespace)) => format!("PID namespace {namespace}"),
+        Ok(None) | Err(_) => "a PID namespace that cannot be read".to_string(),
+    };
+    Some(format!(
+        "runner {} was recorded in PID namespace {}, and this process is in {here}: it is unknown from here, so the run is neither repaired nor signalled; run `runjournal reconcile` in the runner's namespace",
+        runner.identity.pid,
+        runner
+            .identity
+            .pid_namespace
+            .map_or_else(|| "?".to_string(), |namespace| namespace.to_string()),
+    ))
 }
 
 /// What a run needs, decided from its state now.
@@ -445,6 +491,9 @@ fn decide_run(
     let row = decide(&inputs);
     outcome.row = row.name;
     outcome.action = row.action;
+    if inputs.runner == RunnerLiveness::OtherNamespace {
+        outcome.note = other_namespace_note(&state);
+    }
     let (events, reason) = events_for(store, &state, row.action);
     if events.is_empty() {
         outcome.reprojected = repair_projection(store, run, &mut outcome.error);
@@ -647,6 +696,7 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
                 action: Action::Nothing,
                 appended: vec![],
                 reason: None,
+                note: None,
                 reprojected,
                 error,
             });

@@ -6,13 +6,23 @@
 //! printed: the binaries write it (and handle a closed pipe), and decide whether a [`Tone`]
 //! becomes a colour.
 //!
+//! Text that came from a run, a provider or a file (a run's name, a step's command, a
+//! provider's message, an error, a log's tail) reaches a terminal only through
+//! [`escape_control`]: the table printer escapes every cell, and the lines made here are escaped
+//! before they are returned. JSON is left to serde, which escapes control characters its own
+//! way.
+//!
 //! Invariant: pure, apart from [`look_at_runner`], [`capacity_notice`] and
 //! [`shipping_lag`], which say so; the same state renders the same lines.
+//! Invariant: no line returned here holds a control character of the run's, a provider's or a
+//! file's text (a colour a binary paints around a span is its own).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use crate::capacity::{BlockCause, CapacityStatus};
 use crate::duration::{format_duration_ms, format_time_ms, format_time_s};
 use crate::event::RunId;
 use crate::event::{Event, Mode, Record, RunSpec, StepEnd, UnixMs};
@@ -24,6 +34,44 @@ use crate::ship::fleet::FleetRun;
 use crate::ship::state::{Lag, ShipState};
 use crate::state::{RunState, RunStatus};
 use crate::verify::Severity;
+
+/// `text` with every control character shown visibly, so that text from a run, a provider or a
+/// file cannot drive the terminal it is shown on (retitle it, clear it, move the cursor, hide
+/// what follows): tab, newline and carriage return as `\t`, `\n`, `\r`; other C0 controls
+/// and DEL as `\xNN` (ESC is `\x1b`); C1 controls and the bidirectional formatting
+/// characters (which reorder what a reader sees) as `\u{NNNN}`. Everything else is left as
+/// it is. Escaping twice changes nothing more: the result holds no control character.
+pub fn escape_control(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\t' => escaped.push_str("\\t"),
+            '\n' => escaped.push_str("\\n"),
+            '\r' => escaped.push_str("\\r"),
+            c if needs_escape(c) && (c as u32) < 0x80 => {
+                let _ = write!(escaped, "\\x{:02x}", c as u32);
+            }
+            c if needs_escape(c) => {
+                let _ = write!(escaped, "\\u{{{:x}}}", c as u32);
+            }
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// Whether `c` is shown escaped by [`escape_control`]: a control character (C0, DEL, C1) or a
+/// bidirectional formatting character.
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
 
 /// What a piece of text means, for a binary that colours it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,19 +153,24 @@ impl Cell {
         self.spans.iter().map(|span| span.text.as_str()).collect()
     }
 
+    /// The width of the cell as printed: of its text escaped.
     fn width(&self) -> usize {
         self.spans
             .iter()
-            .map(|span| span.text.chars().count())
+            .map(|span| escape_control(&span.text).chars().count())
             .sum()
     }
 
+    /// The cell as printed: each span's text escaped ([`escape_control`]), then painted.
     fn render(&self, paint: &impl Fn(&str, Tone) -> String) -> String {
         self.spans
             .iter()
-            .map(|span| match span.tone {
-                Some(tone) => paint(&span.text, tone),
-                None => span.text.clone(),
+            .map(|span| {
+                let text = escape_control(&span.text);
+                match span.tone {
+                    Some(tone) => paint(&text, tone),
+                    None => text.into_owned(),
+                }
             })
             .collect()
     }
@@ -141,8 +194,9 @@ pub fn header(labels: &[&str]) -> Vec<Cell> {
 }
 
 /// The one table printer: left-aligned columns, each padded to its widest cell plus two
-/// spaces (the last cell of a row is not padded), trailing spaces trimmed. Widths count the
-/// text, not what `paint` adds around a toned span (colour codes).
+/// spaces (the last cell of a row is not padded), trailing spaces trimmed. Every cell's text is
+/// escaped ([`escape_control`]) before `paint` colours it. Widths count the escaped text, not
+/// what `paint` adds around a toned span (colour codes).
 pub fn table_lines(rows: &[Vec<Cell>], paint: &impl Fn(&str, Tone) -> String) -> Vec<String> {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
@@ -231,6 +285,8 @@ pub enum RunnerSeen {
     Dead,
     /// Recorded in an earlier boot: gone.
     OtherBoot,
+    /// Recorded in another PID namespace: neither seen alive nor gone from here.
+    OtherNamespace,
     /// It could not be looked at.
     Unknown,
     /// A run of another host (read from the fleet): its pid means nothing here, so it is
@@ -249,6 +305,7 @@ impl RunnerSeen {
             RunnerSeen::Alive => "alive",
             RunnerSeen::Dead => "dead",
             RunnerSeen::OtherBoot => "dead (other boot)",
+            RunnerSeen::OtherNamespace => "unknown (other PID namespace)",
             RunnerSeen::Unknown => "unknown",
             RunnerSeen::OnItsHost => "on its host",
             RunnerSeen::HostSilent { .. } => "host silent",
@@ -274,6 +331,7 @@ pub fn look_at_runner(state: &RunState) -> Option<RunnerSeen> {
         Ok(Liveness::Alive) => RunnerSeen::Alive,
         Ok(Liveness::Dead) => RunnerSeen::Dead,
         Ok(Liveness::OtherBoot) => RunnerSeen::OtherBoot,
+        Ok(Liveness::OtherNamespace) => RunnerSeen::OtherNamespace,
         Err(_) => RunnerSeen::Unknown,
     })
 }
@@ -665,12 +723,13 @@ pub fn event_fields(event: &Event) -> serde_json::Map<String, Value> {
 
 /// `key=value ...` of an event's fields that are set.
 pub fn event_fields_text(event: &Event) -> String {
-    event_fields(event)
+    let text = event_fields(event)
         .iter()
         .filter(|(_, value)| !value.is_null())
         .map(|(key, value)| format!("{key}={value}"))
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    escape_control(&text).into_owned()
 }
 
 /// A run's records as a table: seq, time, writer, event and its fields.
@@ -739,7 +798,8 @@ impl<'a> LogEntry<'a> {
             self.event,
             self.fields
         );
-        line.trim_end().to_string()
+        // Fields, a host's name: text of a run or of another machine.
+        escape_control(line.trim_end()).into_owned()
     }
 }
 
@@ -830,7 +890,11 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         }
         Event::Dismissed { .. } => "dismissed".to_string(),
     };
-    format!("#{} {}", record.seq, detail.replace('\n', " "))
+    format!(
+        "#{} {}",
+        record.seq,
+        escape_control(&detail.replace('\n', " "))
+    )
 }
 
 /// The line `runjournal wait` prints when a run has ended.
@@ -844,7 +908,7 @@ pub fn end_line(state: &RunState) -> String {
             if let Some(error) = &terminal.error {
                 let _ = write!(text, ": {error}");
             }
-            text.replace('\n', " ")
+            escape_control(&text.replace('\n', " ")).into_owned()
         }
         None => format!("run {} {}", state.run_id, state.status),
     }
@@ -866,17 +930,56 @@ pub fn time_or_dash(ms: Option<UnixMs>) -> String {
     ms.map_or_else(|| "-".to_string(), format_time_s)
 }
 
-/// What to say about a full disk, from the home's capacity state (read from disk): a line
-/// when a journal writer is blocked waiting for space, or when the space reserve has been
-/// released. `None` when all is well or nothing can be read.
+/// The blocked writers as JSON (`status --json`, `journal-tools inspect stats --json`):
+/// `[{"pid", "sinceMs", "cause": "capacity" | "io", "errno"}]`, `errno` only for `io`.
+pub fn blocked_writers_json(status: &CapacityStatus) -> Value {
+    Value::Array(
+        status
+            .blocked
+            .iter()
+            .map(|blocked| {
+                let mut object = serde_json::json!({
+                    "pid": blocked.writer.pid,
+                    "sinceMs": blocked.since_ms,
+                    "cause": blocked.cause.as_str(),
+                });
+                if let (BlockCause::Io { errno }, Some(object)) =
+                    (blocked.cause, object.as_object_mut())
+                {
+                    object.insert("errno".to_string(), errno.into());
+                }
+                object
+            })
+            .collect(),
+    )
+}
+
+/// What to say about a blocked journal, from the home's capacity state (read from disk): a
+/// line when journal writers are blocked waiting for space, one when they are retrying
+/// through storage errors, or one when the space reserve has been released. `None` when all
+/// is well or nothing can be read.
 pub fn capacity_notice(home: &Home, now_ms: UnixMs) -> Option<String> {
     let status = crate::capacity::read_status(home).ok()?;
-    if let Some(since_ms) = status.blocked_since_ms() {
-        return Some(format!(
+    let mut lines = Vec::new();
+    let full = status.blocked_by(BlockCause::Capacity);
+    if let Some(since_ms) = full.iter().map(|blocked| blocked.since_ms).min() {
+        lines.push(format!(
             "journal: blocked on a full disk for {} ({} writer(s) waiting; transitions land once space returns)",
             age(now_ms, since_ms),
-            status.blocked.len()
+            full.len()
         ));
+    }
+    let flaky = status.blocked_by(BlockCause::Io { errno: 0 });
+    if let Some(first) = flaky.iter().min_by_key(|blocked| blocked.since_ms) {
+        lines.push(format!(
+            "journal: blocked on {} for {} ({} writer(s) retrying until their retry window ends; steps keep running, transitions land once the storage works)",
+            first.cause.describe(),
+            age(now_ms, first.since_ms),
+            flaky.len()
+        ));
+    }
+    if !lines.is_empty() {
+        return Some(lines.join("\n"));
     }
     let is_reserve_expected =
         crate::capacity::reserve_bytes_from_env().is_ok_and(|bytes| bytes > 0);
@@ -901,10 +1004,12 @@ pub fn shipping_text(state: Option<&ShipState>, lag: Option<&Lag>, global_head: 
     match (state, lag) {
         (None, _) => "not shipped (no runjournal ship from this home)".to_string(),
         (Some(_), Some(lag)) => lag.summary(),
-        (Some(state), None) => format!(
+        // The target is read from a file of the home.
+        (Some(state), None) => escape_control(&format!(
             "to {}, shipped through global seq {} of {global_head}",
             state.target, state.shipped_through
-        ),
+        ))
+        .into_owned(),
     }
 }
 
@@ -914,6 +1019,40 @@ mod tests {
 
     fn paint_brackets(text: &str, _tone: Tone) -> String {
         format!("[{text}]")
+    }
+
+    #[test]
+    fn control_characters_are_shown_visibly_and_nothing_else_changes() {
+        for (text, shown) in [
+            ("plain text, é✓ and \\ stay", "plain text, é✓ and \\ stay"),
+            ("\u{1b}]2;pwned\u{7}", "\\x1b]2;pwned\\x07"),
+            ("\u{1b}[2J", "\\x1b[2J"),
+            ("a\tb\nc\rd", "a\\tb\\nc\\rd"),
+            ("\u{0}\u{7f}", "\\x00\\x7f"),
+            ("\u{9b}31m", "\\u{9b}31m"),
+            ("abc\u{202e}fed", "abc\\u{202e}fed"),
+            ("\u{2066}x\u{2069}", "\\u{2066}x\\u{2069}"),
+        ] {
+            assert_eq!(escape_control(text), shown, "{text:?}");
+            assert_eq!(
+                escape_control(shown),
+                shown,
+                "escaping twice changes nothing"
+            );
+        }
+        assert!(matches!(escape_control("plain"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_table_escapes_its_cells_and_pads_by_what_is_printed() {
+        let rows = vec![
+            vec![Cell::plain("\u{1b}[2J"), Cell::plain("x")],
+            vec![Cell::toned("a\nb", Some(Tone::Bad)), Cell::plain("y")],
+        ];
+        assert_eq!(
+            table_lines(&rows, &paint_brackets),
+            vec!["\\x1b[2J  x", "[a\\nb]     y"]
+        );
     }
 
     #[test]

@@ -87,7 +87,8 @@ impl JournalSource {
     /// Opens `journal_file`, else the home's journal, read-only. The home, laid out as
     /// `layout`, is `home`, else (without `journal_file`) `$RUNJOURNAL_HOME` and the defaults
     /// of that layout ([`Home::resolve`]); a journal file named alone has no home (a copy has
-    /// no projections of its own). A home whose journal is of the other layout is refused. A
+    /// no projections of its own). A home whose journal is of the other layout is refused, and
+    /// so is a home another user owns or may write ([`crate::store::check_home`]). A
     /// journal that needs recovery is read through a recovered private copy
     /// ([`JournalSource::was_recovered`]).
     pub fn open(
@@ -96,13 +97,20 @@ impl JournalSource {
         layout: Layout,
     ) -> Result<JournalSource, SourceError> {
         let (journal_path, home) = match journal_file {
-            Some(file) => (
-                file.to_path_buf(),
-                home.map(|root| Home::in_layout(root, layout)),
-            ),
+            Some(file) => {
+                let home = home
+                    .map(|root| Home::resolve(Some(root), layout))
+                    .transpose()?;
+                if let Some(home) = &home {
+                    crate::store::check_home(home)?;
+                }
+                (file.to_path_buf(), home)
+            }
             None => {
                 let home = Home::resolve(home, layout)?;
                 home.check_layout()?;
+                crate::store::check_home(&home)?;
+                journal::check_home_journal(&home)?;
                 (home.journal_path(), Some(home))
             }
         };

@@ -1,9 +1,16 @@
 //! A home opened for work: its journal, and the projections that follow each commit.
 //!
+//! After each commit the run is projected in proportion to what changed
+//! ([`projection::incremental`]): events.jsonl appended, status.json of samples coalesced per
+//! run. A background thread writes the status files put off when they are due, and retries
+//! failed projections.
+//!
 //! Invariants:
 //! * an append is acknowledged by the journal's commit alone; a projection that fails after
 //!   it never fails the append, and is retried in the background (the journal has what the
 //!   files lack);
+//! * a status.json write put off is written when due, by [`Store::flush_projections`], or when
+//!   the store is dropped: an orderly exit loses none;
 //! * a failed open leaves nothing behind that it made.
 
 use std::path::PathBuf;
@@ -16,26 +23,51 @@ use crate::durable_fs;
 use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
 use crate::journal::{
-    AppendError, Appended, CapacityListener, Condition, Journal, OpenError, Source, WriterOptions,
+    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, OpenError, Source,
+    WriterOptions,
 };
+use crate::projection::incremental::Projector;
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
 
 /// How a store is opened.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct StoreOptions {
     /// Size of the space reserve beside the journal; 0 disables it.
     pub reserve_bytes: u64,
-    /// Told when the journal writer is blocked on a full disk and when it recovers.
+    /// Told when the journal writer is blocked on a full disk or on storage errors, when it
+    /// recovers, and when it gives up.
     pub listener: Option<CapacityListener>,
+    /// How long storage errors other than a full disk are retried before an append fails
+    /// (see [`WriterOptions::io_retry_window`]).
+    pub io_retry_window: Duration,
+    /// Whether commits are shared with the other processes that have the home open (the
+    /// default), or made alone.
+    pub commit_sharing: CommitSharing,
+}
+
+impl Default for StoreOptions {
+    /// No reserve, no listener, the default retry window, commits shared.
+    fn default() -> StoreOptions {
+        StoreOptions {
+            reserve_bytes: 0,
+            listener: None,
+            io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
+            commit_sharing: CommitSharing::default(),
+        }
+    }
 }
 
 impl StoreOptions {
-    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES` if set.
+    /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES`, the retry window
+    /// from `RUNJOURNAL_IO_RETRY_WINDOW` and commit sharing from `RUNJOURNAL_COMMIT_SHARING`
+    /// (`on`, `lead` or `off`) if set.
     pub fn from_env() -> Result<StoreOptions, String> {
         Ok(StoreOptions {
             reserve_bytes: capacity::reserve_bytes_from_env()?,
             listener: None,
+            io_retry_window: capacity::io_retry_window_from_env()?,
+            commit_sharing: CommitSharing::from_env()?,
         })
     }
 }
@@ -46,8 +78,10 @@ const PROJECTION_RETRY_DELAYS_MS: [u64; 6] = [50, 100, 250, 500, 1000, 2000];
 struct Inner {
     home: Home,
     journal: Journal,
+    projector: Projector,
     pending: PendingProjections,
-    /// Wakes the retry thread: set when something failed, or to stop it.
+    /// Wakes the background thread: set when something failed, when a status write was put
+    /// off, or to stop it.
     wake: Mutex<RetryControl>,
     woken: Condvar,
 }
@@ -55,6 +89,8 @@ struct Inner {
 #[derive(Default)]
 struct RetryControl {
     has_work: bool,
+    /// A status write was put off since the thread last looked at when the next is due.
+    has_deferred: bool,
     should_stop: bool,
 }
 
@@ -72,6 +108,25 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Refuses a home that is not private to this user, as OpenSSH's StrictModes refuses a
+/// `~/.ssh` others can write: each of its [`Home::private_dirs`] that exists must be a
+/// directory of the effective user that neither group nor others may write (a link to one,
+/// of this user or root, will do), and its journal, if it exists, a regular file of the
+/// effective user that neither group nor others may write, and no link
+/// ([`durable_fs::judge_private`]). What is missing passes: it is made private when it is made.
+/// Anyone who could write there could plant links that runjournal would write through, forge
+/// records it would act on, or read its runs' argv and environment.
+pub fn check_home(home: &Home) -> Result<(), OpenError> {
+    for dir in home.private_dirs() {
+        durable_fs::check_private(&dir, durable_fs::Expect::Directory)
+            .map_err(|source| OpenError::from_io(&dir, source))?;
+    }
+    let journal = home.journal_path();
+    durable_fs::check_private(&journal, durable_fs::Expect::File)
+        .map_err(|source| OpenError::from_io(&journal, source))?;
+    Ok(())
+}
+
 impl Store {
     /// Opens the home with options from the environment (see [`StoreOptions::from_env`]).
     pub fn open(home: Home) -> Result<Store, OpenError> {
@@ -83,7 +138,9 @@ impl Store {
     }
 
     /// Opens the home, creating its directories (0700) and journal as needed. If that fails
-    /// (a full disk, say), what this call created is removed again.
+    /// (a full disk, say), what this call created is removed again. A home that holds runs
+    /// or results but whose journal file is missing, empty, zeroed, cut short or not a
+    /// database is refused ([`OpenError::Lost`]) before anything is made.
     pub fn open_with(home: Home, options: StoreOptions) -> Result<Store, OpenError> {
         let mut created: Vec<PathBuf> = Vec::new();
         let outcome = Store::open_inner(home, options, &mut created);
@@ -111,6 +168,10 @@ impl Store {
             path: home.journal_path(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, mismatch),
         })?;
+        // Before anything is made either: a home someone else owns or may write is refused.
+        check_home(&home)?;
+        // Nor is a journal that was lost beside runs made anew: that would wipe the history.
+        crate::journal::check_home_journal(&home)?;
         // `blocked/` is made now, while there is room: on a full ext4 a new directory needs a
         // block, but an empty marker file in an existing one does not.
         let dirs = [
@@ -122,10 +183,8 @@ impl Store {
         ];
         for dir in dirs {
             let existed = dir.exists();
-            durable_fs::ensure_private_dir(&dir).map_err(|source| OpenError::Io {
-                path: dir.clone(),
-                source,
-            })?;
+            durable_fs::ensure_private_dir(&dir)
+                .map_err(|source| OpenError::from_io(&dir, source))?;
             if !existed {
                 created.push(dir);
             }
@@ -139,12 +198,15 @@ impl Store {
                 .then(|| Reserve::new(home.reserve_path(), options.reserve_bytes)),
             blocked_markers: Some(home.clone()),
             listener: options.listener,
+            commit_sharing: options.commit_sharing,
+            io_retry_window: options.io_retry_window,
             ..WriterOptions::default()
         };
         let journal = Journal::open_with(Source::Path(journal_path), writer)?;
         let inner = Arc::new(Inner {
             home,
             journal,
+            projector: Projector::new(),
             pending: PendingProjections::new(),
             wake: Mutex::new(RetryControl::default()),
             woken: Condvar::new(),
@@ -195,6 +257,37 @@ impl Store {
         Ok(appended)
     }
 
+    /// [`Store::create_run`], calling `on_durable` once the run is durable and before it is
+    /// projected: for what should not wait for the files (a launch starting its runner).
+    pub fn create_run_then<T>(
+        &self,
+        spec: RunSpec,
+        hosts: HostIds,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.create_run(spec, hosts)?;
+        let value = on_durable(&appended);
+        self.inner
+            .project_after_commit(appended.run, appended.last_seq);
+        Ok((appended, value))
+    }
+
+    /// [`Store::append`], calling `on_durable` once the batch is durable and before it is
+    /// projected: for what should not wait for the files (a runner telling its launcher that
+    /// it took the run).
+    pub fn append_then<T>(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.append(run, events, condition)?;
+        let value = on_durable(&appended);
+        self.inner.project_after_commit(run, appended.last_seq);
+        Ok((appended, value))
+    }
+
     /// Appends several batches (see [`Journal::append_all`]: queued together, committed in as
     /// few transactions as the writer's bounds allow, each answered on its own), then projects
     /// each run that an acknowledged batch changed. Results are in the order given.
@@ -220,10 +313,13 @@ impl Store {
         self.inner.pending.count()
     }
 
-    /// Retries the waiting projections until none is left or `within` has passed; returns how
-    /// many are still waiting. A projection lost here is rebuilt by the reconciler later.
+    /// Writes every status.json put off, then retries the waiting projections until none is
+    /// left or `within` has passed; returns how many are still waiting. A projection lost here
+    /// is rebuilt by the reconciler later.
     pub fn flush_projections(&self, within: Duration) -> usize {
         let deadline = Instant::now() + within;
+        self.inner
+            .write_deferred(self.inner.projector.deferred_runs());
         let mut attempt = 0;
         loop {
             self.inner.retry_pending();
@@ -246,18 +342,46 @@ impl Inner {
     }
 
     fn project_after_commit(&self, run: RunId, head_seq: u64) {
-        match self.project(run) {
-            Ok(projected_seq) => self.pending.succeeded(run, projected_seq),
+        self.project_incrementally(run, head_seq, true);
+    }
+
+    /// Projects `run` in proportion to what changed; a failure waits for a retry.
+    fn project_incrementally(&self, run: RunId, head_seq: u64, may_defer_status: bool) {
+        let projected = self.projector.project(
+            &self.home,
+            &self.journal,
+            run,
+            Instant::now(),
+            may_defer_status,
+        );
+        match projected {
+            Ok(projected) => {
+                self.pending.succeeded(run, projected.head_seq);
+                if projected.status_due.is_some() {
+                    self.wake_with(|control| control.has_deferred = true);
+                }
+            }
             Err(_) => {
                 self.pending.failed(run, head_seq);
-                let mut control = self
-                    .wake
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                control.has_work = true;
-                drop(control);
-                self.woken.notify_one();
+                self.wake_with(|control| control.has_work = true);
             }
+        }
+    }
+
+    fn wake_with(&self, change: impl FnOnce(&mut RetryControl)) {
+        let mut control = self
+            .wake
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        change(&mut control);
+        drop(control);
+        self.woken.notify_one();
+    }
+
+    /// Writes the status files put off of these runs now (with the runs' latest state).
+    fn write_deferred(&self, runs: Vec<RunId>) {
+        for run in runs {
+            self.project_incrementally(run, 0, false);
         }
     }
 
@@ -272,49 +396,73 @@ impl Inner {
     }
 }
 
-/// The background retry of failed projections: sleeps until something fails, then retries
-/// with growing delays until nothing waits. It never blocks an append.
+/// The background thread: writes the status files put off when they are due, and retries
+/// failed projections with growing delays until nothing waits. It sleeps while there is
+/// nothing to do, and never blocks an append.
 fn retry_loop(inner: &Inner) {
+    let mut retry_at: Option<Instant> = None;
     loop {
         let mut control = inner
             .wake
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        while !control.has_work && !control.should_stop {
-            control = inner
-                .woken
-                .wait(control)
+        loop {
+            if control.should_stop {
+                return;
+            }
+            if control.has_work && retry_at.is_none() {
+                let attempts = inner.pending.max_attempts() as usize;
+                let delay = Duration::from_millis(
+                    PROJECTION_RETRY_DELAYS_MS[attempts
+                        .min(PROJECTION_RETRY_DELAYS_MS.len())
+                        .saturating_sub(1)],
+                );
+                retry_at = Some(Instant::now() + delay);
+            }
+            control.has_deferred = false;
+            let next = [retry_at, inner.projector.next_due()]
+                .into_iter()
+                .flatten()
+                .min();
+            let now = Instant::now();
+            match next {
+                Some(next) if next <= now => break,
+                Some(next) => {
+                    control = inner
+                        .woken
+                        .wait_timeout(control, next - now)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0;
+                }
+                None => {
+                    control = inner
+                        .woken
+                        .wait(control)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            }
+        }
+        drop(control);
+        let now = Instant::now();
+        inner.write_deferred(inner.projector.due_runs(now));
+        if retry_at.is_some_and(|at| at <= now) {
+            retry_at = None;
+            inner.retry_pending();
+            let mut control = inner
+                .wake
+                .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            control.has_work = inner.pending.count() > 0;
         }
-        if control.should_stop {
-            return;
-        }
-        let attempts = inner.pending.max_attempts() as usize;
-        let delay = Duration::from_millis(
-            PROJECTION_RETRY_DELAYS_MS[attempts
-                .min(PROJECTION_RETRY_DELAYS_MS.len())
-                .saturating_sub(1)],
-        );
-        // Sleep the delay, but wake at once to stop.
-        let (control_after, _) = inner
-            .woken
-            .wait_timeout_while(control, delay, |control| !control.should_stop)
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if control_after.should_stop {
-            return;
-        }
-        drop(control_after);
-        inner.retry_pending();
-        let mut control = inner
-            .wake
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        control.has_work = inner.pending.count() > 0;
     }
 }
 
 impl Drop for Store {
     fn drop(&mut self) {
+        // The status files put off are written before the store goes: a caller that appended
+        // and dropped its store leaves them current.
+        self.inner
+            .write_deferred(self.inner.projector.deferred_runs());
         let mut control = self
             .inner
             .wake

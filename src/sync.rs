@@ -1,11 +1,11 @@
 //! The synchronization primitives of the crate's shared cores, swapped for loom's under
-//! `--cfg loom` so the loom tests explore every interleaving of the same code (tokio's
+//! `--cfg runjournal_loom` so the loom tests explore every interleaving of the same code (tokio's
 //! pattern).
 
-#[cfg(loom)]
+#[cfg(runjournal_loom)]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-#[cfg(not(loom))]
+#[cfg(not(runjournal_loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Locks, recovering the data of a mutex poisoned by a panic elsewhere: every structure

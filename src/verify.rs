@@ -24,6 +24,7 @@ use crate::journal::{
     CorruptError, Journal, ReadError, ReadJournal, SnapshotError, StorageFailure, View, name_alias,
     tool_call_alias,
 };
+use crate::projection::incremental::STATUS_COALESCE;
 use crate::projection::{self, Difference, FileKind};
 use crate::state::{self, RunState};
 
@@ -577,11 +578,22 @@ pub fn difference_problem(difference: &Difference) -> Problem {
 /// How many times [`recheck_projections`] looks again at a run whose head keeps moving.
 const RECHECK_ATTEMPTS: u32 = 5;
 
+/// The most looks at a run whose only problem is its status.json, which may trail its head
+/// while a writer coalesces samples: enough to wait out [`STATUS_TRAIL`].
+const STATUS_RECHECK_ATTEMPTS: u32 = 10;
+
+/// How long a status.json may trail its run's head on a live home: the coalescing window of
+/// samples, and as long again for its writer to get to it.
+const STATUS_TRAIL: std::time::Duration =
+    std::time::Duration::from_millis(2 * STATUS_COALESCE.as_millis() as u64);
+
 /// Checks the projection problems of `problems` again, run by run, each under its run's lock
 /// (where the lock file exists) and from a fresh view, and keeps only those that are still
 /// there. On a live home a projection trails its commit for a moment (the projector writes
-/// just after the commit, under the lock); a run whose head moved between two looks is looked
-/// at again, a few times, so such a moment is not reported as damage.
+/// just after the commit, under the lock), and a status.json whose run only moved by samples
+/// trails it up to the coalescing window: a run whose head moved between two looks is looked
+/// at again, a few times, and one whose only problem is its status.json until [`STATUS_TRAIL`]
+/// passed, so such a moment is not reported as damage.
 pub fn recheck_projections(
     home: &Home,
     journal: &impl ReadJournal,
@@ -597,11 +609,17 @@ pub fn recheck_projections(
         .filter(|problem| problem.kind != ProblemKind::Projection)
         .collect();
     for run in runs {
+        let started = std::time::Instant::now();
         let mut last_head = None;
-        for attempt in 1..=RECHECK_ATTEMPTS {
+        for attempt in 1..=STATUS_RECHECK_ATTEMPTS {
             let (head, found) = recheck_run(home, journal, run);
-            let is_settled = found.is_empty() || head == last_head || attempt == RECHECK_ATTEMPTS;
-            if is_settled {
+            let may_trail = !found.is_empty()
+                && found
+                    .iter()
+                    .all(|problem| matches!(problem.file, Some((FileKind::Status, _))))
+                && started.elapsed() < STATUS_TRAIL;
+            let has_settled = !may_trail && (head == last_head || attempt >= RECHECK_ATTEMPTS);
+            if found.is_empty() || has_settled || attempt == STATUS_RECHECK_ATTEMPTS {
                 out.extend(found);
                 break;
             }

@@ -6,11 +6,18 @@
 //! writes `target/bench-report.md`: every figure as a ratio against a baseline measured in the
 //! same run, so a machine busy with other work cannot fake or hide a change.
 //!
+//! `cargo bench --bench journal -- --report --smoke` runs each workload of the report once, at
+//! a tiny size (a 1,000-run journal built on the spot, a short chatty run), and writes
+//! `target/bench-report-smoke.md`: CI runs it so that the report cannot rot unnoticed; its
+//! figures mean nothing.
+//!
 //! Everything is written under `target/`: scratch homes in `target/tmp`, the 100,000-run
 //! journal cached in `target/bench-fixtures` (built once, in big group commits, then copied).
 
 mod baselines;
+mod felt;
 mod fixture;
+mod processes;
 mod report;
 
 use std::cell::{OnceCell, RefCell};
@@ -64,7 +71,28 @@ fn timed(iters: u64, mut once: impl FnMut()) -> Duration {
 }
 
 fn main() {
+    // An appender process of the `processes` group: this binary started again.
+    if processes::child_main_if_asked() {
+        return;
+    }
     let is_report = std::env::args().any(|arg| arg == "--report");
+    let is_smoke = is_report && std::env::args().any(|arg| arg == "--smoke");
+    // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
+    // issue 14 are the groups `chatty`, `launch` and `projected`.
+    let report_groups: Vec<String> = std::env::args()
+        .skip_while(|arg| arg != "--report")
+        .skip(1)
+        .take_while(|arg| !arg.starts_with("--"))
+        .collect();
+    let is_reported =
+        |group: &str| report_groups.is_empty() || report_groups.iter().any(|g| g == group);
+    let sizes = if is_smoke {
+        felt::Sizes::SMOKE
+    } else {
+        felt::Sizes::REPORT
+    };
+    // A smoke run builds its large home on the spot, small, and leaves the cache alone.
+    let large_closed = if is_smoke { 1_000 } else { LARGE_CLOSED };
     let target = target_dir();
     let scratch = tempfile::Builder::new()
         .prefix("bench-")
@@ -72,6 +100,7 @@ fn main() {
         .expect("a scratch directory under target/tmp");
     let cache = target.join("bench-fixtures");
     let mut facts = report::Facts::observe(scratch.path());
+    facts.projected_appenders = sizes.projected_appenders;
 
     let sample = fixture::closed_records(1);
     let update_record = Record {
@@ -85,8 +114,8 @@ fn main() {
     let build_large = || {
         BenchHome::build(
             &scratch.path().join("large"),
-            Some(&cache),
-            LARGE_CLOSED,
+            (!is_smoke).then_some(cache.as_path()),
+            large_closed,
             ACTIVE,
         )
     };
@@ -111,6 +140,9 @@ fn main() {
             Throughput::Elements(1),
             || transition_ways(scratch.path(), &record, &status),
         );
+        bench_group(&mut criterion, "processes", Throughput::Elements(1), || {
+            processes::ways(scratch.path()).0
+        });
         bench_group(
             &mut criterion,
             "replay",
@@ -130,38 +162,64 @@ fn main() {
     // The report: the same workloads, in rounds. Each round runs every workload of a group
     // for about `budget`, one after the other, so a baseline and what is compared with it see
     // the same moments of a shared machine; a figure is the median over the rounds.
-    let mut measured = report::Measured::default();
-    eprintln!("transitions...");
-    measured.run_rounds(
-        "transition",
-        transition_ways(scratch.path(), &record, &status),
-        Duration::from_millis(600),
-    );
-    eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
-    let large = build_large();
-    let small = build_small();
-    eprintln!("replay...");
-    measured.run_rounds("replay", replay_ways(&large), Duration::from_millis(400));
-    eprintln!("reconcile and list...");
-    measured.run_rounds(
-        "reconcile",
-        reconcile_ways(&small, &large),
-        Duration::from_millis(500),
-    );
-    measured.run_rounds(
-        "list",
-        list_ways(&small, &large),
-        Duration::from_millis(500),
-    );
-    eprintln!("latency percentiles and disk operations per commit...");
-    facts.latency = Some(latencies(scratch.path(), &record));
-    facts.disk = Some(disk_operations(scratch.path()));
+    let mut measured = report::Measured::new(is_smoke);
+    let budget = |ms: u64| Duration::from_millis(if is_smoke { 1 } else { ms });
+    if is_reported("transition") {
+        eprintln!("transitions...");
+        measured.run_rounds(
+            "transition",
+            transition_ways(scratch.path(), &record, &status),
+            budget(600),
+        );
+    }
+    if is_reported("processes") {
+        eprintln!(
+            "processes appending at once (starting {} processes)...",
+            processes::WAYS
+                .iter()
+                .map(|(_, count, _)| count)
+                .sum::<usize>()
+        );
+        let (ways, cpu) = processes::ways(scratch.path());
+        measured.run_rounds("processes", ways, budget(800));
+        // The first figure of each is the round that only sets the iteration count (a smoke
+        // run has none).
+        let calibrating = usize::from(!is_smoke);
+        facts.process_cpu = cpu
+            .into_iter()
+            .map(|(id, figures)| {
+                let figures = figures.borrow();
+                let kept = figures.get(calibrating..).unwrap_or_default().to_vec();
+                (id, report::median_of(kept))
+            })
+            .collect();
+    }
+    felt::measure(scratch.path(), sizes, &mut measured, budget, is_reported);
+    if is_reported("replay") || is_reported("reconcile") || is_reported("list") {
+        eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
+        let large = build_large();
+        let small = build_small();
+        eprintln!("replay...");
+        measured.run_rounds("replay", replay_ways(&large), budget(400));
+        eprintln!("reconcile and list...");
+        measured.run_rounds("reconcile", reconcile_ways(&small, &large), budget(500));
+        measured.run_rounds("list", list_ways(&small, &large), budget(500));
+    }
+    if is_reported("transition") {
+        eprintln!("latency percentiles and disk operations per commit...");
+        facts.latency = Some(latencies(scratch.path(), &record, is_smoke));
+        facts.disk = Some(disk_operations(scratch.path(), is_smoke));
+    }
     facts.observe_end();
     let text = report::render(&measured, &facts);
-    let path = target.join("bench-report.md");
-    std::fs::write(&path, &text).expect("the report is written");
+    let name = if is_smoke {
+        "bench-report-smoke.md"
+    } else {
+        "bench-report.md"
+    };
+    std::fs::write(target.join(name), &text).expect("the report is written");
     println!("{text}");
-    eprintln!("report written to target/bench-report.md");
+    eprintln!("report written to target/{name}");
 }
 
 /// Registers a criterion group whose workloads are made (once, lazily: a filtered-out group
@@ -176,6 +234,10 @@ fn bench_group<'a>(
         "transition" => TRANSITION_IDS.iter().map(|id| id.to_string()).collect(),
         "replay" => REPLAY_IDS.iter().map(|id| id.to_string()).collect(),
         "reconcile" => RECONCILE_IDS.iter().map(|id| id.to_string()).collect(),
+        "processes" => processes::WAYS
+            .iter()
+            .map(|(id, _, _)| id.to_string())
+            .collect(),
         _ => LIST_IDS.iter().map(|id| id.to_string()).collect(),
     };
     let ways: OnceCell<RefCell<Vec<Way<'a>>>> = OnceCell::new();
@@ -212,7 +274,7 @@ fn status_json(records: &[Record]) -> Vec<u8> {
 }
 
 /// `count` runs whose external-job step is running, ready for updates.
-fn running_runs(journal: &Journal, count: usize) -> Vec<RunId> {
+pub fn running_runs(journal: &Journal, count: usize) -> Vec<RunId> {
     let runs: Vec<RunId> = (0..count).map(|_| RunId::generate()).collect();
     let batches = runs.iter().map(|&run| {
         (
@@ -427,14 +489,23 @@ fn replay_ways(large: &BenchHome) -> Vec<Way<'_>> {
 
 /// One iteration = one reconcile pass over the home's active runs.
 fn reconcile_ways<'a>(small: &'a BenchHome, large: &'a BenchHome) -> Vec<Way<'a>> {
+    // The report holds one outcome per active run, then one per closed run whose projection
+    // the pass rebuilt (the runs the log shows changed since its last pass).
     let pass = |home: &BenchHome| {
         let report = reconcile::reconcile(&home.store, &reconcile::Options::default())
             .expect("a reconcile pass");
-        assert_eq!(report.outcomes.len(), home.active.len());
+        assert_eq!(report.active, home.active.len());
         report
     };
     for home in [small, large] {
-        // The fixture is as meant: every active run is running, nothing to repair.
+        // The first pass projects the closed runs of the fixture's last log records (a
+        // journal built without projections); after it, the fixture is as meant: every
+        // active run is running, nothing to repair.
+        let first = pass(home);
+        assert!(
+            first.outcomes.iter().all(|outcome| outcome.error.is_none()),
+            "{first:?}"
+        );
         let report = pass(home);
         assert!(
             report.changed().next().is_none()
@@ -515,9 +586,8 @@ fn list_through_binary(home: &Path) {
 /// Percentiles of single acknowledged transitions: the append + fdatasync baseline, one
 /// appender, and each of 256 concurrent appenders. Rounds alternate so that all three see the
 /// same moments of a busy machine.
-fn latencies(scratch: &Path, record: &[u8]) -> report::Latencies {
-    const ROUNDS: usize = 6;
-    const PER_ROUND: usize = 50;
+fn latencies(scratch: &Path, record: &[u8], is_smoke: bool) -> report::Latencies {
+    let (rounds, per_round, many_per_run) = if is_smoke { (1, 2, 1) } else { (6, 50, 4) };
     let dir = scratch.join("latency");
     std::fs::create_dir_all(&dir).expect("a latency directory");
     let mut baseline = baselines::AppendFile::new(&dir, record);
@@ -527,14 +597,14 @@ fn latencies(scratch: &Path, record: &[u8]) -> report::Latencies {
     let many_runs = running_runs(&many[0], 256);
     let (mut base, one_times, many_times) =
         (Vec::new(), Mutex::new(Vec::new()), Mutex::new(Vec::new()));
-    for _ in 0..ROUNDS {
-        for _ in 0..PER_ROUND {
+    for _ in 0..rounds {
+        for _ in 0..per_round {
             let started = Instant::now();
             baseline.transition();
             base.push(started.elapsed());
         }
-        concurrent_transitions(&one, &one_run, PER_ROUND as u64, Some(&one_times));
-        concurrent_transitions(&many, &many_runs, 256 * 4, Some(&many_times));
+        concurrent_transitions(&one, &one_run, per_round as u64, Some(&one_times));
+        concurrent_transitions(&many, &many_runs, 256 * many_per_run, Some(&many_times));
     }
     report::Latencies {
         baseline: report::Percentiles::of(base),
@@ -545,7 +615,7 @@ fn latencies(scratch: &Path, record: &[u8]) -> report::Latencies {
 
 /// What one commit asks of the disk, counted through redb's own file backend: with one
 /// appender (one batch per commit) and with 256 (many batches per commit).
-fn disk_operations(scratch: &Path) -> report::Disk {
+fn disk_operations(scratch: &Path, is_smoke: bool) -> report::Disk {
     let measure = |name: &str, appenders: usize, rounds: u64| {
         let counters = Arc::new(DiskCounters::default());
         let source = InstrumentedFile::source(
@@ -577,8 +647,9 @@ fn disk_operations(scratch: &Path) -> report::Disk {
             wall_ns: elapsed.as_nanos() as f64 / commits,
         }
     };
+    let (one_rounds, many_rounds) = if is_smoke { (2, 1) } else { (100, 4) };
     report::Disk {
-        one: measure("disk-one", 1, 100),
-        many: measure("disk-many", 256, 4),
+        one: measure("disk-one", 1, one_rounds),
+        many: measure("disk-many", 256, many_rounds),
     }
 }

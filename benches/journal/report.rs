@@ -72,6 +72,10 @@ pub struct Facts {
     pub status_bytes: usize,
     pub latency: Option<Latencies>,
     pub disk: Option<Disk>,
+    /// Appenders sharing one store in the projected-transition rows.
+    pub projected_appenders: usize,
+    /// CPU of every process per transition, per workload of the `processes` group.
+    pub process_cpu: Vec<(String, f64)>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -178,15 +182,57 @@ impl Facts {
 const ROUNDS: usize = 9;
 
 /// Times per iteration (ns), one per round, of every workload, by group and id.
-#[derive(Default)]
 pub struct Measured {
     groups: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
     /// The same for the CPU time of the whole process (user + system), every thread.
     cpu: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+    /// Each workload once, one iteration, no calibration (`--smoke`).
+    pub is_smoke: bool,
+}
+
+impl Measured {
+    pub fn new(is_smoke: bool) -> Measured {
+        Measured {
+            groups: BTreeMap::new(),
+            cpu: BTreeMap::new(),
+            is_smoke,
+        }
+    }
+
+    /// Rounds kept per group.
+    pub fn rounds_kept(&self) -> usize {
+        if self.is_smoke { 1 } else { ROUNDS }
+    }
+
+    /// Records one round of a workload measured outside [`Measured::run_rounds`].
+    pub fn push(&mut self, group: &str, id: &str, per_iteration_ns: f64, cpu_ns: Option<f64>) {
+        let mut tables = vec![(&mut self.groups, per_iteration_ns)];
+        if let Some(cpu_ns) = cpu_ns {
+            tables.push((&mut self.cpu, cpu_ns));
+        }
+        for (table, value) in tables {
+            table
+                .entry(group.to_string())
+                .or_default()
+                .entry(id.to_string())
+                .or_default()
+                .push(value);
+        }
+    }
+
+    /// The per-round times of a workload.
+    pub fn per_round(&self, group: &str, id: &str) -> Option<&Vec<f64>> {
+        self.groups.get(group)?.get(id)
+    }
+
+    /// The per-round CPU times of a workload.
+    pub fn cpu_per_round(&self, group: &str, id: &str) -> Option<&Vec<f64>> {
+        self.cpu.get(group)?.get(id)
+    }
 }
 
 /// CPU time of this process so far (user + system, all threads), in nanoseconds.
-fn process_cpu_ns() -> f64 {
+pub fn process_cpu_ns() -> f64 {
     use nix::sys::resource::{UsageWho, getrusage};
     let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage of this process");
     let ns =
@@ -194,9 +240,17 @@ fn process_cpu_ns() -> f64 {
     ns(usage.user_time()) + ns(usage.system_time())
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
+}
+
+/// The median of `values` (NaN for none).
+pub fn median_of(values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    median(values)
 }
 
 impl Measured {
@@ -204,7 +258,9 @@ impl Measured {
     /// round only sets how many iterations make `budget`.
     pub fn run_rounds(&mut self, group: &str, mut ways: Vec<crate::Way<'_>>, budget: Duration) {
         let mut counts = vec![1u64; ways.len()];
-        for round in 0..=ROUNDS {
+        // A smoke run skips the calibrating round and keeps one iteration of each.
+        let first_round = usize::from(self.is_smoke);
+        for round in first_round..=self.rounds_kept() {
             for ((id, run), count) in ways.iter_mut().zip(counts.iter_mut()) {
                 let cpu_before = process_cpu_ns();
                 let elapsed = run(*count);
@@ -223,7 +279,10 @@ impl Measured {
                             .push(value);
                     }
                 }
-                *count = ((budget.as_nanos() as f64 / per_iteration) as u64).clamp(1, 10_000_000);
+                if !self.is_smoke {
+                    *count =
+                        ((budget.as_nanos() as f64 / per_iteration) as u64).clamp(1, 10_000_000);
+                }
             }
         }
     }
@@ -255,6 +314,84 @@ impl Measured {
         let highest = ratios.iter().copied().fold(0.0, f64::max);
         Some((median(ratios), lowest, highest))
     }
+}
+
+/// The `processes` group: host-wide throughput of many processes, each with one appender.
+fn render_processes(
+    measured: &Measured,
+    facts: &Facts,
+    out: &mut String,
+    verdicts: &mut Vec<String>,
+) {
+    let group = "processes";
+    let base = "1-process";
+    if measured.median(group, base).is_none() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n**Processes appending at once.** Each process has a journal handle of its own and \
+         one appender (a runner's shape) making the same transitions as above, all at once; \
+         host-wide transitions/s over one process with one appender, in the same rounds. \
+         They share commits through the journal's commit leader (one of them); the last row \
+         commits alone (`RUNJOURNAL_COMMIT_SHARING=off`), as every process did before. CPU is \
+         every process's, user + system.\n"
+    );
+    let mut table = Table::new(&[
+        "way",
+        "time per transition",
+        "transitions/s, host-wide",
+        "throughput × 1 process",
+        "CPU per transition",
+        "target",
+    ]);
+    for (id, label) in [
+        (base, "1 process, 1 appender"),
+        (
+            "16-processes",
+            "16 processes, 1 appender each, sharing commits",
+        ),
+        (
+            "64-processes",
+            "64 processes, 1 appender each, sharing commits",
+        ),
+        (
+            "64-processes-alone",
+            "64 processes, 1 appender each, each committing alone",
+        ),
+    ] {
+        let Some(ns) = measured.median(group, id) else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let vs_one = measured.ratio(group, id, base);
+        let target = match (id, vs_one) {
+            ("64-processes", Some((ratio, _, _))) => {
+                let is_met = 1.0 / ratio >= 8.0;
+                verdicts.push(format!(
+                    "64 processes × 1 appender ≥ 8× the throughput of one process: {} ({:.1}×)",
+                    verdict(is_met),
+                    1.0 / ratio
+                ));
+                format!("≥ 8× 1 process: {}", verdict(is_met))
+            }
+            _ => String::new(),
+        };
+        let cpu = facts
+            .process_cpu
+            .iter()
+            .find(|(way, _)| way == id)
+            .map_or("?".to_string(), |(_, ns)| time(*ns));
+        table.row(&[
+            label.to_string(),
+            time(ns),
+            rate(1e9 / ns),
+            ratio_cell(vs_one, true),
+            cpu,
+            target,
+        ]);
+    }
+    out.push_str(&table.text);
 }
 
 /// A ratio with its spread over the rounds.
@@ -317,9 +454,9 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
         out,
         "Measured {}: {} CPUs ({}), {} memory, Linux {}; bench directory `target/tmp` on {}; \
          {}. Load average {} at the start, {} at the end. The machine is shared, so every \
-         workload of a group runs in each of {ROUNDS} rounds, one after the other, and each \
+         workload of a group runs in each of {} rounds, one after the other, and each \
          ratio is the median of the per-round ratios (lowest–highest in brackets); times are \
-         medians over the rounds.\n",
+         medians over the rounds.{}\n",
         facts.date,
         facts.cpus,
         facts.cpu_model,
@@ -329,6 +466,13 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
         facts.rustc,
         facts.load_before,
         facts.load_after,
+        measured.rounds_kept(),
+        if measured.is_smoke {
+            " **A smoke run (`--smoke`): each workload once, at a tiny size; its figures \
+             mean nothing, only that the suite runs.**"
+        } else {
+            ""
+        },
     );
     let mut verdicts = Vec::new();
 
@@ -426,6 +570,8 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
         ]);
     }
     out.push_str(&table.text);
+
+    render_processes(measured, facts, &mut out, &mut verdicts);
 
     if let Some(latency) = &facts.latency {
         let _ = writeln!(
@@ -602,9 +748,296 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
     }
     out.push_str(&table.text);
 
-    let _ = writeln!(out, "\n**Targets of issue 8**\n");
+    out.push_str(&render_felt(
+        measured,
+        facts.projected_appenders,
+        &mut verdicts,
+    ));
+
+    let _ = writeln!(out, "\n**Targets of issues 8 and 14**\n");
     for line in verdicts {
         let _ = writeln!(out, "* {line}");
     }
+    out
+}
+
+/// Per round, the sum of `factor × time` over `terms` of a group: a composite baseline such as
+/// "two process starts and two durable commits", from figures of the same rounds.
+fn composite(measured: &Measured, group: &str, terms: &[(&str, f64)]) -> Option<Vec<f64>> {
+    let mut sums: Option<Vec<f64>> = None;
+    for (id, factor) in terms {
+        let rounds = measured.per_round(group, id)?;
+        let sums = sums.get_or_insert_with(|| vec![0.0; rounds.len()]);
+        for (sum, value) in sums.iter_mut().zip(rounds) {
+            *sum += factor * value;
+        }
+    }
+    sums
+}
+
+/// Round by round, `times` over `bases`: (median, lowest, highest).
+fn ratio_of(times: &[f64], bases: &[f64]) -> Option<(f64, f64, f64)> {
+    if times.is_empty() || times.len() != bases.len() {
+        return None;
+    }
+    let ratios: Vec<f64> = times.iter().zip(bases).map(|(t, b)| t / b).collect();
+    let lowest = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = ratios.iter().copied().fold(0.0, f64::max);
+    Some((median(ratios), lowest, highest))
+}
+
+/// CPU per projected transition (all threads) with 256 appenders on one store over the CPU of
+/// the same appenders on the journal alone, measured in the report's rounds on the code before
+/// issue 14 (509 µs against 33 µs, on the 2-CPU machine of the README's report): what "halve
+/// today's figure" is measured against. A ratio, because the absolute figure moves with the
+/// machine and its load; the journal alone is the same code before and after.
+pub const BEFORE_PROJECTED_CPU_RATIO: f64 = 14.84;
+
+/// The rows of issue 14: a chatty run, a launch, the CPU of a projected transition. Kept apart
+/// from [`render`] so that other groups' rows merge without touching these.
+pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<String>) -> String {
+    let mut out = String::new();
+
+    let _ = writeln!(
+        out,
+        "\n**A chatty run.** One external job's progress updates through `Store::append` (a \
+         durable commit, then the projection), while a follower reads the run as `run --wait` \
+         does. A fresh run and one already holding 9,000 updates advance in the same rounds, \
+         one update each in turn: the cost of an update must not grow with the run. \
+         (pi-subagents' way, appending events and throttling status writes, is constant per \
+         update by construction.)\n"
+    );
+    let mut table = Table::new(&["updates", "time per update", "× the first 1,000", "target"]);
+    let first = measured.per_round("chatty", "first");
+    let last = measured.per_round("chatty", "last");
+    if let (Some(first), Some(last)) = (first, last) {
+        let ratio = ratio_of(last, first);
+        table.row(&[
+            "the first 1,000 of a run".into(),
+            time(median(first.clone())),
+            "1.00×".into(),
+            String::new(),
+        ]);
+        let target = ratio.map_or(String::new(), |(mid, _, _)| {
+            let is_met = mid <= 1.2;
+            verdicts.push(format!(
+                "chatty run, last 1,000 of 10,000 updates ≤ 1.2× the first 1,000: {} ({mid:.2}×)",
+                verdict(is_met)
+            ));
+            format!("≤ 1.2×: {}", verdict(is_met))
+        });
+        table.row(&[
+            "the last 1,000 of 10,000".into(),
+            time(median(last.clone())),
+            ratio_cell(ratio, false),
+            target,
+        ]);
+    } else {
+        table.row(&["chatty run".into(), "not measured".into()]);
+    }
+    out.push_str(&table.text);
+
+    let _ = writeln!(
+        out,
+        "\n**A launch.** `runjournal run -- true` creates the run (a durable commit), starts the \
+         runner (a process) and returns once the runner's `RunnerStarted` is durable (a \
+         second process start, a second commit): its floor is two process starts \
+         (`runjournal --version`) and two durable commits (`Store::append` with its \
+         projection), measured in the same rounds. `run --wait -- true` also runs the step (a \
+         third process) and records four more transitions (step running, step finished, \
+         terminal, the runner's exit). pueue's way for comparison: a client process and a \
+         state file rewritten without fsync (`pueue add` writes no fsync).\n"
+    );
+    let mut table = Table::new(&["what", "time", "× its floor", "target"]);
+    let group = "launch";
+    for (id, label) in [
+        ("process-start", "a process start (`runjournal --version`)"),
+        (
+            "durable-commit",
+            "a durable commit (`Store::append`, projected)",
+        ),
+        (
+            "store-open-close",
+            "opening and closing the home's store beside a writer",
+        ),
+        (
+            "status-rename",
+            "status.json via temp file + rename, no fsync",
+        ),
+    ] {
+        let cell = measured
+            .median(group, id)
+            .map_or("not measured".into(), time);
+        table.row(&[label.to_string(), cell, String::new(), String::new()]);
+    }
+    let floor = composite(
+        measured,
+        group,
+        &[("process-start", 2.0), ("durable-commit", 2.0)],
+    );
+    let wait_floor = composite(
+        measured,
+        group,
+        &[("process-start", 3.0), ("durable-commit", 6.0)],
+    );
+    let pueue = composite(
+        measured,
+        group,
+        &[("process-start", 1.0), ("status-rename", 1.0)],
+    );
+    // What no launch through a redb multi-writer journal avoids: each of its two processes
+    // opens and closes the journal (header writes and syncs of redb's protocol).
+    let redb_floor = composite(
+        measured,
+        group,
+        &[
+            ("process-start", 2.0),
+            ("durable-commit", 2.0),
+            ("store-open-close", 2.0),
+        ],
+    );
+    for (label, sums) in [
+        (
+            "floor of `run`: 2 process starts + 2 durable commits",
+            &floor,
+        ),
+        (
+            "floor of `run --wait`: 3 process starts + 6 durable commits",
+            &wait_floor,
+        ),
+    ] {
+        let cell = sums
+            .clone()
+            .map_or("not measured".into(), |sums| time(median(sums)));
+        table.row(&[label.to_string(), cell, "1.00×".into(), String::new()]);
+    }
+    for (id, label, floor, target) in [
+        ("run", "`runjournal run -- true`", &floor, Some(1.5)),
+        (
+            "run-wait",
+            "`runjournal run --wait -- true`",
+            &wait_floor,
+            None,
+        ),
+    ] {
+        let (Some(times), Some(floor)) = (measured.per_round(group, id), floor) else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let ratio = ratio_of(times, floor);
+        let target = match (target, ratio) {
+            (Some(bound), Some((mid, _, _))) => {
+                let is_met = mid <= bound;
+                verdicts.push(format!(
+                    "{label} ≤ {bound}× two process starts + two durable commits: {} ({mid:.2}×)",
+                    verdict(is_met)
+                ));
+                format!("≤ {bound}×: {}", verdict(is_met))
+            }
+            _ => String::new(),
+        };
+        table.row(&[
+            label.to_string(),
+            time(median(times.clone())),
+            ratio_cell(ratio, false),
+            target,
+        ]);
+    }
+    if let (Some(times), Some(redb_floor)) = (measured.per_round(group, "run"), &redb_floor) {
+        table.row(&[
+            "floor of `run` with each process's open and close of the journal".into(),
+            time(median(redb_floor.clone())),
+            format!(
+                "`run` is {}",
+                ratio_cell(ratio_of(times, redb_floor), false)
+            ),
+            String::new(),
+        ]);
+    }
+    if let Some(pueue) = pueue {
+        let vs_run = measured
+            .per_round(group, "run")
+            .and_then(|times| ratio_of(&pueue, times));
+        table.row(&[
+            "pueue's way: a process start + an fsync-less rewrite".into(),
+            time(median(pueue)),
+            format!("{} of `run`", ratio_cell(vs_run, false)),
+            String::new(),
+        ]);
+    }
+    out.push_str(&table.text);
+
+    let _ = writeln!(
+        out,
+        "\n**CPU per projected transition.** `Store::append` of one update (its commit and the \
+         projection that follows) by {appenders} appenders sharing one store, each on its own \
+         run; beside it the same appenders on the journal alone, and one appender. CPU is the \
+         whole process's, every thread, user + system.\n"
+    );
+    let mut table = Table::new(&[
+        "way",
+        "time per transition",
+        "CPU per transition",
+        "CPU × the journal alone",
+        "target",
+    ]);
+    let group = "projected";
+    let journal_cpu = measured.cpu_per_round(group, "journal-many");
+    for (id, label) in [
+        ("store-1", "`Store::append`, 1 appender".to_string()),
+        (
+            "store-many",
+            format!("`Store::append`, {appenders} appenders"),
+        ),
+        (
+            "journal-many",
+            format!("`Journal::append` alone, {appenders} appenders"),
+        ),
+    ] {
+        let Some(ns) = measured.median(group, id) else {
+            table.row(&[label, "not measured".into()]);
+            continue;
+        };
+        let cpu = measured.cpu_per_round(group, id);
+        let vs_journal = match (cpu, journal_cpu) {
+            (Some(cpu), Some(journal)) => ratio_of(cpu, journal),
+            _ => None,
+        };
+        let target = match (id, vs_journal) {
+            ("store-many", Some((mid, _, _))) if BEFORE_PROJECTED_CPU_RATIO.is_finite() => {
+                let bound = BEFORE_PROJECTED_CPU_RATIO / 2.0;
+                let is_met = mid <= bound;
+                verdicts.push(format!(
+                    "CPU per projected transition at {appenders} appenders halved: {} \
+                     ({mid:.2}× the journal alone, before {BEFORE_PROJECTED_CPU_RATIO:.2}×)",
+                    verdict(is_met)
+                ));
+                format!("≤ {bound:.2}× (half of before): {}", verdict(is_met))
+            }
+            _ => String::new(),
+        };
+        table.row(&[
+            label,
+            time(ns),
+            cpu.map_or("?".into(), |cpu| time(median(cpu.clone()))),
+            ratio_cell(vs_journal, false),
+            target,
+        ]);
+    }
+    if let (Some(ns), Some(cpu)) = (
+        measured.median("transition", "status-rename"),
+        measured.median_cpu("transition", "status-rename"),
+    ) {
+        table.row(&[
+            "pi-subagents' way: status.json via temp file + rename, no fsync (the transition \
+             rounds)"
+                .to_string(),
+            time(ns),
+            time(cpu),
+            String::new(),
+            String::new(),
+        ]);
+    }
+    out.push_str(&table.text);
     out
 }

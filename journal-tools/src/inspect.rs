@@ -313,6 +313,7 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
                 "hasReserve": capacity.as_ref().map(|capacity| capacity.has_reserve),
                 "blockedSinceMs": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
                 "blockedPids": blocked_pids,
+                "blocked": capacity.as_ref().map(show::blocked_writers_json),
                 "shipping": shipping.as_ref().map(|(state, lag)| json!({
                     "target": state.target,
                     "shippedThrough": state.shipped_through,
@@ -342,19 +343,22 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
                     "missing (released on a full disk, or never made)"
                 }
                 .to_string(),
-                match capacity.blocked_since_ms() {
-                    None => "no".to_string(),
-                    Some(since) => format!(
-                        "yes, since {} ({} waiting for space: pid {})",
-                        format_time_s(since),
-                        plural(capacity.blocked.len() as u64, "writer"),
-                        capacity
-                            .blocked
-                            .iter()
-                            .map(|blocked| blocked.writer.pid.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                if capacity.blocked.is_empty() {
+                    "no".to_string()
+                } else {
+                    capacity
+                        .blocked
+                        .iter()
+                        .map(|blocked| {
+                            format!(
+                                "pid {} on {} since {}",
+                                blocked.writer.pid,
+                                blocked.cause.describe(),
+                                format_time_s(blocked.since_ms)
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 },
             ),
         };
@@ -371,7 +375,7 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
             ("active runs", active.to_string()),
             ("records", format!("{records} (global head {global_head})")),
             ("reserve", reserve),
-            ("disk full", blocked),
+            ("blocked", blocked),
             (
                 "shipping",
                 show::shipping_text(
@@ -427,16 +431,17 @@ pub fn print_problem(
         return Ok(());
     }
     let label = format!("{:<12}", problem.severity.as_str());
+    // The message may quote a run's text; the label is this binary's, painted.
     out.line(&format!(
         "{} {}",
         out.paint(&label, Tone::of_severity(problem.severity)),
-        problem.message
+        show::escape_control(&problem.message)
     ))?;
     if let Some((_, path)) = &problem.file {
         out.line(&format!("{:13}{}", "", shown_path(path, root)))?;
     }
     for change in &problem.changes {
-        out.line(&format!("{:13}{change}", ""))?;
+        out.text_line(&format!("{:13}{change}", ""))?;
     }
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! `journal-tools`: look inside a runjournal journal and rebuild its projections. It opens the
-//! journal read-only, so it works while runs are live.
+//! journal read-only, so it works while runs are live; `recover --from-projections` rebuilds a
+//! lost journal (through the library, which does the writing).
 //!
-//! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`); 2 a usage or
-//! other error; 4 a journal that is damaged or of an unknown format. When several apply, the
+//! Exit codes: 0 fine; 1 a problem found (`inspect verify`, `replay --check`) or a home that is
+//! not safe to use (another user owns it or may write it); 2 a usage or other error; 4 a
+//! journal that is damaged or of an unknown format. When several apply, the
 //! most serious wins (4, then 2, then 1). A closed stdout (`| head`) exits 0 quietly.
 
 mod fleet;
 mod inspect;
 mod output;
+mod recover;
 mod replay;
 
 use std::path::PathBuf;
@@ -27,8 +30,9 @@ use runjournal::verify::{Report, Severity};
 /// The journal is opened read-only, so every command works while runs are live. Data goes to
 /// stdout, messages to stderr. Times are shown in UTC.
 ///
-/// Exit codes: 0 fine, 1 a problem found (inspect verify, replay --check), 2 a usage or other
-/// error, 4 a journal that is damaged or of an unknown format.
+/// Exit codes: 0 fine, 1 a problem found (inspect verify, replay --check) or a home that is not
+/// safe to use (another user owns it or may write it), 2 a usage or other error, 4 a journal
+/// that is damaged or of an unknown format.
 #[derive(Parser)]
 #[command(version, about, long_about)]
 struct Cli {
@@ -68,6 +72,18 @@ enum Command {
     Inspect(InspectCommand),
     /// Rebuild status.json, events.jsonl, result files and index markers from the journal.
     Replay(ReplayArgs),
+    /// Rebuild a lost journal (missing, empty, zero-filled, truncated or damaged) from the
+    /// runs' events.jsonl. The lost file is moved aside, never deleted; runs that were not
+    /// closed are left to the reconciler. Run it when nothing else uses the home.
+    Recover(RecoverArgs),
+}
+
+#[derive(Args)]
+pub struct RecoverArgs {
+    /// Rebuild from the runs' events.jsonl (the only source there is; required, so the
+    /// command says what it does).
+    #[arg(long, required = true)]
+    from_projections: bool,
 }
 
 #[derive(Subcommand)]
@@ -227,6 +243,8 @@ fn main() -> ExitCode {
             output::note(&format!("{error:#}"));
             if is_damage(&error) {
                 ExitCode::from(4)
+            } else if is_unsafe_home(&error) {
+                ExitCode::from(1)
             } else {
                 ExitCode::from(2)
             }
@@ -244,6 +262,16 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
             cli.command,
             out,
         );
+    }
+    // Recovery works on a home whose journal cannot be opened: it opens no source.
+    if let Command::Recover(args) = &cli.command {
+        if cli.journal.is_some() {
+            return Err(UsageError(
+                "recover rebuilds a home's journal: give --home DIR (or RUNJOURNAL_HOME), not --journal".to_string(),
+            )
+            .into());
+        }
+        return recover::recover(cli.home.as_deref(), cli.layout, out, args);
     }
     let source = JournalSource::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)
         .map_err(source_error)?;
@@ -263,6 +291,7 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
             fleet::verify_against(&source, out, &url)
         }
         Command::Replay(args) => replay::replay(&source, out, &args),
+        Command::Recover(_) => unreachable!("recover returned above"),
     }
 }
 
@@ -283,6 +312,11 @@ fn run_fleet(
         .into()),
         Command::Replay(_) => Err(UsageError(
             "replay rebuilds a local home's files; it does not read the fleet (--from)".to_string(),
+        )
+        .into()),
+        Command::Recover(_) => Err(UsageError(
+            "recover rebuilds a local home's journal; it does not read the fleet (--from)"
+                .to_string(),
         )
         .into()),
     }
@@ -326,11 +360,22 @@ fn is_damage(error: &anyhow::Error) -> bool {
                 OpenError::NewerFormat { .. }
                     | OpenError::NotAJournal { .. }
                     | OpenError::Corrupt { .. }
+                    | OpenError::Lost { .. }
             )
         ) || matches!(
             cause.downcast_ref::<ReadError>(),
             Some(ReadError::Corrupt(_))
         ) || cause.downcast_ref::<CorruptError>().is_some()
+    })
+}
+
+/// Whether an error is a home (or journal) refused as unsafe: exit 1, as `runjournal` does.
+fn is_unsafe_home(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<OpenError>(),
+            Some(OpenError::Unsafe(_))
+        )
     })
 }
 

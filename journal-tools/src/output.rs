@@ -25,9 +25,18 @@ impl Out {
         }
     }
 
+    /// One line as it is: for lines the library rendered (escaped, with this binary's colours)
+    /// or made only of this binary's words. A line that holds a run's or a file's text goes
+    /// through [`Out::text_line`].
     pub fn line(&mut self, text: &str) -> io::Result<()> {
         self.writer.write_all(text.as_bytes())?;
         self.writer.write_all(b"\n")
+    }
+
+    /// One line of text that may hold a run's or a file's text, its control characters shown
+    /// visibly ([`show::escape_control`]).
+    pub fn text_line(&mut self, text: &str) -> io::Result<()> {
+        self.line(&show::escape_control(text))
     }
 
     /// One JSON Lines object; `kind` becomes its `"type"`, put first.
@@ -77,15 +86,24 @@ fn colour_code(tone: Tone) -> &'static str {
     }
 }
 
-/// A message for the person at the terminal, on stderr. A failure to write it changes nothing.
+/// A message for the person at the terminal, on stderr, with its control characters shown
+/// visibly ([`show::escape_control`]: it may quote a run's text). A failure to write it changes
+/// nothing.
 pub fn note(text: &str) {
-    let _ = writeln!(io::stderr(), "journal-tools: {text}");
+    let _ = writeln!(
+        io::stderr(),
+        "journal-tools: {}",
+        show::escape_control(text)
+    );
 }
 
-/// `path` relative to `root` when it is inside it, else as it is.
+/// `path` relative to `root` when it is inside it, else as it is; its control characters
+/// shown visibly.
 pub fn shown_path(path: &Path, root: Option<&Path>) -> String {
-    root.and_then(|root| path.strip_prefix(root).ok())
+    let path = root
+        .and_then(|root| path.strip_prefix(root).ok())
         .unwrap_or(path)
         .display()
-        .to_string()
+        .to_string();
+    show::escape_control(&path).into_owned()
 }

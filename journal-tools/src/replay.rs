@@ -124,7 +124,7 @@ fn print_run(
             } else {
                 format!("(was {})", file.was.as_str())
             };
-            out.line(&format!(
+            out.text_line(&format!(
                 "{:<12} {:<14} {path} {why}",
                 file.action.as_str(),
                 file.kind.as_str()
@@ -210,7 +210,7 @@ fn print_summary(
             plural(totals.files_changed, "file")
         ),
     };
-    out.line(&line)?;
+    out.text_line(&line)?;
     Ok(())
 }
 

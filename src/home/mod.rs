@@ -102,10 +102,16 @@ pub struct Home {
     layout: Layout,
 }
 
-/// No home could be found.
-#[derive(Debug, thiserror::Error)]
-#[error("no home directory: set {HOME_ENV}, XDG_STATE_HOME or HOME, or pass --home")]
-pub struct NoHome;
+/// No home could be found, or the one given is no path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NoHome {
+    #[error("no home directory: set {HOME_ENV}, XDG_STATE_HOME or HOME, or pass --home")]
+    NotFound,
+    /// `--home ''`: an empty path would mean the current directory, which nobody means.
+    #[error("the home given is empty: pass --home DIR (an empty {HOME_ENV} counts as unset)")]
+    Empty,
+}
 
 /// A home whose journal was made under another layout than the one it is opened with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,6 +123,25 @@ pub struct LayoutMismatch {
     pub journal: PathBuf,
     pub found: Layout,
     pub asked: Layout,
+}
+
+/// The lock file that the commit leader of the journal at `journal` holds while it takes
+/// other processes' batches: the journal's file name with `.commit.lock` added, beside it.
+/// Named after the journal file so that two journals in one directory never share a leader.
+pub fn commit_lock_path(journal: &Path) -> PathBuf {
+    with_suffix(journal, ".commit.lock")
+}
+
+/// The Unix socket where the commit leader of the journal at `journal` listens: the journal's
+/// file name with `.commit.sock` added, beside it.
+pub fn commit_socket_path(journal: &Path) -> PathBuf {
+    with_suffix(journal, ".commit.sock")
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
 }
 
 /// pi-subagents' default temp root (0.67, `shared/types.ts`): `<tmpdir>/pi-subagents-uid-<uid>`,
@@ -172,8 +197,14 @@ impl Home {
     /// layout, `$XDG_STATE_HOME/runjournal`, else `~/.local/state/runjournal`; in the
     /// pi-subagents layout, `$PI_SUBAGENTS_TEMP_ROOT`, else pi-subagents' own default root
     /// ([`pi_subagents_default_root`]).
+    ///
+    /// An empty `explicit` is refused ([`NoHome::Empty`]); an empty variable counts as unset,
+    /// as XDG's do.
     pub fn resolve(explicit: Option<&Path>, layout: Layout) -> Result<Home, NoHome> {
         if let Some(root) = explicit {
+            if root.as_os_str().is_empty() {
+                return Err(NoHome::Empty);
+            }
             return Ok(Home::in_layout(root, layout));
         }
         let non_empty = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
@@ -202,7 +233,7 @@ impl Home {
             Some(home) => Ok(Home::at(
                 PathBuf::from(home).join(".local/state/runjournal"),
             )),
-            None => Err(NoHome),
+            None => Err(NoHome::NotFound),
         }
     }
 
@@ -233,6 +264,20 @@ impl Home {
         &self.root
     }
 
+    /// The directories that must be private to this user (owned by it, writable by nobody
+    /// else): the root, runjournal's own directory, and the directories of runs and of
+    /// results, in this layout. Everything else under the home lives in one of them.
+    pub fn private_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![
+            self.root.clone(),
+            self.state_dir(),
+            self.runs_dir(),
+            self.results_dir(),
+        ];
+        dirs.dedup();
+        dirs
+    }
+
     /// Where runjournal keeps its own files (journal, reserve, blocked-writer markers): the
     /// root, or `runjournal/` in the pi-subagents layout.
     pub fn state_dir(&self) -> PathBuf {
@@ -248,6 +293,18 @@ impl Home {
 
     pub fn reserve_path(&self) -> PathBuf {
         self.state_dir().join("reserve")
+    }
+
+    /// `journal.redb.commit.lock`: held by the journal's commit leader (see
+    /// [`commit_lock_path`]).
+    pub fn commit_lock_path(&self) -> PathBuf {
+        commit_lock_path(&self.journal_path())
+    }
+
+    /// `journal.redb.commit.sock`: where the journal's commit leader listens (see
+    /// [`commit_socket_path`]).
+    pub fn commit_socket_path(&self) -> PathBuf {
+        commit_socket_path(&self.journal_path())
     }
 
     /// `shipping.json`: what `runjournal ship` last said (see `ship::state`), beside the
@@ -267,6 +324,21 @@ impl Home {
             Layout::Runjournal => self.root.join("runs"),
             Layout::PiSubagents => self.root.join("async-subagent-runs"),
         }
+    }
+
+    /// The runs that have a directory under [`Home::runs_dir`]: entries named by a run id, in
+    /// no particular order (others, such as a pi-subagents host's own runs, are not ours).
+    /// Empty when the directory does not exist.
+    pub fn run_dirs_on_disk(&self) -> std::io::Result<Vec<RunId>> {
+        ids_named_in(&self.runs_dir(), |name| name.parse().ok())
+    }
+
+    /// The runs that have a result file (`<run id>.json`) under [`Home::results_dir`], in no
+    /// particular order. Empty when the directory does not exist.
+    pub fn result_files_on_disk(&self) -> std::io::Result<Vec<RunId>> {
+        ids_named_in(&self.results_dir(), |name| {
+            name.strip_suffix(".json")?.parse().ok()
+        })
     }
 
     pub fn run_dir(&self, run: RunId) -> PathBuf {
@@ -369,6 +441,22 @@ impl Home {
     }
 }
 
+/// The ids `parse` reads from the names of the entries of `dir`; none when it does not exist.
+fn ids_named_in(dir: &Path, parse: impl Fn(&str) -> Option<RunId>) -> std::io::Result<Vec<RunId>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        if let Some(id) = entry?.file_name().to_str().and_then(&parse) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,6 +541,36 @@ mod tests {
         for (path, want) in expected {
             assert_eq!(path, PathBuf::from(want));
         }
+    }
+
+    #[test]
+    fn the_private_dirs_of_each_layout_hold_everything_else() {
+        assert_eq!(
+            Home::at("/h").private_dirs(),
+            ["/h", "/h/runs", "/h/results"].map(PathBuf::from)
+        );
+        assert_eq!(
+            Home::in_layout("/t", Layout::PiSubagents).private_dirs(),
+            [
+                "/t",
+                "/t/runjournal",
+                "/t/async-subagent-runs",
+                "/t/async-subagent-results"
+            ]
+            .map(PathBuf::from)
+        );
+    }
+
+    #[test]
+    fn an_empty_explicit_home_is_refused() {
+        assert_eq!(
+            Home::resolve(Some(Path::new("")), Layout::Runjournal),
+            Err(NoHome::Empty)
+        );
+        assert_eq!(
+            Home::resolve(Some(Path::new("")), Layout::PiSubagents),
+            Err(NoHome::Empty)
+        );
     }
 
     #[test]

@@ -142,6 +142,16 @@ impl<'txn> Tables<'txn> {
     }
 }
 
+/// How a batch's writer seq is judged against its writer's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Marks {
+    /// A seq at or below the mark was committed before: answered from its records.
+    Idempotent,
+    /// Records rebuilt as they were (`journal::rebuild`): their seqs are not checked against
+    /// the marks, which only rise to each writer's highest seq.
+    Rebuild,
+}
+
 /// Commits `batches` in one durable write transaction, in order. Each batch is validated on its
 /// own against the state left by the batches before it: a refused batch writes nothing and
 /// fails only itself. A storage failure fails them all, and none of them is committed.
@@ -149,6 +159,38 @@ pub(crate) fn commit_batches(
     db: &Database,
     batches: &[Batch],
 ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
+    commit_batches_with(db, batches, Marks::Idempotent)
+}
+
+/// [`commit_batches`], with the writer marks judged as `marks` says.
+pub(crate) fn commit_batches_with(
+    db: &Database,
+    batches: &[Batch],
+    marks: Marks,
+) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
+    let judged = commit_batches_judged(db, batches, marks, |_| false)?;
+    Ok(judged.into_iter().map(|judged| judged.result).collect())
+}
+
+/// One batch's outcome in a commit, with what a process that handed the batch over needs to
+/// word a refusal itself.
+pub(crate) struct Judged {
+    pub(crate) result: Result<Appended, AppendError>,
+    /// For a refused batch whose refusal was asked to be kept: the run's state it was judged
+    /// against (inner `None`: the run did not exist), from which [`judge`] words the same
+    /// refusal again.
+    pub(crate) refused_against: Option<Option<RunState>>,
+}
+
+/// [`commit_batches_with`], keeping for each refused batch that `keeps_refusal` names the
+/// run's state the batch was judged against. A refused batch wrote nothing, so reading the
+/// run's state again in the same transaction reads exactly that state.
+pub(crate) fn commit_batches_judged(
+    db: &Database,
+    batches: &[Batch],
+    marks: Marks,
+    keeps_refusal: impl Fn(&Batch) -> bool,
+) -> Result<Vec<Judged>, StorageFailure> {
     let mut txn = db
         .begin_write()
         .map_err(|e| StorageFailure::new("beginning a write", e))?;
@@ -159,10 +201,26 @@ pub(crate) fn commit_batches(
         let mut tables = Tables::open(&txn)?;
         let mut group = Group::start(&tables)?;
         for batch in batches {
-            match apply_batch(&mut tables, &mut group, batch) {
+            let result = match apply_batch(&mut tables, &mut group, batch, marks) {
                 Err(AppendError::Storage(failure)) => return Err(failure),
-                other => results.push(other),
-            }
+                other => other,
+            };
+            let refused_against = match &result {
+                Err(error) if is_judged_refusal(error) && keeps_refusal(batch) => {
+                    match state_before(&tables, batch.run) {
+                        Ok(state) => Some(state),
+                        Err(AppendError::Storage(failure)) => return Err(failure),
+                        // The state read when the batch was judged; reading it again cannot
+                        // fail otherwise, but if it did, the refusal is sent without it.
+                        Err(_) => None,
+                    }
+                }
+                _ => None,
+            };
+            results.push(Judged {
+                result,
+                refused_against,
+            });
         }
         group.finish(&mut tables)?;
     }
@@ -171,10 +229,23 @@ pub(crate) fn commit_batches(
     Ok(results)
 }
 
+/// Whether `error` is a refusal that [`judge`] gives from the run's state and the batch alone.
+pub(crate) fn is_judged_refusal(error: &AppendError) -> bool {
+    matches!(
+        error,
+        AppendError::UnknownRun { .. }
+            | AppendError::Transition { .. }
+            | AppendError::HeadMismatch { .. }
+            | AppendError::AlreadyTerminal { .. }
+            | AppendError::EmptyBatch
+            | AppendError::Encode(_)
+    )
+}
+
 /// A prepared batch: records encoded, the new state folded and its snapshot encoded, nothing
 /// written yet. Everything that can refuse a batch happens before [`write`] starts, so a refused
 /// batch leaves no trace in a transaction that goes on to commit its batch-mates.
-struct Prepared {
+pub(crate) struct Prepared {
     records: Vec<(u64, Vec<u8>)>,
     /// The run existed before the batch.
     existed: bool,
@@ -250,12 +321,13 @@ fn apply_batch(
     tables: &mut Tables<'_>,
     group: &mut Group,
     batch: &Batch,
+    marks: Marks,
 ) -> Result<Appended, AppendError> {
     if batch.events.is_empty() {
         return Err(AppendError::EmptyBatch);
     }
     let mark = group.mark(tables, batch.writer)?;
-    if mark.is_some_and(|mark| batch.writer_seq <= mark) {
+    if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
     let prepared = prepare(tables, batch)?;
@@ -264,19 +336,35 @@ fn apply_batch(
 
 /// Validates the batch and encodes its records without writing anything.
 fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> {
-    let run = batch.run;
-    let before = match tables
+    let before = state_before(tables, batch.run)?;
+    judge(before, batch)
+}
+
+/// The run's state as this transaction sees it; `None` when the run does not exist.
+fn state_before(tables: &Tables<'_>, run: RunId) -> Result<Option<RunState>, AppendError> {
+    match tables
         .runs
         .get(&run.to_bytes())
         .map_err(storage("reading the run snapshot"))?
     {
         // A snapshot that does not decode is re-derived from the records; the new snapshot
         // this batch writes replaces it.
-        Some(bytes) => Some(state_of(run, bytes.value(), &tables.records)?),
-        None => None,
+        Some(bytes) => Ok(Some(state_of(run, bytes.value(), &tables.records)?)),
+        None => Ok(None),
+    }
+}
+
+/// Judges a batch against the run's state before it (`None`: no such run): its conditions,
+/// then each event through [`state::apply`], then the encoding of its records and snapshot.
+/// Pure: the same state and batch give the same answer, in any process, which lets a process
+/// whose batch another process committed word that process's refusal itself.
+pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared, AppendError> {
+    let run = batch.run;
+    let Some(first) = batch.events.first() else {
+        return Err(AppendError::EmptyBatch);
     };
     let head = before.as_ref().map_or(0, |state| state.head_seq);
-    if before.is_none() && !matches!(batch.events[0], Event::RunCreated { .. }) {
+    if before.is_none() && !matches!(first, Event::RunCreated { .. }) {
         return Err(AppendError::UnknownRun { run });
     }
     if let Some(expected) = batch

@@ -36,7 +36,7 @@ pub enum CopyError {
 /// open when it was taken); opening it for writing recovers it, as after a crash.
 pub fn copy_consistent(source: &Path, dest: &Path) -> Result<(), CopyError> {
     use std::io::{Read, Seek};
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::os::unix::fs::FileExt;
 
     let at = |path: &Path| {
         let path = path.to_path_buf();
@@ -58,13 +58,7 @@ pub fn copy_consistent(source: &Path, dest: &Path) -> Result<(), CopyError> {
     let mut file = std::fs::File::open(source).map_err(at(source))?;
     for attempt in 0..COPY_ATTEMPTS {
         let before = state_of(&file).map_err(at(source))?;
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(dest)
-            .map_err(at(dest))?;
+        let mut out = crate::durable_fs::open_truncated(dest).map_err(at(dest))?;
         file.rewind().map_err(at(source))?;
         std::io::copy(&mut (&mut file).take(before.0), &mut out).map_err(at(dest))?;
         drop(out);

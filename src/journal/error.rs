@@ -30,6 +30,12 @@ impl StorageFailure {
         crate::capacity::is_capacity_redb(&self.source)
     }
 
+    /// How the failure is ridden out: capacity, another storage error, or not about storage
+    /// ([`crate::capacity::classify_redb`]).
+    pub fn class(&self) -> crate::capacity::FailureClass {
+        crate::capacity::classify_redb(&self.source)
+    }
+
     /// A copy to hand to each caller of a failed group (redb errors are not `Clone`): the
     /// same operation, the same OS error number where there is one, the same message.
     pub(crate) fn duplicate(&self) -> StorageFailure {
@@ -75,11 +81,57 @@ pub enum OpenError {
         "journal {path} was not shut down cleanly and cannot be repaired read-only; open it once for writing (any runjournal command) to recover it"
     )]
     NeedsRecovery { path: PathBuf },
+    /// The journal file is gone, empty, zeroed, cut short or not a database, while the home
+    /// holds runs or results: it was lost, and opening it would make a new, empty journal
+    /// over the history. Nothing was changed.
+    #[error(
+        "journal {path} is {found}, but the home holds {}: it was lost, and nothing was changed; rebuild it from the runs' events.jsonl with `journal-tools recover --from-projections` (which moves the damaged file aside)",
+        held_text(*.runs, *.results)
+    )]
+    Lost {
+        path: PathBuf,
+        found: super::examine::FileFinding,
+        /// Run directories in the home.
+        runs: usize,
+        /// Result files in the home.
+        results: usize,
+    },
     #[error(transparent)]
     Storage(#[from] StorageFailure),
+    /// The journal file, or a directory of its home, is not safe to trust: another user owns
+    /// it or may write it, or it is a link (see [`crate::durable_fs::judge_private`]).
+    #[error("refusing an unsafe home: {0}")]
+    Unsafe(crate::durable_fs::UnsafePath),
+}
+
+/// "3 runs and 1 result".
+fn held_text(runs: usize, results: usize) -> String {
+    let count = |n: usize, what: &str| {
+        if n == 1 {
+            format!("1 {what}")
+        } else {
+            format!("{n} {what}s")
+        }
+    };
+    match (runs, results) {
+        (_, 0) => count(runs, "run"),
+        (0, _) => count(results, "result"),
+        _ => format!("{} and {}", count(runs, "run"), count(results, "result")),
+    }
 }
 
 impl OpenError {
+    /// An I/O error at `path`, or the [`crate::durable_fs::UnsafePath`] it carries.
+    pub fn from_io(path: &Path, source: std::io::Error) -> OpenError {
+        match crate::durable_fs::UnsafePath::of(&source) {
+            Some(unsafe_path) => OpenError::Unsafe(unsafe_path.clone()),
+            None => OpenError::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
+
     pub(super) fn from_database(path: &Path, error: redb::DatabaseError) -> OpenError {
         let path = path.to_path_buf();
         match error {

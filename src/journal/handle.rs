@@ -7,7 +7,7 @@ use redb::{Database, ReadableDatabase};
 
 use super::append::{self, Appended, Batch, Condition};
 use super::error::{AppendError, OpenError, ReadError, StorageFailure};
-use super::open::open_source;
+use super::open::{open_source, reopen_source};
 use super::queue::{self, Queue};
 use super::read::{JournalMeta, View};
 use super::reader::JournalReader;
@@ -93,14 +93,57 @@ impl Journal {
             return Ok(db);
         }
         // The writer dropped a failed handle and has not reopened yet.
-        Ok(Arc::new(open_source(&self.shared.source).map_err(
-            |error| {
-                StorageFailure::new(
-                    "opening a handle to read",
-                    redb::Error::Io(std::io::Error::other(error.to_string())),
-                )
-            },
-        )?))
+        self.shared
+            .reopen_database()
+            .map_err(|error| reopen_failure("opening a handle to read", error))
+    }
+
+    /// Reads through a fresh view with `read`, riding out storage failures as the writer
+    /// does: a capacity failure is retried until it clears, another storage failure (EIO, a
+    /// handle that latched) on a fresh handle with bounded backoff until the writer's retry
+    /// window has passed since the first failure; anything else (damaged records) is returned
+    /// at once. A runner reads its run through it, so a flaky disk does not end the run.
+    pub fn read_retrying<T>(
+        &self,
+        mut read: impl FnMut(&View) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        let window = self.shared.options.io_retry_window;
+        let mut first_failure: Option<std::time::Instant> = None;
+        let mut attempt = 0usize;
+        loop {
+            let db = self.database();
+            let outcome = db
+                .as_ref()
+                .map_err(|failure| ReadError::Storage(failure.duplicate()))
+                .and_then(|db| self.view_of(db))
+                .and_then(|view| read(&view));
+            let failure = match outcome {
+                Err(ReadError::Storage(failure)) => failure,
+                done => return done,
+            };
+            if let Ok(db) = &db {
+                // The handle is suspect: the next attempt (and the writer) reopen.
+                self.shared.discard_database(db);
+            }
+            let failing_for = first_failure
+                .get_or_insert_with(std::time::Instant::now)
+                .elapsed();
+            if !crate::capacity::is_retried(failure.class(), failing_for, window) {
+                return Err(ReadError::Storage(failure));
+            }
+            let delay = writer::RETRY_DELAYS_MS[attempt.min(writer::RETRY_DELAYS_MS.len() - 1)];
+            std::thread::sleep(
+                std::time::Duration::from_millis(delay).min(window.saturating_sub(failing_for)),
+            );
+            attempt += 1;
+        }
+    }
+
+    fn view_of(&self, db: &Database) -> Result<View, ReadError> {
+        match db.begin_read() {
+            Ok(txn) => Ok(View::new(txn)),
+            Err(error) => Err(StorageFailure::new("beginning a read", error).into()),
+        }
     }
 
     /// A consistent read view of the journal as of now.
@@ -134,7 +177,7 @@ impl Journal {
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        self.submit(run, events, condition)?.wait()
+        self.submit(run, events, condition)?.wait().result
     }
 
     /// Appends several batches, each as [`Journal::append`] would, and answers each with its
@@ -152,7 +195,7 @@ impl Journal {
             .collect();
         tickets
             .into_iter()
-            .map(|ticket| ticket.and_then(queue::Ticket::wait))
+            .map(|ticket| ticket.and_then(|ticket| ticket.wait().result))
             .collect()
     }
 
@@ -168,6 +211,7 @@ impl Journal {
                 run,
                 events,
                 condition,
+                origin: writer::Origin::Local,
             })
             .map_err(|_| {
                 AppendError::Storage(StorageFailure::new(
@@ -219,7 +263,7 @@ impl Journal {
     /// Runs redb's own integrity check (every page checksum, the allocator state) through a
     /// handle of its own. The journal must be a file.
     pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
-        let mut db = open_source(&self.shared.source).map_err(|error| {
+        let mut db = reopen_source(&self.shared.source).map_err(|error| {
             // An open that failed is not damage: keep its I/O error (ENOSPC, say).
             let source = match error {
                 OpenError::Io { source, .. } => redb::Error::Io(source),
@@ -233,9 +277,24 @@ impl Journal {
     }
 }
 
+/// A failed reopen as a storage failure that keeps its class: an OS error stays one (a
+/// retried read tries again); a file that is no longer a journal is damage, not retried.
+fn reopen_failure(op: &'static str, error: OpenError) -> StorageFailure {
+    match error {
+        OpenError::Storage(failure) => failure,
+        OpenError::Io { source, .. } => StorageFailure::new(op, source),
+        other => StorageFailure::new(op, redb::Error::Corrupted(other.to_string())),
+    }
+}
+
 impl Drop for Journal {
     fn drop(&mut self) {
-        // Appends already queued are still committed and answered before the thread ends.
+        // A commit leader takes no new clients from now on; appends already queued (its own
+        // and its clients') are still committed and answered before the thread ends, and the
+        // thread hands the leadership on (see `share`).
+        self.shared
+            .is_closing
+            .store(true, std::sync::atomic::Ordering::Release);
         self.queue.close();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

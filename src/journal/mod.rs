@@ -11,9 +11,10 @@
 //!   committed mark was already applied and is answered from the records, never applied twice.
 //!
 //! Parts: [`Journal`] (`handle`: a read-write handle and its writer thread, `queue` and
-//! `writer`: group commit), `append` (one write transaction of batches), `read` ([`View`]: one
+//! `writer`: group commit; `share`: commits shared across processes through a commit
+//! leader), `append` (one write transaction of batches), `read` ([`View`]: one
 //! read transaction), `reader` ([`JournalReader`], [`ReadJournal`]), `open` (opening, format
-//! checks, an unfinished creation), `snapshot` (the snapshot codec), `tables` (tables and key
+//! checks, an unfinished creation), `examine` (what a journal file holds, before opening it), `snapshot` (the snapshot codec), `tables` (tables and key
 //! encoding), `copy` ([`copy_consistent`]), `error` (the error families), `backend` (a boxed
 //! redb backend), `instrumented` (a counting backend for tests and benchmarks).
 
@@ -21,6 +22,7 @@ mod append;
 mod backend;
 mod copy;
 mod error;
+pub mod examine;
 mod handle;
 #[doc(hidden)]
 pub mod instrumented;
@@ -28,6 +30,8 @@ mod open;
 mod queue;
 mod read;
 mod reader;
+pub mod rebuild;
+pub mod share;
 pub(crate) mod snapshot;
 pub(crate) mod tables;
 pub mod writer;
@@ -35,11 +39,14 @@ pub mod writer;
 pub use append::{Appended, Batch, Condition};
 pub use copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
 pub use error::{AppendError, CorruptError, OpenError, ReadError, StorageFailure};
+pub use examine::{FileFinding, check_home_journal, examine};
 pub use handle::Journal;
 pub use read::{JournalMeta, ResolveError, View};
 pub use reader::{JournalReader, ReadJournal};
+pub use share::CommitSharing;
 pub use snapshot::{
-    SNAPSHOT_LAYOUT, SnapshotError, encode_snapshot_for_tests, snapshot_of_layout_two_for_tests,
+    SNAPSHOT_LAYOUT, SnapshotError, decode_snapshot_for_tests, encode_snapshot_for_tests,
+    snapshot_of_layout_two_for_tests, with_checksum_for_tests,
 };
 pub use tables::{name_alias, tool_call_alias};
 pub use writer::{CapacityEvent, CapacityListener, Source, WriterOptions, WriterStats};

@@ -11,6 +11,7 @@ use super::copy::REDB_HEADER_BYTES;
 use super::error::{OpenError, StorageFailure};
 use super::tables;
 use super::writer::Source;
+use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
 
 /// redb's page cache for one journal handle. Runners, launchers and tools each open their own
@@ -39,20 +40,76 @@ pub(crate) fn open_source(source: &Source) -> Result<Database, OpenError> {
             let db = builder()
                 .create_with_backend(BoxedBackend(backend))
                 .map_err(|error| OpenError::from_database(name, error))?;
-            initialize(name, &db)?;
+            initialize(name, &db, Creation::Allowed)?;
             Ok(db)
         }
     }
 }
 
+/// Opens the database of a source again, for a handle that already had it open (after a
+/// storage failure, or beside the writer): it must be there and be a journal. Nothing is
+/// created or initialised, so a journal file that was emptied, removed or replaced meanwhile
+/// is refused rather than made anew.
+pub(crate) fn reopen_source(source: &Source) -> Result<Database, OpenError> {
+    let refuse_empty = |path: &Path| OpenError::NotAJournal {
+        path: path.to_path_buf(),
+        reason: "the file is empty (it held a journal when this process opened it)".to_string(),
+    };
+    match source {
+        Source::Path(path) => {
+            let len = std::fs::metadata(path)
+                .map_err(|source| OpenError::Io {
+                    path: path.clone(),
+                    source,
+                })?
+                .len();
+            if len == 0 {
+                return Err(refuse_empty(path));
+            }
+            let db = builder()
+                .open(path)
+                .map_err(|error| OpenError::from_database(path, error))?;
+            initialize(path, &db, Creation::Refused)?;
+            Ok(db)
+        }
+        Source::Backend { name, factory } => {
+            let io_error = |source| OpenError::Io {
+                path: name.clone(),
+                source,
+            };
+            let backend = factory().map_err(io_error)?;
+            if backend.len().map_err(io_error)? == 0 {
+                return Err(refuse_empty(name));
+            }
+            let db = builder()
+                .create_with_backend(BoxedBackend(backend))
+                .map_err(|error| OpenError::from_database(name, error))?;
+            initialize(name, &db, Creation::Refused)?;
+            Ok(db)
+        }
+    }
+}
+
+/// Whether an open may set up a journal in an empty database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Creation {
+    Allowed,
+    Refused,
+}
+
 fn open_database(path: &Path) -> Result<Database, OpenError> {
     create_private_file(path)?;
+    check_journal_file(path)?;
     discard_unfinished_file(path)?;
     precheck_read_only(path)?;
-    let db = builder()
-        .create(path)
+    // Opened here rather than by redb, so that a link put in the journal's place is not
+    // followed.
+    let file = durable_fs::open_existing_read_write(path)
+        .map_err(|source| OpenError::from_io(path, source))?;
+    let db = redb::backends::FileBackend::new(file)
+        .and_then(|backend| builder().create_with_backend(backend))
         .map_err(|error| OpenError::from_database(path, error))?;
-    initialize(path, &db)?;
+    initialize(path, &db, Creation::Allowed)?;
     Ok(db)
 }
 
@@ -69,11 +126,7 @@ fn discard_unfinished_file(path: &Path) -> Result<(), OpenError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(io_error)?;
+    let file = durable_fs::open_existing_read_write(path).map_err(io_error)?;
     let backend = redb::backends::FileBackend::new(file).map_err(|error| OpenError::Io {
         path: path.to_path_buf(),
         source: std::io::Error::other(error.to_string()),
@@ -149,7 +202,7 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
     if is_empty {
         return Ok(());
     }
-    let db = match builder().open_read_only(path) {
+    let db = match open_read_only(path) {
         Ok(db) => db,
         Err(redb::DatabaseError::RepairAborted) => return Ok(()),
         Err(error) => return Err(OpenError::from_database(path, error)),
@@ -177,16 +230,25 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
     }
 }
 
+/// Opens the journal at `path` read-only, without following a link in its place.
+pub(super) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
+    let file = durable_fs::open_existing_read_only(path)?;
+    let backend = redb::backends::FileBackend::new(file)?;
+    builder().open_read_only_with_backend(backend)
+}
+
+/// Refuses a journal file that another user owns or could write, or a link in its place
+/// ([`durable_fs::judge_private`]): its records are what runjournal acts on.
+pub(super) fn check_journal_file(path: &Path) -> Result<(), OpenError> {
+    durable_fs::check_private(path, durable_fs::Expect::File)
+        .map(|_| ())
+        .map_err(|error| OpenError::from_io(path, error))
+}
+
 /// Creates `path` empty and 0600 if it does not exist, so redb initializes a file only its
 /// owner can read.
 fn create_private_file(path: &Path) -> Result<(), OpenError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
+    match durable_fs::create_exclusive(path) {
         Ok(_) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(source) => Err(OpenError::Io {
@@ -196,9 +258,9 @@ fn create_private_file(path: &Path) -> Result<(), OpenError> {
     }
 }
 
-/// Checks the format version and creates the tables of a new journal. A journal that is
-/// already set up is only read, so opening costs no commit.
-fn initialize(path: &Path, db: &Database) -> Result<(), OpenError> {
+/// Checks the format version and, where `creation` allows, creates the tables of a new
+/// journal. A journal that is already set up is only read, so opening costs no commit.
+fn initialize(path: &Path, db: &Database, creation: Creation) -> Result<(), OpenError> {
     let txn = db
         .begin_read()
         .map_err(|error| StorageFailure::new("beginning a read", error))?;
@@ -206,6 +268,13 @@ fn initialize(path: &Path, db: &Database) -> Result<(), OpenError> {
         return check_format_version(path, version);
     }
     drop(txn);
+    if creation == Creation::Refused {
+        return Err(OpenError::NotAJournal {
+            path: path.to_path_buf(),
+            reason: "no runjournal meta table (it held a journal when this process opened it)"
+                .to_string(),
+        });
+    }
     let mut txn = db
         .begin_write()
         .map_err(|error| StorageFailure::new("beginning the set-up write", error))?;

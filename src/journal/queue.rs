@@ -149,7 +149,7 @@ impl<T, R> Queue<T, R> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(runjournal_loom)))]
 mod tests {
     use super::*;
 
@@ -208,8 +208,8 @@ mod tests {
 }
 
 /// Every interleaving of submitters, the writer and `close`, explored by loom
-/// (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom`).
-#[cfg(all(test, loom))]
+/// (`RUSTFLAGS="--cfg runjournal_loom" cargo test --release --lib loom`).
+#[cfg(all(test, runjournal_loom))]
 mod loom_tests {
     use loom::sync::atomic::{AtomicBool, Ordering};
     use loom::thread;

@@ -150,6 +150,42 @@ impl View {
         run_records(&self.table(RECORDS)?, run, until_seq)
     }
 
+    /// The run's records with `after_seq < seq <= until_seq`, in seq order: what a follower or
+    /// a projector holding the run up to `after_seq` has not seen, read without the rest.
+    pub fn records_between(
+        &self,
+        run: RunId,
+        after_seq: u64,
+        until_seq: u64,
+    ) -> Result<Vec<Record>, ReadError> {
+        run_records_between(&self.table(RECORDS)?, run, after_seq, until_seq)
+    }
+
+    /// The seq of the run's `Terminal` record, if it has one, read backwards from its head:
+    /// after a `Terminal` the reducer accepts only `ProcessTerminalObserved` and `Dismissed`,
+    /// so this reads a few records, however long the run.
+    pub fn terminal_seq(&self, run: RunId) -> Result<Option<u64>, ReadError> {
+        let records = self.table(RECORDS)?;
+        let low = tables::record_key(run, 0);
+        let high = tables::record_key(run, u64::MAX);
+        for entry in records
+            .range::<&[u8; 24]>(&low..=&high)
+            .map_err(storage("reading records"))?
+            .rev()
+        {
+            let (key, value) = entry.map_err(storage("reading records"))?;
+            let record = decode_record(key.value(), value.value())?;
+            match record.event {
+                crate::event::Event::Terminal { .. } => return Ok(Some(record.seq)),
+                crate::event::Event::ProcessTerminalObserved { .. }
+                | crate::event::Event::Dismissed { .. } => continue,
+                // Anything else comes before a Terminal, never after one.
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
     /// Up to `limit` records committed after global seq `after`, in commit order, each with
     /// its global seq.
     pub fn records_after(&self, after: u64, limit: usize) -> Result<Vec<(u64, Record)>, ReadError> {
@@ -457,7 +493,21 @@ pub(super) fn run_records(
     run: RunId,
     until_seq: u64,
 ) -> Result<Vec<Record>, ReadError> {
-    let low = tables::record_key(run, 0);
+    // Seqs start at 1: "after 0" is every record.
+    run_records_between(records, run, 0, until_seq)
+}
+
+/// The run's records with `after_seq < seq <= until_seq`, in seq order.
+fn run_records_between(
+    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
+    run: RunId,
+    after_seq: u64,
+    until_seq: u64,
+) -> Result<Vec<Record>, ReadError> {
+    if after_seq >= until_seq {
+        return Ok(Vec::new());
+    }
+    let low = tables::record_key(run, after_seq + 1);
     let high = tables::record_key(run, until_seq);
     let mut out = Vec::new();
     for entry in records

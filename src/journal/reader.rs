@@ -7,7 +7,7 @@ use redb::ReadableDatabase;
 
 use super::error::{OpenError, ReadError, StorageFailure};
 use super::handle::Journal;
-use super::open::{builder, check_format_version, read_format_version};
+use super::open::{check_format_version, check_journal_file, open_read_only, read_format_version};
 use super::read::View;
 
 /// A journal opened read-only: sees the commits of live writers, never writes.
@@ -26,9 +26,8 @@ impl JournalReader {
                 source,
             });
         }
-        let db = builder()
-            .open_read_only(path)
-            .map_err(|error| OpenError::from_database(path, error))?;
+        check_journal_file(path)?;
+        let db = open_read_only(path).map_err(|error| OpenError::from_database(path, error))?;
         let txn = db
             .begin_read()
             .map_err(|error| StorageFailure::new("beginning a read", error))?;

@@ -51,6 +51,10 @@ pub enum SnapshotError {
     OtherRun { found: RunId },
     #[error("it has {states} step states for {steps} steps")]
     StepCount { states: usize, steps: usize },
+    /// It decodes, but holds no state the reducer could have made (a forged or damaged
+    /// snapshot whose checksum was made to match): never acted on.
+    #[error("it is not a state a run can be in: {0}")]
+    Invalid(crate::state::ShapeError),
 }
 
 /// Snapshot layout 1. Fields are in encoding order; the enums' variants too (postcard encodes a
@@ -261,7 +265,8 @@ impl SnapshotV1 {
     }
 
     /// The domain state this snapshot holds, if it is a snapshot of `run` that agrees with its
-    /// own spec.
+    /// own spec and has the shape of a state the reducer makes ([`RunState::check_shape`]):
+    /// what comes from disk is checked like input.
     pub fn into_state(self, run: RunId) -> Result<RunState, SnapshotError> {
         if self.run_id != run {
             return Err(SnapshotError::OtherRun { found: self.run_id });
@@ -272,7 +277,7 @@ impl SnapshotV1 {
                 steps: self.spec.steps.len(),
             });
         }
-        Ok(RunState {
+        let state = RunState {
             run_id: self.run_id,
             spec: self.spec,
             created_at_ms: self.created_at_ms,
@@ -327,15 +332,95 @@ impl SnapshotV1 {
             dismissed_at_ms: self.dismissed_at_ms,
             head_seq: self.head_seq,
             updated_at_ms: self.updated_at_ms,
-        })
+        };
+        state.check_shape().map_err(SnapshotError::Invalid)?;
+        Ok(state)
     }
 }
 
-/// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then its CRC-32C.
+/// What follows the fields of a layout-1 snapshot when an identity it holds has a PID
+/// namespace (an extension at its end, as records have one): the runner's namespace, then one
+/// per step. A snapshot without it is byte for byte a snapshot of the first release; one with
+/// it is refused by the first release, which then re-derives the state from the records, as it
+/// does with any snapshot it cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotNamespaces {
+    runner: Option<u64>,
+    steps: Vec<Option<u64>>,
+}
+
+impl SnapshotNamespaces {
+    /// The namespaces of `state`'s identities; `None` when none has one.
+    fn of(state: &RunState) -> Option<SnapshotNamespaces> {
+        let namespaces = SnapshotNamespaces {
+            runner: state
+                .runner
+                .as_ref()
+                .and_then(|runner| runner.identity.pid_namespace),
+            steps: state
+                .steps
+                .iter()
+                .map(|step| {
+                    step.process
+                        .as_ref()
+                        .and_then(|process| process.pid_namespace)
+                })
+                .collect(),
+        };
+        let has_any = namespaces.runner.is_some() || namespaces.steps.iter().any(Option::is_some);
+        has_any.then_some(namespaces)
+    }
+
+    /// Puts the namespaces into `state`'s identities; refuses them where there is no identity
+    /// to hold one.
+    fn apply(self, state: &mut RunState) -> Result<(), SnapshotError> {
+        let misplaced = || SnapshotError::Malformed {
+            reason: "a PID namespace for a process it does not record".to_string(),
+        };
+        if self.steps.len() != state.steps.len() {
+            return Err(SnapshotError::Malformed {
+                reason: format!(
+                    "PID namespaces for {} steps, not {}",
+                    self.steps.len(),
+                    state.steps.len()
+                ),
+            });
+        }
+        if let Some(namespace) = self.runner {
+            let runner = state.runner.as_mut().ok_or_else(misplaced)?;
+            runner.identity.pid_namespace = Some(namespace);
+        }
+        for (step, namespace) in state.steps.iter_mut().zip(self.steps) {
+            if let Some(namespace) = namespace {
+                let process = step.process.as_mut().ok_or_else(misplaced)?;
+                process.pid_namespace = Some(namespace);
+            }
+        }
+        if SnapshotNamespaces::of(state).is_none() {
+            // Written only when one is there: anything else is not what this build writes.
+            return Err(SnapshotError::Malformed {
+                reason: "PID namespaces that are all absent".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then its PID
+/// namespaces if it has any ([`SnapshotNamespaces`]), then a CRC-32C of everything before.
 pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> {
-    let bytes = encode_checked(&SnapshotV1::of(state)).map_err(|error| EncodeError::Serialize {
+    let serialize_error = |error: postcard::Error| EncodeError::Serialize {
         reason: error.to_string(),
-    })?;
+    };
+    let bytes = match SnapshotNamespaces::of(state) {
+        None => encode_checked(&SnapshotV1::of(state)).map_err(serialize_error)?,
+        Some(namespaces) => {
+            let mut payload =
+                postcard::to_allocvec(&SnapshotV1::of(state)).map_err(serialize_error)?;
+            payload.extend(postcard::to_allocvec(&namespaces).map_err(serialize_error)?);
+            event::with_checksum(&payload)
+        }
+    };
     if bytes.len() > MAX_SNAPSHOT_BYTES {
         return Err(EncodeError::TooLarge {
             event: "snapshot",
@@ -369,9 +454,21 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
     }
     match postcard::take_from_bytes::<SnapshotV1>(payload).map_err(malformed)? {
         (snapshot, []) => snapshot.into_state(run),
-        (_, rest) => Err(SnapshotError::Malformed {
-            reason: format!("{} bytes after the snapshot", rest.len()),
-        }),
+        (snapshot, rest) => {
+            let not_namespaces = || SnapshotError::Malformed {
+                reason: format!(
+                    "{} bytes after the snapshot that are not its PID namespaces",
+                    rest.len()
+                ),
+            };
+            let namespaces = match postcard::take_from_bytes::<SnapshotNamespaces>(rest) {
+                Ok((namespaces, [])) => namespaces,
+                _ => return Err(not_namespaces()),
+            };
+            let mut state = snapshot.into_state(run)?;
+            namespaces.apply(&mut state)?;
+            Ok(state)
+        }
     }
 }
 
@@ -436,6 +533,18 @@ pub fn snapshot_of_layout_two_for_tests(
     Some(event::with_checksum(&layout_two))
 }
 
+/// [`decode_snapshot`], for tests that check what a forged snapshot decodes to.
+#[doc(hidden)]
+pub fn decode_snapshot_for_tests(run: RunId, bytes: &[u8]) -> Result<RunState, SnapshotError> {
+    decode_snapshot(run, bytes)
+}
+
+/// `payload` followed by its CRC-32C, as snapshots and records end: for tests that forge them.
+#[doc(hidden)]
+pub fn with_checksum_for_tests(payload: &[u8]) -> Vec<u8> {
+    event::with_checksum(payload)
+}
+
 /// The snapshot bytes of `state`, as the `runs` table stores them. For tests that edit a
 /// journal behind the library's back (to check that `verify` notices); never needed otherwise.
 #[doc(hidden)]
@@ -459,6 +568,7 @@ mod tests {
             pid: 42,
             start_time: 7,
             boot_id: "boot".to_string(),
+            pid_namespace: None,
         };
         let events = vec![
             Event::RunCreated {
@@ -555,6 +665,68 @@ mod tests {
         let bytes = encode_snapshot(&state).expect("encodes");
         assert_eq!(bytes[0], 1, "the layout leads, as the varint 1");
         assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// A state whose identities carry PID namespaces round-trips; its bytes are those of the
+    /// same state without them (layout 1, as the first release wrote it), then the namespaces.
+    #[test]
+    fn pid_namespaces_follow_the_fields_of_layout_one() {
+        let without = full_state();
+        let mut with = without.clone();
+        if let Some(runner) = with.runner.as_mut() {
+            runner.identity.pid_namespace = Some(11);
+        }
+        if let Some(process) = with.steps[0].process.as_mut() {
+            process.pid_namespace = Some(12);
+        }
+        let bytes = encode_snapshot(&with).expect("encodes");
+        assert_eq!(decode_snapshot(RUN, &bytes), Ok(with.clone()));
+        let layout_one = encode_snapshot(&without).expect("encodes");
+        let fields = layout_one.len() - 4;
+        assert_eq!(bytes[..fields], layout_one[..fields]);
+        assert_eq!(
+            &bytes[fields..bytes.len() - 4],
+            // runner Some(11); two steps: Some(12), None
+            &[1, 11, 2, 1, 12, 0],
+            "the namespaces come after the fields"
+        );
+
+        let forged = |namespaces: &SnapshotNamespaces| {
+            let mut payload = postcard::to_allocvec(&SnapshotV1::of(&without)).expect("encodes");
+            payload.extend(postcard::to_allocvec(namespaces).expect("encodes"));
+            event::with_checksum(&payload)
+        };
+        for (case, namespaces) in [
+            (
+                "one step too few",
+                SnapshotNamespaces {
+                    runner: Some(1),
+                    steps: vec![None],
+                },
+            ),
+            (
+                "a namespace for a step without a process",
+                SnapshotNamespaces {
+                    runner: None,
+                    steps: vec![None, Some(3)],
+                },
+            ),
+            (
+                "all absent",
+                SnapshotNamespaces {
+                    runner: None,
+                    steps: vec![None, None],
+                },
+            ),
+        ] {
+            assert!(
+                matches!(
+                    decode_snapshot(RUN, &forged(&namespaces)),
+                    Err(SnapshotError::Malformed { .. })
+                ),
+                "{case}"
+            );
+        }
     }
 
     /// postcard encodes an enum as its variant's index: the wire enums keep the order of the

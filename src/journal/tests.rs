@@ -81,6 +81,7 @@ fn runner_identity() -> ProcessIdentity {
         pid: 4242,
         start_time: 987_654,
         boot_id: "boot-a".to_string(),
+        pid_namespace: None,
     }
 }
 
@@ -98,6 +99,7 @@ fn step_running(step: u32) -> Event {
             pid: 4243,
             start_time: 987_700,
             boot_id: "boot-a".to_string(),
+            pid_namespace: None,
         }),
     }
 }

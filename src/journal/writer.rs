@@ -1,13 +1,15 @@
 //! The journal's writer: one thread per journal handle that takes every append waiting in the
 //! queue as one group, commits the group in one durable write transaction, and answers each
-//! caller with its own result; and that rides out a full disk.
+//! caller with its own result; and that rides out a full disk and flaky storage.
 //!
 //! Invariants:
 //! * a caller is answered only after the commit holding its batch returned, or once its batch
-//!   was refused, or once the writer gave up on a failure that is not about capacity;
+//!   was refused, or once the writer gave up: at once on a failure that is not about storage,
+//!   and on another storage failure once it has lasted the retry window; a capacity failure
+//!   is never answered, it is waited out;
 //! * on any storage failure the redb handle is dropped and the database reopened before the
 //!   next attempt (redb refuses every call on a handle after an I/O error, and a failed fsync
-//!   must never be retried on the same file and trusted);
+//!   must never be retried on the same file and trusted); a reopen never creates a journal;
 //! * a retried group keeps its writer seqs, so a commit that did land before the failure is
 //!   recognised and not applied twice;
 //! * on a capacity error the reserve file is released first, so the retry has room.
@@ -22,10 +24,12 @@ use redb::{Database, StorageBackend};
 
 use super::append::{self, Appended, Batch, Condition};
 use super::error::{AppendError, OpenError, StorageFailure};
-use super::open::open_source;
+use super::open::reopen_source;
 use super::queue::{Queue, Reply};
-use crate::capacity::{self, Reserve};
-use crate::event::{Event, RunId, WriterId, now_ms};
+use super::share::{CommitSharing, Sharing};
+use crate::capacity::{self, BlockCause, FailureClass, Reserve};
+use crate::event::{Event, RunId, UnixMs, WriterId, now_ms};
+use crate::state::RunState;
 
 /// Makes a fresh storage backend for each (re)open of a journal that does not live in a file.
 pub type BackendFactory = Arc<dyn Fn() -> io::Result<Box<dyn StorageBackend>> + Send + Sync>;
@@ -51,17 +55,26 @@ impl Source {
     }
 }
 
-/// What the writer reports while it fights a full disk.
+/// What the writer reports while it fights a full disk or flaky storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CapacityEvent {
-    /// A commit failed for lack of space (or file handles); the writer keeps trying.
-    Blocked { since_ms: u64, error: String },
+    /// A commit failed for lack of space (or file handles), or on a storage error; the writer
+    /// keeps trying (for a storage error, until its retry window ends). Reported again when
+    /// the cause changes.
+    Blocked {
+        since_ms: u64,
+        error: String,
+        cause: BlockCause,
+    },
     /// The reserve file was deleted to make room.
     ReserveReleased { bytes: u64 },
     /// A commit landed again after being blocked.
     Unblocked { blocked_ms: u64 },
     /// The reserve file is back.
     ReserveRestored { bytes: u64 },
+    /// Storage errors outlasted the retry window: the waiting callers get the error, and until
+    /// a commit lands again each group is tried once.
+    GaveUp { blocked_ms: u64, error: String },
 }
 
 /// Receives [`CapacityEvent`]s, e.g. to write a line to the runner's log.
@@ -79,9 +92,13 @@ pub struct WriterOptions {
     /// Where to mark this writer blocked for other processes to see (a home's root).
     pub blocked_markers: Option<crate::home::Home>,
     pub listener: Option<CapacityListener>,
-    /// Attempts at a group that fails for a reason other than capacity before its callers get
-    /// the error.
-    pub max_other_attempts: u32,
+    /// How long storage errors that are not about capacity (EIO, EROFS, ETIMEDOUT, ...) are
+    /// retried, from the first failure of a streak, before the waiting callers get the error.
+    /// Zero: one attempt.
+    pub io_retry_window: Duration,
+    /// Whether this handle's commits are shared with the other processes that have the same
+    /// journal open (through a commit leader: see `share`), or made alone.
+    pub commit_sharing: CommitSharing,
 }
 
 impl Default for WriterOptions {
@@ -92,12 +109,14 @@ impl Default for WriterOptions {
             reserve: None,
             blocked_markers: None,
             listener: None,
-            max_other_attempts: 3,
+            io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
+            commit_sharing: CommitSharing::default(),
         }
     }
 }
 
-/// Delays between attempts while the disk stays full: short at first, then every 2 s.
+/// Delays between attempts while the disk stays full or the storage keeps failing: short at
+/// first, then every 2 s.
 pub const RETRY_DELAYS_MS: [u64; 8] = [10, 25, 50, 100, 250, 500, 1000, 2000];
 
 fn retry_delay(attempt: usize) -> Duration {
@@ -109,9 +128,33 @@ pub(crate) struct Request {
     pub(crate) run: RunId,
     pub(crate) events: Vec<Event>,
     pub(crate) condition: Condition,
+    pub(crate) origin: Origin,
 }
 
-pub(crate) type Answer = Result<Appended, AppendError>;
+/// Whose batch a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A caller of this handle: the writer numbers it with this handle's writer id.
+    Local,
+    /// Another process's batch, handed to this handle as the commit leader (`share`): it is
+    /// committed under the writer id, writer seq and time its own writer gave it.
+    Remote {
+        writer: WriterId,
+        writer_seq: u64,
+        time_ms: UnixMs,
+    },
+}
+
+/// The writer's answer to one request.
+pub(crate) struct Answer {
+    pub(crate) result: Result<Appended, AppendError>,
+    /// For a refused remote batch: the run's state it was judged against (see
+    /// [`append::Judged`]).
+    pub(crate) refused_against: Option<Option<RunState>>,
+    /// An attempt at the commit failed before this answer, so an earlier attempt may have
+    /// landed: a remote writer may then judge its batch again under a fresh seq.
+    pub(crate) was_retried: bool,
+}
 
 /// Counters of the writer's work.
 #[derive(Debug, Default)]
@@ -125,6 +168,13 @@ pub struct WriterStats {
     pub batches: AtomicU64,
     /// Storage failures met (each followed by a reopen).
     pub failures: AtomicU64,
+    /// Times the writer gave up on storage errors that outlasted the retry window.
+    pub give_ups: AtomicU64,
+    /// Batches of this handle answered by another handle, the commit leader, which committed
+    /// (or refused) them for it.
+    pub through_leader: AtomicU64,
+    /// Batches of other handles that this handle committed as their commit leader.
+    pub for_others: AtomicU64,
 }
 
 /// What the journal handle and its writer thread share.
@@ -134,6 +184,8 @@ pub(crate) struct Shared {
     db: RwLock<Option<Arc<Database>>>,
     pub(crate) options: WriterOptions,
     pub(crate) stats: WriterStats,
+    /// Set when the handle is being dropped: a commit leader takes no new clients then.
+    pub(crate) is_closing: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -144,6 +196,7 @@ impl Shared {
             db: RwLock::new(Some(Arc::new(db))),
             options,
             stats: WriterStats::default(),
+            is_closing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -162,6 +215,31 @@ impl Shared {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         *slot = db;
+    }
+
+    /// Drops the current handle if it is `failed` (a reader met a storage failure through
+    /// it), so that the next use reopens; a handle the writer already replaced is kept.
+    pub(crate) fn discard_database(&self, failed: &Arc<Database>) {
+        let mut slot = self
+            .db
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slot.as_ref().is_some_and(|db| Arc::ptr_eq(db, failed)) {
+            *slot = None;
+        }
+    }
+
+    /// A fresh handle, made the shared one if none is (the writer may have reopened first).
+    pub(crate) fn reopen_database(&self) -> Result<Arc<Database>, OpenError> {
+        let db = Arc::new(reopen_source(&self.source)?);
+        let mut slot = self
+            .db
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slot.is_none() {
+            *slot = Some(Arc::clone(&db));
+        }
+        Ok(db)
     }
 
     /// Whether the writer is believed to have its reserve in place.
@@ -183,30 +261,43 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
         is_reserve_missing: shared.options.reserve.is_some() && !shared.has_reserve(),
         ..CapacityState::default()
     };
+    let mut sharing = Sharing::new(&shared, &queue);
     loop {
         let group = queue.take_group(shared.options.max_group_events, |request| {
             request.events.len()
         });
         if group.is_empty() {
+            sharing.finish();
+            clear_marker_at_exit(&shared, &mut capacity);
             return;
         }
         let time_ms = now_ms();
         let mut replies: Vec<Reply<Answer>> = Vec::with_capacity(group.len());
         let mut batches = Vec::with_capacity(group.len());
         for (request, reply) in group {
+            let (writer, writer_seq, time_ms) = match request.origin {
+                Origin::Local => {
+                    next_writer_seq += 1;
+                    (shared.writer, next_writer_seq - 1, time_ms)
+                }
+                Origin::Remote {
+                    writer,
+                    writer_seq,
+                    time_ms,
+                } => (writer, writer_seq, time_ms),
+            };
             batches.push(Batch {
                 run: request.run,
                 events: request.events,
                 condition: request.condition,
-                writer: shared.writer,
-                writer_seq: next_writer_seq,
+                writer,
+                writer_seq,
                 time_ms,
             });
-            next_writer_seq += 1;
             replies.push(reply);
         }
         let batch_count = batches.len() as u64;
-        let results = commit_and_rejudge(&shared, batches, &mut capacity, |batch| {
+        let mut renumber = |batch: Batch| {
             let writer_seq = next_writer_seq;
             next_writer_seq += 1;
             Batch {
@@ -214,23 +305,47 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
                 time_ms: now_ms(),
                 ..batch
             }
-        });
+        };
+        // Through another process's commit leader when there is one to hand the group to;
+        // otherwise committed here, as the leader or alone.
+        let answers = match sharing.commit_through_leader(&batches, &mut capacity, &mut renumber) {
+            Some(answers) => answers,
+            None => commit_and_rejudge(&shared, batches, &mut capacity, false, &mut renumber),
+        };
         shared
             .stats
             .batches
             .fetch_add(batch_count, Ordering::Relaxed);
-        for (reply, result) in replies.into_iter().zip(results) {
-            reply.answer(result);
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            reply.answer(answer);
         }
     }
 }
 
-/// What the writer knows of its fight with a full disk.
+/// A writer that stops (its journal handle closed) is no longer blocked: its marker goes.
+fn clear_marker_at_exit(shared: &Shared, capacity: &mut CapacityState) {
+    if let (Some(home), Some(blocked)) = (
+        &shared.options.blocked_markers,
+        capacity.blocked_marker.take(),
+    ) {
+        let _ = capacity::clear_blocked(home, &blocked);
+    }
+}
+
+/// What the writer knows of its fight with a full disk or flaky storage.
 #[derive(Default)]
-struct CapacityState {
+pub(crate) struct CapacityState {
     blocked_since_ms: Option<u64>,
+    /// Why it is blocked now (the latest failure's cause).
+    blocked_cause: Option<BlockCause>,
     /// The marker this writer made for others to see while blocked, to remove once unblocked.
     blocked_marker: Option<capacity::Blocked>,
+    /// When the first storage failure of the current streak happened: the retry window runs
+    /// from there, across groups, until a commit lands.
+    failing_since: Option<Instant>,
+    /// Storage errors outlasted the window and no commit has landed since: each group is
+    /// tried once.
+    has_given_up: bool,
     /// The reserve is (believed) missing and should be made again when space allows.
     is_reserve_missing: bool,
     last_reserve_attempt: Option<Instant>,
@@ -241,22 +356,28 @@ struct CapacityState {
 const MAX_REJUDGE_ROUNDS: usize = 8;
 
 /// Commits a group (see [`commit_group`]), then judges again, under fresh writer seqs from
-/// `renumber`, every batch that a retry answered with its own writer seq "reused".
+/// `renumber`, every batch of this handle's writer that a retry answered with its own writer
+/// seq "reused".
 ///
 /// When a group's commit lands but reports a failure (the last sync failed, say), the retry
 /// finds the writer mark past every batch of the group. A batch that was committed is then
 /// recognised by its records; a batch that was refused (a head mismatch, an illegal
 /// transition) wrote none, so the retry could only call its seq reused, and its caller got
 /// that instead of its refusal. Nothing of such a batch is in the journal and its caller has no
-/// answer yet, so judging it again now, as a new batch, is exact.
-fn commit_and_rejudge(
+/// answer yet, so judging it again now, as a new batch, is exact. `was_uncertain` says that
+/// the group was handed to a commit leader before, which may have committed it without
+/// answering: a seq found reused is then judged again as after a retry. Batches of other
+/// writers (a leader's clients) are answered as they are; their own writers judge them again.
+pub(crate) fn commit_and_rejudge(
     shared: &Shared,
     mut batches: Vec<Batch>,
     capacity: &mut CapacityState,
-    mut renumber: impl FnMut(Batch) -> Batch,
+    was_uncertain: bool,
+    renumber: &mut dyn FnMut(Batch) -> Batch,
 ) -> Vec<Answer> {
-    let (mut results, mut was_retried) = commit_group(shared, &batches, capacity);
-    // Positions in `results` of the batches being judged again.
+    let (mut answers, mut was_retried) = commit_group(shared, &batches, capacity);
+    was_retried |= was_uncertain;
+    // Positions in `answers` of the batches being judged again.
     let mut positions: Vec<usize> = (0..batches.len()).collect();
     for _ in 0..MAX_REJUDGE_ROUNDS {
         if !was_retried {
@@ -264,12 +385,13 @@ fn commit_and_rejudge(
         }
         let stale: Vec<usize> = (0..batches.len())
             .filter(|&index| {
-                matches!(
-                    &results[positions[index]],
-                    Err(AppendError::WriterSeqReused { writer, writer_seq, .. })
-                        if *writer == batches[index].writer
-                            && *writer_seq == batches[index].writer_seq
-                )
+                batches[index].writer == shared.writer
+                    && matches!(
+                        &answers[positions[index]].result,
+                        Err(AppendError::WriterSeqReused { writer, writer_seq, .. })
+                            if *writer == batches[index].writer
+                                && *writer_seq == batches[index].writer_seq
+                    )
             })
             .collect();
         if stale.is_empty() {
@@ -280,97 +402,200 @@ fn commit_and_rejudge(
             .map(|&index| renumber(batches[index].clone()))
             .collect();
         positions = stale.iter().map(|&index| positions[index]).collect();
-        let (answers, retried) = commit_group(shared, &again, capacity);
-        for (position, answer) in positions.iter().zip(answers) {
-            results[*position] = answer;
+        let (again_answers, retried) = commit_group(shared, &again, capacity);
+        for (position, answer) in positions.iter().zip(again_answers) {
+            answers[*position] = answer;
         }
         batches = again;
         was_retried = retried;
     }
-    results
+    answers
 }
 
-/// Commits a group, retrying through reopens until it lands, or until a failure that is not
-/// about capacity persists past `max_other_attempts`. Returns the answers, and whether any
-/// attempt failed before them (so an earlier attempt may have landed unacknowledged).
+/// Commits a group, retrying through reopens until it lands; a capacity failure is retried
+/// until it clears, another storage failure until the retry window (from the first failure of
+/// the streak) has passed, and a failure that is not about storage not at all. Returns the
+/// answers (each saying whether an attempt failed before it, so an earlier attempt may have
+/// landed unacknowledged), and that flag.
 fn commit_group(
     shared: &Shared,
     batches: &[Batch],
     capacity: &mut CapacityState,
 ) -> (Vec<Answer>, bool) {
     let mut attempt = 0usize;
-    let mut other_failures = 0u32;
+    // Refusals of other writers' batches keep the state they were judged against, for their
+    // writers to word them.
+    let is_remote = |batch: &Batch| batch.writer != shared.writer;
     loop {
-        let outcome =
-            current_or_reopened(shared).and_then(|db| append::commit_batches(&db, batches));
+        let outcome = current_or_reopened(shared).and_then(|db| {
+            append::commit_batches_judged(&db, batches, append::Marks::Idempotent, is_remote)
+                .map_err(Failed::from)
+        });
         let failure = match outcome {
-            Ok(results) => {
+            Ok(judged) => {
                 shared.stats.commits.fetch_add(1, Ordering::Relaxed);
+                let remote = batches.iter().filter(|batch| is_remote(batch)).count();
+                if remote > 0 {
+                    shared
+                        .stats
+                        .for_others
+                        .fetch_add(remote as u64, Ordering::Relaxed);
+                }
                 after_success(shared, capacity);
-                return (results, attempt > 0);
+                let was_retried = attempt > 0;
+                let answers = judged
+                    .into_iter()
+                    .map(|judged| Answer {
+                        result: judged.result,
+                        refused_against: judged.refused_against,
+                        was_retried,
+                    })
+                    .collect();
+                return (answers, was_retried);
             }
             Err(failure) => failure,
         };
         shared.stats.failures.fetch_add(1, Ordering::Relaxed);
         // The handle is suspect after any failure: drop it; the next attempt reopens.
         shared.set_database(None);
-        if failure.is_capacity() {
-            on_capacity_failure(shared, capacity, &failure);
-        } else {
-            other_failures += 1;
-            if other_failures >= shared.options.max_other_attempts {
-                // Leave a working handle for the next group if one can be had.
-                let _ = current_or_reopened(shared);
-                let answers = batches
-                    .iter()
-                    .map(|_| Err(AppendError::Storage(failure.duplicate())))
-                    .collect();
-                return (answers, false);
+        let class = failure.class;
+        let failing_for = match class {
+            FailureClass::NotStorage => Duration::ZERO,
+            _ => capacity
+                .failing_since
+                .get_or_insert_with(Instant::now)
+                .elapsed(),
+        };
+        let window = shared.options.io_retry_window;
+        // After a give-up, storage errors get one attempt per group until a commit lands.
+        let is_retried = capacity::is_retried(class, failing_for, window)
+            && !(capacity.has_given_up && class != FailureClass::Capacity);
+        if !is_retried {
+            if class != FailureClass::NotStorage && !capacity.has_given_up {
+                capacity.has_given_up = true;
+                shared.stats.give_ups.fetch_add(1, Ordering::Relaxed);
+                shared.emit(CapacityEvent::GaveUp {
+                    blocked_ms: duration_ms(failing_for),
+                    error: failure.failure.to_string(),
+                });
             }
+            // Leave a working handle for the next group if one can be had.
+            let _ = current_or_reopened(shared);
+            let answers = batches
+                .iter()
+                .map(|_| Answer {
+                    result: Err(AppendError::Storage(failure.failure.duplicate())),
+                    refused_against: None,
+                    was_retried: attempt > 0,
+                })
+                .collect();
+            return (answers, false);
         }
-        std::thread::sleep(retry_delay(attempt));
+        if let Some(cause) = class.cause() {
+            on_blocked(shared, capacity, cause, &failure.failure);
+        }
+        if class == FailureClass::Capacity {
+            release_reserve(shared, capacity);
+        }
+        let delay = retry_delay(attempt);
+        // A storage error is retried up to the window's end, not a whole delay past it.
+        let delay = match class {
+            FailureClass::Io { .. } => delay.min(window.saturating_sub(failing_for)),
+            _ => delay,
+        };
+        std::thread::sleep(delay);
         attempt += 1;
     }
 }
 
-/// The current handle, or a fresh one if the last failed.
-fn current_or_reopened(shared: &Shared) -> Result<Arc<Database>, StorageFailure> {
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A failed attempt: what failed, and how it is ridden out.
+struct Failed {
+    failure: StorageFailure,
+    class: FailureClass,
+}
+
+impl From<StorageFailure> for Failed {
+    fn from(failure: StorageFailure) -> Failed {
+        let class = failure.class();
+        Failed { failure, class }
+    }
+}
+
+/// The current handle, or a fresh one if the last failed. A reopen never creates a journal:
+/// a file that is no longer a journal fails the attempt as not about storage.
+fn current_or_reopened(shared: &Shared) -> Result<Arc<Database>, Failed> {
     if let Some(db) = shared.database() {
         return Ok(db);
     }
-    let db = Arc::new(open_source(&shared.source).map_err(open_failure)?);
+    let db = Arc::new(reopen_source(&shared.source).map_err(open_failure)?);
     shared.set_database(Some(Arc::clone(&db)));
     Ok(db)
 }
 
-fn open_failure(error: OpenError) -> StorageFailure {
+/// A failed reopen as a failed attempt, keeping what it says about storage: an I/O error is
+/// the storage's; a file that is no longer a journal of ours is not about storage.
+pub(crate) fn open_failure_class(error: &OpenError) -> FailureClass {
     match error {
+        OpenError::Storage(failure) => failure.class(),
+        OpenError::Io { source, .. } => capacity::classify_io(source),
+        _ => FailureClass::NotStorage,
+    }
+}
+
+fn open_failure(error: OpenError) -> Failed {
+    let class = open_failure_class(&error);
+    let failure = match error {
         OpenError::Storage(failure) => failure,
         OpenError::Io { source, .. } => StorageFailure::new("reopening the journal", source),
         other => StorageFailure::new(
             "reopening the journal",
             redb::Error::Io(io::Error::other(other.to_string())),
         ),
-    }
+    };
+    Failed { failure, class }
 }
 
-fn on_capacity_failure(shared: &Shared, capacity: &mut CapacityState, failure: &StorageFailure) {
-    if capacity.blocked_since_ms.is_none() {
-        let since_ms = now_ms();
-        capacity.blocked_since_ms = Some(since_ms);
-        if let Some(home) = &shared.options.blocked_markers {
-            // Best effort: a marker is for others to see; the retry does not depend on it.
-            if let Ok(writer) = crate::liveness::current() {
-                let blocked = capacity::Blocked { writer, since_ms };
-                let _ = capacity::mark_blocked(home, &blocked);
-                capacity.blocked_marker = Some(blocked);
-            }
-        }
-        shared.emit(CapacityEvent::Blocked {
-            since_ms,
-            error: failure.to_string(),
-        });
+/// Marks the writer blocked (for other processes, and the listener) when it was not, or when
+/// the cause changed.
+fn on_blocked(
+    shared: &Shared,
+    capacity: &mut CapacityState,
+    cause: BlockCause,
+    failure: &StorageFailure,
+) {
+    if capacity.blocked_cause == Some(cause) {
+        return;
     }
+    let since_ms = *capacity.blocked_since_ms.get_or_insert_with(now_ms);
+    capacity.blocked_cause = Some(cause);
+    if let Some(home) = &shared.options.blocked_markers {
+        // Best effort: a marker is for others to see; the retry does not depend on it.
+        if let Some(old) = capacity.blocked_marker.take() {
+            let _ = capacity::clear_blocked(home, &old);
+        }
+        if let Ok(writer) = crate::liveness::current() {
+            let blocked = capacity::Blocked {
+                writer,
+                since_ms,
+                cause,
+            };
+            let _ = capacity::mark_blocked(home, &blocked);
+            capacity.blocked_marker = Some(blocked);
+        }
+    }
+    shared.emit(CapacityEvent::Blocked {
+        since_ms,
+        error: failure.to_string(),
+        cause,
+    });
+}
+
+/// Deletes the reserve so that the retry has room.
+fn release_reserve(shared: &Shared, capacity: &mut CapacityState) {
     let reserve = shared.options.reserve.as_ref();
     if let Some((reserve, Ok(true))) = reserve.map(|reserve| (reserve, reserve.release())) {
         capacity.is_reserve_missing = true;
@@ -382,6 +607,9 @@ fn on_capacity_failure(shared: &Shared, capacity: &mut CapacityState, failure: &
 
 fn after_success(shared: &Shared, capacity: &mut CapacityState) {
     let was_blocked = capacity.blocked_since_ms.is_some();
+    capacity.failing_since = None;
+    capacity.has_given_up = false;
+    capacity.blocked_cause = None;
     if let Some(since_ms) = capacity.blocked_since_ms.take() {
         if let (Some(home), Some(blocked)) = (
             &shared.options.blocked_markers,

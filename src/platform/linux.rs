@@ -1,9 +1,12 @@
 //! The Linux implementation of [`super`]: `/proc` for process facts (with the crate's one
-//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2` and `close_range`.
+//! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2`, `close_range`, inotify,
+//! and Unix sockets' `SO_PEERCRED`, `MSG_NOSIGNAL` and abstract names.
 
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
 use nix::libc;
 
@@ -26,6 +29,36 @@ pub(super) fn boot_id() -> io::Result<String> {
         ));
     }
     Ok(boot_id.to_string())
+}
+
+/// This process's PID namespace (see [`super::pid_namespace`]), read once: a process never
+/// changes its own.
+pub(super) fn pid_namespace() -> io::Result<Option<u64>> {
+    static PID_NAMESPACE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    if let Some(namespace) = PID_NAMESPACE.get() {
+        return Ok(*namespace);
+    }
+    let namespace = read_pid_namespace()?;
+    Ok(*PID_NAMESPACE.get_or_init(|| namespace))
+}
+
+fn read_pid_namespace() -> io::Result<Option<u64>> {
+    use std::os::unix::fs::MetadataExt;
+    // /proc shows the pids of the namespace it was mounted for: this process's pids only when
+    // /proc/self is this process.
+    let self_link = fs::read_link("/proc/self")?;
+    let me = std::process::id().to_string();
+    if self_link.as_os_str() != me.as_str() {
+        return Err(io::Error::other(format!(
+            "/proc belongs to another PID namespace than this process (/proc/self is {}, this process is {me}): mount a /proc of its own (unshare --mount-proc)",
+            self_link.display()
+        )));
+    }
+    match fs::metadata("/proc/self/ns/pid") {
+        Ok(metadata) => Ok(Some(metadata.ino())),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// `/proc/<pid>/stat`, parsed; `None` when no process has that pid (or it went away while we
@@ -169,8 +202,131 @@ pub(super) fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
     nix::fcntl::posix_fallocate(file, 0, length).map_err(io::Error::from)
 }
 
+/// `pidfd_open(pid, 0)` (Linux 5.3): `None` for a pid nobody holds; `Unsupported` on an older
+/// kernel (ENOSYS), or where a sandbox's seccomp filter refuses the call (EPERM).
+pub(super) fn pidfd_open(pid: u32) -> io::Result<Option<OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    let pid = nix::libc::pid_t::try_from(pid).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pid {pid} is out of range"),
+        )
+    })?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; no memory
+    // is shared with the kernel.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(nix::libc::ESRCH) => Ok(None),
+            Some(nix::libc::ENOSYS | nix::libc::EPERM) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("pidfd_open is not available: {error}"),
+            )),
+            _ => Err(error),
+        };
+    }
+    let fd = std::os::fd::RawFd::try_from(fd)
+        .map_err(|_| io::Error::other(format!("pidfd_open returned descriptor {fd}")))?;
+    // SAFETY: the kernel just returned this descriptor, which nothing else owns.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// `pidfd_send_signal(fd, signal, NULL, 0)`: `false` when the process has exited (ESRCH).
+pub(super) fn pidfd_send_signal(
+    fd: &OwnedFd,
+    signal: nix::sys::signal::Signal,
+) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is a pidfd this process owns; a null info with flags 0 asks the
+    // kernel to fill in the signal information as `kill` would.
+    let answer = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            signal as nix::libc::c_int,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        )
+    };
+    if answer == 0 {
+        return Ok(true);
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(nix::libc::ESRCH) => Ok(false),
+        _ => Err(error),
+    }
+}
+
 pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// `sun_path` is 108 bytes on Linux, NUL included.
+pub(super) const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+pub(super) fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the buffer is a `ucred` and `length` is its size, as SO_PEERCRED expects; the
+    // descriptor is open for the duration of the call (borrowed from `socket`).
+    let result = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut length,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(credentials.uid)
+}
+
+pub(super) fn no_sigpipe(_socket: &UnixStream) -> io::Result<()> {
+    // Every send passes MSG_NOSIGNAL instead.
+    Ok(())
+}
+
+pub(super) fn send_all(socket: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe `bytes`, which outlives the call; the
+        // descriptor is open for the duration of the call (borrowed from `socket`).
+        let sent = unsafe {
+            libc::send(
+                socket.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        match sent {
+            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            sent if sent > 0 => bytes = &bytes[sent as usize..],
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() != io::ErrorKind::Interrupted {
+                    return Err(error);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn bind_abstract(name: &[u8]) -> io::Result<UnixListener> {
+    UnixListener::bind_addr(&SocketAddr::from_abstract_name(name)?)
+}
+
+pub(super) fn connect_abstract(name: &[u8]) -> io::Result<UnixStream> {
+    UnixStream::connect_addr(&SocketAddr::from_abstract_name(name)?)
 }
 
 /// `/proc/<pid>/comm`, without its newline; `None` when no process has that pid.
@@ -368,5 +524,78 @@ mod tests {
     fn a_pid_nobody_holds_is_none() {
         // Pids stay below 2^22 on Linux.
         assert_eq!(process(u32::MAX - 1).expect("read"), None);
+    }
+}
+
+/// An inotify watch on one directory's files.
+#[derive(Debug)]
+pub(super) struct DirWatch {
+    inotify: nix::sys::inotify::Inotify,
+    /// The files whose changes wake a wait; empty: every file.
+    names: Vec<std::ffi::OsString>,
+}
+
+impl DirWatch {
+    pub(super) const IS_WOKEN_BY_CHANGES: bool = true;
+
+    pub(super) fn new(dir: &std::path::Path, names: &[&str]) -> io::Result<DirWatch> {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+            .map_err(io::Error::from)?;
+        inotify
+            .add_watch(
+                dir,
+                AddWatchFlags::IN_MODIFY
+                    | AddWatchFlags::IN_CREATE
+                    | AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_DELETE
+                    | AddWatchFlags::IN_CLOSE_WRITE,
+            )
+            .map_err(io::Error::from)?;
+        Ok(DirWatch {
+            inotify,
+            names: names.iter().map(std::ffi::OsString::from).collect(),
+        })
+    }
+
+    pub(super) fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, left) {
+                Ok(0) => return Ok(false),
+                Ok(_) => {}
+                // A signal: taken as a wake-up; the caller looks and waits again.
+                Err(nix::errno::Errno::EINTR) => return Ok(true),
+                Err(error) => return Err(error.into()),
+            }
+            if self.drain()? {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Reads every queued event; whether one concerns a watched file.
+    fn drain(&self) -> io::Result<bool> {
+        let mut is_wanted = false;
+        loop {
+            match self.inotify.read_events() {
+                Ok(events) if !events.is_empty() => {
+                    is_wanted |= events.iter().any(|event| {
+                        self.names.is_empty()
+                            || event
+                                .name
+                                .as_ref()
+                                .is_some_and(|name| self.names.contains(name))
+                    });
+                }
+                Ok(_) | Err(nix::errno::Errno::EAGAIN) => return Ok(is_wanted),
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 }

@@ -14,14 +14,17 @@
 //!   system does not support it.
 //! * A close-on-exec pipe: `pipe` then `FD_CLOEXEC` on both ends (macOS has no `pipe2`).
 //! * No child subreaper: macOS has none. Orphans of a step go to launchd, which reaps them.
+//! * Unix sockets: `getpeereid` for the peer's user, `SO_NOSIGPIPE` instead of SIGPIPE; no
+//!   abstract namespace.
 //!
 //! `sysinfo` is not used: the facts it has are coarser than these (start times in whole
 //! seconds, no process group id) and it reads them by the same calls.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::mem::{MaybeUninit, size_of};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
@@ -37,6 +40,30 @@ const MAX_LISTED_PIDS: usize = 1 << 20;
 
 /// The first buffer of a listing, in pids.
 const FIRST_LISTING_PIDS: usize = 64;
+
+/// macOS has no pidfd: callers check a process's identity right before `kill` instead.
+pub(super) fn pidfd_open(_pid: u32) -> io::Result<Option<OwnedFd>> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "macOS has no process descriptors (pidfd)",
+    ))
+}
+
+/// Never reached: [`pidfd_open`] hands out no descriptor on macOS.
+pub(super) fn pidfd_send_signal(
+    _fd: &OwnedFd,
+    _signal: nix::sys::signal::Signal,
+) -> io::Result<bool> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "macOS has no process descriptors (pidfd)",
+    ))
+}
+
+/// macOS has no PID namespaces: every process of the machine shares one numbering.
+pub(super) fn pid_namespace() -> io::Result<Option<u64>> {
+    Ok(None)
+}
 
 pub(super) fn boot_id() -> io::Result<String> {
     match sysctl_bytes(c"kern.bootsessionuuid", 64) {
@@ -314,4 +341,76 @@ pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
         fcntl(end, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(io::Error::from)?;
     }
     Ok((read_end, write_end))
+}
+
+/// macOS has no watch on a directory's files here: a wait only sleeps, and the caller's
+/// bounded polling is the wake-up.
+#[derive(Debug)]
+pub(super) struct DirWatch;
+
+impl DirWatch {
+    pub(super) const IS_WOKEN_BY_CHANGES: bool = false;
+
+    pub(super) fn new(_dir: &std::path::Path, _names: &[&str]) -> io::Result<DirWatch> {
+        Ok(DirWatch)
+    }
+
+    pub(super) fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        std::thread::sleep(timeout);
+        Ok(false)
+    }
+}
+
+/// `sun_path` is 104 bytes on macOS, NUL included.
+pub(super) const MAX_SOCKET_PATH_BYTES: usize = 103;
+
+pub(super) fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
+    let mut uid: libc::uid_t = 0;
+    let mut gid: libc::gid_t = 0;
+    // SAFETY: both out-pointers point to live locals of the types getpeereid writes; the
+    // descriptor is open for the duration of the call (borrowed from `socket`).
+    let result = unsafe { libc::getpeereid(socket.as_raw_fd(), &mut uid, &mut gid) };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(uid)
+}
+
+pub(super) fn no_sigpipe(socket: &UnixStream) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the option value is a live c_int and its size is given; the descriptor is open
+    // for the duration of the call (borrowed from `socket`).
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NOSIGPIPE,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub(super) fn send_all(socket: &UnixStream, bytes: &[u8]) -> io::Result<()> {
+    // SO_NOSIGPIPE (set by `no_sigpipe`) turns a gone peer into EPIPE.
+    let mut socket = socket;
+    socket.write_all(bytes)
+}
+
+pub(super) fn bind_abstract(_name: &[u8]) -> io::Result<UnixListener> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "macOS has no abstract socket namespace",
+    ))
+}
+
+pub(super) fn connect_abstract(_name: &[u8]) -> io::Result<UnixStream> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "macOS has no abstract socket namespace",
+    ))
 }

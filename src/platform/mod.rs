@@ -19,9 +19,14 @@
 //! | child subreaper | `PR_SET_CHILD_SUBREAPER` | none: orphans go to launchd, which reaps them |
 //! | preallocation | `posix_fallocate` | `F_PREALLOCATE`, else zeros written |
 //! | close-on-exec pipe | `pipe2(O_CLOEXEC)` | `pipe`, then `FD_CLOEXEC` on both ends |
+//! | a directory's files changing | inotify | none: a watch only sleeps, its caller polls |
 //! | command name | `/proc/<pid>/comm` | not known yet (`None`): the portable fallback |
 //! | descriptors from N on: close-on-exec | `close_range(CLOSE_RANGE_CLOEXEC)` | `fcntl` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
 //! | descriptors from N on: closed | `close_range`, else a walk of `/proc/self/fd` | `close` on each up to the soft `RLIMIT_NOFILE` (portable fallback) |
+//! | a Unix socket peer's user | `SO_PEERCRED` | `getpeereid` |
+//! | sending on a socket whose peer left | `send(MSG_NOSIGNAL)` | `SO_NOSIGPIPE` on the socket |
+//! | longest socket path | 107 bytes | 103 bytes |
+//! | a socket without a path | the abstract namespace | none |
 //!
 //! What a process nobody can see means is decided once, in [`crate::liveness`]: a pid that no
 //! process holds, or that a process holds whose start time this user may not read, is not
@@ -40,6 +45,9 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::Duration;
 
 use crate::event::ProcessIdentity;
 
@@ -89,13 +97,14 @@ impl ProcessInfo {
         !self.is_zombie
     }
 
-    /// The identity of this process, in the boot `boot_id`; `None` when its start time is
-    /// not ours to read.
-    pub fn identity(&self, boot_id: String) -> Option<ProcessIdentity> {
+    /// The identity of this process, in the boot `boot_id`, its pid read in the PID namespace
+    /// `pid_namespace` ([`pid_namespace`]); `None` when its start time is not ours to read.
+    pub fn identity(&self, boot_id: String, pid_namespace: Option<u64>) -> Option<ProcessIdentity> {
         Some(ProcessIdentity {
             pid: self.pid,
             start_time: self.start_time?,
             boot_id,
+            pid_namespace,
         })
     }
 }
@@ -107,6 +116,19 @@ pub fn boot_id() -> io::Result<String> {
     os::boot_id()
 }
 
+/// The PID namespace whose numbers this process sees and records as pids: on Linux, the inode
+/// of `/proc/self/ns/pid` (the same number `lsns` shows); `None` where the platform has no PID
+/// namespaces (macOS, or a Linux kernel without `/proc/self/ns`). A pid names one process only
+/// within one namespace: a process in a sandbox or container with a namespace of its own sees
+/// other numbers, and not at all the processes outside it.
+///
+/// Fails when `/proc` was mounted for another namespace than this process's (`/proc/self`
+/// is not this process, as after `unshare --pid --fork` without `--mount-proc`): no pid read
+/// from it would mean what this process means by it.
+pub fn pid_namespace() -> io::Result<Option<u64>> {
+    os::pid_namespace()
+}
+
 /// What the operating system shows of `pid` now; `None` when no process has that pid (or
 /// none this user can see: Linux's `/proc` mounted `hidepid=2` hides other users'
 /// processes). A zombie is shown, as one.
@@ -114,19 +136,22 @@ pub fn process(pid: u32) -> io::Result<Option<ProcessInfo>> {
     os::process(pid)
 }
 
-/// The identity (pid, start time, boot id) of the process holding `pid` now; `None` when no
+/// The identity (pid, start time, boot id, the PID namespace the pid is read in) of the
+/// process holding `pid` now; `None` when no
 /// process holds it. A zombie still has one. A process whose start time this user may not
 /// read has none we could use: that is an error (`PermissionDenied`).
 pub fn identity_of(pid: u32) -> io::Result<Option<ProcessIdentity>> {
     let Some(info) = process(pid)? else {
         return Ok(None);
     };
-    info.identity(boot_id()?).map(Some).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("the start time of process {pid} is not readable by this user"),
-        )
-    })
+    info.identity(boot_id()?, pid_namespace()?)
+        .map(Some)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("the start time of process {pid} is not readable by this user"),
+            )
+        })
 }
 
 /// The identity of this process.
@@ -166,12 +191,105 @@ pub fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
     os::preallocate(file, bytes)
 }
 
+/// A handle on one process that outlives its pid: a signal sent through it reaches that process
+/// or, once it has exited, nobody — never a process that got its pid since (Linux's pidfd).
+#[derive(Debug)]
+pub struct ProcessHandle {
+    fd: OwnedFd,
+}
+
+impl ProcessHandle {
+    /// Sends `signal` to the process; `Ok(false)` when it has exited (it may be a zombie,
+    /// which signals do not reach).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) -> io::Result<bool> {
+        os::pidfd_send_signal(&self.fd, signal)
+    }
+}
+
+/// A [`ProcessHandle`] on the process holding `pid` now; `Ok(None)` when no process holds it.
+/// Fails with `ErrorKind::Unsupported` where the platform has none (macOS; Linux before 5.3):
+/// the caller then falls back to a check of the identity right before `kill`.
+///
+/// The handle names whatever process held the pid when it was opened: check that process's
+/// identity after opening it, and the handle is known to name the recorded process (a pid is
+/// not handed to another process while its holder, zombie included, exists).
+pub fn open_process(pid: u32) -> io::Result<Option<ProcessHandle>> {
+    Ok(os::pidfd_open(pid)?.map(|fd| ProcessHandle { fd }))
+}
+
 /// A pipe, (read end, write end), both close-on-exec. On Linux they are from the start, so
 /// no child spawned at the same moment by another thread inherits them across its exec; on
 /// macOS (no `pipe2`) they become so just after, which is safe only while no other thread
 /// forks meanwhile (see `macos.rs`).
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     os::pipe_cloexec()
+}
+
+/// A watch on the files of one directory: a follower sleeps on it instead of a fixed delay
+/// and wakes as soon as a file there is written, made, renamed or removed. On Linux it is an
+/// inotify watch; where the platform has none (macOS here) it only sleeps, and the caller's
+/// bounded polling is the wake-up.
+#[derive(Debug)]
+pub struct DirWatch {
+    inner: os::DirWatch,
+}
+
+/// Watches the files of `dir` named in `names` (all its files when `names` is empty; not its
+/// subdirectories' files).
+pub fn watch_dir(dir: &Path, names: &[&str]) -> io::Result<DirWatch> {
+    Ok(DirWatch {
+        inner: os::DirWatch::new(dir, names)?,
+    })
+}
+
+impl DirWatch {
+    /// Waits until a file of the directory changed or `timeout` passed; `true` when woken by a
+    /// change. Changes queue up between calls, so one made after a caller looked and before it
+    /// waits wakes it at once: look, then wait, never miss.
+    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
+        self.inner.wait(timeout)
+    }
+
+    /// Whether changes wake a wait (an inotify watch), or it only sleeps.
+    pub fn is_woken_by_changes(&self) -> bool {
+        os::DirWatch::IS_WOKEN_BY_CHANGES
+    }
+}
+
+/// The longest path, in bytes, that a Unix socket can be bound to or connected at
+/// (`sun_path` less its terminating NUL).
+pub const MAX_SOCKET_PATH_BYTES: usize = os::MAX_SOCKET_PATH_BYTES;
+
+/// The effective user id of the process at the other end of a connected Unix socket, as the
+/// kernel recorded it: for a client, the process that made the listening socket; for a
+/// server, the process that connected.
+pub fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
+    os::peer_uid(socket)
+}
+
+/// Makes writes on `socket` whose peer has gone away fail with `BrokenPipe` instead of raising
+/// SIGPIPE, which would end a process that does not ignore it (a host embedding the library
+/// may not). Call it once on each socket before [`send_all`].
+pub fn no_sigpipe(socket: &UnixStream) -> io::Result<()> {
+    os::no_sigpipe(socket)
+}
+
+/// Writes all of `bytes` to `socket`, never raising SIGPIPE (see [`no_sigpipe`]).
+pub fn send_all(socket: &UnixStream, bytes: &[u8]) -> io::Result<()> {
+    os::send_all(socket, bytes)
+}
+
+/// Listens on `name` in the abstract socket namespace (Linux), where a name has no file: for
+/// a socket whose path would be too long to bind. Anyone on the host (in the same network
+/// namespace) can connect to it or take the name first: check the peer's user on both sides.
+/// `Unsupported` on macOS, which has no such namespace.
+pub fn bind_abstract(name: &[u8]) -> io::Result<UnixListener> {
+    os::bind_abstract(name)
+}
+
+/// Connects to `name` in the abstract socket namespace (see [`bind_abstract`]).
+pub fn connect_abstract(name: &[u8]) -> io::Result<UnixStream> {
+    os::connect_abstract(name)
 }
 
 /// The command name of `pid` (on Linux, `/proc/<pid>/comm`: the program's file name, cut to
@@ -274,10 +392,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_socket_peer_is_this_user_and_a_gone_peer_is_a_broken_pipe() {
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        let uid = nix::unistd::geteuid().as_raw();
+        assert_eq!(peer_uid(&ours).expect("peer of ours"), uid);
+        assert_eq!(peer_uid(&theirs).expect("peer of theirs"), uid);
+        no_sigpipe(&ours).expect("no SIGPIPE");
+        send_all(&ours, b"hello").expect("send");
+        drop(theirs);
+        let error = send_all(&ours, b"gone").expect_err("the peer is gone");
+        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_abstract_socket_connects_and_its_name_is_taken_once() {
+        let name = format!(
+            "runjournal-test-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        );
+        let listener = bind_abstract(name.as_bytes()).expect("bind");
+        assert!(
+            bind_abstract(name.as_bytes()).is_err(),
+            "a name is bound once"
+        );
+        let client = connect_abstract(name.as_bytes()).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        assert_eq!(
+            peer_uid(&client).expect("peer"),
+            peer_uid(&server).expect("peer")
+        );
+        drop(listener);
+        drop(server);
+        assert!(
+            connect_abstract(name.as_bytes()).is_err(),
+            "a closed name is gone, leaving no file behind"
+        );
+    }
+
+    #[test]
     fn this_process_has_an_identity_of_this_boot() {
         let me = current_identity().expect("identity of this process");
         assert_eq!(me.pid, std::process::id());
         assert_eq!(me.boot_id, boot_id().expect("boot id"));
+        assert_eq!(me.pid_namespace, pid_namespace().expect("PID namespace"));
+        #[cfg(target_os = "linux")]
+        assert!(me.pid_namespace.is_some(), "Linux has PID namespaces");
         let info = process(me.pid).expect("read").expect("this process exists");
         assert_eq!(info.start_time, Some(me.start_time));
         assert!(info.is_alive());
@@ -349,6 +510,24 @@ mod tests {
     }
 
     #[test]
+    fn a_write_in_a_watched_directory_wakes_the_watch() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let watch = watch_dir(dir.path(), &["events.jsonl"]).expect("watch");
+        if !watch.is_woken_by_changes() {
+            return;
+        }
+        // A file it does not watch: no wake-up.
+        std::fs::write(dir.path().join("output-0.log"), b"noise").expect("write");
+        assert!(!watch.wait(Duration::from_millis(1)).expect("wait"));
+        // Written before the wait: it is queued, so the wait returns at once. A minute of
+        // timeout is never reached unless the change is lost, which is the failure.
+        std::fs::write(dir.path().join("events.jsonl"), b"{}\n").expect("write");
+        assert!(watch.wait(Duration::from_secs(60)).expect("wait"));
+        // Drained: with nothing new, a short wait times out.
+        assert!(!watch.wait(Duration::from_millis(1)).expect("wait"));
+    }
+
+    #[test]
     fn a_cloexec_pipe_carries_bytes_and_is_close_on_exec() {
         use std::io::{Read, Write};
         let (read_end, write_end) = pipe_cloexec().expect("pipe");
@@ -370,7 +549,18 @@ mod tests {
             .arg("30")
             .spawn()
             .expect("spawn sleep");
-        let name = command_name(child.id());
+        // A vfork-style spawn returns once the child's exec replaced its memory, a moment
+        // before the kernel renames it: until then it bears the spawning thread's name. Look
+        // again until it is renamed; the deadline only bounds a hang.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let name = loop {
+            let name = command_name(child.id());
+            let is_renamed = matches!(&name, Ok(Some(name)) if name == "sleep");
+            if is_renamed || std::time::Instant::now() >= deadline {
+                break name;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
         child.kill().expect("kill");
         child.wait().expect("reap");
         assert_eq!(name.expect("read").as_deref(), Some("sleep"));

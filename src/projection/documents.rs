@@ -218,18 +218,23 @@ fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn job_doc(
-    provider: &str,
-    job: &ExternalJobStatus,
-    state: &crate::state::StepState,
-) -> ExternalJobDoc {
-    let pi_state = match job.state {
+/// A job's state as pi-subagents names it (`ExternalJobDoc::state`).
+pub fn job_state_name(state: JobState) -> &'static str {
+    match state {
         JobState::Queued => "queued",
         JobState::Running => "running",
         JobState::Succeeded => "completed",
         JobState::Failed => "failed",
         JobState::Cancelled => "stopped",
-    };
+    }
+}
+
+fn job_doc(
+    provider: &str,
+    job: &ExternalJobStatus,
+    state: &crate::state::StepState,
+) -> ExternalJobDoc {
+    let pi_state = job_state_name(job.state);
     let digest = Sha256::digest(provider.as_bytes());
     ExternalJobDoc {
         provider: provider.to_string(),
@@ -392,8 +397,8 @@ pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
     }
 }
 
-/// The seq of the run's `Terminal` record.
-fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
+/// The seq of the run's `Terminal` record (its head while it has none).
+pub fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
     records
         .iter()
         .find(|record| matches!(record.event, crate::event::Event::Terminal { .. }))
@@ -402,6 +407,12 @@ fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
 
 /// The result document of a terminal run; `None` while it is not terminal.
 pub fn result_doc(home: &Home, state: &RunState, records: &[Record]) -> Option<ResultDoc> {
+    result_doc_at(home, state, terminal_seq(state, records))
+}
+
+/// The result document of a terminal run whose `Terminal` record has seq `terminal_seq`
+/// (what [`result_doc`] finds in the records); `None` while it is not terminal.
+pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option<ResultDoc> {
     let terminal = state.terminal.as_ref()?;
     let names: Vec<&str> = state
         .spec
@@ -457,7 +468,7 @@ pub fn result_doc(home: &Home, state: &RunState, records: &[Record]) -> Option<R
         tool_call_id: state.tool_call_id.clone(),
         stopped: (terminal.state == TerminalState::Stopped).then_some(true),
         async_dir: path_text(&home.run_dir(state.run_id)),
-        journal_seq: terminal_seq(state, records),
+        journal_seq: terminal_seq,
     })
 }
 
@@ -481,6 +492,60 @@ pub fn event_line(record: &Record) -> serde_json::Value {
         }
     }
     serde_json::Value::Object(line)
+}
+
+/// Reads back one line of events.jsonl, the inverse of [`event_line`]: the envelope's keys
+/// (`seq`, `ts`, `runId`, `type`, `writer`, `writerSeq`), then the event's own fields. A line
+/// is accepted only if it renders back to the very same object, so nothing in it is ignored
+/// or guessed. `Err` says what is wrong with it.
+pub fn parse_event_line(line: &str) -> Result<Record, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|error| format!("not JSON: {error}"))?;
+    let serde_json::Value::Object(mut fields) = value.clone() else {
+        return Err("not a JSON object".to_string());
+    };
+    let mut take = |key: &str| fields.remove(key).ok_or_else(|| format!("no \"{key}\""));
+    let number = |value: serde_json::Value, key: &str| {
+        value
+            .as_u64()
+            .ok_or_else(|| format!("\"{key}\" is not a whole number"))
+    };
+    let text = |value: serde_json::Value, key: &str| match value {
+        serde_json::Value::String(text) => Ok(text),
+        _ => Err(format!("\"{key}\" is not a string")),
+    };
+    let seq = number(take("seq")?, "seq")?;
+    let time_ms = number(take("ts")?, "ts")?;
+    let run_id: RunId = text(take("runId")?, "runId")?
+        .parse()
+        .map_err(|error| format!("\"runId\": {error}"))?;
+    let name = text(take("type")?, "type")?;
+    let writer_text = text(take("writer")?, "writer")?;
+    let writer = u64::from_str_radix(&writer_text, 16)
+        .ok()
+        .filter(|_| writer_text.len() == 16)
+        .map(crate::event::WriterId)
+        .ok_or_else(|| format!("\"writer\" {writer_text:?} is not 16 hex digits"))?;
+    let writer_seq = number(take("writerSeq")?, "writerSeq")?;
+    let mut tagged = serde_json::Map::new();
+    tagged.insert(name.clone(), serde_json::Value::Object(fields));
+    let event: crate::event::Event = serde_json::from_value(serde_json::Value::Object(tagged))
+        .map_err(|error| format!("not a {name} event: {error}"))?;
+    let record = Record {
+        format_version: crate::event::FORMAT_VERSION,
+        run_id,
+        seq,
+        time_ms,
+        writer,
+        writer_seq,
+        event,
+    };
+    if event_line(&record) != value {
+        return Err(
+            "it does not read back as written (a field unknown or out of place)".to_string(),
+        );
+    }
+    Ok(record)
 }
 
 /// events.jsonl: one JSON object per record, in seq order.
@@ -537,6 +602,74 @@ pub fn result_index(home: &Home, state: &RunState) -> Option<(String, ResultInde
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record() -> Record {
+        Record {
+            format_version: crate::event::FORMAT_VERSION,
+            run_id: "01ARZ3NDEKTSV4RRFFQ69G5FAV".parse().expect("run id"),
+            seq: 7,
+            time_ms: 1_700_000_000_123,
+            writer: crate::event::WriterId(0x00ab_cdef_0123_4567),
+            writer_seq: 3,
+            event: crate::event::Event::Terminal {
+                state: TerminalState::Failed,
+                error: Some("step 1 (exit 3) failed: \"quoted\"\nnewline".to_string()),
+                summary: "1 of 2 steps complete".to_string(),
+                exit_code: -3,
+                repaired_by: None,
+            },
+        }
+    }
+
+    #[test]
+    fn an_events_line_reads_back_as_the_record_it_was_written_from() {
+        let record = record();
+        let line = event_line(&record).to_string();
+        assert_eq!(parse_event_line(&line), Ok(record));
+    }
+
+    #[test]
+    fn an_events_line_that_is_not_exactly_a_record_is_refused_saying_why() {
+        let line = event_line(&record());
+        let edited = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+            let mut line = line.clone();
+            edit(line.as_object_mut().expect("an object"));
+            line.to_string()
+        };
+        let cases: Vec<(String, &str)> = vec![
+            ("[1]".to_string(), "not a JSON object"),
+            ("{\"seq\": ".to_string(), "not JSON"),
+            (edited(&|line| drop(line.remove("seq"))), "no \"seq\""),
+            (
+                edited(&|line| drop(line.insert("ts".into(), "soon".into()))),
+                "\"ts\" is not a whole number",
+            ),
+            (
+                edited(&|line| drop(line.insert("writer".into(), "abc".into()))),
+                "not 16 hex digits",
+            ),
+            (
+                edited(&|line| drop(line.insert("runId".into(), "nope".into()))),
+                "\"runId\"",
+            ),
+            (
+                edited(&|line| drop(line.insert("type".into(), "Exploded".into()))),
+                "not a Exploded event",
+            ),
+            (
+                edited(&|line| drop(line.insert("extra".into(), 1.into()))),
+                "does not read back as written",
+            ),
+            (
+                edited(&|line| drop(line.remove("exitCode"))),
+                "not a Terminal event",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = parse_event_line(&text).expect_err(&text);
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
 
     /// Regression (found by the `fold_events` fuzz target): serde_json parsed some floats one
     /// unit in the last place off, so a job's progress in status.json read back as another

@@ -8,6 +8,7 @@
 //! * rendering is pure: the same records render to the same bytes (see [`plan`]).
 
 pub mod documents;
+pub mod incremental;
 pub mod pending;
 
 use std::io;
@@ -95,9 +96,26 @@ pub enum ResultPolicy {
 
 /// Renders the projection of a run from its state and records. Pure.
 pub fn plan(home: &Home, state: &RunState, records: &[Record]) -> Plan {
+    plan_parts(
+        home,
+        state,
+        documents::terminal_seq(state, records),
+        Some(records),
+    )
+}
+
+/// [`plan`] from what it needs of the records: the seq of the run's `Terminal` (for the
+/// result), and the records themselves only when events.jsonl is to be rendered whole
+/// (`None` leaves that file out of the plan: the incremental projector appends to it).
+pub(crate) fn plan_parts(
+    home: &Home,
+    state: &RunState,
+    terminal_seq: u64,
+    records: Option<&[Record]>,
+) -> Plan {
     let run = state.run_id;
     let mut files = Vec::new();
-    if let Some(result) = documents::result_doc(home, state, records) {
+    if let Some(result) = documents::result_doc_at(home, state, terminal_seq) {
         files.push(PlannedFile {
             kind: FileKind::Result,
             path: home.result_path(run),
@@ -118,11 +136,13 @@ pub fn plan(home: &Home, state: &RunState, records: &[Record]) -> Plan {
             home, state,
         ))),
     });
-    files.push(PlannedFile {
-        kind: FileKind::Events,
-        path: home.events_path(run),
-        content: Content::Bytes(documents::events_jsonl(records)),
-    });
+    if let Some(records) = records {
+        files.push(PlannedFile {
+            kind: FileKind::Events,
+            path: home.events_path(run),
+            content: Content::Bytes(documents::events_jsonl(records)),
+        });
+    }
     let marker = if state.is_terminal() {
         Content::Absent
     } else {
@@ -373,6 +393,22 @@ pub fn load(view: &View, run: RunId) -> Result<(RunState, Vec<Record>), Projecti
     Ok((state, records))
 }
 
+/// Takes the run's projection lock (`runs/<id>/.lock`), making its directory if needed.
+pub(crate) fn lock_run(home: &Home, run: RunId) -> Result<FileLock, ProjectionError> {
+    let run_dir = home.run_dir(run);
+    durable_fs::ensure_private_dir(&run_dir).map_err(|source| ProjectionError::Io {
+        run,
+        path: run_dir.clone(),
+        source,
+    })?;
+    let lock_path = home.lock_path(run);
+    FileLock::acquire(&lock_path).map_err(|source| ProjectionError::Io {
+        run,
+        path: lock_path,
+        source,
+    })
+}
+
 /// Projects one run: under its lock, reads its latest state and writes every file. Returns the
 /// head seq the files now reflect.
 pub fn project(
@@ -381,18 +417,7 @@ pub fn project(
     run: RunId,
     result: ResultPolicy,
 ) -> Result<u64, ProjectionError> {
-    let run_dir = home.run_dir(run);
-    durable_fs::ensure_private_dir(&run_dir).map_err(|source| ProjectionError::Io {
-        run,
-        path: run_dir.clone(),
-        source,
-    })?;
-    let lock_path = home.lock_path(run);
-    let _lock = FileLock::acquire(&lock_path).map_err(|source| ProjectionError::Io {
-        run,
-        path: lock_path,
-        source,
-    })?;
+    let _lock = lock_run(home, run)?;
     let view = journal
         .view()
         .map_err(|source| ProjectionError::Read { run, source })?;

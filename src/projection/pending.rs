@@ -76,7 +76,7 @@ impl PendingProjections {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(runjournal_loom)))]
 mod tests {
     use super::*;
 
@@ -99,8 +99,8 @@ mod tests {
 }
 
 /// Every interleaving of projections failing and succeeding, explored by loom
-/// (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom`).
-#[cfg(all(test, loom))]
+/// (`RUSTFLAGS="--cfg runjournal_loom" cargo test --release --lib loom`).
+#[cfg(all(test, runjournal_loom))]
 mod loom_tests {
     use loom::sync::atomic::{AtomicU64, Ordering};
     use loom::thread;

@@ -8,11 +8,12 @@ use crate::event::{
 use crate::home::Home;
 use crate::state::RunStatus;
 
-const LIVENESSES: [RunnerLiveness; 4] = [
+const LIVENESSES: [RunnerLiveness; 5] = [
     RunnerLiveness::None,
     RunnerLiveness::Alive,
     RunnerLiveness::Dead,
     RunnerLiveness::OtherBoot,
+    RunnerLiveness::OtherNamespace,
 ];
 
 fn every_input() -> Vec<Inputs> {
@@ -57,6 +58,23 @@ fn the_reconciler_never_acts_on_a_live_runner() {
     for inputs in every_input() {
         let row = decide(&inputs);
         if inputs.runner == RunnerLiveness::Alive && !inputs.is_process_observed {
+            assert_eq!(row.action, Action::Nothing, "{inputs:?} → {}", row.name);
+        }
+    }
+}
+
+/// A runner of another PID namespace is unknown: nothing is repaired from here unless someone
+/// recorded seeing it exit (then the run is failed from that record, and nothing signalled).
+#[test]
+fn the_reconciler_leaves_a_runner_of_another_namespace_alone() {
+    for inputs in every_input() {
+        let row = decide(&inputs);
+        if inputs.runner != RunnerLiveness::OtherNamespace {
+            continue;
+        }
+        if inputs.is_process_observed && !inputs.is_terminal {
+            assert_eq!(row.action, Action::FailAfterObservedExit, "{inputs:?}");
+        } else {
             assert_eq!(row.action, Action::Nothing, "{inputs:?} → {}", row.name);
         }
     }

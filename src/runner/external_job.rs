@@ -6,8 +6,16 @@
 //! only `state` is required, and fields we do not know are ignored. Invariant: the parser is
 //! pure and total — any bytes give a status or a [`ProviderLineError`], never a panic — so a
 //! fuzz target can call it directly.
+//!
+//! A status that only moves `progress` or `message` is a *sample*, not a transition (DESIGN.md
+//! section 3): [`SampleCoalescer`] holds samples back for up to [`SAMPLE_COALESCE`] after the
+//! last status journaled, so a provider printing progress as fast as it can costs a commit
+//! every 100 ms, not one per line. Invariant: the latest status always lands — a held sample
+//! is journaled when its window ends, before a state change (in the same batch), or when the
+//! provider's report ends.
 
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -123,6 +131,75 @@ pub fn parse_provider_line(line: &[u8]) -> Result<ExternalJobStatus, ProviderLin
     })
 }
 
+/// How long after the last journaled status a provider's sample may be held back.
+pub const SAMPLE_COALESCE: Duration = Duration::from_millis(100);
+
+/// Whether `next` only moves the progress or the message of `last`: a sample (DESIGN.md
+/// section 3). A change of state, job id or URL is a transition.
+pub fn is_sample(last: &ExternalJobStatus, next: &ExternalJobStatus) -> bool {
+    last.state == next.state && last.id == next.id && last.url == next.url
+}
+
+/// The statuses a provider prints, on their way to the journal: samples within
+/// [`SAMPLE_COALESCE`] of the last journaled status are held back, the latest replacing an
+/// older one; everything else is journaled at once. Pure: the caller says what time it is.
+#[derive(Debug, Default)]
+pub struct SampleCoalescer {
+    /// The last status journaled, and when.
+    journaled: Option<(ExternalJobStatus, Instant)>,
+    /// The latest sample not journaled yet.
+    held: Option<ExternalJobStatus>,
+}
+
+impl SampleCoalescer {
+    /// A status the provider printed at `now`: the statuses to journal now, in order (none
+    /// when it is held back, or repeats the latest one). A state change carries the held
+    /// sample before it, so the progress it had reached is journaled too.
+    pub fn offer(&mut self, status: ExternalJobStatus, now: Instant) -> Vec<ExternalJobStatus> {
+        let latest = self
+            .held
+            .as_ref()
+            .or(self.journaled.as_ref().map(|(journaled, _)| journaled));
+        if latest == Some(&status) {
+            return Vec::new();
+        }
+        match &self.journaled {
+            Some((journaled, at)) if is_sample(journaled, &status) => {
+                if now < *at + SAMPLE_COALESCE {
+                    self.held = Some(status);
+                    Vec::new()
+                } else {
+                    // A newer sample than the held one: that one need not land.
+                    self.held = None;
+                    vec![status]
+                }
+            }
+            _ => self.held.take().into_iter().chain([status]).collect(),
+        }
+    }
+
+    /// When the held sample is due to be journaled; `None` when nothing is held.
+    pub fn due(&self) -> Option<Instant> {
+        self.held.as_ref()?;
+        Some(
+            self.journaled
+                .as_ref()
+                .map_or_else(Instant::now, |(_, at)| *at + SAMPLE_COALESCE),
+        )
+    }
+
+    /// The held sample, to journal now (its window ended, or the report did).
+    pub fn take_held(&mut self) -> Option<ExternalJobStatus> {
+        self.held.take()
+    }
+
+    /// `last` (the last of what [`SampleCoalescer::offer`] or
+    /// [`SampleCoalescer::take_held`] gave) is durable, as of `now`.
+    pub fn journaled(&mut self, last: ExternalJobStatus, now: Instant) {
+        self.journaled = Some((last, now));
+    }
+}
+
 /// How an external-job step ends once its job reached a terminal state.
 pub fn job_succeeded(state: JobState) -> bool {
     state == JobState::Succeeded
@@ -201,6 +278,65 @@ mod tests {
         let error = parse_provider_line(line.as_bytes()).expect_err("progress is not a number");
         assert!(matches!(error, ProviderLineError::Malformed { .. }));
         assert!(error.to_string().len() < 600, "{error}");
+    }
+
+    fn status(state: JobState, progress: f64) -> ExternalJobStatus {
+        ExternalJobStatus {
+            state,
+            id: Some("job-1".to_string()),
+            progress: Some(progress),
+            message: None,
+            url: None,
+        }
+    }
+
+    #[test]
+    fn samples_within_the_window_are_held_and_the_latest_lands_when_it_ends() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut coalescer = SampleCoalescer::default();
+        let first = status(JobState::Running, 0.0);
+        assert_eq!(coalescer.offer(first.clone(), at(0)), vec![first.clone()]);
+        coalescer.journaled(first, at(0));
+        for (ms, progress) in [(10, 0.1), (20, 0.2), (30, 0.3)] {
+            assert_eq!(
+                coalescer.offer(status(JobState::Running, progress), at(ms)),
+                vec![]
+            );
+        }
+        assert_eq!(coalescer.due(), Some(at(100)));
+        assert_eq!(
+            coalescer.take_held(),
+            Some(status(JobState::Running, 0.3)),
+            "the latest sample, not an older one"
+        );
+        coalescer.journaled(status(JobState::Running, 0.3), at(100));
+        assert_eq!(coalescer.due(), None);
+        // Past the window, a sample goes at once.
+        let late = status(JobState::Running, 0.4);
+        assert_eq!(coalescer.offer(late.clone(), at(250)), vec![late]);
+    }
+
+    #[test]
+    fn a_state_change_goes_at_once_with_the_held_sample_before_it() {
+        let start = Instant::now();
+        let mut coalescer = SampleCoalescer::default();
+        let first = status(JobState::Running, 0.0);
+        coalescer.offer(first.clone(), start);
+        coalescer.journaled(first.clone(), start);
+        let sample = status(JobState::Running, 0.9);
+        assert_eq!(coalescer.offer(sample.clone(), start), vec![]);
+        let done = status(JobState::Succeeded, 1.0);
+        assert_eq!(coalescer.offer(done.clone(), start), vec![sample, done]);
+        assert_eq!(coalescer.due(), None);
+        // A repeat of what is latest is not journaled again; a new id or URL is no sample.
+        coalescer.journaled(first.clone(), start);
+        assert_eq!(coalescer.offer(first.clone(), start), vec![]);
+        let moved = ExternalJobStatus {
+            url: Some("https://jobs.example/1".to_string()),
+            ..first
+        };
+        assert_eq!(coalescer.offer(moved.clone(), start), vec![moved]);
     }
 
     #[test]

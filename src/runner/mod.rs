@@ -35,6 +35,7 @@ pub mod external_job;
 pub mod outcome;
 pub mod output;
 pub mod process_group;
+pub mod ready;
 mod recorder;
 pub mod step;
 pub mod sweep;
@@ -44,43 +45,12 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(loom)]
-use loom_signal::{Signal, SignalKind, signal};
-#[cfg(not(loom))]
 use tokio::signal::unix::{Signal, SignalKind, signal};
-
-/// Under `--cfg loom` tokio is built without its signal module. The loom tests never run a
-/// runner; this stand-in, whose signals never arrive, only keeps the crate compiling for them.
-#[cfg(loom)]
-mod loom_signal {
-    pub(super) struct SignalKind;
-
-    impl SignalKind {
-        pub(super) fn terminate() -> SignalKind {
-            SignalKind
-        }
-
-        pub(super) fn interrupt() -> SignalKind {
-            SignalKind
-        }
-    }
-
-    pub(super) struct Signal;
-
-    impl Signal {
-        pub(super) async fn recv(&mut self) -> Option<()> {
-            std::future::pending().await
-        }
-    }
-
-    pub(super) fn signal(_kind: SignalKind) -> std::io::Result<Signal> {
-        Ok(Signal)
-    }
-}
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
+pub use ready::{READY_FD_ENV, ReadySignal};
 pub use recorder::Recorder;
 
 use crate::event::{
@@ -196,9 +166,17 @@ pub fn run_in_process(
     run: RunId,
     config: RunnerConfig,
 ) -> Result<RunnerOutcome, RunnerError> {
-    // Nothing is open yet but what the launcher passed: 0-2 are kept, the rest would keep
+    // First, before anything is closed: the launch handshake's pipe, the one descriptor above
+    // 2 the launcher passes on purpose.
+    let ready = ReadySignal::from_env().unwrap_or_else(|why| {
+        log(&format!(
+            "launch handshake: {why}; the launcher will find RunnerStarted by looking"
+        ));
+        None
+    });
+    // Nothing else is open yet but what the launcher passed: 0-2 are kept, the rest would keep
     // the launcher's pipes (`3>&1 | cat`) open for as long as the run lasts.
-    if let Err(error) = crate::platform::close_from(3) {
+    if let Err(error) = close_inherited(ready.as_ref().map(ReadySignal::raw_fd)) {
         log(&format!(
             "cannot close the descriptors it inherited: {error}"
         ));
@@ -208,7 +186,7 @@ pub fn run_in_process(
             "cannot start writing runner.log ({error}); its lines go to stderr"
         ));
     }
-    let outcome = run_with_runtime(home, run, config);
+    let outcome = run_with_runtime(home, run, config, ready);
     if let Err(error) = &outcome {
         log(&format!("the runner failed: {error}"));
     }
@@ -216,10 +194,26 @@ pub fn run_in_process(
     outcome
 }
 
+/// Closes every descriptor above 2 this fresh process inherited, but `keep` (the handshake's
+/// pipe). Like [`crate::platform::close_from`], only for the start of a process that owns none
+/// of them yet.
+fn close_inherited(keep: Option<std::os::fd::RawFd>) -> io::Result<()> {
+    let Some(keep) = keep else {
+        return crate::platform::close_from(3);
+    };
+    for fd in 3..keep {
+        // SAFETY: closing a number that is not an open descriptor answers EBADF; nothing in
+        // this process holds these yet (see `platform::close_from`).
+        unsafe { nix::libc::close(fd) };
+    }
+    crate::platform::close_from(keep + 1)
+}
+
 fn run_with_runtime(
     home: Home,
     run: RunId,
     config: RunnerConfig,
+    ready: Option<ReadySignal>,
 ) -> Result<RunnerOutcome, RunnerError> {
     if let Err(error) = crate::platform::become_child_subreaper() {
         log(&format!(
@@ -234,7 +228,7 @@ fn run_with_runtime(
             source,
         })?;
     let mut options = StoreOptions::from_env().map_err(|reason| RunnerError::Io {
-        what: "reading the reserve size",
+        what: "reading the store's settings from the environment",
         source: io::Error::new(io::ErrorKind::InvalidInput, reason),
     })?;
     // The runner's stderr is runner.log: a full disk shows there.
@@ -242,20 +236,28 @@ fn run_with_runtime(
         log(&describe_capacity(event))
     }));
     let store = Arc::new(Store::open_with(home, options)?);
-    runtime.block_on(run_steps(store, run, config))
+    runtime.block_on(run_steps(store, run, config, ready))
 }
 
 /// A runner.log line for a capacity event.
 fn describe_capacity(event: &CapacityEvent) -> String {
     match event {
-        CapacityEvent::Blocked { since_ms, error } => format!(
-            "journal blocked on a full disk since {since_ms} (Unix ms): {error}; steps keep running, transitions wait"
+        CapacityEvent::Blocked {
+            since_ms,
+            error,
+            cause,
+        } => format!(
+            "journal blocked on {} since {since_ms} (Unix ms): {error}; steps keep running, transitions wait",
+            cause.describe()
+        ),
+        CapacityEvent::GaveUp { blocked_ms, error } => format!(
+            "journal storage kept failing for {blocked_ms} ms, the whole retry window: {error}; giving up"
         ),
         CapacityEvent::ReserveReleased { bytes } => {
             format!("released the {bytes}-byte space reserve to make room")
         }
         CapacityEvent::Unblocked { blocked_ms } => {
-            format!("journal writes resumed after {blocked_ms} ms blocked on a full disk")
+            format!("journal writes resumed after {blocked_ms} ms blocked")
         }
         CapacityEvent::ReserveRestored { bytes } => {
             format!("the {bytes}-byte space reserve is back")
@@ -263,13 +265,15 @@ fn describe_capacity(event: &CapacityEvent) -> String {
     }
 }
 
-/// Runs `run`: takes it, executes its steps, records its end. Not public: it ends every
-/// descendant of this process that outlives the steps (the sweep), which only a process of
-/// its own, the runner, may do — a host starts a runner (`launch`), never runs one inside it.
+/// Runs `run`: takes it (telling the launcher through `ready` once `RunnerStarted` is
+/// durable), executes its steps, records its end. Not public: it ends every descendant of this
+/// process that outlives the steps (the sweep), which only a process of its own, the runner,
+/// may do — a host starts a runner (`launch`), never runs one inside it.
 async fn run_steps(
     store: Arc<Store>,
     run: RunId,
     config: RunnerConfig,
+    ready: Option<ReadySignal>,
 ) -> Result<RunnerOutcome, RunnerError> {
     let signal_error = |source| RunnerError::Io {
         what: "installing signal handlers",
@@ -280,7 +284,9 @@ async fn run_steps(
     let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let recorder = Arc::new(Recorder::new(Arc::clone(&store), run));
-    let state = take_run(&recorder).await?;
+    // Signalled as soon as RunnerStarted is durable, before its projection; on failure `ready`
+    // is dropped, closing the pipe: the launcher looks at once either way.
+    let state = take_run(&recorder, ready).await?;
     log(&format!(
         "run {run} taken by runner pid {}",
         std::process::id()
@@ -307,8 +313,12 @@ async fn run_steps(
         .timeout_ms
         .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
     let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
-    // A loop that failed leaves steps running: dropping it stops following them, and the
-    // sweep below ends them with whatever else is left, so the runner leaves nothing behind.
+    if let Err(error) = &outcome {
+        run_loop.abandon(error).await;
+    }
+    // A loop that failed may still leave steps running (abandon ended those it followed):
+    // dropping it stops following them, and the sweep below ends them with whatever else is
+    // left, so the runner leaves nothing behind.
     let never_reap = std::mem::take(&mut run_loop.spawned);
     drop(run_loop);
     let swept = sweep_descendants(never_reap, grace).await;
@@ -343,8 +353,14 @@ async fn sweep_descendants(never_reap: BTreeSet<u32>, grace: Duration) -> Swept 
 }
 
 /// Records `RunnerStarted`: the run must be queued, without a runner and without a recorded
-/// process terminal (the launcher gives up on a run by recording one).
-async fn take_run(recorder: &Recorder) -> Result<RunState, RunnerError> {
+/// process terminal (the launcher gives up on a run by recording one). Once it is durable,
+/// `ready` tells the launcher.
+async fn take_run(
+    recorder: &Recorder,
+    ready: Option<ReadySignal>,
+) -> Result<RunState, RunnerError> {
+    // Shared with the append's callback, which takes it only when the append lands.
+    let ready = Arc::new(std::sync::Mutex::new(ready));
     let run = recorder.run();
     let runner = liveness::current().map_err(|source| RunnerError::Io {
         what: "reading the runner's own identity",
@@ -367,13 +383,27 @@ async fn take_run(recorder: &Recorder) -> Result<RunState, RunnerError> {
                 reason: format!("it is {}{observed}", state.status),
             });
         }
+        let signal = Arc::clone(&ready);
         let appended = recorder
-            .append(
+            .append_then(
                 vec![Event::RunnerStarted {
                     runner: runner.clone(),
                     instance_id: instance_id.clone(),
                 }],
                 Condition::expect_head(state.head_seq),
+                move |_| {
+                    let ready = signal
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .take();
+                    if let Some(ready) = ready
+                        && let Err(error) = ready.signal()
+                    {
+                        log(&format!(
+                            "telling the launcher that the run is taken: {error}"
+                        ));
+                    }
+                },
             )
             .await;
         match appended {
@@ -447,9 +477,11 @@ struct RunLoop {
 }
 
 impl RunLoop {
+    /// At least 1: RunSpec::check refuses a parallel run of concurrency 0, and nothing reaches
+    /// a runner unchecked; with 0 the loop would wait forever for a step it never starts.
     fn concurrency(&self) -> usize {
         match self.spec.mode {
-            Mode::Parallel => self.spec.concurrency as usize,
+            Mode::Parallel => (self.spec.concurrency as usize).max(1),
             Mode::Single | Mode::Chain => 1,
         }
     }
@@ -964,6 +996,30 @@ impl RunLoop {
             }
         }
         self.lost = Some(state);
+    }
+
+    /// The runner cannot go on: the journal cannot record its transitions (storage errors
+    /// outlasted the retry window), or something else failed. It ends every running step's
+    /// group, so that nothing it started runs on unrecorded, and says why in its log; it then
+    /// exits without an outcome, and the reconciler fails the run, naming this runner, once
+    /// the journal can record it.
+    async fn abandon(&mut self, error: &RunnerError) {
+        log(&format!(
+            "cannot go on: {error}; ending {} running step(s) and exiting without recording an outcome (the reconciler fails the run once the journal can record it)",
+            self.running.len()
+        ));
+        for running in self.running.values_mut() {
+            running.terminate.send_replace(true);
+        }
+        // Each task ends its step's group (SIGTERM, grace, SIGKILL) before it returns.
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Err(error) = joined
+                && error.is_panic()
+            {
+                std::panic::resume_unwind(error.into_panic());
+            }
+        }
+        self.running.clear();
     }
 
     /// Records the run's `Terminal`, as the outcome table ([`outcome::TABLE`]) decides it.

@@ -10,8 +10,10 @@
 //! * a step's writes never fail because the disk is full or the log is slow; they fail only
 //!   when the runner is gone — the pipe's read end closes with it, and the step's next write
 //!   gets SIGPIPE (or EPIPE where SIGPIPE is ignored);
-//! * the runner never waits on the disk: a sink queues at most `max_queued_bytes`; beyond that
-//!   a chunk is dropped and counted, the pipe is still read;
+//! * the runner never waits on the disk: a sink queues at most `max_queued_bytes`. A drain
+//!   whose queue is full waits for room while the writer is writing — a slow disk slows the
+//!   step, as a file would — but only up to [`DRAIN_PATIENCE`], and not at all while the
+//!   writer's writes fail: then the chunk is dropped and counted, and the pipe is still read;
 //! * a write that fails (a full disk, EIO, a log that cannot even be created) is counted, and
 //!   noted in the log before the next bytes that can be written:
 //!   `[runjournal: 2048 bytes of output lost: No space left on device]`.
@@ -45,6 +47,10 @@ pub const RUNNER_LOG_QUEUE_BYTES: usize = 64 * 1024;
 
 /// How much a drain reads from a step's pipe at once.
 const DRAIN_CHUNK_BYTES: usize = 64 * 1024;
+
+/// How long a drain waits for room in a full queue whose writer is writing, before it drops
+/// the chunk: long enough for a busy disk, short enough that a hung one cannot stall the step.
+pub const DRAIN_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The most distinct reasons a note of lost bytes lists.
 const MAX_LOSS_REASONS: usize = 3;
@@ -199,6 +205,8 @@ struct Queue {
     lost_bytes: u64,
     /// Live [`LogSink`] handles: the sink closes when the last one goes.
     handles: usize,
+    /// Drains waiting for room ([`LogSink::push_waiting`]).
+    waiting_pushes: usize,
 }
 
 impl Queue {
@@ -287,6 +295,40 @@ impl LogSink {
         }
         drop(queue);
         self.shared.changed.notify_all();
+    }
+
+    /// Hands `bytes` to the writer like [`LogSink::push`], but when the queue is full waits
+    /// for room while the writer's writes succeed, up to `patience`; drops and counts them
+    /// once that ran out or a write failed (the disk is full or failing: waiting would only
+    /// stall the step). Blocks the calling thread: for drains, never for the runner's loop.
+    pub fn push_waiting(&self, bytes: &[u8], patience: Duration) {
+        if bytes.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + patience;
+        let mut queue = self.shared.lock();
+        loop {
+            if queue.is_closed {
+                return;
+            }
+            let has_room = queue.queued_bytes + bytes.len() <= self.shared.max_queued_bytes;
+            // Bytes counted lost and not yet noted mean the writer's last write failed.
+            let is_failing = queue.lost_bytes > 0 || queue.is_finished;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if has_room || is_failing || left.is_zero() {
+                break;
+            }
+            queue.waiting_pushes += 1;
+            queue = self
+                .shared
+                .changed
+                .wait_timeout(queue, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            queue.waiting_pushes -= 1;
+        }
+        drop(queue);
+        self.push(bytes);
     }
 
     /// No more bytes are taken; the writer writes what it holds and exits.
@@ -439,7 +481,7 @@ fn drain(mut pipe: File, sink: &LogSink) {
     loop {
         match pipe.read(&mut buffer) {
             Ok(0) => return,
-            Ok(count) => sink.push(&buffer[..count]),
+            Ok(count) => sink.push_waiting(&buffer[..count], DRAIN_PATIENCE),
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return,
         }
@@ -577,6 +619,80 @@ mod tests {
         assert_eq!(
             text,
             "a\n[runjournal: 1 byte of output lost: the log's writer fell behind]\n12345678"
+        );
+    }
+
+    /// A sink of `bound` bytes on a FIFO nobody reads yet, its writer stuck opening it with
+    /// the first chunk (`a`) taken, and the queue then filled: the log is slow, not failing.
+    fn sink_stuck_on_a_fifo(path: &std::path::Path, bound: usize) -> LogSink {
+        nix::unistd::mkfifo(path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let sink = LogSink::start(LogFile::new(path.to_path_buf(), "output"), bound).expect("sink");
+        sink.push(b"a");
+        let is_stuck = (0..3000).any(|_| {
+            let is_writing = sink.shared.lock().is_writing;
+            if !is_writing {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            is_writing
+        });
+        assert!(is_stuck, "the writer took the first chunk");
+        sink.push(&vec![b'1'; bound]);
+        sink
+    }
+
+    #[test]
+    fn a_drain_waits_for_room_while_the_writer_is_only_slow() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("output-0.log");
+        let sink = sink_stuck_on_a_fifo(&path, 8);
+        let reader = std::thread::spawn({
+            let sink = sink.clone();
+            let path = path.clone();
+            move || {
+                // Read only once the drain below waits for room, so its chunk met a full queue.
+                let is_waiting = (0..3000).any(|_| {
+                    let is_waiting = sink.shared.lock().waiting_pushes == 1;
+                    if !is_waiting {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    is_waiting
+                });
+                assert!(is_waiting, "the drain waits for room");
+                let mut text = String::new();
+                File::open(&path)
+                    .expect("open the FIFO")
+                    .read_to_string(&mut text)
+                    .expect("read");
+                text
+            }
+        });
+        sink.push_waiting(b"9", Duration::from_secs(60));
+        assert_eq!(
+            sink.lost_bytes(),
+            0,
+            "nothing dropped while the writer writes"
+        );
+        sink.close();
+        drop(sink);
+        assert_eq!(reader.join().expect("the reader"), "a111111119");
+    }
+
+    #[test]
+    fn a_drain_drops_once_its_patience_ran_out() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("output-0.log");
+        let sink = sink_stuck_on_a_fifo(&path, 8);
+        sink.push_waiting(b"9", Duration::from_millis(1));
+        assert_eq!(sink.lost_bytes(), 1, "the chunk over the bound is counted");
+        sink.close();
+        let mut text = String::new();
+        File::open(&path)
+            .expect("open the FIFO")
+            .read_to_string(&mut text)
+            .expect("read");
+        assert_eq!(
+            text,
+            "a\n[runjournal: 1 byte of output lost: the log's writer fell behind]\n11111111"
         );
     }
 

@@ -380,8 +380,9 @@ pub async fn end_leftovers(
     }
 }
 
-/// Runs the core's [`core::end`] on a blocking thread, reaping the zombie members this
-/// runner inherited as their subreaper (never the leader: [`Leader`] waits for it). `None`
+/// Runs the core's [`core::end`] on a blocking thread, with this runner as the groups' owner,
+/// reaping the zombie members this runner inherited as their subreaper (never the leader:
+/// [`Leader`] waits for it). `None`
 /// when the group could not be ended or looked at; runner.log says why.
 async fn end_group(group: &ProcessGroup, grace: Duration) -> Option<GroupEnd> {
     let leader = match &group.leader {
@@ -394,9 +395,13 @@ async fn end_group(group: &ProcessGroup, grace: Duration) -> Option<GroupEnd> {
             return None;
         }
     };
-    let ended =
-        tokio::task::spawn_blocking(move || core::end(&leader, grace, Reaping::ZombieMembers))
-            .await;
+    // The runner owns its steps' groups: once a leader is gone, a member is ours when its
+    // ancestry leads here (the runner is their child subreaper).
+    let ended = tokio::task::spawn_blocking(move || {
+        let runner = platform::current_identity()?;
+        core::end(&leader, Some(&runner), grace, Reaping::ZombieMembers)
+    })
+    .await;
     match ended {
         Ok(Ok(end)) => Some(end),
         Ok(Err(error)) => {

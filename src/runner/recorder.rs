@@ -41,11 +41,38 @@ impl Recorder {
         unwind(tokio::task::spawn_blocking(move || store.append(run, events, condition)).await)
     }
 
-    /// The run's latest snapshot; `None` if the run is not in the journal.
+    /// [`Recorder::append`], calling `on_durable` once the batch is durable, before the run is
+    /// projected (see [`Store::append_then`]).
+    pub async fn append_then(
+        &self,
+        events: Vec<Event>,
+        condition: Condition,
+        on_durable: impl FnOnce(&Appended) + Send + 'static,
+    ) -> Result<Appended, AppendError> {
+        let store = Arc::clone(&self.store);
+        let run = self.run;
+        unwind(
+            tokio::task::spawn_blocking(move || {
+                store
+                    .append_then(run, events, condition, on_durable)
+                    .map(|(appended, ())| appended)
+            })
+            .await,
+        )
+    }
+
+    /// The run's latest snapshot; `None` if the run is not in the journal. A storage failure
+    /// is retried as the journal's writer retries one ([`crate::Journal::read_retrying`]), so
+    /// the runner reads through a flaky disk as it writes through it.
     pub async fn snapshot(&self) -> Result<Option<RunState>, ReadError> {
         let store = Arc::clone(&self.store);
         let run = self.run;
-        unwind(tokio::task::spawn_blocking(move || store.journal().view()?.snapshot(run)).await)
+        unwind(
+            tokio::task::spawn_blocking(move || {
+                store.journal().read_retrying(|view| view.snapshot(run))
+            })
+            .await,
+        )
     }
 }
 

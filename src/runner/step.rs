@@ -43,9 +43,11 @@ pub fn command(
 ) -> io::Result<Command> {
     let mut command = match &step.action {
         StepAction::Command { argv } => {
-            let (program, args) = argv
-                .split_first()
-                .expect("RunSpec::check refuses a command step without a program");
+            // RunSpec::check refuses a command without a program, and nothing reaches a runner
+            // unchecked; a step without one fails rather than panics all the same.
+            let (program, args) = argv.split_first().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "the step's command is empty")
+            })?;
             let mut command = Command::new(program);
             command.args(args);
             command
@@ -73,7 +75,8 @@ pub fn command(
         .env(ENV_RUN_ID, run.to_string())
         .env(ENV_STEP, index.to_string())
         .env(ENV_HOME, home.root())
-        .env(ENV_LAYOUT, home.layout().as_str());
+        .env(ENV_LAYOUT, home.layout().as_str())
+        .env_remove(super::ready::READY_FD_ENV);
     if let Some(cwd) = cwd {
         command.current_dir(cwd);
     }
@@ -169,18 +172,29 @@ pub async fn run_external_job(
     if let Some(stdout) = stdout {
         tokio::task::spawn_blocking(move || read_provider(stdout, log, lines_tx));
     }
-    let mut last_status: Option<ExternalJobStatus> = None;
+    let mut coalescer = external_job::SampleCoalescer::default();
     let mut last_line: Option<String> = None;
     let mut job: Option<JobEnd> = None;
     let mut append_error = None;
     let mut was_terminated = false;
     loop {
+        let due = coalescer.due().map(tokio::time::Instant::from_std);
         let read = tokio::select! {
-            read = lines.recv() => read,
+            read = lines.recv() => Some(read),
+            _ = sleep_until_due(due) => None,
             _ = terminate.wait_for(|requested| *requested) => {
                 was_terminated = true;
                 break;
             }
+        };
+        let Some(read) = read else {
+            // The held sample's window ended: it lands now.
+            let held = coalescer.take_held();
+            if let Err(error) = journal_statuses(&recorder, index, &mut coalescer, held).await {
+                append_error = Some(error);
+                break;
+            }
+            continue;
         };
         let line = match read {
             None => break,
@@ -210,25 +224,21 @@ pub async fn run_external_job(
                 break;
             }
         };
-        if last_status.as_ref() != Some(&status) {
-            let appended = recorder
-                .append(
-                    vec![Event::ExternalJobUpdated {
-                        step: index,
-                        job: status.clone(),
-                    }],
-                    Condition::expect_not_terminal(),
-                )
-                .await;
-            if let Err(error) = appended {
-                append_error = Some(format!("recording the job status failed: {error}"));
-                break;
-            }
-            last_status = Some(status.clone());
+        let batch = coalescer.offer(status.clone(), std::time::Instant::now());
+        if let Err(error) = journal_statuses(&recorder, index, &mut coalescer, batch).await {
+            append_error = Some(error);
+            break;
         }
         if status.state.is_terminal() {
             job = Some(JobEnd::Reported(status));
             break;
+        }
+    }
+    // The report ended (or the step is being ended): a sample still held lands now.
+    if append_error.is_none() {
+        let held = coalescer.take_held();
+        if let Err(error) = journal_statuses(&recorder, index, &mut coalescer, held).await {
+            append_error = Some(error);
         }
     }
     drop(lines);
@@ -264,6 +274,37 @@ pub async fn run_external_job(
         ended,
         job,
         append_error,
+    }
+}
+
+/// Journals `statuses` (what the coalescer let through) in one batch; the error to end the step
+/// with if that fails.
+async fn journal_statuses(
+    recorder: &Recorder,
+    index: u32,
+    coalescer: &mut external_job::SampleCoalescer,
+    statuses: impl IntoIterator<Item = ExternalJobStatus>,
+) -> Result<(), String> {
+    let statuses: Vec<ExternalJobStatus> = statuses.into_iter().collect();
+    let Some(last) = statuses.last().cloned() else {
+        return Ok(());
+    };
+    let events = statuses
+        .into_iter()
+        .map(|job| Event::ExternalJobUpdated { step: index, job })
+        .collect();
+    recorder
+        .append(events, Condition::expect_not_terminal())
+        .await
+        .map_err(|error| format!("recording the job status failed: {error}"))?;
+    coalescer.journaled(last, std::time::Instant::now());
+    Ok(())
+}
+
+async fn sleep_until_due(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -14,7 +14,8 @@
 //!
 //! Invariant: a process is signalled only when it was found by walking the runner's children
 //! ([`platform::children`]) and, just before the signal, its pid is still held by the process
-//! found (same start time). (A later issue adds pidfds.)
+//! found (same start time), through a pidfd opened and checked
+//! ([`crate::process_group::signal_process`]).
 //! Invariant: a zombie is reaped only when it is the runner's child and not a step's leader,
 //! whose exit status its own waiter collects.
 
@@ -22,10 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
+use crate::event::ProcessIdentity;
 use crate::platform;
 use crate::process_group::KILL_VERIFY_TIMEOUT;
 
@@ -201,19 +203,24 @@ fn walk(root: u32, never_reap: &BTreeSet<u32>) -> io::Result<Vec<Found>> {
     Ok(found)
 }
 
-/// Sends `signal` to `process` if its pid still names it.
+/// Sends `signal` to `process` if its pid still names it, through the one signaller of
+/// recorded processes ([`crate::process_group::signal_process`]: a pidfd checked against its
+/// identity, so the signal reaches that process or nobody).
 fn send(process: &Found, signal: Signal) {
-    let is_same = matches!(
-        platform::process(process.pid),
-        Ok(Some(info)) if info.start_time == Some(process.start_time) && info.is_alive()
-    );
-    let Ok(raw) = i32::try_from(process.pid) else {
+    if process.pid <= 1 {
+        return;
+    }
+    let (Ok(boot_id), Ok(pid_namespace)) = (platform::boot_id(), platform::pid_namespace()) else {
         return;
     };
-    if is_same && raw > 1 {
-        // ESRCH: it went meanwhile, which is what we want.
-        let _ = kill(Pid::from_raw(raw), signal);
-    }
+    let identity = ProcessIdentity {
+        pid: process.pid,
+        start_time: process.start_time,
+        boot_id,
+        pid_namespace,
+    };
+    // Gone meanwhile is what we want; a failure to look leaves it for the next look.
+    let _ = crate::process_group::signal_process(&identity, signal);
 }
 
 /// Reaps `pid` if it is a zombie child of this process; anything else is left as it is.

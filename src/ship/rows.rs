@@ -226,6 +226,7 @@ mod tests {
             pid: 4242,
             start_time: 77,
             boot_id: "boot".to_string(),
+            pid_namespace: None,
         };
         vec![
             Event::RunCreated {

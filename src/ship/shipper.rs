@@ -296,6 +296,8 @@ impl Shipper {
         if self.reader.is_some() {
             return Ok(());
         }
+        // A home someone else owns or may write is refused, as every command refuses it.
+        crate::store::check_home(&self.home)?;
         let reader = JournalReader::open(self.home.journal_path())?;
         let meta = reader.view()?.meta()?;
         self.journal = Some(JournalFacts {

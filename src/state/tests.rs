@@ -108,6 +108,7 @@ fn runner_identity() -> ProcessIdentity {
         pid: 4242,
         start_time: 987_654,
         boot_id: "boot-a".to_string(),
+        pid_namespace: None,
     }
 }
 
@@ -125,6 +126,7 @@ fn step_running(step: u32) -> Event {
             pid: 5000 + step,
             start_time: 1,
             boot_id: "boot-a".to_string(),
+            pid_namespace: None,
         }),
     }
 }

@@ -228,3 +228,91 @@ fn pushed_job_updates_land_in_the_journal_and_end_the_step() {
         serde_json::from_slice(&std::fs::read(status_path).expect("status.json")).expect("JSON");
     assert_eq!(status["steps"][0]["externalJob"]["state"], "completed");
 }
+
+/// Waits until the run's recorded runner is gone (by its full identity).
+fn wait_runner_gone(journal: &runjournal::Journal, run: runjournal::RunId) {
+    wait_for(journal, run, "the runner to be gone", |state| {
+        state.runner.as_ref().is_some_and(|runner| {
+            matches!(
+                runjournal::liveness::check(&runner.identity),
+                Ok(runjournal::liveness::Liveness::Dead)
+            )
+        })
+    });
+}
+
+/// Reads say nothing about routine bookkeeping (issue 14): runs whose runner exited after
+/// recording their end are closed silently; a stale run is repaired and reported once, in
+/// one line that names it and points at `runjournal reconcile`.
+#[test]
+fn reads_close_ended_runs_silently_and_report_a_repair_once_in_one_line() {
+    let home = TestHome::new();
+    let journal = home.journal();
+    let mut ended = Vec::new();
+    for _ in 0..3 {
+        let output = home
+            .cmd()
+            .args(["run", "--json", "--", "true"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        ended.push(run_id_of(&output));
+    }
+    for &run in &ended {
+        wait_terminal(&journal, run);
+        wait_runner_gone(&journal, run);
+    }
+    home.cmd()
+        .arg("list")
+        .assert()
+        .success()
+        .stderr(predicate::str::is_empty());
+    for &run in &ended {
+        assert!(
+            state(&journal, run).process_terminal.is_some(),
+            "the list closed run {run}"
+        );
+    }
+
+    let output = home
+        .cmd()
+        .args(["run", "--json", "--", "sleep", "60"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let stale = run_id_of(&output);
+    let running = wait_for(&journal, stale, "the step to run", |state| {
+        state.steps[0].status == StepStatus::Running
+    });
+    let runner = running.runner.expect("a runner took the run").identity.pid;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the runner");
+    wait_runner_gone(&journal, stale);
+    let stderr = home
+        .cmd()
+        .args(["status", &stale.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stderr
+        .clone();
+    let stderr = String::from_utf8(stderr).expect("utf-8");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&stale.to_string()) && stderr.contains("`runjournal reconcile`"),
+        "{stderr}"
+    );
+    assert_eq!(state(&journal, stale).status, RunStatus::Failed);
+    home.cmd()
+        .arg("list")
+        .assert()
+        .success()
+        .stderr(predicate::str::is_empty());
+}

@@ -197,6 +197,54 @@ echo '{"state": "succeeded", "id": "job-1", "message": "done", "url": "https://j
     assert_eq!(job["handleUrl"], "https://jobs.example/1", "{status}");
 }
 
+/// A provider printing progress as fast as it can (issue 14): its samples are coalesced
+/// before the journal, and the latest one before each state change lands, with it.
+#[test]
+fn a_chatty_providers_samples_are_coalesced_and_the_latest_lands() {
+    const LINES: usize = 2000;
+    let home = TestHome::new();
+    let provider = format!(
+        r#"i=0; while [ $i -lt {LINES} ]; do echo "{{\"state\": \"running\", \"progress\": $i}}"; i=$((i+1)); done; echo '{{"state": "succeeded", "progress": {LINES}}}'"#
+    );
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--external-job", &provider])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let jobs: Vec<(JobState, Option<f64>)> = records(&journal, run)
+        .iter()
+        .filter_map(|record| match &record.event {
+            Event::ExternalJobUpdated { job, .. } => Some((job.state, job.progress)),
+            _ => None,
+        })
+        .collect();
+    // The first status is a transition (the job had none), journaled at once.
+    assert_eq!(jobs.first(), Some(&(JobState::Running, Some(0.0))));
+    // The last sample before the state change lands, in the same batch as the change.
+    let last = (LINES - 1) as f64;
+    assert_eq!(
+        jobs[jobs.len() - 2..],
+        [
+            (JobState::Running, Some(last)),
+            (JobState::Succeeded, Some(LINES as f64))
+        ],
+        "{jobs:?}"
+    );
+    // Samples only ever move forward, and most of the 2,000 were coalesced away: all of
+    // them landing would take each line more than 100 ms after the last journaled one.
+    assert!(
+        jobs.windows(2).all(|pair| pair[0].1 < pair[1].1),
+        "{jobs:?}"
+    );
+    assert!(jobs.len() < LINES / 2, "{} statuses journaled", jobs.len());
+    assert_eq!(state(&journal, run).status, RunStatus::Complete);
+}
+
 #[test]
 fn a_provider_line_that_is_not_a_status_fails_the_step_quoting_it() {
     let home = TestHome::new();
@@ -471,4 +519,37 @@ fn every_command_names_a_run_by_its_name_or_tool_call_id() {
         .code(2)
         .stderr(predicate::str::contains("no run matches \"weekly\""))
         .stderr(predicate::str::contains("name or tool-call id"));
+}
+
+/// The launch handshake's pipe is the runner's alone (issue 14): the runner takes it (its log
+/// has no complaint about it), and a step does not see the variable that named it. (The
+/// descriptor itself is closed once the runner signalled, before any step starts.)
+#[test]
+fn a_step_does_not_inherit_the_handshake_variable() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--wait",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "ready=${RUNJOURNAL_READY_FD:-none}""#,
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let run_dir = home.path().join("runs").join(run.to_string());
+    let log = std::fs::read_to_string(run_dir.join("output-0.log")).expect("the step's output");
+    assert_eq!(log, "ready=none\n");
+    let runner_log = std::fs::read_to_string(run_dir.join("runner.log")).expect("runner.log");
+    assert!(
+        !runner_log.contains("launch handshake"),
+        "the runner did not take the pipe: {runner_log}"
+    );
 }

@@ -49,6 +49,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 1,
         boot_id: "test-boot".to_string(),
+        pid_namespace: None,
     }
 }
 

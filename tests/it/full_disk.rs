@@ -1,5 +1,6 @@
-//! A full disk delays writes and loses nothing: tests on real full file systems (a small tmpfs
-//! and a small loop-mounted ext4 as home), and EMFILE through a low RLIMIT_NOFILE.
+//! A full disk delays writes and loses nothing: tests on real full file systems (a small tmpfs,
+//! a small loop-mounted ext4, and a btrfs subvolume whose quota runs out, EDQUOT, as home), and
+//! EMFILE through a low RLIMIT_NOFILE.
 //!
 //! These need root (to mount). Without root they print that they skipped; with
 //! `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets) a skip is a failure.
@@ -50,13 +51,13 @@ pub(crate) fn run_command(program: &str, args: &[&str]) {
 }
 
 /// A small file system mounted on a temp dir, unmounted on drop.
-struct SmallFs {
+pub(crate) struct SmallFs {
     mount_point: tempfile::TempDir,
     _image_dir: Option<tempfile::TempDir>,
 }
 
 impl SmallFs {
-    fn tmpfs(size: &str) -> SmallFs {
+    pub(crate) fn tmpfs(size: &str) -> SmallFs {
         let mount_point = tempfile::tempdir().expect("mount point");
         let path = mount_point.path().to_str().expect("utf-8 path");
         run_command(
@@ -86,9 +87,60 @@ impl SmallFs {
         }
     }
 
-    fn path(&self) -> &Path {
+    /// A loop-mounted btrfs with quotas on and a subvolume `home` limited to `megabytes`:
+    /// writes past it fail with EDQUOT, whoever makes them. (A quota, not a full disk: the file
+    /// system has room to spare. This kernel has no quota format for ext4, CONFIG_QFMT_V2, so
+    /// btrfs's qgroups are the quota a test can meet for real.) Commits every second, so that
+    /// freed space is accounted soon.
+    fn btrfs_with_quota(megabytes: u64) -> SmallFs {
+        let image_dir = tempfile::tempdir().expect("image dir");
+        let image = image_dir.path().join("fs.img");
+        std::fs::File::create(&image)
+            .and_then(|file| file.set_len(256 << 20))
+            .expect("image file");
+        let image = image.to_str().expect("utf-8 path");
+        run_command("mkfs.btrfs", &["-q", "-f", image]);
+        let mount_point = tempfile::tempdir().expect("mount point");
+        let path = mount_point.path().to_str().expect("utf-8 path").to_string();
+        let path = path.as_str();
+        run_command("mount", &["-o", "loop,commit=1", image, path]);
+        let fs = SmallFs {
+            mount_point,
+            _image_dir: Some(image_dir),
+        };
+        let home = fs.path().join("home");
+        let home_text = home.to_str().expect("utf-8 path");
+        run_command("btrfs", &["quota", "enable", path]);
+        run_command("btrfs", &["subvolume", "create", home_text]);
+        run_command(
+            "btrfs",
+            &["qgroup", "limit", &format!("{megabytes}M"), home_text],
+        );
+        fs
+    }
+
+    pub(crate) fn path(&self) -> &Path {
         self.mount_point.path()
     }
+}
+
+/// Whether `programs` are installed; prints why not, or fails when root tests are required
+/// (CI installs them).
+fn has_programs(test: &str, programs: &[&str]) -> bool {
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|program| Command::new(program).arg("--version").output().is_err())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var(REQUIRE_ROOT_ENV).as_deref() != Ok("1"),
+        "{test} needs {missing:?} and {REQUIRE_ROOT_ENV}=1 says root tests must run"
+    );
+    eprintln!("skipped {test}: needs {missing:?}");
+    false
 }
 
 impl Drop for SmallFs {
@@ -120,6 +172,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 1,
         boot_id: "b".to_string(),
+        pid_namespace: None,
     }
 }
 
@@ -198,8 +251,11 @@ fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-/// The full scenario on a home that lives on a small file system at `root`.
-fn rides_out_a_full_disk(root: &Path) {
+/// The full scenario on a home that lives on a small file system at `root`. Returns what the
+/// writer reported. `can_mark_blocked`: whether an empty file can be made on the full file
+/// system (ext4 and tmpfs: yes, it needs no data block; a btrfs subvolume over its quota: no,
+/// its metadata counts against the quota), so that other processes see the writer blocked.
+fn rides_out_a_full_disk(root: &Path, can_mark_blocked: bool) -> Vec<CapacityEvent> {
     let home_dir = root.join("home");
     let events: Arc<Mutex<Vec<CapacityEvent>>> = Arc::default();
     let listener_events = Arc::clone(&events);
@@ -211,6 +267,7 @@ fn rides_out_a_full_disk(root: &Path) {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .push(event.clone());
         })),
+        ..StoreOptions::default()
     };
     let store =
         Arc::new(Store::open_with(Home::at(&home_dir), options).expect("open on the small fs"));
@@ -290,14 +347,18 @@ fn rides_out_a_full_disk(root: &Path) {
         has_event(|event| matches!(event, CapacityEvent::Blocked { .. }))
     });
     // The disk stays full, so the writer keeps meeting ENOSPC and its marker stays up.
-    wait_for("other processes to see the block", || {
-        let status = capacity::read_status(store.home()).expect("capacity status");
-        status.blocked_since_ms().is_some() && !status.has_reserve
-    });
+    if can_mark_blocked {
+        wait_for("other processes to see the block", || {
+            let status = capacity::read_status(store.home()).expect("capacity status");
+            status.blocked_since_ms().is_some() && !status.has_reserve
+        });
+    }
 
-    // Space returns.
+    // Space returns (a sync makes a file system that accounts freed space at its next commit,
+    // such as btrfs with quotas, account it now).
     std::fs::remove_file(&filler).expect("free space");
     std::fs::remove_file(root.join("filler-2")).expect("free space");
+    nix::unistd::sync();
     writer.join().expect("every append was acknowledged");
     wait_for("the writer to be unblocked", || {
         has_event(|event| matches!(event, CapacityEvent::Unblocked { .. }))
@@ -384,6 +445,10 @@ fn rides_out_a_full_disk(root: &Path) {
             .expect("integrity check runs"),
         "redb's integrity check passes"
     );
+    events
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
 }
 
 #[test]
@@ -392,7 +457,7 @@ fn a_full_tmpfs_delays_writes_and_loses_nothing() {
         return;
     }
     let fs = SmallFs::tmpfs("32m");
-    rides_out_a_full_disk(fs.path());
+    rides_out_a_full_disk(fs.path(), true);
 }
 
 #[test]
@@ -401,7 +466,37 @@ fn a_full_ext4_delays_writes_and_loses_nothing() {
         return;
     }
     let fs = SmallFs::ext4(48);
-    rides_out_a_full_disk(fs.path());
+    rides_out_a_full_disk(fs.path(), true);
+}
+
+/// A real EDQUOT: the home is a btrfs subvolume whose quota runs out (twice) while runs are
+/// written, on a file system with room to spare. The writer waits it out as it waits out a
+/// full disk, and loses nothing.
+#[test]
+fn an_exhausted_quota_delays_writes_with_edquot_and_loses_nothing() {
+    let test = "an_exhausted_quota_delays_writes_with_edquot_and_loses_nothing";
+    if !can_mount(test) || !has_programs(test, &["mkfs.btrfs", "btrfs"]) {
+        return;
+    }
+    let fs = SmallFs::btrfs_with_quota(48);
+    let events = rides_out_a_full_disk(&fs.path().join("home"), false);
+    let quota_errors: Vec<&String> = events
+        .iter()
+        .filter_map(|event| match event {
+            CapacityEvent::Blocked { error, cause, .. } => {
+                assert_eq!(*cause, capacity::BlockCause::Capacity, "{error}");
+                Some(error)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !quota_errors.is_empty()
+            && quota_errors
+                .iter()
+                .all(|error| error.contains("Disk quota exceeded (os error 122)")),
+        "the writer was blocked by EDQUOT: {events:?}"
+    );
 }
 
 #[test]
@@ -417,6 +512,7 @@ fn a_journal_cannot_be_created_on_a_full_disk_and_nothing_is_left_half_made() {
         StoreOptions {
             reserve_bytes: 1 << 20,
             listener: None,
+            ..StoreOptions::default()
         },
     )
     .expect_err("no room for a journal");
@@ -474,6 +570,7 @@ fn emfile_child(home_dir: &Path) {
         StoreOptions {
             reserve_bytes: 0,
             listener: None,
+            ..StoreOptions::default()
         },
     )
     .expect("open");
@@ -596,6 +693,7 @@ fn a_run_launched_on_a_full_disk_waits_for_space_and_completes() {
         StoreOptions {
             reserve_bytes: 0,
             listener: None,
+            ..StoreOptions::default()
         },
     )
     .expect("open");

@@ -60,3 +60,171 @@ fn parse_spec_corpus() {
 fn provider_line_corpus() {
     replay("provider_line", runjournal::fuzz::provider_line);
 }
+
+#[test]
+fn decode_snapshot_corpus() {
+    replay("decode_snapshot", runjournal::fuzz::decode_snapshot);
+}
+
+/// Writes the seeds of `fuzz/corpus/decode_snapshot/`: snapshots of the fuzz target's run as
+/// this build writes them (most as payloads, which the target checksums itself) and forged
+/// ones that must never decode (a spec `RunSpec::check` refuses, a state no reducer makes).
+/// `RUNJOURNAL_WRITE_CORPUS=1 cargo test --test it -- --ignored
+/// fuzz_corpus::write_the_decode_snapshot_seeds`.
+#[test]
+#[ignore = "writes the seeds of a fuzz corpus"]
+fn write_the_decode_snapshot_seeds() {
+    use runjournal::event::{
+        Event, FORMAT_VERSION, HostIds, Mode, ProcessIdentity, RecordEnvelope, RunId, RunSpec,
+        StepAction, StepSpec, WriterId,
+    };
+    use runjournal::journal::{encode_snapshot_for_tests, snapshot_of_layout_two_for_tests};
+    use runjournal::state::{RunStatus, StepStatus};
+    use std::sync::Arc;
+
+    if std::env::var("RUNJOURNAL_WRITE_CORPUS").as_deref() != Ok("1") {
+        return;
+    }
+    let run = RunId::from_bytes([0x42; 16]);
+    let spec = |mode: Mode, concurrency: u32, argv: Vec<&str>| RunSpec {
+        name: Some("seed".to_string()),
+        mode,
+        concurrency,
+        timeout_ms: None,
+        cwd: None,
+        steps: vec![
+            StepSpec {
+                name: "a".to_string(),
+                action: StepAction::Command {
+                    argv: argv.iter().map(|arg| arg.to_string()).collect(),
+                },
+            },
+            StepSpec {
+                name: "b".to_string(),
+                action: StepAction::Shell {
+                    script: "true".to_string(),
+                },
+            },
+        ],
+    };
+    let identity = ProcessIdentity {
+        pid: 4242,
+        start_time: 99,
+        boot_id: "b".to_string(),
+        pid_namespace: Some(4_026_531_836),
+    };
+    let fold = |events: Vec<Event>| {
+        let records: Vec<RecordEnvelope> = events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| RecordEnvelope {
+                format_version: FORMAT_VERSION,
+                run_id: run,
+                seq: index as u64 + 1,
+                time_ms: 1_700_000_000_000 + index as u64,
+                writer: WriterId(7),
+                writer_seq: index as u64 + 1,
+                event,
+            })
+            .collect();
+        runjournal::state::replay(&records)
+            .expect("a legal life")
+            .expect("records")
+    };
+    let created = |spec: RunSpec| Event::RunCreated {
+        spec: Arc::new(spec),
+        created_at_ms: 1_700_000_000_000,
+        session_id: HostIds::default().session_id,
+        completion_owner_id: None,
+        tool_call_id: None,
+    };
+    let queued = fold(vec![created(spec(Mode::Chain, 1, vec!["echo", "hi"]))]);
+    let running = fold(vec![
+        created(spec(Mode::Parallel, 2, vec!["echo", "hi"])),
+        Event::RunnerStarted {
+            runner: identity.clone(),
+            instance_id: "i".to_string(),
+        },
+        Event::StepRunning {
+            step: 0,
+            process: Some(identity.clone()),
+        },
+    ]);
+    let mut empty_argv = queued.clone();
+    Arc::make_mut(&mut empty_argv.spec).steps[0].action = StepAction::Command { argv: vec![] };
+    let mut no_concurrency = running.clone();
+    Arc::make_mut(&mut no_concurrency.spec).concurrency = 0;
+    let mut running_without_runner = running.clone();
+    running_without_runner.runner = None;
+    let mut step_running_in_a_queued_run = queued.clone();
+    step_running_in_a_queued_run.steps[0].status = StepStatus::Running;
+    let mut complete_without_an_end = running.clone();
+    complete_without_an_end.status = RunStatus::Complete;
+
+    let payload = |bytes: Vec<u8>| bytes[..bytes.len() - 4].to_vec();
+    let encode =
+        |state: &runjournal::RunState| encode_snapshot_for_tests(state).expect("a state encodes");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_snapshot");
+    std::fs::create_dir_all(&dir).expect("the corpus directory");
+    let seeds: Vec<(&str, Vec<u8>)> = vec![
+        ("queued_chain", payload(encode(&queued))),
+        (
+            "running_parallel_with_namespaces",
+            payload(encode(&running)),
+        ),
+        ("running_parallel_with_its_checksum", encode(&running)),
+        (
+            "layout_two",
+            snapshot_of_layout_two_for_tests(&encode(&queued), Some(5)).expect("layout 1"),
+        ),
+        ("forged_empty_argv", payload(encode(&empty_argv))),
+        (
+            "forged_parallel_of_concurrency_zero",
+            payload(encode(&no_concurrency)),
+        ),
+        (
+            "forged_running_without_runner",
+            payload(encode(&running_without_runner)),
+        ),
+        (
+            "forged_step_running_in_a_queued_run",
+            payload(encode(&step_running_in_a_queued_run)),
+        ),
+        (
+            "forged_complete_without_an_end",
+            payload(encode(&complete_without_an_end)),
+        ),
+    ];
+    for (name, bytes) in seeds {
+        std::fs::write(dir.join(name), bytes).expect("write a seed");
+    }
+}
+
+/// The forged seeds of `decode_snapshot` do not decode: a snapshot a runner would choke on (an
+/// empty command, a parallel run of concurrency 0) or that no reducer makes is never read as a
+/// state; the run is re-derived from its records instead.
+#[test]
+fn forged_snapshots_are_refused() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_snapshot");
+    let run = runjournal::RunId::from_bytes([0x42; 16]);
+    let mut forged = 0;
+    for entry in std::fs::read_dir(&dir).expect("the corpus") {
+        let path = entry.expect("an entry").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let bytes = std::fs::read(&path).expect("a seed");
+        let with_checksum = runjournal::journal::with_checksum_for_tests(&bytes);
+        let decoded = runjournal::journal::decode_snapshot_for_tests(run, &with_checksum);
+        if name.starts_with("forged_") {
+            forged += 1;
+            assert!(
+                matches!(decoded, Err(runjournal::journal::SnapshotError::Invalid(_))),
+                "{name}: {decoded:?}"
+            );
+        }
+    }
+    assert!(forged >= 5, "the forged seeds are there");
+}

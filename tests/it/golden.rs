@@ -43,6 +43,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 100_000 + u64::from(pid),
         boot_id: "5f3c1a2e-0d4b-4c8e-9a71-2b6d8e0f4c13".to_string(),
+        pid_namespace: None,
     }
 }
 

@@ -237,6 +237,7 @@ fn appends_and_a_reconcile_pass_rewrite_snapshots_of_another_layout_in_this_layo
                     pid: 7000,
                     start_time: 1,
                     boot_id: "b".to_string(),
+                    pid_namespace: None,
                 },
                 instance_id: "r".to_string(),
             }],
@@ -262,6 +263,7 @@ fn appends_and_a_reconcile_pass_rewrite_snapshots_of_another_layout_in_this_layo
     let options = StoreOptions {
         reserve_bytes: 0,
         listener: None,
+        ..StoreOptions::default()
     };
     let store = Store::open_with(Home::at(dir.path()), options).expect("the home opens");
     let report = reconcile::reconcile(&store, &Options::default()).expect("the pass runs");

@@ -56,6 +56,7 @@ fn runner_started() -> Event {
             pid: 4242,
             start_time: 1,
             boot_id: "boot-a".to_string(),
+            pid_namespace: None,
         },
         instance_id: "instance-1".to_string(),
     }
@@ -472,6 +473,7 @@ fn big_process() -> ProcessIdentity {
         pid: 4243,
         start_time: 2,
         boot_id: big_text("b"),
+        pid_namespace: None,
     }
 }
 

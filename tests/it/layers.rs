@@ -21,7 +21,15 @@ const LAYERS: &[&[&str]] = &[
     &["journal"],
     &["projection", "resolve"],
     &["store", "verify"],
-    &["control", "reconcile", "runner", "source", "replay", "ship"],
+    &[
+        "control",
+        "reconcile",
+        "runner",
+        "source",
+        "replay",
+        "ship",
+        "recover",
+    ],
     &["launch", "show"],
     &["fuzz"],
 ];

@@ -130,6 +130,7 @@ fn identities() -> &'static Identities {
                 pid: 4242,
                 start_time: 17,
                 boot_id: "another-boot".to_string(),
+                pid_namespace: None,
             },
         }
     })
@@ -147,6 +148,7 @@ fn step_process() -> ProcessIdentity {
         pid: 4343,
         start_time: 18,
         boot_id: "another-boot".to_string(),
+        pid_namespace: None,
     }
 }
 

@@ -29,9 +29,9 @@ type Reference = BTreeMap<RunId, Vec<Vec<Event>>>;
 /// (the power went while it was being created).
 fn run_script(disk: &Arc<MemDisk>) -> Vec<Attempt> {
     // One attempt per failure: after a cut every call fails, and the writer should give up
-    // rather than retry what cannot succeed.
+    // rather than retry what cannot succeed (a retry window of zero).
     let options = WriterOptions {
-        max_other_attempts: 1,
+        io_retry_window: std::time::Duration::ZERO,
         ..WriterOptions::default()
     };
     match Journal::open_with(disk.source(), options) {

@@ -21,6 +21,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 7,
         boot_id: "boot".to_string(),
+        pid_namespace: None,
     }
 }
 

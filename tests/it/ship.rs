@@ -41,6 +41,7 @@ fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 7,
         boot_id: "test-boot".to_string(),
+        pid_namespace: None,
     }
 }
 

@@ -434,3 +434,46 @@ fn the_home_comes_from_the_environment_without_home() {
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     assert_eq!(json_lines(&ran.stdout).len(), 4);
 }
+
+/// A writer blocked on a full disk and one retrying through storage errors are both shown,
+/// each with its cause (the markers of this test process, which is alive).
+#[test]
+fn inspect_stats_names_why_each_blocked_writer_is_blocked() {
+    use runjournal::capacity::{self, BlockCause, Blocked};
+    let fixture = fixture();
+    let writer = runjournal::liveness::current().expect("this process's identity");
+    for (since_ms, cause) in [
+        (1_700_000_000_000, BlockCause::Capacity),
+        (1_700_000_001_000, BlockCause::Io { errno: 5 }),
+    ] {
+        capacity::mark_blocked(
+            &fixture.home,
+            &Blocked {
+                writer: writer.clone(),
+                since_ms,
+                cause,
+            },
+        )
+        .expect("a marker");
+    }
+    let ran = run(tool_at(&fixture, &["inspect", "stats"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let pid = writer.pid;
+    assert!(
+        ran.stdout.contains(&format!(
+            "blocked      pid {pid} on a full disk since 2023-11-14 22:13:20Z; pid {pid} on storage errors (I/O error) since 2023-11-14 22:13:21Z"
+        )),
+        "{}",
+        ran.stdout
+    );
+    let ran = run(tool_at(&fixture, &["inspect", "stats", "--json"]));
+    let stats = &json_lines(&ran.stdout)[0];
+    assert_eq!(stats["blockedSinceMs"], 1_700_000_000_000u64);
+    assert_eq!(
+        stats["blocked"],
+        serde_json::json!([
+            {"pid": pid, "sinceMs": 1_700_000_000_000u64, "cause": "capacity"},
+            {"pid": pid, "sinceMs": 1_700_000_001_000u64, "cause": "io", "errno": 5},
+        ])
+    );
+}

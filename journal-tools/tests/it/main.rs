@@ -7,3 +7,5 @@ mod crash;
 mod damage;
 mod fleet;
 mod layout;
+mod lost;
+mod strangers;

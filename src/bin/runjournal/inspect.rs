@@ -22,7 +22,8 @@ use crate::{
 /// How many recently ended runs `list` shows without `--all`.
 const RECENT_TERMINAL_LIMIT: usize = 50;
 
-/// How often `logs --follow` looks for new output.
+/// The longest `logs --follow` sleeps between two looks for new output; a watch of the run's
+/// directory wakes it sooner when a file there is written.
 const LOGS_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 fn read_state(store: &Store, run: RunId) -> Result<RunState, Failure> {
@@ -206,6 +207,7 @@ fn capacity_json(home: &Home) -> serde_json::Value {
         Ok(status) => serde_json::json!({
             "blockedSinceMs": status.blocked_since_ms(),
             "blockedWriters": status.blocked.len(),
+            "blocked": show::blocked_writers_json(&status),
             "hasReserve": status.has_reserve,
         }),
         Err(error) => serde_json::json!({ "error": error.to_string() }),
@@ -270,6 +272,13 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
     let show_headers = steps.len() > 1;
     let mut offsets = vec![0u64; steps.len()];
     let mut last_shown: Option<usize> = None;
+    // Made before the first look, so output written between a look and the sleep after it
+    // wakes the sleep; without one, the bounded poll alone does.
+    let watch = if follow {
+        runjournal::platform::watch_dir(&store.home().run_dir(run), &[]).ok()
+    } else {
+        None
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     loop {
@@ -310,6 +319,11 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
         if is_over {
             return Ok(ExitCode::SUCCESS);
         }
-        std::thread::sleep(LOGS_POLL_INTERVAL);
+        let is_watched = watch
+            .as_ref()
+            .is_some_and(|watch| watch.wait(LOGS_POLL_INTERVAL).is_ok());
+        if !is_watched {
+            std::thread::sleep(LOGS_POLL_INTERVAL);
+        }
     }
 }

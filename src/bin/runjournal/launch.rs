@@ -240,8 +240,8 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
         };
         print(&format!(
             "{started}\nstatus: {}\nresult: {}\n",
-            home.status_path(run).display(),
-            home.result_path(run).display()
+            show::escape_control(&home.status_path(run).display().to_string()),
+            show::escape_control(&home.result_path(run).display().to_string())
         ))?;
     }
     match error {
@@ -338,8 +338,8 @@ fn print_end(store: &Store, state: &RunState, json: bool) -> Result<(), Failure>
     } else {
         print(&format!(
             "status: {}\nresult: {}\n",
-            home.status_path(run).display(),
-            home.result_path(run).display()
+            show::escape_control(&home.status_path(run).display().to_string()),
+            show::escape_control(&home.result_path(run).display().to_string())
         ))
     }
 }

@@ -19,7 +19,8 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use runjournal::home::Layout;
-use runjournal::journal::ResolveError;
+use runjournal::journal::{CommitSharing, ResolveError};
+use runjournal::store::StoreOptions;
 use runjournal::{Home, RunId, Store};
 
 /// Exit code: success.
@@ -35,7 +36,8 @@ pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success
-  1    the journal or the system failed (or a run failed with code 1, for run --wait and wait)
+  1    the journal or the system failed, or the home is not safe to use (another user owns
+       it or may write it); or a run failed with code 1, for run --wait and wait
   2    bad input: usage, unknown or ambiguous run id, malformed spec, bad duration, step out of
        range, an update of a step that is not an external job; nothing was written
   75   wait --timeout: the run is still going
@@ -62,6 +64,11 @@ struct Cli {
     /// bytes; 0 disables it [default: $RUNJOURNAL_RESERVE_BYTES, else 8388608].
     #[arg(long, global = true, value_name = "BYTES")]
     reserve_bytes: Option<u64>,
+    /// How long journal storage errors other than a full disk (EIO, EROFS, timeouts) are
+    /// retried before a command or runner gives up (30s, 10m, 1h) [default:
+    /// $RUNJOURNAL_IO_RETRY_WINDOW, else 10m]. A full disk is waited out whatever this says.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = launch::duration_arg)]
+    io_retry_window: Option<std::time::Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -184,6 +191,11 @@ fn main() -> ExitCode {
         // it starts.
         unsafe { std::env::set_var(runjournal::capacity::RESERVE_ENV, bytes.to_string()) };
     }
+    if let Some(window) = cli.io_retry_window {
+        let window = runjournal::duration::format_duration(window);
+        // SAFETY: as above, before any thread starts; runners inherit it.
+        unsafe { std::env::set_var(runjournal::capacity::IO_RETRY_WINDOW_ENV, window) };
+    }
     let result = match Home::resolve(cli.home.as_deref(), cli.layout) {
         Ok(home) => dispatch(home, cli.command, &matches),
         Err(error) => Err(Failure::BadInput(error.into())),
@@ -233,9 +245,10 @@ pub fn print_line(line: &str) -> Result<(), Failure> {
     print(&format!("{line}\n"))
 }
 
-/// A message on stderr, after `runjournal: `. A failure to write it changes nothing.
+/// A message on stderr, after `runjournal: `, with its control characters shown visibly
+/// ([`one_line`]). A failure to write it changes nothing.
 pub fn note(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "runjournal: {text}");
+    let _ = writeln!(std::io::stderr().lock(), "runjournal: {}", one_line(text));
 }
 
 /// Prints a usage error as one line (help and version print as clap does).
@@ -255,9 +268,10 @@ fn usage_error(error: clap::Error) -> ExitCode {
     }
 }
 
-/// Error messages are one line: newlines inside quoted input would break that.
+/// Error messages are one line, and hold no control character of a run's or a file's text:
+/// newlines become `\n`, escape sequences `\x1b...` ([`runjournal::show::escape_control`]).
 fn one_line(text: &str) -> String {
-    text.replace('\n', "\\n")
+    runjournal::show::escape_control(text).into_owned()
 }
 
 fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResult {
@@ -295,12 +309,18 @@ pub fn check_run_text(text: &str) -> Result<(), Failure> {
 }
 
 /// Opens the home's store. A home whose journal is of the other layout is bad input: nothing
-/// is made in it.
+/// is made in it. A command hands its commits to the journal's commit leader (a runner) when
+/// there is one, but never leads: it is short-lived, and may be stopped from its terminal.
 pub fn open_store(home: Home) -> Result<Store, Failure> {
     home.check_layout().map_err(bad_input)?;
     let root = home.root().display().to_string();
-    Store::open(home)
-        .map_err(|error| Failure::Error(anyhow::Error::new(error).context(format!("home {root}"))))
+    let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
+    let mut options =
+        StoreOptions::from_env().map_err(|reason| failure(anyhow::anyhow!(reason)))?;
+    if options.commit_sharing == CommitSharing::Shared {
+        options.commit_sharing = CommitSharing::Join;
+    }
+    Store::open_with(home, options).map_err(|error| failure(anyhow::Error::new(error)))
 }
 
 /// The run named by `text`: a full id, a unique prefix, its name or its tool-call id.

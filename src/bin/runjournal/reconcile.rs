@@ -28,26 +28,76 @@ fn describe(outcome: &Outcome) -> String {
     if let Some(reason) = &outcome.reason {
         line.push_str(&format!("  reason: {reason}"));
     }
+    if let Some(note) = &outcome.note {
+        line.push_str(&format!("  note: {note}"));
+    }
     if let Some(error) = &outcome.error {
         line.push_str(&format!("  error: {error}"));
     }
-    line
+    // The reason quotes runner.log: the run's own text.
+    runjournal::show::escape_control(&line).into_owned()
 }
 
-/// The reconcile pass before `status`, `list` and `wait` read. It prints, on stderr, only the
-/// runs it closed (a rebuilt projection is routine); a failure to reconcile does not stop the
-/// reading.
+/// The reconcile pass before `status`, `list` and `wait` read. Routine bookkeeping (recording
+/// that the runner of an ended run is gone, rebuilding a projection) says nothing; a repair of
+/// a stale run is reported in one line ([`report_reconciled`]). A failure to reconcile does
+/// not stop the reading.
 pub fn before_reading(store: &Store) {
     report_reconciled(&pass(store));
 }
 
-/// Says on stderr what a pass the command made (or the library made for it) closed, or why it
-/// failed.
+/// Most run ids the summary of repairs names.
+const SUMMARY_RUNS: usize = 3;
+
+/// Whether an outcome is a repair worth telling a reader: a run that was not terminal, and
+/// the pass recorded it failed (its runner was gone, or never started). Recording that an
+/// ended run's runner is gone closes the run as its runner's parent would have: routine.
+fn is_repair(outcome: &Outcome) -> bool {
+    !outcome.appended.is_empty()
+        && matches!(
+            outcome.action,
+            Action::FailRunnerDied
+                | Action::FailHostRestarted
+                | Action::FailAfterObservedExit
+                | Action::FailNeverStarted
+        )
+}
+
+/// The one line that tells a reader what a pass repaired; `None` when it repaired nothing.
+fn repairs_summary(report: &Report) -> Option<String> {
+    let repaired: Vec<String> = report
+        .outcomes
+        .iter()
+        .filter(|outcome| is_repair(outcome))
+        .map(|outcome| outcome.run.to_string())
+        .collect();
+    let count = repaired.len();
+    if count == 0 {
+        return None;
+    }
+    let mut named = repaired
+        .iter()
+        .take(SUMMARY_RUNS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if count > SUMMARY_RUNS {
+        named.push_str(&format!(" and {} more", count - SUMMARY_RUNS));
+    }
+    let runs = if count == 1 { "run" } else { "runs" };
+    Some(format!(
+        "repaired {count} stale {runs} whose runner was gone, recorded failed: {named}; \
+         `runjournal reconcile` repairs and reports run by run"
+    ))
+}
+
+/// Says on stderr, in one line, what a pass the command made (or the library made for it)
+/// repaired, or why it failed; routine bookkeeping says nothing.
 pub fn report_reconciled<E: std::fmt::Display>(pass: &Result<Report, E>) {
     match pass {
         Ok(report) => {
-            for outcome in report.outcomes.iter().filter(|o| !o.appended.is_empty()) {
-                note(&format!("reconciled {}", describe(outcome)));
+            if let Some(line) = repairs_summary(report) {
+                note(&line);
             }
         }
         Err(error) => note(&format!("reconciling: {error}")),
@@ -71,6 +121,7 @@ pub fn command(home: Home, json: bool) -> CliResult {
                 "appended": outcome.appended,
                 "reprojected": outcome.reprojected,
                 "reason": outcome.reason,
+                "note": outcome.note,
                 "error": outcome.error,
             })
             .to_string()

@@ -41,6 +41,9 @@ pub struct ShipArgs {
 pub fn command(home: Home, args: ShipArgs) -> CliResult {
     // A home of the other layout has its journal elsewhere: refused, as every command does.
     home.check_layout().map_err(bad_input)?;
+    // So is a home someone else owns or may write (exit 1, naming the fix).
+    runjournal::store::check_home(&home)
+        .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
     let url = match args.to {
         Some(url) => url,
         None => std::env::var(SHIP_URL_ENV)

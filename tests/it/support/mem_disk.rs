@@ -1,6 +1,7 @@
 //! A disk in memory for the journal's redb storage backend, with the faults the crash tests
 //! need: power cuts (only synced bytes survive, in the manner of redb's own crash-consistency
-//! test), torn syncs, and ENOSPC at a chosen write or sync.
+//! test), torn syncs, and an error (ENOSPC, EIO, ...) at a chosen write, sync, read, `len`,
+//! `set_len` or open, once or until the test heals the disk.
 //!
 //! The disk keeps two images: `written`, what the process sees (the page cache), and `synced`,
 //! what a power cut leaves. `sync_data` makes the written image durable. Every backend made by
@@ -43,7 +44,39 @@ impl Change {
 pub enum Call {
     Write,
     Sync,
+    Read,
+    Len,
+    SetLen,
+    /// A new backend made by [`MemDisk::source`]'s factory: opening the journal file.
+    Open,
 }
+
+impl Call {
+    pub const ALL: [Call; 6] = [
+        Call::Write,
+        Call::Sync,
+        Call::Read,
+        Call::Len,
+        Call::SetLen,
+        Call::Open,
+    ];
+
+    pub fn index(self) -> usize {
+        match self {
+            Call::Write => 0,
+            Call::Sync => 1,
+            Call::Read => 2,
+            Call::Len => 3,
+            Call::SetLen => 4,
+            Call::Open => 5,
+        }
+    }
+}
+
+/// ENOSPC.
+pub const ENOSPC: i32 = 28;
+/// EIO.
+pub const EIO: i32 = 5;
 
 /// What goes wrong, and when. Calls are counted from 1 over the disk's life, whichever backend
 /// made them.
@@ -65,6 +98,16 @@ pub enum Fault {
         at: u64,
         is_persistent: bool,
     },
+    /// The OS error `errno` at the `at`-th call of kind `on`. Persistent: that call and every
+    /// later call of every kind (writes, syncs, reads, `len`, `set_len`, opens) fail with it
+    /// until [`MemDisk::free_space`] heals the disk, as a flaky disk fails; otherwise only that
+    /// one call fails.
+    Fail {
+        on: Call,
+        at: u64,
+        errno: i32,
+        is_persistent: bool,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -72,14 +115,16 @@ struct State {
     written: Vec<u8>,
     synced: Vec<u8>,
     unsynced: Vec<Change>,
-    writes: u64,
-    syncs: u64,
+    /// Calls so far, per [`Call::index`].
+    calls: [u64; 6],
     fault: Fault,
     /// The power was cut: every call fails.
     is_dead: bool,
-    /// A persistent ENOSPC is in force.
+    /// A persistent fault is in force.
     is_full: bool,
     injected: u64,
+    /// Failures injected, per [`Call::index`].
+    injected_by_call: [u64; 6],
     locks: Vec<Held>,
     lock_waiters: u64,
     next_backend: u64,
@@ -116,11 +161,6 @@ pub struct MemDisk {
 
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(5)
-}
-
-/// ENOSPC, as the file system reports it.
-pub fn enospc() -> io::Error {
-    io::Error::from_raw_os_error(28)
 }
 
 fn range_of(start: Bound<u64>, end: Bound<u64>) -> Result<(u64, Option<u64>), BackendError> {
@@ -178,12 +218,20 @@ impl MemDisk {
         }
     }
 
-    /// The journal source over this disk: each (re)open is a new file handle.
+    /// The journal source over this disk: each (re)open is a new file handle, and counts as
+    /// a [`Call::Open`], which a fault may fail.
     pub fn source(self: &Arc<MemDisk>) -> Source {
         let disk = Arc::clone(self);
         Source::Backend {
             name: "mem-disk/journal.redb".into(),
-            factory: Arc::new(move || Ok(Box::new(disk.backend()) as Box<dyn StorageBackend>)),
+            factory: Arc::new(move || {
+                {
+                    let mut state = disk.lock();
+                    MemDisk::check_alive(&state)?;
+                    disk.count_call(&mut state, Call::Open)?;
+                }
+                Ok(Box::new(disk.backend()) as Box<dyn StorageBackend>)
+            }),
         }
     }
 
@@ -195,7 +243,15 @@ impl MemDisk {
     /// Calls of each kind so far: (writes, syncs).
     pub fn counts(&self) -> (u64, u64) {
         let state = self.lock();
-        (state.writes, state.syncs)
+        (
+            state.calls[Call::Write.index()],
+            state.calls[Call::Sync.index()],
+        )
+    }
+
+    /// Calls of kind `call` so far.
+    pub fn count(&self, call: Call) -> u64 {
+        self.lock().calls[call.index()]
     }
 
     /// How many calls failed by design.
@@ -203,12 +259,17 @@ impl MemDisk {
         self.lock().injected
     }
 
+    /// How many calls of kind `call` failed by design.
+    pub fn injected_on(&self, call: Call) -> u64 {
+        self.lock().injected_by_call[call.index()]
+    }
+
     /// Whether the power was cut.
     pub fn is_dead(&self) -> bool {
         self.lock().is_dead
     }
 
-    /// Ends a persistent ENOSPC.
+    /// Ends a persistent fault (frees space, heals a flaky disk).
     pub fn free_space(&self) {
         self.is_space_freed.store(true, Ordering::SeqCst);
         self.lock().is_full = false;
@@ -217,6 +278,14 @@ impl MemDisk {
     /// How many lock requests are waiting for a lock another handle holds.
     pub fn lock_waiters(&self) -> u64 {
         self.lock().lock_waiters
+    }
+
+    /// Arms `fault` from now on (calls are still counted from the disk's first).
+    pub fn set_fault(&self, fault: Fault) {
+        self.is_space_freed.store(false, Ordering::SeqCst);
+        let mut state = self.lock();
+        state.fault = fault;
+        state.is_full = false;
     }
 
     /// Ends every fault: calls from now on succeed (the power stays cut, though).
@@ -229,26 +298,49 @@ impl MemDisk {
         if state.is_dead { Err(eio()) } else { Ok(()) }
     }
 
-    /// Whether the `count`-th call of kind `call` fails for lack of space.
-    fn is_out_of_space(&self, state: &mut State, call: Call, count: u64) -> bool {
-        let Fault::Enospc {
-            on,
-            at,
-            is_persistent,
-        } = state.fault
-        else {
-            return false;
+    /// Counts a call of kind `call` and fails it if the fault says so.
+    fn count_call(&self, state: &mut State, call: Call) -> io::Result<()> {
+        state.calls[call.index()] += 1;
+        let count = state.calls[call.index()];
+        match self.injected_error(state, call, count) {
+            Some(error) => {
+                state.injected += 1;
+                state.injected_by_call[call.index()] += 1;
+                Err(error)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The error the `count`-th call of kind `call` fails with, if any.
+    fn injected_error(&self, state: &mut State, call: Call, count: u64) -> Option<io::Error> {
+        let (on, at, errno, is_persistent) = match state.fault {
+            Fault::Enospc {
+                on,
+                at,
+                is_persistent,
+            } => (on, at, ENOSPC, is_persistent),
+            Fault::Fail {
+                on,
+                at,
+                errno,
+                is_persistent,
+            } => (on, at, errno, is_persistent),
+            _ => return None,
         };
         if on == call && count == at {
             state.is_full = is_persistent && !self.is_space_freed.load(Ordering::SeqCst);
-            state.injected += 1;
-            return true;
+            return Some(io::Error::from_raw_os_error(errno));
         }
-        if state.is_full {
-            state.injected += 1;
-            return true;
+        // A full disk fails what needs space; a flaky one fails everything.
+        let is_covered = match state.fault {
+            Fault::Enospc { .. } => matches!(call, Call::Write | Call::Sync),
+            _ => true,
+        };
+        if state.is_full && is_covered {
+            return Some(io::Error::from_raw_os_error(errno));
         }
-        false
+        None
     }
 }
 
@@ -327,14 +419,16 @@ impl DiskBackend {
 
 impl StorageBackend for DiskBackend {
     fn len(&self) -> Result<u64, io::Error> {
-        let state = self.disk.lock();
+        let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
+        self.disk.count_call(&mut state, Call::Len)?;
         Ok(state.written.len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
-        let state = self.disk.lock();
+        let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
+        self.disk.count_call(&mut state, Call::Read)?;
         let offset =
             usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let Some(bytes) = state.written.get(offset..offset + out.len()) else {
@@ -347,6 +441,7 @@ impl StorageBackend for DiskBackend {
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
+        self.disk.count_call(&mut state, Call::SetLen)?;
         let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let change = Change::SetLen(len);
         change.apply(&mut state.written);
@@ -357,11 +452,8 @@ impl StorageBackend for DiskBackend {
     fn sync_data(&self) -> Result<(), io::Error> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
-        state.syncs += 1;
-        let count = state.syncs;
-        if self.disk.is_out_of_space(&mut state, Call::Sync, count) {
-            return Err(enospc());
-        }
+        self.disk.count_call(&mut state, Call::Sync)?;
+        let count = state.calls[Call::Sync.index()];
         match state.fault {
             Fault::TornSync { sync, kept } if sync == count => {
                 let changes = std::mem::take(&mut state.unsynced);
@@ -386,11 +478,7 @@ impl StorageBackend for DiskBackend {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
-        state.writes += 1;
-        let count = state.writes;
-        if self.disk.is_out_of_space(&mut state, Call::Write, count) {
-            return Err(enospc());
-        }
+        self.disk.count_call(&mut state, Call::Write)?;
         let offset =
             usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let change = Change::Write {

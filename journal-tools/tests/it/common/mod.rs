@@ -56,6 +56,7 @@ pub fn identity(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 7,
         boot_id: "test-boot".to_string(),
+        pid_namespace: None,
     }
 }
 

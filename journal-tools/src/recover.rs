@@ -1,0 +1,118 @@
+//! `journal-tools recover --from-projections`: prints what `runjournal::recover` did — a lost
+//! journal rebuilt from the runs' events.jsonl.
+
+use std::path::Path;
+
+use runjournal::home::{Home, Layout};
+use runjournal::recover::{self, RecoverError, Recovery};
+use runjournal::show::plural;
+use serde_json::json;
+
+use crate::output::{Out, shown_path};
+use crate::{RecoverArgs, Status, UsageError};
+
+pub fn recover(
+    home: Option<&Path>,
+    layout: Layout,
+    out: &mut Out,
+    args: &RecoverArgs,
+) -> anyhow::Result<Status> {
+    debug_assert!(args.from_projections, "clap requires --from-projections");
+    let home = Home::resolve(home, layout)?;
+    let recovery = match recover::recover_from_projections(&home) {
+        Ok(recovery) => recovery,
+        Err(error) if error.is_refusal() => {
+            return Err(UsageError(refusal_text(&error)).into());
+        }
+        // An unsafe home exits 1 naming the fix, as every command's does.
+        Err(RecoverError::Unsafe(error)) => return Err(anyhow::Error::new(*error)),
+        Err(error) => return Err(error.into()),
+    };
+    print(&home, out, &recovery)?;
+    Ok(
+        if recovery.unrecoverable.is_empty() && recovery.results_without_runs.is_empty() {
+            Status::Fine
+        } else {
+            Status::Problems
+        },
+    )
+}
+
+fn refusal_text(error: &RecoverError) -> String {
+    format!("{error}; nothing was changed")
+}
+
+fn print(home: &Home, out: &mut Out, recovery: &Recovery) -> std::io::Result<()> {
+    let root = Some(home.root());
+    let active = recovery.runs.iter().filter(|run| !run.is_closed).count() as u64;
+    if out.is_json {
+        for run in &recovery.runs {
+            out.json(
+                "run",
+                json!({
+                    "runId": run.run.to_string(),
+                    "records": run.records,
+                    "state": run.status.as_str(),
+                    "closed": run.is_closed,
+                }),
+            )?;
+        }
+        for run in &recovery.unrecoverable {
+            out.json(
+                "unrecoverable",
+                json!({"runId": run.run.to_string(), "reason": run.reason}),
+            )?;
+        }
+        for run in &recovery.results_without_runs {
+            out.json("resultWithoutRun", json!({"runId": run.to_string()}))?;
+        }
+        for (run, error) in &recovery.projection_failures {
+            out.json(
+                "projectionFailure",
+                json!({"runId": run.to_string(), "error": error}),
+            )?;
+        }
+        return out.json(
+            "summary",
+            json!({
+                "journal": recovery.journal.display().to_string(),
+                "found": recovery.found,
+                "movedAside": recovery.moved_aside.as_ref().map(|path| path.display().to_string()),
+                "runs": recovery.runs.len(),
+                "records": recovery.records,
+                "activeRuns": active,
+                "unrecoverable": recovery.unrecoverable.len(),
+                "resultsWithoutRuns": recovery.results_without_runs.len(),
+            }),
+        );
+    }
+    out.line(&format!(
+        "journal {} was {}",
+        shown_path(&recovery.journal, root),
+        recovery.found
+    ))?;
+    if let Some(aside) = &recovery.moved_aside {
+        out.line(&format!("moved it aside to {}", shown_path(aside, root)))?;
+    }
+    out.line(&format!(
+        "rebuilt {} with {} from their events.jsonl; {} left to the reconciler",
+        plural(recovery.runs.len() as u64, "run"),
+        plural(recovery.records, "record"),
+        plural(active, "active run")
+    ))?;
+    for run in &recovery.unrecoverable {
+        out.line(&format!("not rebuilt: run {}: {}", run.run, run.reason))?;
+    }
+    for run in &recovery.results_without_runs {
+        out.line(&format!(
+            "not rebuilt: result {} has no run directory (its records are gone)",
+            shown_path(&home.result_path(*run), root)
+        ))?;
+    }
+    for (run, error) in &recovery.projection_failures {
+        out.line(&format!(
+            "run {run}: its files could not be written again ({error}); the reconciler retries"
+        ))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! A lost journal beside runs (issue 12): missing, emptied, zero-filled or truncated, it is
+//! refused by every command (exit 4, a damaged journal) with a message naming what was found,
+//! and nothing in the home changes; `recover --from-projections` rebuilds it from the runs'
+//! events.jsonl — the same records, in the same order — moves the lost file aside, and
+//! `inspect verify` accepts the result.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use runjournal::event::Record;
+use runjournal::{JournalReader, RunId};
+
+use crate::common::{Fixture, fixture, json_lines, run, tool_at};
+
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Missing,
+    Emptied,
+    ZeroFilled,
+    Truncated,
+}
+
+const DAMAGES: [Damage; 4] = [
+    Damage::Missing,
+    Damage::Emptied,
+    Damage::ZeroFilled,
+    Damage::Truncated,
+];
+
+impl Damage {
+    /// Does it to the journal file.
+    fn apply(self, path: &Path) {
+        let bytes = std::fs::metadata(path).expect("the journal").len();
+        match self {
+            Damage::Missing => std::fs::remove_file(path).expect("remove"),
+            Damage::Emptied => std::fs::write(path, b"").expect("empty"),
+            Damage::ZeroFilled => {
+                std::fs::write(path, vec![0u8; bytes as usize]).expect("zero-fill")
+            }
+            Damage::Truncated => std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .and_then(|file| file.set_len(bytes / 2))
+                .expect("truncate"),
+        }
+    }
+
+    /// How the refusal names it.
+    fn named(self) -> &'static str {
+        match self {
+            Damage::Missing => "is missing",
+            Damage::Emptied => "is empty (0 bytes)",
+            Damage::ZeroFilled => "is zero-filled",
+            Damage::Truncated => "is truncated",
+        }
+    }
+}
+
+/// Every file under `dir` with its bytes (directories as empty entries).
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                out.insert(path.clone(), None);
+                stack.push(path);
+            } else {
+                out.insert(path.clone(), Some(std::fs::read(&path).expect("read")));
+            }
+        }
+    }
+    out
+}
+
+/// Every record of the journal by run, and the global log as (run, seq) in commit order.
+type Contents = (BTreeMap<RunId, Vec<Record>>, Vec<(RunId, u64)>);
+
+fn contents(journal: &Path) -> Contents {
+    let reader = JournalReader::open(journal).expect("the journal opens");
+    let view = reader.view().expect("a view");
+    let runs = view
+        .all_runs()
+        .expect("runs")
+        .into_iter()
+        .map(|run| (run, view.records(run).expect("records")))
+        .collect();
+    let mut log = Vec::new();
+    view.scan_log(|_, run, seq| {
+        log.push((run, seq));
+        true
+    })
+    .expect("the log reads");
+    (runs, log)
+}
+
+#[test]
+fn every_command_refuses_a_lost_journal_beside_runs_and_changes_nothing() {
+    for damage in DAMAGES {
+        let fixture = fixture();
+        damage.apply(&fixture.journal_path());
+        let before = tree(fixture.root());
+        let out = fixture.dir.path().join("out");
+        let out = out.to_str().expect("utf-8");
+        for args in [
+            &["inspect", "runs"][..],
+            &["inspect", "run", "deploy"],
+            &["inspect", "events"],
+            &["inspect", "stats"],
+            &["inspect", "verify"],
+            &["replay", "--all"],
+            &["replay", "--all", "--check"],
+            &["replay", "--run", "deploy", "--out", out],
+        ] {
+            let ran = run(tool_at(&fixture, args));
+            assert_eq!(
+                ran.code, 4,
+                "{damage:?} {args:?}: {}{}",
+                ran.stdout, ran.stderr
+            );
+            assert!(
+                ran.stderr.contains(damage.named())
+                    && ran.stderr.contains("the home holds 3 runs")
+                    && ran.stderr.contains("recover --from-projections"),
+                "{damage:?} {args:?} names what was found: {}",
+                ran.stderr
+            );
+            assert_eq!(ran.stdout, "", "{damage:?} {args:?}");
+        }
+        assert_eq!(tree(fixture.root()), before, "{damage:?}: nothing changed");
+        assert!(!Path::new(out).exists(), "{damage:?}: nothing was replayed");
+    }
+}
+
+fn recovered(fixture: &Fixture, damage: Damage) {
+    let journal = fixture.journal_path();
+    let (runs, log) = contents(&journal);
+    damage.apply(&journal);
+    let damaged = std::fs::read(&journal).ok();
+
+    let ran = run(tool_at(fixture, &["recover", "--from-projections"]));
+    assert_eq!(ran.code, 0, "{damage:?}: {}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(&format!(
+            "journal journal.redb was {}",
+            damage.named().trim_start_matches("is ")
+        )) && ran
+            .stdout
+            .contains("rebuilt 3 runs with 20 records from their events.jsonl; 1 active run left to the reconciler"),
+        "{damage:?}: {}",
+        ran.stdout
+    );
+    let aside: Vec<PathBuf> = std::fs::read_dir(fixture.home.state_dir())
+        .expect("read_dir")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("journal.redb.lost-"))
+        })
+        .collect();
+    match damaged {
+        None => assert!(aside.is_empty(), "{damage:?}: nothing to move aside"),
+        Some(bytes) => {
+            assert_eq!(aside.len(), 1, "{damage:?}: {aside:?}");
+            assert_eq!(
+                std::fs::read(&aside[0]).expect("the lost file"),
+                bytes,
+                "{damage:?}: the lost file is kept as it was"
+            );
+        }
+    }
+    assert_eq!(
+        contents(&journal),
+        (runs, log),
+        "{damage:?}: the same records (runs, seqs, times, writers, events), in the same order"
+    );
+    let verified = run(tool_at(fixture, &["inspect", "verify"]));
+    assert_eq!(
+        verified.code, 0,
+        "{damage:?}: {}{}",
+        verified.stdout, verified.stderr
+    );
+    let runs = run(tool_at(fixture, &["inspect", "runs", "--json"]));
+    let running = json_lines(&runs.stdout)
+        .into_iter()
+        .find(|object| object["run"] == fixture.running.to_string())
+        .expect("the running run is listed");
+    assert_eq!(
+        running["state"], "running",
+        "{damage:?}: left to the reconciler"
+    );
+}
+
+#[test]
+fn recover_from_projections_gives_back_the_same_journal_that_verify_accepts() {
+    for damage in DAMAGES {
+        recovered(&fixture(), damage);
+    }
+}
+
+#[test]
+fn recover_reports_a_run_whose_events_jsonl_is_damaged_and_rebuilds_the_others() {
+    let fixture = fixture();
+    let events = fixture.home.events_path(fixture.complete);
+    let text = std::fs::read_to_string(&events).expect("events.jsonl");
+    let cut = text.len() - 10;
+    std::fs::write(&events, &text[..cut]).expect("cut the last line short");
+    Damage::Emptied.apply(&fixture.journal_path());
+
+    let ran = run(tool_at(&fixture, &["recover", "--from-projections"]));
+    assert_eq!(ran.code, 1, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(&format!(
+            "not rebuilt: run {}: events.jsonl line 6 is cut short (no newline)",
+            fixture.complete
+        )) && ran.stdout.contains("rebuilt 2 runs"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(&events).expect("events.jsonl"),
+        text[..cut],
+        "the damaged run's files are left as they are"
+    );
+    let (runs, _) = contents(&fixture.journal_path());
+    assert_eq!(runs.keys().copied().collect::<Vec<_>>(), {
+        let mut ids = vec![fixture.failed, fixture.running];
+        ids.sort();
+        ids
+    });
+}
+
+#[test]
+fn recover_refuses_a_readable_journal_and_a_home_without_runs() {
+    let fixture = fixture();
+    let before = tree(fixture.root());
+    let ran = run(tool_at(&fixture, &["recover", "--from-projections"]));
+    assert_eq!(ran.code, 2, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr.contains("is a readable journal") && ran.stderr.contains("nothing was changed"),
+        "{}",
+        ran.stderr
+    );
+    assert_eq!(tree(fixture.root()), before);
+
+    let empty = tempfile::tempdir().expect("temp dir");
+    let ran = run({
+        let mut command = crate::common::tool();
+        command
+            .arg("--home")
+            .arg(empty.path())
+            .args(["recover", "--from-projections"]);
+        command
+    });
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("is missing, and the home holds no run"),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        std::fs::read_dir(empty.path())
+            .expect("read_dir")
+            .next()
+            .is_none(),
+        "nothing was made"
+    );
+}

@@ -1,0 +1,73 @@
+//! Writing a new journal from records kept elsewhere (a lost journal rebuilt from the runs'
+//! events.jsonl, `crate::recover`): every record as it was — run, seq, time, writer, writer
+//! seq, event — committed in the order given, each batch folded through `state::apply` with its
+//! snapshot and index changes written as an append writes them.
+//!
+//! Invariant: the file is new (nothing is written over an existing one), and every batch is
+//! written as it came or the rebuild fails: nothing is skipped, reordered or renumbered.
+
+use std::path::{Path, PathBuf};
+
+use super::append::{self, Batch, Marks};
+use super::error::{AppendError, OpenError, StorageFailure};
+use super::open::open_source;
+use super::writer::Source;
+use crate::event::RunId;
+
+/// Most events committed in one durable transaction of a rebuild.
+const EVENTS_PER_COMMIT: usize = 4096;
+
+/// Why a rebuild failed. The new file may hold part of it; the caller removes it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RebuildError {
+    #[error("{path} already exists; a rebuild writes a new file only")]
+    Exists { path: PathBuf },
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+    #[error("run {run}: the batch of writer seq {writer_seq} was refused: {source}")]
+    Refused {
+        run: RunId,
+        writer_seq: u64,
+        /// Boxed: it is large, and most rebuilds never meet it.
+        #[source]
+        source: Box<AppendError>,
+    },
+}
+
+/// Creates a journal at `path`, which must not exist, holding `batches` in the order given,
+/// a few thousand events per durable commit. Each writer's mark ends at its highest writer
+/// seq, so a retry of any rebuilt batch is recognised as a retry. Returns the records written.
+pub fn rebuild(path: &Path, batches: &[Batch]) -> Result<u64, RebuildError> {
+    if path.exists() {
+        return Err(RebuildError::Exists {
+            path: path.to_path_buf(),
+        });
+    }
+    let db = open_source(&Source::Path(path.to_path_buf()))?;
+    let mut written = 0u64;
+    let mut start = 0;
+    while start < batches.len() {
+        let mut end = start;
+        let mut events = 0;
+        // At least one batch per commit, whatever its size.
+        while end < batches.len() && (end == start || events < EVENTS_PER_COMMIT) {
+            events += batches[end].events.len();
+            end += 1;
+        }
+        let chunk = &batches[start..end];
+        let results = append::commit_batches_with(&db, chunk, Marks::Rebuild)?;
+        for (batch, result) in chunk.iter().zip(results) {
+            let appended = result.map_err(|source| RebuildError::Refused {
+                run: batch.run,
+                writer_seq: batch.writer_seq,
+                source: Box::new(source),
+            })?;
+            written += appended.last_seq + 1 - appended.first_seq;
+        }
+        start = end;
+    }
+    Ok(written)
+}

@@ -1,0 +1,436 @@
+//! Commit sharing within one process: handles of one journal find its leader, hand it their
+//! batches, get the answers they would have had alone, and hand the leadership on. (Across
+//! processes, with kills and a full disk: `tests/it/commit_leader.rs`.)
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tempfile::TempDir;
+
+use crate::event::{
+    Event, Mode, ProcessIdentity, RunId, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec,
+    TerminalState, now_ms,
+};
+use crate::journal::{AppendError, Appended, CommitSharing, Condition, Journal, WriterOptions};
+use crate::state::TransitionError;
+
+fn spec() -> RunSpec {
+    RunSpec {
+        name: None,
+        mode: Mode::Single,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: vec![StepSpec {
+            name: "build".to_string(),
+            action: StepAction::Command {
+                argv: vec!["true".to_string()],
+            },
+        }],
+    }
+}
+
+fn created() -> Event {
+    Event::RunCreated {
+        spec: Arc::new(spec()),
+        created_at_ms: now_ms(),
+        session_id: None,
+        completion_owner_id: None,
+        tool_call_id: None,
+    }
+}
+
+fn runner_started() -> Event {
+    Event::RunnerStarted {
+        runner: ProcessIdentity {
+            pid: 4242,
+            start_time: 1,
+            boot_id: "boot".to_string(),
+            pid_namespace: None,
+        },
+        instance_id: "instance".to_string(),
+    }
+}
+
+fn step_finished() -> Event {
+    Event::StepFinished {
+        step: 0,
+        outcome: StepOutcome {
+            end: StepEnd::Complete,
+            exit_code: Some(0),
+            error: None,
+        },
+    }
+}
+
+fn failed() -> Event {
+    Event::Terminal {
+        state: TerminalState::Failed,
+        error: Some("gave up".to_string()),
+        summary: String::new(),
+        exit_code: 1,
+        repaired_by: None,
+    }
+}
+
+fn journal_in(dir: &Path) -> PathBuf {
+    dir.join("journal.redb")
+}
+
+/// A handle that may lead even if the tests run in a terminal.
+fn open(path: &Path) -> Journal {
+    let options = WriterOptions {
+        commit_sharing: CommitSharing::Lead,
+        ..WriterOptions::default()
+    };
+    Journal::open_with(super::Source::Path(path.to_path_buf()), options).expect("the journal opens")
+}
+
+fn create(journal: &Journal) -> Appended {
+    journal
+        .append(
+            RunId::generate(),
+            vec![created()],
+            Condition::expect_head(0),
+        )
+        .expect("a run is created")
+}
+
+fn through_leader(journal: &Journal) -> u64 {
+    journal
+        .writer_stats()
+        .through_leader
+        .load(Ordering::Relaxed)
+}
+
+fn for_others(journal: &Journal) -> u64 {
+    journal.writer_stats().for_others.load(Ordering::Relaxed)
+}
+
+/// A leader and a client of one journal in `dir`; the leader has committed once.
+fn leader_and_client(dir: &TempDir) -> (Journal, Journal) {
+    let leader = open(&journal_in(dir.path()));
+    create(&leader);
+    let client = open(&journal_in(dir.path()));
+    (leader, client)
+}
+
+#[test]
+fn a_second_handle_commits_through_the_first_under_its_own_writer() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (leader, client) = leader_and_client(&dir);
+    let appended = create(&client);
+    assert_eq!(
+        through_leader(&client),
+        1,
+        "the client's batch went to the leader"
+    );
+    assert_eq!(for_others(&leader), 1, "the leader committed it");
+    assert_eq!(client.writer_stats().commits.load(Ordering::Relaxed), 0);
+    let view = leader.view().expect("view");
+    let records = view.records(appended.run).expect("records");
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0].writer,
+        client.writer(),
+        "recorded as the client's"
+    );
+    assert_eq!(records[0].writer_seq, 1, "numbered by the client");
+    assert_eq!(view.writer_mark(client.writer()).expect("mark"), Some(1));
+    assert_eq!(
+        appended.state,
+        view.snapshot(appended.run).expect("snapshot").expect("run"),
+        "the client is answered the state the batch left"
+    );
+    let lock = crate::home::commit_lock_path(&journal_in(dir.path()));
+    assert_eq!(
+        std::fs::read_to_string(&lock).expect("the lock names its holder"),
+        format!("{}\n", std::process::id())
+    );
+    assert!(crate::home::commit_socket_path(&journal_in(dir.path())).exists());
+}
+
+/// Every refusal a client gets through the leader is worded exactly as the leader's own
+/// caller would have had it for the same batch on the same state.
+#[test]
+fn a_refusal_through_the_leader_is_the_refusal_of_committing_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (leader, client) = leader_and_client(&dir);
+    let run = create(&leader).run;
+    let ended = create(&leader).run;
+    leader
+        .append(ended, vec![failed()], Condition::none())
+        .expect("ended");
+    let cases: Vec<(RunId, Vec<Event>, Condition)> = vec![
+        (run, vec![runner_started()], Condition::expect_head(7)),
+        (run, vec![step_finished()], Condition::none()),
+        (
+            run,
+            vec![runner_started(), step_finished()],
+            Condition::none(),
+        ),
+        (RunId::generate(), vec![runner_started()], Condition::none()),
+        (run, vec![created()], Condition::none()),
+        (run, Vec::new(), Condition::none()),
+        (ended, vec![failed()], Condition::expect_not_terminal()),
+        (ended, vec![failed()], Condition::none()),
+    ];
+    for (run, events, condition) in cases {
+        let alone = leader
+            .append(run, events.clone(), condition)
+            .expect_err("refused alone");
+        let shared = client
+            .append(run, events, condition)
+            .expect_err("refused through the leader");
+        assert_eq!(format!("{shared:?}"), format!("{alone:?}"));
+    }
+    assert!(
+        through_leader(&client) >= 8,
+        "every case went to the leader"
+    );
+    assert!(matches!(
+        client.append(run, vec![step_finished()], Condition::none()),
+        Err(AppendError::Transition {
+            index: 0,
+            source: TransitionError::StepNotRunning { .. }
+        })
+    ));
+}
+
+#[test]
+fn a_dropped_leader_hands_the_leadership_to_the_next_handle_with_a_batch() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (leader, client) = leader_and_client(&dir);
+    let run = create(&client).run;
+    drop(leader);
+    assert!(
+        !crate::home::commit_socket_path(&journal_in(dir.path())).exists(),
+        "a leader that stops removes its socket"
+    );
+    client
+        .append(run, vec![runner_started()], Condition::expect_head(1))
+        .expect("the client commits without its leader");
+    assert_eq!(through_leader(&client), 1, "the second batch was its own");
+    let third = open(&journal_in(dir.path()));
+    create(&third);
+    assert_eq!(through_leader(&third), 1);
+    assert_eq!(for_others(&client), 1, "the client leads now");
+}
+
+#[test]
+fn many_threads_of_many_handles_each_land_once_in_their_order() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let handles: Vec<Journal> = (0..4).map(|_| open(&journal_in(dir.path()))).collect();
+    std::thread::scope(|scope| {
+        for handle in &handles {
+            for _ in 0..4 {
+                scope.spawn(move || {
+                    let run = create(handle).run;
+                    for head in 1..=10u64 {
+                        let events = vec![Event::ControlRequested {
+                            action: crate::event::ControlAction::Stop,
+                            by: format!("caller {head}"),
+                            reason: "test".to_string(),
+                        }];
+                        let appended = handle
+                            .append(run, events, Condition::expect_head(head))
+                            .map(|appended| appended.last_seq);
+                        // A second stop request is refused; the first lands at head 2.
+                        match head {
+                            1 => assert_eq!(appended.expect("first stop"), 2),
+                            _ => assert!(appended.is_err()),
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let shared: u64 = handles.iter().map(through_leader).sum();
+    let served: u64 = handles.iter().map(for_others).sum();
+    assert_eq!(
+        shared, served,
+        "every batch handed over was committed by a leader"
+    );
+    assert!(shared > 0, "three handles had a leader to hand batches to");
+    let view = handles[0].view().expect("view");
+    assert_eq!(view.run_count().expect("runs"), 16);
+    for handle in &handles {
+        let mark = view.writer_mark(handle.writer()).expect("mark");
+        assert!(mark.is_some_and(|mark| mark >= 8), "{mark:?}");
+    }
+}
+
+#[test]
+fn a_stale_socket_of_a_gone_leader_is_replaced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = crate::home::commit_socket_path(&journal_in(dir.path()));
+    drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
+    assert!(socket.exists(), "a socket file nobody serves");
+    let (leader, client) = leader_and_client(&dir);
+    create(&client);
+    assert_eq!(
+        through_leader(&client),
+        1,
+        "served on the stale socket's path"
+    );
+    assert_eq!(for_others(&leader), 1);
+}
+
+#[test]
+fn a_file_that_is_no_socket_at_the_path_is_left_alone_and_each_handle_commits_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = crate::home::commit_socket_path(&journal_in(dir.path()));
+    std::fs::write(&socket, b"not ours to remove").expect("write");
+    let (leader, client) = leader_and_client(&dir);
+    create(&client);
+    create(&leader);
+    assert_eq!(through_leader(&client) + for_others(&leader), 0);
+    assert_eq!(
+        std::fs::read(&socket).expect("still there"),
+        b"not ours to remove"
+    );
+    assert_eq!(leader.view().expect("view").run_count().expect("runs"), 3);
+}
+
+#[test]
+fn a_socket_of_another_user_is_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("RUNJOURNAL_REQUIRE_ROOT_TESTS").is_none(),
+            "this test needs root"
+        );
+        eprintln!("skipped: needs root to give a socket to another user");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = crate::home::commit_socket_path(&journal_in(dir.path()));
+    let stranger = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    nix::unistd::chown(&socket, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
+    let (leader, client) = leader_and_client(&dir);
+    create(&client);
+    assert_eq!(through_leader(&client) + for_others(&leader), 0);
+    assert!(
+        stranger.set_nonblocking(true).is_ok() && stranger.accept().is_err(),
+        "nobody connected to the stranger's socket"
+    );
+    assert!(socket.exists(), "the stranger's socket is not removed");
+}
+
+#[test]
+fn a_path_too_long_for_a_socket_shares_through_an_abstract_name_on_linux() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let deep = dir.path().join("d".repeat(100)).join("e".repeat(20));
+    std::fs::create_dir_all(&deep).expect("mkdir");
+    let path = journal_in(&deep);
+    assert!(
+        crate::home::commit_socket_path(&path).as_os_str().len()
+            > crate::platform::MAX_SOCKET_PATH_BYTES
+    );
+    let leader = open(&path);
+    create(&leader);
+    let client = open(&path);
+    create(&client);
+    let expected = u64::from(cfg!(target_os = "linux"));
+    assert_eq!(through_leader(&client), expected);
+    assert!(!crate::home::commit_socket_path(&path).exists(), "no file");
+}
+
+#[test]
+fn a_handle_that_opts_out_commits_alone_and_leads_nobody() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let alone = Journal::open_with(
+        super::Source::Path(path.clone()),
+        WriterOptions {
+            commit_sharing: CommitSharing::Alone,
+            ..WriterOptions::default()
+        },
+    )
+    .expect("opens");
+    create(&alone);
+    let shared = open(&path);
+    create(&shared);
+    create(&alone);
+    assert_eq!(through_leader(&alone) + through_leader(&shared), 0);
+    assert_eq!(for_others(&alone) + for_others(&shared), 0);
+}
+
+#[test]
+fn two_journals_in_one_directory_never_share_a_leader() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let one = open(&dir.path().join("one.redb"));
+    let two = open(&dir.path().join("two.redb"));
+    create(&one);
+    create(&two);
+    assert_eq!(for_others(&one) + for_others(&two), 0);
+    assert_eq!(one.view().expect("view").run_count().expect("runs"), 1);
+    assert_eq!(two.view().expect("view").run_count().expect("runs"), 1);
+}
+
+/// A peer that listens at the socket's path, says welcome, takes a group and never answers,
+/// while nobody holds the commit lock: no leader. The client notices the free lock, leads, and
+/// commits its batch itself.
+#[test]
+fn a_silent_peer_that_holds_no_lock_is_left_and_the_batch_committed_here() {
+    use super::wire::{self, ToClient, ToLeader};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let socket = crate::home::commit_socket_path(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let (done, is_done) = std::sync::mpsc::channel::<()>();
+    let silent = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+        assert!(matches!(
+            wire::read::<ToLeader>(&mut reader),
+            Ok(Some(ToLeader::Hello(_)))
+        ));
+        let welcome = wire::frame(&ToClient::Welcome { leader_pid: 1 }).expect("frame");
+        std::io::Write::write_all(&mut stream, &welcome).expect("welcome");
+        assert!(matches!(
+            wire::read::<ToLeader>(&mut reader),
+            Ok(Some(ToLeader::Group { batches: 1 }))
+        ));
+        // Keeps the connection open, answering nothing, until the test is over.
+        let _ = is_done.recv();
+    });
+    let journal = open(&path);
+    let appended = create(&journal);
+    assert_eq!(
+        through_leader(&journal),
+        0,
+        "the silent peer answered nothing"
+    );
+    assert_eq!(
+        journal
+            .view()
+            .expect("view")
+            .records(appended.run)
+            .expect("records")
+            .len(),
+        1
+    );
+    assert_eq!(
+        std::fs::read_to_string(crate::home::commit_lock_path(&path)).expect("lock"),
+        format!("{}\n", std::process::id()),
+        "the client leads now"
+    );
+    drop(done);
+    silent.join().expect("the silent peer");
+}
+
+/// The default mode leads only from a process without a controlling terminal (as runners
+/// are, and as CI runs tests); from a terminal it joins a leader or commits alone.
+#[test]
+fn by_default_a_process_without_a_terminal_leads_and_one_with_a_terminal_does_not() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let first = Journal::open(&path).expect("opens");
+    create(&first);
+    let second = Journal::open(&path).expect("opens");
+    create(&second);
+    let expected = u64::from(!super::has_controlling_terminal());
+    assert_eq!(through_leader(&second), expected);
+    assert_eq!(for_others(&first), expected);
+}

@@ -1,0 +1,320 @@
+//! The commit leader's protocol: the messages a client and its leader exchange over the Unix
+//! socket, and their frames (docs/journal-format.md, "Commit sharing").
+//!
+//! A frame is a 4-byte little-endian length, then that many bytes: the postcard encoding of
+//! `{protocol: u16, message}`, then its CRC-32C, as records are laid out. A frame longer than
+//! [`MAX_FRAME_BYTES`], of another protocol version, failing its checksum or not decoding ends
+//! the connection: neither side guesses at what the other meant.
+//!
+//! Invariant: variants and fields are only ever added at the end, under a new
+//! [`PROTOCOL_VERSION`]; a peer of another version is refused, never half understood.
+
+use std::io::{self, Read};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::event::{self, Event, FORMAT_VERSION, MAX_SNAPSHOT_BYTES, RunId, UnixMs, WriterId};
+use crate::journal::append::{Batch, Condition};
+use crate::journal::snapshot::SNAPSHOT_LAYOUT;
+
+/// The version of this protocol. Version 1 is the first.
+pub(crate) const PROTOCOL_VERSION: u16 = 1;
+
+/// The largest frame either side sends or reads: room for the largest snapshot (an answer
+/// carries one) and then some. A batch whose frame would be larger is committed by its own
+/// process instead.
+pub(crate) const MAX_FRAME_BYTES: usize = 2 * MAX_SNAPSHOT_BYTES;
+
+/// The most batches one group message may announce.
+pub(crate) const MAX_GROUP_BATCHES: u32 = 4096;
+
+/// What a client says it is built as: the leader commits a client's batches only if it judges
+/// them by the same rules, records and snapshots.
+pub(crate) fn build() -> String {
+    format!(
+        "runjournal {} records {FORMAT_VERSION} snapshots {SNAPSHOT_LAYOUT}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Envelope<T> {
+    protocol: u16,
+    message: T,
+}
+
+/// From a client to its leader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum ToLeader {
+    /// The first message of a connection.
+    Hello(Hello),
+    /// A group follows: this many [`ToLeader::Batch`] messages, answered in their order once
+    /// all have arrived.
+    Group {
+        batches: u32,
+    },
+    Batch(WireBatch),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Hello {
+    /// [`build`] of the client.
+    pub(crate) build: String,
+    /// The journal the client has open (`meta.journal_id`).
+    pub(crate) journal_id: [u8; 16],
+    /// The client's writer: every batch of the connection is this writer's.
+    pub(crate) writer: WriterId,
+    pub(crate) pid: u32,
+}
+
+/// A batch as its own writer numbered it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct WireBatch {
+    pub(crate) run: RunId,
+    pub(crate) events: Vec<Event>,
+    pub(crate) expect_head: Option<u64>,
+    pub(crate) expect_not_terminal: bool,
+    pub(crate) writer_seq: u64,
+    pub(crate) time_ms: UnixMs,
+}
+
+impl WireBatch {
+    pub(crate) fn of(batch: &Batch) -> WireBatch {
+        WireBatch {
+            run: batch.run,
+            events: batch.events.clone(),
+            expect_head: batch.condition.expect_head,
+            expect_not_terminal: batch.condition.expect_not_terminal,
+            writer_seq: batch.writer_seq,
+            time_ms: batch.time_ms,
+        }
+    }
+
+    pub(crate) fn into_batch(self, writer: WriterId) -> Batch {
+        Batch {
+            run: self.run,
+            events: self.events,
+            condition: Condition {
+                expect_head: self.expect_head,
+                expect_not_terminal: self.expect_not_terminal,
+            },
+            writer,
+            writer_seq: self.writer_seq,
+            time_ms: self.time_ms,
+        }
+    }
+}
+
+/// From a leader to a client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum ToClient {
+    /// The hello is accepted: groups may follow.
+    Welcome { leader_pid: u32 },
+    /// The hello is refused; the leader closes the connection.
+    Refuse(Refusal),
+    /// One batch's answer, in the order of the group.
+    Answer(WireAnswer),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Refusal {
+    /// Another build: it may judge batches by other rules.
+    OtherBuild,
+    /// The leader has another journal open (the file was replaced, say).
+    OtherJournal,
+    /// The leader serves as many clients as it may.
+    Busy,
+    /// The leader's handle is closing.
+    Closing,
+    /// The client announced the leader's own writer id.
+    SameWriter,
+}
+
+/// What became of one batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum WireAnswer {
+    /// Committed now or by an earlier attempt (`was_duplicate`): durable.
+    Committed {
+        first_seq: u64,
+        last_seq: u64,
+        was_duplicate: bool,
+        /// The run's state after the batch, as snapshot bytes.
+        state: Vec<u8>,
+    },
+    /// Refused; nothing was written. `against` is the run's state it was judged against, as
+    /// snapshot bytes (`None`: the run did not exist): the client words the refusal itself
+    /// by judging its batch against it, exactly as the leader did.
+    Refused { against: Option<Vec<u8>> },
+    /// The writer seq is at or below the writer's mark, and the run holds no batch of these
+    /// events under it. After a retry (`was_retried`) or a resend, the batch was refused in a
+    /// commit that landed unacknowledged: the client judges it again under a fresh seq.
+    SeqReused { was_retried: bool },
+    /// The leader's handle closed before the batch was queued: nobody judged it.
+    NotTaken,
+    /// The commit failed for a reason other than capacity and the leader gave up on it (the
+    /// batch may or may not have landed), or the run's records are damaged (`is_corrupt`:
+    /// nothing was written).
+    Failed {
+        op: String,
+        errno: Option<i32>,
+        message: String,
+        is_corrupt: bool,
+    },
+}
+
+/// Why a frame was not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WireError {
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error("a frame of {bytes} bytes, over the limit of {MAX_FRAME_BYTES}")]
+    TooLarge { bytes: usize },
+    #[error("a frame fails its checksum")]
+    Checksum,
+    #[error("a frame of protocol version {found}; this build speaks version {PROTOCOL_VERSION}")]
+    OtherProtocol { found: u16 },
+    #[error("a frame does not decode: {reason}")]
+    Malformed { reason: String },
+}
+
+/// The frame of `message`: its length, then its bytes; `TooLarge` past [`MAX_FRAME_BYTES`].
+pub(crate) fn frame<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
+    let envelope = Envelope {
+        protocol: PROTOCOL_VERSION,
+        message,
+    };
+    let body = event::encode_checked(&envelope).map_err(|error| WireError::Malformed {
+        reason: error.to_string(),
+    })?;
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(WireError::TooLarge { bytes: body.len() });
+    }
+    let length = u32::try_from(body.len()).expect("MAX_FRAME_BYTES fits a u32");
+    let mut bytes = Vec::with_capacity(4 + body.len());
+    bytes.extend_from_slice(&length.to_le_bytes());
+    bytes.extend_from_slice(&body);
+    Ok(bytes)
+}
+
+/// Reads one frame; `None` at a clean end of the stream (no byte of a next frame).
+pub(crate) fn read<T: DeserializeOwned>(reader: &mut impl Read) -> Result<Option<T>, WireError> {
+    let mut length = [0u8; 4];
+    let mut filled = 0;
+    while filled < length.len() {
+        match reader.read(&mut length[filled..]) {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(count) => filled += count,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let bytes = u32::from_le_bytes(length) as usize;
+    if bytes > MAX_FRAME_BYTES {
+        return Err(WireError::TooLarge { bytes });
+    }
+    let mut body = vec![0u8; bytes];
+    reader.read_exact(&mut body)?;
+    decode(&body).map(Some)
+}
+
+fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
+    let malformed = |error: postcard::Error| WireError::Malformed {
+        reason: error.to_string(),
+    };
+    let (payload, is_intact) = event::split_checksum(body).ok_or(WireError::Malformed {
+        reason: "shorter than its checksum".to_string(),
+    })?;
+    if !is_intact {
+        return Err(WireError::Checksum);
+    }
+    let (protocol, _) = postcard::take_from_bytes::<u16>(payload).map_err(malformed)?;
+    if protocol != PROTOCOL_VERSION {
+        return Err(WireError::OtherProtocol { found: protocol });
+    }
+    match postcard::take_from_bytes::<Envelope<T>>(payload).map_err(malformed)? {
+        (envelope, []) => Ok(envelope.message),
+        (_, rest) => Err(WireError::Malformed {
+            reason: format!("{} bytes after the message", rest.len()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> ToLeader {
+        ToLeader::Hello(Hello {
+            build: build(),
+            journal_id: [7; 16],
+            writer: WriterId(42),
+            pid: 4242,
+        })
+    }
+
+    #[test]
+    fn a_frame_reads_back_as_its_message_and_then_the_stream_ends() {
+        let mut bytes = frame(&hello()).expect("frames");
+        bytes.extend(frame(&ToLeader::Group { batches: 3 }).expect("frames"));
+        let mut reader = bytes.as_slice();
+        assert_eq!(read::<ToLeader>(&mut reader).expect("reads"), Some(hello()));
+        assert_eq!(
+            read::<ToLeader>(&mut reader).expect("reads"),
+            Some(ToLeader::Group { batches: 3 })
+        );
+        assert_eq!(read::<ToLeader>(&mut reader).expect("clean end"), None);
+    }
+
+    #[test]
+    fn a_damaged_cut_oversized_or_foreign_frame_is_refused() {
+        let good = frame(&hello()).expect("frames");
+        let mut flipped = good.clone();
+        let last = flipped.len() - 6;
+        flipped[last] ^= 0x40;
+        assert!(matches!(
+            read::<ToLeader>(&mut flipped.as_slice()),
+            Err(WireError::Checksum)
+        ));
+        let cut = &good[..good.len() - 1];
+        assert!(matches!(
+            read::<ToLeader>(&mut &cut[..]),
+            Err(WireError::Io(error)) if error.kind() == io::ErrorKind::UnexpectedEof
+        ));
+        let mut huge = ((MAX_FRAME_BYTES + 1) as u32).to_le_bytes().to_vec();
+        huge.extend([0; 16]);
+        assert!(matches!(
+            read::<ToLeader>(&mut huge.as_slice()),
+            Err(WireError::TooLarge { .. })
+        ));
+        let other = Envelope {
+            protocol: PROTOCOL_VERSION + 1,
+            message: hello(),
+        };
+        let body = event::encode_checked(&other).expect("encodes");
+        let mut foreign = (body.len() as u32).to_le_bytes().to_vec();
+        foreign.extend(body);
+        assert!(matches!(
+            read::<ToLeader>(&mut foreign.as_slice()),
+            Err(WireError::OtherProtocol { found }) if found == PROTOCOL_VERSION + 1
+        ));
+    }
+
+    /// The bytes of a hello are pinned: a change to them is a new protocol version.
+    #[test]
+    fn the_hello_of_protocol_one_is_these_bytes() {
+        let bytes = frame(&ToLeader::Hello(Hello {
+            build: "b".to_string(),
+            journal_id: [1; 16],
+            writer: WriterId(2),
+            pid: 3,
+        }))
+        .expect("frames");
+        let body = &bytes[4..bytes.len() - 4];
+        let mut expected = vec![1, 0, 1, b'b'];
+        expected.extend([1; 16]);
+        expected.extend([2, 3]);
+        assert_eq!(body, expected.as_slice());
+    }
+}

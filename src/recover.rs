@@ -1,0 +1,410 @@
+//! Rebuilding a lost journal from the runs' `events.jsonl` (`journal-tools recover
+//! --from-projections`, or a host).
+//!
+//! A home whose `journal.redb` is missing, empty, zero-filled, truncated or not a database is
+//! refused by every command while it holds runs ([`crate::journal::check_home_journal`]). Each
+//! run's `events.jsonl` is a projection of its records: one line per record, with its seq,
+//! time, writer and writer seq. [`recover_from_projections`] reads every run's file, checks
+//! that its records fold ([`state::replay`]), writes them to a new journal — records as they
+//! were; across runs, batches in the order of their times — then moves the damaged file aside
+//! (never deletes it), puts the new one in its place and projects each rebuilt run again. Runs
+//! that were not closed stay active: the reconciler decides them as it decides any run (a
+//! runner still alive goes on; a dead one's run is failed). A run whose `events.jsonl` is
+//! missing or damaged, and a result file without a run, cannot be rebuilt: they are reported,
+//! their files left as they are.
+//!
+//! Run it when nothing else uses the home: a process that still holds the lost file open
+//! writes to it, not to the rebuilt journal.
+//!
+//! Invariants: nothing is written unless the file is lost (and at least one run can be
+//! rebuilt); the damaged file is renamed, never removed or written; every rebuilt run's
+//! records are exactly the lines of its `events.jsonl`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use crate::durable_fs;
+use crate::event::{Record, RunId, UnixMs, WriterId, now_ms};
+use crate::home::{Home, LayoutMismatch};
+use crate::journal::rebuild::{RebuildError, rebuild};
+use crate::journal::{self, Batch, Condition, FileFinding, Journal, JournalReader, OpenError};
+use crate::projection::{self, ResultPolicy, documents};
+use crate::state::{self, RunStatus};
+
+/// Longest line of `events.jsonl` read: a record is at most 1 MiB encoded, and its JSON (with
+/// escapes) stays well within this.
+pub const MAX_EVENT_LINE_BYTES: u64 = 8 << 20;
+
+/// Why nothing was recovered. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverError {
+    #[error(transparent)]
+    Layout(#[from] LayoutMismatch),
+    /// A home someone else owns or may write is refused, as every command refuses it
+    /// ([`crate::store::check_home`]).
+    #[error(transparent)]
+    Unsafe(Box<OpenError>),
+    #[error(
+        "journal {path} is a readable journal: there is nothing to recover (journal-tools inspect verify checks it)"
+    )]
+    NotLost { path: PathBuf },
+    #[error(
+        "journal {path} cannot be judged: {source}; nothing was changed (run recover again once it can be read)"
+    )]
+    Unjudged {
+        path: PathBuf,
+        /// Boxed: it is large.
+        #[source]
+        source: Box<OpenError>,
+    },
+    #[error("journal {path} is {found}, and the home holds no run to rebuild it from")]
+    NoRuns { path: PathBuf, found: String },
+    #[error(
+        "journal {path} is {found}, and none of the home's {} run(s) can be rebuilt: {}",
+        .unrecoverable.len(),
+        .unrecoverable.iter().map(|run| format!("{} ({})", run.run, run.reason)).collect::<Vec<_>>().join("; ")
+    )]
+    NothingRecoverable {
+        path: PathBuf,
+        found: String,
+        unrecoverable: Vec<Unrecoverable>,
+    },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("writing the rebuilt journal {path}")]
+    Rebuild {
+        path: PathBuf,
+        /// Boxed: it is large.
+        #[source]
+        source: Box<RebuildError>,
+    },
+}
+
+impl RecoverError {
+    /// Whether the refusal is about what was asked (nothing to recover), not a failure.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            RecoverError::Layout(_)
+                | RecoverError::NotLost { .. }
+                | RecoverError::NoRuns { .. }
+                | RecoverError::NothingRecoverable { .. }
+        )
+    }
+}
+
+/// A run rebuilt into the new journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebuiltRun {
+    pub run: RunId,
+    pub records: u64,
+    pub status: RunStatus,
+    /// Terminal and its process terminal observed; otherwise the reconciler decides it.
+    pub is_closed: bool,
+}
+
+/// A run that could not be rebuilt; its files are left as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrecoverable {
+    pub run: RunId,
+    pub reason: String,
+}
+
+/// What a recovery did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// The journal file, now the rebuilt one.
+    pub journal: PathBuf,
+    /// What the lost file was found to be.
+    pub found: String,
+    /// Where the lost file now is; `None` when it was missing.
+    pub moved_aside: Option<PathBuf>,
+    /// The runs rebuilt, in id order.
+    pub runs: Vec<RebuiltRun>,
+    /// Records written, over every run.
+    pub records: u64,
+    /// Runs whose events.jsonl is missing or damaged, in id order.
+    pub unrecoverable: Vec<Unrecoverable>,
+    /// Result files of runs with no run directory: their records are gone.
+    pub results_without_runs: Vec<RunId>,
+    /// Rebuilt runs whose projection could not be written again (the reconciler retries).
+    pub projection_failures: Vec<(RunId, String)>,
+}
+
+/// Rebuilds the home's lost journal from its runs' `events.jsonl` ([module docs](self)).
+pub fn recover_from_projections(home: &Home) -> Result<Recovery, RecoverError> {
+    home.check_layout()?;
+    crate::store::check_home(home).map_err(|error| RecoverError::Unsafe(Box::new(error)))?;
+    let path = home.journal_path();
+    let found = judge(&path)?;
+    let run_ids = home
+        .run_dirs_on_disk()
+        .map_err(io_error("listing runs in", home.runs_dir()))?;
+    let mut result_ids = home
+        .result_files_on_disk()
+        .map_err(io_error("listing results in", home.results_dir()))?;
+    if run_ids.is_empty() {
+        return Err(RecoverError::NoRuns { path, found });
+    }
+    let mut runs: Vec<(RunId, Vec<Record>)> = Vec::new();
+    let mut unrecoverable = Vec::new();
+    for run in sorted(run_ids) {
+        match read_run(home, run) {
+            Ok(records) => runs.push((run, records)),
+            Err(reason) => unrecoverable.push(Unrecoverable { run, reason }),
+        }
+    }
+    if runs.is_empty() {
+        return Err(RecoverError::NothingRecoverable {
+            path,
+            found,
+            unrecoverable,
+        });
+    }
+    result_ids.retain(|run| !home.run_dir(*run).exists());
+    let results_without_runs = sorted(result_ids);
+
+    let batches = in_time_order(&runs);
+    let rebuilding = home
+        .state_dir()
+        .join(format!("journal.redb.rebuilding-{}", std::process::id()));
+    durable_fs::remove_if_present(&rebuilding)
+        .map_err(io_error("removing an earlier attempt", rebuilding.clone()))?;
+    let records = match rebuild(&rebuilding, &batches) {
+        Ok(records) => records,
+        Err(source) => {
+            let _ = durable_fs::remove_if_present(&rebuilding);
+            return Err(RecoverError::Rebuild {
+                path: rebuilding,
+                source: Box::new(source),
+            });
+        }
+    };
+    let moved_aside = match found_missing(&path) {
+        true => None,
+        false => {
+            let aside = aside_path(&path, now_ms());
+            std::fs::rename(&path, &aside)
+                .map_err(io_error("moving the lost journal aside to", aside.clone()))?;
+            Some(aside)
+        }
+    };
+    std::fs::rename(&rebuilding, &path).map_err(io_error(
+        "putting the rebuilt journal in place at",
+        path.clone(),
+    ))?;
+    sync_dir(&home.state_dir()).map_err(io_error("syncing", home.state_dir()))?;
+    // The reconciler's cursor counts the lost journal's log; the next pass looks back instead.
+    durable_fs::remove_if_present(&home.reconcile_cursor_path())
+        .map_err(io_error("removing", home.reconcile_cursor_path()))?;
+
+    let journal = Journal::open(&path).map_err(|source| RecoverError::Rebuild {
+        path: path.clone(),
+        source: Box::new(RebuildError::Open(source)),
+    })?;
+    let mut rebuilt = Vec::with_capacity(runs.len());
+    let mut projection_failures = Vec::new();
+    for (run, run_records) in &runs {
+        let state = state::replay(run_records)
+            .ok()
+            .flatten()
+            .expect("a rebuilt run's records were folded before they were written");
+        rebuilt.push(RebuiltRun {
+            run: *run,
+            records: run_records.len() as u64,
+            status: state.status,
+            is_closed: state.is_closed(),
+        });
+        if let Err(error) = projection::project(home, &journal, *run, ResultPolicy::Publish) {
+            projection_failures.push((*run, error.to_string()));
+        }
+    }
+    Ok(Recovery {
+        journal: path,
+        found,
+        moved_aside,
+        runs: rebuilt,
+        records,
+        unrecoverable,
+        results_without_runs,
+        projection_failures,
+    })
+}
+
+fn io_error(what: &'static str, path: PathBuf) -> impl FnOnce(io::Error) -> RecoverError {
+    move |source| RecoverError::Io { what, path, source }
+}
+
+fn sorted(mut ids: Vec<RunId>) -> Vec<RunId> {
+    ids.sort_unstable();
+    ids
+}
+
+fn found_missing(path: &Path) -> bool {
+    matches!(path.symlink_metadata(), Err(error) if error.kind() == io::ErrorKind::NotFound)
+}
+
+/// What the journal file is, if it is lost: what [`journal::examine`] finds, or, for a file
+/// that looks like a database, what redb says when it refuses it. A readable journal is
+/// refused ([`RecoverError::NotLost`]), and so is one that cannot be judged now.
+fn judge(path: &Path) -> Result<String, RecoverError> {
+    let found = journal::examine(path).map_err(io_error("examining", path.to_path_buf()))?;
+    if found != FileFinding::Plausible {
+        return Ok(found.to_string());
+    }
+    match JournalReader::open(path) {
+        Ok(reader) => match reader.view().and_then(|view| view.meta()) {
+            Ok(_) => Err(RecoverError::NotLost {
+                path: path.to_path_buf(),
+            }),
+            Err(error) => Ok(format!("unreadable ({error})")),
+        },
+        Err(OpenError::NotAJournal { reason, .. } | OpenError::Corrupt { reason, .. }) => {
+            Ok(format!("damaged ({reason})"))
+        }
+        Err(OpenError::Storage(failure)) => Ok(format!("unreadable ({failure})")),
+        Err(source) => Err(RecoverError::Unjudged {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// `journal.redb.lost-<ms>`, or with a counter after it if that exists.
+fn aside_path(path: &Path, at_ms: UnixMs) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "journal.redb".to_string());
+    let mut candidate = path.with_file_name(format!("{name}.lost-{at_ms}"));
+    let mut counter = 1;
+    while candidate.symlink_metadata().is_ok() {
+        candidate = path.with_file_name(format!("{name}.lost-{at_ms}-{counter}"));
+        counter += 1;
+    }
+    candidate
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A run's records from its `events.jsonl`, checked: each line a record of this run, seqs
+/// 1, 2, ... in order, and all of them folding from nothing. `Err` says what is wrong.
+fn read_run(home: &Home, run: RunId) -> Result<Vec<Record>, String> {
+    let path = home.events_path(run);
+    let file = File::open(&path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let mut reader = BufReader::new(file);
+    let mut records: Vec<Record> = Vec::new();
+    let mut line = Vec::new();
+    for number in 1u64.. {
+        line.clear();
+        let read = reader
+            .by_ref()
+            .take(MAX_EVENT_LINE_BYTES + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|error| format!("{}: {error}", path.display()))?;
+        if read == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') {
+            return Err(if read as u64 > MAX_EVENT_LINE_BYTES {
+                format!("events.jsonl line {number} is longer than {MAX_EVENT_LINE_BYTES} bytes")
+            } else {
+                format!("events.jsonl line {number} is cut short (no newline)")
+            });
+        }
+        let text = std::str::from_utf8(&line[..line.len() - 1])
+            .map_err(|_| format!("events.jsonl line {number} is not UTF-8"))?;
+        let record = documents::parse_event_line(text)
+            .map_err(|reason| format!("events.jsonl line {number}: {reason}"))?;
+        if record.run_id != run {
+            return Err(format!(
+                "events.jsonl line {number} is a record of run {}",
+                record.run_id
+            ));
+        }
+        if record.seq != number {
+            return Err(format!(
+                "events.jsonl line {number} holds seq {} (the seqs must be 1, 2, ... in order)",
+                record.seq
+            ));
+        }
+        records.push(record);
+    }
+    if records.is_empty() {
+        return Err("events.jsonl holds no records".to_string());
+    }
+    state::replay(&records).map_err(|error| format!("its records do not fold: {error}"))?;
+    Ok(records)
+}
+
+/// The batches of every run — consecutive records of one run with the same writer, writer seq
+/// and time — merged into one order by (time, writer, writer seq, run): the global log follows
+/// the records' times, and a run's own records stay in seq order whatever the clock did.
+fn in_time_order(runs: &[(RunId, Vec<Record>)]) -> Vec<Batch> {
+    let per_run: Vec<Vec<Batch>> = runs
+        .iter()
+        .map(|(run, records)| batches_of(*run, records))
+        .collect();
+    type Key = (UnixMs, WriterId, u64, RunId, usize);
+    let key = |batch: &Batch, run_index: usize| -> Key {
+        (
+            batch.time_ms,
+            batch.writer,
+            batch.writer_seq,
+            batch.run,
+            run_index,
+        )
+    };
+    let mut next: Vec<usize> = vec![0; per_run.len()];
+    let mut heap: BinaryHeap<Reverse<Key>> = per_run
+        .iter()
+        .enumerate()
+        .filter_map(|(index, batches)| batches.first().map(|batch| Reverse(key(batch, index))))
+        .collect();
+    let mut ordered = Vec::with_capacity(per_run.iter().map(Vec::len).sum());
+    while let Some(Reverse((.., run_index))) = heap.pop() {
+        let batch = per_run[run_index][next[run_index]].clone();
+        next[run_index] += 1;
+        if let Some(following) = per_run[run_index].get(next[run_index]) {
+            heap.push(Reverse(key(following, run_index)));
+        }
+        ordered.push(batch);
+    }
+    ordered
+}
+
+/// A run's records grouped back into the batches they were appended in.
+fn batches_of(run: RunId, records: &[Record]) -> Vec<Batch> {
+    let mut batches: Vec<Batch> = Vec::new();
+    for record in records {
+        let continues = batches.last().is_some_and(|batch| {
+            batch.writer == record.writer
+                && batch.writer_seq == record.writer_seq
+                && batch.time_ms == record.time_ms
+        });
+        if continues && let Some(batch) = batches.last_mut() {
+            batch.events.push(record.event.clone());
+            continue;
+        }
+        batches.push(Batch {
+            run,
+            events: vec![record.event.clone()],
+            condition: Condition::none(),
+            writer: record.writer,
+            writer_seq: record.writer_seq,
+            time_ms: record.time_ms,
+        });
+    }
+    batches
+}
