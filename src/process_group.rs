@@ -358,6 +358,7 @@ mod tests {
             pid,
             start_time: 1,
             boot_id: "boot".to_string(),
+            pid_namespace: None,
         };
         for pid in [0, 1] {
             let error = group_id(&leader(pid)).expect_err("refused");
@@ -372,13 +373,13 @@ mod tests {
         use std::os::unix::process::ExitStatusExt;
         let (mut child, identity) = spawn_group("exec sleep 60");
         assert!(
-            signal(&identity, Signal::SIGKILL).expect("signal"),
+            signal(&identity, None, Signal::SIGKILL).expect("signal"),
             "delivered"
         );
         let status = child.wait().expect("wait");
         assert_eq!(status.signal(), Some(9), "{status}");
         assert!(
-            !signal(&identity, Signal::SIGKILL).expect("signal"),
+            !signal(&identity, None, Signal::SIGKILL).expect("signal"),
             "an emptied group has no member to reach"
         );
     }
@@ -446,7 +447,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(ready.exists(), "the group set its trap within 5 s");
-        let end = end(&identity, Duration::from_secs(60), Reaping::Nothing).expect("end");
+        let end = end(&identity, None, Duration::from_secs(60), Reaping::Nothing).expect("end");
         assert_eq!(end, GroupEnd::Terminated);
         let status = child.wait().expect("reap the leader");
         assert_eq!(status.code(), Some(0), "it left by its trap: {status}");

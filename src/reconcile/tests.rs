@@ -330,7 +330,7 @@ fn has_ended_soon(step: &mut std::process::Child, process: &ProcessIdentity) -> 
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let _ = process_group::signal(process, nix::sys::signal::Signal::SIGKILL);
+    let _ = process_group::signal(process, None, nix::sys::signal::Signal::SIGKILL);
     let _ = step.wait();
     false
 }

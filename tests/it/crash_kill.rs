@@ -1042,7 +1042,7 @@ fn sigkill_at_random_moments_leaves_every_run_ended_as_what_was_done_to_it() {
             for state in iteration.runs() {
                 for step in &state.steps {
                     if let Some(process) = &step.process {
-                        let _ = process_group::signal(process, Signal::SIGKILL);
+                        let _ = process_group::signal(process, None, Signal::SIGKILL);
                     }
                 }
             }

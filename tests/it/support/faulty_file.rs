@@ -1,5 +1,6 @@
 //! A real journal file behind redb's own [`FileBackend`], with one fault armed on cue: the
-//! k-th write or sync from the moment it is armed fails once, with the errno chosen (ENOSPC,
+//! k-th call of one kind (write, sync, read, len, set_len, or opening the file) from the moment
+//! it is armed fails once, with the errno chosen (ENOSPC,
 //! EIO). Every backend a [`Faults`] makes shares it, so a journal's writer reopening after the
 //! failure goes through the same counters, and the next attempt succeeds.
 //!
@@ -28,8 +29,8 @@ pub struct Fault {
 #[derive(Debug, Default)]
 struct State {
     armed: Option<Fault>,
-    writes: u64,
-    syncs: u64,
+    /// Calls of each kind since arming, by [`Call::index`].
+    counts: [u64; Call::ALL.len()],
     has_fired: bool,
 }
 
@@ -69,22 +70,17 @@ impl Faults {
     /// Calls since the fault was last armed: (writes, syncs).
     pub fn counts(&self) -> (u64, u64) {
         let state = self.lock();
-        (state.writes, state.syncs)
+        (
+            state.counts[Call::Write.index()],
+            state.counts[Call::Sync.index()],
+        )
     }
 
     /// Counts a call; the error to fail it with, if it is the armed one.
     fn count(&self, call: Call) -> Option<io::Error> {
         let mut state = self.lock();
-        let count = match call {
-            Call::Write => {
-                state.writes += 1;
-                state.writes
-            }
-            Call::Sync => {
-                state.syncs += 1;
-                state.syncs
-            }
-        };
+        state.counts[call.index()] += 1;
+        let count = state.counts[call.index()];
         let fault = state.armed?;
         if fault.on != call || fault.at != count || state.has_fired {
             return None;
@@ -101,6 +97,9 @@ impl Faults {
         Source::Backend {
             name: path.to_path_buf(),
             factory: Arc::new(move || {
+                if let Some(error) = faults.count(Call::Open) {
+                    return Err(error);
+                }
                 Ok(Box::new(FaultyFile::open(&file, Arc::clone(&faults))?)
                     as Box<dyn StorageBackend>)
             }),
@@ -108,7 +107,7 @@ impl Faults {
     }
 }
 
-/// redb's file backend with the shared fault in front of its writes and syncs.
+/// redb's file backend with the shared fault in front of every call that reaches the file.
 #[derive(Debug)]
 pub struct FaultyFile {
     inner: FileBackend,
@@ -132,13 +131,22 @@ impl FaultyFile {
 
 impl StorageBackend for FaultyFile {
     fn len(&self) -> Result<u64, io::Error> {
-        self.inner.len()
+        match self.faults.count(Call::Len) {
+            Some(error) => Err(error),
+            None => self.inner.len(),
+        }
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
-        self.inner.read(offset, out)
+        match self.faults.count(Call::Read) {
+            Some(error) => Err(error),
+            None => self.inner.read(offset, out),
+        }
     }
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        self.inner.set_len(len)
+        match self.faults.count(Call::SetLen) {
+            Some(error) => Err(error),
+            None => self.inner.set_len(len),
+        }
     }
     fn sync_data(&self) -> Result<(), io::Error> {
         match self.faults.count(Call::Sync) {
