@@ -348,6 +348,42 @@ mod tests {
         (child, identity)
     }
 
+    /// Found by mutation testing: nothing checked the ids that would signal more than one
+    /// group. `killpg(0)` is the caller's own group (and pid 0 is held by no process, so the
+    /// ownership check alone would let it through); `killpg(1)`, init's. Checked on the id
+    /// alone: a broken guard must not get to signal the test's own group.
+    #[test]
+    fn the_ids_of_the_callers_group_and_inits_are_refused() {
+        let leader = |pid| ProcessIdentity {
+            pid,
+            start_time: 1,
+            boot_id: "boot".to_string(),
+            pid_namespace: None,
+        };
+        for pid in [0, 1] {
+            let error = group_id(&leader(pid)).expect_err("refused");
+            assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "pid {pid}");
+        }
+        assert_eq!(group_id(&leader(2)).expect("a group id"), Pid::from_raw(2));
+    }
+
+    /// Found by mutation testing: nothing checked that `signal` delivers, nor what it answers.
+    #[test]
+    fn signal_reaches_a_live_group_and_says_whether_it_did() {
+        use std::os::unix::process::ExitStatusExt;
+        let (mut child, identity) = spawn_group("exec sleep 60");
+        assert!(
+            signal(&identity, None, Signal::SIGKILL).expect("signal"),
+            "delivered"
+        );
+        let status = child.wait().expect("wait");
+        assert_eq!(status.signal(), Some(9), "{status}");
+        assert!(
+            !signal(&identity, None, Signal::SIGKILL).expect("signal"),
+            "an emptied group has no member to reach"
+        );
+    }
+
     fn live_members(leader: &ProcessIdentity) -> Vec<u32> {
         platform::group_members(leader.pid)
             .expect("members")
@@ -391,6 +427,30 @@ mod tests {
             Some(15),
             "the leader's status is left to its waiter"
         );
+    }
+
+    /// Found by mutation testing: nothing checked that `end` gives a group its grace. This one
+    /// heeds SIGTERM, but takes a moment (its trap) to leave: it must be let go, not killed.
+    #[test]
+    fn a_group_that_takes_a_moment_to_heed_sigterm_gets_its_grace() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ready = dir.path().join("ready");
+        let (mut child, identity) = spawn_group(&format!(
+            "trap 'sleep 0.3; exit 0' TERM; touch {}; while :; do sleep 1; done",
+            ready.display()
+        ));
+        // Bounded wait for the trap to be in place.
+        for _ in 0..500 {
+            if ready.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(ready.exists(), "the group set its trap within 5 s");
+        let end = end(&identity, None, Duration::from_secs(60), Reaping::Nothing).expect("end");
+        assert_eq!(end, GroupEnd::Terminated);
+        let status = child.wait().expect("reap the leader");
+        assert_eq!(status.code(), Some(0), "it left by its trap: {status}");
     }
 
     #[test]

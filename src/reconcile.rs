@@ -10,7 +10,9 @@
 //!
 //! Invariants:
 //! * every combination of [`Inputs`] matches exactly one row of [`TABLE`];
-//! * the reconciler never records anything for a run whose runner is alive;
+//! * the reconciler never records anything for a run whose runner is alive, unless someone
+//!   recorded that runner's process gone (a stale run, DESIGN.md section 3: the recorded
+//!   observation outweighs a liveness look, which may have failed);
 //! * it signals step processes only of a runner it knows dead in this boot and this PID
 //!   namespace, and only groups that are provably ours ([`process_group::is_ours`]);
 //! * a runner recorded in another PID namespace is unknown to it: it neither repairs its run

@@ -368,7 +368,8 @@ impl Home {
         self.run_dir(run).join(".lock")
     }
 
-    /// Made once the run's result file was written (see `projection::ResultPolicy`).
+    /// Made once the run's result file and its result-index entry were written (see
+    /// `projection::ResultPolicy`).
     pub fn result_published_marker_path(&self, run: RunId) -> PathBuf {
         self.run_dir(run).join(".result-published")
     }

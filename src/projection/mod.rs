@@ -76,8 +76,9 @@ pub struct PlannedFile {
 pub struct Plan {
     pub run: RunId,
     pub files: Vec<PlannedFile>,
-    /// Made once the run's result was written, so a result a host consumed is told apart from
-    /// one never written. `None` while the run has no result.
+    /// Made once the run's result and its session index entry were written, so a result a
+    /// host consumed is told apart from one never (or only partly) written. `None` while the
+    /// run has no result.
     pub result_published_marker: Option<PathBuf>,
 }
 
@@ -216,6 +217,17 @@ fn was_published(plan: &Plan) -> bool {
 
 /// Writes a plan's files; see [`ResultPolicy`] for the result file.
 pub fn write_plan(plan: &Plan, result: ResultPolicy) -> Result<(), ProjectionError> {
+    write_plan_observed(plan, result, &mut |_| {})
+}
+
+/// [`write_plan`], calling `after_file` after each file of the plan is written (or left as it
+/// is). It exists for tests: a crash test kills its process there, between two files.
+#[doc(hidden)]
+pub fn write_plan_observed(
+    plan: &Plan,
+    result: ResultPolicy,
+    after_file: &mut dyn FnMut(&PlannedFile),
+) -> Result<(), ProjectionError> {
     // Read before writing: this write may publish the result and make the marker.
     let was_published_before = was_published(plan);
     let is_consumed = |file: &PlannedFile| {
@@ -224,39 +236,54 @@ pub fn write_plan(plan: &Plan, result: ResultPolicy) -> Result<(), ProjectionErr
             && was_published_before
             && !file.path.exists()
     };
+    // The marker says that every file a host may consume (the result and its session index
+    // entry) was written: made after the last of them, so a crash or a full disk between two
+    // of them leaves the result unpublished, and the next projection writes them all again
+    // rather than taking the missing one for consumed.
+    let last_consumable = plan
+        .files
+        .iter()
+        .rposition(|file| file.kind.may_be_consumed());
+    for (index, file) in plan.files.iter().enumerate() {
+        if !is_consumed(file) {
+            write_file(plan.run, file)?;
+        }
+        if Some(index) == last_consumable
+            && let Some(marker) = &plan.result_published_marker
+        {
+            durable_fs::touch(marker).map_err(|source| ProjectionError::Io {
+                run: plan.run,
+                path: marker.clone(),
+                source,
+            })?;
+        }
+        after_file(file);
+    }
+    Ok(())
+}
+
+fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
     let io_error = |path: &Path| {
-        let run = plan.run;
         let path = path.to_path_buf();
         move |source| ProjectionError::Io { run, path, source }
     };
-    for file in &plan.files {
-        if is_consumed(file) {
-            continue;
+    let parent = file
+        .path
+        .parent()
+        .expect("projected files live in a directory");
+    match &file.content {
+        Content::Bytes(bytes) => {
+            durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
+            durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
         }
-        let parent = file
-            .path
-            .parent()
-            .expect("projected files live in a directory");
-        match &file.content {
-            Content::Bytes(bytes) => {
-                durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
-                durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
-                // Marked only once the result is in place: a crash in between publishes it
-                // again rather than never.
-                if let (FileKind::Result, Some(marker)) = (file.kind, &plan.result_published_marker)
-                {
-                    durable_fs::touch(marker).map_err(io_error(marker))?;
-                }
-            }
-            Content::Marker => {
-                durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
-                durable_fs::touch(&file.path).map_err(io_error(&file.path))?;
-            }
-            Content::Absent => {
-                durable_fs::remove_if_present(&file.path).map_err(io_error(&file.path))?;
-                if file.kind == FileKind::ToolCallMarker {
-                    durable_fs::remove_dir_if_empty(parent);
-                }
+        Content::Marker => {
+            durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
+            durable_fs::touch(&file.path).map_err(io_error(&file.path))?;
+        }
+        Content::Absent => {
+            durable_fs::remove_if_present(&file.path).map_err(io_error(&file.path))?;
+            if file.kind == FileKind::ToolCallMarker {
+                durable_fs::remove_dir_if_empty(parent);
             }
         }
     }

@@ -321,6 +321,20 @@ fn spawn_group(script: &str) -> (std::process::Child, ProcessIdentity) {
     (child, identity)
 }
 
+/// Whether `step` exits within a few seconds (far less than the minute its sleeps last); if
+/// not, its group is killed so that nothing is left behind, and it has not.
+fn has_ended_soon(step: &mut std::process::Child, process: &ProcessIdentity) -> bool {
+    for _ in 0..250 {
+        if step.try_wait().expect("try_wait").is_some() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = process_group::signal(process, None, nix::sys::signal::Signal::SIGKILL);
+    let _ = step.wait();
+    false
+}
+
 #[test]
 fn the_orphaned_steps_of_a_dead_runner_are_ended() {
     let (_dir, store) = store();
@@ -338,7 +352,12 @@ fn the_orphaned_steps_of_a_dead_runner_are_ended() {
         .expect("step running");
     let report = reconcile(&store, &Options::default()).expect("reconcile");
     assert_eq!(only_outcome(&report, run).row, "runner-died");
-    step.wait().expect("reap the step");
+    // Bounded, and well within the sleeps: a step left alive fails the test (found by
+    // mutation testing: waiting for the step without a bound passed once its sleeps ended).
+    assert!(
+        has_ended_soon(&mut step, &process),
+        "the step's leader was ended"
+    );
     assert!(
         process_group::is_empty(&process).expect("probe"),
         "no member survives"
@@ -379,20 +398,10 @@ fn the_orphaned_steps_of_a_runner_whose_exit_was_observed_are_ended() {
         .expect("step running, runner seen dead");
     let report = reconcile(&store, &Options::default()).expect("reconcile");
     assert_eq!(only_outcome(&report, run).row, "stale");
-    // Bounded: a step left alive is killed here so the test fails instead of hanging.
-    let mut has_ended = false;
-    for _ in 0..250 {
-        if step.try_wait().expect("try_wait").is_some() {
-            has_ended = true;
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    if !has_ended {
-        let _ = process_group::signal(&process, None, nix::sys::signal::Signal::SIGKILL);
-        let _ = step.wait();
-    }
-    assert!(has_ended, "the step's leader was ended");
+    assert!(
+        has_ended_soon(&mut step, &process),
+        "the step's leader was ended"
+    );
     assert!(
         process_group::is_empty(&process).expect("probe"),
         "no member survives"
@@ -725,4 +734,157 @@ fn a_run_closed_by_a_writer_that_died_before_projecting_is_reprojected() {
     // Nothing changed: nothing to report.
     let report = reconcile(&store, &Options::default()).expect("reconcile");
     assert!(report.outcomes.is_empty(), "{report:?}");
+}
+
+/// Found by mutation testing: nothing checked which runs a pass reports as changed (what
+/// `runjournal reconcile` prints): those it appended to and those whose projection it rebuilt,
+/// not the ones it only looked at.
+#[test]
+fn a_pass_reports_as_changed_exactly_the_runs_it_appended_to_or_reprojected() {
+    let (_dir, store) = store();
+    let dead = started_run(&store, dead_identity());
+    let alive = started_run(&store, liveness::current().expect("me"));
+    let closed = store
+        .create_run(spec(1), HostIds::default())
+        .expect("create")
+        .run;
+    store
+        .append(
+            closed,
+            vec![
+                Event::Terminal {
+                    state: TerminalState::Failed,
+                    error: Some("given up".to_string()),
+                    summary: "given up".to_string(),
+                    exit_code: 1,
+                    repaired_by: Some(Repairer::Launcher),
+                },
+                Event::ProcessTerminalObserved {
+                    instance_id: String::new(),
+                    exit: None,
+                    proof: Proof::NotStarted,
+                    observer: Observer::Launcher,
+                },
+            ],
+            Condition::expect_head(1),
+        )
+        .expect("closed");
+    std::fs::remove_file(store.home().status_path(closed)).expect("delete its status");
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    let changed: BTreeSet<RunId> = report.changed().map(|outcome| outcome.run).collect();
+    assert_eq!(changed, BTreeSet::from([dead, closed]), "{report:?}");
+    assert!(report.outcomes.iter().any(|outcome| outcome.run == alive));
+}
+
+/// Found by mutation testing: the start grace's bound. A queued run is "older than the start
+/// grace" (DESIGN.md section 7) only once more than the grace has passed.
+#[test]
+fn a_queued_run_is_past_its_start_grace_only_once_more_than_the_grace_has_passed() {
+    let (_dir, store) = store();
+    let run = store
+        .create_run(spec(1), HostIds::default())
+        .expect("create")
+        .run;
+    let state = snapshot(&store, run);
+    let options = Options::default();
+    let is_past = |elapsed_ms: u64| {
+        inputs_of(&state, state.created_at_ms + elapsed_ms, &options).is_past_start_grace
+    };
+    assert!(!is_past(0));
+    assert!(!is_past(options.start_grace_ms));
+    assert!(is_past(options.start_grace_ms + 1));
+}
+
+/// A run closed and projected, for the cursor tests: it leaves the `active` table at once.
+fn closed_run(store: &Store) -> RunId {
+    let run = store
+        .create_run(spec(1), HostIds::default())
+        .expect("create")
+        .run;
+    store
+        .append(
+            run,
+            vec![
+                Event::Terminal {
+                    state: TerminalState::Failed,
+                    error: Some("given up".to_string()),
+                    summary: "given up".to_string(),
+                    exit_code: 1,
+                    repaired_by: Some(Repairer::Launcher),
+                },
+                Event::ProcessTerminalObserved {
+                    instance_id: String::new(),
+                    exit: None,
+                    proof: Proof::NotStarted,
+                    observer: Observer::Launcher,
+                },
+            ],
+            Condition::expect_head(1),
+        )
+        .expect("closed");
+    run
+}
+
+/// Found by mutation testing: nothing checked that a pass's cost follows what changed
+/// (DESIGN.md section 7: "its cost follows active runs, never all runs"). A closed run that
+/// did not change since the last pass of this boot is not looked at, so damage done to its
+/// files since is left to `journal-tools replay`; a cursor of another boot, or one past the
+/// journal's head, is not trusted, and the pass looks back instead.
+#[test]
+fn a_pass_looks_at_closed_runs_only_if_they_changed_since_the_last_pass_of_this_boot() {
+    let (_dir, store) = store();
+    let run = closed_run(&store);
+    let status = store.home().status_path(run);
+    reconcile(&store, &Options::default()).expect("reconcile");
+    let cursor = ProjectionCursor::read(store.home()).expect("the pass left its cursor");
+    std::fs::remove_file(&status).expect("delete its status");
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(report.outcomes.is_empty(), "{report:?}");
+    assert!(
+        !status.exists(),
+        "the unchanged closed run was not looked at"
+    );
+
+    for stale in [
+        ProjectionCursor {
+            boot_id: "another-boot".to_string(),
+            ..cursor.clone()
+        },
+        ProjectionCursor {
+            global_seq: cursor.global_seq + 1,
+            ..cursor.clone()
+        },
+    ] {
+        stale.write(store.home()).expect("write a cursor");
+        let report = reconcile(&store, &Options::default()).expect("reconcile");
+        assert!(
+            only_outcome(&report, run).reprojected,
+            "{stale:?}: the pass looked back: {report:?}"
+        );
+        assert!(status.exists());
+        std::fs::remove_file(&status).expect("delete its status again");
+    }
+}
+
+/// Found by mutation testing: a pass whose repair of a closed run failed must not move its
+/// cursor past it, or no later pass would look at that run again.
+#[test]
+fn a_repair_that_failed_is_tried_again_by_the_next_pass() {
+    let (_dir, store) = store();
+    let run = closed_run(&store);
+    let run_dir = store.home().run_dir(run);
+    std::fs::remove_dir_all(&run_dir).expect("delete the run's files");
+    std::fs::write(&run_dir, b"").expect("a file where the run's directory goes");
+
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(
+        only_outcome(&report, run).error.is_some(),
+        "the repair fails: {report:?}"
+    );
+    std::fs::remove_file(&run_dir).expect("the obstacle goes");
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+    assert!(only_outcome(&report, run).reprojected, "{report:?}");
+    assert!(store.home().status_path(run).exists());
 }

@@ -88,6 +88,12 @@ pub async fn spawn_gated(mut command: Command) -> io::Result<GatedChild> {
         drop(gate_read);
         match spawned {
             Ok(mut child) if !is_released_at_spawn.load(Ordering::SeqCst) => {
+                // The gate never opened, so the child did not exec: it died at the gate (a
+                // signal from outside, say). It ran nothing; how it ended is its status, for
+                // `release` to hand over like any child's.
+                if has_exited(&mut child) {
+                    return Ok(child);
+                }
                 // Unreachable in practice: a child execs only once `release` wrote the gate's
                 // byte. Make sure it does not run unrecorded.
                 let _ = child.kill();
@@ -133,7 +139,9 @@ impl GatedChild {
     }
 
     /// Opens the gate: the child execs its program. Returns the child once it has exec'd, or
-    /// the exec error (a missing program, say).
+    /// the exec error (a missing program, say). A child that died at the gate before it opened
+    /// (killed from outside) ran nothing and is returned all the same: its exit status says
+    /// how the step ended.
     pub async fn release(mut self) -> io::Result<Child> {
         let (Some(gate), Some(spawning)) = (self.gate.take(), self.spawning.take()) else {
             unreachable!("only release takes the gate and the spawn, and it consumes the guard")
@@ -142,8 +150,22 @@ impl GatedChild {
         let written = write(&gate, &[1]).map_err(io::Error::from);
         drop(gate);
         let spawned = spawning.await.map_err(join_error)?;
-        written?;
-        spawned
+        match (written, spawned) {
+            // Nobody read the byte: the child was gone from the gate, and never exec'd.
+            (Err(error), Ok(mut child)) => {
+                if has_exited(&mut child) {
+                    Ok(child)
+                } else {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    Err(error)
+                }
+            }
+            (written, spawned) => {
+                written?;
+                spawned
+            }
+        }
     }
 }
 
@@ -153,6 +175,20 @@ impl Drop for GatedChild {
     fn drop(&mut self) {
         drop(self.gate.take());
     }
+}
+
+/// Whether a child that can no longer be at its gate (its end of the gate is closed) has
+/// exited. Its exit closes its descriptors just before it becomes reapable, so a few looks,
+/// bounded, close that window.
+fn has_exited(child: &mut Child) -> bool {
+    for _ in 0..100 {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// The child's side of the gate. Runs between fork and exec: raw system calls only.
@@ -463,6 +499,29 @@ mod tests {
             }
             assert!(is_reaped, "the aborted child is reaped");
             assert!(!marker.exists(), "the aborted child never ran its program");
+        });
+    }
+
+    /// Regression (found by crash_kill): a step's process killed while it waited at its gate
+    /// was reported as "cannot run the step's program: Broken pipe" (exit 126). It ran
+    /// nothing, and its status says how it ended: the step is followed like any other and
+    /// ends killed by the signal.
+    #[test]
+    fn a_gated_child_killed_at_the_gate_is_released_with_its_status() {
+        use std::os::unix::process::ExitStatusExt;
+        runtime().block_on(async {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let marker = dir.path().join("ran");
+            let gated = spawn_gated(touch_command(&marker)).await.expect("spawn");
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(gated.pid()).expect("a pid"));
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill");
+            let mut child = gated
+                .release()
+                .await
+                .expect("the dead child is handed over");
+            let status = child.wait().expect("its status");
+            assert_eq!(status.signal(), Some(9), "{status}");
+            assert!(!marker.exists(), "it never ran its program");
         });
     }
 

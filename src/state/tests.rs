@@ -1759,3 +1759,43 @@ proptest! {
         }
     }
 }
+
+/// Found by mutation testing: nothing checked that a state's name reads back as that state
+/// (`list --state S`), nor that only pending and running steps are not done.
+#[test]
+fn every_run_state_reads_back_from_its_name_and_nothing_else_does() {
+    for state in RunStatus::ALL {
+        assert_eq!(state.as_str().parse::<RunStatus>(), Ok(state));
+    }
+    let error = "sleeping".parse::<RunStatus>().expect_err("not a state");
+    assert!(
+        error.contains("\"sleeping\"") && error.contains("queued"),
+        "{error}"
+    );
+}
+
+#[test]
+fn only_pending_and_running_steps_are_not_done() {
+    let done: Vec<(StepStatus, bool)> = [
+        StepStatus::Pending,
+        StepStatus::Running,
+        StepStatus::Complete,
+        StepStatus::Failed,
+        StepStatus::Stopped,
+        StepStatus::Skipped,
+    ]
+    .into_iter()
+    .map(|status| (status, status.is_done()))
+    .collect();
+    assert_eq!(
+        done,
+        vec![
+            (StepStatus::Pending, false),
+            (StepStatus::Running, false),
+            (StepStatus::Complete, true),
+            (StepStatus::Failed, true),
+            (StepStatus::Stopped, true),
+            (StepStatus::Skipped, true),
+        ]
+    );
+}

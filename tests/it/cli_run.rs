@@ -102,10 +102,22 @@ fn a_chain_stops_at_the_failing_step_and_carries_its_exit_code() {
 #[test]
 fn a_parallel_run_never_has_more_steps_running_than_its_concurrency() {
     let home = TestHome::new();
+    let gates = tempfile::tempdir().expect("a directory for the gates");
     let mut command = home.cmd();
     command.args(["run", "--wait", "--mode", "parallel", "--concurrency", "2"]);
-    for _ in 0..4 {
-        command.args(["--step", "sleep 1"]);
+    // Steps 0 and 1, then 2 and 3, wait for each other: each marks that it is running, then
+    // waits (bounded, exit 3 past about a minute) for its partner's mark. So a step cannot end
+    // before its partner started, and the run can only complete by running two at once.
+    for step in 0..4 {
+        let gate = |index: usize| gates.path().join(index.to_string());
+        command.args([
+            "--step",
+            &format!(
+                "touch '{}'; n=0; while [ ! -e '{}' ]; do n=$((n+1)); [ $n -gt 1200 ] && exit 3; sleep 0.05; done",
+                gate(step).display(),
+                gate(step ^ 1).display()
+            ),
+        ]);
     }
     command.assert().success();
     let journal = home.journal();

@@ -406,6 +406,19 @@ fn grouped_refusal(fail_sync: Option<u64>) -> (GroupedAnswers, u64) {
         .create_with_backend(disk.backend())
         .expect("a second handle");
     let held = holder.begin_write().expect("hold the writer lock");
+    let submitted = || journal.writer_stats().submitted.load(Ordering::Relaxed);
+    // Bounded waits for appends to enter the queue; nothing depends on how long they take.
+    let wait_submitted = |count: u64| {
+        let waited = Instant::now();
+        while submitted() < count {
+            assert!(
+                waited.elapsed() < Duration::from_secs(10),
+                "{count} appends are queued"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    let before = submitted();
     let answers = std::thread::scope(|scope| {
         let started = scope.spawn(|| {
             journal.append(
@@ -430,7 +443,7 @@ fn grouped_refusal(fail_sync: Option<u64>) -> (GroupedAnswers, u64) {
                 Condition::expect_head(1),
             )
         });
-        std::thread::sleep(Duration::from_millis(100));
+        wait_submitted(before + 2);
         let legal = scope.spawn(|| {
             journal.append(
                 second,
@@ -438,7 +451,7 @@ fn grouped_refusal(fail_sync: Option<u64>) -> (GroupedAnswers, u64) {
                 Condition::expect_head(1),
             )
         });
-        std::thread::sleep(Duration::from_millis(200));
+        wait_submitted(before + 3);
         drop(held);
         started
             .join()

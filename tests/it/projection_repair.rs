@@ -28,6 +28,19 @@ fn identity(pid: u32) -> ProcessIdentity {
 /// A chain whose second step (an external job) fails: status, events, result, result index,
 /// tool-call and terminal markers all exist.
 fn finished_run(store: &Store) -> RunId {
+    let (spec, hosts) = spec_and_hosts();
+    let run = store.create_run(spec, hosts).expect("create").run;
+    for events in lifecycle() {
+        store
+            .append(run, events, Condition::none())
+            .expect("append");
+    }
+    run
+}
+
+/// The run of [`finished_run`]: its spec and its host's ids (a session, so it has a result
+/// index entry).
+fn spec_and_hosts() -> (RunSpec, HostIds) {
     let spec = RunSpec {
         name: Some("repair".to_string()),
         mode: Mode::Chain,
@@ -60,8 +73,12 @@ fn finished_run(store: &Store) -> RunId {
         completion_owner_id: Some("owner-1".to_string()),
         tool_call_id: Some("call-9".to_string()),
     };
-    let run = store.create_run(spec, hosts).expect("create").run;
-    let batches = vec![
+    (spec, hosts)
+}
+
+/// The batches of [`finished_run`] after `RunCreated`: the last but one ends the run.
+fn lifecycle() -> Vec<Vec<Event>> {
+    vec![
         vec![Event::RunnerStarted {
             runner: identity(100),
             instance_id: "runner-a".to_string(),
@@ -118,13 +135,7 @@ fn finished_run(store: &Store) -> RunId {
             proof: Proof::Observed,
             observer: Observer::RunnerParent,
         }],
-    ];
-    for events in batches {
-        store
-            .append(run, events, Condition::none())
-            .expect("append");
-    }
-    run
+    ]
 }
 
 /// Every file of the run's projection that should exist, with its bytes.
@@ -337,4 +348,166 @@ fn an_active_run_has_its_markers_and_a_pending_process_terminal() {
     assert_eq!(status["state"], "queued");
     assert_eq!(status["processTerminal"]["state"], "pending");
     assert_eq!(status["journalSeq"], 1);
+}
+
+/// The result and its session index entry of a run's plan, as a fresh projection has them.
+fn result_files(store_home: &Home, view: &runjournal::journal::View, run: RunId) -> Vec<PathBuf> {
+    let (state, records) = projection::load(view, run).expect("load");
+    projection::plan(store_home, &state, &records)
+        .files
+        .into_iter()
+        .filter(|file| file.kind.may_be_consumed())
+        .map(|file| file.path)
+        .collect()
+}
+
+const KILLED_PROJECTOR_ENV: &str = "RUNJOURNAL_TEST_KILLED_PROJECTOR";
+
+/// In the child: the run of [`finished_run`] appended through a journal alone (no projection
+/// after each commit), then projected as after its last commit, and SIGKILLed by the test hook
+/// right after the result file is written, before its session index entry.
+fn killed_projector_child(home: &Path) {
+    let home = Home::at(home);
+    let journal = runjournal::Journal::open(home.journal_path()).expect("the journal opens");
+    let (spec, hosts) = spec_and_hosts();
+    let run = journal.create_run(spec, hosts).expect("create").run;
+    for events in lifecycle() {
+        journal
+            .append(run, events, Condition::none())
+            .expect("append");
+    }
+    let view = journal.view().expect("view");
+    let (state, records) = projection::load(&view, run).expect("load");
+    let plan = projection::plan(&home, &state, &records);
+    // As `projection::project` does before it writes.
+    std::fs::create_dir_all(home.run_dir(run)).expect("the run's directory");
+    projection::write_plan_observed(&plan, ResultPolicy::Publish, &mut |file| {
+        if file.kind == FileKind::Result {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+    })
+    .expect("the projection is written up to the kill");
+    panic!("the child was not killed after writing the result");
+}
+
+/// Regression: the `.result-published` marker was made right after the result file, before
+/// the session's result index entry. A projector killed between the two left the entry
+/// missing with the marker in place, which every later projection took for "consumed by the
+/// host" and never wrote again. Now the marker comes after both, so the reconciler's repair
+/// writes the entry.
+#[test]
+fn a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_called_consumed() {
+    if let Ok(home) = std::env::var(KILLED_PROJECTOR_ENV) {
+        killed_projector_child(Path::new(&home));
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = Home::at(dir.path());
+    drop(Store::open(home.clone()).expect("the home is made"));
+    let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "projection_repair::a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_called_consumed",
+            "--test-threads=1",
+        ])
+        .env(KILLED_PROJECTOR_ENV, dir.path())
+        .output()
+        .expect("spawn the child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // A renamed test would make the filter match nothing, and an empty run exits 0.
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&output.status),
+        Some(9),
+        "the child was SIGKILLed at the hook: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("running 1 test"), "{stdout}");
+
+    let store = Store::open(home.clone()).expect("open");
+    let run = store
+        .journal()
+        .view()
+        .expect("view")
+        .all_runs()
+        .expect("runs")[0];
+    let view = store.journal().view().expect("view");
+    let files = result_files(&home, &view, run);
+    drop(view);
+    let [result, index] = files.as_slice() else {
+        panic!("a result and a result index entry are planned: {files:?}");
+    };
+    assert!(result.exists(), "the result was written before the kill");
+    assert!(!index.exists(), "the kill came before the index entry");
+    assert!(
+        !home.result_published_marker_path(run).exists(),
+        "the result is not published while its index entry is missing"
+    );
+
+    // The reconciler checks the runs changed since its last pass and repairs them.
+    let report = runjournal::reconcile::reconcile(&store, &Default::default()).expect("reconcile");
+    assert!(
+        report
+            .changed()
+            .any(|outcome| outcome.run == run && outcome.reprojected),
+        "the pass repaired the run's projection: {report:?}"
+    );
+    let view = store.journal().view().expect("view");
+    let (state, records) = projection::load(&view, run).expect("load");
+    let differences = projection::check_plan(&projection::plan(&home, &state, &records));
+    assert_eq!(
+        differences,
+        vec![],
+        "every file is as a fresh projection has it"
+    );
+    assert!(index.exists() && home.result_published_marker_path(run).exists());
+}
+
+/// A full disk (here: the session's index directory cannot be made) failing the result index
+/// write leaves the result unpublished: the store's projection retry writes the entry once the
+/// obstacle is gone, instead of taking the missing entry for one a host consumed.
+#[test]
+fn a_failed_result_index_write_is_retried_not_called_consumed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = Home::at(dir.path());
+    let store = Store::open(home.clone()).expect("open");
+    let (spec, hosts) = spec_and_hosts();
+    let session_id = hosts.session_id.clone().expect("the run has a session");
+    let run = store.create_run(spec, hosts).expect("create").run;
+    let index = home.result_session_index_path(&session_id, run);
+    let obstacle = index
+        .parent()
+        .expect("the entry has a directory")
+        .to_path_buf();
+    std::fs::create_dir_all(obstacle.parent().expect("the sessions directory")).expect("mkdir");
+    std::fs::write(&obstacle, b"").expect("a file where the session's directory goes");
+    for events in lifecycle() {
+        store
+            .append(run, events, Condition::none())
+            .expect("the appends land whatever the projection does");
+    }
+    assert!(home.result_path(run).exists(), "the result comes first");
+    assert!(!index.exists());
+    assert!(
+        !home.result_published_marker_path(run).exists(),
+        "not published while the index entry could not be written"
+    );
+    assert_eq!(
+        store.pending_projections(),
+        1,
+        "the projection waits for a retry"
+    );
+
+    std::fs::remove_file(&obstacle).expect("the obstacle goes");
+    assert_eq!(
+        store.flush_projections(std::time::Duration::from_secs(60)),
+        0,
+        "the retry lands"
+    );
+    assert!(index.exists(), "the retry wrote the index entry");
+    let view = store.journal().view().expect("view");
+    let (state, records) = projection::load(&view, run).expect("load");
+    assert_eq!(
+        projection::check_plan(&projection::plan(&home, &state, &records)),
+        vec![]
+    );
 }

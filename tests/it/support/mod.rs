@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod faulty_file;
 pub mod mem_disk;
 pub mod pg_cluster;
 pub mod script;

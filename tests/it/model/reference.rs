@@ -1,0 +1,625 @@
+//! A reference specification of a run's lifecycle (DESIGN.md section 3) and of the reconciler's
+//! decisions (section 7), written for the model test and sharing no code with the library's
+//! `state` (the reducer) or `reconcile` (the decision table): the model's oracle.
+//!
+//! It is meant to be read against the design, rule by rule: plain data, one `match` per event,
+//! every rule a line. Written first from the design's words alone, it disagreed with the
+//! library's reducer in seven places, each a rule the design does not state (or states
+//! loosely) and the library documents; each was judged and the reducer kept (see [`Rule`],
+//! the rules marked "refinement"): a second dismissal or a second request of one control
+//! action, a process terminal naming another runner instance or a proof that contradicts
+//! whether a runner started, a runner starting after the launcher recorded that none did, a
+//! job progress that is not a finite number, and `StepFinished(skipped)` for a step that is
+//! pending rather than running.
+//!
+//! [`apply`] answers with the new state, or with every rule the event breaks: the library must
+//! refuse the same events, naming one of those rules.
+
+use runjournal::event::{
+    ControlAction, Event, ExternalJobStatus, MAX_TEXT_BYTES, Mode, Observer, ProcessExit,
+    ProcessIdentity, Proof, Repairer, RunSpec, StepAction, StepEnd, TerminalState, UnixMs,
+};
+
+/// Run states (section 3): `queued`, `running` are active; the rest terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Queued,
+    Running,
+    Complete,
+    Failed,
+    Stopped,
+    Paused,
+}
+
+impl Status {
+    /// "`paused` counts as terminal for the journal."
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Status::Queued | Status::Running => false,
+            Status::Complete | Status::Failed | Status::Stopped | Status::Paused => true,
+        }
+    }
+}
+
+fn status_of(state: TerminalState) -> Status {
+    match state {
+        TerminalState::Complete => Status::Complete,
+        TerminalState::Failed => Status::Failed,
+        TerminalState::Stopped => Status::Stopped,
+        TerminalState::Paused => Status::Paused,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepStatus {
+    Pending,
+    Running,
+    Complete,
+    Failed,
+    Stopped,
+    Skipped,
+}
+
+fn step_status_of(end: StepEnd) -> StepStatus {
+    match end {
+        StepEnd::Complete => StepStatus::Complete,
+        StepEnd::Failed => StepStatus::Failed,
+        StepEnd::Stopped => StepStatus::Stopped,
+        StepEnd::Skipped => StepStatus::Skipped,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub status: StepStatus,
+    pub process: Option<ProcessIdentity>,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub job: Option<ExternalJobStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub state: TerminalState,
+    pub error: Option<String>,
+    pub summary: String,
+    pub exit_code: i32,
+    pub repaired_by: Option<Repairer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub instance_id: String,
+    pub exit: Option<ProcessExit>,
+    pub proof: Proof,
+    pub observer: Observer,
+}
+
+/// A run as the design describes it: what each event sets. Times are left out (the model
+/// cannot know the journal's clock; the fold comparison checks them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub spec: RunSpec,
+    pub created_at_ms: UnixMs,
+    pub session_id: Option<String>,
+    pub completion_owner_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    /// The number of records: the run's head.
+    pub head: u64,
+    pub status: Status,
+    /// The runner's identity and instance id.
+    pub runner: Option<(ProcessIdentity, String)>,
+    pub steps: Vec<Step>,
+    /// Control requests: action, by, reason.
+    pub controls: Vec<(ControlAction, String, String)>,
+    pub ending: Option<Ending>,
+    pub observed: Option<Observed>,
+    pub dismissed_at_ms: Option<UnixMs>,
+}
+
+impl Run {
+    /// "A run is closed when it is terminal and its process terminal has been observed."
+    pub fn is_closed(&self) -> bool {
+        self.status.is_terminal() && self.observed.is_some()
+    }
+
+    pub fn instance(&self) -> Option<&str> {
+        self.runner.as_ref().map(|(_, instance)| instance.as_str())
+    }
+}
+
+/// A rule an event breaks. Each names the sentence of the design (or of the library's docs)
+/// it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rule {
+    /// "`RunCreated` is exactly the first record of a run; nothing comes before it."
+    CreatedFirst,
+    /// The same sentence: no second `RunCreated`.
+    CreatedOnce,
+    /// Section 6, bad input: a malformed spec is refused.
+    ValidSpec,
+    /// Texts are bounded (STYLE.md, "bound everything"; `MAX_TEXT_BYTES`).
+    TextBounded,
+    /// "After `Terminal`, only `ProcessTerminalObserved` and `Dismissed` are accepted."
+    NothingAfterTerminal,
+    /// "`RunnerStarted` only from `queued`, once."
+    RunnerFromQueued,
+    /// "`StepRunning(i)` ... step `i` exists" (and so for every event naming a step).
+    StepExists,
+    /// "`StepRunning(i)`: run `running`."
+    StepStartsInRunningRun,
+    /// "step `i` ... is `pending`."
+    StepStartsPending,
+    /// "in `chain` mode every earlier step is `complete`."
+    ChainOrder,
+    /// Section 2: `parallel` runs steps at once "with a concurrency limit".
+    Concurrency,
+    /// "`StepFinished(i)`: step `i` is `running`." (and `ExternalJobUpdated(i)`.)
+    StepIsRunning,
+    /// "`ExternalJobUpdated(i)`: step `i` is an external-job step."
+    ExternalJobStep,
+    /// "`Terminal(complete)` needs every step complete."
+    CompleteNeedsEveryStep,
+    /// "`ProcessTerminalObserved`: at most once per runner instance." A run has at most one
+    /// runner instance ("`RunnerStarted` ... once"), so at most once per run.
+    ObservedOnce,
+    /// Refinement: a process terminal names the run's runner instance, when one started (the
+    /// reducer's `InstanceMismatch`): a process that never ran the run cannot have ended it.
+    ObservedNamesTheRunner,
+    /// Refinement: proof `not-started` exactly when no runner ever started (`Proof::NotStarted`:
+    /// "No runner ever took the run"; the reducer's `ProofMismatch`).
+    ProofMatchesRunner,
+    /// Refinement: no `RunnerStarted` after a process terminal was recorded (the launcher gave
+    /// up on the run, section 8; the reducer's `RunnerAfterProcessTerminal`).
+    RunnerNotAfterGivenUp,
+    /// Refinement: a job's progress is a finite number (`ExternalJobStatus::progress`: "must
+    /// be finite"; section 6, bad input).
+    ProgressFinite,
+    /// Refinement: `StepFinished(skipped)` is for a step still `pending` (`StepEnd::Skipped`:
+    /// "Never ran; recorded for a step that is still pending"); every other outcome needs the
+    /// step `running`.
+    SkipOnlyPending,
+    /// Refinement: at most one request per action (`RunState::controls`): the runner acts on
+    /// the first; a repeat would only grow the run.
+    ControlOncePerAction,
+    /// Refinement: `Dismissed` once; the first dismissal's time stays.
+    DismissedOnce,
+}
+
+impl Rule {
+    /// Every rule, for a test that checks each is met.
+    pub const ALL: [Rule; 22] = [
+        Rule::CreatedFirst,
+        Rule::CreatedOnce,
+        Rule::ValidSpec,
+        Rule::TextBounded,
+        Rule::NothingAfterTerminal,
+        Rule::RunnerFromQueued,
+        Rule::StepExists,
+        Rule::StepStartsInRunningRun,
+        Rule::StepStartsPending,
+        Rule::ChainOrder,
+        Rule::Concurrency,
+        Rule::StepIsRunning,
+        Rule::ExternalJobStep,
+        Rule::CompleteNeedsEveryStep,
+        Rule::ObservedOnce,
+        Rule::ObservedNamesTheRunner,
+        Rule::ProofMatchesRunner,
+        Rule::RunnerNotAfterGivenUp,
+        Rule::ProgressFinite,
+        Rule::SkipOnlyPending,
+        Rule::ControlOncePerAction,
+        Rule::DismissedOnce,
+    ];
+}
+
+/// Whether a spec is one section 6 accepts, as far as the model's specs go: steps to run, one
+/// for `single`, room for one at a time in `parallel`, named, each with something to run.
+fn is_valid_spec(spec: &RunSpec) -> bool {
+    let has_steps = !spec.steps.is_empty();
+    let single_has_one = spec.mode != Mode::Single || spec.steps.len() == 1;
+    let parallel_has_room = spec.mode != Mode::Parallel || spec.concurrency >= 1;
+    let steps_are_whole = spec.steps.iter().all(|step| {
+        let action_is_empty = match &step.action {
+            StepAction::Command { argv } => argv.first().is_none_or(String::is_empty),
+            StepAction::Shell { script } => script.trim().is_empty(),
+            StepAction::ExternalJob { provider } => provider.trim().is_empty(),
+        };
+        !step.name.trim().is_empty() && !action_is_empty
+    });
+    has_steps && single_has_one && parallel_has_room && steps_are_whole
+}
+
+/// Every free text an event carries, outside the spec (which [`is_valid_spec`] covers).
+fn texts(event: &Event) -> Vec<&str> {
+    let mut texts: Vec<&str> = Vec::new();
+    match event {
+        Event::RunCreated {
+            session_id,
+            completion_owner_id,
+            tool_call_id,
+            ..
+        } => texts.extend(
+            [session_id, completion_owner_id, tool_call_id]
+                .into_iter()
+                .flatten()
+                .map(String::as_str),
+        ),
+        Event::RunnerStarted {
+            runner,
+            instance_id,
+        } => texts.extend([runner.boot_id.as_str(), instance_id.as_str()]),
+        Event::StepRunning { process, .. } => {
+            texts.extend(process.iter().map(|process| process.boot_id.as_str()));
+        }
+        Event::ExternalJobUpdated { job, .. } => texts.extend(
+            [&job.id, &job.message, &job.url]
+                .into_iter()
+                .flatten()
+                .map(String::as_str),
+        ),
+        Event::StepFinished { outcome, .. } => texts.extend(outcome.error.as_deref()),
+        Event::ControlRequested { by, reason, .. } => texts.extend([by.as_str(), reason.as_str()]),
+        Event::Terminal { error, summary, .. } => {
+            texts.push(summary);
+            texts.extend(error.as_deref());
+        }
+        Event::ProcessTerminalObserved { instance_id, .. } => texts.push(instance_id),
+        Event::Dismissed { .. } => {}
+    }
+    texts
+}
+
+/// The run after `event`, or every rule it breaks (then the run is as it was).
+pub fn apply(run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rule>> {
+    let mut broken = Vec::new();
+    if texts(event).iter().any(|text| text.len() > MAX_TEXT_BYTES) {
+        broken.push(Rule::TextBounded);
+    }
+    let Some(run) = run else {
+        return create(event, broken);
+    };
+    if let Event::RunCreated { .. } = event {
+        broken.push(Rule::CreatedOnce);
+    }
+    let may_follow_terminal = matches!(
+        event,
+        Event::ProcessTerminalObserved { .. } | Event::Dismissed { .. }
+    );
+    if run.status.is_terminal() && !may_follow_terminal {
+        broken.push(Rule::NothingAfterTerminal);
+    }
+    let mut next = run.clone();
+    next.head += 1;
+    let step_of = |step: u32, broken: &mut Vec<Rule>| -> Option<usize> {
+        let index = step as usize;
+        if index < run.steps.len() {
+            Some(index)
+        } else {
+            broken.push(Rule::StepExists);
+            None
+        }
+    };
+    match event {
+        Event::RunCreated { .. } => {}
+        Event::RunnerStarted {
+            runner,
+            instance_id,
+        } => {
+            if run.status != Status::Queued {
+                broken.push(Rule::RunnerFromQueued);
+            }
+            if run.observed.is_some() {
+                broken.push(Rule::RunnerNotAfterGivenUp);
+            }
+            next.status = Status::Running;
+            next.runner = Some((runner.clone(), instance_id.clone()));
+        }
+        Event::StepRunning { step, process } => {
+            if run.status != Status::Running {
+                broken.push(Rule::StepStartsInRunningRun);
+            }
+            if let Some(index) = step_of(*step, &mut broken) {
+                if run.steps[index].status != StepStatus::Pending {
+                    broken.push(Rule::StepStartsPending);
+                }
+                let earlier_all_complete = run.steps[..index]
+                    .iter()
+                    .all(|earlier| earlier.status == StepStatus::Complete);
+                if run.spec.mode == Mode::Chain && !earlier_all_complete {
+                    broken.push(Rule::ChainOrder);
+                }
+                let running = run
+                    .steps
+                    .iter()
+                    .filter(|step| step.status == StepStatus::Running)
+                    .count();
+                if run.spec.mode == Mode::Parallel && running >= run.spec.concurrency as usize {
+                    broken.push(Rule::Concurrency);
+                }
+                next.steps[index].status = StepStatus::Running;
+                next.steps[index].process = process.clone();
+            }
+        }
+        Event::ExternalJobUpdated { step, job } => {
+            if let Some(index) = step_of(*step, &mut broken) {
+                if !matches!(run.spec.steps[index].action, StepAction::ExternalJob { .. }) {
+                    broken.push(Rule::ExternalJobStep);
+                }
+                if run.steps[index].status != StepStatus::Running {
+                    broken.push(Rule::StepIsRunning);
+                }
+                if job.progress.is_some_and(|progress| !progress.is_finite()) {
+                    broken.push(Rule::ProgressFinite);
+                }
+                // "The status is replaced whole, never merged field by field."
+                next.steps[index].job = Some(job.clone());
+            }
+        }
+        Event::StepFinished { step, outcome } => {
+            if let Some(index) = step_of(*step, &mut broken) {
+                let status = run.steps[index].status;
+                if outcome.end == StepEnd::Skipped && status != StepStatus::Pending {
+                    broken.push(Rule::SkipOnlyPending);
+                }
+                if outcome.end != StepEnd::Skipped && status != StepStatus::Running {
+                    broken.push(Rule::StepIsRunning);
+                }
+                let finished = &mut next.steps[index];
+                finished.status = step_status_of(outcome.end);
+                finished.exit_code = outcome.exit_code;
+                finished.error = outcome.error.clone();
+            }
+        }
+        Event::ControlRequested { action, by, reason } => {
+            // "`ControlRequested`: run not terminal": the rule every event but two meets.
+            if run
+                .controls
+                .iter()
+                .any(|(recorded, _, _)| recorded == action)
+            {
+                broken.push(Rule::ControlOncePerAction);
+            }
+            next.controls.push((*action, by.clone(), reason.clone()));
+        }
+        Event::Terminal {
+            state,
+            error,
+            summary,
+            exit_code,
+            repaired_by,
+        } => {
+            let is_every_step_complete = run
+                .steps
+                .iter()
+                .all(|step| step.status == StepStatus::Complete);
+            if *state == TerminalState::Complete && !is_every_step_complete {
+                broken.push(Rule::CompleteNeedsEveryStep);
+            }
+            for step in &mut next.steps {
+                match step.status {
+                    // "Steps still `running` become `failed` (or `stopped` when the state is
+                    // `stopped`), with the run's error."
+                    StepStatus::Running => {
+                        step.status = if *state == TerminalState::Stopped {
+                            StepStatus::Stopped
+                        } else {
+                            StepStatus::Failed
+                        };
+                        step.error = error.clone();
+                    }
+                    // "`Terminal` turns `pending` steps into `skipped`."
+                    StepStatus::Pending => step.status = StepStatus::Skipped,
+                    _ => {}
+                }
+            }
+            next.status = status_of(*state);
+            next.ending = Some(Ending {
+                state: *state,
+                error: error.clone(),
+                summary: summary.clone(),
+                exit_code: *exit_code,
+                repaired_by: *repaired_by,
+            });
+        }
+        Event::ProcessTerminalObserved {
+            instance_id,
+            exit,
+            proof,
+            observer,
+        } => {
+            // "At most once per runner instance; allowed before `Terminal`."
+            if run.observed.is_some() {
+                broken.push(Rule::ObservedOnce);
+            }
+            match run.instance() {
+                Some(runner) if runner != instance_id => {
+                    broken.push(Rule::ObservedNamesTheRunner);
+                }
+                _ => {}
+            }
+            if (*proof == Proof::NotStarted) != run.runner.is_none() {
+                broken.push(Rule::ProofMatchesRunner);
+            }
+            next.observed = Some(Observed {
+                instance_id: instance_id.clone(),
+                exit: *exit,
+                proof: *proof,
+                observer: *observer,
+            });
+        }
+        Event::Dismissed { at_ms } => {
+            // "Hidden from default listings; nothing is stopped."
+            if run.dismissed_at_ms.is_some() {
+                broken.push(Rule::DismissedOnce);
+            }
+            next.dismissed_at_ms = Some(*at_ms);
+        }
+    }
+    if broken.is_empty() {
+        Ok(next)
+    } else {
+        broken.sort();
+        broken.dedup();
+        Err(broken)
+    }
+}
+
+/// "`RunCreated` ... run exists, state `queued`."
+fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
+    let Event::RunCreated {
+        spec,
+        created_at_ms,
+        session_id,
+        completion_owner_id,
+        tool_call_id,
+    } = event
+    else {
+        broken.push(Rule::CreatedFirst);
+        return Err(broken);
+    };
+    if !is_valid_spec(spec) {
+        broken.push(Rule::ValidSpec);
+    }
+    if !broken.is_empty() {
+        return Err(broken);
+    }
+    Ok(Run {
+        spec: RunSpec::clone(spec),
+        created_at_ms: *created_at_ms,
+        session_id: session_id.clone(),
+        completion_owner_id: completion_owner_id.clone(),
+        tool_call_id: tool_call_id.clone(),
+        head: 1,
+        status: Status::Queued,
+        runner: None,
+        steps: vec![
+            Step {
+                status: StepStatus::Pending,
+                process: None,
+                exit_code: None,
+                error: None,
+                job: None,
+            };
+            spec.steps.len()
+        ],
+        controls: Vec::new(),
+        ending: None,
+        observed: None,
+        dismissed_at_ms: None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reconciler (section 7)
+// ---------------------------------------------------------------------------------------------
+
+/// What the reconciler finds of a run's runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// No runner ever recorded `RunnerStarted`.
+    None,
+    Alive,
+    Dead,
+    /// Recorded in an older boot: "runner dead (or older boot)".
+    OlderBoot,
+}
+
+/// One event a reconcile pass must append, with what its reason must say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Repair {
+    /// The event, with an empty reason where it carries one (the text is the journal's).
+    pub event: Event,
+    /// Words the recorded reason must contain.
+    pub reason_says: Vec<String>,
+}
+
+/// How the design words a recorded exit in a reason ("pid, exit or signal when known").
+fn exit_words(exit: Option<ProcessExit>) -> String {
+    match exit {
+        Some(ProcessExit {
+            code: Some(code), ..
+        }) => format!("exited with code {code}"),
+        Some(ProcessExit {
+            code: None,
+            signal: Some(signal),
+        }) => format!("killed by signal {signal}"),
+        _ => "exit status unknown".to_string(),
+    }
+}
+
+/// The events a reconcile pass appends for a run that is not closed, by the table of section
+/// 7: whether it is terminal, whether its process terminal was observed, its runner, and
+/// whether it has been queued longer than the start grace.
+pub fn reconcile(run: &Run, runner: Runner, is_past_start_grace: bool) -> Vec<Repair> {
+    let pid = run.runner.as_ref().map(|(identity, _)| identity.pid);
+    let failed = |says: Vec<String>| Repair {
+        event: Event::Terminal {
+            state: TerminalState::Failed,
+            error: Some(String::new()),
+            summary: String::new(),
+            exit_code: 1,
+            repaired_by: Some(Repairer::Reconciler),
+        },
+        reason_says: says,
+    };
+    let gone = |proof| Repair {
+        event: Event::ProcessTerminalObserved {
+            instance_id: run.instance().unwrap_or_default().to_string(),
+            exit: None,
+            proof,
+            observer: Observer::Reconciler,
+        },
+        reason_says: Vec::new(),
+    };
+    let runner_named = |words: String| {
+        vec![
+            format!("runner {}", pid.unwrap_or_default()),
+            "without recording an outcome".to_string(),
+            words,
+        ]
+    };
+    let is_terminal = run.status.is_terminal();
+    match (is_terminal, &run.observed, runner) {
+        // Section 3: a process terminal "allowed before `Terminal` (the runner died first — the
+        // run is then *stale* until the reconciler records `Terminal`)": failed, with what was
+        // observed of the runner's end, and no second process terminal. The recorded
+        // observation is a fact; a liveness look that says "alive" cannot undo it (the
+        // design's table, read alone, would leave such a run open: see the issue note).
+        (false, Some(observed), Runner::None) => {
+            assert_eq!(observed.proof, Proof::NotStarted, "the proof rule");
+            vec![failed(vec!["runner never started".to_string()])]
+        }
+        (false, Some(observed), _) => vec![failed(runner_named(exit_words(observed.exit)))],
+        // "not terminal, runner alive: nothing".
+        (false, None, Runner::Alive) => vec![],
+        // "not terminal, runner recorded, runner dead (or older boot)": failed, naming the
+        // runner, + observed gone (unknown).
+        (false, None, Runner::Dead) => {
+            vec![failed(runner_named(exit_words(None))), gone(Proof::Unknown)]
+        }
+        (false, None, Runner::OlderBoot) => vec![
+            failed(vec![
+                format!("runner {}", pid.unwrap_or_default()),
+                "host restarted".to_string(),
+            ]),
+            gone(Proof::Unknown),
+        ],
+        // "`queued`, no runner, older than the start grace": failed, never started, +
+        // observed not started. "younger than the grace: nothing."
+        (false, None, Runner::None) if is_past_start_grace => vec![
+            failed(vec!["runner never started".to_string()]),
+            gone(Proof::NotStarted),
+        ],
+        (false, None, Runner::None) => vec![],
+        // Closed: not the reconciler's work.
+        (true, Some(_), _) => vec![],
+        // "terminal, process not observed, runner alive: nothing (it is finishing)."
+        (true, None, Runner::Alive) => vec![],
+        // "terminal, process not observed, runner dead: observed gone (unknown)"; with no
+        // runner ever started, the proof can only be `not-started`.
+        (true, None, Runner::Dead | Runner::OlderBoot) => vec![gone(Proof::Unknown)],
+        (true, None, Runner::None) => vec![gone(Proof::NotStarted)],
+    }
+}
