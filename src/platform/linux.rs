@@ -165,15 +165,22 @@ pub(super) fn parse_stat(pid: u32, stat: &str) -> Result<ProcessInfo, StatError>
             text: text.to_string(),
         })
     };
-    // A pid-valued field must fit a pid, not only be a number.
+    // A pid-valued field must fit a pid, not only be a number. A negative one means none: a
+    // process the kernel is tearing down shows its group as -1 (seen on Linux 6.18, by a scan
+    // of every process that met one), and it is then in no group and has no parent.
     let pid_of = |field: usize, name: &'static str| {
-        let value = number_of(field, name)?;
-        u32::try_from(value).map_err(|_| StatError::NotANumber {
+        let text = text_of(field, name)?;
+        let not_a_pid = || StatError::NotANumber {
             pid,
             field,
             name,
-            text: value.to_string(),
-        })
+            text: text.to_string(),
+        };
+        let value = text.parse::<i64>().map_err(|_| not_a_pid())?;
+        if value < 0 {
+            return Ok(0);
+        }
+        u32::try_from(value).map_err(|_| not_a_pid())
     };
     let state = text_of(3, "state")?;
     let parent_pid = pid_of(4, "ppid")?;
@@ -427,6 +434,19 @@ mod tests {
         );
     }
 
+    /// Found by crash_kill: a scan of the group met a process whose stat showed pgrp -1, and
+    /// ending the group failed on it.
+    #[test]
+    fn a_negative_group_or_parent_is_none() {
+        let line = stat_line(42, "sh", "S").replacen(" 1 77 ", " -1 -1 ", 1);
+        let info = parse_stat(42, &line).expect("parses");
+        assert_eq!((info.parent_pid, info.group_id), (0, 0));
+        for text in ["x", "4294967296", "1.5"] {
+            let line = stat_line(42, "sh", "S").replacen(" 1 77 ", &format!(" 1 {text} "), 1);
+            assert!(parse_stat(42, &line).is_err(), "pgrp {text:?}");
+        }
+    }
+
     #[test]
     fn a_name_with_spaces_and_parentheses_does_not_shift_the_fields() {
         for name in ["a) 1 2 (b", "x)", "(", ") Z 9 9 (", "two words", ""] {
@@ -490,7 +510,7 @@ mod tests {
             Err(StatError::NotANumber { field: 22, .. })
         ));
         assert!(matches!(
-            parse_stat(7, "7 (name) S -1 77"),
+            parse_stat(7, "7 (name) S one 77"),
             Err(StatError::NotANumber { field: 4, .. })
         ));
         assert!(parse_stat(7, "").is_err());

@@ -75,7 +75,8 @@ pub struct ProcessInfo {
     pub pid: u32,
     /// The parent's pid (0 for a process without one, such as init).
     pub parent_pid: u32,
-    /// The id of the process group it belongs to.
+    /// The id of the process group it belongs to (0 when it shows none: a process the kernel
+    /// is tearing down).
     pub group_id: u32,
     /// When it started, in the platform's own unit (on Linux, clock ticks since boot; on
     /// macOS, microseconds since the Unix epoch). Only ever compared for equality: a

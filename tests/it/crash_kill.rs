@@ -675,10 +675,12 @@ impl Iteration {
     /// test ends that grace early through the library's same pass.
     fn reconcile(&self) {
         for pass in 0..RECONCILE_PASSES {
-            let status = self
+            let output = self
                 .runjournal()
                 .arg("reconcile")
-                .status()
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .output()
                 .expect("run runjournal reconcile");
             let open: Vec<RunState> = self
                 .runs()
@@ -687,9 +689,12 @@ impl Iteration {
                 .collect();
             if open.is_empty() {
                 assert!(
-                    status.success(),
-                    "seed {}: the last reconcile pass reported errors",
-                    self.seed
+                    output.status.success(),
+                    "seed {}: the last reconcile pass reported errors ({}): {}{}",
+                    self.seed,
+                    output.status,
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
                 );
                 return;
             }
