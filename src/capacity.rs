@@ -110,8 +110,13 @@ pub const IO_RETRY_WINDOW_ENV: &str = "RUNJOURNAL_IO_RETRY_WINDOW";
 /// The retry window from `RUNJOURNAL_IO_RETRY_WINDOW` (the crate's one duration grammar), else
 /// the default.
 pub fn io_retry_window_from_env() -> Result<Duration, String> {
-    match std::env::var(IO_RETRY_WINDOW_ENV) {
-        Ok(text) if !text.trim().is_empty() => crate::duration::parse_duration(&text)
+    io_retry_window_from(std::env::var(IO_RETRY_WINDOW_ENV).ok().as_deref())
+}
+
+/// The retry window `value` of [`IO_RETRY_WINDOW_ENV`] sets; unset or blank, the default.
+fn io_retry_window_from(value: Option<&str>) -> Result<Duration, String> {
+    match value {
+        Some(text) if !text.trim().is_empty() => crate::duration::parse_duration(text)
             .map_err(|error| format!("{IO_RETRY_WINDOW_ENV}: {error}")),
         _ => Ok(DEFAULT_IO_RETRY_WINDOW),
     }
@@ -137,8 +142,13 @@ pub const RESERVE_ENV: &str = "RUNJOURNAL_RESERVE_BYTES";
 
 /// The reserve size from `RUNJOURNAL_RESERVE_BYTES`, else the default.
 pub fn reserve_bytes_from_env() -> Result<u64, String> {
-    match std::env::var(RESERVE_ENV) {
-        Ok(text) if !text.trim().is_empty() => text
+    reserve_bytes_from(std::env::var(RESERVE_ENV).ok().as_deref())
+}
+
+/// The reserve size `value` of [`RESERVE_ENV`] sets; unset or blank, the default.
+fn reserve_bytes_from(value: Option<&str>) -> Result<u64, String> {
+    match value {
+        Some(text) if !text.trim().is_empty() => text
             .trim()
             .parse()
             .map_err(|_| format!("{RESERVE_ENV}={text:?} is not a number of bytes")),
@@ -684,6 +694,117 @@ mod tests {
         assert_eq!(status.blocked_by(BlockCause::Io { errno: 0 }), vec![&flaky]);
         clear_blocked(&home, &flaky).expect("clear");
         assert_eq!(read_status(&home).expect("read").blocked, vec![full]);
+    }
+
+    /// Survivors of mutation testing: out of handles is capacity too, whether it comes as an
+    /// errno or wrapped by redb, and each retried class shows its cause.
+    #[test]
+    fn every_capacity_errno_is_capacity_wherever_it_is_carried() {
+        for (errno, name) in [
+            (28, "ENOSPC"),
+            (122, "EDQUOT"),
+            (24, "EMFILE"),
+            (23, "ENFILE"),
+        ] {
+            assert!(is_capacity_errno(errno), "{name}");
+            let error = io::Error::from_raw_os_error(errno);
+            assert!(is_capacity_io(&error), "{name}");
+            assert!(is_capacity_redb(&redb::Error::Io(error)), "{name}");
+        }
+        for errno in [0, 5, 30, 110] {
+            assert!(!is_capacity_errno(errno), "errno {errno}");
+            let error = redb::Error::Io(io::Error::from_raw_os_error(errno));
+            assert!(!is_capacity_redb(&error), "errno {errno}");
+        }
+        assert!(is_capacity_io(&io::Error::from(io::ErrorKind::StorageFull)));
+        assert!(!is_capacity_redb(&redb::Error::PreviousIo));
+        assert_eq!(FailureClass::Capacity.cause(), Some(BlockCause::Capacity));
+        assert_eq!(
+            FailureClass::Io { errno: 5 }.cause(),
+            Some(BlockCause::Io { errno: 5 })
+        );
+        assert_eq!(FailureClass::NotStorage.cause(), None);
+    }
+
+    /// The values of the two variables, unset, blank, set and wrong; the defaults are the
+    /// README's (10 minutes, 8 MiB).
+    #[test]
+    fn the_window_and_the_reserve_read_their_variables() {
+        assert_eq!(DEFAULT_IO_RETRY_WINDOW, Duration::from_secs(600));
+        assert_eq!(DEFAULT_RESERVE_BYTES, 8 * 1024 * 1024);
+        for unset in [None, Some(""), Some("  ")] {
+            assert_eq!(io_retry_window_from(unset), Ok(DEFAULT_IO_RETRY_WINDOW));
+            assert_eq!(reserve_bytes_from(unset), Ok(DEFAULT_RESERVE_BYTES));
+        }
+        assert_eq!(
+            io_retry_window_from(Some("30s")),
+            Ok(Duration::from_secs(30))
+        );
+        assert_eq!(reserve_bytes_from(Some(" 0 ")), Ok(0));
+        assert_eq!(reserve_bytes_from(Some("4096")), Ok(4096));
+        let error = io_retry_window_from(Some("soon")).expect_err("not a duration");
+        assert!(error.starts_with(IO_RETRY_WINDOW_ENV), "{error}");
+        let error = reserve_bytes_from(Some("8M")).expect_err("not a number of bytes");
+        assert!(error.contains("is not a number of bytes"), "{error}");
+    }
+
+    /// The `_from_env` functions read their variables: checked in a child process of this
+    /// test binary, the only place a test may set them without racing other tests.
+    #[test]
+    fn the_variables_are_read_from_the_environment() {
+        const CHILD: &str = "RUNJOURNAL_TEST_CAPACITY_ENV_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            assert_eq!(io_retry_window_from_env(), Ok(Duration::from_secs(7)));
+            assert_eq!(reserve_bytes_from_env(), Ok(12345));
+            return;
+        }
+        let test = "capacity::tests::the_variables_are_read_from_the_environment";
+        let exe = std::env::current_exe().expect("this test binary");
+        let output = std::process::Command::new(exe)
+            .args([test, "--exact", "--test-threads=1"])
+            .env(CHILD, "1")
+            .env(IO_RETRY_WINDOW_ENV, "7s")
+            .env(RESERVE_ENV, "12345")
+            .output()
+            .expect("run the child");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "the child failed: {stdout}");
+        assert!(
+            stdout.contains("1 passed"),
+            "the child ran one test: {stdout}"
+        );
+    }
+
+    /// The reserve file made, kept, released, and not made at size 0; a release that cannot
+    /// tell is an error. Survivors of mutation testing.
+    #[test]
+    fn the_reserve_is_made_once_and_released_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let reserve = Reserve::new(dir.path().join("journal.reserve"), 4096);
+        assert_eq!(reserve.bytes(), 4096);
+        assert!(!reserve.exists());
+        assert!(reserve.ensure().expect("made"));
+        assert!(reserve.exists());
+        let made = fs::metadata(reserve.path()).expect("the reserve file");
+        assert_eq!(made.len(), 4096);
+        assert!(reserve.ensure().expect("kept"), "already there");
+        assert!(reserve.release().expect("released"), "it was there");
+        assert!(!reserve.exists());
+        assert!(
+            !reserve.release().expect("nothing to release"),
+            "it was not there"
+        );
+
+        let none = Reserve::new(dir.path().join("none.reserve"), 0);
+        assert!(!none.ensure().expect("nothing to make"));
+        assert!(!none.exists());
+
+        let directory = Reserve::new(dir.path(), 4096);
+        assert!(!directory.exists(), "a directory is no reserve");
+        assert!(
+            directory.release().is_err(),
+            "a directory cannot be released"
+        );
     }
 
     #[test]
