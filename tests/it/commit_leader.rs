@@ -20,10 +20,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use runjournal::event::{
-    Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunSpec, StepAction, StepEnd,
-    StepOutcome, StepSpec, TerminalState,
-};
+use crate::support::lifecycle::{chain_lifecycle, chain_spec};
+use runjournal::event::{Event, StepAction};
 use runjournal::journal::{
     Appended, CommitSharing, Journal, JournalReader, Source, View, WriterOptions,
 };
@@ -31,74 +29,6 @@ use runjournal::{Condition, Home, RunId, Store, capacity, state};
 
 const CHILD_ENV: &str = "RUNJOURNAL_TEST_SHARED_APPENDER";
 const SEED_ENV: &str = "RUNJOURNAL_LEADER_SEED";
-
-fn spec() -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Chain,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: (0..2)
-            .map(|index| StepSpec {
-                name: format!("step-{index}"),
-                action: StepAction::Shell {
-                    script: "true".to_string(),
-                },
-            })
-            .collect(),
-    }
-}
-
-fn identity(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 1,
-        boot_id: "test-boot".to_string(),
-        pid_namespace: None,
-    }
-}
-
-/// A run's life after `RunCreated`, as batches.
-fn lifecycle() -> Vec<Vec<Event>> {
-    let mut batches = vec![vec![Event::RunnerStarted {
-        runner: identity(std::process::id()),
-        instance_id: "instance".to_string(),
-    }]];
-    for step in 0..2 {
-        batches.push(vec![Event::StepRunning {
-            step,
-            process: Some(identity(1000 + step)),
-        }]);
-        batches.push(vec![Event::StepFinished {
-            step,
-            outcome: StepOutcome {
-                end: StepEnd::Complete,
-                exit_code: Some(0),
-                error: None,
-            },
-        }]);
-    }
-    batches.push(vec![
-        Event::Terminal {
-            state: TerminalState::Complete,
-            error: None,
-            summary: "done".to_string(),
-            exit_code: 0,
-            repaired_by: None,
-        },
-        Event::ProcessTerminalObserved {
-            instance_id: "instance".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(0),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        },
-    ]);
-    batches
-}
 
 /// What a child is asked to do, passed in `CHILD_ENV` as lines.
 struct Job {
@@ -182,7 +112,7 @@ fn child_main(job: &Job) {
             )
             .expect("child creates a run");
         ack(created.run, &created);
-        for events in lifecycle() {
+        for events in chain_lifecycle(2, std::process::id()) {
             let appended = journal
                 .append(created.run, events, Condition::expect_not_terminal())
                 .expect("child appends");
@@ -200,7 +130,7 @@ fn child_main(job: &Job) {
 }
 
 fn created_event(is_big: bool) -> Event {
-    let mut spec = spec();
+    let mut spec = chain_spec(2);
     if is_big {
         for step in &mut spec.steps {
             step.action = StepAction::Shell {

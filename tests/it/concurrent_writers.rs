@@ -14,86 +14,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::lifecycle::{chain_lifecycle, chain_spec};
 use runjournal::HostIds;
-use runjournal::event::{
-    Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunSpec, StepAction, StepEnd,
-    StepOutcome, StepSpec, TerminalState,
-};
 use runjournal::journal::{Journal, JournalReader, View};
 use runjournal::{Condition, RunId, state};
 
 const CHILD_ENV: &str = "RUNJOURNAL_TEST_WRITER";
 const WRITERS: usize = 4;
 const RUNS_PER_WRITER: usize = 12;
-
-fn spec() -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Chain,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: (0..3)
-            .map(|index| StepSpec {
-                name: format!("step-{index}"),
-                action: StepAction::Shell {
-                    script: "true".to_string(),
-                },
-            })
-            .collect(),
-    }
-}
-
-fn identity(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 1,
-        boot_id: "test-boot".to_string(),
-        pid_namespace: None,
-    }
-}
-
-/// The lifecycle each writer records per run, as batches: created, runner started, each step
-/// running and finished, then Terminal and ProcessTerminalObserved together.
-fn lifecycle() -> Vec<Vec<Event>> {
-    let mut batches = vec![vec![Event::RunnerStarted {
-        runner: identity(std::process::id()),
-        instance_id: "instance".to_string(),
-    }]];
-    for step in 0..3 {
-        batches.push(vec![Event::StepRunning {
-            step,
-            process: Some(identity(1000 + step)),
-        }]);
-        batches.push(vec![Event::StepFinished {
-            step,
-            outcome: StepOutcome {
-                end: StepEnd::Complete,
-                exit_code: Some(0),
-                error: None,
-            },
-        }]);
-    }
-    batches.push(vec![
-        Event::Terminal {
-            state: TerminalState::Complete,
-            error: None,
-            summary: "done".to_string(),
-            exit_code: 0,
-            repaired_by: None,
-        },
-        Event::ProcessTerminalObserved {
-            instance_id: "instance".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(0),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        },
-    ]);
-    batches
-}
 
 /// Child: append lifecycles, writing one line per acknowledged batch to the ack file:
 /// `run writer writer_seq first_seq last_seq`. The line is written after `append` returned, so
@@ -116,11 +44,11 @@ fn child_main(journal_path: &Path, ack_path: &Path) {
     let mut writer_seq = 0u64;
     for _ in 0..RUNS_PER_WRITER {
         let created = journal
-            .create_run(spec(), HostIds::default())
+            .create_run(chain_spec(3), HostIds::default())
             .expect("child creates a run");
         writer_seq += 1;
         ack(&created, writer_seq);
-        for events in lifecycle() {
+        for events in chain_lifecycle(3, std::process::id()) {
             let appended = journal
                 .append(created.run, events, Condition::expect_not_terminal())
                 .expect("child appends");
@@ -297,7 +225,7 @@ fn processes_append_concurrently_and_a_killed_one_loses_nothing_acknowledged() {
         "every surviving writer's runs were acknowledged"
     );
     assert!(run_count >= acked_runs.len());
-    assert!(acked_batches > survivors_runs * lifecycle().len());
+    assert!(acked_batches > survivors_runs * chain_lifecycle(3, std::process::id()).len());
 
     // The global log names every record exactly once, in commit order.
     let log = view.records_after(0, usize::MAX).expect("log reads");

@@ -12,12 +12,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::lifecycle::{self, chain_lifecycle};
 use runjournal::HostIds;
 use runjournal::capacity;
-use runjournal::event::{
-    Event, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunSpec, StepAction, StepEnd,
-    StepOutcome, StepSpec, TerminalState,
-};
+use runjournal::event::{Event, Mode, RunSpec, StepAction, StepSpec};
 use runjournal::journal::CapacityEvent;
 use runjournal::projection;
 use runjournal::store::StoreOptions;
@@ -167,15 +165,6 @@ pub(crate) fn fill(path: &Path) {
     let _ = file.sync_all();
 }
 
-fn identity(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 1,
-        boot_id: "b".to_string(),
-        pid_namespace: None,
-    }
-}
-
 /// A chain with large step texts, so each RunCreated takes real space.
 fn big_spec(steps: usize) -> RunSpec {
     RunSpec {
@@ -193,47 +182,6 @@ fn big_spec(steps: usize) -> RunSpec {
             })
             .collect(),
     }
-}
-
-/// The batches of a whole chain lifecycle after RunCreated.
-fn lifecycle(steps: u32) -> Vec<Vec<Event>> {
-    let mut batches = vec![vec![Event::RunnerStarted {
-        runner: identity(10),
-        instance_id: "r".to_string(),
-    }]];
-    for step in 0..steps {
-        batches.push(vec![Event::StepRunning {
-            step,
-            process: Some(identity(100 + step)),
-        }]);
-        batches.push(vec![Event::StepFinished {
-            step,
-            outcome: StepOutcome {
-                end: StepEnd::Complete,
-                exit_code: Some(0),
-                error: None,
-            },
-        }]);
-    }
-    batches.push(vec![
-        Event::Terminal {
-            state: TerminalState::Complete,
-            error: None,
-            summary: "ok".to_string(),
-            exit_code: 0,
-            repaired_by: None,
-        },
-        Event::ProcessTerminalObserved {
-            instance_id: "r".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(0),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        },
-    ]);
-    batches
 }
 
 /// An acknowledged batch: run, first seq, last seq, and the events (empty for a create).
@@ -298,7 +246,7 @@ fn rides_out_a_full_disk(root: &Path, can_mark_blocked: bool) -> Vec<CapacityEve
         let store = Arc::clone(&store);
         let acked = Arc::clone(&acked);
         std::thread::spawn(move || {
-            let mut chain_batches = lifecycle(steps).into_iter();
+            let mut chain_batches = chain_lifecycle(steps, 10).into_iter();
             for round in 0..40 {
                 let created = store
                     .create_run(big_spec(60), HostIds::default())
@@ -595,7 +543,7 @@ fn emfile_child(home_dir: &Path) {
         .append(
             run,
             vec![Event::RunnerStarted {
-                runner: identity(1),
+                runner: lifecycle::identity(1),
                 instance_id: "r".to_string(),
             }],
             Condition::none(),

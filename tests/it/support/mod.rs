@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod faulty_file;
+pub mod lifecycle;
 pub mod mem_disk;
 pub mod pg_cluster;
 pub mod script;
