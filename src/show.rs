@@ -238,6 +238,23 @@ pub fn plural(count: u64, noun: &str) -> String {
     }
 }
 
+/// The counts that are not zero, as "2 missing, 1 extra"; `none` when all are zero.
+pub fn counted<T: std::fmt::Display>(
+    counts: impl IntoIterator<Item = (usize, T)>,
+    none: &str,
+) -> String {
+    let found: Vec<String> = counts
+        .into_iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, what)| format!("{count} {what}"))
+        .collect();
+    if found.is_empty() {
+        none.to_string()
+    } else {
+        found.join(", ")
+    }
+}
+
 /// The name serde gives a value (an enum's wire name, say), without quotes.
 pub fn wire_name<T: serde::Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {

@@ -420,20 +420,14 @@ pub fn verify_against(source: &JournalSource, out: &mut Out, url: &str) -> anyho
             }),
         )?;
     } else {
-        let found = [
-            (comparison.missing.len(), "missing"),
-            (comparison.extra.len(), "extra"),
-            (comparison.different.len(), "different"),
-        ]
-        .iter()
-        .filter(|(count, _)| *count > 0)
-        .map(|(count, what)| format!("{count} {what}"))
-        .collect::<Vec<_>>();
-        let found = if found.is_empty() {
-            "no differences".to_string()
-        } else {
-            found.join(", ")
-        };
+        let found = show::counted(
+            [
+                (comparison.missing.len(), "missing"),
+                (comparison.extra.len(), "extra"),
+                (comparison.different.len(), "different"),
+            ],
+            "no differences",
+        );
         out.line(&format!(
             "compared {} of journal {journal_id} with {} (shipped through {}, journal head {}, {} not shipped yet): {found}",
             plural(comparison.records_compared, "record"),

@@ -500,16 +500,10 @@ pub fn verify(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
         } else {
             "no projections (no home)".to_string()
         };
-        let found = counts
-            .iter()
-            .filter(|(_, count)| *count > 0)
-            .map(|(severity, count)| format!("{count} {severity}"))
-            .collect::<Vec<_>>();
-        let found = if found.is_empty() {
-            "no problems".to_string()
-        } else {
-            found.join(", ")
-        };
+        let found = show::counted(
+            counts.iter().map(|(severity, count)| (*count, severity)),
+            "no problems",
+        );
         out.line(&format!(
             "verified {}, {}, {files}; redb integrity check {integrity}: {found}",
             plural(report.runs, "run"),
