@@ -443,10 +443,8 @@ fn marker_names(home: &Home) -> io::Result<Vec<(std::ffi::OsString, MarkerName)>
 }
 
 /// Removes bare-pid markers and markers whose writer is dead or of another boot; leaves
-/// markers of live writers, those it cannot judge, and names it does not know. Returns how
-/// many it removed.
-fn remove_stale_markers(home: &Home) -> io::Result<usize> {
-    let mut removed = 0;
+/// markers of live writers, those it cannot judge, and names it does not know.
+fn remove_stale_markers(home: &Home) -> io::Result<()> {
     for (name, marker) in marker_names(home)? {
         let is_stale = match marker {
             MarkerName::BarePid => true,
@@ -458,10 +456,9 @@ fn remove_stale_markers(home: &Home) -> io::Result<usize> {
         };
         if is_stale {
             crate::durable_fs::remove_if_present(&blocked_dir(home).join(name))?;
-            removed += 1;
         }
     }
-    Ok(removed)
+    Ok(())
 }
 
 /// Reads the capacity state. Only markers whose writer is alive by its full identity count:
@@ -588,6 +585,18 @@ mod tests {
         assert!(!dead_path.exists(), "the dead writer's marker is removed");
         assert!(stranger.exists(), "a name we do not know is left alone");
         assert_eq!(read_status(&home).expect("read").blocked, vec![me]);
+    }
+
+    /// Only a missing marker directory means no marker (a survivor of mutation testing): one
+    /// that cannot be read is an error, not "nothing blocked".
+    #[test]
+    fn a_marker_directory_that_cannot_be_read_is_an_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = Home::at(dir.path());
+        let markers = blocked_dir(&home);
+        std::fs::create_dir_all(markers.parent().expect("a parent")).expect("parent");
+        std::fs::write(&markers, b"").expect("a file where the directory belongs");
+        assert!(read_status(&home).is_err());
     }
 
     #[test]
