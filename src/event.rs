@@ -821,7 +821,9 @@ impl Event {
         }
     }
 
-    fn process_identity_mut(&mut self) -> Option<&mut ProcessIdentity> {
+    /// [`Event::process_identity`], to give back what a format without it left out (the PID
+    /// namespace).
+    pub(crate) fn process_identity_mut(&mut self) -> Option<&mut ProcessIdentity> {
         match self {
             Event::RunnerStarted { runner, .. } => Some(runner),
             Event::StepRunning { process, .. } => process.as_mut(),
@@ -1043,7 +1045,7 @@ impl RecordEnvelope {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn identity() -> ProcessIdentity {
@@ -1068,7 +1070,7 @@ mod tests {
     }
 
     /// One record of every variant, each with its fields filled so every field is encoded.
-    fn every_variant() -> Vec<(&'static str, Event)> {
+    pub(crate) fn every_variant() -> Vec<(&'static str, Event)> {
         vec![
             (
                 "RunCreated",

@@ -62,7 +62,7 @@ use crate::home::Home;
 use crate::journal::{AppendError, CapacityEvent, Condition, OpenError, ReadError};
 use crate::liveness;
 use crate::logs::{self, TailBounds};
-use crate::state::{ControlInfo, RunState, RunStatus, TransitionError};
+use crate::state::{ControlInfo, RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::{Store, StoreOptions};
 use outcome::{StepFailure, halt_error};
 use output::StepOutput;
@@ -674,12 +674,32 @@ impl RunLoop {
             }
         };
         let mut attempts = 0;
+        // The last attempt's refusal, judged against the state read again.
+        let mut refused: Option<AppendError> = None;
         loop {
             let state = match self.recorder.snapshot().await {
                 Ok(Some(state)) => state,
                 Ok(None) => return Err(RunnerError::UnknownRun { run }),
                 Err(error) => return Err(error.into()),
             };
+            if let Some(refusal) = refused.take() {
+                // A refusal does not prove that nothing landed: an attempt whose answer was
+                // lost (a commit leader that died between its commit and its answer) is
+                // refused when tried again, by the head or the step it moved itself. The step
+                // running with the very process just forked is that attempt's record.
+                if is_start_recorded(&state, index, process.as_ref()) {
+                    log(&format!(
+                        "step {index}: its start is recorded (an earlier attempt landed                          unanswered; this one was answered: {refusal})"
+                    ));
+                    break;
+                }
+                match refusal {
+                    AppendError::HeadMismatch { .. } if attempts < MAX_HEAD_RETRIES => {
+                        attempts += 1;
+                    }
+                    refusal => return Err(refusal.into()),
+                }
+            }
             if state.is_terminal() {
                 return Ok(Start::Lost(state.status));
             }
@@ -703,9 +723,11 @@ impl RunLoop {
                 .await;
             match appended {
                 Ok(_) => break,
-                Err(AppendError::HeadMismatch { .. }) if attempts < MAX_HEAD_RETRIES => {
-                    attempts += 1;
-                }
+                Err(
+                    refusal @ (AppendError::HeadMismatch { .. }
+                    | AppendError::Transition { .. }
+                    | AppendError::WriterSeqReused { .. }),
+                ) => refused = Some(refusal),
                 Err(error) => return Err(error.into()),
             }
         }
@@ -1105,6 +1127,26 @@ async fn flush_projections(store: &Arc<Store>) {
     }
 }
 
+/// Whether `state` shows step `index` running with `process`, the identity this runner tried
+/// to record in its `StepRunning`: then that append landed, whatever it was answered. The pid,
+/// start time and boot name one process; the PID namespace is left out, being the runner's own
+/// (the pid was read in it). Without an identity nothing tells this runner's record apart.
+fn is_start_recorded(
+    state: &RunState,
+    index: usize,
+    process: Option<&event::ProcessIdentity>,
+) -> bool {
+    let (Some(process), Some(step)) = (process, state.steps.get(index)) else {
+        return false;
+    };
+    step.status == StepStatus::Running
+        && step.process.as_ref().is_some_and(|recorded| {
+            recorded.pid == process.pid
+                && recorded.start_time == process.start_time
+                && recorded.boot_id == process.boot_id
+        })
+}
+
 /// A line in the runner's own log (`runs/<id>/runner.log`), written at best ([`output`]).
 fn log(message: &str) {
     output::runner_log_line(&format!(
@@ -1112,4 +1154,140 @@ fn log(message: &str) {
         event::now_ms(),
         std::process::id()
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::event::{FORMAT_VERSION, ProcessIdentity, Record, StepAction, StepSpec, WriterId};
+
+    fn identity(pid: u32) -> ProcessIdentity {
+        ProcessIdentity {
+            pid,
+            start_time: 77,
+            boot_id: "boot".to_string(),
+            pid_namespace: Some(4_026_531_836),
+        }
+    }
+
+    /// A running chain of two steps after `events`.
+    fn state_after(events: Vec<Event>) -> RunState {
+        let spec = RunSpec {
+            name: None,
+            mode: Mode::Chain,
+            concurrency: 1,
+            timeout_ms: None,
+            cwd: None,
+            steps: (0..2)
+                .map(|index| StepSpec {
+                    name: format!("step-{index}"),
+                    action: StepAction::Command {
+                        argv: vec!["true".to_string()],
+                    },
+                })
+                .collect(),
+        };
+        let mut all = vec![
+            Event::RunCreated {
+                spec: Arc::new(spec),
+                created_at_ms: 1_700_000_000_000,
+                session_id: None,
+                completion_owner_id: None,
+                tool_call_id: None,
+            },
+            Event::RunnerStarted {
+                runner: identity(1),
+                instance_id: "instance".to_string(),
+            },
+        ];
+        all.extend(events);
+        let mut state: Option<RunState> = None;
+        for (index, event) in all.into_iter().enumerate() {
+            let seq = index as u64 + 1;
+            let record = Record {
+                format_version: FORMAT_VERSION,
+                run_id: RunId::from_bytes([3; 16]),
+                seq,
+                time_ms: 1_700_000_000_000 + seq,
+                writer: WriterId(9),
+                writer_seq: seq,
+                event,
+            };
+            state = Some(crate::state::apply(state.as_ref(), &record).expect("a legal event"));
+        }
+        state.expect("a run")
+    }
+
+    fn step_running(step: u32, process: Option<ProcessIdentity>) -> Event {
+        Event::StepRunning { step, process }
+    }
+
+    /// A refused `StepRunning` whose record is there, with the process just forked, landed
+    /// (its answer was lost); anything else leaves the refusal standing.
+    #[test]
+    fn a_start_counts_as_recorded_only_with_the_very_process_running() {
+        let ours = identity(4242);
+        let recorded = state_after(vec![step_running(0, Some(ours.clone()))]);
+        assert!(is_start_recorded(&recorded, 0, Some(&ours)));
+        let without_namespace = ProcessIdentity {
+            pid_namespace: None,
+            ..ours.clone()
+        };
+        assert!(
+            is_start_recorded(&recorded, 0, Some(&without_namespace)),
+            "the namespace is the runner's own: pid, start time and boot decide"
+        );
+        for other in [
+            ProcessIdentity {
+                pid: 4243,
+                ..ours.clone()
+            },
+            ProcessIdentity {
+                start_time: 78,
+                ..ours.clone()
+            },
+            ProcessIdentity {
+                boot_id: "another boot".to_string(),
+                ..ours.clone()
+            },
+        ] {
+            assert!(
+                !is_start_recorded(&recorded, 0, Some(&other)),
+                "another process: {other:?}"
+            );
+        }
+        assert!(
+            !is_start_recorded(&recorded, 0, None),
+            "without an identity nothing tells the record apart"
+        );
+        assert!(
+            !is_start_recorded(&recorded, 1, Some(&ours)),
+            "another step"
+        );
+        assert!(
+            !is_start_recorded(&recorded, 7, Some(&ours)),
+            "no such step"
+        );
+        let without_process = state_after(vec![step_running(0, None)]);
+        assert!(!is_start_recorded(&without_process, 0, Some(&ours)));
+        let pending = state_after(Vec::new());
+        assert!(!is_start_recorded(&pending, 0, Some(&ours)));
+        let finished = state_after(vec![
+            step_running(0, Some(ours.clone())),
+            Event::StepFinished {
+                step: 0,
+                outcome: StepOutcome {
+                    end: StepEnd::Complete,
+                    exit_code: Some(0),
+                    error: None,
+                },
+            },
+        ]);
+        assert!(
+            !is_start_recorded(&finished, 0, Some(&ours)),
+            "a step no longer running is not one to start"
+        );
+    }
 }

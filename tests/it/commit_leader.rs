@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::support::lifecycle::{chain_lifecycle, chain_spec};
+use crate::support::lifecycle::{self, chain_lifecycle, chain_spec};
 use runjournal::event::{Event, StepAction};
 use runjournal::journal::{
     Appended, CommitSharing, Journal, JournalReader, Source, View, WriterOptions,
@@ -70,10 +70,13 @@ impl Job {
     }
 }
 
-/// Child: appends `runs` lifecycles. After each acknowledged batch it writes
-/// `ack <run> <writer> <first_seq> <last_seq>`; at the end `stats <through_leader>
+/// Child: appends `runs` lifecycles, each batch on the condition that the run's head is the
+/// last one acknowledged (as a runner appends its `StepRunning`). After each acknowledged batch
+/// it writes `ack <run> <writer> <first_seq> <last_seq>`; at the end `stats <through_leader>
 /// <for_others>`. A line is written only after `append` returned, so a line means
-/// "acknowledged"; an error panics, and the child exits unsuccessfully.
+/// "acknowledged"; an error panics, and the child exits unsuccessfully: a batch that landed
+/// through a leader killed before it answered must be answered as committed when sent again,
+/// never refused because its head moved (by itself).
 fn child_main(job: &Job) {
     let home = Home::at(job.journal.parent().expect("the journal is in a directory"));
     // Runner-like: a runner has no terminal and may lead; so may these, whatever runs the
@@ -112,10 +115,12 @@ fn child_main(job: &Job) {
             )
             .expect("child creates a run");
         ack(created.run, &created);
+        let mut head = created.last_seq;
         for events in chain_lifecycle(2, std::process::id()) {
             let appended = journal
-                .append(created.run, events, Condition::expect_not_terminal())
+                .append(created.run, events, Condition::expect_head(head))
                 .expect("child appends");
+            head = appended.last_seq;
             ack(created.run, &appended);
         }
     }
@@ -320,10 +325,21 @@ fn check(seed: u64, journal: &Path, ack_files: &[PathBuf]) {
     );
 }
 
-/// Each run's seqs are gap-free from 1 and its snapshot equals the replay of its records.
+/// Each run's seqs are gap-free from 1, its snapshot equals the replay of its records, and
+/// every process identity it records kept its PID namespace.
 fn check_runs(seed: u64, view: &View) {
     for run in view.all_runs().expect("runs") {
         let records = view.records(run).expect("records decode");
+        for record in &records {
+            if let Some(process) = record.event.process_identity() {
+                assert_eq!(
+                    process.pid_namespace,
+                    Some(lifecycle::PID_NAMESPACE),
+                    "seed {seed}: run {run} seq {}: the identity is recorded as sent",
+                    record.seq
+                );
+            }
+        }
         let seqs: Vec<u64> = records.iter().map(|record| record.seq).collect();
         assert_eq!(
             seqs,

@@ -584,9 +584,12 @@ impl Iteration {
             }
             // Now and then a reconciler that is left to finish, racing the runners.
             if self.rng.random_bool(0.1) {
+                // Its few lines of output fit a pipe's buffer; shown if it fails.
                 let reconciler = self
                     .runjournal()
                     .arg("reconcile")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
                     .spawn()
                     .expect("spawn a reconciler");
                 self.reconcilers.push(reconciler);
@@ -656,13 +659,16 @@ impl Iteration {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        for mut reconciler in std::mem::take(&mut self.reconcilers) {
-            let status = reconciler.wait().expect("reap a reconciler");
+        for reconciler in std::mem::take(&mut self.reconcilers) {
+            let pid = reconciler.id();
+            let output = reconciler.wait_with_output().expect("reap a reconciler");
             assert!(
-                status.success(),
-                "seed {}: reconciler {} racing the runners exits 0: {status}",
+                output.status.success(),
+                "seed {}: reconciler {pid} racing the runners exits 0: {}: {}{}",
                 self.seed,
-                reconciler.id()
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
             );
         }
         if self.rng.random_bool(0.5) {

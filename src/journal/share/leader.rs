@@ -384,7 +384,8 @@ impl Server {
 }
 
 /// Reads a group header and all its batches; `None` when the client went away, or sent
-/// anything but a well-formed group.
+/// anything but a well-formed group (a batch whose PID namespaces do not fit its events
+/// included).
 fn read_group(reader: &mut impl Read, writer: WriterId) -> Option<Vec<Batch>> {
     let Ok(Some(ToLeader::Group { batches: count })) = wire::read::<ToLeader>(reader) else {
         return None;
@@ -397,7 +398,7 @@ fn read_group(reader: &mut impl Read, writer: WriterId) -> Option<Vec<Batch>> {
         let Ok(Some(ToLeader::Batch(batch))) = wire::read::<ToLeader>(reader) else {
             return None;
         };
-        batches.push(batch.into_batch(writer));
+        batches.push(batch.into_batch(writer).ok()?);
     }
     Some(batches)
 }

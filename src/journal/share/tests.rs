@@ -434,3 +434,119 @@ fn by_default_a_process_without_a_terminal_leads_and_one_with_a_terminal_does_no
     assert_eq!(through_leader(&second), expected);
     assert_eq!(for_others(&first), expected);
 }
+
+/// A step's process as a runner records it on Linux: with the PID namespace its pid was read in.
+fn step_running_in_a_namespace() -> Event {
+    Event::StepRunning {
+        step: 0,
+        process: Some(ProcessIdentity {
+            pid: 4343,
+            start_time: 2,
+            boot_id: "boot".to_string(),
+            pid_namespace: Some(4_026_531_836),
+        }),
+    }
+}
+
+/// What a client hands a leader is what the leader commits: a process identity keeps its PID
+/// namespace on the way (the wire once dropped it, as a record's postcard fields do not hold
+/// it), so the record equals the client's event.
+#[test]
+fn a_batch_committed_through_the_leader_is_recorded_as_the_client_made_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (leader, client) = leader_and_client(&dir);
+    let run = create(&client).run;
+    client
+        .append(run, vec![runner_started()], Condition::expect_head(1))
+        .expect("started");
+    let appended = client
+        .append(
+            run,
+            vec![step_running_in_a_namespace()],
+            Condition::expect_head(2),
+        )
+        .expect("the step is running");
+    assert_eq!(through_leader(&client), 3, "every batch went to the leader");
+    let records = leader.view().expect("view").records(run).expect("records");
+    assert_eq!(records[2].event, step_running_in_a_namespace());
+    assert_eq!(
+        appended.state.steps[0].process,
+        step_running_in_a_namespace().process_identity().cloned(),
+        "the state answered holds the identity as recorded"
+    );
+}
+
+/// A leader takes a client's conditional batch, commits it and dies before answering (a
+/// SIGKILL between the commit and the answer). The client, finding the lock free, commits the
+/// batch itself under the same writer seq: the batch landed, so it is answered as committed
+/// (a duplicate), never refused because its condition no longer holds — and it is in the
+/// journal once. (A runner once got a head mismatch here for its `StepRunning`, and, appending
+/// it again, a lifecycle refusal.)
+#[test]
+fn a_batch_a_dying_leader_committed_without_answering_is_answered_as_committed() {
+    use super::wire::{self, ToClient, ToLeader};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    // The dying leader commits through a handle of its own, which never shares.
+    let committer = Journal::open_with(
+        super::Source::Path(path.clone()),
+        WriterOptions {
+            commit_sharing: CommitSharing::Alone,
+            ..WriterOptions::default()
+        },
+    )
+    .expect("opens");
+    let run = create(&committer).run;
+    committer
+        .append(run, vec![runner_started()], Condition::expect_head(1))
+        .expect("started");
+    let lock = crate::durable_fs::FileLock::try_acquire(&crate::home::commit_lock_path(&path))
+        .expect("lock file")
+        .expect("nobody else leads");
+    let listener = std::os::unix::net::UnixListener::bind(crate::home::commit_socket_path(&path))
+        .expect("bind");
+    let dying = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+        let Ok(Some(ToLeader::Hello(hello))) = wire::read::<ToLeader>(&mut reader) else {
+            panic!("a hello first");
+        };
+        let welcome = wire::frame(&ToClient::Welcome { leader_pid: 1 }).expect("frame");
+        std::io::Write::write_all(&mut stream, &welcome).expect("welcome");
+        assert!(matches!(
+            wire::read::<ToLeader>(&mut reader),
+            Ok(Some(ToLeader::Group { batches: 1 }))
+        ));
+        let Ok(Some(ToLeader::Batch(batch))) = wire::read::<ToLeader>(&mut reader) else {
+            panic!("the group's batch");
+        };
+        let batch = batch.into_batch(hello.writer).expect("a well-formed batch");
+        let committed = committer
+            .commit_batches_for_tests(&[batch])
+            .expect("the commit lands");
+        assert!(committed[0].is_ok(), "{committed:?}");
+        // Dies: the lock and the connection go at once, nothing answered.
+        drop(lock);
+        drop((stream, reader, listener));
+        committer
+    });
+    let client = open(&path);
+    let appended = client
+        .append(
+            run,
+            vec![step_running_in_a_namespace()],
+            Condition::expect_head(2),
+        )
+        .expect("a batch that landed is answered as committed");
+    let committer = dying.join().expect("the dying leader");
+    assert!(appended.was_duplicate, "it was the dying leader's commit");
+    assert_eq!((appended.first_seq, appended.last_seq), (3, 3));
+    let records = committer
+        .view()
+        .expect("view")
+        .records(run)
+        .expect("records");
+    assert_eq!(records.len(), 3, "the batch is in the journal once");
+    assert_eq!(records[2].writer, client.writer());
+    assert_eq!(records[2].event, step_running_in_a_namespace());
+}

@@ -18,8 +18,10 @@ use crate::event::{self, Event, FORMAT_VERSION, MAX_SNAPSHOT_BYTES, RunId, UnixM
 use crate::journal::append::{Batch, Condition};
 use crate::journal::snapshot::SNAPSHOT_LAYOUT;
 
-/// The version of this protocol. Version 1 is the first.
-pub(crate) const PROTOCOL_VERSION: u16 = 1;
+/// The version of this protocol. Version 1 is the first; version 2 added
+/// [`WireBatch::pid_namespaces`] (version 1 lost a process identity's PID namespace on the
+/// way to the leader).
+pub(crate) const PROTOCOL_VERSION: u16 = 2;
 
 /// The largest frame either side sends or reads: room for the largest snapshot (an answer
 /// carries one) and then some. A batch whose frame would be larger is committed by its own
@@ -72,11 +74,18 @@ pub(crate) struct Hello {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct WireBatch {
     pub(crate) run: RunId,
+    /// The events as postcard writes them, which is without the PID namespace of a process
+    /// identity (records carry it after their event): see `pid_namespaces`.
     pub(crate) events: Vec<Event>,
     pub(crate) expect_head: Option<u64>,
     pub(crate) expect_not_terminal: bool,
     pub(crate) writer_seq: u64,
     pub(crate) time_ms: UnixMs,
+    /// One per event, in order: the PID namespace of the process identity it records (`None`
+    /// when it records none, or one without a namespace). Without it the leader would commit
+    /// other events than the client's, and a batch sent again could not be recognised as the
+    /// one the leader committed.
+    pub(crate) pid_namespaces: Vec<Option<u64>>,
 }
 
 impl WireBatch {
@@ -88,13 +97,47 @@ impl WireBatch {
             expect_not_terminal: batch.condition.expect_not_terminal,
             writer_seq: batch.writer_seq,
             time_ms: batch.time_ms,
+            pid_namespaces: batch
+                .events
+                .iter()
+                .map(|event| {
+                    event
+                        .process_identity()
+                        .and_then(|process| process.pid_namespace)
+                })
+                .collect(),
         }
     }
 
-    pub(crate) fn into_batch(self, writer: WriterId) -> Batch {
-        Batch {
+    /// The batch as its writer made it, committed under `writer`; `Malformed` when the PID
+    /// namespaces do not fit the events (not one per event, or one for an event that records
+    /// no process).
+    pub(crate) fn into_batch(self, writer: WriterId) -> Result<Batch, WireError> {
+        if self.pid_namespaces.len() != self.events.len() {
+            return Err(WireError::Malformed {
+                reason: format!(
+                    "{} PID namespaces for {} events",
+                    self.pid_namespaces.len(),
+                    self.events.len()
+                ),
+            });
+        }
+        let mut events = self.events;
+        for (event, namespace) in events.iter_mut().zip(self.pid_namespaces) {
+            let Some(namespace) = namespace else {
+                continue;
+            };
+            let name = event.name();
+            let process = event
+                .process_identity_mut()
+                .ok_or_else(|| WireError::Malformed {
+                    reason: format!("a PID namespace for {name}, which records no process"),
+                })?;
+            process.pid_namespace = Some(namespace);
+        }
+        Ok(Batch {
             run: self.run,
-            events: self.events,
+            events,
             condition: Condition {
                 expect_head: self.expect_head,
                 expect_not_terminal: self.expect_not_terminal,
@@ -102,7 +145,7 @@ impl WireBatch {
             writer,
             writer_seq: self.writer_seq,
             time_ms: self.time_ms,
-        }
+        })
     }
 }
 
@@ -244,6 +287,7 @@ fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::ProcessIdentity;
 
     fn hello() -> ToLeader {
         ToLeader::Hello(Hello {
@@ -303,7 +347,7 @@ mod tests {
 
     /// The bytes of a hello are pinned: a change to them is a new protocol version.
     #[test]
-    fn the_hello_of_protocol_one_is_these_bytes() {
+    fn the_hello_of_protocol_two_is_these_bytes() {
         let bytes = frame(&ToLeader::Hello(Hello {
             build: "b".to_string(),
             journal_id: [1; 16],
@@ -312,9 +356,87 @@ mod tests {
         }))
         .expect("frames");
         let body = &bytes[4..bytes.len() - 4];
-        let mut expected = vec![1, 0, 1, b'b'];
+        let mut expected = vec![2, 0, 1, b'b'];
         expected.extend([1; 16]);
         expected.extend([2, 3]);
         assert_eq!(body, expected.as_slice());
+    }
+
+    fn identity(pid_namespace: Option<u64>) -> ProcessIdentity {
+        ProcessIdentity {
+            pid: 4242,
+            start_time: 7,
+            boot_id: "boot".to_string(),
+            pid_namespace,
+        }
+    }
+
+    fn batch(events: Vec<Event>) -> Batch {
+        Batch {
+            run: RunId::generate(),
+            events,
+            condition: Condition {
+                expect_head: Some(3),
+                expect_not_terminal: true,
+            },
+            writer: WriterId(42),
+            writer_seq: 9,
+            time_ms: 1_700_000_000_000,
+        }
+    }
+
+    /// A leader commits exactly the batch its client made: every event, a process identity's
+    /// PID namespace included (postcard alone leaves it out, as records' fields do), comes out
+    /// of the frame as it went in.
+    #[test]
+    fn a_batch_reads_back_as_its_writer_made_it_pid_namespaces_included() {
+        let mut events: Vec<Event> = crate::event::tests::every_variant()
+            .into_iter()
+            .map(|(_, event)| event)
+            .collect();
+        events.extend([
+            Event::RunnerStarted {
+                runner: identity(Some(4_026_531_836)),
+                instance_id: "instance".to_string(),
+            },
+            Event::StepRunning {
+                step: 0,
+                process: Some(identity(Some(9))),
+            },
+            Event::StepRunning {
+                step: 1,
+                process: Some(identity(None)),
+            },
+        ]);
+        for event in events {
+            let made = batch(vec![event]);
+            let bytes = frame(&ToLeader::Batch(WireBatch::of(&made))).expect("frames");
+            let Some(ToLeader::Batch(read)) =
+                read::<ToLeader>(&mut bytes.as_slice()).expect("reads")
+            else {
+                panic!("a batch");
+            };
+            assert_eq!(read.into_batch(made.writer).expect("fits"), made);
+        }
+    }
+
+    #[test]
+    fn pid_namespaces_that_do_not_fit_the_events_are_refused() {
+        let made = batch(vec![Event::StepRunning {
+            step: 0,
+            process: Some(identity(Some(9))),
+        }]);
+        let mut short = WireBatch::of(&made);
+        short.pid_namespaces.clear();
+        assert!(matches!(
+            short.into_batch(made.writer),
+            Err(WireError::Malformed { .. })
+        ));
+        let mut misplaced = WireBatch::of(&batch(vec![Event::Dismissed { at_ms: 5 }]));
+        misplaced.pid_namespaces = vec![Some(9)];
+        assert!(matches!(
+            misplaced.into_batch(made.writer),
+            Err(WireError::Malformed { reason }) if reason.contains("Dismissed")
+        ));
     }
 }

@@ -26,13 +26,18 @@ pub fn chain_spec(steps: u32) -> RunSpec {
     }
 }
 
+/// The PID namespace every [`identity`] is recorded in (Linux's initial one), as a runner
+/// records its processes: it must reach the journal as it was sent, through a commit leader
+/// too (`tests/it/commit_leader.rs` checks it).
+pub const PID_NAMESPACE: u64 = 4_026_531_836;
+
 /// A process identity of a boot no machine has: never alive, never signalled.
 pub fn identity(pid: u32) -> ProcessIdentity {
     ProcessIdentity {
         pid,
         start_time: 1,
         boot_id: "test-boot".to_string(),
-        pid_namespace: None,
+        pid_namespace: Some(PID_NAMESPACE),
     }
 }
 
