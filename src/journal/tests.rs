@@ -1904,3 +1904,64 @@ fn a_consistent_copy_holds_every_commit_and_leaves_the_source_as_it_was() {
         (1..=6).collect::<Vec<_>>()
     );
 }
+
+/// Survivors of mutation testing: a refused batch carries the state it was judged against only
+/// when its refusal is one `judge` words from that state and the batch alone, and only when
+/// the committer asked for it (a client's batch, whose process words the refusal itself).
+#[test]
+fn only_a_judged_refusal_asked_for_keeps_the_state_it_was_judged_against() {
+    use super::append::{Marks, commit_batches_judged, is_judged_refusal};
+    let (_dir, journal) = new_journal();
+    let run = create(&journal, None, None);
+    let writer = WriterId(0x0dd_ba7c);
+    commit_one(&journal, &batch(run, vec![runner_started("i")], writer, 5))
+        .expect("the batch commits");
+    let db = journal.database().expect("a handle");
+    // Judged from the state: a step that is not pending cannot finish. Not judged from the
+    // state: a writer seq reused below its mark.
+    let illegal = batch(run, vec![step_finished(0, StepEnd::Complete)], writer, 6);
+    let reused = batch(run, vec![step_running(0)], writer, 3);
+    let judged = commit_batches_judged(
+        &db,
+        &[illegal.clone(), reused.clone()],
+        Marks::Idempotent,
+        |_| true,
+    )
+    .expect("the storage does not fail");
+    assert!(matches!(
+        judged[0].result,
+        Err(AppendError::Transition { .. })
+    ));
+    let against = judged[0]
+        .refused_against
+        .as_ref()
+        .expect("kept when asked for");
+    assert_eq!(
+        against.as_ref().map(|state| state.head_seq),
+        Some(2),
+        "the state the batch was judged against"
+    );
+    assert!(matches!(
+        judged[1].result,
+        Err(AppendError::WriterSeqReused { .. })
+    ));
+    assert!(judged[1].refused_against.is_none(), "not a judged refusal");
+
+    let judged = commit_batches_judged(&db, &[illegal], Marks::Idempotent, |_| false)
+        .expect("the storage does not fail");
+    assert!(judged[0].result.is_err());
+    assert!(judged[0].refused_against.is_none(), "not asked for");
+
+    let head_mismatch = AppendError::HeadMismatch {
+        run,
+        expected: 1,
+        found: 2,
+    };
+    assert!(is_judged_refusal(&head_mismatch));
+    assert!(is_judged_refusal(&AppendError::EmptyBatch));
+    assert!(!is_judged_refusal(&AppendError::WriterSeqReused {
+        writer,
+        writer_seq: 3,
+        run
+    }));
+}
