@@ -1799,3 +1799,81 @@ fn only_pending_and_running_steps_are_not_done() {
         ]
     );
 }
+
+/// Survivors of mutation testing: the reducer's own states pass `check_shape` at every
+/// status, and each of its rules, broken alone on such a state, is refused with its reason.
+#[test]
+fn check_shape_passes_the_reducers_states_and_refuses_each_broken_rule() {
+    let queued = Story::new(chain_spec(2)).state;
+    let running = Story::running(chain_spec(2)).then(step_running(0)).state;
+    let complete = Story::running(chain_spec(1))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(terminal(TerminalState::Complete, None))
+        .state;
+    let failed = Story::running(chain_spec(2))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Failed))
+        .then(terminal(TerminalState::Failed, Some("step 0 failed")))
+        .state;
+    for state in [&queued, &running, &complete, &failed] {
+        assert_eq!(state.check_shape(), Ok(()), "{}", state.status);
+    }
+
+    let broken = |state: &RunState, change: &dyn Fn(&mut RunState)| {
+        let mut state = state.clone();
+        change(&mut state);
+        state.check_shape().expect_err("a broken rule").to_string()
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            broken(&queued, &|state| state.spec = Arc::new(parallel_spec(0, 2))),
+            "its spec is not one a run may have",
+        ),
+        (
+            broken(&queued, &|state| {
+                state.steps.pop();
+            }),
+            "it has 1 step states for 2 steps",
+        ),
+        (
+            broken(&queued, &|state| state.head_seq = 0),
+            "it has no head",
+        ),
+        (
+            broken(&complete, &|state| state.terminal = None),
+            "it is terminal without an end",
+        ),
+        (
+            broken(&running, &|state| state.terminal = failed.terminal.clone()),
+            "it has an end but is not terminal",
+        ),
+        (
+            broken(&failed, &|state| state.status = RunStatus::Complete),
+            "its end disagrees with its state",
+        ),
+        (
+            broken(&running, &|state| state.runner = None),
+            "it is running without a runner",
+        ),
+        (
+            broken(&queued, &|state| state.runner = running.runner.clone()),
+            "it is queued with a runner",
+        ),
+        (
+            broken(&queued, &|state| {
+                state.steps[0].status = StepStatus::Running
+            }),
+            "a step is running in a run that is not",
+        ),
+        (
+            broken(&complete, &|state| {
+                state.steps[0].status = StepStatus::Failed
+            }),
+            "it is complete with a step that is not",
+        ),
+    ];
+    for (error, reason) in cases {
+        assert!(error.starts_with(reason), "{error:?} should say {reason:?}");
+    }
+}
