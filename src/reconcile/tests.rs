@@ -888,3 +888,40 @@ fn a_repair_that_failed_is_tried_again_by_the_next_pass() {
     assert!(only_outcome(&report, run).reprojected, "{report:?}");
     assert!(store.home().status_path(run).exists());
 }
+
+/// Survivors of mutation testing: a runner recorded in another PID namespace is named in a
+/// note saying why its run is left and where to reconcile it; a runner of this namespace gets
+/// no such note.
+#[test]
+fn a_runner_of_another_pid_namespace_is_left_with_a_note_saying_why() {
+    let (_dir, store) = store();
+    let mut stranger = liveness::current().expect("me");
+    let Some(here) = stranger.pid_namespace else {
+        eprintln!("skipped: this platform records no PID namespace");
+        return;
+    };
+    stranger.pid_namespace = Some(here.wrapping_add(1));
+    let elsewhere = started_run(&store, stranger.clone());
+    let local = started_run(&store, liveness::current().expect("me"));
+    let report = reconcile(&store, &Options::default()).expect("reconcile");
+
+    let outcome = only_outcome(&report, elsewhere);
+    assert!(outcome.appended.is_empty(), "left alone: {outcome:?}");
+    let note = outcome.note.as_deref().expect("a note");
+    for fragment in [
+        format!(
+            "runner {} was recorded in PID namespace {}",
+            stranger.pid,
+            here.wrapping_add(1)
+        ),
+        format!("this process is in PID namespace {here}"),
+        "runjournal reconcile".to_string(),
+    ] {
+        assert!(note.contains(&fragment), "{note:?} should say {fragment:?}");
+    }
+    assert_eq!(
+        only_outcome(&report, local).note,
+        None,
+        "a runner of this namespace"
+    );
+}
