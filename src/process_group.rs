@@ -186,7 +186,17 @@ pub fn signal_process(identity: &ProcessIdentity, signal: Signal) -> io::Result<
     if liveness::check(identity)? != Liveness::Alive {
         return Ok(false);
     }
-    match platform::open_process(identity.pid) {
+    signal_opened(identity, signal, platform::open_process(identity.pid))
+}
+
+/// [`signal_process`] once the recorded process was opened (`opened`: a pidfd, none, or why
+/// not): through the handle, or, where the platform has none, by `kill` right after a check.
+fn signal_opened(
+    identity: &ProcessIdentity,
+    signal: Signal,
+    opened: io::Result<Option<platform::ProcessHandle>>,
+) -> io::Result<bool> {
+    match opened {
         Ok(None) => Ok(false),
         Ok(Some(handle)) => {
             // The handle names the process that held the pid when it was opened; if the
@@ -346,6 +356,59 @@ mod tests {
             .expect("read /proc")
             .expect("child alive");
         (child, identity)
+    }
+
+    /// Found by mutation testing: the path without a pidfd (macOS, old kernels, sandboxes
+    /// refusing the call) never ran here. It kills the recorded process when the platform
+    /// cannot open it, only after checking it is still alive; any other failure to open it is
+    /// an error and signals nothing.
+    #[test]
+    fn without_a_pidfd_a_live_process_is_signalled_by_kill_and_other_failures_signal_nothing() {
+        use std::os::unix::process::ExitStatusExt;
+        let unsupported = || Err(io::Error::from(io::ErrorKind::Unsupported));
+        let (mut child, identity) = spawn_group("exec sleep 60");
+        let refused = signal_opened(
+            &identity,
+            Signal::SIGKILL,
+            Err(io::Error::from(io::ErrorKind::PermissionDenied)),
+        );
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "not signalled"
+        );
+        assert!(
+            signal_opened(&identity, Signal::SIGKILL, unsupported()).expect("signal"),
+            "sent by kill"
+        );
+        let status = child.wait().expect("wait");
+        assert_eq!(status.signal(), Some(9), "{status}");
+        assert!(
+            !signal_opened(&identity, Signal::SIGKILL, unsupported()).expect("signal"),
+            "a reaped process is not signalled"
+        );
+    }
+
+    /// Found by mutation testing: a leader recorded in another boot, or in this boot but
+    /// another PID namespace, is not ours, even when no group has its id here.
+    #[test]
+    fn a_leader_of_another_boot_or_namespace_is_never_ours() {
+        let mut other_boot = liveness::current().expect("me");
+        other_boot.pid = i32::MAX.unsigned_abs();
+        other_boot.boot_id = "an-earlier-boot".to_string();
+        let mut other_namespace = liveness::current().expect("me");
+        other_namespace.pid = i32::MAX.unsigned_abs();
+        other_namespace.pid_namespace = Some(other_namespace.pid_namespace.unwrap_or(0) ^ 1);
+        let mut here = liveness::current().expect("me");
+        here.pid = i32::MAX.unsigned_abs();
+        for (leader, expected) in [
+            (&other_boot, GroupEnd::NotOurs),
+            (&other_namespace, GroupEnd::NotOurs),
+            (&here, GroupEnd::AlreadyEmpty),
+        ] {
+            let ended = end(leader, None, Duration::ZERO, Reaping::Nothing).expect("end");
+            assert_eq!(ended, expected, "{leader:?}");
+        }
     }
 
     /// Found by mutation testing: nothing checked the ids that would signal more than one
