@@ -689,7 +689,7 @@ impl RunLoop {
                 // running with the very process just forked is that attempt's record.
                 if is_start_recorded(&state, index, process.as_ref()) {
                     log(&format!(
-                        "step {index}: its start is recorded (an earlier attempt landed                          unanswered; this one was answered: {refusal})"
+                        "step {index}: its start is recorded (an earlier attempt landed unanswered; this one was answered: {refusal})"
                     ));
                     break;
                 }
