@@ -232,6 +232,9 @@ pub enum BlockCause {
     Capacity,
     /// Storage errors (`errno`, 0 when unknown): it retries for its retry window.
     Io { errno: i32 },
+    /// Another process has held the journal's write lock for a while (one stopped inside a
+    /// write transaction, say): it waits until the lock is let go.
+    WriteLock,
 }
 
 impl BlockCause {
@@ -245,6 +248,9 @@ impl BlockCause {
                 "storage errors ({})",
                 nix::errno::Errno::from_raw(errno).desc()
             ),
+            BlockCause::WriteLock => {
+                "the journal's write lock, held by another process".to_string()
+            }
         }
     }
 
@@ -253,6 +259,7 @@ impl BlockCause {
         match self {
             BlockCause::Capacity => "capacity",
             BlockCause::Io { .. } => "io",
+            BlockCause::WriteLock => "lock",
         }
     }
 }
@@ -309,6 +316,9 @@ fn is_boot_id_nameable(boot_id: &str) -> bool {
 /// The prefix of a marker of a writer blocked on storage errors.
 const IO_MARKER_PREFIX: &str = "io-";
 
+/// The prefix of a marker of a writer waiting for another process's write lock.
+const LOCK_MARKER_PREFIX: &str = "lock-";
+
 /// The marker's file name, `<pid>-<start time>-<since ms>-<boot id>` (capacity) or
 /// `io-<errno>-<pid>-<start time>-<since ms>-<boot id>` (storage errors), then
 /// `_<PID namespace>` where the writer's pid has one: the numbers first, because the boot id
@@ -332,6 +342,7 @@ fn marker_name(blocked: &Blocked) -> io::Result<String> {
         BlockCause::Capacity => String::new(),
         // The errno is never negative; one that is would not parse back, so it is not written.
         BlockCause::Io { errno } => format!("{IO_MARKER_PREFIX}{}-", errno.max(0)),
+        BlockCause::WriteLock => LOCK_MARKER_PREFIX.to_string(),
     };
     Ok(format!(
         "{prefix}{}-{}-{}-{}{namespace}",
@@ -358,15 +369,18 @@ fn parse_marker_name(name: &str) -> MarkerName {
         let is_digits = !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit());
         is_digits.then(|| text.parse().ok()).flatten()
     }
-    let (cause, name) = match name.strip_prefix(IO_MARKER_PREFIX) {
-        Some(rest) => match rest.split_once('-') {
+    let (cause, name) = if let Some(rest) = name.strip_prefix(LOCK_MARKER_PREFIX) {
+        (BlockCause::WriteLock, rest)
+    } else if let Some(rest) = name.strip_prefix(IO_MARKER_PREFIX) {
+        match rest.split_once('-') {
             Some((errno, rest)) => match number::<i32>(errno) {
                 Some(errno) => (BlockCause::Io { errno }, rest),
                 None => return MarkerName::Unknown,
             },
             None => return MarkerName::Unknown,
-        },
-        None => (BlockCause::Capacity, name),
+        }
+    } else {
+        (BlockCause::Capacity, name)
     };
     let parts: Vec<&str> = name.splitn(4, '-').collect();
     match parts.as_slice() {
@@ -668,6 +682,17 @@ mod tests {
             ..io.clone()
         };
         assert_ne!(marker_name(&capacity).expect("name"), name);
+        let lock = Blocked {
+            cause: BlockCause::WriteLock,
+            ..io.clone()
+        };
+        let lock_name = marker_name(&lock).expect("name");
+        assert_eq!(
+            lock_name,
+            "lock-4242-987654-1700000000000-ea802a0e-e617-4d83-bbb1-efd556ab6eb6"
+        );
+        assert_eq!(parse_marker_name(&lock_name), MarkerName::Current(lock));
+        assert_eq!(parse_marker_name("lock-"), MarkerName::Unknown);
         for odd in [
             "io-",
             "io-5",

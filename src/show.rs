@@ -995,6 +995,15 @@ pub fn capacity_notice(home: &Home, now_ms: UnixMs) -> Option<String> {
             flaky.len()
         ));
     }
+    let held = status.blocked_by(BlockCause::WriteLock);
+    if let Some(first) = held.iter().min_by_key(|blocked| blocked.since_ms) {
+        lines.push(format!(
+            "journal: blocked on {} for {} ({} writer(s) waiting; a process stopped inside a commit holds it; transitions land once it goes on or ends)",
+            first.cause.describe(),
+            age(now_ms, first.since_ms),
+            held.len()
+        ));
+    }
     if !lines.is_empty() {
         return Some(lines.join("\n"));
     }

@@ -22,6 +22,8 @@ use crate::capacity::{self, Reserve};
 use crate::durable_fs;
 use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
+use crate::journal::lock_wait::LockWait;
+use crate::journal::share::{DEFAULT_LEADER_TIMEOUT, leader_timeout_from_env};
 use crate::journal::{
     AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, OpenError, Source,
     WriterOptions,
@@ -44,6 +46,11 @@ pub struct StoreOptions {
     /// Whether commits are shared with the other processes that have the home open (the
     /// default), or made alone.
     pub commit_sharing: CommitSharing,
+    /// How long a word from the commit leader may take (see
+    /// [`WriterOptions::leader_timeout`]).
+    pub leader_timeout: Duration,
+    /// How long a commit waits for another process's write lock (see [`LockWait`]).
+    pub lock_wait: LockWait,
 }
 
 impl Default for StoreOptions {
@@ -54,20 +61,25 @@ impl Default for StoreOptions {
             listener: None,
             io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
             commit_sharing: CommitSharing::default(),
+            leader_timeout: DEFAULT_LEADER_TIMEOUT,
+            lock_wait: LockWait::WAIT_ON,
         }
     }
 }
 
 impl StoreOptions {
     /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES`, the retry window
-    /// from `RUNJOURNAL_IO_RETRY_WINDOW` and commit sharing from `RUNJOURNAL_COMMIT_SHARING`
-    /// (`on`, `lead` or `off`) if set.
+    /// from `RUNJOURNAL_IO_RETRY_WINDOW`, commit sharing from `RUNJOURNAL_COMMIT_SHARING`
+    /// (`on`, `lead` or `off`) and the leader timeout from `RUNJOURNAL_LEADER_TIMEOUT` if set.
+    /// The lock wait is a runner's (wait on); a command sets its own bound.
     pub fn from_env() -> Result<StoreOptions, String> {
         Ok(StoreOptions {
             reserve_bytes: capacity::reserve_bytes_from_env()?,
             listener: None,
             io_retry_window: capacity::io_retry_window_from_env()?,
             commit_sharing: CommitSharing::from_env()?,
+            leader_timeout: leader_timeout_from_env()?,
+            lock_wait: LockWait::WAIT_ON,
         })
     }
 }
@@ -105,6 +117,36 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store")
             .field("home", &self.inner.home)
             .finish()
+    }
+}
+
+/// Opens the journal; with a bound on the lock wait (a command's), gives up opening after it.
+/// Opening a journal for writing takes its write lock for a moment, and so waits while
+/// another process is stopped inside a write transaction.
+fn open_journal(path: PathBuf, writer: WriterOptions) -> Result<Journal, OpenError> {
+    let Some(bound) = writer.lock_wait.give_up_after else {
+        return Journal::open_with(Source::Path(path), writer);
+    };
+    let since_ms = crate::event::now_ms();
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    let opening = path.clone();
+    let spawned = std::thread::Builder::new()
+        .name("runjournal-open".to_string())
+        .spawn(move || {
+            // Nobody left to take it (the caller gave up): the handle is closed here.
+            let _ = sender.send(Journal::open_with(Source::Path(opening), writer));
+        });
+    if let Err(error) = spawned {
+        return Err(OpenError::from_io(&path, error));
+    }
+    match receiver.recv_timeout(bound) {
+        Ok(opened) => opened,
+        Err(_) => Err(OpenError::WriteLockHeld(
+            crate::journal::lock_wait::LockHeld {
+                since_ms,
+                holder: crate::platform::journal_write_lock_holder(&path),
+            },
+        )),
     }
 }
 
@@ -200,9 +242,11 @@ impl Store {
             listener: options.listener,
             commit_sharing: options.commit_sharing,
             io_retry_window: options.io_retry_window,
+            leader_timeout: options.leader_timeout,
+            lock_wait: options.lock_wait,
             ..WriterOptions::default()
         };
-        let journal = Journal::open_with(Source::Path(journal_path), writer)?;
+        let journal = open_journal(journal_path, writer)?;
         let inner = Arc::new(Inner {
             home,
             journal,

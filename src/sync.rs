@@ -16,6 +16,28 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Waits on `condvar` for at most `timeout`, recovering from poisoning as [`lock`] does. Under
+/// loom, which explores orders rather than times, it waits as [`wait`] does.
+#[cfg(not(runjournal_loom))]
+pub(crate) fn wait_timeout<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: std::time::Duration,
+) -> MutexGuard<'a, T> {
+    condvar
+        .wait_timeout(guard, timeout)
+        .map_or_else(|poisoned| poisoned.into_inner().0, |(guard, _)| guard)
+}
+
+#[cfg(runjournal_loom)]
+pub(crate) fn wait_timeout<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    _timeout: std::time::Duration,
+) -> MutexGuard<'a, T> {
+    wait(condvar, guard)
+}
+
 /// Waits on `condvar`, recovering from poisoning as [`lock`] does.
 pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     condvar

@@ -191,9 +191,19 @@ pub(crate) fn commit_batches_judged(
     marks: Marks,
     keeps_refusal: impl Fn(&Batch) -> bool,
 ) -> Result<Vec<Judged>, StorageFailure> {
-    let mut txn = db
+    let txn = db
         .begin_write()
         .map_err(|e| StorageFailure::new("beginning a write", e))?;
+    commit_batches_judged_in(txn, batches, marks, keeps_refusal)
+}
+
+/// [`commit_batches_judged`] in a write transaction the caller began.
+pub(crate) fn commit_batches_judged_in(
+    mut txn: WriteTransaction,
+    batches: &[Batch],
+    marks: Marks,
+    keeps_refusal: impl Fn(&Batch) -> bool,
+) -> Result<Vec<Judged>, StorageFailure> {
     txn.set_durability(redb::Durability::Immediate)
         .map_err(|e| StorageFailure::new("setting durability", redb::Error::from(e)))?;
     let mut results = Vec::with_capacity(batches.len());
@@ -244,7 +254,8 @@ pub(crate) fn is_judged_refusal(error: &AppendError) -> bool {
 
 /// A prepared batch: records encoded, the new state folded and its snapshot encoded, nothing
 /// written yet. Everything that can refuse a batch happens before [`write`] starts, so a refused
-/// batch leaves no trace in a transaction that goes on to commit its batch-mates.
+/// batch leaves no trace in a transaction that goes on to commit its batch-mates, but its
+/// writer's mark (see [`apply_batch`]).
 pub(crate) struct Prepared {
     records: Vec<(u64, Vec<u8>)>,
     /// The run existed before the batch.
@@ -330,7 +341,18 @@ fn apply_batch(
     if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
-    let prepared = prepare(tables, batch)?;
+    let prepared = match prepare(tables, batch) {
+        Ok(prepared) => prepared,
+        Err(refusal) => {
+            // A judged seq is spent, refused or not: should a copy of this batch reach another
+            // committer later (a commit leader that was stopped while it held the batch, say),
+            // it is found at or below the mark and never judged again against a later state.
+            if marks == Marks::Idempotent && is_judged_refusal(&refusal) {
+                group.advance_mark(batch.writer, batch.writer_seq);
+            }
+            return Err(refusal);
+        }
+    };
     write(tables, group, batch, prepared)
 }
 

@@ -59,6 +59,10 @@ impl StorageFailure {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    /// Another process held the journal's write lock (which opening takes for a moment) for
+    /// longer than this handle waits (a command's bound).
+    #[error("cannot open the journal: {0}")]
+    WriteLockHeld(super::lock_wait::LockHeld),
     #[error("cannot open journal {path}: {source}")]
     Io {
         path: PathBuf,
@@ -211,6 +215,10 @@ pub enum AppendError {
     },
     #[error(transparent)]
     Storage(#[from] StorageFailure),
+    /// Another process held the journal's write lock for longer than this handle waits (a
+    /// command's bound): nothing was written.
+    #[error("{0}; nothing was written")]
+    WriteLockHeld(super::lock_wait::LockHeld),
 }
 
 impl From<ReadError> for AppendError {

@@ -26,6 +26,7 @@ pub mod examine;
 mod handle;
 #[doc(hidden)]
 pub mod instrumented;
+pub mod lock_wait;
 mod open;
 mod queue;
 mod read;

@@ -39,6 +39,16 @@ impl<R> Reply<R> {
 }
 
 impl<R> Ticket<R> {
+    /// Waits at most about `timeout` for the answer; `None` if it has not come (wait again).
+    pub(crate) fn wait_timeout(&self, timeout: std::time::Duration) -> Option<R> {
+        let mut answer = sync::lock(&self.slot.answer);
+        if let Some(result) = answer.take() {
+            return Some(result);
+        }
+        answer = sync::wait_timeout(&self.slot.answered, answer, timeout);
+        answer.take()
+    }
+
     /// Waits for the answer.
     pub(crate) fn wait(self) -> R {
         let mut answer = sync::lock(&self.slot.answer);

@@ -24,6 +24,7 @@ use redb::{Database, StorageBackend};
 
 use super::append::{self, Appended, Batch, Condition};
 use super::error::{AppendError, OpenError, StorageFailure};
+use super::lock_wait::{self, BeginError, LockWait};
 use super::open::reopen_source;
 use super::queue::{Queue, Reply};
 use super::share::{CommitSharing, Sharing};
@@ -99,6 +100,11 @@ pub struct WriterOptions {
     /// Whether this handle's commits are shared with the other processes that have the same
     /// journal open (through a commit leader: see `share`), or made alone.
     pub commit_sharing: CommitSharing,
+    /// How long this handle, as a client, waits for a word from the commit leader before it
+    /// takes it for stopped and commits alone.
+    pub leader_timeout: Duration,
+    /// How long a commit waits for the journal's write lock held by another process.
+    pub lock_wait: LockWait,
 }
 
 impl Default for WriterOptions {
@@ -111,6 +117,8 @@ impl Default for WriterOptions {
             listener: None,
             io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
             commit_sharing: CommitSharing::default(),
+            leader_timeout: super::share::DEFAULT_LEADER_TIMEOUT,
+            lock_wait: LockWait::default(),
         }
     }
 }
@@ -428,9 +436,28 @@ fn commit_group(
     let is_remote = |batch: &Batch| batch.writer != shared.writer;
     loop {
         let outcome = current_or_reopened(shared).and_then(|db| {
-            append::commit_batches_judged(&db, batches, append::Marks::Idempotent, is_remote)
+            let txn = begin_write(shared, capacity, &db)?;
+            append::commit_batches_judged_in(txn, batches, append::Marks::Idempotent, is_remote)
                 .map_err(Failed::from)
         });
+        let outcome = match outcome {
+            Err(Failed {
+                held: Some(held), ..
+            }) => {
+                // Given up on another process's write transaction: nothing was begun, so
+                // nothing of the group was judged or written.
+                let answers = batches
+                    .iter()
+                    .map(|_| Answer {
+                        result: Err(AppendError::WriteLockHeld((*held).clone())),
+                        refused_against: None,
+                        was_retried: attempt > 0,
+                    })
+                    .collect();
+                return (answers, false);
+            }
+            other => other,
+        };
         let failure = match outcome {
             Ok(judged) => {
                 shared.stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -512,16 +539,80 @@ fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The environment variable of a test hook of debug builds: while a file exists at the path it
+/// names, the next write transaction that begins removes it and stops this whole process
+/// (SIGSTOP) inside the transaction, holding the journal's write lock, as a process stopped by
+/// a debugger or a frozen cgroup would.
+pub const STOP_IN_COMMIT_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_COMMIT";
+
+#[cfg(debug_assertions)]
+fn stop_here_if_asked() {
+    let Some(path) = std::env::var_os(STOP_IN_COMMIT_ENV) else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn stop_here_if_asked() {}
+
 /// A failed attempt: what failed, and how it is ridden out.
 struct Failed {
     failure: StorageFailure,
     class: FailureClass,
+    /// The wait for another process's write lock was given up (see [`LockWait`]).
+    held: Option<Box<lock_wait::LockHeld>>,
 }
 
 impl From<StorageFailure> for Failed {
     fn from(failure: StorageFailure) -> Failed {
         let class = failure.class();
-        Failed { failure, class }
+        Failed {
+            failure,
+            class,
+            held: None,
+        }
+    }
+}
+
+/// Begins the group's write transaction, waiting for another process's write lock as the
+/// handle's [`LockWait`] says: a wait past its notice marks the writer blocked (for `status`
+/// and `list` to show, and the listener to log) until a commit lands again.
+fn begin_write(
+    shared: &Shared,
+    capacity: &mut CapacityState,
+    db: &Arc<Database>,
+) -> Result<redb::WriteTransaction, Failed> {
+    let path = match &shared.source {
+        Source::Path(path) => Some(path.as_path()),
+        Source::Backend { .. } => None,
+    };
+    let mut on_notice = |held: &lock_wait::LockHeld| {
+        let failure = StorageFailure::new(
+            "waiting for the journal's write lock",
+            redb::Error::Io(io::Error::other(held.to_string())),
+        );
+        on_blocked(shared, capacity, BlockCause::WriteLock, &failure);
+    };
+    match lock_wait::begin_write(db, path, &shared.options.lock_wait, &mut on_notice) {
+        Ok(txn) => {
+            stop_here_if_asked();
+            Ok(txn)
+        }
+        Err(BeginError::Redb(error)) => Err(Failed::from(StorageFailure::new(
+            "beginning a write",
+            redb::Error::from(error),
+        ))),
+        Err(BeginError::GaveUp(held)) => Err(Failed {
+            failure: StorageFailure::new(
+                "waiting for the journal's write lock",
+                redb::Error::Io(io::Error::other(held.to_string())),
+            ),
+            class: FailureClass::NotStorage,
+            held: Some(Box::new(held)),
+        }),
     }
 }
 
@@ -556,7 +647,11 @@ fn open_failure(error: OpenError) -> Failed {
             redb::Error::Io(io::Error::other(other.to_string())),
         ),
     };
-    Failed { failure, class }
+    Failed {
+        failure,
+        class,
+        held: None,
+    }
 }
 
 /// Marks the writer blocked (for other processes, and the listener) when it was not, or when

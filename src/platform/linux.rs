@@ -5,8 +5,7 @@
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 
 use nix::libc;
 
@@ -297,6 +296,114 @@ pub(super) fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
     Ok(credentials.uid)
 }
 
+fn peer_credentials(socket: &UnixStream) -> io::Result<libc::ucred> {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: as in `peer_uid`.
+    let result = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut length,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(credentials)
+}
+
+pub(super) fn peer_is_this_user(socket: &UnixStream) -> io::Result<bool> {
+    let credentials = peer_credentials(socket)?;
+    let uid = nix::unistd::geteuid().as_raw();
+    // A pid of 0: the peer is in a PID namespace this one cannot see into.
+    if credentials.uid != uid || uid == overflow_uid() || credentials.pid <= 0 {
+        return Ok(false);
+    }
+    let theirs = fs::read_link(format!("/proc/{}/ns/user", credentials.pid));
+    let ours = fs::read_link("/proc/self/ns/user");
+    Ok(matches!((theirs, ours), (Ok(theirs), Ok(ours)) if theirs == ours))
+}
+
+/// `/proc/sys/kernel/overflowuid`, else the kernel's default.
+fn overflow_uid() -> u32 {
+    fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(65534)
+}
+
+pub(super) fn may_share_commits() -> bool {
+    nix::unistd::geteuid().as_raw() != overflow_uid()
+}
+
+pub(super) fn unix_stream_socket() -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a plain socket(2) call; the descriptor it returns is owned from here on.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// redb's writer byte: the first of its lock range (`1 << 62`), as `/proc/<pid>/fdinfo/<fd>`
+/// prints it.
+const REDB_WRITER_BYTE: u64 = 1 << 62;
+
+/// Scans this user's processes' descriptors (`/proc/<pid>/fdinfo/<fd>`, whose `lock:` lines
+/// show the locks held through that descriptor, with the file's device and inode) for a write
+/// lock on the journal's writer byte. Open-file-description locks show no pid in
+/// `/proc/locks`, hence the scan.
+pub(super) fn journal_write_lock_holder(path: &std::path::Path) -> Option<(u32, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = fs::metadata(path).ok()?;
+    let dev = metadata.dev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let file = format!("{major:02x}:{minor:02x}:{} ", metadata.ino());
+    let writer_byte = format!(" {REDB_WRITER_BYTE} {REDB_WRITER_BYTE}");
+    let own = std::process::id();
+    for entry in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == own {
+            continue;
+        }
+        let Ok(descriptors) = fs::read_dir(entry.path().join("fdinfo")) else {
+            continue;
+        };
+        for descriptor in descriptors.flatten() {
+            let Ok(info) = fs::read_to_string(descriptor.path()) else {
+                continue;
+            };
+            let holds = info.lines().any(|line| {
+                line.starts_with("lock:")
+                    && line.contains(" WRITE ")
+                    && line.contains(&file)
+                    && line.trim_end().ends_with(&writer_byte)
+            });
+            if holds {
+                let name = command_name(pid).ok().flatten().unwrap_or_default();
+                return Some((pid, name));
+            }
+        }
+    }
+    None
+}
+
 pub(super) fn no_sigpipe(_socket: &UnixStream) -> io::Result<()> {
     // Every send passes MSG_NOSIGNAL instead.
     Ok(())
@@ -326,14 +433,6 @@ pub(super) fn send_all(socket: &UnixStream, mut bytes: &[u8]) -> io::Result<()> 
         }
     }
     Ok(())
-}
-
-pub(super) fn bind_abstract(name: &[u8]) -> io::Result<UnixListener> {
-    UnixListener::bind_addr(&SocketAddr::from_abstract_name(name)?)
-}
-
-pub(super) fn connect_abstract(name: &[u8]) -> io::Result<UnixStream> {
-    UnixStream::connect_addr(&SocketAddr::from_abstract_name(name)?)
 }
 
 /// `/proc/<pid>/comm`, without its newline; `None` when no process has that pid.

@@ -24,7 +24,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::mem::{MaybeUninit, size_of};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
@@ -401,16 +401,30 @@ pub(super) fn send_all(socket: &UnixStream, bytes: &[u8]) -> io::Result<()> {
     socket.write_all(bytes)
 }
 
-pub(super) fn bind_abstract(_name: &[u8]) -> io::Result<UnixListener> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "macOS has no abstract socket namespace",
-    ))
+pub(super) fn peer_is_this_user(socket: &UnixStream) -> io::Result<bool> {
+    Ok(peer_uid(socket)? == nix::unistd::geteuid().as_raw())
 }
 
-pub(super) fn connect_abstract(_name: &[u8]) -> io::Result<UnixStream> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "macOS has no abstract socket namespace",
-    ))
+pub(super) fn may_share_commits() -> bool {
+    true
+}
+
+pub(super) fn unix_stream_socket() -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a plain socket(2) call; the descriptor it returns is owned from here on.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: F_SETFD with FD_CLOEXEC on an open descriptor.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+pub(super) fn journal_write_lock_holder(_path: &std::path::Path) -> Option<(u32, String)> {
+    None
 }

@@ -26,7 +26,9 @@
 //! | a Unix socket peer's user | `SO_PEERCRED` | `getpeereid` |
 //! | sending on a socket whose peer left | `send(MSG_NOSIGNAL)` | `SO_NOSIGPIPE` on the socket |
 //! | longest socket path | 107 bytes | 103 bytes |
-//! | a socket without a path | the abstract namespace | none |
+//! | a socket peer of another user namespace | `/proc/<pid>/ns/user` differs: refused | none |
+//! | the overflow uid (shares no commits) | `/proc/sys/kernel/overflowuid` | none |
+//! | who holds the journal's write lock | a scan of `/proc/<pid>/fdinfo` | not known (`None`) |
 //!
 //! What a process nobody can see means is decided once, in [`crate::liveness`]: a pid that no
 //! process holds, or that a process holds whose start time this user may not read, is not
@@ -45,7 +47,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -280,17 +282,86 @@ pub fn send_all(socket: &UnixStream, bytes: &[u8]) -> io::Result<()> {
     os::send_all(socket, bytes)
 }
 
-/// Listens on `name` in the abstract socket namespace (Linux), where a name has no file: for
-/// a socket whose path would be too long to bind. Anyone on the host (in the same network
-/// namespace) can connect to it or take the name first: check the peer's user on both sides.
-/// `Unsupported` on macOS, which has no such namespace.
-pub fn bind_abstract(name: &[u8]) -> io::Result<UnixListener> {
-    os::bind_abstract(name)
+/// Whether the process at the other end of a connected Unix socket is of this process's user,
+/// and may share its commits: the same effective uid, and on Linux the same user namespace
+/// (a process of another user namespace that maps no uid of ours shows as the overflow uid,
+/// whoever it is). Any failure to tell is a no.
+pub fn peer_is_this_user(socket: &UnixStream) -> io::Result<bool> {
+    os::peer_is_this_user(socket)
 }
 
-/// Connects to `name` in the abstract socket namespace (see [`bind_abstract`]).
-pub fn connect_abstract(name: &[u8]) -> io::Result<UnixStream> {
-    os::connect_abstract(name)
+/// Whether this process may lead or join a commit leader at all: not when its effective uid
+/// is the overflow uid (on Linux, `/proc/sys/kernel/overflowuid`: what an unmapped uid shows
+/// as, so that every unmapped process of the host would look like it).
+pub fn may_share_commits() -> bool {
+    os::may_share_commits()
+}
+
+/// Connects to the Unix socket at `path` without waiting: a listener whose backlog is full
+/// (one that does not accept: stopped, frozen) fails with `WouldBlock` at once rather than
+/// leaving the caller blocked. The stream returned is blocking and close-on-exec.
+pub fn connect_without_waiting(path: &Path) -> io::Result<UnixStream> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: an all-zero sockaddr_un is a valid value of the type.
+    let mut address: nix::libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= address.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a socket path too long for a socket address",
+        ));
+    }
+    address.sun_family = nix::libc::AF_UNIX as nix::libc::sa_family_t;
+    for (slot, byte) in address.sun_path.iter_mut().zip(bytes) {
+        *slot = *byte as nix::libc::c_char;
+    }
+    let socket = os::unix_stream_socket()?;
+    set_nonblocking(socket.as_raw_fd(), true)?;
+    // SAFETY: the address is a live, NUL-terminated sockaddr_un and its size is given; the
+    // descriptor is open for the duration of the call (owned by `socket`).
+    let result = unsafe {
+        nix::libc::connect(
+            socket.as_raw_fd(),
+            (&raw const address).cast(),
+            std::mem::size_of::<nix::libc::sockaddr_un>() as nix::libc::socklen_t,
+        )
+    };
+    if result != 0 {
+        let error = io::Error::last_os_error();
+        return Err(match error.raw_os_error() {
+            Some(nix::libc::EINPROGRESS) => io::Error::from(io::ErrorKind::WouldBlock),
+            _ => error,
+        });
+    }
+    set_nonblocking(socket.as_raw_fd(), false)?;
+    // SAFETY: `socket` is an open descriptor of a connected stream socket, handed over whole.
+    Ok(unsafe { UnixStream::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(socket)) })
+}
+
+fn set_nonblocking(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL and F_SETFL take and return plain flags on an open descriptor.
+    let flags = unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = if on {
+        flags | nix::libc::O_NONBLOCK
+    } else {
+        flags & !nix::libc::O_NONBLOCK
+    };
+    // SAFETY: as above.
+    if unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFL, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The process that holds the write lock of the redb journal at `path` (redb's writer byte, an
+/// open-file-description lock), as its pid and command name, for messages; `None` when it
+/// cannot be found (another user's process, or a platform that does not tell: macOS).
+pub fn journal_write_lock_holder(path: &Path) -> Option<(u32, String)> {
+    os::journal_write_lock_holder(path)
 }
 
 /// The command name of `pid` (on Linux, `/proc/<pid>/comm`: the program's file name, cut to
@@ -391,6 +462,7 @@ mod portable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixListener;
 
     #[test]
     fn a_socket_peer_is_this_user_and_a_gone_peer_is_a_broken_pipe() {
@@ -405,30 +477,46 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
     }
 
+    #[test]
+    fn a_connect_never_waits_for_a_listener_that_does_not_accept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.sock");
+        assert!(
+            connect_without_waiting(&path).is_err(),
+            "nothing listens yet"
+        );
+        let listener = UnixListener::bind(&path).expect("bind");
+        let first = connect_without_waiting(&path).expect("a listener with room");
+        assert!(peer_is_this_user(&first).expect("peer"), "our own process");
+        let (server, _) = listener.accept().expect("accept");
+        assert!(peer_is_this_user(&server).expect("peer"));
+        // Nobody accepts any more: the backlog fills, and a connect then fails at once
+        // rather than wait (the listener's backlog is 128 on Linux, a few on macOS).
+        let mut kept = Vec::new();
+        let refused = (0..4096).find_map(|_| match connect_without_waiting(&path) {
+            Ok(stream) => {
+                kept.push(stream);
+                None
+            }
+            Err(error) => Some(error),
+        });
+        let refused = refused.expect("a full backlog refuses");
+        #[cfg(target_os = "linux")]
+        assert_eq!(refused.kind(), io::ErrorKind::WouldBlock, "{refused}");
+        assert!(!kept.is_empty(), "the backlog had room before it was full");
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
-    fn an_abstract_socket_connects_and_its_name_is_taken_once() {
-        let name = format!(
-            "runjournal-test-{}-{}",
-            std::process::id(),
-            rand::random::<u64>()
-        );
-        let listener = bind_abstract(name.as_bytes()).expect("bind");
-        assert!(
-            bind_abstract(name.as_bytes()).is_err(),
-            "a name is bound once"
-        );
-        let client = connect_abstract(name.as_bytes()).expect("connect");
-        let (server, _) = listener.accept().expect("accept");
+    fn the_overflow_uid_shares_no_commits() {
+        let overflow: u32 = std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+            .expect("overflowuid")
+            .trim()
+            .parse()
+            .expect("a number");
         assert_eq!(
-            peer_uid(&client).expect("peer"),
-            peer_uid(&server).expect("peer")
-        );
-        drop(listener);
-        drop(server);
-        assert!(
-            connect_abstract(name.as_bytes()).is_err(),
-            "a closed name is gone, leaving no file behind"
+            may_share_commits(),
+            nix::unistd::geteuid().as_raw() != overflow
         );
     }
 

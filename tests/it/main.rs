@@ -26,5 +26,6 @@ mod projection_incremental;
 mod projection_repair;
 mod runner_hygiene;
 mod ship;
+mod stopped_leader;
 mod strangers;
 mod support;

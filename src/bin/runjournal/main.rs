@@ -320,6 +320,11 @@ pub fn open_store(home: Home) -> Result<Store, Failure> {
     if options.commit_sharing == CommitSharing::Shared {
         options.commit_sharing = CommitSharing::Join;
     }
+    // A command gives up on a journal whose write lock another process keeps (one stopped
+    // inside a commit), rather than hang; a runner waits on.
+    let bound = runjournal::journal::lock_wait::command_bound_from_env()
+        .map_err(|reason| failure(anyhow::anyhow!(reason)))?;
+    options.lock_wait = runjournal::journal::lock_wait::LockWait::give_up_after(bound);
     Store::open_with(home, options).map_err(|error| failure(anyhow::Error::new(error)))
 }
 

@@ -1,12 +1,19 @@
 //! A client's connection to its journal's commit leader: it hands over a group of batches,
 //! numbered by its own writer, and reads one answer per batch.
+//!
+//! Nothing here waits unbounded on the leader: the connect never waits (a full backlog is a
+//! leader that does not accept), the hello's answer and every word after it must come within
+//! the answer timeout, and a send that the leader does not read within it fails. A leader that
+//! is busy committing says [`ToClient::Working`] well within that time; one that says nothing
+//! is stopped, frozen or gone, and is treated as gone.
 
 use std::io::BufReader;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
+use super::Rendezvous;
 use super::wire::{self, Hello, ToClient, ToLeader, WireAnswer, WireBatch};
-use super::{Rendezvous, SocketAt};
 use crate::durable_fs::{self, FileLock, SocketPath};
 use crate::journal::append::Batch;
 use crate::platform;
@@ -16,6 +23,9 @@ use crate::platform;
 pub(super) enum Unreachable {
     /// Nothing listens where the leader would: there may be no leader.
     NoLeader,
+    /// Something listens there but does not answer in time: a leader that is stopped (or
+    /// whose backlog is full). Nothing was handed to it.
+    Unresponsive,
     /// Something listens or lies there that this process will not hand batches to (another
     /// user's socket, a file that is no socket), or a leader refused the hello (busy,
     /// closing, another build or journal).
@@ -27,18 +37,15 @@ pub(super) enum Unreachable {
 pub(super) enum ExchangeError {
     /// A batch's frame is too large to send: nothing was sent.
     TooLarge,
-    /// The connection failed part-way: the leader may have taken any of the batches.
+    /// The connection failed or ended part-way: the leader may have taken any of the batches.
     Broken,
-    /// No answer came, and the commit lock is free: the leader is gone (it released the lock
-    /// only after answering all it took, or died), and judges nothing any more.
+    /// The leader said nothing for the answer timeout (stopped, frozen): it may have taken any
+    /// of the batches, and may judge them should it run again.
+    Silent,
+    /// No answer came, and the commit lock is free: the leader is gone (it releases the lock
+    /// only after answering all it took, or dies), and judges nothing any more.
     LeaderGone,
 }
-
-/// How long a client waits for an answer before it looks whether its leader still holds the
-/// lock. A leader riding out a full disk keeps it waiting for as long as that takes; a leader
-/// that is gone without its connection ending (a copy of its socket inherited by a child of
-/// its process, say) is noticed by its free lock.
-const ANSWER_CHECK_INTERVAL_MS: u16 = 1000;
 
 /// A connection whose hello the leader accepted.
 pub(super) struct Connection {
@@ -46,45 +53,58 @@ pub(super) struct Connection {
     reader: BufReader<UnixStream>,
     /// The commit lock the leader holds while it leads.
     lock: PathBuf,
+    /// The longest silence of the leader taken for work in progress.
+    answer_timeout: Duration,
 }
 
 impl Connection {
-    /// Connects to the leader at `rendezvous` and says hello. Waits while the leader finishes
-    /// an earlier connection of the same writer (it answers only then).
+    /// Connects to the leader at `rendezvous` and says hello; gives up on a leader that does
+    /// not answer within `hello.answer_timeout_ms`.
     pub(super) fn open(rendezvous: &Rendezvous, hello: &Hello) -> Result<Connection, Unreachable> {
-        let stream = match &rendezvous.socket {
-            SocketAt::Path(path) => {
-                match durable_fs::inspect_socket_path(path) {
-                    Ok(SocketPath::OurSocket) => {}
-                    Ok(SocketPath::Missing) => return Err(Unreachable::NoLeader),
-                    Ok(SocketPath::Other { .. }) | Err(_) => return Err(Unreachable::Refused),
-                }
-                UnixStream::connect(path).map_err(|_| Unreachable::NoLeader)?
+        let path = &rendezvous.socket;
+        match durable_fs::inspect_socket_path(path) {
+            Ok(SocketPath::OurSocket) => {}
+            Ok(SocketPath::Missing) => return Err(Unreachable::NoLeader),
+            Ok(SocketPath::Other { .. }) | Err(_) => return Err(Unreachable::Refused),
+        }
+        let stream = match platform::connect_without_waiting(path) {
+            Ok(stream) => stream,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(Unreachable::Unresponsive);
             }
-            SocketAt::Abstract(name) => {
-                platform::connect_abstract(name).map_err(|_| Unreachable::NoLeader)?
-            }
+            Err(_) => return Err(Unreachable::NoLeader),
         };
-        // A socket of ours can only have been made by our user; in the abstract namespace,
-        // anyone could have taken the name.
-        let uid = nix::unistd::geteuid().as_raw();
-        if !platform::peer_uid(&stream).is_ok_and(|peer| peer == uid) {
+        // The socket's directory is this user's alone; the peer is checked all the same (a
+        // process of another user namespace shows as the overflow uid, and is never ours).
+        if !platform::peer_is_this_user(&stream).unwrap_or(false) {
             return Err(Unreachable::Refused);
         }
-        platform::no_sigpipe(&stream).map_err(|_| Unreachable::Refused)?;
+        let answer_timeout = Duration::from_millis(u64::from(hello.answer_timeout_ms.max(1)));
+        let is_ready = platform::no_sigpipe(&stream).is_ok()
+            && stream.set_write_timeout(Some(answer_timeout)).is_ok();
+        if !is_ready {
+            return Err(Unreachable::Refused);
+        }
         let reader = stream.try_clone().map_err(|_| Unreachable::Refused)?;
         let mut connection = Connection {
             stream,
             reader: BufReader::new(reader),
             lock: rendezvous.lock.clone(),
+            answer_timeout,
         };
         let hello =
             wire::frame(&ToLeader::Hello(hello.clone())).map_err(|_| Unreachable::Refused)?;
-        // A leader that goes away before it answers is no leader.
-        platform::send_all(&connection.stream, &hello).map_err(|_| Unreachable::NoLeader)?;
-        connection
-            .wait_for_answer()
-            .map_err(|_| Unreachable::NoLeader)?;
+        match platform::send_all(&connection.stream, &hello) {
+            Ok(()) => {}
+            Err(error) if is_timeout(&error) => return Err(Unreachable::Unresponsive),
+            // A leader that goes away before it answers is no leader.
+            Err(_) => return Err(Unreachable::NoLeader),
+        }
+        match connection.next_word() {
+            Ok(()) => {}
+            Err(Silence::Timeout) => return Err(Unreachable::Unresponsive),
+            Err(Silence::Gone | Silence::Failed) => return Err(Unreachable::NoLeader),
+        }
         match wire::read::<ToClient>(&mut connection.reader) {
             Ok(Some(ToClient::Welcome { .. })) => Ok(connection),
             Ok(None) | Err(wire::WireError::Io(_)) => Err(Unreachable::NoLeader),
@@ -92,30 +112,57 @@ impl Connection {
         }
     }
 
-    /// Hands `batches` (at most [`wire::MAX_GROUP_BATCHES`]) to the leader as one group and
-    /// reads their answers, in order. Returns only when every answer is in, or the connection
-    /// failed.
-    pub(super) fn exchange(&mut self, batches: &[Batch]) -> Result<Vec<WireAnswer>, ExchangeError> {
-        assert!(
-            !batches.is_empty() && batches.len() <= wire::MAX_GROUP_BATCHES as usize,
-            "a group of 1 to MAX_GROUP_BATCHES batches"
-        );
-        let count = batches.len() as u32;
-        let mut bytes =
-            wire::frame(&ToLeader::Group { batches: count }).map_err(|_| ExchangeError::Broken)?;
-        for batch in batches {
-            match wire::frame(&ToLeader::Batch(WireBatch::of(batch))) {
-                Ok(frame) => bytes.extend(frame),
-                Err(wire::WireError::TooLarge { .. }) => return Err(ExchangeError::TooLarge),
+    /// Hands the first of `batches` to the leader as one group — as many as fit
+    /// [`wire::MAX_GROUP_BATCHES`] and [`wire::MAX_GROUP_BYTES`], at least one — and reads
+    /// their answers, in order: one answer for each batch sent, the first ones of `batches`.
+    /// Returns when every answer is in, the connection failed, or the leader fell silent.
+    pub(super) fn exchange(
+        &mut self,
+        batches: &[&Batch],
+    ) -> Result<Vec<WireAnswer>, ExchangeError> {
+        assert!(!batches.is_empty(), "a group of at least one batch");
+        let mut frames = Vec::new();
+        let mut size = 0usize;
+        for batch in batches.iter().take(wire::MAX_GROUP_BATCHES as usize) {
+            let frame = match wire::frame(&ToLeader::Batch(WireBatch::of(batch))) {
+                Ok(frame) => frame,
+                Err(wire::WireError::TooLarge { .. }) if frames.is_empty() => {
+                    return Err(ExchangeError::TooLarge);
+                }
+                // Sent on its own in a later group, where it is found too large.
+                Err(wire::WireError::TooLarge { .. }) => break,
                 Err(_) => return Err(ExchangeError::Broken),
+            };
+            if !frames.is_empty() && size + frame.len() > GROUP_BATCH_BYTES {
+                break;
             }
+            size += frame.len();
+            frames.push(frame);
         }
+        let count = frames.len();
+        let mut bytes = wire::frame(&ToLeader::Group {
+            batches: count as u32,
+        })
+        .map_err(|_| ExchangeError::Broken)?;
+        bytes.reserve(size);
+        for frame in frames {
+            bytes.extend(frame);
+        }
+        debug_assert!(
+            bytes.len() <= wire::MAX_GROUP_BYTES,
+            "a group within its bound"
+        );
         platform::send_all(&self.stream, &bytes).map_err(|_| ExchangeError::Broken)?;
-        let mut answers = Vec::with_capacity(batches.len());
-        for _ in batches {
-            self.wait_for_answer()?;
+        let mut answers = Vec::with_capacity(count);
+        while answers.len() < count {
+            self.next_word().map_err(|silence| match silence {
+                Silence::Timeout => ExchangeError::Silent,
+                Silence::Gone => ExchangeError::LeaderGone,
+                Silence::Failed => ExchangeError::Broken,
+            })?;
             match wire::read::<ToClient>(&mut self.reader) {
                 Ok(Some(ToClient::Answer(answer))) => answers.push(answer),
+                Ok(Some(ToClient::Working)) => {}
                 // Anything else, the end of the stream or a bad frame: the connection is
                 // broken, whatever the leader did with the group.
                 _ => return Err(ExchangeError::Broken),
@@ -124,29 +171,62 @@ impl Connection {
         Ok(answers)
     }
 
-    /// Waits until an answer starts to arrive, or the leader is found gone.
-    fn wait_for_answer(&self) -> Result<(), ExchangeError> {
-        use nix::poll::{PollFd, PollFlags, poll};
+    /// Waits until the leader's next frame starts to arrive: `Timeout` when it says nothing
+    /// for the answer timeout, `Gone` when the connection fails or the leader released the
+    /// commit lock without a word (it answers all it took before it releases it).
+    fn next_word(&self) -> Result<(), Silence> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use std::os::fd::AsFd;
-        while self.reader.buffer().is_empty() {
+        if !self.reader.buffer().is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.answer_timeout;
+        // The lock is looked at now and then, for a leader gone without its connection ending
+        // (a copy of its socket inherited by a child of its process, say).
+        let check_every = (self.answer_timeout / 4).max(Duration::from_millis(10));
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Silence::Timeout);
+            }
+            let wait = PollTimeout::try_from(left.min(check_every)).unwrap_or(PollTimeout::MAX);
             let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, ANSWER_CHECK_INTERVAL_MS) {
+            match poll(&mut fds, wait) {
                 Ok(0) => {}
                 // Readable, or ended: the read tells which.
                 Ok(_) => return Ok(()),
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => return Err(ExchangeError::Broken),
+                Err(_) => return Err(Silence::Failed),
             }
             if let Ok(Some(free)) = FileLock::try_acquire(&self.lock) {
                 drop(free);
-                // A leader answers before it releases the lock: look once more.
                 let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
-                if poll(&mut fds, 0u8).is_ok_and(|ready| ready > 0) {
+                if poll(&mut fds, PollTimeout::ZERO).is_ok_and(|ready| ready > 0) {
                     return Ok(());
                 }
-                return Err(ExchangeError::LeaderGone);
+                return Err(Silence::Gone);
             }
         }
-        Ok(())
     }
+}
+
+/// The most bytes of batch frames a client puts in one group: the group's bound less room for
+/// its header.
+const GROUP_BATCH_BYTES: usize = wire::MAX_GROUP_BYTES - 64;
+
+/// Why the leader's next word did not come.
+enum Silence {
+    /// Nothing within the answer timeout.
+    Timeout,
+    /// The commit lock is free.
+    Gone,
+    /// The connection cannot be waited on.
+    Failed,
+}
+
+fn is_timeout(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }

@@ -10,12 +10,18 @@
 //! * a client's group is queued only once all of it has arrived: a group cut short is never
 //!   judged;
 //! * one writer has at most one connection served at a time: the hello of a writer's new
-//!   connection is answered only after its earlier connection's batches were all answered, so
-//!   a batch the client sends again is judged after every earlier copy of it;
-//! * nothing of another user is served, and nothing that is not our socket is removed.
+//!   connection is answered only after its earlier connection's batches were all answered;
+//! * nothing of another user (or user namespace) is served, nor a client of another journal
+//!   file, and nothing that is not our socket is removed;
+//! * no client holds more than its share: a group is at most [`wire::MAX_GROUP_BYTES`], must
+//!   arrive whole within [`GROUP_ARRIVAL_TIMEOUT`] of its first byte, and a connection idle for
+//!   [`IDLE_TIMEOUT`] is closed;
+//! * while a client's group is being committed, the client hears [`ToClient::Working`] at
+//!   least four times per its answer timeout, so that it can tell this leader from a stopped
+//!   one.
 
 use std::collections::HashSet;
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -23,9 +29,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use std::time::Instant;
 
+use super::Rendezvous;
 use super::wire::{self, Hello, Refusal, ToClient, ToLeader, WireAnswer};
-use super::{Rendezvous, SocketAt};
 use crate::durable_fs::{self, FileLock, SocketPath};
 use crate::event::WriterId;
 use crate::journal::append::Batch;
@@ -43,7 +50,18 @@ pub(crate) const MAX_CLIENTS: usize = 256;
 const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a hello may take to arrive after a connection is accepted.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection may go without a group before it is closed (the client connects
+/// again when it has one).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a group may take to arrive whole once its first byte did: a client that sends
+/// half a frame and stops is dropped then, and nothing of its group is judged.
+pub(crate) const GROUP_ARRIVAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shortest interval between two [`ToClient::Working`] frames.
+const MIN_WORKING_INTERVAL: Duration = Duration::from_millis(5);
 
 /// How often a hello waiting for its writer's earlier connection looks whether the leader is
 /// stopping.
@@ -64,7 +82,7 @@ pub(super) struct Leadership {
     accept_thread: Option<JoinHandle<()>>,
     /// Written to wake the accept thread when stopping.
     wake: UnixStream,
-    /// The socket file to remove on stopping (none in the abstract namespace).
+    /// The socket file to remove on stopping.
     socket_path: Option<PathBuf>,
     /// Held until everything the leader took was answered; released last.
     lock: Option<FileLock>,
@@ -74,7 +92,8 @@ struct Server {
     shared: Arc<Shared>,
     queue: Arc<Queue<Request, Answer>>,
     journal_id: [u8; 16],
-    uid: u32,
+    /// The journal file, as (device, inode).
+    journal_file: (u64, u64),
     is_stopping: AtomicBool,
     clients: Mutex<Clients>,
     /// Writers with a connection being served, and its change.
@@ -103,24 +122,20 @@ impl Leadership {
         let Some(lock) = FileLock::try_acquire(&rendezvous.lock)? else {
             return Ok(None);
         };
-        let (listener, socket_path) = match &rendezvous.socket {
-            SocketAt::Path(path) => {
-                match durable_fs::inspect_socket_path(path)? {
-                    SocketPath::Missing => {}
-                    // A socket of ours that nobody serves: the leader that made it is gone
-                    // (the lock was free). Safe to remove while we hold the lock.
-                    SocketPath::OurSocket => durable_fs::remove_if_present(path)?,
-                    SocketPath::Other { what } => {
-                        return Err(ServeError::Occupied {
-                            path: path.clone(),
-                            what,
-                        });
-                    }
-                }
-                (durable_fs::bind_private_socket(path)?, Some(path.clone()))
+        let path = &rendezvous.socket;
+        match durable_fs::inspect_socket_path(path)? {
+            SocketPath::Missing => {}
+            // A socket of ours that nobody serves: the leader that made it is gone (the lock
+            // was free). Safe to remove while we hold the lock.
+            SocketPath::OurSocket => durable_fs::remove_if_present(path)?,
+            SocketPath::Other { what } => {
+                return Err(ServeError::Occupied {
+                    path: path.clone(),
+                    what,
+                });
             }
-            SocketAt::Abstract(name) => (platform::bind_abstract(name)?, None),
-        };
+        }
+        let (listener, socket_path) = (durable_fs::bind_private_socket(path)?, Some(path.clone()));
         listener.set_nonblocking(true)?;
         // Informational: who leads, for people and tests; nothing decides by it.
         let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
@@ -129,7 +144,7 @@ impl Leadership {
             shared: Arc::clone(shared),
             queue: Arc::clone(queue),
             journal_id,
-            uid: nix::unistd::geteuid().as_raw(),
+            journal_file: rendezvous.file,
             is_stopping: AtomicBool::new(false),
             clients: Mutex::new(Clients::default()),
             writers: Mutex::new(HashSet::new()),
@@ -236,7 +251,7 @@ impl Server {
     /// Serves a new connection on a thread of its own, if it is of this user and there is
     /// room.
     fn admit(self: &Arc<Server>, stream: UnixStream) {
-        let is_ours = platform::peer_uid(&stream).is_ok_and(|peer| peer == self.uid);
+        let is_ours = platform::peer_is_this_user(&stream).unwrap_or(false);
         let is_ready = stream.set_nonblocking(false).is_ok()
             && platform::no_sigpipe(&stream).is_ok()
             && stream.set_write_timeout(Some(CLIENT_WRITE_TIMEOUT)).is_ok();
@@ -301,10 +316,14 @@ impl Server {
         let welcome = ToClient::Welcome {
             leader_pid: std::process::id(),
         };
+        let working_every = (Duration::from_millis(u64::from(hello.answer_timeout_ms)) / 4)
+            .max(MIN_WORKING_INTERVAL);
         if send(&stream, &welcome).is_ok() {
-            while let Some(batches) = read_group(&mut reader, hello.writer) {
-                let answers = self.commit(batches);
-                if send_all(&stream, answers).is_err() {
+            while is_group_coming(&stream) {
+                let Some(batches) = read_group(&stream, &mut reader, hello.writer) else {
+                    break;
+                };
+                if self.commit(&stream, batches, working_every).is_err() {
                     break;
                 }
             }
@@ -318,6 +337,9 @@ impl Server {
         }
         if hello.journal_id != self.journal_id {
             return Err(Refusal::OtherJournal);
+        }
+        if hello.journal_file != self.journal_file {
+            return Err(Refusal::OtherFile);
         }
         if hello.writer == self.shared.writer {
             return Err(Refusal::SameWriter);
@@ -350,9 +372,16 @@ impl Server {
         self.writers_changed.notify_all();
     }
 
-    /// Queues a client's group into this handle's writer and waits for every answer. Once the
-    /// queue is closed, the rest of the group is not taken.
-    fn commit(&self, batches: Vec<Batch>) -> Vec<WireAnswer> {
+    /// Queues a client's group into this handle's writer and sends each answer as it comes, in
+    /// order, saying [`ToClient::Working`] every `working_every` meanwhile. Once the queue is
+    /// closed, the rest of the group is not taken. An error: the client is gone (every answer
+    /// is still waited for, so that the group is settled before its writer's next hello).
+    fn commit(
+        &self,
+        stream: &UnixStream,
+        batches: Vec<Batch>,
+        working_every: Duration,
+    ) -> std::io::Result<()> {
         let tickets: Vec<(Option<Ticket<Answer>>, WriterId, u64)> = batches
             .into_iter()
             .map(|batch| {
@@ -373,20 +402,94 @@ impl Server {
                 (ticket, writer, writer_seq)
             })
             .collect();
-        tickets
-            .into_iter()
-            .map(|(ticket, writer, writer_seq)| match ticket {
-                Some(ticket) => to_wire(ticket.wait(), writer, writer_seq),
+        let mut sent = Ok(());
+        for (ticket, writer, writer_seq) in tickets {
+            let answer = match ticket {
+                Some(ticket) => loop {
+                    if let Some(answer) = ticket.wait_timeout(working_every) {
+                        break to_wire(answer, writer, writer_seq);
+                    }
+                    if sent.is_ok() {
+                        sent = send(stream, &ToClient::Working);
+                    }
+                },
                 None => WireAnswer::NotTaken,
-            })
-            .collect()
+            };
+            if sent.is_ok() {
+                sent = send(stream, &ToClient::Answer(answer));
+            }
+        }
+        sent
     }
 }
 
-/// Reads a group header and all its batches; `None` when the client went away, or sent
-/// anything but a well-formed group (a batch whose PID namespaces do not fit its events
+/// Waits up to [`IDLE_TIMEOUT`] for the first byte of the client's next group; `false` when
+/// none came (the connection is then closed), or the connection ended or failed.
+fn is_group_coming(stream: &UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let deadline = Instant::now() + IDLE_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX),
+        ) {
+            // Readable, or ended: the read tells which.
+            Ok(ready) if ready > 0 => return true,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The client's stream as a group is read from it: each read waits at most until the group's
+/// deadline, and the bytes read are counted against [`wire::MAX_GROUP_BYTES`].
+struct GroupReader<'a> {
+    stream: &'a UnixStream,
+    deadline: Instant,
+    bytes: usize,
+}
+
+impl Read for GroupReader<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let count = (&mut &*self.stream).read(buffer)?;
+        self.bytes += count;
+        if self.bytes > wire::MAX_GROUP_BYTES {
+            return Err(std::io::Error::other("a group over its bound"));
+        }
+        Ok(count)
+    }
+}
+
+/// Reads a group header and all its batches, within [`GROUP_ARRIVAL_TIMEOUT`] and
+/// [`wire::MAX_GROUP_BYTES`]; `None` when the client went away, was too slow or too large, or
+/// sent anything but a well-formed group (a batch whose PID namespaces do not fit its events
 /// included).
-fn read_group(reader: &mut impl Read, writer: WriterId) -> Option<Vec<Batch>> {
+fn read_group(
+    stream: &UnixStream,
+    buffered: &mut BufReader<UnixStream>,
+    writer: WriterId,
+) -> Option<Vec<Batch>> {
+    // What the hello's reader buffered past the hello comes first (a client sends nothing
+    // before its welcome, so this is empty but for a client that does).
+    let early = buffered.buffer().to_vec();
+    buffered.consume(early.len());
+    let mut reader = early.as_slice().chain(GroupReader {
+        stream,
+        deadline: Instant::now() + GROUP_ARRIVAL_TIMEOUT,
+        bytes: early.len(),
+    });
+    let reader = &mut reader;
     let Ok(Some(ToLeader::Group { batches: count })) = wire::read::<ToLeader>(reader) else {
         return None;
     };
@@ -454,14 +557,5 @@ fn to_wire(answer: Answer, writer: WriterId, writer_seq: u64) -> WireAnswer {
 
 fn send(stream: &UnixStream, message: &ToClient) -> std::io::Result<()> {
     let bytes = wire::frame(message).map_err(std::io::Error::other)?;
-    platform::send_all(stream, &bytes)
-}
-
-fn send_all(stream: &UnixStream, answers: Vec<WireAnswer>) -> std::io::Result<()> {
-    let mut bytes = Vec::new();
-    for answer in answers {
-        let frame = wire::frame(&ToClient::Answer(answer)).map_err(std::io::Error::other)?;
-        bytes.extend(frame);
-    }
     platform::send_all(stream, &bytes)
 }

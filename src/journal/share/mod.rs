@@ -52,7 +52,6 @@ use super::queue::Queue;
 use super::read::View;
 use super::snapshot::decode_snapshot;
 use super::writer::{self, Answer, CapacityState, Request, Shared, Source};
-use crate::durable_fs::FileLock;
 use crate::platform;
 use client::{Connection, ExchangeError, Unreachable};
 use leader::Leadership;
@@ -120,58 +119,120 @@ impl CommitSharing {
 #[derive(Debug, Clone)]
 pub(crate) struct Rendezvous {
     lock: PathBuf,
-    socket: SocketAt,
-}
-
-#[derive(Debug, Clone)]
-enum SocketAt {
-    Path(PathBuf),
-    /// An abstract name (Linux), for a socket path too long to bind.
-    Abstract(Vec<u8>),
+    /// The Unix socket the leader listens on: beside the journal when that path fits a
+    /// socket address, else in this user's private socket directory (see
+    /// [`private_socket_dir`]).
+    socket: PathBuf,
+    /// The journal file, as (device, inode).
+    file: (u64, u64),
 }
 
 impl Rendezvous {
     /// The rendezvous of the journal file at `journal`, named after its absolute path; `None`
-    /// when its directory cannot be resolved.
+    /// when its directory cannot be resolved, when the socket has nowhere private to live, or
+    /// when this process may not share commits at all (see
+    /// [`platform::may_share_commits`]).
     fn of(journal: &Path) -> Option<Rendezvous> {
+        if !platform::may_share_commits() {
+            return None;
+        }
         let dir = match journal.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
         };
         let journal = dir.canonicalize().ok()?.join(journal.file_name()?);
-        let socket = crate::home::commit_socket_path(&journal);
-        let socket = if socket.as_os_str().len() <= platform::MAX_SOCKET_PATH_BYTES {
-            SocketAt::Path(socket)
+        let metadata = std::fs::symlink_metadata(&journal).ok()?;
+        let file = {
+            use std::os::unix::fs::MetadataExt;
+            (metadata.dev(), metadata.ino())
+        };
+        let beside = crate::home::commit_socket_path(&journal);
+        let socket = if beside.as_os_str().len() <= platform::MAX_SOCKET_PATH_BYTES {
+            beside
         } else {
-            // Named after the path and the user, so that two users' journals never meet.
-            let digest = Sha256::digest(socket.as_os_str().as_encoded_bytes());
-            let hex: String = digest[..16]
+            // Named after the journal's path: two journals never meet; the directory is this
+            // user's alone.
+            let digest = Sha256::digest(journal.as_os_str().as_encoded_bytes());
+            let hex: String = digest[..12]
                 .iter()
                 .map(|byte| format!("{byte:02x}"))
                 .collect();
-            let uid = nix::unistd::geteuid().as_raw();
-            SocketAt::Abstract(format!("runjournal-commit-{hex}-{uid}").into_bytes())
+            let socket = private_socket_dir()?.join(format!("{hex}.sock"));
+            if socket.as_os_str().len() > platform::MAX_SOCKET_PATH_BYTES {
+                return None;
+            }
+            socket
         };
         Some(Rendezvous {
             lock: crate::home::commit_lock_path(&journal),
             socket,
+            file,
         })
     }
 }
 
-/// Delays between attempts to reach a leader while batches handed to a leader are uncertain
-/// and the lock is held by a process that does not answer yet.
-const WAIT_DELAYS_MS: [u64; 6] = [1, 2, 5, 10, 25, 50];
+/// The environment variable naming the directory under which a user's private socket
+/// directory is made (`runjournal-<euid>` in it); `/tmp` when unset.
+pub const RUNTIME_DIR_ENV: &str = "RUNJOURNAL_RUNTIME_DIR";
 
-/// How long batches may go without an answer from any leader, once an exchange failed or the
-/// lock's holder did not answer while they were uncertain, before their callers are told the
-/// commit failed (the batches may or may not have landed). The holder either serves, is
-/// starting or stopping (moments), or is stopped by a signal.
-const MAX_UNCERTAIN_WAIT: Duration = Duration::from_secs(60);
+/// This user's private directory for the sockets of commit leaders whose journal's path is
+/// too long to bind beside it: `runjournal-<euid>` under [`RUNTIME_DIR_ENV`] (else `/tmp`),
+/// made 0700 if missing. `None` unless it is a directory (not a link) of this user that
+/// neither group nor others may enter: a directory someone else made there first is never
+/// used, and every handle of such a journal commits alone.
+pub(crate) fn private_socket_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let base = match std::env::var_os(RUNTIME_DIR_ENV) {
+        Some(base) if !base.is_empty() => PathBuf::from(base),
+        _ => PathBuf::from("/tmp"),
+    };
+    let uid = nix::unistd::geteuid().as_raw();
+    let dir = base.join(format!("runjournal-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    let metadata = std::fs::symlink_metadata(&dir).ok()?;
+    let is_private =
+        metadata.file_type().is_dir() && metadata.uid() == uid && metadata.mode() & 0o077 == 0;
+    is_private.then_some(dir)
+}
 
-/// How long a handle that held the lock but could not serve commits alone before it tries to
-/// lead again.
+/// How long a client waits for a word from its leader (the hello's answer, or any frame while
+/// a group is out) before it takes the leader for stopped and commits alone, by default. A
+/// leader at work says so four times within it.
+pub const DEFAULT_LEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The environment variable that sets [`WriterOptions::leader_timeout`] (a duration: `2s`,
+/// `500ms`).
+///
+/// [`WriterOptions::leader_timeout`]: super::writer::WriterOptions::leader_timeout
+pub const LEADER_TIMEOUT_ENV: &str = "RUNJOURNAL_LEADER_TIMEOUT";
+
+/// The leader timeout from [`LEADER_TIMEOUT_ENV`]; unset or blank, the default. At least a
+/// millisecond.
+pub fn leader_timeout_from_env() -> Result<Duration, String> {
+    match std::env::var(LEADER_TIMEOUT_ENV) {
+        Ok(text) if !text.trim().is_empty() => match crate::duration::parse_duration(&text) {
+            Ok(timeout) if timeout >= Duration::from_millis(1) => Ok(timeout),
+            Ok(_) => Err(format!("{LEADER_TIMEOUT_ENV}={text:?}: at least 1ms")),
+            Err(error) => Err(format!("{LEADER_TIMEOUT_ENV}={text:?}: {error}")),
+        },
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(DEFAULT_LEADER_TIMEOUT),
+        Err(std::env::VarError::NotUnicode(text)) => {
+            Err(format!("{LEADER_TIMEOUT_ENV}={text:?}: not UTF-8"))
+        }
+    }
+}
+
+/// How long a handle that held the lock but could not serve, or found the leader stopped,
+/// commits alone before it looks for a leader again.
 const LEAD_AGAIN_AFTER: Duration = Duration::from_secs(5);
+
+/// Most exchanges one group takes before the rest of it is committed here: each answer that
+/// sends a batch again (not taken, judged again) costs one.
+const MAX_EXCHANGES: usize = 16;
 
 /// Most times a batch found "reused" is judged again under a fresh seq.
 const MAX_REJUDGES: usize = 8;
@@ -214,11 +275,6 @@ impl Sharing {
             lead_again_at: None,
             may_lead: None,
         }
-    }
-
-    /// Whether this handle is its journal's commit leader now.
-    pub(crate) fn is_leader(&self) -> bool {
-        matches!(self.role, Role::Leader(_))
     }
 
     /// Hands a group of this handle's batches to the journal's commit leader, and returns their
@@ -269,10 +325,20 @@ impl Sharing {
             Role::Leader(_) => return false,
             Role::Undecided => {}
         }
+        if self
+            .lead_again_at
+            .is_some_and(|again| Instant::now() < again)
+        {
+            return false;
+        }
         match self.connect() {
             Ok(()) => true,
             Err(Unreachable::NoLeader) => {
                 self.try_to_lead();
+                false
+            }
+            Err(Unreachable::Unresponsive) => {
+                self.stay_alone();
                 false
             }
             Err(Unreachable::Refused) => false,
@@ -285,11 +351,16 @@ impl Sharing {
         };
         let rendezvous = rendezvous.clone();
         let journal_id = self.journal_id().ok_or(Unreachable::Refused)?;
+        let answer_timeout = self.shared.options.leader_timeout;
         let hello = Hello {
             build: wire::build(),
             journal_id,
             writer: self.shared.writer,
             pid: std::process::id(),
+            journal_file: rendezvous.file,
+            answer_timeout_ms: u32::try_from(answer_timeout.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
         };
         let connection = Connection::open(&rendezvous, &hello)?;
         self.role = Role::Client(connection);
@@ -324,14 +395,6 @@ impl Sharing {
         }
     }
 
-    /// Whether nobody holds the commit lock (it is taken and let go at once to tell).
-    fn is_lock_free(&self) -> bool {
-        let Some(rendezvous) = &self.rendezvous else {
-            return true;
-        };
-        matches!(FileLock::try_acquire(&rendezvous.lock), Ok(Some(_)))
-    }
-
     fn journal_id(&mut self) -> Option<[u8; 16]> {
         if self.journal_id.is_none() {
             let db = self.shared.database()?;
@@ -341,8 +404,18 @@ impl Sharing {
         self.journal_id
     }
 
-    /// Brings every pending batch to a final answer: through the leader, or, when there is
-    /// none any more, committed by this handle (as the new leader or alone).
+    /// Brings every pending batch to a final answer: through the leader, or, when the leader
+    /// is gone, stopped or refuses, committed by this handle (as the new leader or alone) at
+    /// once.
+    ///
+    /// A batch handed to a leader that then fell silent may still be judged by it, should it
+    /// run again; committing it here under the same writer seq is safe all the same. Whoever
+    /// judges a seq first, here or there, raises the writer's mark in the same transaction,
+    /// whether the batch was committed or refused ([`append`]); the other then finds the seq at
+    /// or below the mark, recognises the batch's records if it landed, and otherwise calls the
+    /// seq reused, which only this handle, which still holds the caller, judges again under a
+    /// fresh seq. So a batch lands at most once, and its caller learns its fate from the one
+    /// judgement that counted.
     fn settle(
         &mut self,
         mut todo: Vec<Pending>,
@@ -351,84 +424,57 @@ impl Sharing {
         renumber: &mut dyn FnMut(Batch) -> Batch,
     ) -> Option<Vec<Answer>> {
         let mut answers: Vec<Option<Answer>> = (0..count).map(|_| None).collect();
-        // Batches were handed to a leader over a connection that failed, and no leader has
-        // answered a hello since: that leader may still judge them.
-        let mut may_be_judged_elsewhere = false;
-        // Since when no exchange succeeded, and how many attempts failed meanwhile.
-        let mut trouble_since: Option<Instant> = None;
-        let mut failed_attempts = 0usize;
+        let mut exchanges = 0usize;
         while !todo.is_empty() {
-            if trouble_since.is_some_and(|since| since.elapsed() >= MAX_UNCERTAIN_WAIT) {
-                let failure = StorageFailure::new(
-                    "handing batches to the commit leader",
-                    redb::Error::Io(std::io::Error::other(format!(
-                        "no commit leader answered within {} s; the batch may or may not \
-                         have landed",
-                        MAX_UNCERTAIN_WAIT.as_secs()
-                    ))),
-                );
-                for pending in todo {
-                    answers[pending.slot] =
-                        Some(answer(Err(AppendError::Storage(failure.duplicate()))));
-                }
+            if exchanges >= MAX_EXCHANGES {
+                self.commit_here(todo, &mut answers, capacity, renumber);
                 break;
-            }
-            if failed_attempts > 0 {
-                std::thread::sleep(Duration::from_millis(
-                    WAIT_DELAYS_MS[(failed_attempts - 1).min(WAIT_DELAYS_MS.len() - 1)],
-                ));
             }
             if !matches!(self.role, Role::Client(_)) {
                 match self.connect() {
-                    Ok(()) => may_be_judged_elsewhere = false,
+                    Ok(()) => {}
                     Err(unreachable) => {
-                        if matches!(unreachable, Unreachable::NoLeader) {
-                            self.try_to_lead();
+                        match unreachable {
+                            Unreachable::NoLeader => self.try_to_lead(),
+                            // Stopped or frozen: nobody else may lead while it holds the lock,
+                            // so each handle commits alone for a while.
+                            Unreachable::Unresponsive => self.stay_alone(),
+                            Unreachable::Refused => {}
                         }
-                        // A free lock: the leader that had them released it, which it does
-                        // only once it answered all it took, or died. Nobody else will judge
-                        // them (a handle that may not lead commits them alone).
-                        if may_be_judged_elsewhere && !self.is_leader() && self.is_lock_free() {
-                            may_be_judged_elsewhere = false;
-                        }
-                        if self.is_leader() || !may_be_judged_elsewhere {
-                            self.commit_here(todo, &mut answers, capacity, renumber);
-                            break;
-                        }
-                        // The lock's holder does not answer yet: it is starting, stopping, or
-                        // is the leader whose connection failed, which may still judge them.
-                        trouble_since.get_or_insert_with(Instant::now);
-                        failed_attempts += 1;
-                        continue;
+                        self.commit_here(todo, &mut answers, capacity, renumber);
+                        break;
                     }
                 }
             }
             let Role::Client(connection) = &mut self.role else {
                 unreachable!("connected just above");
             };
-            let chunk = todo.len().min(wire::MAX_GROUP_BATCHES as usize);
-            let batches: Vec<Batch> = todo[..chunk].iter().map(|p| p.batch.clone()).collect();
+            exchanges += 1;
+            let batches: Vec<&Batch> = todo.iter().map(|pending| &pending.batch).collect();
             let replies = match connection.exchange(&batches) {
                 Ok(replies) => replies,
-                Err(ExchangeError::TooLarge) if !may_be_judged_elsewhere => {
-                    // Nothing was sent: too large for a frame, the group is committed here.
+                Err(ExchangeError::TooLarge) => {
+                    // Nothing of this group was sent: it is committed here.
                     self.commit_here(todo, &mut answers, capacity, renumber);
                     break;
                 }
                 Err(error) => {
-                    for pending in &mut todo[..chunk] {
+                    for pending in &mut todo {
                         pending.may_have_landed = true;
                     }
-                    may_be_judged_elsewhere = !matches!(error, ExchangeError::LeaderGone);
                     self.role = Role::Undecided;
-                    trouble_since.get_or_insert_with(Instant::now);
-                    failed_attempts += 1;
-                    continue;
+                    match error {
+                        // Sent again to whoever leads now, or committed here.
+                        ExchangeError::Broken => continue,
+                        ExchangeError::Silent => self.stay_alone(),
+                        ExchangeError::LeaderGone => self.try_to_lead(),
+                        ExchangeError::TooLarge => unreachable!("handled above"),
+                    }
+                    self.commit_here(todo, &mut answers, capacity, renumber);
+                    break;
                 }
             };
-            trouble_since = None;
-            failed_attempts = 0;
-            let rest = todo.split_off(chunk);
+            let rest = todo.split_off(replies.len());
             let mut next = Vec::new();
             for (mut pending, reply) in todo.into_iter().zip(replies) {
                 match self.settle_one(&mut pending, reply, renumber) {
@@ -445,12 +491,14 @@ impl Sharing {
             next.extend(rest);
             todo = next;
         }
-        Some(
-            answers
-                .into_iter()
-                .map(|answer| answer.expect("every pending batch was answered"))
-                .collect(),
-        )
+        let answers: Option<Vec<Answer>> = answers.into_iter().collect();
+        debug_assert!(answers.is_some(), "every pending batch was answered");
+        answers
+    }
+
+    /// Commits alone, without looking for a leader, for [`LEAD_AGAIN_AFTER`].
+    fn stay_alone(&mut self) {
+        self.lead_again_at = Some(Instant::now() + LEAD_AGAIN_AFTER);
     }
 
     /// The final answer of one batch from its leader's reply, or `None` when it must be sent

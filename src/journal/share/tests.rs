@@ -318,7 +318,7 @@ fn a_socket_of_another_user_is_refused() {
 }
 
 #[test]
-fn a_path_too_long_for_a_socket_shares_through_an_abstract_name_on_linux() {
+fn a_path_too_long_for_a_socket_shares_through_the_private_socket_directory() {
     let dir = tempfile::tempdir().expect("temp dir");
     let deep = dir.path().join("d".repeat(100)).join("e".repeat(20));
     std::fs::create_dir_all(&deep).expect("mkdir");
@@ -331,9 +331,27 @@ fn a_path_too_long_for_a_socket_shares_through_an_abstract_name_on_linux() {
     create(&leader);
     let client = open(&path);
     create(&client);
-    let expected = u64::from(cfg!(target_os = "linux"));
-    assert_eq!(through_leader(&client), expected);
-    assert!(!crate::home::commit_socket_path(&path).exists(), "no file");
+    assert_eq!(through_leader(&client), 1);
+    assert!(
+        !crate::home::commit_socket_path(&path).exists(),
+        "no socket beside the journal"
+    );
+    let private = super::private_socket_dir().expect("a private socket directory");
+    let rendezvous = super::Rendezvous::of(&path).expect("a rendezvous");
+    assert_eq!(rendezvous.socket.parent(), Some(private.as_path()));
+    assert!(
+        crate::durable_fs::inspect_socket_path(&rendezvous.socket)
+            .is_ok_and(|found| matches!(found, crate::durable_fs::SocketPath::OurSocket)),
+        "the leader listens in the private directory"
+    );
+    #[cfg(target_os = "linux")]
+    {
+        let table = std::fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+        assert!(
+            !table.contains("@runjournal"),
+            "no abstract socket name: {table}"
+        );
+    }
 }
 
 #[test]

@@ -20,8 +20,9 @@ use crate::journal::snapshot::SNAPSHOT_LAYOUT;
 
 /// The version of this protocol. Version 1 is the first; version 2 added
 /// [`WireBatch::pid_namespaces`] (version 1 lost a process identity's PID namespace on the
-/// way to the leader).
-pub(crate) const PROTOCOL_VERSION: u16 = 2;
+/// way to the leader); version 3 added [`Hello::journal_file`], [`Hello::answer_timeout_ms`]
+/// and [`ToClient::Working`], so that a client can tell a stopped leader from a busy one.
+pub(crate) const PROTOCOL_VERSION: u16 = 3;
 
 /// The largest frame either side sends or reads: room for the largest snapshot (an answer
 /// carries one) and then some. A batch whose frame would be larger is committed by its own
@@ -30,6 +31,11 @@ pub(crate) const MAX_FRAME_BYTES: usize = 2 * MAX_SNAPSHOT_BYTES;
 
 /// The most batches one group message may announce.
 pub(crate) const MAX_GROUP_BATCHES: u32 = 4096;
+
+/// The most bytes of frames one group may take, header and batches together: a client keeps
+/// its groups under it (the rest goes in the next group), and a leader ends a connection
+/// whose group would pass it, so that no client holds more of a leader's memory.
+pub(crate) const MAX_GROUP_BYTES: usize = 4 * MAX_FRAME_BYTES;
 
 /// What a client says it is built as: the leader commits a client's batches only if it judges
 /// them by the same rules, records and snapshots.
@@ -68,6 +74,13 @@ pub(crate) struct Hello {
     /// The client's writer: every batch of the connection is this writer's.
     pub(crate) writer: WriterId,
     pub(crate) pid: u32,
+    /// The journal file the client has open, as (device, inode): two homes copied from one
+    /// share a journal id, never a file.
+    pub(crate) journal_file: (u64, u64),
+    /// How long the client waits for a word from the leader before it takes the leader for
+    /// stopped: the leader says [`ToClient::Working`] well within it while a group of the
+    /// client's is being committed.
+    pub(crate) answer_timeout_ms: u32,
 }
 
 /// A batch as its own writer numbered it.
@@ -158,6 +171,8 @@ pub(crate) enum ToClient {
     Refuse(Refusal),
     /// One batch's answer, in the order of the group.
     Answer(WireAnswer),
+    /// The group is still being committed: the leader is alive and at work on it.
+    Working,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,6 +187,8 @@ pub(crate) enum Refusal {
     Closing,
     /// The client announced the leader's own writer id.
     SameWriter,
+    /// The client has another journal file open (a copy of the leader's home, say).
+    OtherFile,
 }
 
 /// What became of one batch.
@@ -295,6 +312,8 @@ mod tests {
             journal_id: [7; 16],
             writer: WriterId(42),
             pid: 4242,
+            journal_file: (5, 6),
+            answer_timeout_ms: 2000,
         })
     }
 
@@ -347,18 +366,20 @@ mod tests {
 
     /// The bytes of a hello are pinned: a change to them is a new protocol version.
     #[test]
-    fn the_hello_of_protocol_two_is_these_bytes() {
+    fn the_hello_of_protocol_three_is_these_bytes() {
         let bytes = frame(&ToLeader::Hello(Hello {
             build: "b".to_string(),
             journal_id: [1; 16],
             writer: WriterId(2),
             pid: 3,
+            journal_file: (4, 5),
+            answer_timeout_ms: 6,
         }))
         .expect("frames");
         let body = &bytes[4..bytes.len() - 4];
-        let mut expected = vec![2, 0, 1, b'b'];
+        let mut expected = vec![3, 0, 1, b'b'];
         expected.extend([1; 16]);
-        expected.extend([2, 3]);
+        expected.extend([2, 3, 4, 5, 6]);
         assert_eq!(body, expected.as_slice());
     }
 
