@@ -1,6 +1,7 @@
 //! The Linux implementation of [`super`]: `/proc` for process facts (with the crate's one
 //! parser of `/proc/<pid>/stat`), `prctl`, `posix_fallocate`, `pipe2`, `close_range`, inotify,
-//! and Unix sockets' `SO_PEERCRED`, `MSG_NOSIGNAL` and abstract names.
+//! Unix sockets' `SO_PEERCRED` (with the peer's user namespace) and `MSG_NOSIGNAL`, and the
+//! holder of a journal's write lock from `/proc/<pid>/fdinfo`.
 
 use std::fs::{self, File};
 use std::io;

@@ -14,8 +14,8 @@
 //!   system does not support it.
 //! * A close-on-exec pipe: `pipe` then `FD_CLOEXEC` on both ends (macOS has no `pipe2`).
 //! * No child subreaper: macOS has none. Orphans of a step go to launchd, which reaps them.
-//! * Unix sockets: `getpeereid` for the peer's user, `SO_NOSIGPIPE` instead of SIGPIPE; no
-//!   abstract namespace.
+//! * Unix sockets: `getpeereid` for the peer's user (macOS has no user namespaces), and
+//!   `SO_NOSIGPIPE` instead of SIGPIPE.
 //!
 //! `sysinfo` is not used: the facts it has are coarser than these (start times in whole
 //! seconds, no process group id) and it reads them by the same calls.

@@ -150,6 +150,17 @@ fn a_leader_stopped_inside_a_commit_fails_a_launch_naming_it_and_then_everything
         &[("RUNJOURNAL_TEST_STOP_IN_COMMIT", &hook)],
         &["--step", "sleep 2", "--step", "true"],
     );
+    // Another runner, whose step ends while the leader is stopped.
+    let output = home
+        .cmd()
+        .args(["run", "--json", "--", "sleep", "4"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let other = run_id_of(&output.stdout);
+    wait_for(&journal, other, "the other runner to start", |state| {
+        state.status == RunStatus::Running && state.runner.is_some()
+    });
     // The runner's next commit (its step's end) stops it inside the write transaction.
     std::fs::write(&hook, b"").expect("arm the hook");
     poll("the leader to stop inside its commit", || {
@@ -173,13 +184,23 @@ fn a_leader_stopped_inside_a_commit_fails_a_launch_naming_it_and_then_everything
     let view = journal.view().expect("view");
     assert_eq!(
         view.run_count().expect("runs"),
-        1,
+        2,
         "the launch made nothing"
+    );
+    // The other runner waits on, and says so in its log.
+    let log = home.path().join(format!("runs/{other}/runner.log"));
+    poll("the other runner to log that it is blocked", || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains("write lock"))
+    });
+    assert!(
+        !crate::common::state(&journal, other).is_terminal(),
+        "it waits on"
     );
 
     drop(_continue_on_failure);
     let state = wait_terminal(&journal, first);
     assert_eq!(state.status, RunStatus::Complete);
+    assert_eq!(wait_terminal(&journal, other).status, RunStatus::Complete);
     let records = crate::common::records(&journal, first);
     let names = crate::common::event_names(&records);
     let finished = names.iter().filter(|name| **name == "StepFinished").count();

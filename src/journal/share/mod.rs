@@ -4,8 +4,9 @@
 //! each commit alone top out at one commit's rate, however many they are. Instead, the first
 //! handle that has a group to commit and finds no leader takes the journal's commit lock
 //! (`journal.redb.commit.lock`, `flock`, never waited for) and, holding it, listens on a Unix
-//! socket beside it (`journal.redb.commit.sock`, or on Linux an abstract name when that path
-//! is too long to bind). Other handles connect and hand each group to it: their batches join
+//! socket beside it (`journal.redb.commit.sock`, or, when that path is too long to bind, in
+//! the user's private socket directory: [`private_socket_dir`]). Other handles connect and
+//! hand each group to it: their batches join
 //! the leader's own groups, committed by its writer thread in one write transaction each, under
 //! **their** writer ids and writer seqs, which the clients assign before sending. The leader
 //! answers a client only after the commit holding its batches returned. Nobody starts
@@ -13,23 +14,31 @@
 //! leader's handle is dropped it stops taking clients, answers what it took, removes its socket
 //! and releases the lock, and the next handle with a group takes over.
 //!
-//! A client's batch is judged by one committer at a time, so the writer mark (the highest
-//! committed writer seq) never lets a later seq land before an earlier one's fate is known:
+//! No process holds another hostage: a client waits on its leader only for a bound (the
+//! connect not at all, the hello's answer and each frame after it for
+//! [`WriterOptions::leader_timeout`]; a leader at work says `Working` meanwhile). A leader that
+//! is silent past it — stopped, frozen, swapped out — is left: the client commits the group
+//! itself at once, and alone for a while after. A batch it had handed over lands once all the
+//! same, whoever commits it, because every seq judged in a committed transaction raises its
+//! writer's mark, refused or not (see [`Sharing::settle`]):
 //! * a client hands over one group at a time and waits for all its answers;
-//! * a connection that fails part-way leaves its batches uncertain (the leader may have
-//!   taken them): they are sent again, with the same seqs, only to a leader that answered a
-//!   hello since — the same leader, which answers a writer's new hello only after its earlier
-//!   connection's batches were all answered, or a new one, which holds the lock only after the
-//!   old leader released it, which it does only after answering all it took — or committed by
-//!   this handle once it holds the lock itself. A batch the old leader did commit is then
+//! * a connection that fails part-way, or a leader that falls silent, leaves its batches
+//!   uncertain (the leader may have taken them): they are sent again, with the same seqs, to
+//!   whoever leads now, or committed by this handle. A batch the old leader did commit is then
 //!   recognised by its writer seq; one it refused in a commit that landed is found "reused"
-//!   and judged again under a fresh seq, as the writer does after a retry;
+//!   and judged again under a fresh seq, as the writer does after a retry; a stopped leader
+//!   that runs again finds every seq its client has since judged at or below the mark, and
+//!   commits none of them;
 //! * a leader refuses a client's batch by sending the state it judged it against; the client
 //!   judges its batch against that state itself ([`super::append::judge`]) and so words the
 //!   very refusal its caller would have had alone.
 //!
 //! Full and flaky disks are the leader's writer's to ride out, as for its own batches: its
-//! clients wait, and never see a capacity error. A process with a controlling terminal does
+//! clients wait (hearing `Working`), and never see a capacity error. Only the leader's own
+//! user, in its own user namespace, is served; a process whose uid is the overflow uid shares
+//! nothing ([`platform::may_share_commits`]).
+//!
+//! [`WriterOptions::leader_timeout`]: super::writer::WriterOptions::leader_timeout A process with a controlling terminal does
 //! not lead (job control could stop it while its clients wait), unless opened with
 //! [`CommitSharing::Lead`]; runners, in sessions of their own, do. A handle opened with
 //! [`CommitSharing::Alone`], or a journal that is not a file, commits alone.
