@@ -510,7 +510,10 @@ mod tests {
     fn a_connect_never_waits_for_a_listener_that_does_not_accept() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("s.sock");
-        assert!(connect_without_waiting(&path).is_err(), "nothing listens yet");
+        assert!(
+            connect_without_waiting(&path).is_err(),
+            "nothing listens yet"
+        );
         let listener = UnixListener::bind(&path).expect("bind");
         let first = connect_without_waiting(&path).expect("a listener with room");
         assert!(peer_is_this_user(&first).expect("peer"), "our own process");

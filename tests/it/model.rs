@@ -678,6 +678,20 @@ impl Outcome {
     fn writes(&self) -> bool {
         matches!(self, Outcome::Accepted { .. })
     }
+
+    /// Whether the batch's writer seq is spent: a batch accepted, or refused after it was
+    /// judged (not an empty one, refused before anything is looked up, nor a repeat), raises
+    /// its writer's mark.
+    fn spends_seq(&self) -> bool {
+        match self {
+            Outcome::Accepted { .. } => true,
+            Outcome::Duplicate { .. } => false,
+            Outcome::Refused(refusal) => !matches!(
+                refusal,
+                Refusal::EmptyBatch | Refusal::WriterSeqReused { .. }
+            ),
+        }
+    }
 }
 
 /// A repair the reconciler must make: the run and what the reference says it appends.
@@ -740,6 +754,18 @@ impl Model {
     /// Predicts the answer to one batch, as DESIGN.md section 4 and docs/journal-format.md
     /// describe an append, and takes its records if it is accepted.
     fn commit(&mut self, batch: &Batch, is_test_writer: bool) -> Outcome {
+        let outcome = self.judge(batch, is_test_writer);
+        if is_test_writer && outcome.spends_seq() {
+            self.test_mark = Some(
+                self.test_mark
+                    .map_or(batch.writer_seq, |mark| mark.max(batch.writer_seq)),
+            );
+        }
+        outcome
+    }
+
+    /// [`Model::commit`]'s answer, and the records it takes.
+    fn judge(&mut self, batch: &Batch, is_test_writer: bool) -> Outcome {
         if batch.events.is_empty() {
             return Outcome::Refused(Refusal::EmptyBatch);
         }
@@ -784,9 +810,6 @@ impl Model {
             }
         }
         self.runs[slot] = run;
-        if is_test_writer {
-            self.test_mark = Some(batch.writer_seq);
-        }
         Outcome::Accepted {
             first_seq: head + 1,
             last_seq: head + batch.events.len() as u64,
@@ -1673,11 +1696,11 @@ impl Sut {
             .commit_batches_for_tests(&batches)
             .expect("the storage works again");
         // What landed is answered from its records; a refused batch (but an empty one, refused
-        // before anything is looked up) before the last accepted one finds its writer seq below
-        // the mark.
-        let last_accepted = answers
+        // before anything is looked up) at or before the last judged one finds its writer seq
+        // at or below the mark.
+        let last_judged = answers
             .iter()
-            .filter(|(_, outcome)| outcome.writes())
+            .filter(|(_, outcome)| outcome.spends_seq())
             .map(|(batch, _)| batch.writer_seq)
             .max();
         for ((batch, expected), result) in answers.iter().zip(&results) {
@@ -1692,7 +1715,7 @@ impl Sut {
                 Outcome::Refused(refusal)
                     if *refusal != Refusal::EmptyBatch
                         && has_landed
-                        && last_accepted.is_some_and(|seq| batch.writer_seq < seq) =>
+                        && last_judged.is_some_and(|seq| batch.writer_seq <= seq) =>
                 {
                     Outcome::Refused(Refusal::WriterSeqReused {
                         writer_seq: batch.writer_seq,
@@ -1891,10 +1914,16 @@ impl StateMachineTest for JournalTest {
             (step, expected) => panic!("the model expects {expected:?} of {step:?}"),
         }
         if !model.expected.writes() {
+            // A judged refusal spends its writer's seq: marks may rise, nothing else moves.
+            let mut after = sut.contents(&writers);
+            for ((writer, mark), (was_writer, was)) in after.marks.iter().zip(&before.marks) {
+                assert_eq!(writer, was_writer, "the same writers");
+                assert!(mark >= was, "writer {writer}'s mark never falls");
+            }
+            after.marks = before.marks.clone();
             assert_eq!(
-                sut.contents(&writers),
-                before,
-                "{step:?} was refused or a repeat, and left no trace"
+                after, before,
+                "{step:?} was refused or a repeat, and left no trace but its writer's mark"
             );
         }
         sut
@@ -2006,10 +2035,11 @@ impl StateMachineTest for JournalTest {
             "aliases name the latest run created with them"
         );
         for (writer, mark) in &sut.marks {
-            assert_eq!(
-                view.writer_mark(*writer).expect("a mark reads"),
-                Some(*mark),
-                "writer {writer}'s mark is its last committed writer seq"
+            assert!(
+                view.writer_mark(*writer)
+                    .expect("a mark reads")
+                    .is_some_and(|found| found >= *mark),
+                "writer {writer}'s mark is at least its last committed writer seq"
             );
         }
         assert_eq!(

@@ -568,3 +568,107 @@ fn a_batch_a_dying_leader_committed_without_answering_is_answered_as_committed()
     assert_eq!(records[2].writer, client.writer());
     assert_eq!(records[2].event, step_running_in_a_namespace());
 }
+
+/// A leader that takes a client's group and then stops (SIGSTOP, a frozen cgroup) is left by
+/// its client after the leader timeout: the client commits the batch itself, under the same
+/// writer seq, while the stopped leader still holds its copy. When the leader runs again and
+/// commits that copy, the writers mark decides: a batch its client had refused meanwhile is
+/// not committed though it would now pass (its seq is spent), and one its client committed is
+/// recognised, not applied twice.
+#[test]
+fn a_stopped_leader_that_runs_again_commits_nothing_its_client_has_since_judged() {
+    use super::wire::{self, ToClient, ToLeader};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let committer = Journal::open_with(
+        super::Source::Path(path.clone()),
+        WriterOptions {
+            commit_sharing: CommitSharing::Alone,
+            ..WriterOptions::default()
+        },
+    )
+    .expect("opens");
+    let run = create(&committer).run;
+    let lock = crate::durable_fs::FileLock::try_acquire(&crate::home::commit_lock_path(&path))
+        .expect("lock file")
+        .expect("nobody else leads");
+    let listener = std::os::unix::net::UnixListener::bind(crate::home::commit_socket_path(&path))
+        .expect("bind");
+    let (taken, took) = std::sync::mpsc::channel();
+    let (resume, resumed) = std::sync::mpsc::channel::<()>();
+    let stopped = std::thread::spawn(move || {
+        let mut copies = Vec::new();
+        // Two connections: one batch the client will have refused, one it will commit.
+        for _ in 0..2 {
+            let (mut stream, _) = listener.accept().expect("accept");
+            let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+            let Ok(Some(ToLeader::Hello(hello))) = wire::read::<ToLeader>(&mut reader) else {
+                panic!("a hello first");
+            };
+            let welcome = wire::frame(&ToClient::Welcome { leader_pid: 1 }).expect("frame");
+            std::io::Write::write_all(&mut stream, &welcome).expect("welcome");
+            assert!(matches!(
+                wire::read::<ToLeader>(&mut reader),
+                Ok(Some(ToLeader::Group { batches: 1 }))
+            ));
+            let Ok(Some(ToLeader::Batch(batch))) = wire::read::<ToLeader>(&mut reader) else {
+                panic!("the group's batch");
+            };
+            copies.push(batch.into_batch(hello.writer).expect("a well-formed batch"));
+            taken.send(()).expect("the test waits");
+            // Stopped: says nothing, keeps the connection and the lock.
+            std::mem::forget((stream, reader));
+        }
+        let _ = resumed.recv();
+        drop(lock);
+        copies
+    });
+    let client = Journal::open_with(
+        super::Source::Path(path.clone()),
+        WriterOptions {
+            commit_sharing: CommitSharing::Lead,
+            leader_timeout: std::time::Duration::from_millis(200),
+            ..WriterOptions::default()
+        },
+    )
+    .expect("opens");
+    // The head is 1: a batch expecting 2 is refused, by the client committing it alone.
+    let refused = client.append(run, vec![runner_started()], Condition::expect_head(2));
+    assert!(
+        matches!(refused, Err(AppendError::HeadMismatch { .. })),
+        "{refused:?}"
+    );
+    took.recv()
+        .expect("the stopped leader took the first batch");
+    // The client commits alone for a while now; the second batch goes to the stopped leader
+    // through a handle that has not met it yet.
+    let second = open(&path);
+    let appended = second
+        .append(run, vec![runner_started()], Condition::expect_head(1))
+        .expect("committed by the client itself");
+    took.recv()
+        .expect("the stopped leader took the second batch");
+    assert_eq!(appended.last_seq, 2);
+    drop(resume);
+    let copies = stopped.join().expect("the stopped leader");
+    // Runs again: the first copy would pass now (the head is 2), the second is in already.
+    let late = committer
+        .commit_batches_for_tests(&copies)
+        .expect("the late commit lands");
+    assert!(
+        matches!(late[0], Err(AppendError::WriterSeqReused { .. })),
+        "a seq its client judged is never judged again: {:?}",
+        late[0]
+    );
+    assert!(
+        matches!(&late[1], Ok(appended) if appended.was_duplicate),
+        "a batch its client committed is recognised: {:?}",
+        late[1]
+    );
+    let records = committer
+        .view()
+        .expect("view")
+        .records(run)
+        .expect("records");
+    assert_eq!(records.len(), 2, "nothing landed twice or late");
+}
