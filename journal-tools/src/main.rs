@@ -245,7 +245,7 @@ fn main() -> ExitCode {
             output::note(&format!("{error:#}"));
             if is_damage(&error) {
                 ExitCode::from(4)
-            } else if is_unsafe_home(&error) {
+            } else if is_unsafe_home(&error) || is_bad_fleet_data(&error) {
                 ExitCode::from(1)
             } else {
                 ExitCode::from(2)
@@ -380,6 +380,17 @@ fn is_damage(error: &anyhow::Error) -> bool {
 }
 
 /// Whether an error is a home (or journal) refused as unsafe: exit 1, as `runjournal` does.
+/// Whether the fleet's tables hold what no shipper wrote (a NULL, a column of another type, a
+/// value out of range): exit 1, as for a journal that differs, not 2 (usage or server error).
+fn is_bad_fleet_data(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<runjournal::ship::ShipError>(),
+            Some(runjournal::ship::ShipError::BadData { .. })
+        )
+    })
+}
+
 fn is_unsafe_home(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         matches!(

@@ -24,6 +24,7 @@ use crate::support::pg_cluster::PgCluster;
 
 mod fake_pg;
 mod secrets;
+mod untrusted;
 
 /// Most polls of a bounded wait, and the pause between two.
 const POLL_ATTEMPTS: u32 = 1200;

@@ -26,7 +26,12 @@ fn ship(home: &Home, url: &str, host: &str) -> u64 {
 
 fn from(url: &str, args: &[&str]) -> assert_cmd::Command {
     let mut command = tool();
-    command.arg("--from").arg(url).args(args);
+    command
+        .env_remove("JOURNAL_TOOLS_FROM")
+        .env_remove("PGPASSWORD")
+        .arg("--from")
+        .arg(url)
+        .args(args);
     command
 }
 
@@ -434,4 +439,63 @@ fn fleet_commands_refuse_what_they_cannot_do() {
     ));
     assert_eq!(ran.code, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("PostgreSQL at "), "{}", ran.stderr);
+}
+
+#[test]
+fn tampered_fleet_rows_are_an_error_naming_table_and_column_not_a_panic() {
+    let Some(cluster) = PgCluster::start("fleet_tampered_rows") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let ran = run(from(&url, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let mut client = cluster.client();
+    let inspect_fails_naming = |args: &[&str], named: &str| {
+        let ran = run(from(&url, args));
+        assert_eq!(ran.code, 1, "{args:?}: {}{}", ran.stdout, ran.stderr);
+        assert!(ran.stderr.contains(named), "{args:?}: {}", ran.stderr);
+        assert!(!ran.stderr.contains("panicked"), "{}", ran.stderr);
+    };
+
+    // A NULL where the shipper always writes a value.
+    client
+        .batch_execute(
+            "ALTER TABLE runjournal_runs ALTER COLUMN state DROP NOT NULL;
+             UPDATE runjournal_runs SET state = NULL",
+        )
+        .unwrap();
+    let null = "column state of runjournal_runs is NULL where a value is required";
+    inspect_fails_naming(&["inspect", "runs"], null);
+    inspect_fails_naming(&["inspect", "stats"], null);
+    client
+        .batch_execute("UPDATE runjournal_runs SET state = 'complete'")
+        .unwrap();
+    let ran = run(from(&url, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "mended: {}{}", ran.stdout, ran.stderr);
+
+    // A column of another type.
+    client
+        .batch_execute("ALTER TABLE runjournal_runs ALTER COLUMN steps_done TYPE bigint")
+        .unwrap();
+    inspect_fails_naming(
+        &["inspect", "runs"],
+        "column steps_done of runjournal_runs has type int8",
+    );
+    client
+        .batch_execute(
+            "ALTER TABLE runjournal_journals ALTER COLUMN home TYPE bytea USING home::bytea;
+             ALTER TABLE runjournal_records ALTER COLUMN event_type TYPE bytea
+                 USING event_type::bytea",
+        )
+        .unwrap();
+    inspect_fails_naming(
+        &["inspect", "stats"],
+        "column home of runjournal_journals has type bytea",
+    );
+    inspect_fails_naming(
+        &["inspect", "events"],
+        "column event_type of runjournal_records has type bytea",
+    );
 }

@@ -15,6 +15,8 @@ const SSL_REQUEST_CODE: u32 = 80_877_103;
 pub enum Answer {
     /// AuthenticationCleartextPassword, then an error once a password came.
     CleartextPassword,
+    /// An ErrorResponse (severity FATAL) with this message.
+    Error(String),
 }
 
 /// What the clients sent, over every connection.
@@ -104,8 +106,15 @@ fn serve(mut stream: TcpStream, answer: &Answer, seen: &Mutex<Seen>) -> std::io:
         seen.lock().expect("not poisoned").startups += 1;
         break;
     }
-    let Answer::CleartextPassword = answer;
-    stream.write_all(&message(b'R', &3u32.to_be_bytes()))?;
+    match answer {
+        Answer::Error(text) => {
+            stream.write_all(&error_response(text))?;
+            return Ok(());
+        }
+        Answer::CleartextPassword => {
+            stream.write_all(&message(b'R', &3u32.to_be_bytes()))?;
+        }
+    }
     let mut kind = [0u8; 1];
     stream.read_exact(&mut kind)?;
     let length = read_u32(&mut stream)? as usize;
