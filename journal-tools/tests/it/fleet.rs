@@ -499,3 +499,51 @@ fn tampered_fleet_rows_are_an_error_naming_table_and_column_not_a_panic() {
         "column event_type of runjournal_records has type bytea",
     );
 }
+
+#[test]
+fn more_runs_than_a_page_holds_are_each_listed_once_whatever_their_size() {
+    let Some(cluster) = PgCluster::start("fleet_pages") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let mut client = cluster.client();
+    let template = a.complete.to_string();
+    // Copies of one run with the same creation time (so only the run id orders them), a few
+    // of them large enough that a page's bytes run out before its rows do.
+    let copies: Vec<String> = (0..1_100).map(|i| format!("01M8P9GC{i:018}")).collect();
+    let large: Vec<String> = copies.iter().step_by(20).cloned().collect();
+    client
+        .execute(
+            "INSERT INTO runjournal_runs
+             SELECT (jsonb_populate_record(NULL::runjournal_runs,
+                 to_jsonb(r) || jsonb_build_object('run_id', id, 'status',
+                     CASE WHEN id = ANY($3) THEN r.status || jsonb_build_object('pad', repeat('x', 200000))
+                          ELSE r.status END))).*
+             FROM runjournal_runs r, unnest($1::text[]) AS id WHERE r.run_id = $2",
+            &[&copies, &template, &large],
+        )
+        .unwrap();
+    let total_runs: i64 = client
+        .query_one("SELECT count(*) FROM runjournal_runs", &[])
+        .unwrap()
+        .get(0);
+    assert!(total_runs > 1_100);
+    let ran = run(from(&url, &["--json", "inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let listed: Vec<String> = json_lines(&ran.stdout)
+        .iter()
+        .filter(|object| object["type"] == "run")
+        .map(|object| object["run"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = listed.iter().collect();
+    assert_eq!(listed.len() as i64, total_runs, "every run listed");
+    assert_eq!(unique.len(), listed.len(), "none twice");
+    let ran = run(from(&url, &["--json", "inspect", "runs", "--limit", "700"]));
+    let limited = json_lines(&ran.stdout)
+        .iter()
+        .filter(|object| object["type"] == "run")
+        .count();
+    assert_eq!(limited, 700);
+}
