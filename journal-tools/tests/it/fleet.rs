@@ -547,3 +547,49 @@ fn more_runs_than_a_page_holds_are_each_listed_once_whatever_their_size() {
         .count();
     assert_eq!(limited, 700);
 }
+
+#[test]
+fn the_fleet_url_may_come_from_the_environment_and_a_password_on_the_command_line_is_warned_about()
+{
+    let Some(cluster) = PgCluster::start("fleet_url_sources") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let socket = cluster.socket_dir().display().to_string();
+    // The cluster trusts its socket, so the password is sent to no one; only where it was
+    // written matters here.
+    let with_password =
+        format!("postgresql://postgres:not-on-argv@/postgres?host={socket}&sslmode=disable");
+    let mut command = tool();
+    command
+        .env_remove("PGPASSWORD")
+        .env("JOURNAL_TOOLS_FROM", &with_password)
+        .args(["inspect", "runs"]);
+    let ran = run(command);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("host-a"), "{}", ran.stdout);
+    assert!(!ran.stderr.contains("warning"), "{}", ran.stderr);
+
+    let ran = run(from(&with_password, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("warning: the --from URL holds a password"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!ran.stderr.contains("not-on-argv"), "{}", ran.stderr);
+    let ran = run(tool_at(
+        &a,
+        &["inspect", "verify", "--against", &with_password],
+    ));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("warning: the --against URL holds a password"),
+        "{}",
+        ran.stderr
+    );
+}
