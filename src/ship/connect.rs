@@ -385,20 +385,43 @@ mod tests {
         }
     }
 
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn without_tls_a_tcp_url_needs_plain_text_asked_for() {
+        let refused = Target::parse_with("postgresql://h/db", &Sources::default());
+        assert!(refused.is_err_and(|error| error.is_usage()));
+        for url in [
+            "postgresql://h/db?sslmode=disable",
+            "postgresql://h/db?sslmode=prefer",
+            "postgresql:///db?host=/run/pg",
+        ] {
+            assert!(
+                Target::parse_with(url, &Sources::default()).is_ok(),
+                "{url}"
+            );
+        }
+    }
+
     #[test]
     fn a_url_without_a_password_gets_the_one_libpq_would_find() {
         let sources = Sources {
             password: Some("from-env".to_string()),
             file: None,
         };
-        let target = Target::parse_with("postgresql://ship@db/fleet", &sources).unwrap();
+        let target =
+            Target::parse_with("postgresql://ship@db/fleet?sslmode=disable", &sources).unwrap();
         assert!(!target.is_password_in_url());
         assert_eq!(target.config.get_password(), Some(&b"from-env"[..]));
-        let given = Target::parse_with("postgresql://ship:given@db/fleet", &sources).unwrap();
+        let given =
+            Target::parse_with("postgresql://ship:given@db/fleet?sslmode=disable", &sources)
+                .unwrap();
         assert!(given.is_password_in_url());
         assert_eq!(given.config.get_password(), Some(&b"given"[..]));
-        let in_query =
-            Target::parse_with("postgresql://ship@db/fleet?password=q", &sources).unwrap();
+        let in_query = Target::parse_with(
+            "postgresql://ship@db/fleet?password=q&sslmode=disable",
+            &sources,
+        )
+        .unwrap();
         assert!(in_query.is_password_in_url());
 
         let dir = tempfile::tempdir().unwrap();
@@ -416,7 +439,11 @@ mod tests {
                 file: Some(file.clone()),
             }
         };
-        let tcp = Target::parse_with("postgresql://ship@db/fleet", &from_file(0o600)).unwrap();
+        let tcp = Target::parse_with(
+            "postgresql://ship@db/fleet?sslmode=disable",
+            &from_file(0o600),
+        )
+        .unwrap();
         assert_eq!(tcp.config.get_password(), Some(&b"tcp"[..]));
         assert!(tcp.warnings().is_empty());
         let socket = Target::parse_with(
@@ -425,7 +452,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(socket.config.get_password(), Some(&b"socket"[..]));
-        let open = Target::parse_with("postgresql://ship@db/fleet", &from_file(0o644)).unwrap();
+        let open = Target::parse_with(
+            "postgresql://ship@db/fleet?sslmode=disable",
+            &from_file(0o644),
+        )
+        .unwrap();
         assert_eq!(open.config.get_password(), None);
         assert_eq!(open.warnings().len(), 1, "{:?}", open.warnings());
     }
