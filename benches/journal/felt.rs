@@ -1,4 +1,4 @@
-//! What users feel (issue 14): a chatty external job, a launch, and the CPU one projected
+//! What users feel: a chatty external job, a launch, and the CPU one projected
 //! transition costs when many appenders share a process. Each is measured beside its
 //! baselines in the same rounds, as the rest of the suite is.
 

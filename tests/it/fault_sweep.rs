@@ -1,6 +1,5 @@
 //! A storage error at the k-th call of a scripted lifecycle, for every k: ENOSPC at every write
-//! and sync (issue 5, item 8); EIO at every write, sync, read, `len`, `set_len` and open of the
-//! journal file (issues 12 and 17).
+//! and sync; EIO at every write, sync, read, `len`, `set_len` and open of the journal file.
 //!
 //! The journal runs on an in-memory disk (tests/support/mem_disk.rs) that fails the k-th call
 //! of one kind, in two modes: that one call only, or that call and every call after it (for
