@@ -31,7 +31,7 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// The sizes the issue names: the last 1,000 of 10,000 updates against the first 1,000;
+    /// The sizes the targets are stated for: the last 1,000 of 10,000 updates against the first 1,000;
     /// 256 appenders.
     pub const REPORT: Sizes = Sizes {
         chatty_prefill: 9_000,
