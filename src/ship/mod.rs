@@ -1,5 +1,5 @@
-//! Shipping every journal to PostgreSQL, and reading the fleet back (DESIGN.md section 9,
-//! issue 16).
+//! Shipping every journal to PostgreSQL, and reading the fleet back (docs/design.md,
+//! "Shipping"; docs/shipping.md).
 //!
 //! Each host's journal stays the durable local truth; its `log` table is the outbox. The
 //! [`shipper`] reads the log after a cursor, read-only, and writes the records in commit order
