@@ -1,4 +1,4 @@
-//! Shipping rate (issue 16): a 100,000-record journal shipped into a fresh PostgreSQL database
+//! Shipping rate: a 100,000-record journal shipped into a fresh PostgreSQL database
 //! by `runjournal::ship::Shipper`, against PostgreSQL's own insert rate for the same record
 //! rows (the same batched `INSERT ... SELECT FROM unnest(...)` of 1,000 rows a transaction into
 //! a table of the same shape, rows already in memory), measured in the same run, in alternating

@@ -1,5 +1,5 @@
 //! Launching a run and following it: create the run, start its runner detached, and wait until
-//! the journal shows the runner took it (the journal is the handshake, DESIGN.md section 8);
+//! the journal shows the runner took it (the journal is the handshake, docs/design.md, "Runner and launch");
 //! then, if asked, follow it to its end and record the runner's exit, or wait for any run to
 //! end.
 //!

@@ -3,7 +3,7 @@
 //! It walks the `active` table, and the log records since its last pass (for the projections
 //! of runs closed meanwhile, see [`ProjectionCursor`]), so its cost grows with the runs not yet
 //! closed and what changed since, not with every run ever. For each active run it evaluates one
-//! row of [`TABLE`] (DESIGN.md section 7) and appends that row's events with
+//! row of [`TABLE`] (docs/design.md, "Reconciler") and appends that row's events with
 //! `expect_head(head)`: if anything else landed in between, the append fails, the run is read
 //! again and decided again. Two reconcilers, or a reconciler and a live runner, therefore never
 //! record two `Terminal`s.
@@ -11,7 +11,7 @@
 //! Invariants:
 //! * every combination of [`Inputs`] matches exactly one row of [`TABLE`];
 //! * the reconciler never records anything for a run whose runner is alive, unless someone
-//!   recorded that runner's process gone (a stale run, DESIGN.md section 3: the recorded
+//!   recorded that runner's process gone (a stale run, docs/design.md, "Rules": the recorded
 //!   observation outweighs a liveness look, which may have failed);
 //! * it signals step processes only of a runner it knows dead in this boot and this PID
 //!   namespace, and only groups that are provably ours ([`process_group::is_ours`]);
@@ -94,7 +94,7 @@ pub struct Row {
     pub action: Action,
 }
 
-/// The decision table of DESIGN.md section 7, one row per case.
+/// The reconciler's decision table (docs/design.md, "Reconciler"), one row per case.
 pub const TABLE: &[Row] = &[
     Row {
         name: "closed",

@@ -1,4 +1,4 @@
-//! What users feel (issue 14): a chatty external job, a launch, and the CPU one projected
+//! What users feel: a chatty external job, a launch, and the CPU one projected
 //! transition costs when many appenders share a process. Each is measured beside its
 //! baselines in the same rounds, as the rest of the suite is.
 
@@ -31,7 +31,7 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// The sizes the issue names: the last 1,000 of 10,000 updates against the first 1,000;
+    /// The sizes the targets are stated for: the last 1,000 of 10,000 updates against the first 1,000;
     /// 256 appenders.
     pub const REPORT: Sizes = Sizes {
         chatty_prefill: 9_000,

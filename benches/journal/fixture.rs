@@ -85,8 +85,8 @@ pub fn step_running(process: Option<ProcessIdentity>) -> Event {
     Event::StepRunning { step: 0, process }
 }
 
-/// One transition of a long external job: a progress report of about the size the issue
-/// names (its encoded record is printed in the report).
+/// One transition of a long external job: a progress report of about the size a real
+/// provider prints (its encoded record is printed in the report).
 pub fn job_update(progress: u32) -> Event {
     Event::ExternalJobUpdated {
         step: 0,

@@ -1,4 +1,4 @@
-//! The performance suite of runjournal (issue 8), measured against baselines in the same run.
+//! The performance suite of runjournal, measured against baselines in the same run.
 //!
 //! `cargo bench --bench journal` runs the criterion benchmarks (filters work as usual).
 //! `cargo bench --bench journal -- --report` runs all of them with fixed settings, then the
@@ -78,7 +78,7 @@ fn main() {
     let is_report = std::env::args().any(|arg| arg == "--report");
     let is_smoke = is_report && std::env::args().any(|arg| arg == "--smoke");
     // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
-    // issue 14 are the groups `chatty`, `launch` and `projected`.
+    // what users feel (`felt.rs`) are the groups `chatty`, `launch` and `projected`.
     let report_groups: Vec<String> = std::env::args()
         .skip_while(|arg| arg != "--report")
         .skip(1)

@@ -1,4 +1,4 @@
-//! Host-wide throughput of many processes (issue 14): runner-like processes, each with a
+//! Host-wide throughput of many processes: runner-like processes, each with a
 //! journal handle of its own and one appender, making durable transitions at once. Their
 //! commits are shared through the journal's commit leader (one of them); for comparison the
 //! same processes commit alone (`RUNJOURNAL_COMMIT_SHARING=off`), and one process with one

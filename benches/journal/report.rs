@@ -1,5 +1,5 @@
 //! The Markdown report: the machine, then every figure as a ratio against its baseline, the
-//! targets of issue 8 and whether they are met.
+//! targets and whether they are met.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -754,7 +754,7 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
         &mut verdicts,
     ));
 
-    let _ = writeln!(out, "\n**Targets of issues 8 and 14**\n");
+    let _ = writeln!(out, "\n**Targets**\n");
     for line in verdicts {
         let _ = writeln!(out, "* {line}");
     }
@@ -788,12 +788,12 @@ fn ratio_of(times: &[f64], bases: &[f64]) -> Option<(f64, f64, f64)> {
 
 /// CPU per projected transition (all threads) with 256 appenders on one store over the CPU of
 /// the same appenders on the journal alone, measured in the report's rounds on the code before
-/// issue 14 (509 µs against 33 µs, on the 2-CPU machine of the README's report): what "halve
+/// incremental projection (509 µs against 33 µs, on the 2-CPU machine of the README's report): what "halve
 /// today's figure" is measured against. A ratio, because the absolute figure moves with the
 /// machine and its load; the journal alone is the same code before and after.
 pub const BEFORE_PROJECTED_CPU_RATIO: f64 = 14.84;
 
-/// The rows of issue 14: a chatty run, a launch, the CPU of a projected transition. Kept apart
+/// The rows of what users feel: a chatty run, a launch, the CPU of a projected transition. Kept apart
 /// from [`render`] so that other groups' rows merge without touching these.
 pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<String>) -> String {
     let mut out = String::new();

@@ -23,9 +23,15 @@ const FLEET_EVENTS_PAGE: usize = 1000;
 /// How many differences `verify --against` lists one by one (the summary counts them all).
 const LISTED_DIFFERENCES_MAX: usize = 200;
 
+/// The variable naming the fleet's URL when `--from` is not given (so that a URL, and a
+/// password in it, need not be on the command line).
+pub const FROM_ENV: &str = "JOURNAL_TOOLS_FROM";
+
 /// The fleet's options, from the command line.
 pub struct FleetArgs {
     pub url: String,
+    /// Whether the URL was given on the command line (rather than in [`FROM_ENV`]).
+    pub is_on_command_line: bool,
     /// A host whose heartbeat is older than this is silent.
     pub silent_after_ms: u64,
 }
@@ -39,8 +45,27 @@ fn fleet_error(error: ShipError) -> anyhow::Error {
     }
 }
 
-fn connect(url: &str) -> anyhow::Result<Fleet> {
+fn connect(args: &FleetArgs) -> anyhow::Result<Fleet> {
+    connect_to(&args.url, args.is_on_command_line, "--from")
+}
+
+/// Connects to `url`, warning first when the URL holds a password on the command line (which
+/// every user of the machine can read) and when the password file was ignored.
+fn connect_to(url: &str, is_on_command_line: bool, option: &str) -> anyhow::Result<Fleet> {
     let target = Target::parse(url).map_err(|error| UsageError(error.to_string()))?;
+    for warning in target.warnings() {
+        note(warning);
+    }
+    if is_on_command_line && target.is_password_in_url() {
+        note(&format!(
+            "warning: the {option} URL holds a password, which every user of this machine can read on the command line; leave it out and set PGPASSWORD or a ~/.pgpass file (0600){}",
+            if option == "--from" {
+                format!(", or give the URL in {FROM_ENV}")
+            } else {
+                String::new()
+            }
+        ));
+    }
     Fleet::connect(&target).map_err(fleet_error)
 }
 
@@ -84,7 +109,7 @@ pub fn runs(args: &FleetArgs, out: &mut Out, runs_args: &RunsArgs) -> anyhow::Re
         created_until_ms: parse(&runs_args.until)?,
         limit: runs_args.limit,
     };
-    let mut fleet = connect(&args.url)?;
+    let mut fleet = connect(args)?;
     let server_now = fleet.server_now_ms()?;
     let runs = fleet.runs(&filter)?;
     let journals = fleet.journals()?.len();
@@ -113,7 +138,7 @@ pub fn runs(args: &FleetArgs, out: &mut Out, runs_args: &RunsArgs) -> anyhow::Re
 }
 
 pub fn run(args: &FleetArgs, out: &mut Out, text: &str) -> anyhow::Result<Status> {
-    let mut fleet = connect(&args.url)?;
+    let mut fleet = connect(args)?;
     let server_now = fleet.server_now_ms()?;
     let found = fleet.find_run(text).map_err(fleet_error)?;
     let silent = found.host_silent_since(server_now, args.silent_after_ms);
@@ -170,7 +195,7 @@ pub fn events(args: &FleetArgs, out: &mut Out, events_args: &EventsArgs) -> anyh
         )
         .into());
     }
-    let mut fleet = connect(&args.url)?;
+    let mut fleet = connect(args)?;
     let run = match &events_args.run {
         Some(text) => {
             let found = fleet.find_run(text).map_err(fleet_error)?;
@@ -258,7 +283,7 @@ fn print_event(out: &mut Out, shipped: &ShippedRecord) -> anyhow::Result<()> {
 }
 
 pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
-    let mut fleet = connect(&args.url)?;
+    let mut fleet = connect(args)?;
     let server_now = fleet.server_now_ms()?;
     let journals = fleet.journals()?;
     let counts = fleet.state_counts()?;
@@ -379,13 +404,15 @@ pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
 /// `inspect verify --against URL`: the local journal compared with what the server holds of
 /// it. Exit 1 when they differ.
 pub fn verify_against(source: &JournalSource, out: &mut Out, url: &str) -> anyhow::Result<Status> {
-    let target = Target::parse(url).map_err(|error| UsageError(error.to_string()))?;
+    // Refused as a usage error before the journal is opened.
+    Target::parse(url).map_err(|error| UsageError(error.to_string()))?;
     let view = view(source)?;
     let meta = view.meta()?;
     let journal_id = journal_id_text(&meta.journal_id);
-    let mut fleet = Fleet::connect(&target).map_err(fleet_error)?;
+    let mut fleet = connect_to(url, true, "--against")?;
+    let shown = fleet.target().to_string();
     let comparison = fleet::compare(&view, &mut fleet, &journal_id)
-        .with_context(|| format!("comparing journal {journal_id} with {}", target.shown()))?;
+        .with_context(|| format!("comparing journal {journal_id} with {shown}"))?;
     drop(view);
     let problems = comparison.problems(&journal_id);
     for problem in problems.iter().take(LISTED_DIFFERENCES_MAX) {
@@ -407,7 +434,7 @@ pub fn verify_against(source: &JournalSource, out: &mut Out, url: &str) -> anyho
             "summary",
             json!({
                 "journalId": journal_id,
-                "server": target.shown(),
+                "server": shown,
                 "registered": comparison.is_registered,
                 "shippedThrough": comparison.shipped_through,
                 "localHead": comparison.local_head,
@@ -431,7 +458,7 @@ pub fn verify_against(source: &JournalSource, out: &mut Out, url: &str) -> anyho
         out.line(&format!(
             "compared {} of journal {journal_id} with {} (shipped through {}, journal head {}, {} not shipped yet): {found}",
             plural(comparison.records_compared, "record"),
-            target.shown(),
+            shown,
             comparison.shipped_through,
             comparison.local_head,
             comparison.not_yet_shipped,

@@ -53,7 +53,9 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// Read the fleet shipped into this PostgreSQL database (`runjournal ship`) instead of a
-    /// local journal: inspect runs, run, events and stats across every shipped journal.
+    /// local journal: inspect runs, run, events and stats across every shipped journal
+    /// [default: $JOURNAL_TOOLS_FROM]. The password is best left out of the URL: it is found
+    /// as libpq finds it ($PGPASSWORD, $PGPASSFILE or ~/.pgpass).
     #[arg(long, global = true, value_name = "URL")]
     from: Option<String>,
     /// With --from: a host whose last heartbeat is older than this is shown silent (500ms,
@@ -243,7 +245,7 @@ fn main() -> ExitCode {
             output::note(&format!("{error:#}"));
             if is_damage(&error) {
                 ExitCode::from(4)
-            } else if is_unsafe_home(&error) {
+            } else if is_unsafe_home(&error) || is_bad_fleet_data(&error) {
                 ExitCode::from(1)
             } else {
                 ExitCode::from(2)
@@ -253,10 +255,18 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
-    if let Some(url) = cli.from {
+    let from = match cli.from {
+        Some(url) => Some((url, true)),
+        None => std::env::var(fleet::FROM_ENV)
+            .ok()
+            .filter(|url| !url.is_empty())
+            .map(|url| (url, false)),
+    };
+    if let Some((url, is_on_command_line)) = from {
         return run_fleet(
             &fleet::FleetArgs {
                 url,
+                is_on_command_line,
                 silent_after_ms: cli.silent_after,
             },
             cli.command,
@@ -370,6 +380,17 @@ fn is_damage(error: &anyhow::Error) -> bool {
 }
 
 /// Whether an error is a home (or journal) refused as unsafe: exit 1, as `runjournal` does.
+/// Whether the fleet's tables hold what no shipper wrote (a NULL, a column of another type, a
+/// value out of range): exit 1, as for a journal that differs, not 2 (usage or server error).
+fn is_bad_fleet_data(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<runjournal::ship::ShipError>(),
+            Some(runjournal::ship::ShipError::BadData { .. })
+        )
+    })
+}
+
 fn is_unsafe_home(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         matches!(

@@ -1,4 +1,4 @@
-//! The state directory and where everything lives in it (DESIGN.md section 4, "Layout").
+//! The state directory and where everything lives in it (docs/design.md, "Layout").
 //!
 //! A home has a [`Layout`]: runjournal's own (`journal.redb`, `runs/`, `results/` at its root),
 //! or a pi-subagents temp root (`async-subagent-runs/`, `async-subagent-results/`, and

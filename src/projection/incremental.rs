@@ -1,4 +1,4 @@
-//! Projecting after a commit in proportion to what the commit changed (issue 14).
+//! Projecting after a commit in proportion to what the commit changed.
 //!
 //! A process that appends to a run remembers, per run, what it last left on disk: the stamp
 //! (inode, length, mtime) and last seq of events.jsonl, the shape of the last projection it

@@ -778,7 +778,7 @@ fn a_pass_reports_as_changed_exactly_the_runs_it_appended_to_or_reprojected() {
 }
 
 /// Found by mutation testing: the start grace's bound. A queued run is "older than the start
-/// grace" (DESIGN.md section 7) only once more than the grace has passed.
+/// grace" (docs/design.md, "Reconciler") only once more than the grace has passed.
 #[test]
 fn a_queued_run_is_past_its_start_grace_only_once_more_than_the_grace_has_passed() {
     let (_dir, store) = store();
@@ -827,7 +827,7 @@ fn closed_run(store: &Store) -> RunId {
 }
 
 /// Found by mutation testing: nothing checked that a pass's cost follows what changed
-/// (DESIGN.md section 7: "its cost follows active runs, never all runs"). A closed run that
+/// (docs/design.md: "its cost follows the runs not yet closed, never all runs"). A closed run that
 /// did not change since the last pass of this boot is not looked at, so damage done to its
 /// files since is left to `journal-tools replay`; a cursor of another boot, or one past the
 /// journal's head, is not trusted, and the pass looks back instead.

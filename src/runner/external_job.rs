@@ -7,8 +7,8 @@
 //! pure and total — any bytes give a status or a [`ProviderLineError`], never a panic — so a
 //! fuzz target can call it directly.
 //!
-//! A status that only moves `progress` or `message` is a *sample*, not a transition (DESIGN.md
-//! section 3): [`SampleCoalescer`] holds samples back for up to [`SAMPLE_COALESCE`] after the
+//! A status that only moves `progress` or `message` is a *sample*, not a transition (docs/design.md,
+//! "Samples"): [`SampleCoalescer`] holds samples back for up to [`SAMPLE_COALESCE`] after the
 //! last status journaled, so a provider printing progress as fast as it can costs a commit
 //! every 100 ms, not one per line. Invariant: the latest status always lands — a held sample
 //! is journaled when its window ends, before a state change (in the same batch), or when the
@@ -134,8 +134,8 @@ pub fn parse_provider_line(line: &[u8]) -> Result<ExternalJobStatus, ProviderLin
 /// How long after the last journaled status a provider's sample may be held back.
 pub const SAMPLE_COALESCE: Duration = Duration::from_millis(100);
 
-/// Whether `next` only moves the progress or the message of `last`: a sample (DESIGN.md
-/// section 3). A change of state, job id or URL is a transition.
+/// Whether `next` only moves the progress or the message of `last`: a sample (docs/design.md,
+/// "Samples"). A change of state, job id or URL is a transition.
 pub fn is_sample(last: &ExternalJobStatus, next: &ExternalJobStatus) -> bool {
     last.state == next.state && last.id == next.id && last.url == next.url
 }

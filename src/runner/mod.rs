@@ -1,5 +1,5 @@
 //! The runner: the detached process that executes a run's steps and records their
-//! transitions (DESIGN.md section 8).
+//! transitions (docs/design.md, "Runner and launch").
 //!
 //! It takes the run with `RunnerStarted`, starts steps per mode (`single`; `chain` in order,
 //! stopping at the first failure; `parallel`, at most `concurrency` at once), and records

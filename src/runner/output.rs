@@ -757,7 +757,7 @@ mod tests {
     }
 
     #[test]
-    fn a_note_reads_as_the_issue_words_it() {
+    fn a_note_reads_as_the_readme_shows_it() {
         assert_eq!(
             loss_note(2048, "output", "No space left on device"),
             "[runjournal: 2048 bytes of output lost: No space left on device]"

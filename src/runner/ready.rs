@@ -1,5 +1,5 @@
-//! The runner's half of the launch handshake's wake-up. The journal is the handshake (DESIGN.md
-//! section 8): the launcher returns once it reads `RunnerStarted` there. So that it need not
+//! The runner's half of the launch handshake's wake-up. The journal is the handshake (docs/design.md,
+//! "Runner and launch"): the launcher returns once it reads `RunnerStarted` there. So that it need not
 //! poll for it, the launcher passes the runner, on purpose, the write end of a pipe, and names
 //! its descriptor in [`READY_FD_ENV`]; once `RunnerStarted` is durable the runner writes one
 //! byte to it and closes it. The launcher sleeps on the read end and looks at the journal as

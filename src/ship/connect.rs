@@ -1,21 +1,30 @@
 //! From a PostgreSQL URL to a connection.
 //!
-//! The URL is what tokio-postgres reads (`postgresql://user:password@host:port/db?options`;
+//! The URL is what tokio-postgres reads (`postgresql://user[:password]@host:port/db?options`;
 //! a Unix socket directory as `?host=/run/postgresql`), with the TLS options handled here:
 //!
-//! * `sslmode=disable` — plain connection.
-//! * `sslmode=prefer` (the default, as for libpq) — TLS when the server offers it.
-//! * `sslmode=require` and `sslmode=verify-full` — TLS or no connection.
+//! * `sslmode=require` (the default over TCP) and `sslmode=verify-full` — TLS or no
+//!   connection, so a password is never sent in clear to whoever answers on the address.
+//! * `sslmode=disable` (the default over a Unix socket, which PostgreSQL serves without TLS)
+//!   — plain connection.
+//! * `sslmode=prefer` — TLS when the server offers it, else plain: only when asked for, since
+//!   an impostor that declines TLS and asks for a cleartext password then receives it.
 //! * `sslrootcert=FILE` — trust the PEM certificates in FILE instead of the system's roots.
+//!
+//! A URL without a password gets one as libpq finds it (`super::password`: `PGPASSWORD`, then
+//! `PGPASSFILE` or `~/.pgpass`), so the password need not be on a command line.
 //!
 //! TLS is rustls (ring provider), so nothing links a system library; it is the cargo feature
 //! `tls`, on by default (ring compiles C for its target: a build for a target without a C
-//! toolchain, such as CI's lint of the macOS targets, turns it off, and then `prefer` connects
-//! without TLS while `require` and `verify-full` are refused). Whenever TLS is used the
-//! server's certificate is verified against the roots *and* its host name, so `prefer` and
-//! `require` are as strict as libpq's `verify-full` (a server with a self-signed certificate
-//! needs `sslrootcert`). `sslmode=verify-ca` (chain without host name) is refused rather than
+//! toolchain, such as CI's lint of the macOS targets, turns it off, and then only
+//! `sslmode=disable`, `prefer` and Unix sockets connect). Whenever TLS is used the server's
+//! certificate is verified against the roots *and* its host name, so `prefer` and `require`
+//! are as strict as libpq's `verify-full` (a server with a self-signed certificate needs
+//! `sslrootcert`). `sslmode=verify-ca` (chain without host name) is refused rather than
 //! silently upgraded. Client certificates (`sslcert`, `sslkey`) are not supported.
+//!
+//! Invariant: over TCP, a password leaves this process unencrypted only when the URL says
+//! `sslmode=disable` or `sslmode=prefer`.
 
 use std::path::PathBuf;
 #[cfg(feature = "tls")]
@@ -25,6 +34,7 @@ use std::time::Duration;
 use percent_encoding::percent_decode_str;
 
 use super::ShipError;
+use super::password::{self, Lookup, Sources};
 
 /// How long a connection attempt may take when the URL does not say (`connect_timeout`).
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
@@ -35,6 +45,8 @@ pub struct Target {
     config: postgres::Config,
     tls: Tls,
     shown: String,
+    is_password_in_url: bool,
+    warnings: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -46,7 +58,7 @@ enum Tls {
     },
 }
 
-/// The TLS of `sslmode=prefer` (or none given): rustls, or none in a build without TLS.
+/// The TLS of `sslmode=prefer`: rustls, or none in a build without TLS.
 #[cfg(feature = "tls")]
 fn preferred_tls(root_file: Option<PathBuf>) -> Result<Tls, ShipError> {
     Ok(Tls::Rustls { root_file })
@@ -66,7 +78,7 @@ fn required_tls(root_file: Option<PathBuf>) -> Result<Tls, ShipError> {
 #[cfg(not(feature = "tls"))]
 fn required_tls(_root_file: Option<PathBuf>) -> Result<Tls, ShipError> {
     Err(ShipError::Url {
-        reason: "this build of runjournal has no TLS (built without the `tls` feature): use sslmode=disable, or a build with TLS".to_string(),
+        reason: "this build of runjournal has no TLS (built without the `tls` feature), and a TCP connection needs it unless the URL says sslmode=disable (or prefer): use a Unix socket, sslmode=disable, or a build with TLS".to_string(),
     })
 }
 
@@ -78,8 +90,16 @@ impl std::fmt::Debug for Target {
 }
 
 impl Target {
-    /// Parses a URL. Fails only on what the caller wrote (never contacts the server).
+    /// Parses a URL, finding its password as libpq does when it holds none (`PGPASSWORD`,
+    /// `PGPASSFILE`, `~/.pgpass`). Fails only on what the caller wrote (never contacts the
+    /// server).
     pub fn parse(url: &str) -> Result<Target, ShipError> {
+        Target::parse_with(url, &Sources::from_env())
+    }
+
+    /// [`Target::parse`] with the password's sources given rather than read from the
+    /// environment.
+    pub fn parse_with(url: &str, sources: &Sources) -> Result<Target, ShipError> {
         let url = url.trim();
         let is_url = url.starts_with("postgresql://") || url.starts_with("postgres://");
         if !is_url {
@@ -119,10 +139,25 @@ impl Target {
                 _ => kept.push(pair),
             }
         }
+        // Parsed once without the TLS options, to learn whether every host is a Unix socket.
+        let bare: postgres::Config =
+            format!("{base}?{}", kept.join("&"))
+                .parse()
+                .map_err(|error: postgres::Error| ShipError::Url {
+                    reason: error.to_string(),
+                })?;
+        let is_socket_only = bare.get_hostaddrs().is_empty()
+            && !bare.get_hosts().is_empty()
+            && bare
+                .get_hosts()
+                .iter()
+                .all(|host| !matches!(host, postgres::config::Host::Tcp(_)));
         let (mode_for_client, tls) = match mode.as_deref() {
             Some("disable") => ("disable", Tls::Disabled),
-            None | Some("prefer") => ("prefer", preferred_tls(root_file)?),
-            Some("require") | Some("verify-full") => ("require", required_tls(root_file)?),
+            // PostgreSQL serves no TLS on a Unix socket, and nothing on it crosses a network.
+            None if is_socket_only => ("disable", Tls::Disabled),
+            Some("prefer") => ("prefer", preferred_tls(root_file)?),
+            None | Some("require") | Some("verify-full") => ("require", required_tls(root_file)?),
             Some("verify-ca") => {
                 return Err(ShipError::Url {
                     reason: "sslmode=verify-ca is not supported: certificates are always checked against the host name too (use verify-full or require)".to_string(),
@@ -158,7 +193,39 @@ impl Target {
             config.application_name("runjournal");
         }
         let shown = shown_target(&config);
-        Ok(Target { config, tls, shown })
+        let is_password_in_url = config.get_password().is_some();
+        let mut warnings = Vec::new();
+        if !is_password_in_url {
+            let lookup = password_lookup(&config);
+            let lookup = Lookup {
+                host: &lookup.0,
+                port: lookup.1,
+                database: &lookup.2,
+                user: &lookup.3,
+            };
+            if let Some(found) = password::find(sources, &lookup, &mut warnings) {
+                config.password(found.password);
+            }
+        }
+        Ok(Target {
+            config,
+            tls,
+            shown,
+            is_password_in_url,
+            warnings,
+        })
+    }
+
+    /// Whether the URL itself holds a password (which then sits wherever the URL was given:
+    /// a command line is readable by every user of the machine).
+    pub fn is_password_in_url(&self) -> bool {
+        self.is_password_in_url
+    }
+
+    /// What the caller should be told about how the password was looked up (a password file
+    /// ignored, and why), one line each.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The server as shown in messages: user, host, port and database, never the password.
@@ -225,6 +292,31 @@ fn rustls_connector(
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
+/// What libpq matches a password file's lines against: the first host (a Unix socket
+/// directory as it is; none as `localhost`), its port, the database and the user (each
+/// defaulted as the client defaults it).
+fn password_lookup(config: &postgres::Config) -> (String, u16, String, String) {
+    use postgres::config::Host;
+    let host = match (config.get_hosts().first(), config.get_hostaddrs().first()) {
+        (Some(Host::Tcp(name)), _) => name.clone(),
+        (Some(Host::Unix(path)), _) => path.display().to_string(),
+        (None, Some(address)) => address.to_string(),
+        (None, None) => "localhost".to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    // The client's default user is the one running this process.
+    let user = match config.get_user() {
+        Some(user) => user.to_string(),
+        None => nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|user| user.name)
+            .unwrap_or_default(),
+    };
+    let database = config.get_dbname().unwrap_or(&user).to_string();
+    (host, port, database, user)
+}
+
 fn shown_target(config: &postgres::Config) -> String {
     use postgres::config::Host;
     let user = config.get_user().unwrap_or("");
@@ -253,6 +345,122 @@ mod tests {
         assert!(!format!("{target:?}").contains("s3cret"));
     }
 
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tcp_requires_tls_unless_told_otherwise_and_a_unix_socket_stays_plain() {
+        use postgres::config::SslMode;
+        for (url, mode) in [
+            ("postgresql://ship@db.example/fleet", SslMode::Require),
+            ("postgresql://ship@127.0.0.1:5432/fleet", SslMode::Require),
+            (
+                "postgresql://db.example/fleet?sslmode=prefer",
+                SslMode::Prefer,
+            ),
+            (
+                "postgresql://db.example/fleet?sslmode=disable",
+                SslMode::Disable,
+            ),
+            ("postgresql:///fleet?host=/run/postgresql", SslMode::Disable),
+            (
+                "postgresql:///fleet?host=/run/pg&sslmode=require",
+                SslMode::Require,
+            ),
+            // One TCP host among sockets makes the whole list need TLS.
+            (
+                "postgresql://db.example/fleet?host=/run/pg",
+                SslMode::Require,
+            ),
+            (
+                "postgresql:///fleet?host=/run/pg&hostaddr=10.0.0.1",
+                SslMode::Require,
+            ),
+        ] {
+            let target = Target::parse_with(url, &Sources::default()).unwrap();
+            assert_eq!(target.config.get_ssl_mode(), mode, "{url}");
+            assert_eq!(
+                matches!(target.tls, Tls::Disabled),
+                mode == SslMode::Disable,
+                "{url}"
+            );
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn without_tls_a_tcp_url_needs_plain_text_asked_for() {
+        let refused = Target::parse_with("postgresql://h/db", &Sources::default());
+        assert!(refused.is_err_and(|error| error.is_usage()));
+        for url in [
+            "postgresql://h/db?sslmode=disable",
+            "postgresql://h/db?sslmode=prefer",
+            "postgresql:///db?host=/run/pg",
+        ] {
+            assert!(
+                Target::parse_with(url, &Sources::default()).is_ok(),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_url_without_a_password_gets_the_one_libpq_would_find() {
+        let sources = Sources {
+            password: Some("from-env".to_string()),
+            file: None,
+        };
+        let target =
+            Target::parse_with("postgresql://ship@db/fleet?sslmode=disable", &sources).unwrap();
+        assert!(!target.is_password_in_url());
+        assert_eq!(target.config.get_password(), Some(&b"from-env"[..]));
+        let given =
+            Target::parse_with("postgresql://ship:given@db/fleet?sslmode=disable", &sources)
+                .unwrap();
+        assert!(given.is_password_in_url());
+        assert_eq!(given.config.get_password(), Some(&b"given"[..]));
+        let in_query = Target::parse_with(
+            "postgresql://ship@db/fleet?password=q&sslmode=disable",
+            &sources,
+        )
+        .unwrap();
+        assert!(in_query.is_password_in_url());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pgpass");
+        std::fs::write(
+            &file,
+            "db:5432:fleet:reader:not-this\n/run/pg:5432:fleet:ship:socket\ndb:5432:fleet:ship:tcp\n",
+        )
+        .unwrap();
+        let from_file = |mode: u32| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            Sources {
+                password: None,
+                file: Some(file.clone()),
+            }
+        };
+        let tcp = Target::parse_with(
+            "postgresql://ship@db/fleet?sslmode=disable",
+            &from_file(0o600),
+        )
+        .unwrap();
+        assert_eq!(tcp.config.get_password(), Some(&b"tcp"[..]));
+        assert!(tcp.warnings().is_empty());
+        let socket = Target::parse_with(
+            "postgresql:///fleet?host=/run/pg&user=ship",
+            &from_file(0o600),
+        )
+        .unwrap();
+        assert_eq!(socket.config.get_password(), Some(&b"socket"[..]));
+        let open = Target::parse_with(
+            "postgresql://ship@db/fleet?sslmode=disable",
+            &from_file(0o644),
+        )
+        .unwrap();
+        assert_eq!(open.config.get_password(), None);
+        assert_eq!(open.warnings().len(), 1, "{:?}", open.warnings());
+    }
+
     #[test]
     fn a_unix_socket_directory_is_a_host() {
         let target = Target::parse("postgresql:///fleet?host=/tmp/pg&user=postgres").unwrap();
@@ -263,6 +471,7 @@ mod tests {
     #[test]
     fn tls_modes_are_mapped_or_refused() {
         for (url, is_ok) in [
+            ("postgresql://h/db", true),
             ("postgresql://h/db?sslmode=disable", true),
             ("postgresql://h/db?sslmode=prefer", true),
             ("postgresql://h/db?sslmode=require", true),

@@ -28,6 +28,55 @@ const FIND_MATCHES_MAX: i64 = 20;
 /// Runs an ambiguity names.
 const AMBIGUITY_EXAMPLES_MAX: usize = 4;
 
+/// Rows one query of the fleet reads at most (each is `LIMIT`ed to it, and read on after its
+/// last row's key): a table of any size is read in pages, never at once.
+pub const FLEET_PAGE_ROWS: usize = 500;
+
+/// Bytes of column values one page reads at most: once a page's rows pass it, the rest of the
+/// page is left unread and the next page starts after the last row read (at least one row
+/// is read, so paging always moves on).
+pub const FLEET_PAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// The wire size of a column value, of any type (to count a page's bytes as it arrives).
+struct WireBytes(usize);
+
+impl<'a> postgres::types::FromSql<'a> for WireBytes {
+    fn from_sql(
+        _: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<WireBytes, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(WireBytes(raw.len()))
+    }
+
+    fn from_sql_null(
+        _: &postgres::types::Type,
+    ) -> Result<WireBytes, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(WireBytes(0))
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+}
+
+/// The bytes of a row's values.
+fn row_bytes(row: &postgres::Row) -> usize {
+    (0..row.len())
+        .map(|index| {
+            row.try_get::<_, WireBytes>(index)
+                .map_or(0, |bytes| bytes.0)
+        })
+        .sum()
+}
+
+/// A page's `LIMIT`: what is left of `limit`, at most [`FLEET_PAGE_ROWS`].
+fn page_limit(limit: Option<usize>, read: usize) -> i64 {
+    let left = limit.map_or(FLEET_PAGE_ROWS, |limit| {
+        limit.saturating_sub(read).min(FLEET_PAGE_ROWS)
+    });
+    i64::try_from(left).unwrap_or(0)
+}
+
 /// The fleet database, opened for reading.
 pub struct Fleet {
     client: Client,
@@ -160,6 +209,60 @@ impl Fleet {
         }
     }
 
+    /// One page of a query whose SQL ends in `LIMIT` (at most [`FLEET_PAGE_ROWS`]): its rows
+    /// as they arrive, up to [`FLEET_PAGE_BYTES_MAX`] bytes of values.
+    fn page(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, ShipError> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let target = self.target.clone();
+        let server = |source| ShipError::Server {
+            target: target.clone(),
+            error: source,
+        };
+        let mut rows = Vec::new();
+        let mut bytes = 0usize;
+        let mut stream = self
+            .client
+            .query_raw(sql, params.iter().copied())
+            .map_err(server)?;
+        while let Some(row) = stream.next().map_err(server)? {
+            bytes = bytes.saturating_add(row_bytes(&row));
+            rows.push(row);
+            // The rest of the page is dropped unread; the caller's next page starts after
+            // the last row kept.
+            if bytes > FLEET_PAGE_BYTES_MAX || rows.len() >= FLEET_PAGE_ROWS {
+                break;
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Column `index` of a row, checked ([`rows::column`]).
+    fn col<'a, T: postgres::types::FromSql<'a>>(
+        &self,
+        row: &'a postgres::Row,
+        index: usize,
+        table: &str,
+        column: &str,
+    ) -> Result<T, ShipError> {
+        rows::column(row, index, table, column).map_err(self.bad())
+    }
+
+    /// A `bigint` column that holds a count, time or seq (never negative).
+    fn unsigned_col(
+        &self,
+        row: &postgres::Row,
+        index: usize,
+        table: &str,
+        column: &str,
+    ) -> Result<u64, ShipError> {
+        let value: i64 = self.col(row, index, table, column)?;
+        rows::unsigned(value, &format!("column {column} of {table}")).map_err(self.bad())
+    }
+
     /// The server's clock, in Unix milliseconds.
     pub fn server_now_ms(&mut self) -> Result<UnixMs, ShipError> {
         let row = self
@@ -169,7 +272,7 @@ impl Fleet {
                 target: self.target.clone(),
                 error: source,
             })?;
-        rows::unsigned(row.get(0), "the server's time").map_err(self.bad())
+        self.unsigned_col(&row, 0, "the server", "now()")
     }
 
     /// Every shipped journal, by host name then journal id.
@@ -183,9 +286,14 @@ impl Fleet {
     }
 
     fn journals_where(&mut self, only: Option<&str>) -> Result<Vec<FleetJournal>, ShipError> {
-        let rows = self
-            .client
-            .query(
+        let mut journals: Vec<FleetJournal> = Vec::new();
+        let limit = page_limit(None, 0);
+        loop {
+            let after: Option<(String, String)> = journals
+                .last()
+                .map(|last| (last.host_name.clone(), last.journal_id.clone()));
+            let (after_host, after_id) = after.unzip();
+            let page = self.page(
                 "SELECT j.journal_id, j.host_name, j.home, j.journal_created_at_ms,
                     j.shipped_through, (extract(epoch FROM j.shipped_at) * 1000)::bigint,
                     (extract(epoch FROM j.heartbeat_at) * 1000)::bigint,
@@ -194,33 +302,39 @@ impl Fleet {
                     (SELECT count(*) FROM runjournal_runs r
                         WHERE r.journal_id = j.journal_id AND NOT r.is_closed)
                  FROM runjournal_journals j
-                 WHERE $1::text IS NULL OR j.journal_id = $1
-                 ORDER BY j.host_name, j.journal_id",
-                &[&only],
-            )
-            .map_err(self.server())?;
-        let bad = self.bad();
-        rows.iter()
-            .map(|row| {
-                Ok(FleetJournal {
-                    journal_id: row.get(0),
-                    host_name: row.get(1),
-                    home: row.get(2),
-                    journal_created_at_ms: rows::unsigned(row.get(3), "journal_created_at_ms")
-                        .map_err(&bad)?,
-                    shipped_through: rows::unsigned(row.get(4), "shipped_through").map_err(&bad)?,
-                    shipped_at_ms: row
-                        .get::<_, Option<i64>>(5)
-                        .map(|at| rows::unsigned(at, "shipped_at"))
-                        .transpose()
-                        .map_err(&bad)?,
-                    heartbeat_at_ms: rows::unsigned(row.get(6), "heartbeat_at").map_err(&bad)?,
-                    records: rows::unsigned(row.get(7), "count").map_err(&bad)?,
-                    runs: rows::unsigned(row.get(8), "count").map_err(&bad)?,
-                    runs_open: rows::unsigned(row.get(9), "count").map_err(&bad)?,
-                })
-            })
-            .collect()
+                 WHERE ($1::text IS NULL OR j.journal_id = $1)
+                   AND ($2::text IS NULL OR (j.host_name, j.journal_id) > ($2, $3::text))
+                 ORDER BY j.host_name, j.journal_id
+                 LIMIT $4",
+                &[&only, &after_host, &after_id, &limit],
+            )?;
+            if page.is_empty() {
+                return Ok(journals);
+            }
+            for row in &page {
+                journals.push(self.fleet_journal(row)?);
+            }
+        }
+    }
+
+    fn fleet_journal(&self, row: &postgres::Row) -> Result<FleetJournal, ShipError> {
+        const TABLE: &str = "runjournal_journals";
+        let shipped_at: Option<i64> = self.col(row, 5, TABLE, "shipped_at")?;
+        Ok(FleetJournal {
+            journal_id: self.col(row, 0, TABLE, "journal_id")?,
+            host_name: self.col(row, 1, TABLE, "host_name")?,
+            home: self.col(row, 2, TABLE, "home")?,
+            journal_created_at_ms: self.unsigned_col(row, 3, TABLE, "journal_created_at_ms")?,
+            shipped_through: self.unsigned_col(row, 4, TABLE, "shipped_through")?,
+            shipped_at_ms: shipped_at
+                .map(|at| rows::unsigned(at, "shipped_at"))
+                .transpose()
+                .map_err(self.bad())?,
+            heartbeat_at_ms: self.unsigned_col(row, 6, TABLE, "heartbeat_at")?,
+            records: self.unsigned_col(row, 7, "runjournal_records", "count(*)")?,
+            runs: self.unsigned_col(row, 8, "runjournal_runs", "count(*)")?,
+            runs_open: self.unsigned_col(row, 9, "runjournal_runs", "count(*)")?,
+        })
     }
 
     /// Runs across the fleet, newest first.
@@ -236,25 +350,52 @@ impl Fleet {
             .map(|at| rows::bigint(at, "--until"))
             .transpose()
             .map_err(self.bad())?;
-        let limit = filter
-            .limit
-            .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
-        let rows = self
-            .client
-            .query(
+        let mut runs: Vec<FleetRun> = Vec::new();
+        loop {
+            let limit = page_limit(filter.limit, runs.len());
+            if limit == 0 {
+                return Ok(runs);
+            }
+            let after = runs.last().map(|last| {
+                (
+                    i64::try_from(last.created_at_ms).unwrap_or(i64::MAX),
+                    last.run_id.to_string(),
+                    last.journal_id.clone(),
+                )
+            });
+            let after_created = after.as_ref().map(|after| after.0);
+            let after_run = after.as_ref().map(|after| after.1.clone());
+            let after_journal = after.as_ref().map(|after| after.2.clone());
+            let page = self.page(
                 &format!(
                     "SELECT {RUN_COLUMNS}
                      FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
                      WHERE (cardinality($1::text[]) = 0 OR r.state = ANY($1))
                        AND ($2::bigint IS NULL OR r.created_at_ms >= $2)
                        AND ($3::bigint IS NULL OR r.created_at_ms <= $3)
+                       AND ($5::bigint IS NULL OR r.created_at_ms < $5
+                            OR (r.created_at_ms = $5 AND (r.run_id < $6::text
+                                OR (r.run_id = $6::text AND r.journal_id > $7::text))))
                      ORDER BY r.created_at_ms DESC, r.run_id DESC, r.journal_id
                      LIMIT $4"
                 ),
-                &[&states, &since, &until, &limit],
-            )
-            .map_err(self.server())?;
-        rows.iter().map(|row| self.fleet_run(row)).collect()
+                &[
+                    &states,
+                    &since,
+                    &until,
+                    &limit,
+                    &after_created,
+                    &after_run,
+                    &after_journal,
+                ],
+            )?;
+            if page.is_empty() {
+                return Ok(runs);
+            }
+            for row in &page {
+                runs.push(self.fleet_run(row)?);
+            }
+        }
     }
 
     /// The one run `text` names across the fleet, as a run of a local journal is named
@@ -369,41 +510,58 @@ impl Fleet {
     }
 
     fn fleet_run(&self, row: &postgres::Row) -> Result<FleetRun, ShipError> {
+        const TABLE: &str = "runjournal_runs";
         let bad = self.bad();
-        let run_text: String = row.get(3);
-        let state_text: String = row.get(5);
-        let count = |index: usize| {
-            u32::try_from(row.get::<_, i32>(index)).map_err(|_| bad("a negative step count".into()))
+        let run_text: String = self.col(row, 3, TABLE, "run_id")?;
+        let state_text: String = self.col(row, 5, TABLE, "state")?;
+        let count = |index: usize, column: &str| {
+            let count: i32 = self.col(row, index, TABLE, column)?;
+            u32::try_from(count)
+                .map_err(|_| bad(format!("column {column} of {TABLE} is negative ({count})")))
         };
+        let runner_pid: Option<i64> = self.col(row, 11, TABLE, "runner_pid")?;
+        let ended_at: Option<i64> = self.col(row, 14, TABLE, "ended_at_ms")?;
         Ok(FleetRun {
-            journal_id: row.get(0),
-            host_name: row.get(1),
-            heartbeat_at_ms: rows::unsigned(row.get(2), "heartbeat_at").map_err(&bad)?,
+            journal_id: self.col(row, 0, TABLE, "journal_id")?,
+            host_name: self.col(row, 1, "runjournal_journals", "host_name")?,
+            heartbeat_at_ms: self.unsigned_col(row, 2, "runjournal_journals", "heartbeat_at")?,
             run_id: run_text
                 .parse()
                 .map_err(|error| bad(format!("run id {run_text:?}: {error}")))?,
-            name: row.get(4),
+            name: self.col(row, 4, TABLE, "name")?,
             state: state_text
                 .parse()
                 .map_err(|error| bad(format!("state {state_text:?}: {error}")))?,
-            is_closed: row.get(6),
-            is_stale: row.get(7),
-            is_dismissed: row.get(8),
-            steps_done: count(9)?,
-            steps_total: count(10)?,
-            runner_pid: row
-                .get::<_, Option<i64>>(11)
+            is_closed: self.col(row, 6, TABLE, "is_closed")?,
+            is_stale: self.col(row, 7, TABLE, "is_stale")?,
+            is_dismissed: self.col(row, 8, TABLE, "is_dismissed")?,
+            steps_done: count(9, "steps_done")?,
+            steps_total: count(10, "steps_total")?,
+            runner_pid: runner_pid
                 .map(|pid| u32::try_from(pid).map_err(|_| bad(format!("runner pid {pid}"))))
                 .transpose()?,
-            created_at_ms: rows::unsigned(row.get(12), "created_at_ms").map_err(&bad)?,
-            updated_at_ms: rows::unsigned(row.get(13), "updated_at_ms").map_err(&bad)?,
-            ended_at_ms: row
-                .get::<_, Option<i64>>(14)
+            created_at_ms: self.unsigned_col(row, 12, TABLE, "created_at_ms")?,
+            updated_at_ms: self.unsigned_col(row, 13, TABLE, "updated_at_ms")?,
+            ended_at_ms: ended_at
                 .map(|at| rows::unsigned(at, "ended_at_ms"))
                 .transpose()
                 .map_err(&bad)?,
-            head_seq: rows::unsigned(row.get(15), "head_seq").map_err(&bad)?,
-            status: row.get(16),
+            head_seq: self.unsigned_col(row, 15, TABLE, "head_seq")?,
+            status: self.col(row, 16, TABLE, "status")?,
+        })
+    }
+
+    /// A row of `runjournal_records` as [`RecordRow`], its columns from `first` on
+    /// (global_seq, run_id, seq, time_ms, event_type, event).
+    fn record_row(&self, row: &postgres::Row, first: usize) -> Result<RecordRow, ShipError> {
+        const TABLE: &str = "runjournal_records";
+        Ok(RecordRow {
+            global_seq: self.col(row, first, TABLE, "global_seq")?,
+            run_id: self.col(row, first + 1, TABLE, "run_id")?,
+            seq: self.col(row, first + 2, TABLE, "seq")?,
+            time_ms: self.col(row, first + 3, TABLE, "time_ms")?,
+            event_type: self.col(row, first + 4, TABLE, "event_type")?,
+            event: self.col(row, first + 5, TABLE, "event")?,
         })
     }
 
@@ -413,24 +571,30 @@ impl Fleet {
         journal_id: &str,
         run: RunId,
     ) -> Result<Vec<(u64, Record)>, ShipError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT global_seq, event FROM runjournal_records
-                 WHERE journal_id = $1 AND run_id = $2 ORDER BY seq",
-                &[&journal_id, &run.to_string()],
-            )
-            .map_err(self.server())?;
-        let bad = self.bad();
-        rows.iter()
-            .map(|row| {
-                let global = rows::unsigned(row.get(0), "global_seq").map_err(&bad)?;
-                let event: Value = row.get(1);
-                let record = rows::record_from_event_line(&event)
-                    .map_err(|reason| bad(format!("run {run}, global seq {global}: {reason}")))?;
-                Ok((global, record))
-            })
-            .collect()
+        let run_text = run.to_string();
+        let limit = page_limit(None, 0);
+        let mut records: Vec<(u64, Record)> = Vec::new();
+        let mut after: Option<i64> = None;
+        loop {
+            let page = self.page(
+                "SELECT global_seq, event, seq FROM runjournal_records
+                 WHERE journal_id = $1 AND run_id = $2 AND ($3::bigint IS NULL OR seq > $3)
+                 ORDER BY seq LIMIT $4",
+                &[&journal_id, &run_text, &after, &limit],
+            )?;
+            if page.is_empty() {
+                return Ok(records);
+            }
+            for row in &page {
+                let global = self.unsigned_col(row, 0, "runjournal_records", "global_seq")?;
+                let event: Value = self.col(row, 1, "runjournal_records", "event")?;
+                after = Some(self.col(row, 2, "runjournal_records", "seq")?);
+                let record = rows::record_from_event_line(&event).map_err(|reason| {
+                    (self.bad())(format!("run {run}, global seq {global}: {reason}"))
+                })?;
+                records.push((global, record));
+            }
+        }
     }
 
     /// Shipped records across the fleet in time order (then journal, then global seq).
@@ -440,80 +604,76 @@ impl Fleet {
             None => (None, None),
         };
         let after = rows::bigint(filter.after_seq, "--after-seq").map_err(self.bad())?;
-        let limit = filter
-            .limit
-            .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
+        // One page at most, whatever the caller asked: the caller reads on from the last.
+        let limit = page_limit(filter.limit, 0);
         let (page_time, page_journal, page_global) = match &filter.after {
             Some((time, journal, global)) => (Some(*time), Some(journal.clone()), Some(*global)),
             None => (None, None, None),
         };
-        let rows = self
-            .client
-            .query(
-                "SELECT x.journal_id, j.host_name, x.global_seq, x.run_id, x.seq, x.time_ms,
-                    x.event_type, x.event
-                 FROM runjournal_records x JOIN runjournal_journals j USING (journal_id)
-                 WHERE x.global_seq > $1
-                   AND ($2::text IS NULL OR x.journal_id = $2)
-                   AND ($3::text IS NULL OR x.run_id = $3)
-                   AND ($5::bigint IS NULL
-                        OR (x.time_ms, x.journal_id, x.global_seq) > ($5, $6::text, $7::bigint))
-                 ORDER BY x.time_ms, x.journal_id, x.global_seq
-                 LIMIT $4",
-                &[
-                    &after,
-                    &journal,
-                    &run,
-                    &limit,
-                    &page_time,
-                    &page_journal,
-                    &page_global,
-                ],
-            )
-            .map_err(self.server())?;
-        Ok(rows
-            .iter()
-            .map(|row| ShippedRecord {
-                journal_id: row.get(0),
-                host_name: row.get(1),
-                row: RecordRow {
-                    global_seq: row.get(2),
-                    run_id: row.get(3),
-                    seq: row.get(4),
-                    time_ms: row.get(5),
-                    event_type: row.get(6),
-                    event: row.get(7),
-                },
-            })
-            .collect())
-    }
-
-    /// Runs per state per journal.
-    pub fn state_counts(&mut self) -> Result<Vec<(String, RunStatus, u64)>, ShipError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT journal_id, state, count(*) FROM runjournal_runs
-                 GROUP BY journal_id, state ORDER BY journal_id, state",
-                &[],
-            )
-            .map_err(self.server())?;
-        let bad = self.bad();
-        rows.iter()
+        let page = self.page(
+            "SELECT x.journal_id, j.host_name, x.global_seq, x.run_id, x.seq, x.time_ms,
+                x.event_type, x.event
+             FROM runjournal_records x JOIN runjournal_journals j USING (journal_id)
+             WHERE x.global_seq > $1
+               AND ($2::text IS NULL OR x.journal_id = $2)
+               AND ($3::text IS NULL OR x.run_id = $3)
+               AND ($5::bigint IS NULL
+                    OR (x.time_ms, x.journal_id, x.global_seq) > ($5, $6::text, $7::bigint))
+             ORDER BY x.time_ms, x.journal_id, x.global_seq
+             LIMIT $4",
+            &[
+                &after,
+                &journal,
+                &run,
+                &limit,
+                &page_time,
+                &page_journal,
+                &page_global,
+            ],
+        )?;
+        page.iter()
             .map(|row| {
-                let state: String = row.get(1);
-                Ok((
-                    row.get(0),
-                    state
-                        .parse()
-                        .map_err(|error| bad(format!("state {state:?}: {error}")))?,
-                    rows::unsigned(row.get(2), "count").map_err(&bad)?,
-                ))
+                Ok(ShippedRecord {
+                    journal_id: self.col(row, 0, "runjournal_records", "journal_id")?,
+                    host_name: self.col(row, 1, "runjournal_journals", "host_name")?,
+                    row: self.record_row(row, 2)?,
+                })
             })
             .collect()
     }
 
-    /// A journal's shipped records with `after < global seq <= through`, in global order.
+    /// Runs per state per journal.
+    pub fn state_counts(&mut self) -> Result<Vec<(String, RunStatus, u64)>, ShipError> {
+        const TABLE: &str = "runjournal_runs";
+        let limit = page_limit(None, 0);
+        let mut counts: Vec<(String, RunStatus, u64)> = Vec::new();
+        let mut after: Option<(String, String)> = None;
+        loop {
+            let (after_journal, after_state) = after.clone().unzip();
+            let page = self.page(
+                "SELECT journal_id, state, count(*) FROM runjournal_runs
+                 WHERE $1::text IS NULL OR (journal_id, state) > ($1, $2::text)
+                 GROUP BY journal_id, state ORDER BY journal_id, state LIMIT $3",
+                &[&after_journal, &after_state, &limit],
+            )?;
+            if page.is_empty() {
+                return Ok(counts);
+            }
+            for row in &page {
+                let journal: String = self.col(row, 0, TABLE, "journal_id")?;
+                let state: String = self.col(row, 1, TABLE, "state")?;
+                let status = state
+                    .parse()
+                    .map_err(|error| (self.bad())(format!("state {state:?}: {error}")))?;
+                let count = self.unsigned_col(row, 2, TABLE, "count(*)")?;
+                after = Some((journal.clone(), state));
+                counts.push((journal, status, count));
+            }
+        }
+    }
+
+    /// A journal's shipped records with `after < global seq <= through`, in global order:
+    /// one page, at most `limit` rows (and at most [`FLEET_PAGE_ROWS`]).
     fn records_between(
         &mut self,
         journal_id: &str,
@@ -526,29 +686,46 @@ impl Fleet {
             .map(|through| rows::bigint(through, "global seq"))
             .transpose()
             .map_err(self.bad())?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self
-            .client
-            .query(
-                "SELECT global_seq, run_id, seq, time_ms, event_type, event
-                 FROM runjournal_records
-                 WHERE journal_id = $1 AND global_seq > $2
-                   AND ($3::bigint IS NULL OR global_seq <= $3)
-                 ORDER BY global_seq LIMIT $4",
-                &[&journal_id, &after, &through, &limit],
-            )
-            .map_err(self.server())?;
-        Ok(rows
-            .iter()
-            .map(|row| RecordRow {
-                global_seq: row.get(0),
-                run_id: row.get(1),
-                seq: row.get(2),
-                time_ms: row.get(3),
-                event_type: row.get(4),
-                event: row.get(5),
-            })
-            .collect())
+        let limit = page_limit(Some(limit), 0);
+        let page = self.page(
+            "SELECT global_seq, run_id, seq, time_ms, event_type, event
+             FROM runjournal_records
+             WHERE journal_id = $1 AND global_seq > $2
+               AND ($3::bigint IS NULL OR global_seq <= $3)
+             ORDER BY global_seq LIMIT $4",
+            &[&journal_id, &after, &through, &limit],
+        )?;
+        page.iter().map(|row| self.record_row(row, 0)).collect()
+    }
+
+    /// Every shipped record of a journal with `after < global seq <= through`, read in pages.
+    fn records_through(
+        &mut self,
+        journal_id: &str,
+        after: u64,
+        through: u64,
+    ) -> Result<Vec<RecordRow>, ShipError> {
+        let mut found: Vec<RecordRow> = Vec::new();
+        let mut cursor = after;
+        loop {
+            let page = self.records_between(journal_id, cursor, Some(through), FLEET_PAGE_ROWS)?;
+            let Some(last) = page.last() else {
+                return Ok(found);
+            };
+            let last = u64::try_from(last.global_seq).map_err(|_| {
+                (self.bad())(format!(
+                    "column global_seq of runjournal_records is negative ({})",
+                    last.global_seq
+                ))
+            })?;
+            if last <= cursor {
+                return Err((self.bad())(format!(
+                    "global seq {last} is not after {cursor}"
+                )));
+            }
+            cursor = last;
+            found.extend(page);
+        }
     }
 }
 
@@ -673,7 +850,7 @@ pub fn compare(view: &View, fleet: &mut Fleet, journal_id: &str) -> Result<Compa
             break;
         };
         let window_end = *window_end;
-        let server = fleet.records_between(journal_id, cursor, Some(window_end), usize::MAX)?;
+        let server = fleet.records_through(journal_id, cursor, window_end)?;
         let mut server = server.into_iter().peekable();
         for (global, record) in &local {
             while let Some(row) = server.next_if(|row| (row.global_seq as u64) < *global) {

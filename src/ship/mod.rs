@@ -1,5 +1,5 @@
-//! Shipping every journal to PostgreSQL, and reading the fleet back (DESIGN.md section 9,
-//! issue 16).
+//! Shipping every journal to PostgreSQL, and reading the fleet back (docs/design.md,
+//! "Shipping"; docs/shipping.md).
 //!
 //! Each host's journal stays the durable local truth; its `log` table is the outbox. The
 //! [`shipper`] reads the log after a cursor, read-only, and writes the records in commit order
@@ -10,7 +10,8 @@
 //! snapshots into rows and back (pure); [`state`] is the small file under the home that
 //! `runjournal status`/`list` and `journal-tools inspect stats` read to say how far behind
 //! shipping is; [`fleet`] reads every shipped journal back, and compares one with its local
-//! journal; [`connect`] turns a URL into a connection, TLS included.
+//! journal; [`connect`] turns a URL into a connection, TLS included, with the password found
+//! as libpq finds it ([`password`]) when the URL holds none.
 //!
 //! Invariant: shipping never writes to the journal and never takes its write lock; nothing in
 //! here runs on the path of an append. Invariant: a record row and the cursor that covers it are
@@ -18,6 +19,7 @@
 
 pub mod connect;
 pub mod fleet;
+pub mod password;
 pub mod rows;
 pub mod schema;
 pub mod shipper;

@@ -26,6 +26,38 @@ pub struct RecordRow {
     pub event: Value,
 }
 
+/// Column `index` of a row the server sent, read with checked access: a column missing from
+/// the answer, of a type this build does not read (someone altered the table), or NULL where a
+/// value is needed is an error naming the table and column, never a panic. `T` is an `Option`
+/// where NULL is allowed.
+pub fn column<'a, T: postgres::types::FromSql<'a>>(
+    row: &'a postgres::Row,
+    index: usize,
+    table: &str,
+    column: &str,
+) -> Result<T, String> {
+    let Some(found) = row.columns().get(index) else {
+        return Err(format!(
+            "column {column} of {table} is missing from the server's answer"
+        ));
+    };
+    if !T::accepts(found.type_()) {
+        return Err(format!(
+            "column {column} of {table} has type {}, which this build does not read (was the table altered?)",
+            found.type_()
+        ));
+    }
+    row.try_get(index).map_err(|error| {
+        let is_null = std::error::Error::source(&error)
+            .is_some_and(|cause| cause.is::<postgres::types::WasNull>());
+        if is_null {
+            format!("column {column} of {table} is NULL where a value is required")
+        } else {
+            format!("column {column} of {table}: {error}")
+        }
+    })
+}
+
 /// A value for a PostgreSQL `bigint`.
 pub fn bigint(value: u64, what: &str) -> Result<i64, String> {
     i64::try_from(value).map_err(|_| format!("{what} {value} does not fit a PostgreSQL bigint"))

@@ -6,7 +6,7 @@
 
 use postgres::Client;
 
-use super::ShipError;
+use super::{ShipError, rows};
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -127,17 +127,21 @@ pub fn current_version(client: &mut Client, target: &str) -> Result<Option<i32>,
         target: target.to_string(),
         error: source,
     };
-    let exists: bool = client
+    let bad = |reason| ShipError::BadData {
+        target: target.to_string(),
+        reason,
+    };
+    let row = client
         .query_one("SELECT to_regclass('runjournal_schema') IS NOT NULL", &[])
-        .map_err(server)?
-        .get(0);
+        .map_err(server)?;
+    let exists: bool = rows::column(&row, 0, "the catalog", "to_regclass").map_err(bad)?;
     if !exists {
         return Ok(None);
     }
     let row = client
         .query_one("SELECT max(version) FROM runjournal_schema", &[])
         .map_err(server)?;
-    Ok(row.get::<_, Option<i32>>(0))
+    rows::column::<Option<i32>>(&row, 0, "runjournal_schema", "version").map_err(bad)
 }
 
 /// Checks, without changing anything, that the database holds a schema this build reads.

@@ -363,11 +363,13 @@ impl Shipper {
                 ],
             )
             .map_err(server)?;
-        let shipped_through =
-            rows::unsigned(row.get(0), "shipped_through").map_err(|reason| ShipError::BadData {
-                target: target.clone(),
-                reason,
-            })?;
+        let bad = |reason| ShipError::BadData {
+            target: target.clone(),
+            reason,
+        };
+        let shipped_through = rows::column(&row, 0, "runjournal_journals", "shipped_through")
+            .and_then(|through| rows::unsigned(through, "shipped_through"))
+            .map_err(bad)?;
         let prepare = |client: &mut Client, sql: &str| client.prepare(sql).map_err(server);
         let lock_cursor = prepare(
             &mut client,
@@ -569,7 +571,8 @@ fn send_batch(
             "the row of journal {journal_id} vanished; registering it again"
         )));
     };
-    let through: i64 = row.get(0);
+    let through: i64 =
+        rows::column(&row, 0, "runjournal_journals", "shipped_through").map_err(bad)?;
     if through != expected {
         let through = rows::unsigned(through, "shipped_through").map_err(bad)?;
         return Ok(Sent::CursorMoved(through));

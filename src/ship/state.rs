@@ -14,6 +14,7 @@ use crate::event::{ProcessIdentity, UnixMs};
 use crate::home::Home;
 use crate::journal::{ReadError, View};
 use crate::liveness::{self, Liveness};
+use crate::show::escape_control;
 
 use super::ShipError;
 
@@ -73,26 +74,29 @@ pub struct Lag {
     pub records_behind: u64,
     /// Since when: the first failure, or (no shipper running) the oldest unshipped record.
     pub since_ms: UnixMs,
-    /// Why, one line.
+    /// Why, one line, as it came (a server's error text among it): escaped only where it is
+    /// shown ([`Lag::line`], [`Lag::summary`]); JSON escapes it its own way.
     pub reason: String,
 }
 
 impl Lag {
     /// `shipping N records behind since T: reason`, the line `status`, `list` and
-    /// `inspect stats` print.
+    /// `inspect stats` print, its control characters shown visibly.
     pub fn line(&self) -> String {
         format!("shipping {}", self.summary())
     }
 
-    /// `N records behind since T: reason`.
+    /// `N records behind since T: reason`, its control characters shown visibly
+    /// ([`escape_control`]): the reason quotes the server, and the server is input.
     pub fn summary(&self) -> String {
-        format!(
+        escape_control(&format!(
             "{} record{} behind since {}: {}",
             self.records_behind,
             if self.records_behind == 1 { "" } else { "s" },
             format_time_s(self.since_ms),
             self.reason
-        )
+        ))
+        .into_owned()
     }
 }
 
@@ -179,6 +183,24 @@ mod tests {
         assert_eq!(
             lag.line(),
             "shipping 12 records behind since 2000-02-29 12:34:56Z: PostgreSQL at ship@db:5432/fleet: connection refused"
+        );
+    }
+
+    #[test]
+    fn a_servers_error_text_is_shown_escaped_and_kept_as_it_came() {
+        let mut failing = state();
+        failing.failing_since_ms = Some(951_827_696_000);
+        failing.last_error = Some("FATAL: \u{1b}]2;pwned\u{7}\u{1b}[2J\nnext".into());
+        let lag = judge(&failing, 41, true, None).unwrap();
+        assert_eq!(
+            lag.line(),
+            "shipping 1 record behind since 2000-02-29 12:34:56Z: FATAL: \\x1b]2;pwned\\x07\\x1b[2J\\nnext"
+        );
+        assert!(lag.summary().starts_with("1 record behind"));
+        assert!(!lag.summary().contains('\u{1b}'));
+        assert!(
+            lag.reason.contains('\u{1b}'),
+            "the JSON field holds what was said"
         );
     }
 

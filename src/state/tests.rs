@@ -1,4 +1,4 @@
-//! Tests of the reducer: one unit test per lifecycle rule of DESIGN.md §3 and per
+//! Tests of the reducer: one unit test per lifecycle rule (docs/design.md, "Rules") and per
 //! [`TransitionError`] variant, then a property test folding arbitrary event sequences.
 
 use std::sync::Arc;
@@ -1085,8 +1085,8 @@ fn after_terminal_only_process_terminal_and_dismissed_are_accepted() {
 #[test]
 fn paused_counts_as_terminal() {
     let story = Story::running(chain_spec(1)).then(terminal(TerminalState::Paused, None));
-    // DESIGN.md §3 lists `paused` among the states Terminal may leave, but also says `paused` is
-    // terminal and resuming is a new run; the reducer follows the latter.
+    // `paused` is terminal and resuming is a new run, so a paused run cannot be ended again,
+    // though an early statement of the design listed it among the states Terminal may leave.
     assert!(matches!(
         story.rejects(terminal(TerminalState::Failed, None)),
         TransitionError::AfterTerminal {

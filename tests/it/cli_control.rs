@@ -241,7 +241,7 @@ fn wait_runner_gone(journal: &runjournal::Journal, run: runjournal::RunId) {
     });
 }
 
-/// Reads say nothing about routine bookkeeping (issue 14): runs whose runner exited after
+/// Reads say nothing about routine bookkeeping: runs whose runner exited after
 /// recording their end are closed silently; a stale run is repaired and reported once, in
 /// one line that names it and points at `runjournal reconcile`.
 #[test]

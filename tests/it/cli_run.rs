@@ -197,7 +197,7 @@ echo '{"state": "succeeded", "id": "job-1", "message": "done", "url": "https://j
     assert_eq!(job["handleUrl"], "https://jobs.example/1", "{status}");
 }
 
-/// A provider printing progress as fast as it can (issue 14): its samples are coalesced
+/// A provider printing progress as fast as it can: its samples are coalesced
 /// before the journal, and the latest one before each state change lands, with it.
 #[test]
 fn a_chatty_providers_samples_are_coalesced_and_the_latest_lands() {
@@ -521,7 +521,7 @@ fn every_command_names_a_run_by_its_name_or_tool_call_id() {
         .stderr(predicate::str::contains("name or tool-call id"));
 }
 
-/// The launch handshake's pipe is the runner's alone (issue 14): the runner takes it (its log
+/// The launch handshake's pipe is the runner's alone: the runner takes it (its log
 /// has no complaint about it), and a step does not see the variable that named it. (The
 /// descriptor itself is closed once the runner signalled, before any step starts.)
 #[test]

@@ -385,7 +385,7 @@ impl Iteration {
     /// Opens, at random, the gates of steps that are running: they then complete. Not those
     /// of a run whose runner was killed: a step's main process that exits after its runner
     /// died leaves the rest of its group (the Grandchildren shape) where nothing can prove the
-    /// group ours any more (`process_group::is_ours`, issue 13), so no reconciler may end it.
+    /// group ours any more (`process_group::is_ours`: a recycled id may lead a stranger's group), so no reconciler may end it.
     fn open_some_gates(&mut self) {
         for state in self.runs() {
             if self.has_killed_runner(state.run_id) {

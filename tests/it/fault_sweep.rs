@@ -1,8 +1,7 @@
 //! A storage error at the k-th call of a scripted lifecycle, for every k: ENOSPC at every write
-//! and sync (issue 5, item 8); EIO at every write, sync, read, `len`, `set_len` and open of the
-//! journal file (issues 12 and 17).
+//! and sync; EIO at every write, sync, read, `len`, `set_len` and open of the journal file.
 //!
-//! The journal runs on an in-memory disk (tests/support/mem_disk.rs) that fails the k-th call
+//! The journal runs on an in-memory disk (tests/it/support/mem_disk.rs) that fails the k-th call
 //! of one kind, in two modes: that one call only, or that call and every call after it (for
 //! ENOSPC, every write and sync; for EIO, every call of every kind, opens included: a flaky
 //! disk for a window) until the test heals the disk, which it does once the writer has failed

@@ -1,4 +1,4 @@
-//! A flaky disk under the real binaries (issue 12): EIO on every write and sync of the journal
+//! A flaky disk under the real binaries: EIO on every write and sync of the journal
 //! file for a while, injected by an `LD_PRELOAD` shim (tests/it/support/eio_shim.c, compiled
 //! here with `cc`) into `runjournal` and the runner it starts, while a control file exists.
 //!

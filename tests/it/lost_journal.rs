@@ -1,4 +1,4 @@
-//! A lost journal is refused, never re-created (issue 12): beside runs, a missing, emptied,
+//! A lost journal is refused, never re-created: beside runs, a missing, emptied,
 //! zero-filled or truncated `journal.redb` makes every `runjournal` command exit 1 with a
 //! message naming what was found, and nothing in the home changes; once rebuilt from the runs'
 //! events.jsonl (the library's `recover`, which `journal-tools recover --from-projections`

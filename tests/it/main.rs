@@ -1,6 +1,7 @@
 //! The integration tests, one crate so they link once. Each module is one file of tests;
 //! `common` and `support` are helpers they share.
 
+mod architecture_map;
 mod cli_bad_input;
 mod cli_control;
 mod cli_layout;

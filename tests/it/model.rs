@@ -12,7 +12,7 @@
 //! reconcile passes (through a [`Store`] on the same home) over runs whose runners are dead,
 //! alive, or of another boot.
 //!
-//! The oracle is [`reference`]: a specification of DESIGN.md sections 3 and 7 written for this
+//! The oracle is [`reference`]: a specification of docs/design.md's "Rules" and "Reconciler" written for this
 //! test, sharing no code with the library's reducer or decision table. It predicts every answer
 //! (accepted with which seqs, a duplicate, or which refusal, naming a rule the batch breaks),
 //! every run's state, and what a reconcile pass appends. As a second check the journal's
@@ -751,7 +751,7 @@ struct Model {
 }
 
 impl Model {
-    /// Predicts the answer to one batch, as DESIGN.md section 4 and docs/journal-format.md
+    /// Predicts the answer to one batch, as docs/design.md ("Architecture") and docs/journal-format.md
     /// describe an append, and takes its records if it is accepted.
     fn commit(&mut self, batch: &Batch, is_test_writer: bool) -> Outcome {
         let outcome = self.judge(batch, is_test_writer);

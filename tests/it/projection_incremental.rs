@@ -1,4 +1,4 @@
-//! Projections in proportion to the change (issue 14): events.jsonl is appended to when its
+//! Projections in proportion to the change: events.jsonl is appended to when its
 //! end is the journal's, rewritten whole when it is not; status.json of samples is put off
 //! for at most `STATUS_COALESCE`, never for a state change; whatever the path, the files end
 //! up byte for byte what a fresh projection renders.

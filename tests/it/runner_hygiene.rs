@@ -1,5 +1,5 @@
-//! A run leaves nothing behind and takes nothing in, and the runner's own writes never end it
-//! (issue 12, items 2, 4 and 5), each shown with the real binary:
+//! A run leaves nothing behind and takes nothing in, and the runner's own writes never end it,
+//! each shown with the real binary:
 //!
 //! * a descriptor the launcher inherited (`( runjournal run ... ) 3>&1 | cat`) reaches neither
 //!   the runner nor a step;

@@ -22,6 +22,10 @@ use sha2::{Digest, Sha256};
 
 use crate::support::pg_cluster::PgCluster;
 
+mod fake_pg;
+mod secrets;
+mod untrusted;
+
 /// Most polls of a bounded wait, and the pause between two.
 const POLL_ATTEMPTS: u32 = 1200;
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -236,6 +240,9 @@ fn runjournal(home: &Home) -> Command {
     command
         .env_remove("RUNJOURNAL_HOME")
         .env_remove("RUNJOURNAL_SHIP_URL")
+        // No password from the environment of whoever runs the tests.
+        .env_remove("PGPASSWORD")
+        .env("PGPASSFILE", home.root().join("no-password-file"))
         .arg("--home")
         .arg(home.root());
     command

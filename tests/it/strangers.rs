@@ -1,4 +1,4 @@
-//! Strangers (issue 13), with the real binary: a home someone else owns or may write, links
+//! Strangers, with the real binary: a home someone else owns or may write, links
 //! planted where runjournal writes, an empty `--home`. Tests that need root (a home of
 //! another user) skip without it, and fail instead where `RUNJOURNAL_REQUIRE_ROOT_TESTS=1`.
 
@@ -135,7 +135,7 @@ fn a_journal_that_is_a_link_is_refused() {
 /// A link planted where a step's output log will be is neither written through nor read
 /// through: the file it points to is untouched, and its content does not reach the journal
 /// (a run's summary quotes its last step's log). The step itself runs: its output is lost,
-/// as any output a log cannot take (issue 12).
+/// as any output a log cannot take.
 #[test]
 fn a_link_planted_as_a_step_log_is_not_written_through() {
     let home = TestHome::new();
@@ -248,7 +248,7 @@ fn running_run(home: &TestHome, script: &str) -> (runjournal::Journal, runjourna
     (journal, run)
 }
 
-/// Regression (issue 13): `list`, `status` and `reconcile` in another PID namespace found the
+/// Regression: `list`, `status` and `reconcile` in another PID namespace found the
 /// runner's pid absent there, declared it dead and failed the live run. Now its runner is
 /// unknown there: nothing is recorded, nothing signalled, `reconcile` says why, and the run
 /// completes on its own.
@@ -357,7 +357,7 @@ fn is_alive(pid: u32) -> bool {
         .is_some_and(|process| process.is_alive())
 }
 
-/// The recycled-pid hole of issue 13: a step's group empties, a stranger is given the
+/// The recycled-pid hole: a step's group empties, a stranger is given the
 /// leader's pid, leads a group of its own under that id and exits, leaving a member. The
 /// reconciler, failing the run of the dead runner, must not signal that group; `stop`'s
 /// signal must not reach a process that got a recorded runner's pid.

@@ -26,7 +26,12 @@ fn ship(home: &Home, url: &str, host: &str) -> u64 {
 
 fn from(url: &str, args: &[&str]) -> assert_cmd::Command {
     let mut command = tool();
-    command.arg("--from").arg(url).args(args);
+    command
+        .env_remove("JOURNAL_TOOLS_FROM")
+        .env_remove("PGPASSWORD")
+        .arg("--from")
+        .arg(url)
+        .args(args);
     command
 }
 
@@ -434,4 +439,157 @@ fn fleet_commands_refuse_what_they_cannot_do() {
     ));
     assert_eq!(ran.code, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("PostgreSQL at "), "{}", ran.stderr);
+}
+
+#[test]
+fn tampered_fleet_rows_are_an_error_naming_table_and_column_not_a_panic() {
+    let Some(cluster) = PgCluster::start("fleet_tampered_rows") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let ran = run(from(&url, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let mut client = cluster.client();
+    let inspect_fails_naming = |args: &[&str], named: &str| {
+        let ran = run(from(&url, args));
+        assert_eq!(ran.code, 1, "{args:?}: {}{}", ran.stdout, ran.stderr);
+        assert!(ran.stderr.contains(named), "{args:?}: {}", ran.stderr);
+        assert!(!ran.stderr.contains("panicked"), "{}", ran.stderr);
+    };
+
+    // A NULL where the shipper always writes a value.
+    client
+        .batch_execute(
+            "ALTER TABLE runjournal_runs ALTER COLUMN state DROP NOT NULL;
+             UPDATE runjournal_runs SET state = NULL",
+        )
+        .unwrap();
+    let null = "column state of runjournal_runs is NULL where a value is required";
+    inspect_fails_naming(&["inspect", "runs"], null);
+    inspect_fails_naming(&["inspect", "stats"], null);
+    client
+        .batch_execute("UPDATE runjournal_runs SET state = 'complete'")
+        .unwrap();
+    let ran = run(from(&url, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "mended: {}{}", ran.stdout, ran.stderr);
+
+    // A column of another type.
+    client
+        .batch_execute("ALTER TABLE runjournal_runs ALTER COLUMN steps_done TYPE bigint")
+        .unwrap();
+    inspect_fails_naming(
+        &["inspect", "runs"],
+        "column steps_done of runjournal_runs has type int8",
+    );
+    client
+        .batch_execute(
+            "ALTER TABLE runjournal_journals ALTER COLUMN home TYPE bytea USING home::bytea;
+             ALTER TABLE runjournal_records ALTER COLUMN event_type TYPE bytea
+                 USING event_type::bytea",
+        )
+        .unwrap();
+    inspect_fails_naming(
+        &["inspect", "stats"],
+        "column home of runjournal_journals has type bytea",
+    );
+    inspect_fails_naming(
+        &["inspect", "events"],
+        "column event_type of runjournal_records has type bytea",
+    );
+}
+
+#[test]
+fn more_runs_than_a_page_holds_are_each_listed_once_whatever_their_size() {
+    let Some(cluster) = PgCluster::start("fleet_pages") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let mut client = cluster.client();
+    let template = a.complete.to_string();
+    // Copies of one run with the same creation time (so only the run id orders them), a few
+    // of them large enough that a page's bytes run out before its rows do.
+    let copies: Vec<String> = (0..1_100).map(|i| format!("01M8P9GC{i:018}")).collect();
+    let large: Vec<String> = copies.iter().step_by(20).cloned().collect();
+    client
+        .execute(
+            "INSERT INTO runjournal_runs
+             SELECT (jsonb_populate_record(NULL::runjournal_runs,
+                 to_jsonb(r) || jsonb_build_object('run_id', id, 'status',
+                     CASE WHEN id = ANY($3) THEN r.status || jsonb_build_object('pad', repeat('x', 200000))
+                          ELSE r.status END))).*
+             FROM runjournal_runs r, unnest($1::text[]) AS id WHERE r.run_id = $2",
+            &[&copies, &template, &large],
+        )
+        .unwrap();
+    let total_runs: i64 = client
+        .query_one("SELECT count(*) FROM runjournal_runs", &[])
+        .unwrap()
+        .get(0);
+    assert!(total_runs > 1_100);
+    let ran = run(from(&url, &["--json", "inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let listed: Vec<String> = json_lines(&ran.stdout)
+        .iter()
+        .filter(|object| object["type"] == "run")
+        .map(|object| object["run"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = listed.iter().collect();
+    assert_eq!(listed.len() as i64, total_runs, "every run listed");
+    assert_eq!(unique.len(), listed.len(), "none twice");
+    let ran = run(from(&url, &["--json", "inspect", "runs", "--limit", "700"]));
+    let limited = json_lines(&ran.stdout)
+        .iter()
+        .filter(|object| object["type"] == "run")
+        .count();
+    assert_eq!(limited, 700);
+}
+
+#[test]
+fn the_fleet_url_may_come_from_the_environment_and_a_password_on_the_command_line_is_warned_about()
+{
+    let Some(cluster) = PgCluster::start("fleet_url_sources") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let socket = cluster.socket_dir().display().to_string();
+    // The cluster trusts its socket, so the password is sent to no one; only where it was
+    // written matters here.
+    let with_password =
+        format!("postgresql://postgres:not-on-argv@/postgres?host={socket}&sslmode=disable");
+    let mut command = tool();
+    command
+        .env_remove("PGPASSWORD")
+        .env("JOURNAL_TOOLS_FROM", &with_password)
+        .args(["inspect", "runs"]);
+    let ran = run(command);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("host-a"), "{}", ran.stdout);
+    assert!(!ran.stderr.contains("warning"), "{}", ran.stderr);
+
+    let ran = run(from(&with_password, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("warning: the --from URL holds a password"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!ran.stderr.contains("not-on-argv"), "{}", ran.stderr);
+    let ran = run(tool_at(
+        &a,
+        &["inspect", "verify", "--against", &with_password],
+    ));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stderr
+            .contains("warning: the --against URL holds a password"),
+        "{}",
+        ran.stderr
+    );
 }

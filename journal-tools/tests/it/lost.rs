@@ -1,4 +1,4 @@
-//! A lost journal beside runs (issue 12): missing, emptied, zero-filled or truncated, it is
+//! A lost journal beside runs: missing, emptied, zero-filled or truncated, it is
 //! refused by every command (exit 4, a damaged journal) with a message naming what was found,
 //! and nothing in the home changes; `recover --from-projections` rebuilds it from the runs'
 //! events.jsonl — the same records, in the same order — moves the lost file aside, and

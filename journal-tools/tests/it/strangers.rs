@@ -1,4 +1,4 @@
-//! Strangers (issue 13) for journal-tools: a home others may write is refused (exit 1, naming
+//! Strangers for journal-tools: a home others may write is refused (exit 1, naming
 //! the path and the fix), and hostile text from a run is shown escaped.
 
 use crate::common;

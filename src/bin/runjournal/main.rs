@@ -296,7 +296,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
     }
 }
 
-/// The reconciler (DESIGN.md section 7), run at the start of every command that reads state
+/// The reconciler (docs/design.md, "Reconciler"), run at the start of every command that reads state
 /// (`status`, `list`, `wait`) and when a waited-for runner is found gone.
 pub fn reconcile_before_reading(store: &Store) {
     reconcile::before_reading(store);

@@ -14,8 +14,9 @@ use crate::{CliResult, Failure, bad_input, print_line};
 
 #[derive(clap::Args)]
 pub struct ShipArgs {
-    /// PostgreSQL URL: postgresql://user[:password]@host[:port]/database[?sslmode=...]
-    /// [default: $RUNJOURNAL_SHIP_URL].
+    /// PostgreSQL URL: postgresql://user@host[:port]/database[?sslmode=...]
+    /// [default: $RUNJOURNAL_SHIP_URL]. The password is best left out of it: it is found as
+    /// libpq finds it ($PGPASSWORD, $PGPASSFILE or ~/.pgpass).
     #[arg(long, value_name = "URL")]
     to: Option<String>,
     /// Ship what the journal holds now, then exit (0 shipped, 1 failed); without it the
@@ -44,14 +45,26 @@ pub fn command(home: Home, args: ShipArgs) -> CliResult {
     // So is a home someone else owns or may write (exit 1, naming the fix).
     runjournal::store::check_home(&home)
         .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
-    let url = match args.to {
-        Some(url) => url,
-        None => std::env::var(SHIP_URL_ENV)
-            .ok()
-            .filter(|url| !url.is_empty())
-            .ok_or_else(|| bad_input(format!("ship needs --to URL (or {SHIP_URL_ENV})")))?,
+    let (url, is_from_command_line) = match args.to {
+        Some(url) => (url, true),
+        None => (
+            std::env::var(SHIP_URL_ENV)
+                .ok()
+                .filter(|url| !url.is_empty())
+                .ok_or_else(|| bad_input(format!("ship needs --to URL (or {SHIP_URL_ENV})")))?,
+            false,
+        ),
     };
     let target = Target::parse(&url).map_err(bad_input)?;
+    for warning in target.warnings() {
+        note(warning);
+    }
+    if is_from_command_line && target.is_password_in_url() {
+        note(&format!(
+            "warning: the --to URL holds a password, which every user of this machine can read on the command line; leave it out and set PGPASSWORD or a ~/.pgpass file (0600), or give the URL in {SHIP_URL_ENV}"
+        ));
+        hide_url_from_command_line(&url);
+    }
     let mut options = ShipOptions::new(
         target,
         args.host_name.unwrap_or_else(shipper::local_host_name),
@@ -98,4 +111,43 @@ pub fn command(home: Home, args: ShipArgs) -> CliResult {
 /// shipper.
 fn note(text: &str) {
     crate::note(&format!("ship: {text}"));
+}
+
+/// Starts this program again in this process (same pid), with `--to URL` taken off its
+/// command line and the URL in [`SHIP_URL_ENV`] instead: a process's command line is readable
+/// by every user (`/proc/<pid>/cmdline`), its environment only by its own user. Returns (and
+/// the shipper goes on as it is) when the URL cannot be taken off cleanly or the exec fails.
+fn hide_url_from_command_line(url: &str) {
+    use std::os::unix::process::CommandExt;
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.is_empty() {
+        return;
+    }
+    let program = args.remove(0);
+    let mut kept = Vec::with_capacity(args.len());
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == "--to" {
+            let _url = args.next();
+        } else if !arg.to_str().is_some_and(|arg| arg.starts_with("--to=")) {
+            kept.push(arg);
+        }
+    }
+    let is_hidden = !kept
+        .iter()
+        .any(|arg| arg.to_str().is_some_and(|arg| arg.contains(url)));
+    if !is_hidden {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let error = std::process::Command::new(exe)
+        .arg0(program)
+        .args(kept)
+        .env(SHIP_URL_ENV, url)
+        .exec();
+    note(&format!(
+        "could not start again without the URL on the command line ({error}); going on"
+    ));
 }

@@ -1,5 +1,5 @@
-//! A reference specification of a run's lifecycle (DESIGN.md section 3) and of the reconciler's
-//! decisions (section 7), written for the model test and sharing no code with the library's
+//! A reference specification of a run's lifecycle (docs/design.md, "Lifecycle") and of the
+//! reconciler's decisions ("Reconciler"), written for the model test and sharing no code with the library's
 //! `state` (the reducer) or `reconcile` (the decision table): the model's oracle.
 //!
 //! It is meant to be read against the design, rule by rule: plain data, one `match` per event,
@@ -20,7 +20,7 @@ use runjournal::event::{
     ProcessIdentity, Proof, Repairer, RunSpec, StepAction, StepEnd, TerminalState, UnixMs,
 };
 
-/// Run states (section 3): `queued`, `running` are active; the rest terminal.
+/// Run states ("Lifecycle"): `queued`, `running` are active; the rest terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Queued,
@@ -128,17 +128,17 @@ impl Run {
     }
 }
 
-/// A rule an event breaks. Each names the sentence of the design (or of the library's docs)
-/// it comes from.
+/// A rule an event breaks. Each quotes the design's first wording of it (or the library's
+/// docs); docs/design.md, "Rules", states them all as they hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rule {
     /// "`RunCreated` is exactly the first record of a run; nothing comes before it."
     CreatedFirst,
     /// The same sentence: no second `RunCreated`.
     CreatedOnce,
-    /// Section 6, bad input: a malformed spec is refused.
+    /// "Failures and guarantees", bad input: a malformed spec is refused.
     ValidSpec,
-    /// Texts are bounded (STYLE.md, "bound everything"; `MAX_TEXT_BYTES`).
+    /// Texts are bounded, as every input is (`MAX_TEXT_BYTES`).
     TextBounded,
     /// "After `Terminal`, only `ProcessTerminalObserved` and `Dismissed` are accepted."
     NothingAfterTerminal,
@@ -152,7 +152,7 @@ pub enum Rule {
     StepStartsPending,
     /// "in `chain` mode every earlier step is `complete`."
     ChainOrder,
-    /// Section 2: `parallel` runs steps at once "with a concurrency limit".
+    /// "Words": `parallel` runs steps at once, up to a concurrency.
     Concurrency,
     /// "`StepFinished(i)`: step `i` is `running`." (and `ExternalJobUpdated(i)`.)
     StepIsRunning,
@@ -170,10 +170,10 @@ pub enum Rule {
     /// "No runner ever took the run"; the reducer's `ProofMismatch`).
     ProofMatchesRunner,
     /// Refinement: no `RunnerStarted` after a process terminal was recorded (the launcher gave
-    /// up on the run, section 8; the reducer's `RunnerAfterProcessTerminal`).
+    /// up on the run, "Runner and launch"; the reducer's `RunnerAfterProcessTerminal`).
     RunnerNotAfterGivenUp,
     /// Refinement: a job's progress is a finite number (`ExternalJobStatus::progress`: "must
-    /// be finite"; section 6, bad input).
+    /// be finite"; bad input).
     ProgressFinite,
     /// Refinement: `StepFinished(skipped)` is for a step still `pending` (`StepEnd::Skipped`:
     /// "Never ran; recorded for a step that is still pending"); every other outcome needs the
@@ -214,7 +214,7 @@ impl Rule {
     ];
 }
 
-/// Whether a spec is one section 6 accepts, as far as the model's specs go: steps to run, one
+/// Whether a spec is one the design accepts (`RunSpec::check`), as far as the model's specs go: steps to run, one
 /// for `single`, room for one at a time in `parallel`, named, each with something to run.
 fn is_valid_spec(spec: &RunSpec) -> bool {
     let has_steps = !spec.steps.is_empty();
@@ -512,7 +512,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The reconciler (section 7)
+// The reconciler ("Reconciler")
 // ---------------------------------------------------------------------------------------------
 
 /// What the reconciler finds of a run's runner.
@@ -549,8 +549,8 @@ fn exit_words(exit: Option<ProcessExit>) -> String {
     }
 }
 
-/// The events a reconcile pass appends for a run that is not closed, by the table of section
-/// 7: whether it is terminal, whether its process terminal was observed, its runner, and
+/// The events a reconcile pass appends for a run that is not closed, by the table of
+/// "Reconciler": whether it is terminal, whether its process terminal was observed, its runner, and
 /// whether it has been queued longer than the start grace.
 pub fn reconcile(run: &Run, runner: Runner, is_past_start_grace: bool) -> Vec<Repair> {
     let pid = run.runner.as_ref().map(|(identity, _)| identity.pid);
@@ -582,11 +582,11 @@ pub fn reconcile(run: &Run, runner: Runner, is_past_start_grace: bool) -> Vec<Re
     };
     let is_terminal = run.status.is_terminal();
     match (is_terminal, &run.observed, runner) {
-        // Section 3: a process terminal "allowed before `Terminal` (the runner died first — the
+        // "Rules": a process terminal "allowed before `Terminal` (the runner died first — the
         // run is then *stale* until the reconciler records `Terminal`)": failed, with what was
         // observed of the runner's end, and no second process terminal. The recorded
-        // observation is a fact; a liveness look that says "alive" cannot undo it (the
-        // design's table, read alone, would leave such a run open: see the issue note).
+        // observation is a fact; a liveness look that says "alive" cannot undo it (a table
+        // that looked only at liveness would leave such a run open forever).
         (false, Some(observed), Runner::None) => {
             assert_eq!(observed.proof, Proof::NotStarted, "the proof rule");
             vec![failed(vec!["runner never started".to_string()])]
