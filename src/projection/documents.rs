@@ -62,6 +62,11 @@ pub struct StatusDoc {
     pub process_terminal: ProcessTerminalDoc,
     /// The head seq of the run this document reflects.
     pub journal_seq: u64,
+    /// When the live runner last said it is there (its heartbeat, a projection write, never
+    /// a record): only in a status.json a heartbeat wrote, whose `lastUpdate` is then at least
+    /// this. A projection after a commit leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_heard_at: Option<UnixMs>,
 }
 
 /// One entry of status.json `steps[]`.
@@ -394,7 +399,40 @@ pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
         display_dismissed_at: state.dismissed_at_ms,
         process_terminal: process_terminal_doc(state),
         journal_seq: state.head_seq,
+        runner_heard_at: None,
     }
+}
+
+/// The status document a heartbeat writes for a run that is not terminal: the fresh one, with
+/// `runnerHeardAt` and a `lastUpdate` moved up to when the runner was heard from, so a host
+/// that judges a live runner by `lastUpdate`'s age (pi-subagents fails one silent for 24 h)
+/// sees a quiet step's run as alive.
+pub fn heartbeat_status_doc(home: &Home, state: &RunState, heard_at_ms: UnixMs) -> StatusDoc {
+    let mut doc = status_doc(home, state);
+    doc.last_update = doc.last_update.max(heard_at_ms);
+    doc.runner_heard_at = Some(heard_at_ms);
+    doc
+}
+
+/// Whether `on_disk` is exactly the `expected` status document but for a heartbeat (see
+/// [`heartbeat_status_doc`]): `runnerHeardAt` set, and `lastUpdate` at or after both it and
+/// the expected one. Only for a run that is not terminal: a heartbeat never follows `Terminal`.
+pub fn is_heartbeat_of(on_disk: &[u8], expected: &[u8]) -> bool {
+    let (Ok(mut seen), Ok(fresh)) = (
+        serde_json::from_slice::<StatusDoc>(on_disk),
+        serde_json::from_slice::<StatusDoc>(expected),
+    ) else {
+        return false;
+    };
+    let Some(heard_at) = seen.runner_heard_at else {
+        return false;
+    };
+    if fresh.ended_at.is_some() || seen.last_update < fresh.last_update.max(heard_at) {
+        return false;
+    }
+    seen.last_update = fresh.last_update;
+    seen.runner_heard_at = None;
+    to_json_bytes(&seen) == expected
 }
 
 /// The seq of the run's `Terminal` record (its head while it has none).

@@ -109,13 +109,25 @@ pub struct RunnerConfig {
     pub grace: Duration,
     /// Between two reads of the run's snapshot (control requests, pushed job statuses).
     pub poll_interval: Duration,
+    /// Most time between two writes of the run's status.json while the runner lives
+    /// ([`Store::heartbeat`]): a quiet step records nothing, and a host that judges a live
+    /// runner by `lastUpdate`'s age must still see it move.
+    pub heartbeat: Duration,
 }
+
+/// The heartbeat's default period: pi-subagents fails a live run whose `lastUpdate` is 24 h
+/// old, and a status.json write every 10 minutes costs nothing.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10 * 60);
+
+/// The environment variable that sets [`RunnerConfig::heartbeat`] (`10m`, `30s`).
+pub const HEARTBEAT_ENV: &str = "RUNJOURNAL_HEARTBEAT";
 
 impl Default for RunnerConfig {
     fn default() -> RunnerConfig {
         RunnerConfig {
             grace: Duration::from_secs(3),
             poll_interval: Duration::from_millis(250),
+            heartbeat: DEFAULT_HEARTBEAT,
         }
     }
 }
@@ -292,6 +304,7 @@ async fn run_steps(
         std::process::id()
     ));
     let grace = config.grace;
+    let heartbeat = tokio::spawn(beat(Arc::clone(&store), run, config.heartbeat));
     let mut run_loop = RunLoop {
         recorder: Arc::clone(&recorder),
         home: store.home().clone(),
@@ -313,6 +326,7 @@ async fn run_steps(
         .timeout_ms
         .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
     let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
+    heartbeat.abort();
     if let Err(error) = &outcome {
         run_loop.abandon(error).await;
     }
@@ -327,6 +341,32 @@ async fn run_steps(
     }
     flush_projections(&store).await;
     outcome
+}
+
+/// The runner's heartbeat: every `period`, the run's status.json is written again with
+/// `lastUpdate` now, until the run is terminal or the task is aborted. A failed write is
+/// logged once per streak and tried again at the next beat: it is only a projection.
+async fn beat(store: Arc<Store>, run: RunId, period: Duration) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The first tick is at once: RunnerStarted's projection has just been written.
+    ticks.tick().await;
+    let mut has_failed = false;
+    loop {
+        ticks.tick().await;
+        let store = Arc::clone(&store);
+        match tokio::task::spawn_blocking(move || store.heartbeat(run)).await {
+            Ok(Ok(true)) => has_failed = false,
+            Ok(Ok(false)) => return,
+            Ok(Err(error)) => {
+                if !has_failed {
+                    log(&format!("heartbeat: cannot write status.json: {error}"));
+                }
+                has_failed = true;
+            }
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
 }
 
 /// Runs the descendant [`sweep`] on a blocking thread; a sweep that could not look at the

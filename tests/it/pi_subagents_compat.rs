@@ -211,6 +211,31 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// The stale bound pi-subagents' reconciler is given for a live runner, instead of 24 h.
+const STALE_ALIVE_MS: u64 = 2000;
+
+/// Waits until `run`'s last record is older than `quiet_ms` (its heartbeat, written meanwhile,
+/// is later than the record by that much), as `status --json` shows both.
+fn wait_quiet_for(root: &Path, run: &str, quiet_ms: u64) {
+    for _ in 0..600 {
+        let output = runjournal(root)
+            .args(["status", "--json", run])
+            .output()
+            .expect("status");
+        assert!(output.status.success(), "{output:?}");
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        let last_record = status["lastUpdate"].as_u64().expect("lastUpdate");
+        if status["runnerHeardAt"]
+            .as_u64()
+            .is_some_and(|heard| heard > last_record + quiet_ms)
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("run {run}: no heartbeat {quiet_ms} ms after its last record");
+}
+
 #[test]
 fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     let Some(install) = pi_subagents() else {
@@ -279,7 +304,9 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     assert!(is_gone, "the killed runner {runner_pid} is gone");
     expected.insert(killed, "failed");
 
-    let (running, _) = launch(&root, &["--", "sleep", "300"]);
+    // A quiet live run, kept fresh by a short heartbeat only: pi-subagents' reconciler is
+    // given a stale bound shortened the same way (PI_COMPAT_STALE_ALIVE_MS).
+    let (running, _) = launch(&root, &["--heartbeat", "200ms", "--", "sleep", "300"]);
     let _stop_running = StopOnDrop {
         root: &root,
         run: running.clone(),
@@ -292,17 +319,36 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     // written before pi-subagents looks.
     runjournal(&root).arg("reconcile").assert().success();
 
+    // The running run's last record is older than the stale bound given to pi-subagents:
+    // only its heartbeat keeps its `lastUpdate` young enough.
+    wait_quiet_for(&root, &running, STALE_ALIVE_MS * 3 / 2);
+
     let mut before = BTreeMap::new();
     files_under(&root.join("async-subagent-runs"), &mut before);
     files_under(&root.join("async-subagent-results"), &mut before);
+    let stale_alive_ms = PathBuf::from(STALE_ALIVE_MS.to_string());
     let report = read_with_pi_subagents(
         &install,
-        &[("PI_SUBAGENTS_TEMP_ROOT", &root)],
+        &[
+            ("PI_SUBAGENTS_TEMP_ROOT", &root),
+            ("PI_COMPAT_STALE_ALIVE_MS", &stale_alive_ms),
+        ],
         &["--read", SESSION_ID],
     );
     let mut after = BTreeMap::new();
     files_under(&root.join("async-subagent-runs"), &mut after);
     files_under(&root.join("async-subagent-results"), &mut after);
+    // The live run's heartbeat rewrites its status.json meanwhile: it is compared below by
+    // what pi-subagents made of it, and must still say it runs.
+    let live_status = root
+        .join("async-subagent-runs")
+        .join(&running)
+        .join("status.json");
+    let live_after: serde_json::Value =
+        serde_json::from_slice(&after.remove(&live_status).expect("the live status"))
+            .expect("JSON");
+    assert_eq!(live_after["state"], "running", "{live_after}");
+    before.remove(&live_status);
 
     assert_eq!(report["tempRoot"], root.display().to_string());
     let runs = report["runs"].as_object().expect("runs");

@@ -47,8 +47,13 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         let view = store.journal().view().context("reading the journal")?;
         show::shipping_lag(home, &view)
     };
+    // What the runner's heartbeat last wrote, while the run is live.
+    let heard_at = (!state.is_terminal())
+        .then(|| runjournal::projection::read_runner_heard_at(home, run))
+        .flatten();
     if json {
-        let document = documents::status_doc(home, &state);
+        let mut document = documents::status_doc(home, &state);
+        document.runner_heard_at = heard_at;
         let mut value = serde_json::to_value(&document).context("rendering the status")?;
         // An extra field, as readers of the status.json format ignore ones they do not know.
         if let Some(object) = value.as_object_mut() {
@@ -62,6 +67,17 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
     let mut view = RunView::of(&state, show::look_at_runner(&state));
+    if let Some(heard_at) = heard_at {
+        let now = runjournal::event::now_ms();
+        view.fields.push((
+            "heard from".to_string(),
+            Cell::plain(format!(
+                "runner heartbeat at {} ({} ago)",
+                show::time_or_dash(Some(heard_at)),
+                show::age(now, heard_at)
+            )),
+        ));
+    }
     for (label, path) in [
         ("status", home.status_path(run)),
         ("result", home.result_path(run)),

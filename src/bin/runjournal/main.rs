@@ -150,6 +150,10 @@ enum Command {
     Runner {
         /// The full run id.
         run: String,
+        /// Most time between two status.json writes while the runner lives.
+        #[arg(long, value_name = "DURATION", env = runjournal::runner::HEARTBEAT_ENV,
+              value_parser = launch::duration_arg)]
+        heartbeat: Option<std::time::Duration>,
     },
 }
 
@@ -292,7 +296,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),
         Command::Ship(args) => ship::command(home, args),
-        Command::Runner { run } => launch::runner(home, &run),
+        Command::Runner { run, heartbeat } => launch::runner(home, &run, heartbeat),
     }
 }
 

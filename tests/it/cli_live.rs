@@ -1,0 +1,169 @@
+//! A live run with the real binaries: its runner's heartbeat, what its result says of each
+//! step's output.
+
+use std::time::Duration;
+
+use crate::common;
+
+use common::{TestHome, records, run_id_of, wait_terminal};
+use runjournal::projection::{self, FileKind};
+use runjournal::{Home, RunId};
+
+/// How many times a file is looked at before a test gives up on it.
+const FILE_POLLS: u32 = 1200;
+const FILE_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+fn status_json(home: &TestHome, run: RunId) -> Option<serde_json::Value> {
+    let path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("status.json");
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Polls status.json until `done` holds; panics naming `what` after a generous bound.
+fn wait_status(
+    home: &TestHome,
+    run: RunId,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    for _ in 0..FILE_POLLS {
+        if let Some(status) = status_json(home, run)
+            && done(&status)
+        {
+            return status;
+        }
+        std::thread::sleep(FILE_POLL_INTERVAL);
+    }
+    panic!(
+        "run {run}: gave up waiting for {what}; status.json: {:?}",
+        status_json(home, run)
+    );
+}
+
+/// Starts `args` (after `run --json`) and returns the run's id.
+fn launch(home: &TestHome, args: &[&str]) -> RunId {
+    let output = home
+        .cmd()
+        .args(["run", "--json"])
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    run_id_of(&output)
+}
+
+/// Stops a run left running, whatever the test's outcome.
+struct StopOnDrop<'a> {
+    home: &'a TestHome,
+    run: RunId,
+}
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        let run = self.run.to_string();
+        let _ = self.home.cmd().args(["stop", &run]).output();
+        let _ = self.home.cmd().args(["wait", &run]).output();
+    }
+}
+
+#[test]
+fn a_quiet_steps_runner_refreshes_last_update_without_a_record() {
+    let home = TestHome::new();
+    let run = launch(&home, &["--heartbeat", "100ms", "--", "sleep", "60"]);
+    let _stop = StopOnDrop { home: &home, run };
+    let journal = home.journal();
+    let first = wait_status(&home, run, "a first heartbeat", |status| {
+        status["runnerHeardAt"].is_u64()
+    });
+    let first_heard = first["runnerHeardAt"].as_u64().expect("a time");
+    let second = wait_status(&home, run, "a later heartbeat", |status| {
+        status["runnerHeardAt"]
+            .as_u64()
+            .is_some_and(|heard| heard > first_heard)
+    });
+    let second_heard = second["runnerHeardAt"].as_u64().expect("a time");
+    let last_update = second["lastUpdate"].as_u64().expect("lastUpdate");
+    assert!(
+        last_update >= second_heard,
+        "lastUpdate is at least the heartbeat: {second}"
+    );
+    // No record was made for it: the journal's head is what status.json says, and its last
+    // record is older than the heartbeat.
+    let records = records(&journal, run);
+    let last = records.last().expect("records");
+    assert_eq!(second["journalSeq"], last.seq, "{second}");
+    assert_eq!(second["state"], "running");
+    assert!(
+        last.time_ms < second_heard,
+        "the heartbeat is later than the last record"
+    );
+    // A projection check takes the heartbeat's file as fresh (so the reconciler leaves it),
+    // and only such a file: with another field changed, it differs.
+    let status_path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("status.json");
+    let state = common::state(&journal, run);
+    let check = || {
+        let plan = projection::plan(&Home::at(home.path()), &state, &records);
+        projection::check_plan(&plan)
+            .into_iter()
+            .filter(|difference| difference.kind == FileKind::Status)
+            .count()
+    };
+    let beaten = std::fs::read(&status_path).expect("status.json");
+    assert_eq!(check(), 0, "a heartbeat's status.json is fresh");
+    let mut edited: serde_json::Value = serde_json::from_slice(&beaten).expect("JSON");
+    edited["currentStep"] = 5.into();
+    std::fs::write(
+        &status_path,
+        serde_json::to_vec_pretty(&edited).expect("JSON"),
+    )
+    .expect("write status.json");
+    assert_eq!(check(), 1, "an edited status.json with a heartbeat differs");
+    std::fs::write(&status_path, &beaten).expect("write status.json");
+    home.cmd().arg("reconcile").assert().success();
+    let after = status_json(&home, run).expect("status.json");
+    assert!(
+        after["runnerHeardAt"].as_u64() >= Some(second_heard),
+        "{after}"
+    );
+    // And `status` says when the runner was last heard from.
+    let shown = home
+        .cmd()
+        .args(["status", &run.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let shown = String::from_utf8(shown).expect("utf-8");
+    assert!(shown.contains("runner heartbeat at"), "{shown}");
+    let json = home
+        .cmd()
+        .args(["status", "--json", &run.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+    assert!(json["runnerHeardAt"].is_u64(), "{json}");
+    // Once the run is over, no heartbeat is left in its status.json.
+    home.cmd()
+        .args(["stop", &run.to_string()])
+        .assert()
+        .success();
+    wait_terminal(&journal, run);
+    let ended = wait_status(&home, run, "the stopped status", |status| {
+        status["state"] == "stopped"
+    });
+    assert!(ended["runnerHeardAt"].is_null(), "{ended}");
+}
