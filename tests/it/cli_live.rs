@@ -167,3 +167,95 @@ fn a_quiet_steps_runner_refreshes_last_update_without_a_record() {
     });
     assert!(ended["runnerHeardAt"].is_null(), "{ended}");
 }
+
+fn result_json(home: &TestHome, run: RunId) -> serde_json::Value {
+    let path = home.path().join("results").join(format!("{run}.json"));
+    serde_json::from_slice(&std::fs::read(&path).expect("the result exists")).expect("JSON")
+}
+
+#[test]
+fn the_result_holds_each_steps_output_as_pi_subagents_fills_it() {
+    let home = TestHome::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let provider = dir.path().join("provider.sh");
+    std::fs::write(
+        &provider,
+        "echo '{\"state\": \"running\", \"message\": \"working\"}'\necho '{\"state\": \"succeeded\", \"message\": \"the job says 42\"}'\n",
+    )
+    .expect("write the provider");
+    // 200 000 bytes of output, then its last line: only the end is kept.
+    let loud =
+        "i=0; while [ $i -lt 2000 ]; do printf '%099d\\n' $i; i=$((i+1)); done; echo loud-end";
+    let run = launch(
+        &home,
+        &[
+            "--step",
+            "echo the-answer-is-42",
+            "--step",
+            "true",
+            "--step",
+            loud,
+            "--external-job",
+            &format!("sh '{}'", provider.display()),
+            "--step",
+            "echo oops; exit 3",
+            "--step",
+            "echo never",
+        ],
+    );
+    let journal = home.journal();
+    wait_terminal(&journal, run);
+    let result = result_json(&home, run);
+    let results = result["results"].as_array().expect("results");
+    let field = |index: usize, name: &str| results[index][name].clone();
+    assert_eq!(field(0, "output"), "the-answer-is-42");
+    assert_eq!(field(0, "outputState"), "present");
+    assert_eq!(field(1, "output"), "");
+    assert_eq!(field(1, "outputState"), "absent");
+    let loud_output = field(2, "output").as_str().expect("text").to_string();
+    assert!(loud_output.ends_with("loud-end"), "the end is kept");
+    assert!(
+        loud_output.len() as u64 <= runjournal::projection::documents::STEP_OUTPUT_TAIL_BYTES,
+        "{} bytes",
+        loud_output.len()
+    );
+    assert!(
+        loud_output.len() > 60_000,
+        "the bound is pi-subagents' 64 KiB"
+    );
+    assert_eq!(
+        field(3, "output"),
+        "the job says 42",
+        "the provider's last message"
+    );
+    assert_eq!(field(3, "outputState"), "present");
+    assert_eq!(field(4, "output"), "oops");
+    assert_eq!(
+        field(5, "outputState"),
+        "absent",
+        "a skipped step wrote nothing"
+    );
+    let summary = result["summary"].as_str().expect("summary");
+    assert!(
+        summary.starts_with("echo the-answer-is-42:\nthe-answer-is-42\n\ntrue:\n(no output)\n\n"),
+        "{}",
+        &summary[..200.min(summary.len())]
+    );
+    assert!(
+        summary.ends_with("the job says 42\n\necho oops; exit 3:\noops"),
+        "the failed step's output, and no skipped step: {}",
+        &summary[summary.len().saturating_sub(200)..]
+    );
+    // A failed step without output is summarised by its error.
+    let quiet = launch(&home, &["--", "sh", "-c", "exit 4"]);
+    wait_terminal(&journal, quiet);
+    let result = result_json(&home, quiet);
+    let summary = result["summary"].as_str().expect("summary");
+    assert!(
+        summary.starts_with("sh -c exit 4:\n")
+            && summary.contains('4')
+            && !summary.contains("(no output)"),
+        "{summary}"
+    );
+    assert_eq!(result["results"][0]["outputState"], "absent");
+}

@@ -251,8 +251,8 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     .expect("write the provider");
 
     let mut expected: BTreeMap<String, &str> = BTreeMap::new();
-    let (single, _) = launch(&root, &["--", "sh", "-c", "echo one"]);
-    expected.insert(single, "complete");
+    let (single, _) = launch(&root, &["--", "sh", "-c", "echo the-answer-is-42"]);
+    expected.insert(single.clone(), "complete");
     let (chain, _) = launch(
         &root,
         &[
@@ -264,7 +264,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
             "echo never",
         ],
     );
-    expected.insert(chain, "failed");
+    expected.insert(chain.clone(), "failed");
     let (parallel, _) = launch(
         &root,
         &[
@@ -378,6 +378,35 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
             );
         }
     }
+    // What pi-subagents hands the launching agent: each step's output.
+    let result_of = |run: &str| runs[run]["result"].clone();
+    let single_result = result_of(&single);
+    assert_eq!(
+        single_result["results"][0]["output"], "the-answer-is-42",
+        "{single_result}"
+    );
+    assert_eq!(single_result["results"][0]["outputState"], "present");
+    assert_eq!(
+        single_result["summary"],
+        "sh -c echo the-answer-is-42:\nthe-answer-is-42"
+    );
+    let chain_result = result_of(&chain);
+    let chain_outputs: Vec<(&str, &str)> = chain_result["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|step| {
+            (
+                step["output"].as_str().expect("output"),
+                step["outputState"].as_str().expect("outputState"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        chain_outputs,
+        [("a", "present"), ("", "absent"), ("", "absent")],
+        "{chain_result}"
+    );
     let listed = |name: &str| -> BTreeMap<String, String> {
         report["listed"][name]
             .as_array()
