@@ -113,6 +113,9 @@ pub struct RunnerConfig {
     /// ([`Store::heartbeat`]): a quiet step records nothing, and a host that judges a live
     /// runner by `lastUpdate`'s age must still see it move.
     pub heartbeat: Duration,
+    /// A step that writes no output and reports no job status for this long is ended, failed
+    /// with [`EXIT_TIMED_OUT`] and an error saying it was idle; `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// The heartbeat's default period: pi-subagents fails a live run whose `lastUpdate` is 24 h
@@ -128,6 +131,7 @@ impl Default for RunnerConfig {
             grace: Duration::from_secs(3),
             poll_interval: Duration::from_millis(250),
             heartbeat: DEFAULT_HEARTBEAT,
+            idle_timeout: None,
         }
     }
 }
@@ -472,6 +476,8 @@ enum Ending {
     Control(ControlInfo),
     /// Someone pushed a terminal status of the step's external job.
     PushedJob(ExternalJobStatus),
+    /// The step wrote no output and reported no job status for this long.
+    Idle(Duration),
 }
 
 /// A step whose process is running.
@@ -480,6 +486,20 @@ struct RunningStep {
     terminate: watch::Sender<bool>,
     ending: Option<Ending>,
     output: StepOutput,
+    /// When the step last showed it is alive: its start, its last output, or a change of its
+    /// job status in the journal (`last_job`).
+    active_at: Instant,
+    last_job: Option<ExternalJobStatus>,
+}
+
+impl RunningStep {
+    /// The step's last sign of activity.
+    fn last_active(&self) -> Instant {
+        match self.output.last_push() {
+            Some(pushed) => self.active_at.max(Instant::from_std(pushed)),
+            None => self.active_at,
+        }
+    }
 }
 
 /// How an attempt to start a step went.
@@ -624,6 +644,8 @@ impl RunLoop {
                         terminate,
                         ending: None,
                         output,
+                        active_at: Instant::now(),
+                        last_job: None,
                     },
                 );
             }
@@ -888,10 +910,22 @@ impl RunLoop {
         };
         let job_end = match (&ending, &report.job) {
             (Some(Ending::PushedJob(status)), _) => Some(JobEnd::Reported(status.clone())),
-            (Some(Ending::Control(_)), _) => None,
+            (Some(Ending::Control(_) | Ending::Idle(_)), _) => None,
             (None, job) => job.clone(),
         };
-        let (end, error) = if let Some(Ending::Control(control)) = &ending {
+        let exit_code = match &ending {
+            Some(Ending::Idle(_)) => Some(EXIT_TIMED_OUT),
+            _ => exit_code,
+        };
+        let (end, error) = if let Some(Ending::Idle(idle)) = &ending {
+            (
+                StepEnd::Failed,
+                format!(
+                    "timed out: idle for {} (no output and no job status)",
+                    crate::duration::format_duration(*idle)
+                ),
+            )
+        } else if let Some(Ending::Control(control)) = &ending {
             match control.action {
                 ControlAction::Timeout => (StepEnd::Failed, halt_error(control)),
                 ControlAction::Stop | ControlAction::Interrupt => {
@@ -988,10 +1022,23 @@ impl RunLoop {
             return;
         }
         for (index, running) in &mut self.running {
-            let pushed = state.steps[*index]
-                .job
-                .as_ref()
-                .filter(|job| job.state.is_terminal());
+            let job = state.steps[*index].job.as_ref();
+            if job != running.last_job.as_ref() {
+                running.last_job = job.cloned();
+                running.active_at = Instant::now();
+            }
+            if let (None, Some(idle)) = (&running.ending, self.config.idle_timeout)
+                && running.last_active().elapsed() >= idle
+            {
+                log(&format!(
+                    "step {index}: idle for {}: no output and no job status; ending it",
+                    crate::duration::format_duration(idle)
+                ));
+                running.ending = Some(Ending::Idle(idle));
+                running.terminate.send_replace(true);
+                continue;
+            }
+            let pushed = job.filter(|job| job.state.is_terminal());
             if let (None, Some(job)) = (&running.ending, pushed) {
                 log(&format!(
                     "step {index}: external job {} (pushed); ending its provider",

@@ -259,3 +259,53 @@ fn the_result_holds_each_steps_output_as_pi_subagents_fills_it() {
     );
     assert_eq!(result["results"][0]["outputState"], "absent");
 }
+
+#[test]
+fn a_step_quiet_for_its_idle_timeout_is_ended_timed_out_and_a_busy_one_is_not() {
+    let home = TestHome::new();
+    let journal = home.journal();
+    // Quiet after its first line: ended once idle for 1 s, long before its sleep ends.
+    home.cmd()
+        .args([
+            "run",
+            "--wait",
+            "--idle-timeout",
+            "1s",
+            "--step",
+            "echo started; sleep 60",
+        ])
+        .assert()
+        .code(124);
+    let runs = journal.view().expect("view").all_runs().expect("runs");
+    let state = common::state(&journal, runs[0]);
+    assert_eq!(state.status, runjournal::RunStatus::Failed);
+    assert_eq!(state.steps[0].exit_code, Some(124));
+    let error = state.steps[0].error.clone().unwrap_or_default();
+    assert!(error.contains("idle for 1s"), "{error}");
+    let terminal = state.terminal.expect("terminal");
+    assert_eq!(terminal.exit_code, 124);
+    // Busy for 3 s, never quiet for 1 s: it completes.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let spec = dir.path().join("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{"idleTimeout": "1s", "steps": [{"shell": "i=0; while [ $i -lt 30 ]; do echo tick; sleep 0.1; i=$((i+1)); done"}]}"#,
+    )
+    .expect("write the spec");
+    home.cmd()
+        .args(["run", "--wait", "--spec"])
+        .arg(&spec)
+        .assert()
+        .code(0);
+    // The spec's idleTimeout is the same setting: a quiet step under it is ended.
+    std::fs::write(
+        &spec,
+        r#"{"idleTimeout": "1s", "steps": [{"command": ["sleep", "60"]}]}"#,
+    )
+    .expect("write the spec");
+    home.cmd()
+        .args(["run", "--wait", "--spec"])
+        .arg(&spec)
+        .assert()
+        .code(124);
+}

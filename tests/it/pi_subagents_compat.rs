@@ -279,6 +279,8 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     expected.insert(external, "complete");
     let (timed_out, _) = launch(&root, &["--timeout", "1s", "--", "sleep", "300"]);
     expected.insert(timed_out, "failed");
+    let (idle, _) = launch(&root, &["--idle-timeout", "1s", "--", "sleep", "300"]);
+    expected.insert(idle.clone(), "failed");
     let (stopped, _) = launch(&root, &["--", "sleep", "300"]);
     runjournal(&root)
         .args(["stop", &stopped])
@@ -406,6 +408,15 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         chain_outputs,
         [("a", "present"), ("", "absent"), ("", "absent")],
         "{chain_result}"
+    );
+    let idle_result = result_of(&idle);
+    assert_eq!(idle_result["exitCode"], 124, "{idle_result}");
+    assert_eq!(idle_result["results"][0]["success"], false, "{idle_result}");
+    assert!(
+        idle_result["summary"]
+            .as_str()
+            .is_some_and(|summary| summary.contains("idle for 1s")),
+        "{idle_result}"
     );
     let listed = |name: &str| -> BTreeMap<String, String> {
         report["listed"][name]

@@ -154,6 +154,9 @@ enum Command {
         #[arg(long, value_name = "DURATION", env = runjournal::runner::HEARTBEAT_ENV,
               value_parser = launch::duration_arg)]
         heartbeat: Option<std::time::Duration>,
+        /// End a step quiet (no output, no job status) this long, timed out.
+        #[arg(long, value_name = "DURATION", value_parser = launch::duration_arg)]
+        idle_timeout: Option<std::time::Duration>,
     },
 }
 
@@ -296,7 +299,11 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),
         Command::Ship(args) => ship::command(home, args),
-        Command::Runner { run, heartbeat } => launch::runner(home, &run, heartbeat),
+        Command::Runner {
+            run,
+            heartbeat,
+            idle_timeout,
+        } => launch::runner(home, &run, heartbeat, idle_timeout),
     }
 }
 
