@@ -483,7 +483,7 @@ enum Ending {
 /// A step whose process is running.
 #[derive(Debug)]
 struct RunningStep {
-    terminate: watch::Sender<bool>,
+    terminate: watch::Sender<step::Ending>,
     ending: Option<Ending>,
     output: StepOutput,
     /// When the step last showed it is alive: its start, its last output, or a change of its
@@ -616,7 +616,7 @@ impl RunLoop {
         self.next_step = index + 1;
         match self.start_gated(index, step_number).await? {
             Start::Started(child, output) => {
-                let (terminate, terminate_rx) = watch::channel(false);
+                let (terminate, terminate_rx) = watch::channel(step::Ending::Running);
                 let grace = self.config.grace;
                 if self.spec.steps[index].is_external_job() {
                     let log = output.sink();
@@ -1035,7 +1035,7 @@ impl RunLoop {
                     crate::duration::format_duration(idle)
                 ));
                 running.ending = Some(Ending::Idle(idle));
-                running.terminate.send_replace(true);
+                running.terminate.send_replace(step::Ending::Terminate);
                 continue;
             }
             let pushed = job.filter(|job| job.state.is_terminal());
@@ -1045,7 +1045,7 @@ impl RunLoop {
                     job.state.as_str()
                 ));
                 running.ending = Some(Ending::PushedJob(job.clone()));
-                running.terminate.send_replace(true);
+                running.terminate.send_replace(step::Ending::Terminate);
             }
         }
     }
@@ -1088,11 +1088,19 @@ impl RunLoop {
             control.reason,
             self.running.len()
         ));
+        // An interrupt is SIGINT first (the step may end itself cleanly), then as a stop.
+        let how = if control.action == ControlAction::Interrupt {
+            step::Ending::Interrupt
+        } else {
+            step::Ending::Terminate
+        };
         for running in self.running.values_mut() {
             if running.ending.is_none() {
                 running.ending = Some(Ending::Control(control.clone()));
+                running.terminate.send_replace(how);
+            } else {
+                running.terminate.send_replace(step::Ending::Terminate);
             }
-            running.terminate.send_replace(true);
         }
         self.halt = Some(control);
     }
@@ -1101,7 +1109,7 @@ impl RunLoop {
     fn lose(&mut self, state: RunStatus) {
         if self.lost.is_none() {
             for running in self.running.values_mut() {
-                running.terminate.send_replace(true);
+                running.terminate.send_replace(step::Ending::Terminate);
             }
         }
         self.lost = Some(state);
@@ -1118,7 +1126,7 @@ impl RunLoop {
             self.running.len()
         ));
         for running in self.running.values_mut() {
-            running.terminate.send_replace(true);
+            running.terminate.send_replace(step::Ending::Terminate);
         }
         // Each task ends its step's group (SIGTERM, grace, SIGKILL) before it returns.
         while let Some(joined) = self.tasks.join_next().await {

@@ -309,3 +309,88 @@ fn a_step_quiet_for_its_idle_timeout_is_ended_timed_out_and_a_busy_one_is_not() 
         .assert()
         .code(124);
 }
+
+/// A step that says when it got SIGINT (and only then exits by itself).
+const TRAPS_SIGINT: &str =
+    "trap 'echo got-sigint; exit 0' INT; echo ready; while true; do sleep 0.1; done";
+
+/// Waits until step `index`'s log holds `text`.
+fn wait_output(home: &TestHome, run: RunId, index: usize, text: &str) {
+    let path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join(format!("output-{index}.log"));
+    for _ in 0..FILE_POLLS {
+        if std::fs::read_to_string(&path).is_ok_and(|log| log.contains(text)) {
+            return;
+        }
+        std::thread::sleep(FILE_POLL_INTERVAL);
+    }
+    panic!("run {run}: step {index} never printed {text:?}");
+}
+
+#[test]
+fn interrupt_sends_the_running_step_sigint_and_the_run_ends_paused() {
+    let home = TestHome::new();
+    let run = launch(
+        &home,
+        &[
+            "--step",
+            "echo first",
+            "--step",
+            TRAPS_SIGINT,
+            "--step",
+            "echo never",
+        ],
+    );
+    let _stop = StopOnDrop { home: &home, run };
+    wait_output(&home, run, 1, "ready");
+    home.cmd()
+        .args([
+            "interrupt",
+            &run.to_string(),
+            "--reason",
+            "pause for review",
+        ])
+        .assert()
+        .success();
+    home.cmd()
+        .args(["wait", &run.to_string()])
+        .assert()
+        .code(130);
+    let journal = home.journal();
+    let state = common::state(&journal, run);
+    assert_eq!(state.status, runjournal::RunStatus::Paused);
+    let steps: Vec<runjournal::state::StepStatus> =
+        state.steps.iter().map(|step| step.status).collect();
+    use runjournal::state::StepStatus;
+    assert_eq!(
+        steps,
+        [
+            StepStatus::Complete,
+            StepStatus::Stopped,
+            StepStatus::Skipped
+        ]
+    );
+    // SIGINT came first: the step's trap ran.
+    wait_output(&home, run, 1, "got-sigint");
+    let result = result_json(&home, run);
+    assert_eq!(result["state"], "paused");
+    assert_eq!(
+        result["summary"],
+        "Paused after interrupt. Waiting for explicit next action."
+    );
+    let error = state.steps[1].error.clone().unwrap_or_default();
+    assert!(error.contains("pause for review"), "{error}");
+    // An ended run has nothing to interrupt.
+    let said = home
+        .cmd()
+        .args(["interrupt", &run.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(String::from_utf8_lossy(&said).contains("already ended"));
+}
