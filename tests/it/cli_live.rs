@@ -394,3 +394,89 @@ fn interrupt_sends_the_running_step_sigint_and_the_run_ends_paused() {
         .clone();
     assert!(String::from_utf8_lossy(&said).contains("already ended"));
 }
+
+#[test]
+fn status_shows_the_cpu_and_memory_of_a_running_steps_processes() {
+    let home = TestHome::new();
+    // A busy process in the step's group, and one that left the group (setsid) but is still
+    // the step's descendant.
+    let moved_pid_path = home.file("moved.pid");
+    let script = format!(
+        "yes > /dev/null & setsid sh -c 'echo $$ > \"{}\"; exec yes > /dev/null' & echo started; wait",
+        moved_pid_path.display()
+    );
+    let run = launch(&home, &["--step", &script]);
+    let _stop = StopOnDrop { home: &home, run };
+    wait_output(&home, run, 0, "started");
+    let mut moved_pid = None;
+    for _ in 0..FILE_POLLS {
+        moved_pid = std::fs::read_to_string(&moved_pid_path)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok());
+        if moved_pid.is_some() {
+            break;
+        }
+        std::thread::sleep(FILE_POLL_INTERVAL);
+    }
+    let moved_pid = moved_pid.expect("the moved process wrote its pid");
+    let json = home
+        .cmd()
+        .args(["status", "--json", &run.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+    let resources = json["resources"].as_array().expect("resources");
+    assert_eq!(resources.len(), 1, "{json}");
+    let step = &resources[0];
+    assert_eq!(step["step"], 0);
+    let pids: Vec<u64> = step["pids"]
+        .as_array()
+        .expect("pids")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect();
+    assert!(pids.len() >= 3, "the shell and both yes: {step}");
+    assert!(
+        pids.contains(&moved_pid),
+        "a descendant outside the group counts: {step}"
+    );
+    assert!(
+        step["cpuPercent"].as_f64().is_some_and(|cpu| cpu > 1.0),
+        "{step}"
+    );
+    assert!(
+        step["residentBytes"]
+            .as_u64()
+            .is_some_and(|bytes| bytes > 0),
+        "{step}"
+    );
+    let text = home
+        .cmd()
+        .args(["status", &run.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(text).expect("utf-8");
+    assert!(text.contains("resident"), "{text}");
+    // A run with no running step has none.
+    home.cmd()
+        .args(["stop", &run.to_string()])
+        .assert()
+        .success();
+    wait_terminal(&home.journal(), run);
+    let json = home
+        .cmd()
+        .args(["status", "--json", &run.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&json).expect("JSON");
+    assert_eq!(json["resources"], serde_json::json!([]), "{json}");
+}
