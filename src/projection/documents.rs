@@ -190,6 +190,9 @@ pub struct StepResultDoc {
     pub success: bool,
     pub skipped: bool,
     pub stopped: bool,
+    /// Ended by the interrupt that paused the run (pi-subagents' `interrupted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,6 +263,30 @@ fn job_doc(
     }
 }
 
+/// Whether step `index` was ended by the interrupt that paused its run: pi-subagents calls
+/// such a step `paused` (and its result `interrupted`), not `stopped`.
+fn is_interrupted(state: &RunState, index: usize) -> bool {
+    state
+        .terminal
+        .as_ref()
+        .is_some_and(|terminal| terminal.state == TerminalState::Paused)
+        && state
+            .steps
+            .get(index)
+            .is_some_and(|step| step.status == StepStatus::Stopped)
+}
+
+/// A step's status as status.json names it.
+fn step_status_name(state: &RunState, index: usize) -> &'static str {
+    if is_interrupted(state, index) {
+        return "paused";
+    }
+    state
+        .steps
+        .get(index)
+        .map_or("pending", |step| step.status.as_str())
+}
+
 fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
     state
         .spec
@@ -269,7 +296,7 @@ fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
         .enumerate()
         .map(|(index, (spec, step))| StepDoc {
             agent: spec.name.clone(),
-            status: step.status.as_str().to_string(),
+            status: step_status_name(state, index).to_string(),
             started_at: step.started_at_ms,
             ended_at: step.ended_at_ms,
             duration_ms: step
@@ -604,7 +631,8 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
                 output_path: path_text(&home.output_log_path(state.run_id, index)),
                 success: step.status == StepStatus::Complete,
                 skipped: step.status == StepStatus::Skipped,
-                stopped: step.status == StepStatus::Stopped,
+                stopped: step.status == StepStatus::Stopped && !is_interrupted(state, index),
+                interrupted: is_interrupted(state, index).then_some(true),
                 error: step.error.clone(),
                 exit_code: step.exit_code,
                 external_job: match (&spec.action, &step.job) {

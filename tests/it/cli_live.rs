@@ -383,6 +383,14 @@ fn interrupt_sends_the_running_step_sigint_and_the_run_ends_paused() {
     );
     let error = state.steps[1].error.clone().unwrap_or_default();
     assert!(error.contains("pause for review"), "{error}");
+    // pi-subagents' words for the interrupted step: paused, interrupted, not stopped.
+    assert_eq!(result["results"][1]["interrupted"], true, "{result}");
+    assert_eq!(result["results"][1]["stopped"], false, "{result}");
+    let status = wait_status(&home, run, "the paused status", |status| {
+        status["state"] == "paused"
+    });
+    assert_eq!(status["steps"][1]["status"], "paused", "{status}");
+    assert_eq!(status["steps"][2]["status"], "skipped", "{status}");
     // An ended run has nothing to interrupt.
     let said = home
         .cmd()

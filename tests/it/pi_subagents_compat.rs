@@ -211,6 +211,21 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// Waits until step `index` of `run` has printed `text`.
+fn wait_printed(root: &Path, run: &str, index: usize, text: &str) {
+    let log = root
+        .join("async-subagent-runs")
+        .join(run)
+        .join(format!("output-{index}.log"));
+    for _ in 0..600 {
+        if std::fs::read_to_string(&log).is_ok_and(|output| output.contains(text)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("run {run}: step {index} never printed {text:?}");
+}
+
 /// The stale bound pi-subagents' reconciler is given for a live runner, instead of 24 h.
 const STALE_ALIVE_MS: u64 = 2000;
 
@@ -281,6 +296,22 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     expected.insert(timed_out, "failed");
     let (idle, _) = launch(&root, &["--idle-timeout", "1s", "--", "sleep", "300"]);
     expected.insert(idle.clone(), "failed");
+    // Interrupted while its second step runs: paused.
+    let (paused, _) = launch(
+        &root,
+        &[
+            "--step",
+            "echo first",
+            "--step",
+            "echo ready; while true; do sleep 0.1; done",
+        ],
+    );
+    wait_printed(&root, &paused, 1, "ready");
+    runjournal(&root)
+        .args(["interrupt", &paused])
+        .assert()
+        .success();
+    expected.insert(paused.clone(), "paused");
     let (stopped, _) = launch(&root, &["--", "sleep", "300"]);
     runjournal(&root)
         .args(["stop", &stopped])
@@ -408,6 +439,16 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         chain_outputs,
         [("a", "present"), ("", "absent"), ("", "absent")],
         "{chain_result}"
+    );
+    let paused_result = result_of(&paused);
+    assert_eq!(
+        paused_result["summary"],
+        "Paused after interrupt. Waiting for explicit next action."
+    );
+    assert_eq!(
+        runs[paused.as_str()]["read"]["steps"],
+        serde_json::json!(["complete", "paused"]),
+        "{paused_result}"
     );
     let idle_result = result_of(&idle);
     assert_eq!(idle_result["exitCode"], 124, "{idle_result}");
