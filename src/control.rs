@@ -92,8 +92,7 @@ pub fn request_stop(
 
 /// Records `ControlRequested(interrupt)`: the runner, at its next poll (every 250 ms), sends
 /// each running step's process group SIGINT, waits its grace, then ends the group as a stop
-/// does, and the run ends `paused` (exit 130), resumable with `runjournal resume`. The
-/// runner is not signalled: its signals mean stop. A control already recorded (a stop, a
+/// does, and the run ends `paused` (exit 130). The runner is not signalled: its signals mean stop. A control already recorded (a stop, a
 /// timeout) wins; the outcome says so.
 pub fn request_interrupt(
     store: &Store,

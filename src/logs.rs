@@ -204,12 +204,26 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_tail_keeps_the_end_trimmed_and_drops_a_character_cut_at_its_start() {
+        // "é" is two bytes: a window of 5 starts inside it.
+        let (_dir, path) = file_with("aé-xy\n".as_bytes());
+        assert_eq!(byte_tail(&path, 5).expect("read").as_deref(), Some("-xy"));
+        assert_eq!(
+            byte_tail(&path, 64).expect("read").as_deref(),
+            Some("aé-xy")
+        );
+        let missing = path.with_file_name("missing.log");
+        assert_eq!(byte_tail(&missing, 64).expect("read"), None);
+    }
+
+    #[test]
     fn a_link_in_a_logs_place_is_not_read_through() {
         let (dir, victim) = file_with(b"secret\n");
         let link = dir.path().join("output-0.log");
         std::os::unix::fs::symlink(&victim, &link).expect("link");
         assert!(tail(&link, bounds(5, 300)).is_err());
         assert!(new_bytes(&link, 0).is_err());
+        assert!(byte_tail(&link, 64).is_err());
     }
 
     fn file_with(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
