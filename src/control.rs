@@ -87,8 +87,31 @@ pub fn request_stop(
     by: &str,
     reason: &str,
 ) -> Result<StopOutcome, ControlError> {
+    request_control(store, run, ControlAction::Stop, by, reason)
+}
+
+/// Records `ControlRequested(interrupt)`: the runner, at its next poll (every 250 ms), sends
+/// each running step's process group SIGINT, waits its grace, then ends the group as a stop
+/// does, and the run ends `paused` (exit 130). The runner is not signalled: its signals mean stop. A control already recorded (a stop, a
+/// timeout) wins; the outcome says so.
+pub fn request_interrupt(
+    store: &Store,
+    run: RunId,
+    by: &str,
+    reason: &str,
+) -> Result<StopOutcome, ControlError> {
+    request_control(store, run, ControlAction::Interrupt, by, reason)
+}
+
+fn request_control(
+    store: &Store,
+    run: RunId,
+    action: ControlAction,
+    by: &str,
+    reason: &str,
+) -> Result<StopOutcome, ControlError> {
     let event = Event::ControlRequested {
-        action: ControlAction::Stop,
+        action,
         by: by.to_string(),
         reason: reason.to_string(),
     };
@@ -104,7 +127,7 @@ pub fn request_stop(
         Err(error) => return Err(error.into()),
     };
     let state = snapshot(store, run)?;
-    let signalled = signal_runner(&state);
+    let signalled = action == ControlAction::Stop && signal_runner(&state);
     Ok(if is_new {
         StopOutcome::Requested { signalled }
     } else {

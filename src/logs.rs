@@ -74,6 +74,35 @@ pub fn tail(path: &Path, bounds: TailBounds) -> io::Result<String> {
     Ok(tail_of_text(&String::from_utf8_lossy(bytes), bounds))
 }
 
+/// The last `max_bytes` bytes of a log as text, as pi-subagents keeps a command's output (a
+/// byte tail, decoded, then trimmed): a UTF-8 sequence cut at the window's start is dropped,
+/// other bytes that are not UTF-8 become U+FFFD. `Ok(None)` when the file does not exist.
+pub fn byte_tail(path: &Path, max_bytes: u64) -> io::Result<Option<String>> {
+    let mut file = match open_log(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let length = file.metadata()?.len();
+    let start = length.saturating_sub(max_bytes);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes).read_to_end(&mut bytes)?;
+    // At most three continuation bytes begin a window cut inside a character.
+    let skip = if start > 0 {
+        bytes
+            .iter()
+            .take(3)
+            .take_while(|&&byte| byte & 0xC0 == 0x80)
+            .count()
+    } else {
+        0
+    };
+    Ok(Some(
+        String::from_utf8_lossy(&bytes[skip..]).trim().to_string(),
+    ))
+}
+
 /// The tail of a text already read, as [`tail`] describes it.
 fn tail_of_text(text: &str, bounds: TailBounds) -> String {
     let lines: Vec<&str> = text
@@ -175,12 +204,26 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_tail_keeps_the_end_trimmed_and_drops_a_character_cut_at_its_start() {
+        // "é" is two bytes: a window of 5 starts inside it.
+        let (_dir, path) = file_with("aé-xy\n".as_bytes());
+        assert_eq!(byte_tail(&path, 5).expect("read").as_deref(), Some("-xy"));
+        assert_eq!(
+            byte_tail(&path, 64).expect("read").as_deref(),
+            Some("aé-xy")
+        );
+        let missing = path.with_file_name("missing.log");
+        assert_eq!(byte_tail(&missing, 64).expect("read"), None);
+    }
+
+    #[test]
     fn a_link_in_a_logs_place_is_not_read_through() {
         let (dir, victim) = file_with(b"secret\n");
         let link = dir.path().join("output-0.log");
         std::os::unix::fs::symlink(&victim, &link).expect("link");
         assert!(tail(&link, bounds(5, 300)).is_err());
         assert!(new_bytes(&link, 0).is_err());
+        assert!(byte_tail(&link, 64).is_err());
     }
 
     fn file_with(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {

@@ -51,6 +51,9 @@ pub struct SpecFile {
     /// A duration text, as [`parse_duration`] reads it.
     #[serde(default)]
     pub timeout: Option<String>,
+    /// A duration text: a step quiet this long (no output, no job status) is ended, timed out.
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
     #[serde(default)]
     pub cwd: Option<String>,
     #[serde(default)]
@@ -86,6 +89,8 @@ pub enum SpecInputError {
     StepAction { step: usize },
     #[error("timeout: {0}")]
     Timeout(#[from] DurationError),
+    #[error("idleTimeout: {0}")]
+    IdleTimeout(DurationError),
     #[error("no steps: give -- CMD ARGS..., --step, --external-job or --spec")]
     NoSteps,
     #[error(transparent)]
@@ -97,6 +102,10 @@ pub enum SpecInputError {
 pub struct RunRequest {
     pub spec: RunSpec,
     pub hosts: HostIds,
+    /// A step quiet this long is ended as timed out. A setting of the run's runner, which its
+    /// launcher passes on (`__runner --idle-timeout`), not part of the journaled spec: what
+    /// the journal keeps of it is the step's error when it fires.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
@@ -107,6 +116,8 @@ pub struct RunDraft {
     pub mode: Option<Mode>,
     pub concurrency: Option<u32>,
     pub timeout: Option<Duration>,
+    /// The runner's idle timeout (see [`RunRequest::idle_timeout`]).
+    pub idle_timeout: Option<Duration>,
     pub cwd: Option<String>,
     pub hosts: HostIds,
     pub steps: Vec<StepSpec>,
@@ -144,6 +155,7 @@ impl RunDraft {
         Ok(RunRequest {
             spec,
             hosts: self.hosts,
+            idle_timeout: self.idle_timeout,
         })
     }
 }
@@ -172,11 +184,18 @@ impl SpecFile {
             });
         }
         let timeout = self.timeout.as_deref().map(parse_duration).transpose()?;
+        let idle_timeout = self
+            .idle_timeout
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(SpecInputError::IdleTimeout)?;
         Ok(RunDraft {
             name: self.name,
             mode: self.mode,
             concurrency: self.concurrency,
             timeout,
+            idle_timeout,
             cwd: self.cwd,
             hosts: HostIds {
                 session_id: self.session_id,

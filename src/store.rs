@@ -352,6 +352,17 @@ impl Store {
         self.inner.project(run).map(|_| ())
     }
 
+    /// A live runner's heartbeat for `run`: its status.json rewritten with `lastUpdate` now
+    /// ([`projection::heartbeat`]); nothing is appended. `Ok(false)` when the run is terminal.
+    pub fn heartbeat(&self, run: RunId) -> Result<bool, ProjectionError> {
+        projection::heartbeat(
+            &self.inner.home,
+            &self.inner.journal,
+            run,
+            crate::event::now_ms(),
+        )
+    }
+
     /// How many runs have a projection waiting to be written again.
     pub fn pending_projections(&self) -> usize {
         self.inner.pending.count()

@@ -64,6 +64,7 @@ mod macos;
 use macos as os;
 #[cfg(any(test, target_os = "macos"))]
 mod macos_facts;
+pub mod resources;
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 compile_error!(

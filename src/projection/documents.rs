@@ -15,7 +15,7 @@ use crate::event::{
     ExternalJobStatus, JobState, Mode, Proof, Record, RunId, StepAction, TerminalState, UnixMs,
 };
 use crate::home::Home;
-use crate::state::{RunState, StepStatus};
+use crate::state::{RunState, StepStatus, TerminalInfo};
 
 /// The pi-subagents lifecycle artifact version whose `processTerminal` contract we keep.
 pub const LIFECYCLE_ARTIFACT_VERSION: u32 = 3;
@@ -62,6 +62,11 @@ pub struct StatusDoc {
     pub process_terminal: ProcessTerminalDoc,
     /// The head seq of the run this document reflects.
     pub journal_seq: u64,
+    /// When the live runner last said it is there (its heartbeat, a projection write, never
+    /// a record): only in a status.json a heartbeat wrote, whose `lastUpdate` is then at least
+    /// this. A projection after a commit leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_heard_at: Option<UnixMs>,
 }
 
 /// One entry of status.json `steps[]`.
@@ -177,13 +182,17 @@ pub struct ResultDoc {
 #[serde(rename_all = "camelCase")]
 pub struct StepResultDoc {
     pub agent: String,
-    /// Step output stays in its log file (`outputPath`); the journal does not hold it.
+    /// The end of the step's output (its log, `outputPath`, holds all of it); the journal
+    /// does not hold it.
     pub output: String,
     pub output_state: String,
     pub output_path: String,
     pub success: bool,
     pub skipped: bool,
     pub stopped: bool,
+    /// Ended by the interrupt that paused the run (pi-subagents' `interrupted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,6 +263,30 @@ fn job_doc(
     }
 }
 
+/// Whether step `index` was ended by the interrupt that paused its run: pi-subagents calls
+/// such a step `paused` (and its result `interrupted`), not `stopped`.
+fn is_interrupted(state: &RunState, index: usize) -> bool {
+    state
+        .terminal
+        .as_ref()
+        .is_some_and(|terminal| terminal.state == TerminalState::Paused)
+        && state
+            .steps
+            .get(index)
+            .is_some_and(|step| step.status == StepStatus::Stopped)
+}
+
+/// A step's status as status.json names it.
+fn step_status_name(state: &RunState, index: usize) -> &'static str {
+    if is_interrupted(state, index) {
+        return "paused";
+    }
+    state
+        .steps
+        .get(index)
+        .map_or("pending", |step| step.status.as_str())
+}
+
 fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
     state
         .spec
@@ -263,7 +296,7 @@ fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
         .enumerate()
         .map(|(index, (spec, step))| StepDoc {
             agent: spec.name.clone(),
-            status: step.status.as_str().to_string(),
+            status: step_status_name(state, index).to_string(),
             started_at: step.started_at_ms,
             ended_at: step.ended_at_ms,
             duration_ms: step
@@ -394,7 +427,40 @@ pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
         display_dismissed_at: state.dismissed_at_ms,
         process_terminal: process_terminal_doc(state),
         journal_seq: state.head_seq,
+        runner_heard_at: None,
     }
+}
+
+/// The status document a heartbeat writes for a run that is not terminal: the fresh one, with
+/// `runnerHeardAt` and a `lastUpdate` moved up to when the runner was heard from, so a host
+/// that judges a live runner by `lastUpdate`'s age (pi-subagents fails one silent for 24 h)
+/// sees a quiet step's run as alive.
+pub fn heartbeat_status_doc(home: &Home, state: &RunState, heard_at_ms: UnixMs) -> StatusDoc {
+    let mut doc = status_doc(home, state);
+    doc.last_update = doc.last_update.max(heard_at_ms);
+    doc.runner_heard_at = Some(heard_at_ms);
+    doc
+}
+
+/// Whether `on_disk` is exactly the `expected` status document but for a heartbeat (see
+/// [`heartbeat_status_doc`]): `runnerHeardAt` set, and `lastUpdate` at or after both it and
+/// the expected one. Only for a run that is not terminal: a heartbeat never follows `Terminal`.
+pub fn is_heartbeat_of(on_disk: &[u8], expected: &[u8]) -> bool {
+    let (Ok(mut seen), Ok(fresh)) = (
+        serde_json::from_slice::<StatusDoc>(on_disk),
+        serde_json::from_slice::<StatusDoc>(expected),
+    ) else {
+        return false;
+    };
+    let Some(heard_at) = seen.runner_heard_at else {
+        return false;
+    };
+    if fresh.ended_at.is_some() || seen.last_update < fresh.last_update.max(heard_at) {
+        return false;
+    }
+    seen.last_update = fresh.last_update;
+    seen.runner_heard_at = None;
+    to_json_bytes(&seen) == expected
 }
 
 /// The seq of the run's `Terminal` record (its head while it has none).
@@ -403,6 +469,131 @@ pub fn terminal_seq(state: &RunState, records: &[Record]) -> u64 {
         .iter()
         .find(|record| matches!(record.event, crate::event::Event::Terminal { .. }))
         .map_or(state.head_seq, |record| record.seq)
+}
+
+/// How much of a step's output its result entry holds: pi-subagents' bound for a command's
+/// output (`MAX_OUTPUT_TAIL_BYTES` of its external-CLI runner), the end kept.
+pub const STEP_OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
+
+/// pi-subagents' default bound of a result's aggregated summary (`DEFAULT_MAX_OUTPUT`).
+pub const SUMMARY_MAX_BYTES: usize = 200 * 1024;
+/// See [`SUMMARY_MAX_BYTES`].
+pub const SUMMARY_MAX_LINES: usize = 5000;
+
+/// pi-subagents' summary of a paused (interrupted) run, word for word.
+pub const PAUSED_SUMMARY: &str = "Paused after interrupt. Waiting for explicit next action.";
+
+/// A step's output for its result entry, and pi-subagents' `outputState` of it (`present` when
+/// the trimmed output is not empty, else `absent`; `unknown` when its log cannot be read). A
+/// command's output is the end of its log ([`STEP_OUTPUT_TAIL_BYTES`]; a step that printed
+/// nothing has no log); an external job's is its provider's last message, as the journal
+/// holds it. The log is read when the result is rendered: it no longer changes once the
+/// step's `StepFinished` is recorded.
+fn step_output(home: &Home, state: &RunState, index: usize) -> (String, &'static str) {
+    let (Some(spec), Some(step)) = (state.spec.steps.get(index), state.steps.get(index)) else {
+        return (String::new(), "unknown");
+    };
+    if matches!(step.status, StepStatus::Pending | StepStatus::Skipped) {
+        return (String::new(), "absent");
+    }
+    let output = if spec.is_external_job() {
+        step.job
+            .as_ref()
+            .and_then(|job| job.message.as_deref())
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        match crate::logs::byte_tail(
+            &home.output_log_path(state.run_id, index),
+            STEP_OUTPUT_TAIL_BYTES,
+        ) {
+            Ok(output) => output.unwrap_or_default(),
+            Err(_) => return (String::new(), "unknown"),
+        }
+    };
+    let output_state = if output.is_empty() {
+        "absent"
+    } else {
+        "present"
+    };
+    (output, output_state)
+}
+
+/// The result's `summary`, as pi-subagents' runner makes it: the stop, timeout or pause
+/// message for a run ended so (and the reason of a run the reconciler closed), else every
+/// executed step's `agent:\noutput` (its error when it failed with no output, else
+/// `(no output)`), joined by blank lines and bounded as pi-subagents bounds it.
+fn result_summary(state: &RunState, terminal: &TerminalInfo, results: &[StepResultDoc]) -> String {
+    let is_timed_out = state.has_control(crate::event::ControlAction::Timeout);
+    let message = || {
+        terminal
+            .error
+            .clone()
+            .unwrap_or_else(|| terminal.summary.clone())
+    };
+    match terminal.state {
+        TerminalState::Paused => return PAUSED_SUMMARY.to_string(),
+        TerminalState::Stopped => return message(),
+        TerminalState::Failed if is_timed_out || terminal.repaired_by.is_some() => {
+            return message();
+        }
+        _ => {}
+    }
+    let summary = results
+        .iter()
+        .zip(&state.steps)
+        .filter(|(_, step)| !matches!(step.status, StepStatus::Pending | StepStatus::Skipped))
+        .map(|(result, step)| {
+            let text = if !result.output.is_empty() {
+                result.output.as_str()
+            } else if step.status != StepStatus::Complete
+                && let Some(error) = result.error.as_deref().filter(|error| !error.is_empty())
+            {
+                error
+            } else {
+                "(no output)"
+            };
+            format!("{}:\n{text}", result.agent)
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    truncate_summary(summary)
+}
+
+fn format_bytes(bytes: usize) -> String {
+    match bytes {
+        0..1024 => format!("{bytes}B"),
+        1024..1_048_576 => format!("{:.1}KB", bytes as f64 / 1024.0),
+        _ => format!("{:.1}MB", bytes as f64 / 1_048_576.0),
+    }
+}
+
+/// pi-subagents' `truncateOutput` with its default bounds: the first lines that fit, after a
+/// line that says what was cut.
+fn truncate_summary(summary: String) -> String {
+    let total_lines = summary.split('\n').count();
+    if summary.len() <= SUMMARY_MAX_BYTES && total_lines <= SUMMARY_MAX_LINES {
+        return summary;
+    }
+    let mut kept: String = summary
+        .split('\n')
+        .take(SUMMARY_MAX_LINES)
+        .collect::<Vec<_>>()
+        .join("\n");
+    if kept.len() > SUMMARY_MAX_BYTES {
+        let mut cut = SUMMARY_MAX_BYTES;
+        while !kept.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        kept.truncate(cut);
+    }
+    let kept_lines = kept.split('\n').count();
+    format!(
+        "[TRUNCATED: showing first {kept_lines} of {total_lines} lines, {} of {}]\n{kept}",
+        format_bytes(kept.len()),
+        format_bytes(summary.len())
+    )
 }
 
 /// The result document of a terminal run; `None` while it is not terminal.
@@ -425,30 +616,35 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
         Mode::Chain => format!("chain:{}", names.join("->")),
         Mode::Parallel => format!("parallel:{}", names.join("+")),
     };
-    let results = state
+    let results: Vec<StepResultDoc> = state
         .spec
         .steps
         .iter()
         .zip(&state.steps)
         .enumerate()
-        .map(|(index, (spec, step))| StepResultDoc {
-            agent: spec.name.clone(),
-            output: String::new(),
-            output_state: "unknown".to_string(),
-            output_path: path_text(&home.output_log_path(state.run_id, index)),
-            success: step.status == StepStatus::Complete,
-            skipped: step.status == StepStatus::Skipped,
-            stopped: step.status == StepStatus::Stopped,
-            error: step.error.clone(),
-            exit_code: step.exit_code,
-            external_job: match (&spec.action, &step.job) {
-                (StepAction::ExternalJob { provider }, Some(job)) => {
-                    Some(job_doc(provider, job, step))
-                }
-                _ => None,
-            },
+        .map(|(index, (spec, step))| {
+            let (output, output_state) = step_output(home, state, index);
+            StepResultDoc {
+                agent: spec.name.clone(),
+                output,
+                output_state: output_state.to_string(),
+                output_path: path_text(&home.output_log_path(state.run_id, index)),
+                success: step.status == StepStatus::Complete,
+                skipped: step.status == StepStatus::Skipped,
+                stopped: step.status == StepStatus::Stopped && !is_interrupted(state, index),
+                interrupted: is_interrupted(state, index).then_some(true),
+                error: step.error.clone(),
+                exit_code: step.exit_code,
+                external_job: match (&spec.action, &step.job) {
+                    (StepAction::ExternalJob { provider }, Some(job)) => {
+                        Some(job_doc(provider, job, step))
+                    }
+                    _ => None,
+                },
+            }
         })
         .collect();
+    let summary = result_summary(state, terminal, &results);
     Some(ResultDoc {
         lifecycle_artifact_version: LIFECYCLE_ARTIFACT_VERSION,
         id: state.run_id.to_string(),
@@ -457,7 +653,7 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
         mode: state.spec.mode.as_str().to_string(),
         success: terminal.state == TerminalState::Complete,
         state: state.status.as_str().to_string(),
-        summary: terminal.summary.clone(),
+        summary,
         error: terminal.error.clone(),
         results,
         exit_code: terminal.exit_code,

@@ -365,6 +365,13 @@ pub fn check_plan(plan: &Plan) -> Vec<Difference> {
             }),
             (Content::Marker, Ok(_)) => None,
             (Content::Bytes(expected), Ok(bytes)) if bytes == *expected => None,
+            // A live runner's heartbeat moved `lastUpdate` on: the file is fresh.
+            (Content::Bytes(expected), Ok(bytes))
+                if file.kind == FileKind::Status
+                    && documents::is_heartbeat_of(&bytes, expected) =>
+            {
+                None
+            }
             (Content::Bytes(expected), Ok(bytes)) => Some(Problem::Differs {
                 on_disk: bytes,
                 expected: expected.clone(),
@@ -408,6 +415,57 @@ pub(crate) fn lock_run(home: &Home, run: RunId) -> Result<FileLock, ProjectionEr
         source,
     })
 }
+
+/// A live runner's heartbeat: under the run's lock, from its latest state, writes status.json
+/// with `lastUpdate` and `runnerHeardAt` at `heard_at_ms` ([`documents::heartbeat_status_doc`]).
+/// Nothing is written for a terminal run (`Ok(false)`). No record is appended: a heartbeat
+/// is a projection write, and [`check_plan`] takes its file as fresh.
+pub fn heartbeat(
+    home: &Home,
+    journal: &impl ReadJournal,
+    run: RunId,
+    heard_at_ms: crate::event::UnixMs,
+) -> Result<bool, ProjectionError> {
+    let _lock = lock_run(home, run)?;
+    let view = journal
+        .view()
+        .map_err(|source| ProjectionError::Read { run, source })?;
+    let state = view
+        .snapshot(run)
+        .map_err(|source| ProjectionError::Read { run, source })?
+        .ok_or(ProjectionError::UnknownRun { run })?;
+    drop(view);
+    if state.is_terminal() {
+        return Ok(false);
+    }
+    let path = home.status_path(run);
+    let doc = documents::heartbeat_status_doc(home, &state, heard_at_ms);
+    durable_fs::write_atomic(&path, &documents::to_json_bytes(&doc)).map_err(|source| {
+        ProjectionError::Io {
+            run,
+            path: path.clone(),
+            source,
+        }
+    })?;
+    Ok(true)
+}
+
+/// When the run's runner was last heard from by its heartbeat, as its status.json says
+/// (`runnerHeardAt`); `None` when the file is missing, unreadable or holds none. Only for
+/// showing people: a projection is never read back as truth, and nothing acts on this.
+pub fn read_runner_heard_at(home: &Home, run: RunId) -> Option<crate::event::UnixMs> {
+    let durable_fs::Bounded::Whole(bytes) =
+        durable_fs::read_file_bounded(&home.status_path(run), STATUS_READ_LIMIT_BYTES).ok()?
+    else {
+        return None;
+    };
+    serde_json::from_slice::<documents::StatusDoc>(&bytes)
+        .ok()?
+        .runner_heard_at
+}
+
+/// The most of a status.json [`read_runner_heard_at`] reads: far more than any we write.
+const STATUS_READ_LIMIT_BYTES: u64 = 4 << 20;
 
 /// Projects one run: under its lock, reads its latest state and writes every file. Returns the
 /// head seq the files now reflect.

@@ -109,13 +109,29 @@ pub struct RunnerConfig {
     pub grace: Duration,
     /// Between two reads of the run's snapshot (control requests, pushed job statuses).
     pub poll_interval: Duration,
+    /// Most time between two writes of the run's status.json while the runner lives
+    /// ([`Store::heartbeat`]): a quiet step records nothing, and a host that judges a live
+    /// runner by `lastUpdate`'s age must still see it move.
+    pub heartbeat: Duration,
+    /// A step that writes no output and reports no job status for this long is ended, failed
+    /// with [`EXIT_TIMED_OUT`] and an error saying it was idle; `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
+
+/// The heartbeat's default period: pi-subagents fails a live run whose `lastUpdate` is 24 h
+/// old, and a status.json write every 10 minutes costs nothing.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10 * 60);
+
+/// The environment variable that sets [`RunnerConfig::heartbeat`] (`10m`, `30s`).
+pub const HEARTBEAT_ENV: &str = "RUNJOURNAL_HEARTBEAT";
 
 impl Default for RunnerConfig {
     fn default() -> RunnerConfig {
         RunnerConfig {
             grace: Duration::from_secs(3),
             poll_interval: Duration::from_millis(250),
+            heartbeat: DEFAULT_HEARTBEAT,
+            idle_timeout: None,
         }
     }
 }
@@ -292,6 +308,7 @@ async fn run_steps(
         std::process::id()
     ));
     let grace = config.grace;
+    let heartbeat = tokio::spawn(beat(Arc::clone(&store), run, config.heartbeat));
     let mut run_loop = RunLoop {
         recorder: Arc::clone(&recorder),
         home: store.home().clone(),
@@ -313,6 +330,7 @@ async fn run_steps(
         .timeout_ms
         .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
     let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
+    heartbeat.abort();
     if let Err(error) = &outcome {
         run_loop.abandon(error).await;
     }
@@ -327,6 +345,32 @@ async fn run_steps(
     }
     flush_projections(&store).await;
     outcome
+}
+
+/// The runner's heartbeat: every `period`, the run's status.json is written again with
+/// `lastUpdate` now, until the run is terminal or the task is aborted. A failed write is
+/// logged once per streak and tried again at the next beat: it is only a projection.
+async fn beat(store: Arc<Store>, run: RunId, period: Duration) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The first tick is at once: RunnerStarted's projection has just been written.
+    ticks.tick().await;
+    let mut has_failed = false;
+    loop {
+        ticks.tick().await;
+        let store = Arc::clone(&store);
+        match tokio::task::spawn_blocking(move || store.heartbeat(run)).await {
+            Ok(Ok(true)) => has_failed = false,
+            Ok(Ok(false)) => return,
+            Ok(Err(error)) => {
+                if !has_failed {
+                    log(&format!("heartbeat: cannot write status.json: {error}"));
+                }
+                has_failed = true;
+            }
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
 }
 
 /// Runs the descendant [`sweep`] on a blocking thread; a sweep that could not look at the
@@ -432,14 +476,30 @@ enum Ending {
     Control(ControlInfo),
     /// Someone pushed a terminal status of the step's external job.
     PushedJob(ExternalJobStatus),
+    /// The step wrote no output and reported no job status for this long.
+    Idle(Duration),
 }
 
 /// A step whose process is running.
 #[derive(Debug)]
 struct RunningStep {
-    terminate: watch::Sender<bool>,
+    terminate: watch::Sender<step::Ending>,
     ending: Option<Ending>,
     output: StepOutput,
+    /// When the step last showed it is alive: its start, its last output, or a change of its
+    /// job status in the journal (`last_job`).
+    active_at: Instant,
+    last_job: Option<ExternalJobStatus>,
+}
+
+impl RunningStep {
+    /// The step's last sign of activity.
+    fn last_active(&self) -> Instant {
+        match self.output.last_push() {
+            Some(pushed) => self.active_at.max(Instant::from_std(pushed)),
+            None => self.active_at,
+        }
+    }
 }
 
 /// How an attempt to start a step went.
@@ -556,7 +616,7 @@ impl RunLoop {
         self.next_step = index + 1;
         match self.start_gated(index, step_number).await? {
             Start::Started(child, output) => {
-                let (terminate, terminate_rx) = watch::channel(false);
+                let (terminate, terminate_rx) = watch::channel(step::Ending::Running);
                 let grace = self.config.grace;
                 if self.spec.steps[index].is_external_job() {
                     let log = output.sink();
@@ -584,6 +644,8 @@ impl RunLoop {
                         terminate,
                         ending: None,
                         output,
+                        active_at: Instant::now(),
+                        last_job: None,
                     },
                 );
             }
@@ -848,10 +910,22 @@ impl RunLoop {
         };
         let job_end = match (&ending, &report.job) {
             (Some(Ending::PushedJob(status)), _) => Some(JobEnd::Reported(status.clone())),
-            (Some(Ending::Control(_)), _) => None,
+            (Some(Ending::Control(_) | Ending::Idle(_)), _) => None,
             (None, job) => job.clone(),
         };
-        let (end, error) = if let Some(Ending::Control(control)) = &ending {
+        let exit_code = match &ending {
+            Some(Ending::Idle(_)) => Some(EXIT_TIMED_OUT),
+            _ => exit_code,
+        };
+        let (end, error) = if let Some(Ending::Idle(idle)) = &ending {
+            (
+                StepEnd::Failed,
+                format!(
+                    "timed out: idle for {} (no output and no job status)",
+                    crate::duration::format_duration(*idle)
+                ),
+            )
+        } else if let Some(Ending::Control(control)) = &ending {
             match control.action {
                 ControlAction::Timeout => (StepEnd::Failed, halt_error(control)),
                 ControlAction::Stop | ControlAction::Interrupt => {
@@ -948,17 +1022,30 @@ impl RunLoop {
             return;
         }
         for (index, running) in &mut self.running {
-            let pushed = state.steps[*index]
-                .job
-                .as_ref()
-                .filter(|job| job.state.is_terminal());
+            let job = state.steps[*index].job.as_ref();
+            if job != running.last_job.as_ref() {
+                running.last_job = job.cloned();
+                running.active_at = Instant::now();
+            }
+            if let (None, Some(idle)) = (&running.ending, self.config.idle_timeout)
+                && running.last_active().elapsed() >= idle
+            {
+                log(&format!(
+                    "step {index}: idle for {}: no output and no job status; ending it",
+                    crate::duration::format_duration(idle)
+                ));
+                running.ending = Some(Ending::Idle(idle));
+                running.terminate.send_replace(step::Ending::Terminate);
+                continue;
+            }
+            let pushed = job.filter(|job| job.state.is_terminal());
             if let (None, Some(job)) = (&running.ending, pushed) {
                 log(&format!(
                     "step {index}: external job {} (pushed); ending its provider",
                     job.state.as_str()
                 ));
                 running.ending = Some(Ending::PushedJob(job.clone()));
-                running.terminate.send_replace(true);
+                running.terminate.send_replace(step::Ending::Terminate);
             }
         }
     }
@@ -1001,11 +1088,19 @@ impl RunLoop {
             control.reason,
             self.running.len()
         ));
+        // An interrupt is SIGINT first (the step may end itself cleanly), then as a stop.
+        let how = if control.action == ControlAction::Interrupt {
+            step::Ending::Interrupt
+        } else {
+            step::Ending::Terminate
+        };
         for running in self.running.values_mut() {
             if running.ending.is_none() {
                 running.ending = Some(Ending::Control(control.clone()));
+                running.terminate.send_replace(how);
+            } else {
+                running.terminate.send_replace(step::Ending::Terminate);
             }
-            running.terminate.send_replace(true);
         }
         self.halt = Some(control);
     }
@@ -1014,7 +1109,7 @@ impl RunLoop {
     fn lose(&mut self, state: RunStatus) {
         if self.lost.is_none() {
             for running in self.running.values_mut() {
-                running.terminate.send_replace(true);
+                running.terminate.send_replace(step::Ending::Terminate);
             }
         }
         self.lost = Some(state);
@@ -1031,7 +1126,7 @@ impl RunLoop {
             self.running.len()
         ));
         for running in self.running.values_mut() {
-            running.terminate.send_replace(true);
+            running.terminate.send_replace(step::Ending::Terminate);
         }
         // Each task ends its step's group (SIGTERM, grace, SIGKILL) before it returns.
         while let Some(joined) = self.tasks.join_next().await {

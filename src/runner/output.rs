@@ -207,6 +207,8 @@ struct Queue {
     handles: usize,
     /// Drains waiting for room ([`LogSink::push_waiting`]).
     waiting_pushes: usize,
+    /// When bytes were last pushed (taken or dropped): the step's last sign of activity.
+    last_push: Option<Instant>,
 }
 
 impl Queue {
@@ -287,6 +289,7 @@ impl LogSink {
         if queue.is_closed {
             return;
         }
+        queue.last_push = Some(Instant::now());
         if queue.queued_bytes + bytes.len() > self.shared.max_queued_bytes {
             queue.dropped_bytes = queue.dropped_bytes.saturating_add(bytes.len() as u64);
         } else {
@@ -329,6 +332,12 @@ impl LogSink {
         }
         drop(queue);
         self.push(bytes);
+    }
+
+    /// When bytes were last pushed, whether the log could take them or not; `None` before
+    /// the first.
+    pub fn last_push(&self) -> Option<Instant> {
+        self.shared.lock().last_push
     }
 
     /// No more bytes are taken; the writer writes what it holds and exits.
@@ -443,6 +452,11 @@ impl StepOutput {
             })?;
         self.drained.push(drained);
         Ok(write_end)
+    }
+
+    /// When the step last wrote output (or had a status line copied in); `None` before.
+    pub fn last_push(&self) -> Option<Instant> {
+        self.sink.last_push()
     }
 
     /// The sink, for output copied in by other code (an external job's status lines).

@@ -353,6 +353,33 @@ pub async fn terminate(group: ProcessGroup, leader: &mut Leader, grace: Duration
     }
 }
 
+/// Interrupts a group: SIGINT to every member (ownership checked as for ending it), `grace`
+/// for the leader to exit, then [`terminate`]: SIGTERM, `grace`, SIGKILL to whatever is left.
+pub async fn interrupt(group: ProcessGroup, leader: &mut Leader, grace: Duration) -> Ended {
+    if let Ok(identity) = &group.leader {
+        let identity = identity.clone();
+        let sent = tokio::task::spawn_blocking(move || {
+            let runner = platform::current_identity()?;
+            core::signal(&identity, Some(&runner), nix::sys::signal::Signal::SIGINT)
+        })
+        .await;
+        match sent {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => super::log(&format!(
+                "cannot interrupt process group {}: {error}; it is ended",
+                group.pid
+            )),
+            Err(error) => super::log(&format!(
+                "cannot interrupt process group {}: {}; it is ended",
+                group.pid,
+                join_error(error)
+            )),
+        }
+        leader.exited_by(Instant::now() + grace).await;
+    }
+    terminate(group, leader, grace).await
+}
+
 /// After the leader exited by itself: ends whatever it left behind in its group (background
 /// children), so nothing a step started outlives the step unrecorded. `None` if nothing was left.
 pub async fn end_leftovers(

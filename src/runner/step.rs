@@ -122,17 +122,20 @@ pub fn exit_code_of(status: ExitStatus) -> Option<i32> {
 /// Runs a command step's process to its end, or until `terminate` turns true.
 pub async fn run_process(
     child: Child,
-    mut terminate: watch::Receiver<bool>,
+    mut terminate: watch::Receiver<Ending>,
     grace: Duration,
 ) -> ProcessReport {
     let group = ProcessGroup::led_by(child.id());
     let mut leader = Leader::wait_for(child);
     let was_terminated = tokio::select! {
         _ = leader.exited() => false,
-        _ = terminate.wait_for(|requested| *requested) => true,
+        _ = terminate.wait_for(|ending| *ending != Ending::Running) => true,
     };
     let was_leader_signalled = leader.status().is_none();
-    let ended = if was_terminated {
+    let is_interrupt = *terminate.borrow() == Ending::Interrupt;
+    let ended = if was_terminated && is_interrupt {
+        Some(process_group::interrupt(group, &mut leader, grace).await)
+    } else if was_terminated {
         Some(process_group::terminate(group, &mut leader, grace).await)
     } else {
         process_group::end_leftovers(group, &mut leader, grace).await
@@ -145,6 +148,17 @@ pub async fn run_process(
         job: None,
         append_error: None,
     }
+}
+
+/// What the runner asks of a running step's process, through its watch channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Nothing: let it run.
+    Running,
+    /// End its group: SIGTERM, the grace, SIGKILL.
+    Terminate,
+    /// Interrupt it: SIGINT to its group and the grace to exit, then as [`Ending::Terminate`].
+    Interrupt,
 }
 
 /// One read from a provider's stdout.
@@ -162,7 +176,7 @@ pub async fn run_external_job(
     recorder: Arc<Recorder>,
     index: u32,
     log: LogSink,
-    mut terminate: watch::Receiver<bool>,
+    mut terminate: watch::Receiver<Ending>,
     grace: Duration,
 ) -> ProcessReport {
     let group = ProcessGroup::led_by(child.id());
@@ -182,7 +196,7 @@ pub async fn run_external_job(
         let read = tokio::select! {
             read = lines.recv() => Some(read),
             _ = sleep_until_due(due) => None,
-            _ = terminate.wait_for(|requested| *requested) => {
+            _ = terminate.wait_for(|ending| *ending != Ending::Running) => {
                 was_terminated = true;
                 break;
             }
@@ -246,7 +260,7 @@ pub async fn run_external_job(
         // The provider closed its stdout: it owes us its exit, unless we are told to stop.
         tokio::select! {
             _ = leader.exited() => {}
-            _ = terminate.wait_for(|requested| *requested) => was_terminated = true,
+            _ = terminate.wait_for(|ending| *ending != Ending::Running) => was_terminated = true,
         }
         if !was_terminated {
             job = Some(JobEnd::NoTerminalStatus { last_line });
@@ -254,7 +268,10 @@ pub async fn run_external_job(
     }
     let is_provider_broken = matches!(job, Some(JobEnd::ProviderError(_)));
     let mut was_leader_signalled = false;
-    let ended = if was_terminated || append_error.is_some() || is_provider_broken {
+    let ended = if was_terminated && *terminate.borrow() == Ending::Interrupt {
+        was_leader_signalled = leader.status().is_none();
+        Some(process_group::interrupt(group, &mut leader, grace).await)
+    } else if was_terminated || append_error.is_some() || is_provider_broken {
         was_leader_signalled = leader.status().is_none();
         Some(process_group::terminate(group, &mut leader, grace).await)
     } else {

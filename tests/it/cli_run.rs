@@ -37,7 +37,10 @@ fn the_readme_command_runs_and_prints_where_status_and_result_are() {
         serde_json::from_slice(&std::fs::read(path_of("result: ")).expect("result exists"))
             .expect("the result is JSON");
     assert_eq!(result["success"], true);
-    assert_eq!(result["summary"], "hello");
+    // pi-subagents' summary: each step's name and output.
+    assert_eq!(result["summary"], "sh -c echo hello:\nhello");
+    assert_eq!(result["results"][0]["output"], "hello");
+    assert_eq!(result["results"][0]["outputState"], "present");
 }
 
 #[test]

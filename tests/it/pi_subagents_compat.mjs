@@ -5,7 +5,9 @@
 //       prints {"tempRoot": TEMP_ROOT_DIR} (pi-subagents' root for this environment)
 //   node pi_subagents_compat.mjs INSTALL_DIR --read SESSION_ID
 //       with PI_SUBAGENTS_TEMP_ROOT set: for every run directory, readStatus,
-//       reconcileAsyncRun and the session's result lookup; then listAsyncRuns four ways.
+//       reconcileAsyncRun and the session's result lookup (and what the result it leads to
+//       says of each step); then listAsyncRuns four ways. With PI_COMPAT_STALE_ALIVE_MS set,
+//       reconcileAsyncRun judges a live runner stale after that long instead of 24 h.
 //
 // The package ships TypeScript only; jiti (one of its own dependencies) loads it on Node 20.
 
@@ -32,6 +34,7 @@ const { listAsyncRuns } = await load("runs/background/async-status.ts");
 const { reconcileAsyncRun } = await load("runs/background/stale-run-reconciler.ts");
 const { resultPayloadPathForSessionRun } = await load("runs/background/result-files.ts");
 
+const staleAlivePidMs = process.env.PI_COMPAT_STALE_ALIVE_MS ? Number(process.env.PI_COMPAT_STALE_ALIVE_MS) : undefined;
 const asyncRoot = types.DIRS.async;
 const resultsDir = types.DIRS.results;
 const report = { tempRoot: types.TEMP_ROOT_DIR, asyncRoot, resultsDir, runs: {}, listed: {} };
@@ -54,7 +57,7 @@ for (const id of fs.readdirSync(asyncRoot).filter((entry) => !entry.startsWith("
 		seen.readError = message(error);
 	}
 	try {
-		const reconciled = reconcileAsyncRun(asyncDir, { resultsDir });
+		const reconciled = reconcileAsyncRun(asyncDir, { resultsDir, ...(staleAlivePidMs === undefined ? {} : { staleAlivePidMs }) });
 		seen.repaired = reconciled.repaired;
 		seen.reconciledState = reconciled.status?.state ?? null;
 		seen.message = reconciled.message ?? null;
@@ -63,6 +66,22 @@ for (const id of fs.readdirSync(asyncRoot).filter((entry) => !entry.startsWith("
 	}
 	try {
 		seen.resultPath = resultPayloadPathForSessionRun(resultsDir, sessionId, id) ?? null;
+		if (seen.resultPath) {
+			// What the result watcher hands the host's agent: the summary and each step's output.
+			const data = JSON.parse(fs.readFileSync(seen.resultPath, "utf-8"));
+			seen.result = {
+				state: data.state,
+				success: data.success,
+				exitCode: data.exitCode,
+				summary: data.summary,
+				results: (data.results ?? []).map((result) => ({
+					agent: result.agent,
+					output: result.output,
+					outputState: result.outputState,
+					success: result.success,
+				})),
+			};
+		}
 	} catch (error) {
 		seen.resultError = message(error);
 	}

@@ -211,6 +211,46 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// Waits until step `index` of `run` has printed `text`.
+fn wait_printed(root: &Path, run: &str, index: usize, text: &str) {
+    let log = root
+        .join("async-subagent-runs")
+        .join(run)
+        .join(format!("output-{index}.log"));
+    for _ in 0..600 {
+        if std::fs::read_to_string(&log).is_ok_and(|output| output.contains(text)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("run {run}: step {index} never printed {text:?}");
+}
+
+/// The stale bound pi-subagents' reconciler is given for a live runner, instead of 24 h.
+const STALE_ALIVE_MS: u64 = 2000;
+
+/// Waits until `run`'s last record is older than `quiet_ms` (its heartbeat, written meanwhile,
+/// is later than the record by that much), as `status --json` shows both.
+fn wait_quiet_for(root: &Path, run: &str, quiet_ms: u64) {
+    for _ in 0..600 {
+        let output = runjournal(root)
+            .args(["status", "--json", run])
+            .output()
+            .expect("status");
+        assert!(output.status.success(), "{output:?}");
+        let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        let last_record = status["lastUpdate"].as_u64().expect("lastUpdate");
+        if status["runnerHeardAt"]
+            .as_u64()
+            .is_some_and(|heard| heard > last_record + quiet_ms)
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("run {run}: no heartbeat {quiet_ms} ms after its last record");
+}
+
 #[test]
 fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     let Some(install) = pi_subagents() else {
@@ -226,8 +266,8 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     .expect("write the provider");
 
     let mut expected: BTreeMap<String, &str> = BTreeMap::new();
-    let (single, _) = launch(&root, &["--", "sh", "-c", "echo one"]);
-    expected.insert(single, "complete");
+    let (single, _) = launch(&root, &["--", "sh", "-c", "echo the-answer-is-42"]);
+    expected.insert(single.clone(), "complete");
     let (chain, _) = launch(
         &root,
         &[
@@ -239,7 +279,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
             "echo never",
         ],
     );
-    expected.insert(chain, "failed");
+    expected.insert(chain.clone(), "failed");
     let (parallel, _) = launch(
         &root,
         &[
@@ -254,6 +294,24 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     expected.insert(external, "complete");
     let (timed_out, _) = launch(&root, &["--timeout", "1s", "--", "sleep", "300"]);
     expected.insert(timed_out, "failed");
+    let (idle, _) = launch(&root, &["--idle-timeout", "1s", "--", "sleep", "300"]);
+    expected.insert(idle.clone(), "failed");
+    // Interrupted while its second step runs: paused.
+    let (paused, _) = launch(
+        &root,
+        &[
+            "--step",
+            "echo first",
+            "--step",
+            "echo ready; while true; do sleep 0.1; done",
+        ],
+    );
+    wait_printed(&root, &paused, 1, "ready");
+    runjournal(&root)
+        .args(["interrupt", &paused])
+        .assert()
+        .success();
+    expected.insert(paused.clone(), "paused");
     let (stopped, _) = launch(&root, &["--", "sleep", "300"]);
     runjournal(&root)
         .args(["stop", &stopped])
@@ -279,7 +337,9 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     assert!(is_gone, "the killed runner {runner_pid} is gone");
     expected.insert(killed, "failed");
 
-    let (running, _) = launch(&root, &["--", "sleep", "300"]);
+    // A quiet live run, kept fresh by a short heartbeat only: pi-subagents' reconciler is
+    // given a stale bound shortened the same way (PI_COMPAT_STALE_ALIVE_MS).
+    let (running, _) = launch(&root, &["--heartbeat", "200ms", "--", "sleep", "300"]);
     let _stop_running = StopOnDrop {
         root: &root,
         run: running.clone(),
@@ -292,17 +352,36 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     // written before pi-subagents looks.
     runjournal(&root).arg("reconcile").assert().success();
 
+    // The running run's last record is older than the stale bound given to pi-subagents:
+    // only its heartbeat keeps its `lastUpdate` young enough.
+    wait_quiet_for(&root, &running, STALE_ALIVE_MS * 3 / 2);
+
     let mut before = BTreeMap::new();
     files_under(&root.join("async-subagent-runs"), &mut before);
     files_under(&root.join("async-subagent-results"), &mut before);
+    let stale_alive_ms = PathBuf::from(STALE_ALIVE_MS.to_string());
     let report = read_with_pi_subagents(
         &install,
-        &[("PI_SUBAGENTS_TEMP_ROOT", &root)],
+        &[
+            ("PI_SUBAGENTS_TEMP_ROOT", &root),
+            ("PI_COMPAT_STALE_ALIVE_MS", &stale_alive_ms),
+        ],
         &["--read", SESSION_ID],
     );
     let mut after = BTreeMap::new();
     files_under(&root.join("async-subagent-runs"), &mut after);
     files_under(&root.join("async-subagent-results"), &mut after);
+    // The live run's heartbeat rewrites its status.json meanwhile: it is compared below by
+    // what pi-subagents made of it, and must still say it runs.
+    let live_status = root
+        .join("async-subagent-runs")
+        .join(&running)
+        .join("status.json");
+    let live_after: serde_json::Value =
+        serde_json::from_slice(&after.remove(&live_status).expect("the live status"))
+            .expect("JSON");
+    assert_eq!(live_after["state"], "running", "{live_after}");
+    before.remove(&live_status);
 
     assert_eq!(report["tempRoot"], root.display().to_string());
     let runs = report["runs"].as_object().expect("runs");
@@ -332,6 +411,54 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
             );
         }
     }
+    // What pi-subagents hands the launching agent: each step's output.
+    let result_of = |run: &str| runs[run]["result"].clone();
+    let single_result = result_of(&single);
+    assert_eq!(
+        single_result["results"][0]["output"], "the-answer-is-42",
+        "{single_result}"
+    );
+    assert_eq!(single_result["results"][0]["outputState"], "present");
+    assert_eq!(
+        single_result["summary"],
+        "sh -c echo the-answer-is-42:\nthe-answer-is-42"
+    );
+    let chain_result = result_of(&chain);
+    let chain_outputs: Vec<(&str, &str)> = chain_result["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|step| {
+            (
+                step["output"].as_str().expect("output"),
+                step["outputState"].as_str().expect("outputState"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        chain_outputs,
+        [("a", "present"), ("", "absent"), ("", "absent")],
+        "{chain_result}"
+    );
+    let paused_result = result_of(&paused);
+    assert_eq!(
+        paused_result["summary"],
+        "Paused after interrupt. Waiting for explicit next action."
+    );
+    assert_eq!(
+        runs[paused.as_str()]["read"]["steps"],
+        serde_json::json!(["complete", "paused"]),
+        "{paused_result}"
+    );
+    let idle_result = result_of(&idle);
+    assert_eq!(idle_result["exitCode"], 124, "{idle_result}");
+    assert_eq!(idle_result["results"][0]["success"], false, "{idle_result}");
+    assert!(
+        idle_result["summary"]
+            .as_str()
+            .is_some_and(|summary| summary.contains("idle for 1s")),
+        "{idle_result}"
+    );
     let listed = |name: &str| -> BTreeMap<String, String> {
         report["listed"][name]
             .as_array()

@@ -72,6 +72,37 @@ pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `runjournal interrupt RUN [--reason TEXT]`.
+pub fn interrupt(home: Home, text: &str, reason: &str) -> CliResult {
+    check_run_text(text)?;
+    let store = open_store(home)?;
+    let run = resolve(&store, text)?;
+    let by = format!("runjournal interrupt (pid {})", std::process::id());
+    let outcome = control::request_interrupt(&store, run, &by, reason).map_err(control_failure)?;
+    match outcome {
+        StopOutcome::Requested { .. } => print_line(&format!(
+            "run {run}: interrupt requested; the runner sees it when it next looks"
+        ))?,
+        StopOutcome::AlreadyRequested { .. } => {
+            let control = store
+                .journal()
+                .view()
+                .and_then(|view| view.snapshot(run))
+                .ok()
+                .flatten()
+                .and_then(|state| state.controls.first().map(|control| control.action));
+            let what = control.map_or("a control request", |action| action.as_str());
+            print_line(&format!(
+                "run {run}: {what} was already requested; it is what the run acts on"
+            ))?;
+        }
+        StopOutcome::AlreadyEnded { state } => print_line(&format!(
+            "run {run} has already ended ({state}); nothing to interrupt"
+        ))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `runjournal dismiss RUN`.
 pub fn dismiss(home: Home, text: &str) -> CliResult {
     check_run_text(text)?;

@@ -47,12 +47,31 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         let view = store.journal().view().context("reading the journal")?;
         show::shipping_lag(home, &view)
     };
+    // What the runner's heartbeat last wrote, while the run is live.
+    let heard_at = (!state.is_terminal())
+        .then(|| runjournal::projection::read_runner_heard_at(home, run))
+        .flatten();
+    // CPU and memory of the running steps' processes, looked at now; not journaled.
+    let resources = match show::look_at_resources(&state) {
+        Ok(resources) => Some(resources),
+        Err(error) => {
+            note(&format!(
+                "cannot look at the running steps' processes: {error}"
+            ));
+            None
+        }
+    };
     if json {
-        let document = documents::status_doc(home, &state);
+        let mut document = documents::status_doc(home, &state);
+        document.runner_heard_at = heard_at;
         let mut value = serde_json::to_value(&document).context("rendering the status")?;
         // An extra field, as readers of the status.json format ignore ones they do not know.
         if let Some(object) = value.as_object_mut() {
             object.insert("journalCapacity".to_string(), capacity_json(home));
+            object.insert(
+                "resources".to_string(),
+                serde_json::to_value(&resources).context("rendering the status")?,
+            );
             object.insert(
                 "shipping".to_string(),
                 serde_json::to_value(&shipping_lag).context("rendering the status")?,
@@ -62,6 +81,33 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
     let mut view = RunView::of(&state, show::look_at_runner(&state));
+    if let Some(heard_at) = heard_at {
+        let now = runjournal::event::now_ms();
+        view.fields.push((
+            "heard from".to_string(),
+            Cell::plain(format!(
+                "runner heartbeat at {} ({} ago)",
+                show::time_or_dash(Some(heard_at)),
+                show::age(now, heard_at)
+            )),
+        ));
+    }
+    for step in resources.iter().flatten() {
+        view.fields.push((
+            format!("step {}", step.step),
+            Cell::plain(format!(
+                "CPU {:.1}% ({} ms used), {} resident, {} (group {})",
+                step.usage.cpu_percent,
+                step.usage.cpu_time_ms,
+                show::format_bytes(step.usage.resident_bytes),
+                match step.usage.pids.len() {
+                    1 => "1 process".to_string(),
+                    count => format!("{count} processes"),
+                },
+                step.process_group
+            )),
+        ));
+    }
     for (label, path) in [
         ("status", home.status_path(run)),
         ("result", home.result_path(run)),

@@ -45,6 +45,15 @@ pub struct RunArgs {
     /// The host's tool call id (`tool-call:<T>` alias in the journal).
     #[arg(long, value_name = "T")]
     tool_call_id: Option<String>,
+    /// While its runner lives, write the run's status.json at least this often, so a host
+    /// that judges a live run by `lastUpdate`'s age sees a quiet one move [default: 10m].
+    #[arg(long, value_name = "DURATION", env = runjournal::runner::HEARTBEAT_ENV,
+          value_parser = duration_arg)]
+    heartbeat: Option<Duration>,
+    /// End a step, timed out (exit 124), once it has written no output and reported no job
+    /// status for this long.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    idle_timeout: Option<Duration>,
     /// Follow the run to its end, printing each transition; exit with the run's exit code.
     #[arg(long)]
     wait: bool,
@@ -181,6 +190,9 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     if args.timeout.is_some() {
         draft.timeout = args.timeout;
     }
+    if args.idle_timeout.is_some() {
+        draft.idle_timeout = args.idle_timeout;
+    }
     let hosts = &mut draft.hosts;
     for (field, flag) in [
         (&mut hosts.session_id, &args.session_id),
@@ -203,9 +215,18 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
 pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     let request = request(&args, order)?;
     let store = open_store(home)?;
+    let mut leading_args: Vec<std::ffi::OsString> = vec!["__runner".into()];
+    if let Some(heartbeat) = args.heartbeat {
+        leading_args.push("--heartbeat".into());
+        leading_args.push(format!("{}ms", heartbeat.as_millis()).into());
+    }
+    if let Some(idle_timeout) = request.idle_timeout {
+        leading_args.push("--idle-timeout".into());
+        leading_args.push(format!("{}ms", idle_timeout.as_millis()).into());
+    }
     let program = RunnerProgram {
         program: std::env::current_exe().context("finding this program to start the runner")?,
-        leading_args: vec!["__runner".into()],
+        leading_args,
     };
     let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
         .context("launching the run")?;
@@ -356,9 +377,19 @@ pub fn exit_code_of(state: &RunState) -> ExitCode {
 /// `runjournal __runner RUN`: runs the run's steps. It writes runner.log itself (its stdout
 /// and stderr are runner.log too, when the launcher could make it, else /dev/null); a failure
 /// is written there by the runner, not repeated on stderr.
-pub fn runner(home: Home, run: &str) -> CliResult {
+pub fn runner(
+    home: Home,
+    run: &str,
+    heartbeat: Option<Duration>,
+    idle_timeout: Option<Duration>,
+) -> CliResult {
     let run: RunId = run.parse().map_err(bad_input)?;
-    match runner::run_in_process(home, run, RunnerConfig::default()) {
+    let mut config = RunnerConfig::default();
+    if let Some(heartbeat) = heartbeat {
+        config.heartbeat = heartbeat;
+    }
+    config.idle_timeout = idle_timeout;
+    match runner::run_in_process(home, run, config) {
         Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
             Ok(ExitCode::SUCCESS)
         }

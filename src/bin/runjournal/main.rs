@@ -125,6 +125,16 @@ enum Command {
         #[arg(long, default_value = "requested from the command line")]
         reason: String,
     },
+    /// Ask a run to pause: recorded in the journal; the runner sends each running step's
+    /// process group SIGINT, then after the grace SIGTERM and SIGKILL; the run ends paused
+    /// (exit 130).
+    Interrupt {
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
+        run: String,
+        /// Why, as recorded with the request.
+        #[arg(long, default_value = "requested from the command line")]
+        reason: String,
+    },
     /// Hide a run from `list` (without --all). Nothing is stopped.
     Dismiss {
         /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
@@ -150,6 +160,13 @@ enum Command {
     Runner {
         /// The full run id.
         run: String,
+        /// Most time between two status.json writes while the runner lives.
+        #[arg(long, value_name = "DURATION", env = runjournal::runner::HEARTBEAT_ENV,
+              value_parser = launch::duration_arg)]
+        heartbeat: Option<std::time::Duration>,
+        /// End a step quiet (no output, no job status) this long, timed out.
+        #[arg(long, value_name = "DURATION", value_parser = launch::duration_arg)]
+        idle_timeout: Option<std::time::Duration>,
     },
 }
 
@@ -288,11 +305,16 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Wait { run, timeout } => inspect::wait(home, &run, timeout),
         Command::Logs { run, step, follow } => inspect::logs(home, &run, step, follow),
         Command::Stop { run, reason } => control::stop(home, &run, &reason),
+        Command::Interrupt { run, reason } => control::interrupt(home, &run, &reason),
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),
         Command::Ship(args) => ship::command(home, args),
-        Command::Runner { run } => launch::runner(home, &run),
+        Command::Runner {
+            run,
+            heartbeat,
+            idle_timeout,
+        } => launch::runner(home, &run, heartbeat, idle_timeout),
     }
 }
 
