@@ -492,9 +492,10 @@ pub fn stamp(path: &Path) -> io::Result<Option<FileStamp>> {
 /// a symlink) in one `write` where the kernel allows; returns the file's stamp after it.
 /// A failure may leave part of `bytes` written: the caller must not trust the file's tail then.
 pub fn append_existing(path: &Path, bytes: &[u8]) -> io::Result<FileStamp> {
+    // Non-blocking: a FIFO without a reader fails the open (ENXIO) instead of hanging it.
     let file = OpenOptions::new()
         .append(true)
-        .custom_flags(NO_FOLLOW)
+        .custom_flags(NO_FOLLOW | NON_BLOCK)
         .open(path)?;
     let mut file = check_opened(file, path)?;
     if !file.metadata()?.file_type().is_file() {
@@ -763,6 +764,33 @@ mod tests {
         assert_eq!(
             read_file_bounded(&file, 4).expect("reads"),
             Bounded::Over(b"0123".to_vec())
+        );
+    }
+
+    /// A FIFO put where a projection is appended to: with no reader, a blocking open for
+    /// writing would wait forever.
+    #[test]
+    fn appending_to_a_fifo_without_a_reader_fails_at_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("events.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        append_existing(&fifo, b"line\n").expect_err("a FIFO is not appended to");
+        let error = read_tail(&fifo, 100).expect_err("nor read");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+    }
+
+    /// A link where a home's file is read is refused as a link, naming it.
+    #[test]
+    fn a_read_of_a_homes_file_refuses_a_link_as_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"secret").expect("write");
+        let planted = dir.path().join("status.json");
+        std::os::unix::fs::symlink(&victim, &planted).expect("plant a link");
+        let error = read_file_bounded(&planted, 100).expect_err("a link is refused");
+        assert!(
+            matches!(UnsafePath::of(&error), Some(UnsafePath::LinkedFile { .. })),
+            "{error:?}"
         );
     }
 

@@ -237,9 +237,11 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
     }
 }
 
-/// Opens the journal at `path` read-only, without following a link in its place.
+/// Opens the journal at `path` read-only, without following a link in its place, and only a
+/// regular file of this user that nobody else can write, judged on the file opened.
 pub(super) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
     let file = durable_fs::open_existing_read_only(path)?;
+    durable_fs::check_opened_private(&file, path)?;
     let backend = redb::backends::FileBackend::new(file)?;
     builder().open_read_only_with_backend(backend)
 }
