@@ -3,7 +3,8 @@
 //! snapshot), and [`TransitionError::kept_in_state`], the table that names, for each rule the
 //! reducer refuses a record by, the shape rules that its states keep because of it.
 //!
-//! The table is an exhaustive match: a new [`TransitionError`] does not compile until it says
+//! [`ShapeRule::ALL`] is declared with the rules themselves (`shape_rules!`), so no rule is
+//! left out of the check. The table is an exhaustive match: a new [`TransitionError`] does not compile until it says
 //! which shape rules keep it in every state, or why no state can show it. The tests break each
 //! rule alone on states the reducer made and check that `check_shape` refuses each.
 //!
@@ -12,11 +13,27 @@
 use super::{RunState, RunStatus, ShapeError, StepState, StepStatus, TransitionError};
 use crate::event::{MAX_TEXT_BYTES, Mode, Proof};
 
-/// A rule that every state the reducer makes keeps. [`RunState::check_shape`] checks them in
-/// the order of [`ShapeRule::ALL`] and reports the first one broken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ShapeRule {
+/// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
+/// is checked, in the order declared.
+macro_rules! shape_rules {
+    ($($(#[$doc:meta])* $rule:ident,)*) => {
+        /// A rule that every state the reducer makes keeps. [`RunState::check_shape`] checks
+        /// them in the order of [`ShapeRule::ALL`] and reports the first one broken.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ShapeRule {
+            $($(#[$doc])* $rule,)*
+        }
+
+        impl ShapeRule {
+            /// Every rule, in the order they are checked (the order declared): the spec and
+            /// the step count first, as the step rules read the spec's steps.
+            pub const ALL: [ShapeRule; [$(ShapeRule::$rule),*].len()] = [$(ShapeRule::$rule),*];
+        }
+    };
+}
+
+shape_rules! {
     /// The spec passes [`crate::event::RunSpec::check`], as `RunCreated`'s must.
     SpecChecks,
     /// One step state per step of the spec.
@@ -70,36 +87,6 @@ pub enum ShapeRule {
 }
 
 impl ShapeRule {
-    /// Every rule, in the order they are checked: the spec and the step count first, as the
-    /// step rules read the spec's steps.
-    pub const ALL: [ShapeRule; 25] = [
-        ShapeRule::SpecChecks,
-        ShapeRule::StepPerSpecStep,
-        ShapeRule::HasHead,
-        ShapeRule::TextsWithinLimits,
-        ShapeRule::TerminalHasEnd,
-        ShapeRule::EndOnlyWhenTerminal,
-        ShapeRule::EndAgreesWithStatus,
-        ShapeRule::RunningHasRunner,
-        ShapeRule::QueuedHasNoRunner,
-        ShapeRule::StepRunsOnlyInRunningRun,
-        ShapeRule::QueuedHasNoStartedStep,
-        ShapeRule::TerminalLeavesNoPendingStep,
-        ShapeRule::CompleteHasEveryStepComplete,
-        ShapeRule::PendingStepUntouched,
-        ShapeRule::RunningStepStartedNotEnded,
-        ShapeRule::RanStepStartedAndEnded,
-        ShapeRule::SkippedStepNeverStarted,
-        ShapeRule::JobOnlyOnExternalJobStep,
-        ShapeRule::JobHasItsTime,
-        ShapeRule::JobProgressFinite,
-        ShapeRule::ChainStepsInOrder,
-        ShapeRule::ParallelWithinConcurrency,
-        ShapeRule::ControlActionsDistinct,
-        ShapeRule::ProcessTerminalOfTheRunner,
-        ShapeRule::ProcessTerminalProofFitsRunner,
-    ];
-
     /// What a state that breaks the rule has, as a refusal says it.
     pub fn broken_text(self) -> &'static str {
         match self {
