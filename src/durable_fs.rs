@@ -6,9 +6,12 @@
 //! through a symbolic link in its last component: temp files and markers are created
 //! exclusively (`O_CREAT | O_EXCL`, which never follows a link), logs, lock files and the
 //! reserve's temp file with `O_NOFOLLOW`, and each such file is checked, once open, to be a
-//! regular file (or a FIFO) of this user. Directories are made 0700 and checked to be this user's and
-//! writable by nobody else ([`judge_private`]), so nobody else can plant a link or a file in
-//! them.
+//! regular file (or a FIFO) of this user; the journal, once open, also to be writable by nobody
+//! else ([`open_existing_read_write`]). Every file of a home that runjournal reads is opened
+//! here too ([`open_existing_read_only`]): no link followed, non-blocking, and only a regular
+//! file read, so a FIFO put in a file's place never hangs a reader. Directories are made 0700
+//! and checked to be this user's and writable by nobody else ([`judge_private`]), so nobody
+//! else can plant a link or a file in them.
 //!
 //! Invariants:
 //! * a file written here is either its old content or its new content, never a mix
@@ -17,6 +20,7 @@
 //!   are projections and logs, and the journal is the durable copy;
 //! * a bounded read never reads more than its limit and one byte, whatever the file;
 //! * no open here follows a symbolic link in the last component of its path;
+//! * no open for reading here waits for a FIFO's writer, and what it returns is a regular file;
 //! * a directory this module makes or hands out as private belongs to the effective user and is
 //!   not writable by group or others.
 
@@ -28,6 +32,10 @@ use std::path::{Path, PathBuf};
 
 /// `O_NOFOLLOW`: the open fails (ELOOP) when the last component is a symbolic link.
 const NO_FOLLOW: i32 = nix::libc::O_NOFOLLOW;
+
+/// `O_NONBLOCK`: the open of a FIFO without a writer returns at once instead of waiting for
+/// one. It changes nothing for a regular file's reads and writes.
+const NON_BLOCK: i32 = nix::libc::O_NONBLOCK;
 
 /// What an entry of a home must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,24 +322,77 @@ pub fn open_truncated(path: &Path) -> io::Result<File> {
     check_opened(file, path)
 }
 
-/// Opens an existing file for reading and writing, without following a symbolic link; checked
-/// to be a regular file of this user. For the journal file.
+/// Opens an existing file for reading and writing, without following a symbolic link and
+/// without blocking; checked, once open, by [`judge_private`] as a file: a regular file of this
+/// user that group and others cannot write. For the journal file, whose records runjournal acts
+/// on: the check is made on the file opened, so a file swapped in after a check by path is
+/// judged too.
 pub fn open_existing_read_write(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(NO_FOLLOW)
-        .open(path)?;
-    check_opened(file, path)
+        .custom_flags(NO_FOLLOW | NON_BLOCK)
+        .open(path)
+        .map_err(|error| refused_link(path, error))?;
+    check_opened_private(&file, path)?;
+    Ok(file)
 }
 
-/// Opens an existing file for reading, without following a symbolic link. For the journal
-/// read-only.
+/// Opens an existing regular file for reading, without following a symbolic link and without
+/// blocking. Anything else in its place is refused: a link as
+/// [`UnsafePath::LinkedFile`], a FIFO, a device or a directory as `InvalidData` naming what it
+/// is. For every file of a home that runjournal reads (the journal read-only, projections,
+/// the reconciler's cursor).
 pub fn open_existing_read_only(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
-        .custom_flags(NO_FOLLOW)
+        .custom_flags(NO_FOLLOW | NON_BLOCK)
         .open(path)
+        .map_err(|error| refused_link(path, error))?;
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() {
+        return Err(not_a_regular_file(path, file_type));
+    }
+    Ok(file)
+}
+
+/// Checks an open file by [`judge_private`] as a file, from its own metadata (`fstat`).
+pub fn check_opened_private(file: &File, path: &Path) -> io::Result<()> {
+    let facts = EntryFacts::of(&file.metadata()?);
+    judge_private(path, facts, None, Expect::File, effective_uid())?;
+    Ok(())
+}
+
+/// An `O_NOFOLLOW` open's ELOOP, which means a symbolic link is in the file's place, as the
+/// [`UnsafePath::LinkedFile`] it is; other errors as they are.
+fn refused_link(path: &Path, error: io::Error) -> io::Error {
+    if error.raw_os_error() == Some(nix::libc::ELOOP) {
+        UnsafePath::LinkedFile {
+            path: path.to_path_buf(),
+        }
+        .into()
+    } else {
+        error
+    }
+}
+
+/// The error for a file of a home that is not a regular file.
+fn not_a_regular_file(path: &Path, file_type: fs::FileType) -> io::Error {
+    let kind = if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "a device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{} is {kind}, not a regular file", path.display()),
+    )
 }
 
 /// Replaces `path` with `bytes` atomically; the file is 0600.
@@ -431,9 +492,10 @@ pub fn stamp(path: &Path) -> io::Result<Option<FileStamp>> {
 /// a symlink) in one `write` where the kernel allows; returns the file's stamp after it.
 /// A failure may leave part of `bytes` written: the caller must not trust the file's tail then.
 pub fn append_existing(path: &Path, bytes: &[u8]) -> io::Result<FileStamp> {
+    // Non-blocking: a FIFO without a reader fails the open (ENXIO) instead of hanging it.
     let file = OpenOptions::new()
         .append(true)
-        .custom_flags(NO_FOLLOW)
+        .custom_flags(NO_FOLLOW | NON_BLOCK)
         .open(path)?;
     let mut file = check_opened(file, path)?;
     if !file.metadata()?.file_type().is_file() {
@@ -482,31 +544,11 @@ pub fn read_bounded(reader: impl Read, limit: u64) -> io::Result<Bounded> {
 }
 
 /// A file of the home (a projection, the reconciler's cursor) read up to `limit` bytes. Only
-/// a regular file is read: a FIFO or a device put in its place is refused (`InvalidData`)
-/// without blocking — it is opened non-blocking, and a FIFO without a writer would otherwise
-/// hang the open.
+/// a regular file is read ([`open_existing_read_only`]): a link, a FIFO or a device put in its
+/// place is refused without blocking — it is opened non-blocking, and a FIFO without a writer
+/// would otherwise hang the open.
 pub fn read_file_bounded(path: &Path, limit: u64) -> io::Result<Bounded> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)?;
-    let file_type = file.metadata()?.file_type();
-    if !file_type.is_file() {
-        let kind = if file_type.is_fifo() {
-            "a FIFO"
-        } else if file_type.is_dir() {
-            "a directory"
-        } else if file_type.is_char_device() || file_type.is_block_device() {
-            "a device"
-        } else {
-            "not a regular file"
-        };
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} is {kind}, not a regular file", path.display()),
-        ));
-    }
-    read_bounded(file, limit)
+    read_bounded(open_existing_read_only(path)?, limit)
 }
 
 /// An exclusive `flock` on a lock file, released on drop.
@@ -722,6 +764,33 @@ mod tests {
         assert_eq!(
             read_file_bounded(&file, 4).expect("reads"),
             Bounded::Over(b"0123".to_vec())
+        );
+    }
+
+    /// A FIFO put where a projection is appended to: with no reader, a blocking open for
+    /// writing would wait forever.
+    #[test]
+    fn appending_to_a_fifo_without_a_reader_fails_at_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("events.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        append_existing(&fifo, b"line\n").expect_err("a FIFO is not appended to");
+        let error = read_tail(&fifo, 100).expect_err("nor read");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+    }
+
+    /// A link where a home's file is read is refused as a link, naming it.
+    #[test]
+    fn a_read_of_a_homes_file_refuses_a_link_as_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"secret").expect("write");
+        let planted = dir.path().join("status.json");
+        std::os::unix::fs::symlink(&victim, &planted).expect("plant a link");
+        let error = read_file_bounded(&planted, 100).expect_err("a link is refused");
+        assert!(
+            matches!(UnsafePath::of(&error), Some(UnsafePath::LinkedFile { .. })),
+            "{error:?}"
         );
     }
 

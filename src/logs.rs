@@ -40,12 +40,14 @@ impl TailBounds {
     }
 }
 
-/// Opens a log for reading, refusing a symbolic link in its place (ELOOP).
+/// Opens a log for reading, refusing a symbolic link in its place (ELOOP), without blocking:
+/// a FIFO a user put in a log's place opens at once even with no writer (and has no bytes
+/// to show by its length) instead of hanging the reader.
 fn open_log(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)
 }
 
@@ -201,6 +203,19 @@ mod tests {
             max_lines,
             max_bytes,
         }
+    }
+
+    /// `runjournal logs` of a run whose log is a FIFO nobody writes to any more: a blocking
+    /// open would wait for a writer forever.
+    #[test]
+    fn a_fifo_in_a_logs_place_without_a_writer_does_not_hang_a_reader() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("output-0.log");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        assert!(
+            new_bytes(&path, 0).expect("opens at once").is_none(),
+            "a FIFO has no bytes by its length"
+        );
     }
 
     #[test]

@@ -22,7 +22,6 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -37,6 +36,12 @@ use crate::state::{self, RunStatus};
 /// Longest line of `events.jsonl` read: a record is at most 1 MiB encoded, and its JSON (with
 /// escapes) stays well within this.
 pub const MAX_EVENT_LINE_BYTES: u64 = 8 << 20;
+
+/// Largest `events.jsonl` read: every rebuilt run's records are held in memory until they are
+/// written. A larger file is not read at all and its run is reported as not rebuilt, naming
+/// this limit: a run rebuilt from the first part of its file would silently lose its last
+/// records.
+pub const MAX_EVENTS_FILE_BYTES: u64 = 256 << 20;
 
 /// Why nothing was recovered. Nothing was written.
 #[derive(Debug, thiserror::Error)]
@@ -295,15 +300,34 @@ fn aside_path(path: &Path, at_ms: UnixMs) -> PathBuf {
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_DIRECTORY: anything but a directory is refused at the open, a FIFO without waiting.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY)
+        .open(dir)?
+        .sync_all()
 }
 
 /// A run's records from its `events.jsonl`, checked: each line a record of this run, seqs
 /// 1, 2, ... in order, and all of them folding from nothing. `Err` says what is wrong.
+///
+/// The file is read as every file of a home is ([`durable_fs::open_existing_read_only`]): a
+/// link, a FIFO or a device in its place is refused without blocking. One larger than
+/// [`MAX_EVENTS_FILE_BYTES`] is refused before it is read, and one that grows past it while
+/// it is read is refused there.
 fn read_run(home: &Home, run: RunId) -> Result<Vec<Record>, String> {
     let path = home.events_path(run);
-    let file = File::open(&path).map_err(|error| format!("{}: {error}", path.display()))?;
-    let mut reader = BufReader::new(file);
+    let at_path = |error: io::Error| format!("{}: {error}", path.display());
+    let file = durable_fs::open_existing_read_only(&path).map_err(at_path)?;
+    let len = file.metadata().map_err(at_path)?.len();
+    let too_large =
+        || format!("events.jsonl is larger than the {MAX_EVENTS_FILE_BYTES} bytes recovery reads");
+    if len > MAX_EVENTS_FILE_BYTES {
+        return Err(too_large());
+    }
+    let mut reader = BufReader::new(file.take(MAX_EVENTS_FILE_BYTES + 1));
+    let mut consumed = 0u64;
     let mut records: Vec<Record> = Vec::new();
     let mut line = Vec::new();
     for number in 1u64.. {
@@ -315,6 +339,10 @@ fn read_run(home: &Home, run: RunId) -> Result<Vec<Record>, String> {
             .map_err(|error| format!("{}: {error}", path.display()))?;
         if read == 0 {
             break;
+        }
+        consumed += read as u64;
+        if consumed > MAX_EVENTS_FILE_BYTES {
+            return Err(too_large());
         }
         if line.last() != Some(&b'\n') {
             return Err(if read as u64 > MAX_EVENT_LINE_BYTES {

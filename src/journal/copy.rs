@@ -55,7 +55,8 @@ pub fn copy_consistent(source: &Path, dest: &Path) -> Result<(), CopyError> {
         header.truncate(filled);
         Ok((len, header))
     };
-    let mut file = std::fs::File::open(source).map_err(at(source))?;
+    // No link followed and no FIFO waited for: a journal file is a regular file.
+    let mut file = crate::durable_fs::open_existing_read_only(source).map_err(at(source))?;
     for attempt in 0..COPY_ATTEMPTS {
         let before = state_of(&file).map_err(at(source))?;
         let mut out = crate::durable_fs::open_truncated(dest).map_err(at(dest))?;

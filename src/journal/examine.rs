@@ -115,9 +115,11 @@ pub fn check_home_journal(home: &Home) -> Result<(), OpenError> {
     })
 }
 
-/// Examines the file at `path` ([module docs](self)).
+/// Examines the file at `path` ([module docs](self)). Only a regular file is examined: a link,
+/// a FIFO or a device in its place is an error, met without blocking
+/// ([`crate::durable_fs::open_existing_read_only`]).
 pub fn examine(path: &Path) -> io::Result<FileFinding> {
-    let mut file = match File::open(path) {
+    let mut file = match crate::durable_fs::open_existing_read_only(path) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(FileFinding::Missing),
         Err(error) => return Err(error),

@@ -57,7 +57,14 @@ pub(crate) fn reopen_source(source: &Source) -> Result<Database, OpenError> {
     };
     match source {
         Source::Path(path) => {
-            let len = std::fs::metadata(path)
+            // The first open's rules: no link followed, a regular file of this user that
+            // nobody else can write, opened by us and handed to redb as a backend, so redb
+            // never opens the path itself.
+            check_journal_file(path)?;
+            let file = durable_fs::open_existing_read_write(path)
+                .map_err(|source| OpenError::from_io(path, source))?;
+            let len = file
+                .metadata()
                 .map_err(|source| OpenError::Io {
                     path: path.clone(),
                     source,
@@ -66,8 +73,8 @@ pub(crate) fn reopen_source(source: &Source) -> Result<Database, OpenError> {
             if len == 0 {
                 return Err(refuse_empty(path));
             }
-            let db = builder()
-                .open(path)
+            let db = redb::backends::FileBackend::new(file)
+                .and_then(|backend| builder().create_with_backend(backend))
                 .map_err(|error| OpenError::from_database(path, error))?;
             initialize(path, &db, Creation::Refused)?;
             Ok(db)
@@ -230,9 +237,11 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
     }
 }
 
-/// Opens the journal at `path` read-only, without following a link in its place.
+/// Opens the journal at `path` read-only, without following a link in its place, and only a
+/// regular file of this user that nobody else can write, judged on the file opened.
 pub(super) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
     let file = durable_fs::open_existing_read_only(path)?;
+    durable_fs::check_opened_private(&file, path)?;
     let backend = redb::backends::FileBackend::new(file)?;
     builder().open_read_only_with_backend(backend)
 }
@@ -366,4 +375,81 @@ pub(super) fn check_format_version(path: &Path, version: u16) -> Result<(), Open
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::durable_fs::UnsafePath;
+    use crate::journal::Journal;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A journal made and closed in a directory of its own; returns the directory and the path.
+    fn closed_journal() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("journal.redb");
+        drop(Journal::open(&path).expect("a new journal"));
+        (dir, path)
+    }
+
+    #[test]
+    fn a_reopen_after_a_storage_failure_opens_the_journal_it_had() {
+        let (_dir, path) = closed_journal();
+        let db = reopen_source(&Source::Path(path.clone())).expect("the journal reopens");
+        let txn = db.begin_read().expect("a read");
+        assert_eq!(
+            read_format_version(&path, &txn).expect("meta"),
+            Some(FORMAT_VERSION)
+        );
+    }
+
+    /// redb's own `open(path)` would follow the link and open (and write the header of)
+    /// whatever it points to.
+    #[test]
+    fn a_link_swapped_in_for_the_journal_before_a_reopen_is_refused_not_followed() {
+        let (dir, path) = closed_journal();
+        let elsewhere = dir.path().join("elsewhere.redb");
+        std::fs::rename(&path, &elsewhere).expect("move the journal away");
+        std::os::unix::fs::symlink(&elsewhere, &path).expect("a link in its place");
+        let before = std::fs::read(&elsewhere).expect("read the target");
+
+        let error = reopen_source(&Source::Path(path.clone())).expect_err("a link is refused");
+        assert!(
+            matches!(&error, OpenError::Unsafe(UnsafePath::LinkedFile { path: named }) if *named == path),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        assert_eq!(
+            std::fs::read(&elsewhere).expect("read the target"),
+            before,
+            "the file the link names is not written"
+        );
+    }
+
+    #[test]
+    fn a_journal_made_writable_by_others_before_a_reopen_is_refused() {
+        let (_dir, path) = closed_journal();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o622)).expect("chmod");
+        let error = reopen_source(&Source::Path(path.clone())).expect_err("refused");
+        assert!(
+            matches!(&error, OpenError::Unsafe(UnsafePath::Writable { .. })),
+            "{error:?}"
+        );
+    }
+
+    /// The check by path can be raced; the check of the file opened cannot.
+    #[test]
+    fn the_file_opened_for_the_journal_is_judged_itself() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("journal.redb");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        // A FIFO without a reader: a blocking open for writing would hang here.
+        let error = durable_fs::open_existing_read_write(&fifo).expect_err("a FIFO is refused");
+        assert!(
+            matches!(UnsafePath::of(&error), Some(UnsafePath::WrongKind { .. })),
+            "{error:?}"
+        );
+        let error = durable_fs::open_existing_read_only(&fifo).expect_err("a FIFO is refused");
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
+    }
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 mod apply;
+mod shape;
 pub use apply::{apply, replay};
+pub use shape::{KeptInState, ShapeRule};
 
 use crate::event::{
     ControlAction, ExternalJobStatus, Observer, ProcessExit, ProcessIdentity, Proof, Repairer,
@@ -238,60 +240,35 @@ pub enum ShapeError {
     Spec(#[from] SpecError),
     #[error("it has {states} step states for {steps} steps")]
     StepCount { states: usize, steps: usize },
-    #[error("{0}")]
-    Incoherent(&'static str),
+    /// Another [`ShapeRule`] broken.
+    #[error("{}", .0.broken_text())]
+    Broken(ShapeRule),
+}
+
+impl ShapeError {
+    /// The rule broken.
+    pub fn rule(&self) -> ShapeRule {
+        match self {
+            ShapeError::Spec(_) => ShapeRule::SpecChecks,
+            ShapeError::StepCount { .. } => ShapeRule::StepPerSpecStep,
+            ShapeError::Broken(rule) => *rule,
+        }
+    }
 }
 
 impl RunState {
-    /// Checks what every state [`apply`] makes satisfies and what the runner, the reconciler
-    /// and the projector rely on: a spec that passes [`RunSpec::check`] (so a runner never
-    /// meets an empty command or a parallel run of concurrency 0), one step state per step, a
-    /// head, a terminal record exactly when the state is terminal, a runner once running, no
-    /// step running outside a running run, and every step complete in a complete run. Pure.
-    /// A snapshot read from disk passes it before anyone acts on it.
+    /// Checks every rule that each state [`apply`] makes keeps ([`ShapeRule::ALL`], in its
+    /// order; the first broken is returned): among them what the runner, the reconciler and
+    /// the projector rely on — a spec that passes [`RunSpec::check`] (so a runner never meets
+    /// an empty command or a parallel run of concurrency 0), one step state per step, a
+    /// terminal record exactly when the state is terminal, a runner once running, no step
+    /// running outside a running run, a job's progress a finite number. The reducer's rules
+    /// and these are tied by one table ([`TransitionError::kept_in_state`]). Pure. A snapshot
+    /// read from disk passes it before anyone acts on it.
     pub fn check_shape(&self) -> Result<(), ShapeError> {
-        self.spec.check()?;
-        if self.steps.len() != self.spec.steps.len() {
-            return Err(ShapeError::StepCount {
-                states: self.steps.len(),
-                steps: self.spec.steps.len(),
-            });
-        }
-        let incoherent = |why| Err(ShapeError::Incoherent(why));
-        if self.head_seq == 0 {
-            return incoherent("it has no head");
-        }
-        match &self.terminal {
-            None if self.is_terminal() => return incoherent("it is terminal without an end"),
-            Some(_) if !self.is_terminal() => {
-                return incoherent("it has an end but is not terminal");
-            }
-            Some(terminal) if RunStatus::from(terminal.state) != self.status => {
-                return incoherent("its end disagrees with its state");
-            }
-            _ => {}
-        }
-        if self.status == RunStatus::Running && self.runner.is_none() {
-            return incoherent("it is running without a runner");
-        }
-        if self.status == RunStatus::Queued && self.runner.is_some() {
-            return incoherent("it is queued with a runner");
-        }
-        let has_running_step = self
-            .steps
-            .iter()
-            .any(|step| step.status == StepStatus::Running);
-        if has_running_step && self.status != RunStatus::Running {
-            return incoherent("a step is running in a run that is not");
-        }
-        let is_every_step_complete = self
-            .steps
-            .iter()
-            .all(|step| step.status == StepStatus::Complete);
-        if self.status == RunStatus::Complete && !is_every_step_complete {
-            return incoherent("it is complete with a step that is not");
-        }
-        Ok(())
+        ShapeRule::ALL
+            .into_iter()
+            .try_for_each(|rule| rule.check(self))
     }
 
     /// Terminal: the runner is done with the run.

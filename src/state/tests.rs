@@ -1877,3 +1877,327 @@ fn check_shape_passes_the_reducers_states_and_refuses_each_broken_rule() {
         assert!(error.starts_with(reason), "{error:?} should say {reason:?}");
     }
 }
+
+// The shape rules against the reducer's rules (`shape.rs`).
+
+/// A position per [`TransitionError`] kind. Exhaustive: a new kind does not compile until it
+/// has one, and [`every_reducer_rule_names_its_shape_rules_or_why_a_state_cannot_show_it`]
+/// fails until it has an example.
+fn transition_kind(error: &TransitionError) -> usize {
+    match error {
+        TransitionError::NotCreated { .. } => 0,
+        TransitionError::AlreadyCreated { .. } => 1,
+        TransitionError::CreatedNotFirst { .. } => 2,
+        TransitionError::SequenceGap { .. } => 3,
+        TransitionError::WrongRun { .. } => 4,
+        TransitionError::InvalidSpec { .. } => 5,
+        TransitionError::TextTooLong { .. } => 6,
+        TransitionError::RunnerNotQueued { .. } => 7,
+        TransitionError::RunnerAfterProcessTerminal { .. } => 8,
+        TransitionError::NoSuchStep { .. } => 9,
+        TransitionError::StepStartWhileNotRunning { .. } => 10,
+        TransitionError::StepNotPending { .. } => 11,
+        TransitionError::ChainOrder { .. } => 12,
+        TransitionError::ConcurrencyExceeded { .. } => 13,
+        TransitionError::StepNotRunning { .. } => 14,
+        TransitionError::SkipNotPending { .. } => 15,
+        TransitionError::NotExternalJob { .. } => 16,
+        TransitionError::NonFiniteProgress { .. } => 17,
+        TransitionError::AfterTerminal { .. } => 18,
+        TransitionError::ControlAlreadyRequested { .. } => 19,
+        TransitionError::CompleteWithUnfinishedStep { .. } => 20,
+        TransitionError::ProcessTerminalAlreadyObserved { .. } => 21,
+        TransitionError::InstanceMismatch { .. } => 22,
+        TransitionError::ProofMismatch { .. } => 23,
+        TransitionError::AlreadyDismissed { .. } => 24,
+    }
+}
+
+const TRANSITION_KINDS: usize = 25;
+
+fn running_job() -> Story {
+    Story::running(single_spec(external("render")))
+        .then(step_running(0))
+        .then(job_updated(
+            0,
+            job(JobState::Running, Some(0.5), Some("half way")),
+        ))
+}
+
+/// One refusal of each kind, each made by the reducer.
+fn every_kind_of_refusal() -> Vec<TransitionError> {
+    let queued = || Story::new(chain_spec(1));
+    let running = || Story::running(chain_spec(1));
+    let with_other_run = {
+        let story = running();
+        let mut record = story.next(step_running(0));
+        record.run_id = OTHER_RUN;
+        story.rejects_record(&record)
+    };
+    let long = "x".repeat(MAX_TEXT_BYTES + 1);
+    vec![
+        apply(None, &record(1, runner_started("i1"))).expect_err("not created"),
+        queued().rejects(created(chain_spec(1))),
+        apply(None, &record(2, created(chain_spec(1)))).expect_err("created at 2"),
+        running().rejects_record(&record(9, step_running(0))),
+        with_other_run,
+        apply(None, &record(1, created(parallel_spec(0, 2)))).expect_err("concurrency 0"),
+        running().rejects(Event::ControlRequested {
+            action: ControlAction::Stop,
+            by: long.clone(),
+            reason: "asked to".to_string(),
+        }),
+        running().rejects(runner_started("i2")),
+        queued()
+            .then(process_terminal("i1", Proof::NotStarted))
+            .rejects(runner_started("i1")),
+        running().rejects(step_running(9)),
+        queued().rejects(step_running(0)),
+        running().then(step_running(0)).rejects(step_running(0)),
+        Story::running(chain_spec(2)).rejects(step_running(1)),
+        Story::running(parallel_spec(1, 2))
+            .then(step_running(0))
+            .rejects(step_running(1)),
+        running().rejects(step_finished(0, StepEnd::Complete)),
+        running()
+            .then(step_running(0))
+            .rejects(step_finished(0, StepEnd::Skipped)),
+        running()
+            .then(step_running(0))
+            .rejects(job_updated(0, job(JobState::Running, None, None))),
+        Story::running(single_spec(external("render")))
+            .then(step_running(0))
+            .rejects(job_updated(0, job(JobState::Running, Some(f64::NAN), None))),
+        queued()
+            .then(terminal(TerminalState::Failed, Some("gave up")))
+            .rejects(runner_started("i1")),
+        running()
+            .then(control(ControlAction::Stop))
+            .rejects(control(ControlAction::Stop)),
+        running().rejects(terminal(TerminalState::Complete, None)),
+        running()
+            .then(process_terminal("i1", Proof::Unknown))
+            .rejects(process_terminal("i1", Proof::Unknown)),
+        running().rejects(process_terminal("i2", Proof::Unknown)),
+        running().rejects(process_terminal("i1", Proof::NotStarted)),
+        queued()
+            .then(terminal(TerminalState::Failed, Some("gave up")))
+            .then(dismissed())
+            .rejects(dismissed()),
+    ]
+}
+
+/// A change to a state that breaks one shape rule.
+type Breach = Box<dyn Fn(&mut RunState)>;
+
+/// A state the reducer made, and the same state with `rule`, and only it, broken.
+/// Exhaustive: a new rule does not compile until it has a way to be broken.
+fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
+    let queued = Story::new(chain_spec(2)).state;
+    let running = Story::running(chain_spec(2)).then(step_running(0)).state;
+    let complete = Story::running(chain_spec(1))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(terminal(TerminalState::Complete, None))
+        .state;
+    let failed_and_closed = Story::running(chain_spec(2))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Failed))
+        .then(terminal(TerminalState::Failed, Some("step 0 failed")))
+        .then(process_terminal("i1", Proof::Observed))
+        .state;
+    let parallel = Story::running(parallel_spec(1, 2))
+        .then(step_running(0))
+        .state;
+    let stop_requested = Story::running(chain_spec(1))
+        .then(control(ControlAction::Stop))
+        .state;
+    let job = running_job().state;
+    let (base, change): (RunState, Breach) = match rule {
+        ShapeRule::SpecChecks => (
+            queued,
+            Box::new(|state| state.spec = Arc::new(parallel_spec(0, 2))),
+        ),
+        ShapeRule::StepPerSpecStep => (
+            queued,
+            Box::new(|state| {
+                state.steps.pop();
+            }),
+        ),
+        ShapeRule::HasHead => (queued, Box::new(|state| state.head_seq = 0)),
+        ShapeRule::TextsWithinLimits => (
+            running,
+            Box::new(|state| state.session_id = Some("x".repeat(MAX_TEXT_BYTES + 1))),
+        ),
+        ShapeRule::TerminalHasEnd => (complete, Box::new(|state| state.terminal = None)),
+        ShapeRule::EndOnlyWhenTerminal => {
+            let end = failed_and_closed.terminal.clone();
+            (running, Box::new(move |state| state.terminal = end.clone()))
+        }
+        ShapeRule::EndAgreesWithStatus => (
+            failed_and_closed,
+            Box::new(|state| state.status = RunStatus::Stopped),
+        ),
+        ShapeRule::RunningHasRunner => (running, Box::new(|state| state.runner = None)),
+        ShapeRule::QueuedHasNoRunner => {
+            let runner = running.runner.clone();
+            (queued, Box::new(move |state| state.runner = runner.clone()))
+        }
+        ShapeRule::StepRunsOnlyInRunningRun => (
+            queued,
+            Box::new(|state| state.steps[0].status = StepStatus::Running),
+        ),
+        ShapeRule::QueuedHasNoStartedStep => (
+            queued,
+            Box::new(|state| state.steps[0].started_at_ms = Some(CREATED_AT_MS)),
+        ),
+        ShapeRule::TerminalLeavesNoPendingStep => (
+            failed_and_closed,
+            Box::new(|state| state.steps[1].status = StepStatus::Pending),
+        ),
+        ShapeRule::CompleteHasEveryStepComplete => (
+            complete,
+            Box::new(|state| state.steps[0].status = StepStatus::Failed),
+        ),
+        ShapeRule::PendingStepUntouched => (
+            running,
+            Box::new(|state| state.steps[1].exit_code = Some(0)),
+        ),
+        // What fuzzing found beside the NaN progress: a running step with an end time and an
+        // exit code.
+        ShapeRule::RunningStepStartedNotEnded => (
+            running,
+            Box::new(|state| {
+                state.steps[0].ended_at_ms = Some(time_of(9));
+                state.steps[0].exit_code = Some(1);
+            }),
+        ),
+        ShapeRule::RanStepStartedAndEnded => (
+            complete,
+            Box::new(|state| state.steps[0].ended_at_ms = None),
+        ),
+        ShapeRule::SkippedStepNeverStarted => (
+            failed_and_closed,
+            Box::new(|state| state.steps[1].started_at_ms = Some(time_of(9))),
+        ),
+        ShapeRule::JobOnlyOnExternalJobStep => {
+            let (status, at) = (job.steps[0].job.clone(), job.steps[0].job_updated_at_ms);
+            (
+                running,
+                Box::new(move |state| {
+                    state.steps[0].job = status.clone();
+                    state.steps[0].job_updated_at_ms = at;
+                }),
+            )
+        }
+        ShapeRule::JobHasItsTime => (
+            job,
+            Box::new(|state| state.steps[0].job_updated_at_ms = None),
+        ),
+        // What fuzzing found: a running external job whose progress is NaN.
+        ShapeRule::JobProgressFinite => (
+            job,
+            Box::new(|state| {
+                if let Some(job) = &mut state.steps[0].job {
+                    job.progress = Some(f64::NAN);
+                }
+            }),
+        ),
+        ShapeRule::ChainStepsInOrder => (
+            running,
+            Box::new(|state| {
+                let step = &mut state.steps[1];
+                step.status = StepStatus::Complete;
+                step.started_at_ms = Some(time_of(8));
+                step.ended_at_ms = Some(time_of(9));
+            }),
+        ),
+        ShapeRule::ParallelWithinConcurrency => (
+            parallel,
+            Box::new(|state| state.steps[1] = state.steps[0].clone()),
+        ),
+        ShapeRule::ControlActionsDistinct => (
+            stop_requested,
+            Box::new(|state| state.controls.push(state.controls[0].clone())),
+        ),
+        ShapeRule::ProcessTerminalOfTheRunner => (
+            failed_and_closed,
+            Box::new(|state| {
+                if let Some(observed) = &mut state.process_terminal {
+                    observed.instance_id = "i2".to_string();
+                }
+            }),
+        ),
+        ShapeRule::ProcessTerminalProofFitsRunner => (
+            failed_and_closed,
+            Box::new(|state| {
+                if let Some(observed) = &mut state.process_terminal {
+                    observed.proof = Proof::NotStarted;
+                }
+            }),
+        ),
+    };
+    let mut broken = base.clone();
+    change(&mut broken);
+    (base, broken)
+}
+
+#[test]
+fn check_shape_refuses_every_shape_rule_broken_alone_on_a_reducers_state() {
+    for rule in ShapeRule::ALL {
+        let (base, broken) = broken_alone(rule);
+        assert_eq!(base.check_shape(), Ok(()), "{rule:?}: the reducer's state");
+        assert!(rule.check(&base).is_ok(), "{rule:?}");
+        let error = broken.check_shape().expect_err("a broken rule is refused");
+        assert_eq!(error.rule(), rule, "{rule:?} alone is broken: {error}");
+        assert!(
+            rule.check(&broken).is_err(),
+            "{rule:?} judges its own breach"
+        );
+        if let ShapeError::Broken(_) = error {
+            assert_eq!(error.to_string(), rule.broken_text());
+        }
+    }
+}
+
+#[test]
+fn every_reducer_rule_names_its_shape_rules_or_why_a_state_cannot_show_it() {
+    let refusals = every_kind_of_refusal();
+    let mut seen = [false; TRANSITION_KINDS];
+    for refusal in &refusals {
+        seen[transition_kind(refusal)] = true;
+        match refusal.kept_in_state() {
+            KeptInState::Rules(rules) => {
+                assert!(!rules.is_empty(), "{refusal:?}");
+                for rule in rules {
+                    assert!(ShapeRule::ALL.contains(rule), "{rule:?} is checked");
+                    let (_, broken) = broken_alone(*rule);
+                    assert_eq!(
+                        broken.check_shape().map_err(|error| error.rule()),
+                        Err(*rule),
+                        "{refusal}: a state breaking {rule:?} is refused"
+                    );
+                }
+            }
+            KeptInState::RecordsOnly(why) => assert!(!why.is_empty(), "{refusal:?}"),
+        }
+    }
+    let missing: Vec<usize> = (0..TRANSITION_KINDS).filter(|kind| !seen[*kind]).collect();
+    assert!(missing.is_empty(), "kinds without an example: {missing:?}");
+}
+
+/// The snapshot fuzzing found: a running external job with a NaN progress, in a run whose
+/// other step is running with an end time and an exit code. Each defect alone is refused.
+#[test]
+fn a_nan_progress_and_a_running_step_that_ended_are_refused_as_shapes() {
+    let (_, nan) = broken_alone(ShapeRule::JobProgressFinite);
+    assert_eq!(
+        nan.check_shape().map_err(|error| error.rule()),
+        Err(ShapeRule::JobProgressFinite)
+    );
+    let (_, ended) = broken_alone(ShapeRule::RunningStepStartedNotEnded);
+    assert_eq!(
+        ended.check_shape().map_err(|error| error.rule()),
+        Err(ShapeRule::RunningStepStartedNotEnded)
+    );
+}

@@ -228,3 +228,31 @@ fn forged_snapshots_are_refused() {
     }
     assert!(forged >= 5, "the forged seeds are there");
 }
+
+/// What fuzzing `decode_snapshot` found: a stored snapshot of a running external job whose
+/// progress is NaN, beside a running step with an end time and an exit code. The reducer makes
+/// neither (it refuses a non-finite progress; a step ends only by leaving `running`), so the
+/// snapshot is refused and the run re-derived from its records; before, it decoded, and its
+/// round trip failed (NaN is not equal to itself).
+#[test]
+fn forged_running_job_with_nan_progress_and_a_running_step_that_ended() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "fuzz/corpus/decode_snapshot/forged_running_job_with_nan_progress_and_a_running_step_that_ended",
+    );
+    let bytes = std::fs::read(&path).expect("the corpus file");
+    let run = runjournal::RunId::from_bytes([0x42; 16]);
+    let with_checksum = runjournal::journal::with_checksum_for_tests(&bytes);
+    let decoded = runjournal::journal::decode_snapshot_for_tests(run, &with_checksum);
+    match decoded {
+        Err(runjournal::journal::SnapshotError::Invalid(error)) => assert!(
+            matches!(
+                error.rule(),
+                runjournal::state::ShapeRule::RunningStepStartedNotEnded
+                    | runjournal::state::ShapeRule::JobProgressFinite
+            ),
+            "refused for one of the two defects: {error}"
+        ),
+        other => panic!("the forged snapshot is refused as a shape: {other:?}"),
+    }
+    runjournal::fuzz::decode_snapshot(&bytes);
+}

@@ -8,4 +8,5 @@ mod damage;
 mod fleet;
 mod layout;
 mod lost;
+mod recover_reads;
 mod strangers;

@@ -1,0 +1,387 @@
+//! The shape of a state the reducer makes: [`ShapeRule`], every rule that each state [`apply`]
+//! returns keeps, which [`RunState::check_shape`] checks of a state read from disk (a
+//! snapshot), and [`TransitionError::kept_in_state`], the table that names, for each rule the
+//! reducer refuses a record by, the shape rules that its states keep because of it.
+//!
+//! [`ShapeRule::ALL`] is declared with the rules themselves (`shape_rules!`), so no rule is
+//! left out of the check. The table is an exhaustive match: a new [`TransitionError`] does not compile until it says
+//! which shape rules keep it in every state, or why no state can show it. The tests break each
+//! rule alone on states the reducer made and check that `check_shape` refuses each.
+//!
+//! [`apply`]: super::apply
+
+use super::{RunState, RunStatus, ShapeError, StepState, StepStatus, TransitionError};
+use crate::event::{MAX_TEXT_BYTES, Mode, Proof};
+
+/// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
+/// is checked, in the order declared.
+macro_rules! shape_rules {
+    ($($(#[$doc:meta])* $rule:ident,)*) => {
+        /// A rule that every state the reducer makes keeps. [`RunState::check_shape`] checks
+        /// them in the order of [`ShapeRule::ALL`] and reports the first one broken.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ShapeRule {
+            $($(#[$doc])* $rule,)*
+        }
+
+        impl ShapeRule {
+            /// Every rule, in the order they are checked (the order declared): the spec and
+            /// the step count first, as the step rules read the spec's steps.
+            pub const ALL: [ShapeRule; [$(ShapeRule::$rule),*].len()] = [$(ShapeRule::$rule),*];
+        }
+    };
+}
+
+shape_rules! {
+    /// The spec passes [`crate::event::RunSpec::check`], as `RunCreated`'s must.
+    SpecChecks,
+    /// One step state per step of the spec.
+    StepPerSpecStep,
+    /// A head: a run's state begins with `RunCreated` at seq 1.
+    HasHead,
+    /// Every text within a record's limit ([`MAX_TEXT_BYTES`]): each came from a record.
+    TextsWithinLimits,
+    /// A terminal run has its `Terminal` record's facts.
+    TerminalHasEnd,
+    /// Only a terminal run has them.
+    EndOnlyWhenTerminal,
+    /// And they name the run's state.
+    EndAgreesWithStatus,
+    /// A running run has the runner that started it.
+    RunningHasRunner,
+    /// A queued run has no runner yet.
+    QueuedHasNoRunner,
+    /// A step runs only in a running run (`Terminal` ends the running steps).
+    StepRunsOnlyInRunningRun,
+    /// No step has started in a queued run.
+    QueuedHasNoStartedStep,
+    /// `Terminal` skips every pending step.
+    TerminalLeavesNoPendingStep,
+    /// A complete run has every step complete.
+    CompleteHasEveryStepComplete,
+    /// A pending step has nothing yet: no process, times, outcome or job.
+    PendingStepUntouched,
+    /// A running step has its start, and no end, exit code or error yet.
+    RunningStepStartedNotEnded,
+    /// A step that ran and ended (complete, failed, stopped) has its start and its end.
+    RanStepStartedAndEnded,
+    /// A skipped step never started: no start, process or job.
+    SkippedStepNeverStarted,
+    /// Only an external-job step has a job status.
+    JobOnlyOnExternalJobStep,
+    /// A job status and its time come together.
+    JobHasItsTime,
+    /// A job's progress is a finite number.
+    JobProgressFinite,
+    /// In a chain, a step that started did so after every earlier step completed.
+    ChainStepsInOrder,
+    /// In parallel, no more steps run than the concurrency.
+    ParallelWithinConcurrency,
+    /// At most one control request per action.
+    ControlActionsDistinct,
+    /// A process terminal names the run's runner instance.
+    ProcessTerminalOfTheRunner,
+    /// A process terminal's proof is `not-started` exactly when no runner started.
+    ProcessTerminalProofFitsRunner,
+}
+
+impl ShapeRule {
+    /// What a state that breaks the rule has, as a refusal says it.
+    pub fn broken_text(self) -> &'static str {
+        match self {
+            ShapeRule::SpecChecks => "its spec is not one a run may have",
+            ShapeRule::StepPerSpecStep => "its step states do not match its spec's steps",
+            ShapeRule::HasHead => "it has no head",
+            ShapeRule::TextsWithinLimits => "a text of it is longer than a record may hold",
+            ShapeRule::TerminalHasEnd => "it is terminal without an end",
+            ShapeRule::EndOnlyWhenTerminal => "it has an end but is not terminal",
+            ShapeRule::EndAgreesWithStatus => "its end disagrees with its state",
+            ShapeRule::RunningHasRunner => "it is running without a runner",
+            ShapeRule::QueuedHasNoRunner => "it is queued with a runner",
+            ShapeRule::StepRunsOnlyInRunningRun => "a step is running in a run that is not",
+            ShapeRule::QueuedHasNoStartedStep => "it is queued with a step that started",
+            ShapeRule::TerminalLeavesNoPendingStep => "it has ended with a step still pending",
+            ShapeRule::CompleteHasEveryStepComplete => "it is complete with a step that is not",
+            ShapeRule::PendingStepUntouched => {
+                "a pending step has a process, a time, an outcome or a job"
+            }
+            ShapeRule::RunningStepStartedNotEnded => {
+                "a running step has no start, or has an end, an exit code or an error"
+            }
+            ShapeRule::RanStepStartedAndEnded => "a step that ran and ended has no start or no end",
+            ShapeRule::SkippedStepNeverStarted => "a skipped step has a start, a process or a job",
+            ShapeRule::JobOnlyOnExternalJobStep => "a step that is not an external job has a job",
+            ShapeRule::JobHasItsTime => "a step's job status and its time are not both there",
+            ShapeRule::JobProgressFinite => "a job's progress is not a finite number",
+            ShapeRule::ChainStepsInOrder => "a chain step started before an earlier one completed",
+            ShapeRule::ParallelWithinConcurrency => {
+                "more steps are running than its concurrency allows"
+            }
+            ShapeRule::ControlActionsDistinct => "an action was requested twice",
+            ShapeRule::ProcessTerminalOfTheRunner => {
+                "its process terminal names another runner instance than its runner's"
+            }
+            ShapeRule::ProcessTerminalProofFitsRunner => {
+                "its process terminal's proof disagrees with whether a runner started"
+            }
+        }
+    }
+
+    /// Checks the rule of `state`. Pure. The step rules read the spec's steps beside the
+    /// states, so a state of the wrong step count is judged by [`ShapeRule::StepPerSpecStep`].
+    pub fn check(self, state: &RunState) -> Result<(), ShapeError> {
+        let holds = match self {
+            ShapeRule::SpecChecks => return state.spec.check().map_err(ShapeError::Spec),
+            ShapeRule::StepPerSpecStep => {
+                if state.steps.len() != state.spec.steps.len() {
+                    return Err(ShapeError::StepCount {
+                        states: state.steps.len(),
+                        steps: state.spec.steps.len(),
+                    });
+                }
+                true
+            }
+            ShapeRule::HasHead => state.head_seq >= 1,
+            ShapeRule::TextsWithinLimits => texts(state).all(|text| text.len() <= MAX_TEXT_BYTES),
+            ShapeRule::TerminalHasEnd => !state.is_terminal() || state.terminal.is_some(),
+            ShapeRule::EndOnlyWhenTerminal => state.is_terminal() || state.terminal.is_none(),
+            ShapeRule::EndAgreesWithStatus => state
+                .terminal
+                .as_ref()
+                .is_none_or(|terminal| RunStatus::from(terminal.state) == state.status),
+            ShapeRule::RunningHasRunner => {
+                state.status != RunStatus::Running || state.runner.is_some()
+            }
+            ShapeRule::QueuedHasNoRunner => {
+                state.status != RunStatus::Queued || state.runner.is_none()
+            }
+            ShapeRule::StepRunsOnlyInRunningRun => {
+                state.status == RunStatus::Running || !any_step(state, StepStatus::Running)
+            }
+            ShapeRule::QueuedHasNoStartedStep => {
+                state.status != RunStatus::Queued
+                    || state.steps.iter().all(|step| step.started_at_ms.is_none())
+            }
+            ShapeRule::TerminalLeavesNoPendingStep => {
+                !state.is_terminal() || !any_step(state, StepStatus::Pending)
+            }
+            ShapeRule::CompleteHasEveryStepComplete => {
+                state.status != RunStatus::Complete
+                    || state
+                        .steps
+                        .iter()
+                        .all(|step| step.status == StepStatus::Complete)
+            }
+            ShapeRule::PendingStepUntouched => steps_with(state, StepStatus::Pending).all(|step| {
+                step.process.is_none()
+                    && step.started_at_ms.is_none()
+                    && step.ended_at_ms.is_none()
+                    && step.exit_code.is_none()
+                    && step.error.is_none()
+                    && step.job.is_none()
+                    && step.job_updated_at_ms.is_none()
+            }),
+            ShapeRule::RunningStepStartedNotEnded => {
+                steps_with(state, StepStatus::Running).all(|step| {
+                    step.started_at_ms.is_some()
+                        && step.ended_at_ms.is_none()
+                        && step.exit_code.is_none()
+                        && step.error.is_none()
+                })
+            }
+            ShapeRule::RanStepStartedAndEnded => state
+                .steps
+                .iter()
+                .filter(|step| {
+                    matches!(
+                        step.status,
+                        StepStatus::Complete | StepStatus::Failed | StepStatus::Stopped
+                    )
+                })
+                .all(|step| step.started_at_ms.is_some() && step.ended_at_ms.is_some()),
+            ShapeRule::SkippedStepNeverStarted => {
+                steps_with(state, StepStatus::Skipped).all(|step| {
+                    step.started_at_ms.is_none()
+                        && step.process.is_none()
+                        && step.job.is_none()
+                        && step.job_updated_at_ms.is_none()
+                })
+            }
+            ShapeRule::JobOnlyOnExternalJobStep => state
+                .steps
+                .iter()
+                .zip(&state.spec.steps)
+                .all(|(step, spec)| step.job.is_none() || spec.is_external_job()),
+            ShapeRule::JobHasItsTime => state
+                .steps
+                .iter()
+                .all(|step| step.job.is_some() == step.job_updated_at_ms.is_some()),
+            ShapeRule::JobProgressFinite => state
+                .steps
+                .iter()
+                .filter_map(|step| step.job.as_ref()?.progress)
+                .all(f64::is_finite),
+            ShapeRule::ChainStepsInOrder => {
+                state.spec.mode != Mode::Chain
+                    || state.steps.iter().enumerate().all(|(index, step)| {
+                        step.started_at_ms.is_none()
+                            || state.steps[..index]
+                                .iter()
+                                .all(|earlier| earlier.status == StepStatus::Complete)
+                    })
+            }
+            ShapeRule::ParallelWithinConcurrency => {
+                state.spec.mode != Mode::Parallel
+                    || steps_with(state, StepStatus::Running).count()
+                        <= state.spec.concurrency as usize
+            }
+            ShapeRule::ControlActionsDistinct => {
+                state.controls.iter().enumerate().all(|(index, control)| {
+                    state.controls[..index]
+                        .iter()
+                        .all(|earlier| earlier.action != control.action)
+                })
+            }
+            ShapeRule::ProcessTerminalOfTheRunner => {
+                match (&state.runner, &state.process_terminal) {
+                    (Some(runner), Some(observed)) => runner.instance_id == observed.instance_id,
+                    _ => true,
+                }
+            }
+            ShapeRule::ProcessTerminalProofFitsRunner => {
+                state.process_terminal.as_ref().is_none_or(|observed| {
+                    (observed.proof == Proof::NotStarted) == state.runner.is_none()
+                })
+            }
+        };
+        if holds {
+            Ok(())
+        } else {
+            Err(ShapeError::Broken(self))
+        }
+    }
+}
+
+fn any_step(state: &RunState, status: StepStatus) -> bool {
+    state.steps.iter().any(|step| step.status == status)
+}
+
+fn steps_with(state: &RunState, status: StepStatus) -> impl Iterator<Item = &StepState> {
+    state.steps.iter().filter(move |step| step.status == status)
+}
+
+/// Every text of a state that came from a record's text field
+/// ([`crate::event::Event::check_text_limits`] names the same fields).
+fn texts(state: &RunState) -> impl Iterator<Item = &str> {
+    let run = [
+        state.session_id.as_deref(),
+        state.completion_owner_id.as_deref(),
+        state.tool_call_id.as_deref(),
+        state
+            .runner
+            .as_ref()
+            .map(|runner| runner.identity.boot_id.as_str()),
+        state
+            .runner
+            .as_ref()
+            .map(|runner| runner.instance_id.as_str()),
+        state
+            .terminal
+            .as_ref()
+            .map(|terminal| terminal.summary.as_str()),
+        state
+            .terminal
+            .as_ref()
+            .and_then(|terminal| terminal.error.as_deref()),
+        state
+            .process_terminal
+            .as_ref()
+            .map(|observed| observed.instance_id.as_str()),
+    ];
+    let steps = state.steps.iter().flat_map(|step| {
+        let job = step.job.as_ref();
+        [
+            step.process
+                .as_ref()
+                .map(|process| process.boot_id.as_str()),
+            step.error.as_deref(),
+            job.and_then(|job| job.id.as_deref()),
+            job.and_then(|job| job.message.as_deref()),
+            job.and_then(|job| job.url.as_deref()),
+        ]
+    });
+    let controls = state
+        .controls
+        .iter()
+        .flat_map(|control| [Some(control.by.as_str()), Some(control.reason.as_str())]);
+    run.into_iter().chain(steps).chain(controls).flatten()
+}
+
+/// Where a rule the reducer refuses records by shows in the states it makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeptInState {
+    /// Every state keeps these shape rules because of it.
+    Rules(&'static [ShapeRule]),
+    /// It is a rule of the sequence of records that no state can show; says why.
+    RecordsOnly(&'static str),
+}
+
+impl TransitionError {
+    /// The table of the reducer's rules against the shape rules of its states ([module
+    /// docs](self)).
+    pub fn kept_in_state(&self) -> KeptInState {
+        use KeptInState::{RecordsOnly, Rules};
+        use ShapeRule as R;
+        match self {
+            TransitionError::NotCreated { .. } | TransitionError::CreatedNotFirst { .. } => {
+                Rules(&[R::HasHead])
+            }
+            TransitionError::AlreadyCreated { .. } => RecordsOnly(
+                "a second RunCreated is refused by its place among the records; a state has one creation",
+            ),
+            TransitionError::SequenceGap { .. } => {
+                RecordsOnly("a state keeps its head, not the seqs that led to it")
+            }
+            TransitionError::WrongRun { .. } => RecordsOnly(
+                "a state names its run; a snapshot is checked against the run it is stored under",
+            ),
+            TransitionError::InvalidSpec { .. } => Rules(&[R::SpecChecks]),
+            TransitionError::TextTooLong { .. } => Rules(&[R::TextsWithinLimits]),
+            TransitionError::RunnerNotQueued { .. } => {
+                Rules(&[R::RunningHasRunner, R::QueuedHasNoRunner])
+            }
+            TransitionError::RunnerAfterProcessTerminal { .. } => {
+                Rules(&[R::ProcessTerminalProofFitsRunner])
+            }
+            TransitionError::NoSuchStep { .. } => Rules(&[R::StepPerSpecStep]),
+            TransitionError::StepStartWhileNotRunning { .. } => {
+                Rules(&[R::StepRunsOnlyInRunningRun, R::QueuedHasNoStartedStep])
+            }
+            TransitionError::StepNotPending { .. } => Rules(&[R::RunningStepStartedNotEnded]),
+            TransitionError::ChainOrder { .. } => Rules(&[R::ChainStepsInOrder]),
+            TransitionError::ConcurrencyExceeded { .. } => Rules(&[R::ParallelWithinConcurrency]),
+            TransitionError::StepNotRunning { .. } => {
+                Rules(&[R::RanStepStartedAndEnded, R::PendingStepUntouched])
+            }
+            TransitionError::SkipNotPending { .. } => Rules(&[R::SkippedStepNeverStarted]),
+            TransitionError::NotExternalJob { .. } => Rules(&[R::JobOnlyOnExternalJobStep]),
+            TransitionError::NonFiniteProgress { .. } => Rules(&[R::JobProgressFinite]),
+            TransitionError::AfterTerminal { .. } => {
+                Rules(&[R::StepRunsOnlyInRunningRun, R::TerminalLeavesNoPendingStep])
+            }
+            TransitionError::ControlAlreadyRequested { .. } => Rules(&[R::ControlActionsDistinct]),
+            TransitionError::CompleteWithUnfinishedStep { .. } => {
+                Rules(&[R::CompleteHasEveryStepComplete])
+            }
+            TransitionError::ProcessTerminalAlreadyObserved { .. } => {
+                RecordsOnly("a state holds at most one process terminal, by its type")
+            }
+            TransitionError::InstanceMismatch { .. } => Rules(&[R::ProcessTerminalOfTheRunner]),
+            TransitionError::ProofMismatch { .. } => Rules(&[R::ProcessTerminalProofFitsRunner]),
+            TransitionError::AlreadyDismissed { .. } => {
+                RecordsOnly("a state holds at most one dismissal, by its type")
+            }
+        }
+    }
+}
