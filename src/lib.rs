@@ -31,6 +31,7 @@ pub mod spec;
 pub mod state;
 pub mod store;
 mod sync;
+pub mod text;
 pub mod verify;
 
 pub use event::{Event, HostIds, RunId, RunSpec};

@@ -17,7 +17,6 @@
 //! Invariant: no line returned here holds a control character of the run's, a provider's or a
 //! file's text (a colour a binary paints around a span is its own).
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde_json::Value;
@@ -35,43 +34,7 @@ use crate::ship::state::{Lag, ShipState};
 use crate::state::{RunState, RunStatus};
 use crate::verify::Severity;
 
-/// `text` with every control character shown visibly, so that text from a run, a provider or a
-/// file cannot drive the terminal it is shown on (retitle it, clear it, move the cursor, hide
-/// what follows): tab, newline and carriage return as `\t`, `\n`, `\r`; other C0 controls
-/// and DEL as `\xNN` (ESC is `\x1b`); C1 controls and the bidirectional formatting
-/// characters (which reorder what a reader sees) as `\u{NNNN}`. Everything else is left as
-/// it is. Escaping twice changes nothing more: the result holds no control character.
-pub fn escape_control(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(needs_escape) {
-        return Cow::Borrowed(text);
-    }
-    let mut escaped = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '\t' => escaped.push_str("\\t"),
-            '\n' => escaped.push_str("\\n"),
-            '\r' => escaped.push_str("\\r"),
-            c if needs_escape(c) && (c as u32) < 0x80 => {
-                let _ = write!(escaped, "\\x{:02x}", c as u32);
-            }
-            c if needs_escape(c) => {
-                let _ = write!(escaped, "\\u{{{:x}}}", c as u32);
-            }
-            c => escaped.push(c),
-        }
-    }
-    Cow::Owned(escaped)
-}
-
-/// Whether `c` is shown escaped by [`escape_control`]: a control character (C0, DEL, C1) or a
-/// bidirectional formatting character.
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
-        )
-}
+pub use crate::text::escape_control;
 
 /// What a piece of text means, for a binary that colours it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1103,6 +1066,7 @@ pub fn shipping_text(state: Option<&ShipState>, lag: Option<&Lag>, global_head: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::borrow::Cow;
 
     fn paint_brackets(text: &str, _tone: Tone) -> String {
         format!("[{text}]")

@@ -274,27 +274,7 @@ pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 pub(super) const MAX_SOCKET_PATH_BYTES: usize = 107;
 
 pub(super) fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
-    let mut credentials = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the buffer is a `ucred` and `length` is its size, as SO_PEERCRED expects; the
-    // descriptor is open for the duration of the call (borrowed from `socket`).
-    let result = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&raw mut credentials).cast(),
-            &mut length,
-        )
-    };
-    if result != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(credentials.uid)
+    peer_credentials(socket).map(|credentials| credentials.uid)
 }
 
 fn peer_credentials(socket: &UnixStream) -> io::Result<libc::ucred> {
@@ -304,7 +284,8 @@ fn peer_credentials(socket: &UnixStream) -> io::Result<libc::ucred> {
         gid: 0,
     };
     let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: as in `peer_uid`.
+    // SAFETY: the buffer is a `ucred` and `length` is its size, as SO_PEERCRED expects; the
+    // descriptor is open for the duration of the call (borrowed from `socket`).
     let result = unsafe {
         libc::getsockopt(
             socket.as_raw_fd(),

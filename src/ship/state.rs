@@ -14,7 +14,7 @@ use crate::event::{ProcessIdentity, UnixMs};
 use crate::home::Home;
 use crate::journal::{ReadError, View};
 use crate::liveness::{self, Liveness};
-use crate::show::escape_control;
+use crate::text::escape_control;
 
 use super::ShipError;
 

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     // Wire types, and the sync shim of the shared cores.
     &["event", "sync"],
     // What the operating system knows, and pure wordings and grammars over the wire types.
-    &["platform", "exit", "duration", "logs"],
+    &["platform", "exit", "duration", "logs", "text"],
     // Pure rules over the wire types, and the leaf I/O of files, paths and processes.
     &["state", "spec", "durable_fs", "home", "liveness"],
     &["capacity", "process_group"],

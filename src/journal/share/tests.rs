@@ -494,6 +494,46 @@ fn a_batch_committed_through_the_leader_is_recorded_as_the_client_made_it() {
     );
 }
 
+/// A handle of the test's own that never shares, to commit as a fake leader would.
+fn alone(path: &Path) -> Journal {
+    Journal::open_with(
+        super::Source::Path(path.to_path_buf()),
+        WriterOptions {
+            commit_sharing: CommitSharing::Alone,
+            ..WriterOptions::default()
+        },
+    )
+    .expect("opens")
+}
+
+/// A fake leader's side of one connection: accepts, welcomes the hello, and reads a group of
+/// one batch, which it returns with the connection, unanswered.
+fn take_one_batch(
+    listener: &std::os::unix::net::UnixListener,
+) -> (
+    std::os::unix::net::UnixStream,
+    std::io::BufReader<std::os::unix::net::UnixStream>,
+    crate::journal::Batch,
+) {
+    use super::wire::{self, ToClient, ToLeader};
+    let (mut stream, _) = listener.accept().expect("accept");
+    let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+    let Ok(Some(ToLeader::Hello(hello))) = wire::read::<ToLeader>(&mut reader) else {
+        panic!("a hello first");
+    };
+    let welcome = wire::frame(&ToClient::Welcome { leader_pid: 1 }).expect("frame");
+    std::io::Write::write_all(&mut stream, &welcome).expect("welcome");
+    assert!(matches!(
+        wire::read::<ToLeader>(&mut reader),
+        Ok(Some(ToLeader::Group { batches: 1 }))
+    ));
+    let Ok(Some(ToLeader::Batch(batch))) = wire::read::<ToLeader>(&mut reader) else {
+        panic!("the group's batch");
+    };
+    let batch = batch.into_batch(hello.writer).expect("a well-formed batch");
+    (stream, reader, batch)
+}
+
 /// A leader takes a client's conditional batch, commits it and dies before answering (a
 /// SIGKILL between the commit and the answer). The client, finding the lock free, commits the
 /// batch itself under the same writer seq: the batch landed, so it is answered as committed
@@ -502,18 +542,10 @@ fn a_batch_committed_through_the_leader_is_recorded_as_the_client_made_it() {
 /// it again, a lifecycle refusal.)
 #[test]
 fn a_batch_a_dying_leader_committed_without_answering_is_answered_as_committed() {
-    use super::wire::{self, ToClient, ToLeader};
     let dir = tempfile::tempdir().expect("temp dir");
     let path = journal_in(dir.path());
     // The dying leader commits through a handle of its own, which never shares.
-    let committer = Journal::open_with(
-        super::Source::Path(path.clone()),
-        WriterOptions {
-            commit_sharing: CommitSharing::Alone,
-            ..WriterOptions::default()
-        },
-    )
-    .expect("opens");
+    let committer = alone(&path);
     let run = create(&committer).run;
     committer
         .append(run, vec![runner_started()], Condition::expect_head(1))
@@ -524,21 +556,7 @@ fn a_batch_a_dying_leader_committed_without_answering_is_answered_as_committed()
     let listener = std::os::unix::net::UnixListener::bind(crate::home::commit_socket_path(&path))
         .expect("bind");
     let dying = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().expect("accept");
-        let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
-        let Ok(Some(ToLeader::Hello(hello))) = wire::read::<ToLeader>(&mut reader) else {
-            panic!("a hello first");
-        };
-        let welcome = wire::frame(&ToClient::Welcome { leader_pid: 1 }).expect("frame");
-        std::io::Write::write_all(&mut stream, &welcome).expect("welcome");
-        assert!(matches!(
-            wire::read::<ToLeader>(&mut reader),
-            Ok(Some(ToLeader::Group { batches: 1 }))
-        ));
-        let Ok(Some(ToLeader::Batch(batch))) = wire::read::<ToLeader>(&mut reader) else {
-            panic!("the group's batch");
-        };
-        let batch = batch.into_batch(hello.writer).expect("a well-formed batch");
+        let (stream, reader, batch) = take_one_batch(&listener);
         let committed = committer
             .commit_batches_for_tests(&[batch])
             .expect("the commit lands");
@@ -577,17 +595,9 @@ fn a_batch_a_dying_leader_committed_without_answering_is_answered_as_committed()
 /// recognised, not applied twice.
 #[test]
 fn a_stopped_leader_that_runs_again_commits_nothing_its_client_has_since_judged() {
-    use super::wire::{self, ToClient, ToLeader};
     let dir = tempfile::tempdir().expect("temp dir");
     let path = journal_in(dir.path());
-    let committer = Journal::open_with(
-        super::Source::Path(path.clone()),
-        WriterOptions {
-            commit_sharing: CommitSharing::Alone,
-            ..WriterOptions::default()
-        },
-    )
-    .expect("opens");
+    let committer = alone(&path);
     let run = create(&committer).run;
     let lock = crate::durable_fs::FileLock::try_acquire(&crate::home::commit_lock_path(&path))
         .expect("lock file")
@@ -600,21 +610,8 @@ fn a_stopped_leader_that_runs_again_commits_nothing_its_client_has_since_judged(
         let mut copies = Vec::new();
         // Two connections: one batch the client will have refused, one it will commit.
         for _ in 0..2 {
-            let (mut stream, _) = listener.accept().expect("accept");
-            let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
-            let Ok(Some(ToLeader::Hello(hello))) = wire::read::<ToLeader>(&mut reader) else {
-                panic!("a hello first");
-            };
-            let welcome = wire::frame(&ToClient::Welcome { leader_pid: 1 }).expect("frame");
-            std::io::Write::write_all(&mut stream, &welcome).expect("welcome");
-            assert!(matches!(
-                wire::read::<ToLeader>(&mut reader),
-                Ok(Some(ToLeader::Group { batches: 1 }))
-            ));
-            let Ok(Some(ToLeader::Batch(batch))) = wire::read::<ToLeader>(&mut reader) else {
-                panic!("the group's batch");
-            };
-            copies.push(batch.into_batch(hello.writer).expect("a well-formed batch"));
+            let (stream, reader, batch) = take_one_batch(&listener);
+            copies.push(batch);
             taken.send(()).expect("the test waits");
             // Stopped: says nothing, keeps the connection and the lock.
             std::mem::forget((stream, reader));
