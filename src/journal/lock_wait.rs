@@ -143,13 +143,13 @@ pub(crate) fn begin_write(
         // No thread to wait on: wait here, unbounded, as redb would.
         return db.begin_write().map_err(BeginError::Redb);
     }
-    let mut has_noticed = false;
+    // Who holds the lock, looked for once (a scan of /proc), at the notice.
+    let mut noticed: Option<LockHeld> = None;
     loop {
         let elapsed = started.elapsed();
-        let next = if has_noticed {
-            wait.give_up_after
-        } else {
-            Some(wait.notice_after)
+        let next = match noticed {
+            Some(_) => wait.give_up_after,
+            None => Some(wait.notice_after),
         };
         let received = match next {
             Some(at) => receiver.recv_timeout(at.saturating_sub(elapsed)),
@@ -166,17 +166,17 @@ pub(crate) fn begin_write(
                     )),
                 )));
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let held = LockHeld {
-                    since_ms,
-                    holder: path.and_then(crate::platform::journal_write_lock_holder),
-                };
-                if has_noticed {
-                    return Err(BeginError::GaveUp(held));
+            Err(mpsc::RecvTimeoutError::Timeout) => match noticed.take() {
+                Some(held) => return Err(BeginError::GaveUp(held)),
+                None => {
+                    let held = LockHeld {
+                        since_ms,
+                        holder: path.and_then(crate::platform::journal_write_lock_holder),
+                    };
+                    on_notice(&held);
+                    noticed = Some(held);
                 }
-                has_noticed = true;
-                on_notice(&held);
-            }
+            },
         }
     }
 }

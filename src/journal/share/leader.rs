@@ -83,7 +83,7 @@ pub(super) struct Leadership {
     /// Written to wake the accept thread when stopping.
     wake: UnixStream,
     /// The socket file to remove on stopping.
-    socket_path: Option<PathBuf>,
+    socket_path: PathBuf,
     /// Held until everything the leader took was answered; released last.
     lock: Option<FileLock>,
 }
@@ -135,7 +135,8 @@ impl Leadership {
                 });
             }
         }
-        let (listener, socket_path) = (durable_fs::bind_private_socket(path)?, Some(path.clone()));
+        let listener = durable_fs::bind_private_socket(path)?;
+        let socket_path = path.clone();
         listener.set_nonblocking(true)?;
         // Informational: who leads, for people and tests; nothing decides by it.
         let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
@@ -159,9 +160,7 @@ impl Leadership {
         let accept_thread = match accept_thread {
             Ok(thread) => thread,
             Err(error) => {
-                if let Some(path) = &socket_path {
-                    let _ = durable_fs::remove_if_present(path);
-                }
+                let _ = durable_fs::remove_if_present(&socket_path);
                 return Err(error.into());
             }
         };
@@ -188,9 +187,7 @@ impl Leadership {
         if let Some(thread) = self.accept_thread.take() {
             let _ = thread.join();
         }
-        if let Some(path) = &self.socket_path {
-            let _ = durable_fs::remove_if_present(path);
-        }
+        let _ = durable_fs::remove_if_present(&self.socket_path);
         let threads = {
             let mut clients = lock(&self.server.clients);
             for (_, stream) in &clients.live {
