@@ -23,6 +23,7 @@ pub mod reconcile;
 pub mod recover;
 pub mod replay;
 pub mod resolve;
+pub mod retention;
 pub mod runner;
 pub mod ship;
 pub mod show;

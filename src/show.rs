@@ -362,20 +362,7 @@ pub fn look_at_resources(state: &RunState) -> std::io::Result<Vec<StepResources>
     Ok(out)
 }
 
-/// A resident size for people: `45.2 MiB`.
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
+pub use crate::text::format_bytes;
 
 /// `yes`, `stale` or `no`: whether the run is closed.
 pub fn closed_text(state: &RunState) -> &'static str {
@@ -1061,6 +1048,19 @@ pub fn shipping_text(state: Option<&ShipState>, lag: Option<&Lag>, global_head: 
         ))
         .into_owned(),
     }
+}
+
+/// What is left to say of a pruned run: `run X was pruned on T; it ended complete (exit 0) at
+/// T'`.
+pub fn pruned_line(tombstone: &crate::journal::prune::Tombstone) -> String {
+    let state = RunStatus::from(tombstone.state);
+    format!(
+        "run {} was pruned on {}; it ended {state} (exit {}) at {}",
+        tombstone.run_id,
+        time_or_dash(Some(tombstone.pruned_at_ms)),
+        tombstone.exit_code,
+        time_or_dash(Some(tombstone.ended_at_ms)),
+    )
 }
 
 #[cfg(test)]

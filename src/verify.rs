@@ -665,8 +665,19 @@ fn recheck_run(home: &Home, journal: &impl ReadJournal, run: RunId) -> (Option<u
 fn check_log(view: &View, runs: &mut BTreeMap<RunId, RunFacts>, report: &mut Report) {
     let mut expected_global = 1u64;
     let mut problems = Vec::new();
+    // Pruning leaves gaps in the log: then only the count is checked, the entries left and the
+    // pruned ones adding up to the head.
+    let pruned = match view.pruned_records() {
+        Ok(pruned) => pruned,
+        Err(error) => {
+            problems.push(Problem::read(&error));
+            0
+        }
+    };
+    let mut entries = 0u64;
     let scanned = view.scan_log(|global, run, seq| {
-        if global != expected_global {
+        entries += 1;
+        if global != expected_global && pruned == 0 {
             problems.push(Problem::new(
                 Severity::Inconsistent,
                 ProblemKind::Log,
@@ -710,6 +721,19 @@ fn check_log(view: &View, runs: &mut BTreeMap<RunId, RunFacts>, report: &mut Rep
     });
     if let Err(failure) = scanned {
         problems.push(Problem::storage(&failure));
+    }
+    if pruned > 0 {
+        match view.global_head() {
+            Ok(head) if head != entries + pruned => problems.push(Problem::new(
+                Severity::Inconsistent,
+                ProblemKind::Log,
+                format!(
+                    "the log holds {entries} entries and prunes removed {pruned}, but its head is global seq {head}"
+                ),
+            )),
+            Ok(_) => {}
+            Err(error) => problems.push(Problem::read(&error)),
+        }
     }
     for (run, facts) in runs.iter() {
         let logged = facts.log_next_seq.saturating_sub(1);
@@ -830,6 +854,41 @@ fn check_aliases(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Rep
             let entry = expected.entry(alias).or_insert((created, *run));
             if created >= entry.0 {
                 *entry = (created, *run);
+            }
+        }
+    }
+    // A pruned run keeps its aliases while it keeps its tombstone, unless a later run took them.
+    let tombstones = match view.tombstones() {
+        Ok(tombstones) => tombstones,
+        Err(error) => {
+            report.problems.push(Problem::read(&error));
+            Vec::new()
+        }
+    };
+    for tombstone in &tombstones {
+        if runs.contains_key(&tombstone.run_id) {
+            report.problems.push(
+                Problem::new(
+                    Severity::Inconsistent,
+                    ProblemKind::Alias,
+                    format!(
+                        "run {} has a tombstone but is still in the journal",
+                        tombstone.run_id
+                    ),
+                )
+                .of_run(tombstone.run_id),
+            );
+        }
+        let aliases = [
+            tombstone.tool_call_id.as_deref().map(tool_call_alias),
+            tombstone.name.as_deref().map(name_alias),
+        ];
+        for alias in aliases.into_iter().flatten() {
+            let entry = expected
+                .entry(alias)
+                .or_insert((tombstone.created_global, tombstone.run_id));
+            if tombstone.created_global >= entry.0 {
+                *entry = (tombstone.created_global, tombstone.run_id);
             }
         }
     }

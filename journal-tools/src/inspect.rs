@@ -260,6 +260,10 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
     let active = view.active_runs()?.len();
     let records = view.record_count()?;
     let global_head = view.global_head()?;
+    let policy = view.retention()?;
+    let policy_is_set = view.retention_set()?.is_some();
+    let tombstones = view.tombstone_count()?;
+    let pruned_records = view.pruned_records()?;
     let shipping = source.home().and_then(|home| {
         ship_state::read(home).map(|state| {
             // The lag is a report: when it cannot be read, there is no line rather than a
@@ -280,6 +284,15 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
             })?),
             None => None,
         };
+    // What the home holds, and the room its file system has left.
+    let bytes = source.home().map(runjournal::retention::home_bytes);
+    let space = source
+        .home()
+        .and_then(|home| runjournal::platform::space::space_of(home.root()).ok());
+    let free_floor = match (policy.keep_free, &space) {
+        (Some(keep_free), Some(space)) => Some(keep_free.bytes_of(space.total_bytes)),
+        _ => None,
+    };
     let journal_id = journal_id_text(&meta.journal_id);
     for error in &damaged {
         note(&error.to_string());
@@ -314,6 +327,27 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
                 "blockedSinceMs": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
                 "blockedPids": blocked_pids,
                 "blocked": capacity.as_ref().map(show::blocked_writers_json),
+                "retention": {
+                    "keepForMs": policy.keep_for_ms,
+                    "keepRuns": policy.keep_runs,
+                    "maxSizeBytes": policy.max_size_bytes,
+                    "keepFree": runjournal::retention::keep_free_text(policy.keep_free),
+                    "isDefault": !policy_is_set,
+                },
+                "prunedRuns": tombstones,
+                "prunedRecords": pruned_records,
+                "bytes": bytes.map(|bytes| json!({
+                    "journal": bytes.journal,
+                    "runs": bytes.runs,
+                    "results": bytes.results,
+                    "reserve": bytes.reserve,
+                })),
+                "fileSystem": space.as_ref().map(|space| json!({
+                    "mountPoint": space.mount_point.display().to_string(),
+                    "totalBytes": space.total_bytes,
+                    "availableBytes": space.available_bytes,
+                    "keepFreeBytes": free_floor,
+                })),
                 "shipping": shipping.as_ref().map(|(state, lag)| json!({
                     "target": state.target,
                     "shippedThrough": state.shipped_through,
@@ -376,6 +410,52 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
             ("records", format!("{records} (global head {global_head})")),
             ("reserve", reserve),
             ("blocked", blocked),
+            (
+                "retention",
+                runjournal::retention::policy_lines(&policy)
+                    .into_iter()
+                    .map(|(bound, value)| format!("{bound} {value}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + if policy_is_set { "" } else { " (the defaults)" },
+            ),
+            (
+                "pruned",
+                format!("{tombstones} tombstone(s) kept; {pruned_records} record(s) pruned in all"),
+            ),
+            (
+                "home bytes",
+                bytes.map_or_else(
+                    || "unknown (no home)".to_string(),
+                    |bytes| {
+                        format!(
+                            "journal {}, run directories {}, results {}, reserve {}",
+                            human_bytes(bytes.journal),
+                            human_bytes(bytes.runs),
+                            human_bytes(bytes.results),
+                            human_bytes(bytes.reserve)
+                        )
+                    },
+                ),
+            ),
+            (
+                "file system",
+                space.as_ref().map_or_else(
+                    || "unknown".to_string(),
+                    |space| {
+                        let mut text = format!(
+                            "{} free of {} at {}",
+                            human_bytes(space.available_bytes),
+                            human_bytes(space.total_bytes),
+                            space.mount_point.display()
+                        );
+                        if let Some(floor) = free_floor {
+                            text.push_str(&format!(", {} kept free", human_bytes(floor)));
+                        }
+                        text
+                    },
+                ),
+            ),
             (
                 "shipping",
                 show::shipping_text(

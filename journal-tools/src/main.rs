@@ -78,6 +78,9 @@ enum Command {
     /// runs' events.jsonl. The lost file is moved aside, never deleted; runs that were not
     /// closed are left to the reconciler. Run it when nothing else uses the home.
     Recover(RecoverArgs),
+    /// Shrink the journal file to what it holds: redb reuses the pages pruned runs free, but
+    /// gives none back by itself. Refused while any other process has the journal open.
+    Compact,
 }
 
 #[derive(Args)]
@@ -283,6 +286,16 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
         }
         return recover::recover(cli.home.as_deref(), cli.layout, out, args);
     }
+    // Compaction needs the journal alone: it opens no read-only source beside it.
+    if let Command::Compact = &cli.command {
+        let path = match &cli.journal {
+            Some(path) => path.clone(),
+            None => runjournal::Home::resolve(cli.home.as_deref(), cli.layout)
+                .map_err(|error| UsageError(error.to_string()))?
+                .journal_path(),
+        };
+        return compact(&path, out);
+    }
     let source = JournalSource::open(cli.home.as_deref(), cli.journal.as_deref(), cli.layout)
         .map_err(source_error)?;
     if source.was_recovered() {
@@ -302,6 +315,7 @@ fn run(cli: Cli, out: &mut output::Out) -> anyhow::Result<Status> {
         }
         Command::Replay(args) => replay::replay(&source, out, &args),
         Command::Recover(_) => unreachable!("recover returned above"),
+        Command::Compact => unreachable!("compact returned above"),
     }
 }
 
@@ -327,6 +341,10 @@ fn run_fleet(
         Command::Recover(_) => Err(UsageError(
             "recover rebuilds a local home's journal; it does not read the fleet (--from)"
                 .to_string(),
+        )
+        .into()),
+        Command::Compact => Err(UsageError(
+            "compact shrinks a local journal file; it does not read the fleet (--from)".to_string(),
         )
         .into()),
     }
@@ -401,6 +419,34 @@ fn is_unsafe_home(error: &anyhow::Error) -> bool {
 }
 
 /// The run `text` names: an id, a unique prefix of one, its name or tool-call id.
+/// `journal-tools compact`.
+fn compact(path: &std::path::Path, out: &mut output::Out) -> anyhow::Result<Status> {
+    use runjournal::journal::compact::{self, CompactError};
+    let compacted = match compact::compact(path) {
+        Ok(compacted) => compacted,
+        Err(error @ CompactError::InUse { .. }) => return Err(UsageError(error.to_string()).into()),
+        Err(error) => return Err(error.into()),
+    };
+    if out.is_json {
+        out.json(
+            "compacted",
+            serde_json::json!({
+                "journal": path.display().to_string(),
+                "bytesBefore": compacted.bytes_before,
+                "bytesAfter": compacted.bytes_after,
+            }),
+        )?;
+    } else {
+        output::note(&format!(
+            "{}: {} bytes before, {} after",
+            path.display(),
+            compacted.bytes_before,
+            compacted.bytes_after
+        ));
+    }
+    Ok(Status::Fine)
+}
+
 pub fn resolve_run(view: &View, text: &str) -> anyhow::Result<RunId> {
     use runjournal::journal::ResolveError;
     runjournal::resolve::resolve_run(view, text).map_err(|error| match error {

@@ -5,7 +5,10 @@ use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use super::error::{AppendError, CorruptError, StorageFailure};
 use super::snapshot::{encode_snapshot, state_of};
-use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
+use super::tables::{
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RUNS, TERMINAL,
+    WRITERS,
+};
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
 use crate::state::{self, RunState};
 
@@ -100,6 +103,14 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
         .map_err(|e| StorageFailure::new(op, e))?;
     txn.open_table(META)
         .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(GLOBALS)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(PRUNED)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(PRUNED_AT)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(PRUNING)
+        .map_err(|e| StorageFailure::new(op, e))?;
     Ok(())
 }
 
@@ -111,6 +122,8 @@ struct Tables<'txn> {
     terminal: Table<'txn, &'static [u8; 24], ()>,
     aliases: Table<'txn, &'static str, &'static [u8; 16]>,
     writers: Table<'txn, u64, u64>,
+    globals: Table<'txn, &'static [u8; 24], u64>,
+    meta: Table<'txn, &'static str, &'static [u8]>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -137,6 +150,12 @@ impl<'txn> Tables<'txn> {
                 .map_err(|e| StorageFailure::new(op, e))?,
             writers: txn
                 .open_table(WRITERS)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            globals: txn
+                .open_table(GLOBALS)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            meta: txn
+                .open_table(META)
                 .map_err(|e| StorageFailure::new(op, e))?,
         })
     }
@@ -277,11 +296,18 @@ struct Group {
 
 impl Group {
     fn start(tables: &Tables<'_>) -> Result<Group, StorageFailure> {
-        let global_seq = tables
+        let last = tables
             .log
             .last()
             .map_err(storage("reading the log head"))?
             .map_or(0, |(key, _)| key.value());
+        // Pruning may have removed the newest entries: their seqs are not issued again.
+        let floor = tables
+            .meta
+            .get(tables::META_LOG_FLOOR)
+            .map_err(storage("reading the log floor"))?;
+        let floor = tables::meta_u64(floor.as_ref().map(|value| value.value())).unwrap_or(0);
+        let global_seq = last.max(floor);
         Ok(Group {
             global_seq,
             marks: Vec::new(),
@@ -470,6 +496,10 @@ fn write(
             .log
             .insert(*global_seq, &key)
             .map_err(storage("writing the log"))?;
+        tables
+            .globals
+            .insert(&key, *global_seq)
+            .map_err(storage("writing the log index"))?;
     }
     tables
         .runs

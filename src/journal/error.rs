@@ -266,6 +266,12 @@ pub enum CorruptError {
     NoRecords { run: RunId, snapshot: SnapshotError },
     #[error("meta entry {key}: {reason}")]
     Meta { key: &'static str, reason: String },
+    #[error("the tombstone of pruned run {run}: {source}")]
+    Tombstone {
+        run: RunId,
+        #[source]
+        source: DecodeError,
+    },
 }
 
 /// Errors of reads.

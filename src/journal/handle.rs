@@ -8,6 +8,7 @@ use redb::{Database, ReadableDatabase};
 use super::append::{self, Appended, Batch, Condition};
 use super::error::{AppendError, OpenError, ReadError, StorageFailure};
 use super::open::{open_source, reopen_source};
+use super::prune;
 use super::queue::{self, Queue};
 use super::read::{JournalMeta, View};
 use super::reader::JournalReader;
@@ -253,6 +254,25 @@ impl Journal {
             tool_call_id: hosts.tool_call_id,
         };
         self.append(run, vec![event], Condition::expect_head(0))
+    }
+
+    /// Prunes `runs` in one durable write transaction (each one only if it is still terminal
+    /// and closed: see [`prune`]), and forgets the `pruning` entries of `finished`, whose
+    /// files are gone. Rides out a full disk like an append.
+    pub fn prune(
+        &self,
+        runs: &[RunId],
+        finished: &[RunId],
+        now_ms: event::UnixMs,
+    ) -> Result<Vec<(RunId, prune::Pruned)>, AppendError> {
+        writer::commit_upkeep(&self.shared, |txn| {
+            prune::prune_in(txn, runs, finished, now_ms)
+        })
+    }
+
+    /// Sets the home's retention policy.
+    pub fn set_retention(&self, policy: &prune::Retention) -> Result<(), AppendError> {
+        writer::commit_upkeep(&self.shared, |txn| prune::set_retention_in(txn, policy))
     }
 
     /// Facts about the journal file.

@@ -14,12 +14,13 @@
 //! `writer`: group commit; `share`: commits shared across processes through a commit
 //! leader), `append` (one write transaction of batches), `read` ([`View`]: one
 //! read transaction), `reader` ([`JournalReader`], [`ReadJournal`]), `open` (opening, format
-//! checks, an unfinished creation), `examine` (what a journal file holds, before opening it), `snapshot` (the snapshot codec), `tables` (tables and key
+//! checks, an unfinished creation), `examine` (what a journal file holds, before opening it), `snapshot` (the snapshot codec), `compact` (shrinking the file), `prune` (pruning ended runs, tombstones, the retention policy), `tables` (tables and key
 //! encoding), `copy` ([`copy_consistent`]), `error` (the error families), `backend` (a boxed
 //! redb backend), `instrumented` (a counting backend for tests and benchmarks).
 
 mod append;
 mod backend;
+pub mod compact;
 mod copy;
 mod error;
 pub mod examine;
@@ -28,6 +29,7 @@ mod handle;
 pub mod instrumented;
 pub mod lock_wait;
 mod open;
+pub mod prune;
 mod queue;
 mod read;
 mod reader;

@@ -5,8 +5,11 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata,
 
 use super::append::storage;
 use super::error::{CorruptError, ReadError, StorageFailure};
+use super::prune::{self, Retention, Tombstone};
 use super::snapshot::{SnapshotError, decode_snapshot, state_of};
-use super::tables::{self, ACTIVE, ALIASES, LOG, META, RECORDS, RUNS, TERMINAL, WRITERS};
+use super::tables::{
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, RECORDS, RUNS, TERMINAL, WRITERS,
+};
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
 use crate::state::RunState;
 
@@ -69,6 +72,149 @@ impl View {
         self.txn
             .open_table(definition)
             .map_err(storage("opening a table"))
+    }
+
+    /// A table that journals written before it existed lack: `None` there, as if empty.
+    fn optional_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<K, V>,
+    ) -> Result<Option<ReadOnlyTable<K, V>>, StorageFailure> {
+        match self.txn.open_table(definition) {
+            Ok(table) => Ok(Some(table)),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+            Err(error) => Err(StorageFailure::new("opening a table", error)),
+        }
+    }
+
+    /// A u64 meta entry; 0 when absent.
+    fn meta_u64(&self, key: &'static str) -> Result<u64, ReadError> {
+        let meta = self.table(META)?;
+        let value = meta.get(key).map_err(storage("reading meta"))?;
+        Ok(tables::meta_u64(value.as_ref().map(|value| value.value())).unwrap_or(0))
+    }
+
+    /// The retention policy the home set, or `None` when it never set one
+    /// ([`Retention::DEFAULT`] applies).
+    pub fn retention_set(&self) -> Result<Option<Retention>, ReadError> {
+        let meta = self.table(META)?;
+        let Some(value) = meta
+            .get(tables::META_RETENTION)
+            .map_err(storage("reading the retention policy"))?
+        else {
+            return Ok(None);
+        };
+        prune::decode_retention(value.value())
+            .map(Some)
+            .map_err(|error| {
+                CorruptError::Meta {
+                    key: tables::META_RETENTION,
+                    reason: error.to_string(),
+                }
+                .into()
+            })
+    }
+
+    /// The retention policy in force: the one set, else [`Retention::DEFAULT`].
+    pub fn retention(&self) -> Result<Retention, ReadError> {
+        Ok(self.retention_set()?.unwrap_or_default())
+    }
+
+    /// The tombstone of a pruned run, if it has one.
+    pub fn tombstone(&self, run: RunId) -> Result<Option<Tombstone>, ReadError> {
+        let Some(pruned) = self.optional_table(PRUNED)? else {
+            return Ok(None);
+        };
+        let value = pruned
+            .get(&run.to_bytes())
+            .map_err(storage("reading a tombstone"))?;
+        value
+            .map(|bytes| {
+                Tombstone::decode(bytes.value())
+                    .map_err(|source| CorruptError::Tombstone { run, source }.into())
+            })
+            .transpose()
+    }
+
+    /// Every tombstone, in run id order.
+    pub fn tombstones(&self) -> Result<Vec<Tombstone>, ReadError> {
+        self.tombstones_of(PRUNED)
+    }
+
+    /// The pruned runs whose files a pass may not have removed yet.
+    pub fn pruning(&self) -> Result<Vec<Tombstone>, ReadError> {
+        self.tombstones_of(PRUNING)
+    }
+
+    fn tombstones_of(
+        &self,
+        definition: TableDefinition<&'static [u8; 16], &'static [u8]>,
+    ) -> Result<Vec<Tombstone>, ReadError> {
+        let Some(table) = self.optional_table(definition)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(storage("reading tombstones"))? {
+            let (key, value) = entry.map_err(storage("reading tombstones"))?;
+            let run = RunId::from_bytes(*key.value());
+            out.push(
+                Tombstone::decode(value.value())
+                    .map_err(|source| CorruptError::Tombstone { run, source })?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// How many pruned runs still have their tombstone.
+    pub fn tombstone_count(&self) -> Result<u64, ReadError> {
+        match self.optional_table(PRUNED)? {
+            Some(table) => Ok(table.len().map_err(storage("counting tombstones"))?),
+            None => Ok(0),
+        }
+    }
+
+    /// The highest global seq a prune removed (0: none).
+    pub fn log_floor(&self) -> Result<u64, ReadError> {
+        self.meta_u64(tables::META_LOG_FLOOR)
+    }
+
+    /// How many log entries prunes removed in all.
+    pub fn pruned_records(&self) -> Result<u64, ReadError> {
+        self.meta_u64(tables::META_PRUNED_RECORDS)
+    }
+
+    /// Where record `seq` of `run` sits in the global log, when the log index knows (records
+    /// committed before it existed, until the first prune indexes them, are not known).
+    pub fn global_of(&self, run: RunId, seq: u64) -> Result<Option<u64>, ReadError> {
+        let Some(globals) = self.optional_table(GLOBALS)? else {
+            return Ok(None);
+        };
+        let value = globals
+            .get(&tables::record_key(run, seq))
+            .map_err(storage("reading the log index"))?;
+        Ok(value.map(|global| global.value()))
+    }
+
+    /// Up to `limit` terminal runs, the earliest ended first, with their end times.
+    pub fn oldest_terminal(&self, limit: usize) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        let terminal = self.table(TERMINAL)?;
+        let mut out = Vec::new();
+        for entry in terminal
+            .iter()
+            .map_err(storage("reading the terminal index"))?
+            .take(limit)
+        {
+            let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+            out.push(tables::split_terminal_key(key.value()));
+        }
+        Ok(out)
+    }
+
+    /// How many runs are terminal (and not pruned).
+    pub fn terminal_count(&self) -> Result<u64, ReadError> {
+        Ok(self
+            .table(TERMINAL)?
+            .len()
+            .map_err(storage("counting ended runs"))?)
     }
 
     /// The journal's meta entries.
@@ -241,11 +387,13 @@ impl View {
         Ok((runs, last))
     }
 
-    /// The global seq of the last commit (0 for an empty journal).
+    /// The global seq of the last commit (0 for an empty journal), pruned ones included.
     pub fn global_head(&self) -> Result<u64, ReadError> {
         let log = self.table(LOG)?;
         let last = log.last().map_err(storage("reading the log head"))?;
-        Ok(last.map_or(0, |(key, _)| key.value()))
+        Ok(last
+            .map_or(0, |(key, _)| key.value())
+            .max(self.log_floor()?))
     }
 
     /// Runs not yet closed, oldest first.
@@ -441,7 +589,7 @@ impl View {
                 .get(&run.to_bytes())
                 .map_err(storage("reading runs"))?
                 .is_some();
-            return if is_known {
+            return if is_known || self.tombstone(run)?.is_some() {
                 Ok(run)
             } else {
                 Err(ResolveError::Unknown {
@@ -450,15 +598,33 @@ impl View {
             };
         }
         let (low, high) = RunId::prefix_range(text)?;
+        let (low, high) = (low.to_bytes(), high.to_bytes());
+        // Runs in the journal, then pruned runs that kept their tombstone.
         let runs = self.table(RUNS)?;
+        let pruned = self.optional_table(PRUNED)?;
         let mut matches = Vec::new();
+        let mut count = 0usize;
         for entry in runs
-            .range::<&[u8; 16]>(&low.to_bytes()..=&high.to_bytes())
+            .range::<&[u8; 16]>(&low..=&high)
             .map_err(storage("reading runs"))?
-            .take(4)
         {
             let (key, _) = entry.map_err(storage("reading runs"))?;
-            matches.push(RunId::from_bytes(*key.value()));
+            if matches.len() < 4 {
+                matches.push(RunId::from_bytes(*key.value()));
+            }
+            count += 1;
+        }
+        if let Some(pruned) = &pruned {
+            for entry in pruned
+                .range::<&[u8; 16]>(&low..=&high)
+                .map_err(storage("reading tombstones"))?
+            {
+                let (key, _) = entry.map_err(storage("reading tombstones"))?;
+                if matches.len() < 4 {
+                    matches.push(RunId::from_bytes(*key.value()));
+                }
+                count += 1;
+            }
         }
         match matches.as_slice() {
             [] => Err(ResolveError::Unknown {
@@ -466,10 +632,6 @@ impl View {
             }),
             [run] => Ok(*run),
             _ => {
-                let count = runs
-                    .range::<&[u8; 16]>(&low.to_bytes()..=&high.to_bytes())
-                    .map_err(storage("reading runs"))?
-                    .count();
                 let examples = matches
                     .iter()
                     .take(3)

@@ -26,7 +26,28 @@ pub(crate) const WRITERS: TableDefinition<u64, u64> = TableDefinition::new("writ
 /// key → value: `format_version` (u16 BE), `journal_id` (16 bytes), `created_at_ms` (u64 BE).
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
+/// (run id, seq) → global seq: where each record sits in `log`, so a pruned run's log entries
+/// are found without a scan. Written beside `log`; records committed before it existed are
+/// indexed once, by the first prune ([`super::prune`]).
+pub(crate) const GLOBALS: TableDefinition<&[u8; 24], u64> = TableDefinition::new("globals");
+/// run id → tombstone ([`super::prune::Tombstone`]): what stays of a pruned run.
+pub(crate) const PRUNED: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pruned");
+/// (pruned at ms, run id) → (): tombstones, oldest first, so that they stay bounded.
+pub(crate) const PRUNED_AT: TableDefinition<&[u8; 24], ()> = TableDefinition::new("pruned_at");
+/// run id → tombstone: pruned runs whose files may still be on disk; a later pass removes
+/// them and then the entry.
+pub(crate) const PRUNING: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pruning");
+
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
+/// The retention policy ([`super::prune::Retention`]); absent: the defaults.
+pub(crate) const META_RETENTION: &str = "retention";
+/// The highest global seq a prune removed from `log` (u64 BE): global seqs are never issued
+/// again, even when the newest log entries were pruned.
+pub(crate) const META_LOG_FLOOR: &str = "log_floor";
+/// How many log entries prunes removed in all (u64 BE): with the entries left, the head.
+pub(crate) const META_PRUNED_RECORDS: &str = "pruned_records";
+/// Present once every record written before `globals` existed is indexed there.
+pub(crate) const META_GLOBALS_INDEXED: &str = "globals_indexed";
 pub(crate) const META_JOURNAL_ID: &str = "journal_id";
 pub(crate) const META_CREATED_AT: &str = "created_at_ms";
 
@@ -62,6 +83,16 @@ pub(crate) fn split_terminal_key(key: &[u8; 24]) -> (UnixMs, RunId) {
         .try_into()
         .expect("a terminal key has 16 bytes of run id");
     (u64::from_be_bytes(time), RunId::from_bytes(run))
+}
+
+/// Key of a tombstone's age entry: prune time big-endian, then run id.
+pub(crate) fn pruned_at_key(pruned_at_ms: UnixMs, run: RunId) -> [u8; 24] {
+    terminal_key(pruned_at_ms, run)
+}
+
+/// Reads a u64 meta value (big-endian); `None` when absent or not 8 bytes.
+pub(crate) fn meta_u64(value: Option<&[u8]>) -> Option<u64> {
+    value.and_then(|bytes| Some(u64::from_be_bytes(bytes.try_into().ok()?)))
 }
 
 /// Alias of a host's tool-call id.

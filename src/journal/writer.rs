@@ -420,65 +420,117 @@ pub(crate) fn commit_and_rejudge(
     answers
 }
 
-/// Commits a group, retrying through reopens until it lands; a capacity failure is retried
-/// until it clears, another storage failure until the retry window (from the first failure of
-/// the streak) has passed, and a failure that is not about storage not at all. Returns the
-/// answers (each saying whether an attempt failed before it, so an earlier attempt may have
+/// Commits a group, retrying through reopens until it lands (see [`commit_retrying`]). Returns
+/// the answers (each saying whether an attempt failed before it, so an earlier attempt may have
 /// landed unacknowledged), and that flag.
 fn commit_group(
     shared: &Shared,
     batches: &[Batch],
     capacity: &mut CapacityState,
 ) -> (Vec<Answer>, bool) {
-    let mut attempt = 0usize;
     // Refusals of other writers' batches keep the state they were judged against, for their
     // writers to word them.
     let is_remote = |batch: &Batch| batch.writer != shared.writer;
+    let attempted = commit_retrying(shared, capacity, |txn| {
+        append::commit_batches_judged_in(txn, batches, append::Marks::Idempotent, is_remote)
+    });
+    let failed = |result: &dyn Fn() -> AppendError, was_retried| {
+        batches
+            .iter()
+            .map(|_| Answer {
+                result: Err(result()),
+                refused_against: None,
+                was_retried,
+            })
+            .collect()
+    };
+    match attempted {
+        Attempted::Landed {
+            value: judged,
+            was_retried,
+        } => {
+            let remote = batches.iter().filter(|batch| is_remote(batch)).count();
+            if remote > 0 {
+                shared
+                    .stats
+                    .for_others
+                    .fetch_add(remote as u64, Ordering::Relaxed);
+            }
+            let answers = judged
+                .into_iter()
+                .map(|judged| Answer {
+                    result: judged.result,
+                    refused_against: judged.refused_against,
+                    was_retried,
+                })
+                .collect();
+            (answers, was_retried)
+        }
+        // Given up on another process's write transaction: nothing was begun, so nothing of
+        // the group was judged or written.
+        Attempted::Held { held, was_retried } => (
+            failed(&|| AppendError::WriteLockHeld((*held).clone()), was_retried),
+            false,
+        ),
+        Attempted::GaveUp {
+            failure,
+            was_retried,
+        } => (
+            failed(&|| AppendError::Storage(failure.duplicate()), was_retried),
+            false,
+        ),
+    }
+}
+
+/// How [`commit_retrying`] ended.
+enum Attempted<T> {
+    Landed {
+        value: T,
+        was_retried: bool,
+    },
+    /// The wait for another process's write lock was given up; nothing was begun.
+    Held {
+        held: Box<lock_wait::LockHeld>,
+        was_retried: bool,
+    },
+    /// A failure that is not retried, or retried past its window.
+    GaveUp {
+        failure: StorageFailure,
+        was_retried: bool,
+    },
+}
+
+/// Runs `once` in a durable write transaction until it lands: a capacity failure is retried
+/// until it clears (the reserve released to make room), another storage failure until the
+/// retry window (from the first failure of the streak) has passed, and a failure that is not
+/// about storage not at all. The handle is reopened after every failure.
+fn commit_retrying<T>(
+    shared: &Shared,
+    capacity: &mut CapacityState,
+    mut once: impl FnMut(redb::WriteTransaction) -> Result<T, StorageFailure>,
+) -> Attempted<T> {
+    let mut attempt = 0usize;
     loop {
         let outcome = current_or_reopened(shared).and_then(|db| {
             let txn = begin_write(shared, capacity, &db)?;
-            append::commit_batches_judged_in(txn, batches, append::Marks::Idempotent, is_remote)
-                .map_err(Failed::from)
+            once(txn).map_err(Failed::from)
         });
-        let outcome = match outcome {
+        let failure = match outcome {
+            Ok(value) => {
+                shared.stats.commits.fetch_add(1, Ordering::Relaxed);
+                after_success(shared, capacity);
+                return Attempted::Landed {
+                    value,
+                    was_retried: attempt > 0,
+                };
+            }
             Err(Failed {
                 held: Some(held), ..
             }) => {
-                // Given up on another process's write transaction: nothing was begun, so
-                // nothing of the group was judged or written.
-                let answers = batches
-                    .iter()
-                    .map(|_| Answer {
-                        result: Err(AppendError::WriteLockHeld((*held).clone())),
-                        refused_against: None,
-                        was_retried: attempt > 0,
-                    })
-                    .collect();
-                return (answers, false);
-            }
-            other => other,
-        };
-        let failure = match outcome {
-            Ok(judged) => {
-                shared.stats.commits.fetch_add(1, Ordering::Relaxed);
-                let remote = batches.iter().filter(|batch| is_remote(batch)).count();
-                if remote > 0 {
-                    shared
-                        .stats
-                        .for_others
-                        .fetch_add(remote as u64, Ordering::Relaxed);
-                }
-                after_success(shared, capacity);
-                let was_retried = attempt > 0;
-                let answers = judged
-                    .into_iter()
-                    .map(|judged| Answer {
-                        result: judged.result,
-                        refused_against: judged.refused_against,
-                        was_retried,
-                    })
-                    .collect();
-                return (answers, was_retried);
+                return Attempted::Held {
+                    held,
+                    was_retried: attempt > 0,
+                };
             }
             Err(failure) => failure,
         };
@@ -508,15 +560,10 @@ fn commit_group(
             }
             // Leave a working handle for the next group if one can be had.
             let _ = current_or_reopened(shared);
-            let answers = batches
-                .iter()
-                .map(|_| Answer {
-                    result: Err(AppendError::Storage(failure.failure.duplicate())),
-                    refused_against: None,
-                    was_retried: attempt > 0,
-                })
-                .collect();
-            return (answers, false);
+            return Attempted::GaveUp {
+                failure: failure.failure,
+                was_retried: attempt > 0,
+            };
         }
         if let Some(cause) = class.cause() {
             on_blocked(shared, capacity, cause, &failure.failure);
@@ -532,6 +579,35 @@ fn commit_group(
         };
         std::thread::sleep(delay);
         attempt += 1;
+    }
+}
+
+/// A write of the journal's upkeep (pruning, the retention policy), made on the calling thread
+/// rather than through the queue: it holds no run's batch, so it is never shared with a commit
+/// leader. It rides out a full disk and flaky storage as a group does, with its own record of
+/// the fight (a marker of its own while it is blocked).
+pub(crate) fn commit_upkeep<T>(
+    shared: &Shared,
+    once: impl FnMut(&redb::WriteTransaction) -> Result<T, StorageFailure>,
+) -> Result<T, AppendError> {
+    let mut once = once;
+    let mut capacity = CapacityState {
+        is_reserve_missing: shared.options.reserve.is_some() && !shared.has_reserve(),
+        ..CapacityState::default()
+    };
+    let attempted = commit_retrying(shared, &mut capacity, |mut txn| {
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(|e| StorageFailure::new("setting durability", redb::Error::from(e)))?;
+        let value = once(&txn)?;
+        txn.commit()
+            .map_err(|e| StorageFailure::new("committing", e))?;
+        Ok(value)
+    });
+    clear_marker_at_exit(shared, &mut capacity);
+    match attempted {
+        Attempted::Landed { value, .. } => Ok(value),
+        Attempted::Held { held, .. } => Err(AppendError::WriteLockHeld(*held)),
+        Attempted::GaveUp { failure, .. } => Err(AppendError::Storage(failure)),
     }
 }
 

@@ -65,6 +65,7 @@ use macos as os;
 #[cfg(any(test, target_os = "macos"))]
 mod macos_facts;
 pub mod resources;
+pub mod space;
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 compile_error!(

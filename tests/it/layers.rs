@@ -30,7 +30,7 @@ const LAYERS: &[&[&str]] = &[
         "ship",
         "recover",
     ],
-    &["launch", "show"],
+    &["launch", "show", "retention"],
     &["fuzz"],
 ];
 

@@ -15,9 +15,10 @@ use runjournal::{Home, RunId, RunState, RunStatus, Store};
 use crate::launch::exit_code_of;
 use crate::reconcile::report_reconciled;
 use crate::{
-    CliResult, EXIT_WAIT_TIMEOUT, Failure, bad_input, check_run_text, note, open_store, print,
-    print_line, reconcile_before_reading, resolve, stdout_failure,
+    CliResult, EXIT_WAIT_TIMEOUT, Failure, Named, bad_input, check_run_text, note, open_store,
+    print, print_line, reconcile_before_reading, resolve, resolve_named, stdout_failure,
 };
+use runjournal::journal::prune::Tombstone;
 
 /// How many recently ended runs `list` shows without `--all`.
 const RECENT_TERMINAL_LIMIT: usize = 50;
@@ -39,7 +40,10 @@ fn read_state(store: &Store, run: RunId) -> Result<RunState, Failure> {
 pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     check_run_text(text)?;
     let store = open_store(home)?;
-    let run = resolve(&store, text)?;
+    let run = match resolve_named(&store, text)? {
+        Named::Run(run) => run,
+        Named::Pruned(tombstone) => return pruned_status(&tombstone, json),
+    };
     reconcile_before_reading(&store);
     let state = read_state(&store, run)?;
     let home = store.home();
@@ -129,6 +133,50 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A pruned run as `status --json` and `list --json` show it.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PrunedJson<'a> {
+    run_id: String,
+    name: &'a Option<String>,
+    state: &'static str,
+    pruned: bool,
+    pruned_at: u64,
+    created_at: u64,
+    ended_at: u64,
+    exit_code: i32,
+    session_id: &'a Option<String>,
+    tool_call_id: &'a Option<String>,
+}
+
+impl PrunedJson<'_> {
+    fn of(tombstone: &Tombstone) -> PrunedJson<'_> {
+        PrunedJson {
+            run_id: tombstone.run_id.to_string(),
+            name: &tombstone.name,
+            state: RunStatus::from(tombstone.state).as_str(),
+            pruned: true,
+            pruned_at: tombstone.pruned_at_ms,
+            created_at: tombstone.created_at_ms,
+            ended_at: tombstone.ended_at_ms,
+            exit_code: tombstone.exit_code,
+            session_id: &tombstone.session_id,
+            tool_call_id: &tombstone.tool_call_id,
+        }
+    }
+}
+
+/// `status` of a pruned run: what its tombstone says.
+fn pruned_status(tombstone: &Tombstone, json: bool) -> CliResult {
+    if json {
+        let text = serde_json::to_string_pretty(&PrunedJson::of(tombstone))
+            .context("rendering the status")?;
+        return print_line(&text).map(|()| ExitCode::SUCCESS);
+    }
+    print_line(&show::pruned_line(tombstone))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `runjournal list [--state S] [--all] [--json]`.
 pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> CliResult {
     let state_filter: Option<RunStatus> = state_filter
@@ -166,6 +214,16 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
         }
         states.push(state);
     }
+    // With --all, the pruned runs that kept their tombstone too.
+    let mut pruned: Vec<Tombstone> = if all {
+        view.tombstones().context("listing pruned runs")?
+    } else {
+        Vec::new()
+    };
+    pruned.retain(|tombstone| {
+        state_filter.is_none_or(|wanted| RunStatus::from(tombstone.state) == wanted)
+    });
+    pruned.sort_by_key(|tombstone| std::cmp::Reverse(tombstone.run_id));
     let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
         .into_iter()
         .chain(show::shipping_lag(store.home(), &view).map(|lag| lag.line()))
@@ -175,7 +233,12 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
     let now_ms = runjournal::event::now_ms();
     if json {
-        let rows: Vec<serde_json::Value> = states.iter().map(list_json).collect();
+        let mut rows: Vec<serde_json::Value> = states.iter().map(list_json).collect();
+        for tombstone in &pruned {
+            rows.push(
+                serde_json::to_value(PrunedJson::of(tombstone)).context("rendering the list")?,
+            );
+        }
         let text = serde_json::to_string_pretty(&rows).context("rendering the list")?;
         print_line(&text)?;
         // The array stays the data; the notices go beside it.
@@ -188,7 +251,9 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
             text.push_str(notice);
             text.push('\n');
         }
-        for line in show::table_lines(&list_rows(&states, now_ms), &show::no_colour) {
+        let mut rows = list_rows(&states, now_ms);
+        rows.extend(pruned.iter().map(|tombstone| pruned_row(tombstone, now_ms)));
+        for line in show::table_lines(&rows, &show::no_colour) {
             text.push_str(&line);
             text.push('\n');
         }
@@ -228,6 +293,23 @@ fn list_rows(states: &[RunState], now_ms: runjournal::event::UnixMs) -> Vec<Vec<
     rows
 }
 
+/// A pruned run's row of `list --all`: its final state, marked pruned.
+fn pruned_row(tombstone: &Tombstone, now_ms: runjournal::event::UnixMs) -> Vec<Cell> {
+    vec![
+        Cell::plain(tombstone.run_id.to_string()),
+        Cell::plain(format!(
+            "{} (pruned {})",
+            RunStatus::from(tombstone.state),
+            show::time_or_dash(Some(tombstone.pruned_at_ms))
+        )),
+        Cell::plain("-"),
+        Cell::plain("-"),
+        Cell::plain(tombstone.exit_code.to_string()),
+        Cell::plain(show::age(now_ms, tombstone.created_at_ms)),
+        Cell::plain(tombstone.name.clone().unwrap_or_default()),
+    ]
+}
+
 /// One run of `list --json`.
 fn list_json(state: &RunState) -> serde_json::Value {
     serde_json::json!({
@@ -264,7 +346,17 @@ fn capacity_json(home: &Home) -> serde_json::Value {
 pub fn wait(home: Home, text: &str, timeout: Option<Duration>) -> CliResult {
     check_run_text(text)?;
     let store = open_store(home)?;
-    let run = resolve(&store, text)?;
+    let run = match resolve_named(&store, text)? {
+        Named::Run(run) => run,
+        // It ended long ago: the wait is over, with the run's own exit code.
+        Named::Pruned(tombstone) => {
+            print_line(&show::pruned_line(&tombstone))?;
+            let code = tombstone.exit_code.rem_euclid(256);
+            return Ok(ExitCode::from(
+                u8::try_from(code).unwrap_or(crate::EXIT_ERROR),
+            ));
+        }
+    };
     reconcile_before_reading(&store);
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
     let waited = launch::wait_for_end(&store, run, deadline).context("following the run")?;

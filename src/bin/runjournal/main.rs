@@ -10,6 +10,7 @@ mod control;
 mod inspect;
 mod launch;
 mod reconcile;
+mod retention;
 mod ship;
 
 use std::io::Write;
@@ -19,6 +20,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use runjournal::home::Layout;
+use runjournal::journal::prune::Tombstone;
 use runjournal::journal::{CommitSharing, ResolveError};
 use runjournal::store::StoreOptions;
 use runjournal::{Home, RunId, Store};
@@ -147,6 +149,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the retention policy, or set it: how long ended runs are kept, how many, and how
+    /// much room the home may take. Kept in the journal: every process of the home applies
+    /// it, at each reconcile pass.
+    Retention(retention::RetentionArgs),
+    /// Prune ended runs now, by the home's retention policy (or the bounds given here).
+    Prune(retention::PruneArgs),
     /// Ship the journal's records to PostgreSQL, in commit order, exactly once; follows the
     /// journal unless --once.
     Ship(ship::ShipArgs),
@@ -310,6 +318,8 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),
         Command::Ship(args) => ship::command(home, args),
+        Command::Retention(args) => retention::retention(home, args),
+        Command::Prune(args) => retention::prune(home, args),
         Command::Runner {
             run,
             heartbeat,
@@ -350,14 +360,47 @@ pub fn open_store(home: Home) -> Result<Store, Failure> {
     Store::open_with(home, options).map_err(|error| failure(anyhow::Error::new(error)))
 }
 
-/// The run named by `text`: a full id, a unique prefix, its name or its tool-call id.
-pub fn resolve(store: &Store, text: &str) -> Result<RunId, Failure> {
+/// A run as a command names it: in the journal, or pruned from it.
+pub enum Named {
+    Run(RunId),
+    Pruned(Tombstone),
+}
+
+/// The run named by `text` (a full id, a unique prefix, its name or its tool-call id), in the
+/// journal or pruned from it.
+pub fn resolve_named(store: &Store, text: &str) -> Result<Named, Failure> {
     let view = store
         .journal()
         .view()
         .map_err(|error| Failure::Error(error.into()))?;
-    runjournal::resolve::resolve_run(&view, text).map_err(|error| match error {
+    let run = runjournal::resolve::resolve_run(&view, text).map_err(|error| match error {
         ResolveError::Read(error) => Failure::Error(error.into()),
         other => bad_input(other),
-    })
+    })?;
+    let is_in_journal = view
+        .snapshot(run)
+        .map_err(|error| Failure::Error(error.into()))?
+        .is_some();
+    if is_in_journal {
+        return Ok(Named::Run(run));
+    }
+    match view
+        .tombstone(run)
+        .map_err(|error| Failure::Error(error.into()))?
+    {
+        Some(tombstone) => Ok(Named::Pruned(tombstone)),
+        None => Ok(Named::Run(run)),
+    }
+}
+
+/// The run named by `text`, which must still be in the journal: a pruned run is bad input,
+/// said as what is left of it.
+pub fn resolve(store: &Store, text: &str) -> Result<RunId, Failure> {
+    match resolve_named(store, text)? {
+        Named::Run(run) => Ok(run),
+        Named::Pruned(tombstone) => Err(bad_input(format!(
+            "{}: nothing else is left of it",
+            runjournal::show::pruned_line(&tombstone)
+        ))),
+    }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use runjournal::reconcile::{self, Action, Outcome, Report};
+use runjournal::retention::{self, PassOptions, PassReport};
 use runjournal::{Home, Store};
 
 use crate::{CliResult, note, open_store, print};
@@ -38,12 +39,50 @@ fn describe(outcome: &Outcome) -> String {
     runjournal::show::escape_control(&line).into_owned()
 }
 
-/// The reconcile pass before `status`, `list` and `wait` read. Routine bookkeeping (recording
-/// that the runner of an ended run is gone, rebuilding a projection) says nothing; a repair of
-/// a stale run is reported in one line ([`report_reconciled`]). A failure to reconcile does
-/// not stop the reading.
+/// The retention pass that follows a reconcile pass: the home's policy, bounded work.
+pub fn prune_pass(store: &Store) -> Result<PassReport, retention::PassError> {
+    retention::pass(store, &PassOptions::reconcile())
+}
+
+/// The reconcile pass before `status`, `list` and `wait` read, and its retention pass. Routine
+/// bookkeeping (recording that the runner of an ended run is gone, rebuilding a projection,
+/// pruning by the policy) says nothing; a repair of a stale run is reported in one line
+/// ([`report_reconciled`]), and so is a result pruned before its host consumed it. A failure
+/// of either does not stop the reading.
 pub fn before_reading(store: &Store) {
     report_reconciled(&pass(store));
+    match prune_pass(store) {
+        Ok(report) => {
+            for line in unconsumed_lines(&report) {
+                note(&line);
+            }
+        }
+        Err(error) => note(&format!("pruning: {error}")),
+    }
+}
+
+/// One line per run a pass pruned.
+pub fn pruned_line(chosen: &retention::Chosen) -> String {
+    let mut line = format!(
+        "{}  pruned  {} ({}), ended {}",
+        chosen.run,
+        chosen.why.as_str(),
+        runjournal::show::format_bytes(chosen.bytes),
+        runjournal::show::time_or_dash(Some(chosen.ended_at_ms)),
+    );
+    if chosen.unconsumed_result {
+        line.push_str("  its result had not been consumed");
+    }
+    line
+}
+
+/// The lines that say a pass took results their hosts had not consumed.
+fn unconsumed_lines(report: &PassReport) -> impl Iterator<Item = String> + '_ {
+    report
+        .chosen
+        .iter()
+        .filter(|chosen| chosen.unconsumed_result)
+        .map(pruned_line)
 }
 
 /// Most run ids the summary of repairs names.
@@ -131,12 +170,45 @@ pub fn command(home: Home, json: bool) -> CliResult {
         text.push_str(&line);
         text.push('\n');
     }
+    let pruning = prune_pass(&store);
+    let pruned = match &pruning {
+        Ok(pruning) => {
+            for chosen in &pruning.chosen {
+                let line = if json {
+                    serde_json::json!({
+                        "type": "pruned",
+                        "run": chosen.run.to_string(),
+                        "why": chosen.why.as_str(),
+                        "bytes": chosen.bytes,
+                        "endedAt": chosen.ended_at_ms,
+                        "unconsumedResult": chosen.unconsumed_result,
+                    })
+                    .to_string()
+                } else {
+                    pruned_line(chosen)
+                };
+                text.push_str(&line);
+                text.push('\n');
+            }
+            errors += pruning.errors.len();
+            for error in &pruning.errors {
+                note(error);
+            }
+            pruning.chosen.len()
+        }
+        Err(error) => {
+            errors += 1;
+            note(&format!("pruning: {error}"));
+            0
+        }
+    };
     let changed = report.changed().count();
     if json {
         let summary = serde_json::json!({
             "type": "summary",
             "active": report.active,
             "changed": changed,
+            "pruned": pruned,
             "errors": errors,
         });
         text.push_str(&format!("{summary}\n"));
@@ -145,7 +217,7 @@ pub fn command(home: Home, json: bool) -> CliResult {
         print(&text)?;
         let _ = writeln!(
             std::io::stderr().lock(),
-            "{} active run(s), {changed} changed, {errors} error(s)",
+            "{} active run(s), {changed} changed, {pruned} pruned, {errors} error(s)",
             report.active
         );
     }

@@ -1,0 +1,81 @@
+//! Shrinking a journal file: redb reuses the pages that pruning frees, but never gives them back
+//! to the file system by itself. Compaction needs the file alone: it opens it exclusively (the
+//! single-writer mode), which fails while any other process has it open, and then nobody can
+//! open it until compaction is over.
+
+use std::path::Path;
+
+use redb::Database;
+
+use super::error::StorageFailure;
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+/// Why a compaction did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    #[error(
+        "{path}: another process has the journal open (a runner, a command, a shipper); compact when nothing uses the home"
+    )]
+    InUse { path: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {reason}")]
+    Failed { path: String, reason: String },
+    #[error(transparent)]
+    Storage(#[from] StorageFailure),
+}
+
+/// Compacts the journal at `path`, which no other process may have open.
+pub fn compact(path: &Path) -> Result<Compacted, CompactError> {
+    let shown = path.display().to_string();
+    let size = |path: &Path| {
+        std::fs::metadata(path)
+            .map(|metadata| metadata.len())
+            .map_err(|source| CompactError::Io {
+                path: shown.clone(),
+                source,
+            })
+    };
+    let bytes_before = size(path)?;
+    // The exclusive mode: the open fails while a multi-writer handle is open anywhere.
+    let mut db = match Database::builder().open(path) {
+        Ok(db) => db,
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+            return Err(CompactError::InUse { path: shown });
+        }
+        Err(error) => {
+            return Err(CompactError::Failed {
+                path: shown,
+                reason: error.to_string(),
+            });
+        }
+    };
+    // Each call compacts what it can; it says when nothing more can be.
+    loop {
+        match db.compact() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(error) => {
+                return Err(CompactError::Failed {
+                    path: shown,
+                    reason: error.to_string(),
+                });
+            }
+        }
+    }
+    drop(db);
+    Ok(Compacted {
+        bytes_before,
+        bytes_after: size(path)?,
+    })
+}

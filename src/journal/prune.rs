@@ -1,0 +1,435 @@
+//! The journal's side of retention: the policy it keeps, pruning ended runs, and the tombstones
+//! they leave. What to prune is chosen above (`crate::retention`, which also removes the files);
+//! here it is done.
+//!
+//! Invariants:
+//! * a run is pruned in one write transaction: its records, log entries, snapshot and terminal
+//!   index entry go and its tombstone comes, or nothing changes; no run is ever half there;
+//! * only a terminal, closed run is pruned: the check is made again inside the transaction, so
+//!   a run that moved on since it was chosen is skipped;
+//! * a global seq is never issued twice: the highest one a prune removed is kept
+//!   ([`tables::META_LOG_FLOOR`]), and the count of removed log entries with it, so that the
+//!   log's entries and the pruned ones still add up to its head (`verify` checks it);
+//! * a pruned run stays listed in `pruning` until a later pass has removed its files, so a pass
+//!   cut short is finished by the next one;
+//! * tombstones are bounded ([`MAX_TOMBSTONES`]): the oldest go first, with the aliases that
+//!   still name them.
+
+use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use super::append::storage;
+use super::error::{ReadError, StorageFailure};
+use super::snapshot::state_of;
+use super::tables::{
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RUNS, TERMINAL,
+};
+use crate::event::{
+    self, DecodeError, FORMAT_VERSION, MAX_TEXT_BYTES, RunId, TerminalState, UnixMs,
+};
+
+/// Most tombstones kept; the oldest go first.
+pub const MAX_TOMBSTONES: u64 = 1_000;
+
+/// The largest tombstone that decodes: three texts at their limit, and some numbers.
+const MAX_TOMBSTONE_BYTES: usize = 3 * MAX_TEXT_BYTES + 256;
+
+/// One day, in milliseconds.
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// How much of the home's file system must stay free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeepFree {
+    /// A percentage of the file system's size (0–100).
+    Percent(u8),
+    Bytes(u64),
+}
+
+impl KeepFree {
+    /// The bytes to keep free on a file system of `total` bytes.
+    pub fn bytes_of(self, total: u64) -> u64 {
+        match self {
+            KeepFree::Percent(percent) => {
+                u64::try_from(u128::from(total) * u128::from(percent.min(100)) / 100)
+                    .unwrap_or(u64::MAX)
+            }
+            KeepFree::Bytes(bytes) => bytes,
+        }
+    }
+}
+
+/// The retention policy of a home, kept in its journal so that every process applies the same.
+/// `None` turns a bound off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    /// Ended runs older than this (since they ended) are pruned.
+    pub keep_for_ms: Option<u64>,
+    /// At most this many ended runs are kept; the oldest beyond it are pruned.
+    pub keep_runs: Option<u64>,
+    /// The home (journal, run directories, results) is kept under this many bytes by pruning
+    /// the oldest ended runs.
+    pub max_size_bytes: Option<u64>,
+    /// The home's file system is kept this free by pruning the oldest ended runs.
+    pub keep_free: Option<KeepFree>,
+}
+
+impl Retention {
+    /// The policy of a home that never set one: ended runs are kept 30 days, and the home's file
+    /// system 10 % free (journald keeps 15 % free by default; runs are cheaper to lose than the
+    /// system's logs, so the floor is lower).
+    pub const DEFAULT: Retention = Retention {
+        keep_for_ms: Some(30 * DAY_MS),
+        keep_runs: None,
+        max_size_bytes: None,
+        keep_free: Some(KeepFree::Percent(10)),
+    };
+}
+
+impl Default for Retention {
+    fn default() -> Retention {
+        Retention::DEFAULT
+    }
+}
+
+/// The policy as stored: the format version first, as in every value of the journal.
+#[derive(Serialize, Deserialize)]
+struct StoredRetention {
+    format_version: u16,
+    policy: Retention,
+}
+
+/// What stays of a pruned run: enough to say how it ended, and to find its files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    format_version: u16,
+    pub run_id: RunId,
+    pub name: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub session_id: Option<String>,
+    pub state: TerminalState,
+    pub exit_code: i32,
+    pub created_at_ms: UnixMs,
+    pub ended_at_ms: UnixMs,
+    pub pruned_at_ms: UnixMs,
+    /// The global seq of the run's `RunCreated`: which of two runs of one name was the later.
+    pub created_global: u64,
+    /// How many records the run had.
+    pub records: u64,
+}
+
+impl Tombstone {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        event::encode_checked(self).expect("a tombstone is plain data")
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Tombstone, DecodeError> {
+        event::decode_checked(bytes, MAX_TOMBSTONE_BYTES)
+    }
+
+    /// A tombstone for tests and fixtures.
+    #[doc(hidden)]
+    pub fn for_tests(run_id: RunId, state: TerminalState, exit_code: i32) -> Tombstone {
+        Tombstone {
+            format_version: FORMAT_VERSION,
+            run_id,
+            name: None,
+            tool_call_id: None,
+            session_id: None,
+            state,
+            exit_code,
+            created_at_ms: 0,
+            ended_at_ms: 0,
+            pruned_at_ms: 0,
+            created_global: 0,
+            records: 0,
+        }
+    }
+}
+
+pub(crate) fn encode_retention(policy: &Retention) -> Vec<u8> {
+    event::encode_checked(&StoredRetention {
+        format_version: FORMAT_VERSION,
+        policy: *policy,
+    })
+    .expect("a retention policy is plain data")
+}
+
+pub(crate) fn decode_retention(bytes: &[u8]) -> Result<Retention, DecodeError> {
+    event::decode_checked::<StoredRetention>(bytes, 256).map(|stored| stored.policy)
+}
+
+/// What a prune did with one run it was asked to prune.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pruned {
+    /// Gone from the journal; this is its tombstone.
+    Done(Tombstone),
+    /// Left as it is, and why (it moved on since it was chosen, say).
+    Skipped(&'static str),
+}
+
+/// Writes the policy.
+pub(crate) fn set_retention_in(
+    txn: &WriteTransaction,
+    policy: &Retention,
+) -> Result<(), StorageFailure> {
+    let mut meta = txn.open_table(META).map_err(storage("opening meta"))?;
+    meta.insert(tables::META_RETENTION, encode_retention(policy).as_slice())
+        .map_err(storage("writing the retention policy"))?;
+    Ok(())
+}
+
+struct PruneTables<'txn> {
+    records: Table<'txn, &'static [u8; 24], &'static [u8]>,
+    log: Table<'txn, u64, &'static [u8; 24]>,
+    runs: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    active: Table<'txn, &'static [u8; 16], ()>,
+    terminal: Table<'txn, &'static [u8; 24], ()>,
+    aliases: Table<'txn, &'static str, &'static [u8; 16]>,
+    globals: Table<'txn, &'static [u8; 24], u64>,
+    pruned: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    pruned_at: Table<'txn, &'static [u8; 24], ()>,
+    pruning: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    meta: Table<'txn, &'static str, &'static [u8]>,
+}
+
+impl<'txn> PruneTables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<PruneTables<'txn>, StorageFailure> {
+        Ok(PruneTables {
+            records: txn.open_table(RECORDS).map_err(storage("opening tables"))?,
+            log: txn.open_table(LOG).map_err(storage("opening tables"))?,
+            runs: txn.open_table(RUNS).map_err(storage("opening tables"))?,
+            active: txn.open_table(ACTIVE).map_err(storage("opening tables"))?,
+            terminal: txn
+                .open_table(TERMINAL)
+                .map_err(storage("opening tables"))?,
+            aliases: txn.open_table(ALIASES).map_err(storage("opening tables"))?,
+            globals: txn.open_table(GLOBALS).map_err(storage("opening tables"))?,
+            pruned: txn.open_table(PRUNED).map_err(storage("opening tables"))?,
+            pruned_at: txn
+                .open_table(PRUNED_AT)
+                .map_err(storage("opening tables"))?,
+            pruning: txn.open_table(PRUNING).map_err(storage("opening tables"))?,
+            meta: txn.open_table(META).map_err(storage("opening tables"))?,
+        })
+    }
+
+    fn meta_u64(&self, key: &str) -> Result<u64, StorageFailure> {
+        let value = self.meta.get(key).map_err(storage("reading meta"))?;
+        Ok(tables::meta_u64(value.as_ref().map(|value| value.value())).unwrap_or(0))
+    }
+
+    fn set_meta_u64(&mut self, key: &str, value: u64) -> Result<(), StorageFailure> {
+        self.meta
+            .insert(key, &value.to_be_bytes()[..])
+            .map_err(storage("writing meta"))?;
+        Ok(())
+    }
+
+    /// Indexes in `globals` every record of `log`, once: records committed before the index
+    /// existed have no entry there.
+    fn index_globals_once(&mut self) -> Result<(), StorageFailure> {
+        let is_indexed = self
+            .meta
+            .get(tables::META_GLOBALS_INDEXED)
+            .map_err(storage("reading meta"))?
+            .is_some();
+        if is_indexed {
+            return Ok(());
+        }
+        let mut entries = Vec::new();
+        for entry in self.log.iter().map_err(storage("reading the log"))? {
+            let (global, key) = entry.map_err(storage("reading the log"))?;
+            entries.push((*key.value(), global.value()));
+        }
+        for (key, global) in entries {
+            self.globals
+                .insert(&key, global)
+                .map_err(storage("indexing the log"))?;
+        }
+        self.meta
+            .insert(tables::META_GLOBALS_INDEXED, &[1u8][..])
+            .map_err(storage("writing meta"))?;
+        Ok(())
+    }
+
+    /// The global seq of a record, taking its `globals` entry; a scan of the log when it has
+    /// none (a record written by a process that did not index it).
+    fn take_global(&mut self, key: &[u8; 24]) -> Result<Option<u64>, StorageFailure> {
+        if let Some(global) = self
+            .globals
+            .remove(key)
+            .map_err(storage("reading the log index"))?
+        {
+            return Ok(Some(global.value()));
+        }
+        for entry in self.log.iter().map_err(storage("reading the log"))? {
+            let (global, found) = entry.map_err(storage("reading the log"))?;
+            if found.value() == key {
+                return Ok(Some(global.value()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes one run whole and leaves its tombstone. Returns how many log entries went and
+    /// the highest of their global seqs.
+    fn prune_one(&mut self, run: RunId, now_ms: UnixMs) -> Result<Pruned, StorageFailure> {
+        let run_key = run.to_bytes();
+        let state = {
+            let Some(bytes) = self.runs.get(&run_key).map_err(storage("reading runs"))? else {
+                return Ok(Pruned::Skipped("it is not in the journal"));
+            };
+            match state_of(run, bytes.value(), &self.records) {
+                Ok(state) => state,
+                Err(ReadError::Storage(failure)) => return Err(failure),
+                // Damage is for `verify` to report and a person to look at, never to erase.
+                Err(ReadError::Corrupt(_)) => {
+                    return Ok(Pruned::Skipped("its records do not read"));
+                }
+            }
+        };
+        let is_active = self
+            .active
+            .get(&run_key)
+            .map_err(storage("reading the active index"))?
+            .is_some();
+        let (Some(terminal), false, true) = (&state.terminal, is_active, state.is_closed()) else {
+            return Ok(Pruned::Skipped("it is not closed"));
+        };
+        let low = tables::record_key(run, 0);
+        let high = tables::record_key(run, u64::MAX);
+        let mut keys = Vec::new();
+        for entry in self
+            .records
+            .range::<&[u8; 24]>(&low..=&high)
+            .map_err(storage("reading records"))?
+        {
+            let (key, _) = entry.map_err(storage("reading records"))?;
+            keys.push(*key.value());
+        }
+        let mut created_global = 0;
+        let mut highest = 0;
+        let mut removed = 0u64;
+        for key in &keys {
+            if let Some(global) = self.take_global(key)? {
+                self.log
+                    .remove(global)
+                    .map_err(storage("pruning the log"))?;
+                if tables::split_record_key(key).1 == 1 {
+                    created_global = global;
+                }
+                highest = highest.max(global);
+                removed += 1;
+            }
+            self.records
+                .remove(key)
+                .map_err(storage("pruning records"))?;
+        }
+        self.runs
+            .remove(&run_key)
+            .map_err(storage("pruning the snapshot"))?;
+        self.terminal
+            .remove(&tables::terminal_key(terminal.at_ms, run))
+            .map_err(storage("pruning the terminal index"))?;
+        let tombstone = Tombstone {
+            format_version: FORMAT_VERSION,
+            run_id: run,
+            name: state.spec.name.clone(),
+            tool_call_id: state.tool_call_id.clone(),
+            session_id: state.session_id.clone(),
+            state: terminal.state,
+            exit_code: terminal.exit_code,
+            created_at_ms: state.created_at_ms,
+            ended_at_ms: terminal.at_ms,
+            pruned_at_ms: now_ms,
+            created_global,
+            records: keys.len() as u64,
+        };
+        let bytes = tombstone.encode();
+        self.pruned
+            .insert(&run_key, bytes.as_slice())
+            .map_err(storage("writing a tombstone"))?;
+        self.pruned_at
+            .insert(&tables::pruned_at_key(now_ms, run), ())
+            .map_err(storage("writing a tombstone"))?;
+        self.pruning
+            .insert(&run_key, bytes.as_slice())
+            .map_err(storage("writing a tombstone"))?;
+        let floor = self.meta_u64(tables::META_LOG_FLOOR)?.max(highest);
+        self.set_meta_u64(tables::META_LOG_FLOOR, floor)?;
+        let total = self.meta_u64(tables::META_PRUNED_RECORDS)? + removed;
+        self.set_meta_u64(tables::META_PRUNED_RECORDS, total)?;
+        Ok(Pruned::Done(tombstone))
+    }
+
+    /// Drops the oldest tombstones beyond [`MAX_TOMBSTONES`], and the aliases that still name
+    /// them.
+    fn bound_tombstones(&mut self) -> Result<(), StorageFailure> {
+        while self
+            .pruned_at
+            .len()
+            .map_err(storage("counting tombstones"))?
+            > MAX_TOMBSTONES
+        {
+            let oldest = self
+                .pruned_at
+                .pop_first()
+                .map_err(storage("dropping a tombstone"))?
+                .map(|(key, _)| *key.value());
+            let Some(key) = oldest else { break };
+            let (_, run) = tables::split_terminal_key(&key);
+            let tombstone = self
+                .pruned
+                .remove(&run.to_bytes())
+                .map_err(storage("dropping a tombstone"))?
+                .and_then(|bytes| Tombstone::decode(bytes.value()).ok());
+            let Some(tombstone) = tombstone else { continue };
+            let aliases = [
+                tombstone
+                    .tool_call_id
+                    .as_deref()
+                    .map(tables::tool_call_alias),
+                tombstone.name.as_deref().map(tables::name_alias),
+            ];
+            for alias in aliases.into_iter().flatten() {
+                let names_it = self
+                    .aliases
+                    .get(alias.as_str())
+                    .map_err(storage("reading an alias"))?
+                    .is_some_and(|found| *found.value() == run.to_bytes());
+                if names_it {
+                    self.aliases
+                        .remove(alias.as_str())
+                        .map_err(storage("dropping an alias"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// In one write transaction: forgets the `pruning` entries of `finished` (their files are
+/// gone), prunes each of `runs` (see the module's invariants), and bounds the tombstones.
+pub(crate) fn prune_in(
+    txn: &WriteTransaction,
+    runs: &[RunId],
+    finished: &[RunId],
+    now_ms: UnixMs,
+) -> Result<Vec<(RunId, Pruned)>, StorageFailure> {
+    let mut tables = PruneTables::open(txn)?;
+    for run in finished {
+        tables
+            .pruning
+            .remove(&run.to_bytes())
+            .map_err(storage("finishing a prune"))?;
+    }
+    if !runs.is_empty() {
+        tables.index_globals_once()?;
+    }
+    let mut outcomes = Vec::with_capacity(runs.len());
+    for &run in runs {
+        outcomes.push((run, tables.prune_one(run, now_ms)?));
+    }
+    tables.bound_tombstones()?;
+    Ok(outcomes)
+}
