@@ -386,6 +386,17 @@ pub fn prune_all(
         if is_done {
             // The last pass's view of what is kept is the one that holds.
             total.kept = report.kept;
+            if !options.dry_run && !total.chosen.is_empty() {
+                // The runs pruned last are listed until a pass saw their files gone: one more,
+                // pruning nothing, leaves nothing listed.
+                let finishing = PassOptions {
+                    limit: 0,
+                    ..options.clone()
+                };
+                let last = pass(store, &finishing)?;
+                total.finished += last.finished;
+                total.errors.extend(last.errors);
+            }
             return Ok(total);
         }
         progress(total.chosen.len());

@@ -1,0 +1,527 @@
+//! Retention with the real binaries: `runjournal retention` sets the policy, `runjournal prune`
+//! and every reconcile pass apply it. Each bound at its boundaries; what is never pruned (an
+//! active run, an unshipped run, an unconsumed result); prunes SIGKILLed at random moments; a
+//! prune on a full disk; what `status`, `wait` and `list --all` say of a pruned run.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rand::{RngExt, SeedableRng};
+use runjournal::event::HostIds;
+use runjournal::store::StoreOptions;
+use runjournal::{Home, RunId, Store};
+use serde_json::Value;
+
+use crate::common::{TestHome, run_id_of};
+use crate::support::lifecycle::{chain_lifecycle, chain_spec};
+
+/// Launches a run of `step` and returns its id once the run is closed (its runner seen gone).
+fn run_to_end(home: &TestHome, step: &str) -> RunId {
+    let output = home
+        .cmd()
+        .args(["run", "--json", "--step", step])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let _ = home.cmd().args(["wait", &run.to_string()]).output();
+    wait_closed(home, run);
+    run
+}
+
+/// Reconciles until the run is closed: its runner's end is recorded by its parent or by a pass.
+fn wait_closed(home: &TestHome, run: RunId) {
+    for _ in 0..600 {
+        let journal = home.journal();
+        let closed = journal
+            .view()
+            .expect("a view")
+            .snapshot(run)
+            .expect("the run reads")
+            .is_some_and(|state| state.is_closed());
+        drop(journal);
+        if closed {
+            return;
+        }
+        let _ = home.cmd().arg("reconcile").output();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("run {run} was never closed");
+}
+
+/// Deletes the run's result file, as a host does once it delivered it.
+fn consume_result(home: &TestHome, run: RunId) {
+    let path = home.file(&format!("results/{run}.json"));
+    std::fs::remove_file(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+}
+
+fn prune_json(home: &TestHome, args: &[&str]) -> Value {
+    let output = home
+        .cmd()
+        .args(["prune", "--json"])
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&output).expect("prune --json prints JSON")
+}
+
+fn pruned_ids(report: &Value) -> BTreeSet<RunId> {
+    report["runs"]
+        .as_array()
+        .expect("runs is an array")
+        .iter()
+        .map(|run| {
+            run["runId"]
+                .as_str()
+                .expect("a run id")
+                .parse()
+                .expect("a run id")
+        })
+        .collect()
+}
+
+fn set_policy(home: &TestHome, args: &[&str]) {
+    home.cmd().arg("retention").args(args).assert().success();
+}
+
+/// Whether the journal holds the run (not pruned).
+fn is_in_journal(home: &TestHome, run: RunId) -> bool {
+    home.journal()
+        .view()
+        .expect("a view")
+        .snapshot(run)
+        .expect("the run reads")
+        .is_some()
+}
+
+/// Checks that a pruned run is wholly gone but its tombstone, and a kept one wholly there.
+fn assert_whole(home: &TestHome, run: RunId) {
+    let journal = home.journal();
+    let view = journal.view().expect("a view");
+    assert_whole_in(&view, run);
+}
+
+fn assert_whole_in(view: &runjournal::journal::View, run: RunId) {
+    let records = view.records(run).expect("records read");
+    let snapshot = view.snapshot(run).expect("the run reads");
+    let tombstone = view.tombstone(run).expect("the tombstone reads");
+    match (snapshot, tombstone) {
+        (Some(state), None) => {
+            assert_eq!(records.len() as u64, state.head_seq, "run {run} is whole");
+        }
+        (None, Some(tombstone)) => {
+            assert!(records.is_empty(), "pruned run {run} kept records");
+            assert_eq!(tombstone.run_id, run);
+        }
+        (snapshot, tombstone) => panic!(
+            "run {run} is half there: snapshot {:?}, tombstone {tombstone:?}",
+            snapshot.map(|state| state.status)
+        ),
+    }
+}
+
+/// What `journal-tools inspect verify` checks (the library's `verify`, with the home's
+/// projections): nothing inconsistent or damaged.
+fn verify_clean(home: &TestHome) {
+    let journal = home.journal();
+    let view = journal.view().expect("a view");
+    let home = Home::in_layout(home.path(), runjournal::home::Layout::Runjournal);
+    crate::support::check_journal(&view, Some(&home));
+}
+
+#[test]
+fn the_count_bound_prunes_the_oldest_ended_runs_beyond_it_and_no_more() {
+    let home = TestHome::new();
+    let runs: Vec<RunId> = (0..5).map(|_| run_to_end(&home, "true")).collect();
+    for &run in &runs {
+        consume_result(&home, run);
+    }
+    // At the bound: nothing to prune.
+    set_policy(&home, &["--keep-runs", "5"]);
+    assert!(pruned_ids(&prune_json(&home, &[])).is_empty());
+    // One below it: exactly the oldest goes; then two more.
+    set_policy(&home, &["--keep-runs", "4"]);
+    assert_eq!(
+        pruned_ids(&prune_json(&home, &[])),
+        BTreeSet::from([runs[0]])
+    );
+    let report = prune_json(&home, &["--keep-runs", "2"]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from([runs[1], runs[2]]));
+    for &run in &runs {
+        assert_whole(&home, run);
+    }
+    for &run in &runs[..3] {
+        assert!(!is_in_journal(&home, run));
+        assert!(
+            !home.file(&format!("runs/{run}")).exists(),
+            "{run}'s directory is gone"
+        );
+    }
+    for &run in &runs[3..] {
+        assert!(is_in_journal(&home, run));
+        assert!(home.file(&format!("runs/{run}")).exists());
+    }
+    // The policy set is still 4: a reconcile pass (status, list) prunes nothing more.
+    home.cmd().arg("list").assert().success();
+    assert!(is_in_journal(&home, runs[3]));
+    // keep-runs 0 takes every ended run.
+    let report = prune_json(&home, &["--keep-runs", "0"]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from([runs[3], runs[4]]));
+    verify_clean(&home);
+}
+
+#[test]
+fn status_wait_and_list_say_how_a_pruned_run_ended_and_wait_exits_as_it_did() {
+    let home = TestHome::new();
+    let failed = {
+        let output = home
+            .cmd()
+            .args(["run", "--json", "--name", "doomed", "--step", "exit 3"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        run_id_of(&output)
+    };
+    let _ = home.cmd().args(["wait", &failed.to_string()]).output();
+    wait_closed(&home, failed);
+    consume_result(&home, failed);
+    let report = prune_json(&home, &["--keep-runs", "0"]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from([failed]));
+
+    // By id, by a prefix and by its name.
+    let id = failed.to_string();
+    for text in [id.as_str(), &id[..10], "doomed"] {
+        let output = home.cmd().args(["status", text]).assert().success();
+        let stdout = String::from_utf8_lossy(&output.get_output().stdout).into_owned();
+        assert!(
+            stdout.contains("was pruned on") && stdout.contains("ended failed (exit 3)"),
+            "{stdout}"
+        );
+    }
+    let json: Value = serde_json::from_slice(
+        &home
+            .cmd()
+            .args(["status", "--json", &id])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .expect("status --json prints JSON");
+    assert_eq!(json["pruned"], Value::Bool(true));
+    assert_eq!(json["state"], "failed");
+    assert_eq!(json["exitCode"], 3);
+    // wait exits as the run did.
+    home.cmd().args(["wait", &id]).assert().code(3);
+    // list shows it with --all only.
+    let list = home.cmd().arg("list").assert().success();
+    assert!(!String::from_utf8_lossy(&list.get_output().stdout).contains(&id));
+    let list = home.cmd().args(["list", "--all"]).assert().success();
+    let stdout = String::from_utf8_lossy(&list.get_output().stdout).into_owned();
+    assert!(
+        stdout.contains(&id) && stdout.contains("failed (pruned"),
+        "{stdout}"
+    );
+    // A command that would act on it says what is left of it, and writes nothing.
+    let output = home.cmd().args(["dismiss", &id]).assert().code(2);
+    assert!(String::from_utf8_lossy(&output.get_output().stderr).contains("was pruned on"));
+    verify_clean(&home);
+}
+
+#[test]
+fn the_age_bound_takes_runs_ended_longer_ago_and_unconsumed_results_only_past_it() {
+    let home = TestHome::new();
+    let old_consumed = run_to_end(&home, "true");
+    let old_unconsumed = run_to_end(&home, "true");
+    consume_result(&home, old_consumed);
+    // Both ended over a second ago from here on.
+    std::thread::sleep(Duration::from_millis(1500));
+    let young = run_to_end(&home, "true");
+    consume_result(&home, young);
+    // An hour: nothing is that old.
+    assert!(pruned_ids(&prune_json(&home, &["--older-than", "1h"])).is_empty());
+    // Space pressure (the whole file system wanted free) takes consumed runs of any age, but an
+    // unconsumed result only past its age: with no age bound, never.
+    set_policy(&home, &["--keep-for", "off", "--keep-free", "100%"]);
+    let report = prune_json(&home, &[]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from([old_consumed, young]));
+    assert!(
+        report["kept"]
+            .as_array()
+            .expect("kept is an array")
+            .iter()
+            .any(|kept| kept["runId"] == old_unconsumed.to_string()
+                && kept["why"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("not consumed"))),
+        "{report}"
+    );
+    // Past the age bound, the unconsumed result goes too, and the report says so.
+    set_policy(&home, &["--keep-free", "off"]);
+    let report = prune_json(&home, &["--older-than", "1s"]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from([old_unconsumed]));
+    assert_eq!(report["runs"][0]["unconsumedResult"], Value::Bool(true));
+    assert!(
+        !home
+            .file(&format!("results/{old_unconsumed}.json"))
+            .exists()
+    );
+    verify_clean(&home);
+}
+
+#[test]
+fn the_size_bound_prunes_until_the_home_fits_and_a_roomy_one_prunes_nothing() {
+    let home = TestHome::new();
+    let runs: Vec<RunId> = (0..3).map(|_| run_to_end(&home, "seq 1 2000")).collect();
+    for &run in &runs {
+        consume_result(&home, run);
+    }
+    set_policy(
+        &home,
+        &[
+            "--keep-for",
+            "off",
+            "--keep-free",
+            "off",
+            "--max-size",
+            "1T",
+        ],
+    );
+    assert!(pruned_ids(&prune_json(&home, &["--dry-run"])).is_empty());
+    // The home can never be one byte: every ended run goes (a dry run first, which prunes
+    // nothing and names the bytes).
+    set_policy(&home, &["--max-size", "1"]);
+    let dry = prune_json(&home, &["--dry-run"]);
+    assert_eq!(pruned_ids(&dry), runs.iter().copied().collect());
+    assert!(
+        dry["bytes"].as_u64().is_some_and(|bytes| bytes > 0),
+        "{dry}"
+    );
+    assert!(runs.iter().all(|&run| is_in_journal(&home, run)));
+    let report = prune_json(&home, &[]);
+    assert_eq!(pruned_ids(&report), runs.iter().copied().collect());
+    verify_clean(&home);
+}
+
+#[test]
+fn the_policy_is_kept_in_the_journal_and_off_turns_a_bound_off() {
+    let home = TestHome::new();
+    let shown = |home: &TestHome| -> Value {
+        serde_json::from_slice(
+            &home
+                .cmd()
+                .args(["retention", "--json"])
+                .assert()
+                .success()
+                .get_output()
+                .stdout,
+        )
+        .expect("retention --json prints JSON")
+    };
+    let defaults = shown(&home);
+    assert_eq!(defaults["isDefault"], Value::Bool(true));
+    assert_eq!(defaults["keepForMs"], 30 * 24 * 3600 * 1000u64);
+    assert_eq!(defaults["keepFreePercent"], 10);
+    set_policy(
+        &home,
+        &[
+            "--keep-for",
+            "off",
+            "--keep-runs",
+            "7",
+            "--max-size",
+            "2G",
+            "--keep-free",
+            "5G",
+        ],
+    );
+    let set = shown(&home);
+    assert_eq!(set["isDefault"], Value::Bool(false));
+    assert_eq!(set["keepForMs"], Value::Null);
+    assert_eq!(set["keepRuns"], 7);
+    assert_eq!(set["maxSizeBytes"], 2u64 << 30);
+    assert_eq!(set["keepFreeBytes"], 5u64 << 30);
+    // Bad values are bad input, and change nothing.
+    for args in [
+        &["--keep-runs", "many"][..],
+        &["--keep-free", "120%"],
+        &["--max-size", "1.5G"],
+        &["--keep-for", "0s"],
+    ] {
+        home.cmd().arg("retention").args(args).assert().code(2);
+    }
+    assert_eq!(shown(&home), set);
+}
+
+#[test]
+fn an_active_run_is_never_pruned_whatever_the_bounds() {
+    let home = TestHome::new();
+    let ended = run_to_end(&home, "true");
+    consume_result(&home, ended);
+    let output = home
+        .cmd()
+        .args(["run", "--json", "--step", "sleep 60"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let active = run_id_of(&output);
+    set_policy(
+        &home,
+        &["--keep-runs", "0", "--keep-free", "100%", "--max-size", "1"],
+    );
+    let report = prune_json(&home, &["--older-than", "1ms"]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from([ended]));
+    assert!(is_in_journal(&home, active));
+    home.cmd()
+        .args(["stop", &active.to_string()])
+        .assert()
+        .success();
+    let _ = home.cmd().args(["wait", &active.to_string()]).output();
+}
+
+#[test]
+fn pruned_runs_leave_the_journal_from_growing_and_compact_shrinks_it_only_alone() {
+    let home = TestHome::new();
+    set_policy(&home, &["--keep-runs", "0"]);
+    let journal = home.file("journal.redb");
+    let mut sizes = Vec::new();
+    for round in 0..3 {
+        for _ in 0..8 {
+            let run = run_to_end(&home, "seq 1 500");
+            consume_result(&home, run);
+        }
+        prune_json(&home, &[]);
+        sizes.push(std::fs::metadata(&journal).expect("the journal").len());
+        eprintln!("round {round}: journal {} bytes", sizes[round]);
+    }
+    // Pages the pruned runs freed are reused: later rounds do not grow the file past the
+    // first round's size by more than redb's growth step.
+    assert!(sizes[2] <= sizes[0] * 2, "the journal grew: {sizes:?}");
+    // Compaction while another handle holds the journal open is refused.
+    let holder = home.journal();
+    let refused = runjournal::journal::compact::compact(&journal);
+    assert!(
+        matches!(
+            refused,
+            Err(runjournal::journal::compact::CompactError::InUse { .. })
+        ),
+        "{refused:?}"
+    );
+    drop(holder);
+    let compacted = runjournal::journal::compact::compact(&journal).expect("compaction");
+    assert!(
+        compacted.bytes_after < compacted.bytes_before,
+        "compaction shrank nothing: {compacted:?}"
+    );
+    // The compacted journal is whole and still takes runs.
+    verify_clean(&home);
+    run_to_end(&home, "true");
+    verify_clean(&home);
+}
+
+/// Records `count` complete runs through the library, projected, their results consumed.
+fn record_ended_runs(home: &Home, count: usize) -> Vec<RunId> {
+    let store = Store::open_with(home.clone(), StoreOptions::default()).expect("the store opens");
+    let mut runs = Vec::new();
+    for index in 0..count {
+        let created = store
+            .create_run(chain_spec(2), HostIds::default())
+            .expect("the run is created");
+        for batch in chain_lifecycle(2, 4_000_000 + index as u32) {
+            store
+                .append(created.run, batch, runjournal::Condition::none())
+                .expect("the batch lands");
+        }
+        store.project(created.run).expect("the run is projected");
+        runs.push(created.run);
+    }
+    store.flush_projections(Duration::from_secs(10));
+    drop(store);
+    for &run in &runs {
+        std::fs::remove_file(home.result_path(run)).expect("the result is there to consume");
+    }
+    runs
+}
+
+#[test]
+fn prunes_killed_at_random_moments_leave_no_run_half_pruned_and_the_next_pass_finishes_them() {
+    let iterations: usize = std::env::var("RUNJOURNAL_PRUNE_KILLS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(100);
+    let seed: u64 = std::env::var("RUNJOURNAL_CRASH_SEED")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (RUNJOURNAL_CRASH_SEED={seed} replays the choices)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let test_home = TestHome::new();
+    let home = Home::in_layout(test_home.path(), runjournal::home::Layout::Runjournal);
+    set_policy(&test_home, &["--keep-runs", "0"]);
+    let mut all = Vec::new();
+    let mut killed_mid_prune = 0usize;
+    let mut cut_after_commit = 0usize;
+    let mut cut_amid_files = 0usize;
+    for _ in 0..iterations {
+        all.extend(record_ended_runs(&home, 6));
+        let mut child = Command::new(assert_cmd::cargo::cargo_bin!("runjournal"))
+            .env_remove("RUNJOURNAL_HOME")
+            .env_remove("RUNJOURNAL_LAYOUT")
+            .arg("--home")
+            .arg(test_home.path())
+            .arg("prune")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prune starts");
+        std::thread::sleep(Duration::from_micros(rng.random_range(0..60_000)));
+        let _ = child.kill();
+        let status = child.wait().expect("prune is reaped");
+        killed_mid_prune += usize::from(status.code().is_none());
+        let journal = test_home.journal();
+        let view = journal.view().expect("a view");
+        for &run in &all {
+            assert_whole_in(&view, run);
+        }
+        // Killed after a prune's transaction, before its pass saw the files gone.
+        let pending = view.pruning().expect("pruning reads");
+        cut_after_commit += usize::from(status.code().is_none() && !pending.is_empty());
+        cut_amid_files += usize::from(
+            pending
+                .iter()
+                .any(|tombstone| home.run_dir(tombstone.run_id).exists()),
+        );
+    }
+    // One more pass finishes every prune cut short: no file of a pruned run is left.
+    prune_json(&test_home, &[]);
+    let journal = test_home.journal();
+    let view = journal.view().expect("a view");
+    assert!(view.pruning().expect("pruning reads").is_empty());
+    for &run in &all {
+        assert!(
+            view.snapshot(run).expect("reads").is_none(),
+            "{run} was never pruned"
+        );
+        assert!(!home.run_dir(run).exists(), "{run}'s directory was left");
+    }
+    drop(view);
+    drop(journal);
+    verify_clean(&test_home);
+    eprintln!(
+        "{killed_mid_prune} of {iterations} prunes killed before they ended; {cut_after_commit} after their prune transaction, {cut_amid_files} with a pruned run's files still there"
+    );
+    assert!(
+        killed_mid_prune >= iterations / 4 && cut_after_commit >= iterations / 20,
+        "too few kills landed inside a prune: {killed_mid_prune} killed, {cut_after_commit} after the transaction, of {iterations}"
+    );
+}
