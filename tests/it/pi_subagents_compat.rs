@@ -266,6 +266,18 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     .expect("write the provider");
 
     let mut expected: BTreeMap<String, &str> = BTreeMap::new();
+    // Two runs that end first and whose results the host consumes: pruned below, they must be
+    // gone for pi-subagents' readers, and nothing else of the root changed by it.
+    let to_prune: Vec<String> = (0..2)
+        .map(|_| launch(&root, &["--", "sh", "-c", "echo soon-pruned"]).0)
+        .collect();
+    for run in &to_prune {
+        wait(&root, run);
+        let result = root
+            .join("async-subagent-results")
+            .join(format!("{run}.json"));
+        std::fs::remove_file(&result).expect("the host consumes the result");
+    }
     let (single, _) = launch(&root, &["--", "sh", "-c", "echo the-answer-is-42"]);
     expected.insert(single.clone(), "complete");
     let (chain, _) = launch(
@@ -351,6 +363,30 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     // Our reconciler closes the killed runner's run, and makes sure every projection is
     // written before pi-subagents looks.
     runjournal(&root).arg("reconcile").assert().success();
+    // Every ended run is past the count bound, but only those whose results were consumed may
+    // go before their age.
+    let pruned = runjournal(&root)
+        .args(["prune", "--keep-runs", "0", "--json"])
+        .assert()
+        .success();
+    let pruned: serde_json::Value =
+        serde_json::from_slice(&pruned.get_output().stdout).expect("prune --json prints JSON");
+    let mut pruned_ids: Vec<String> = pruned["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|run| run["runId"].as_str().expect("a run id").to_string())
+        .collect();
+    pruned_ids.sort();
+    let mut wanted = to_prune.clone();
+    wanted.sort();
+    assert_eq!(pruned_ids, wanted, "{pruned}");
+    for run in &to_prune {
+        assert!(
+            !root.join("async-subagent-runs").join(run).exists(),
+            "{run}'s directory is gone"
+        );
+    }
 
     // The running run's last record is older than the stale bound given to pi-subagents:
     // only its heartbeat keeps its `lastUpdate` young enough.

@@ -525,3 +525,157 @@ fn prunes_killed_at_random_moments_leave_no_run_half_pruned_and_the_next_pass_fi
         "too few kills landed inside a prune: {killed_mid_prune} killed, {cut_after_commit} after the transaction, of {iterations}"
     );
 }
+
+#[test]
+fn a_run_not_yet_shipped_is_kept_until_the_shipper_has_it() {
+    let Some(cluster) = crate::support::pg_cluster::PgCluster::start("retention_unshipped") else {
+        return;
+    };
+    let home = TestHome::new();
+    let url = cluster.url();
+    let ship_once = |home: &TestHome| {
+        home.cmd()
+            .env_remove("RUNJOURNAL_SHIP_URL")
+            .env_remove("PGPASSWORD")
+            .env("PGPASSFILE", home.file("no-password-file"))
+            .args(["ship", "--once", "--to", &url])
+            .assert()
+            .success();
+    };
+    let shipped: Vec<RunId> = (0..2).map(|_| run_to_end(&home, "true")).collect();
+    ship_once(&home);
+    let unshipped = run_to_end(&home, "true");
+    for &run in shipped.iter().chain([&unshipped]) {
+        consume_result(&home, run);
+    }
+    let report = prune_json(&home, &["--keep-runs", "0"]);
+    assert_eq!(pruned_ids(&report), shipped.iter().copied().collect());
+    assert!(
+        report["kept"]
+            .as_array()
+            .expect("kept")
+            .iter()
+            .any(|kept| kept["runId"] == unshipped.to_string()
+                && kept["why"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("not shipped"))),
+        "{report}"
+    );
+    assert!(is_in_journal(&home, unshipped));
+    // Once shipped, it goes; the server holds every record of all three exactly once.
+    ship_once(&home);
+    let report = prune_json(&home, &["--keep-runs", "0"]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from([unshipped]));
+    let head = home
+        .journal()
+        .view()
+        .expect("a view")
+        .global_head()
+        .expect("the head reads");
+    let mut client = cluster.client();
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT global_seq), max(global_seq) FROM runjournal_records",
+            &[],
+        )
+        .expect("the server answers");
+    let (count, distinct, max): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((count, distinct), (max, max), "each record once");
+    assert!(
+        u64::try_from(max).expect("a positive seq") <= head,
+        "the server holds {max}, the journal's head is {head}"
+    );
+    verify_clean(&home);
+}
+
+#[test]
+fn a_prune_on_a_full_disk_waits_for_room_and_completes() {
+    if !crate::full_disk::can_mount("a_prune_on_a_full_disk_waits_for_room_and_completes") {
+        return;
+    }
+    let fs = crate::full_disk::SmallFs::tmpfs("24M");
+    let root = fs.path().join("home");
+    let cmd = || {
+        let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
+        command
+            .env_remove("RUNJOURNAL_HOME")
+            .env_remove("RUNJOURNAL_LAYOUT")
+            .env("RUNJOURNAL_RESERVE_BYTES", "0")
+            .arg("--home")
+            .arg(&root)
+            .timeout(Duration::from_secs(120));
+        command
+    };
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let output = cmd()
+            .args(["run", "--json", "--step", "seq 1 20000"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let run = run_id_of(&output);
+        let _ = cmd().args(["wait", &run.to_string()]).output();
+        runs.push(run);
+    }
+    for _ in 0..600 {
+        let _ = cmd().arg("reconcile").output();
+        let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
+        let view = journal.view().expect("a view");
+        let all_closed = runs.iter().all(|&run| {
+            view.snapshot(run)
+                .expect("reads")
+                .is_some_and(|state| state.is_closed())
+        });
+        if all_closed {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for &run in &runs {
+        std::fs::remove_file(root.join(format!("results/{run}.json"))).expect("consumed");
+    }
+    // Fill the file system to the last byte.
+    let filler = fs.path().join("filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).expect("the filler");
+        let block = vec![7u8; 64 * 1024];
+        while file.write_all(&block).is_ok() {}
+        while file.write_all(&[7u8]).is_ok() {}
+        let _ = file.sync_all();
+    }
+    let mut prune = Command::new(assert_cmd::cargo::cargo_bin!("runjournal"))
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .env("RUNJOURNAL_RESERVE_BYTES", "0")
+        .arg("--home")
+        .arg(&root)
+        .args(["prune", "--keep-runs", "0", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prune starts");
+    // Whether it could write or had to wait, room comes back after a while.
+    std::thread::sleep(Duration::from_millis(1500));
+    let waited = prune.try_wait().expect("prune is there").is_none();
+    std::fs::remove_file(&filler).expect("the filler goes");
+    let output = prune.wait_with_output().expect("prune ends");
+    assert!(output.status.success(), "{output:?}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(pruned_ids(&report), runs.iter().copied().collect());
+    eprintln!(
+        "the prune {} for room",
+        if waited { "waited" } else { "did not wait" }
+    );
+    let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
+    let view = journal.view().expect("a view");
+    for &run in &runs {
+        assert_whole_in(&view, run);
+        assert!(view.snapshot(run).expect("reads").is_none());
+        assert!(!root.join(format!("runs/{run}")).exists());
+    }
+    let home = Home::in_layout(&root, runjournal::home::Layout::Runjournal);
+    crate::support::check_journal(&view, Some(&home));
+}
