@@ -1,13 +1,15 @@
 //! Shrinking a journal file: redb reuses the pages that pruning frees, but never gives them back
 //! to the file system by itself. Compaction needs the file alone: it opens it exclusively (the
 //! single-writer mode), which fails while any other process has it open, and then nobody can
-//! open it until compaction is over.
+//! open it until compaction is over. The file is opened as every journal under a home is: no
+//! link followed, a private regular file of this user.
 
 use std::path::Path;
 
 use redb::Database;
 
 use super::error::StorageFailure;
+use crate::durable_fs;
 
 /// What a compaction did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +48,27 @@ pub fn compact(path: &Path) -> Result<Compacted, CompactError> {
                 source,
             })
     };
+    // The rules of every open under a home: no link followed, a regular file of this user that
+    // nobody else can write, opened by us and handed to redb as a backend.
+    super::open::check_journal_file(path).map_err(|error| CompactError::Failed {
+        path: shown.clone(),
+        reason: error.to_string(),
+    })?;
+    let file = durable_fs::open_existing_read_write(path).map_err(|source| CompactError::Io {
+        path: shown.clone(),
+        source,
+    })?;
     let bytes_before = size(path)?;
+    if bytes_before == 0 {
+        return Err(CompactError::Failed {
+            path: shown,
+            reason: "the file is empty: not a journal".to_string(),
+        });
+    }
     // The exclusive mode: the open fails while a multi-writer handle is open anywhere.
-    let mut db = match Database::builder().open(path) {
+    let opened = redb::backends::FileBackend::new(file)
+        .and_then(|backend| Database::builder().create_with_backend(backend));
+    let mut db = match opened {
         Ok(db) => db,
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
             return Err(CompactError::InUse { path: shown });
