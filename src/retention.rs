@@ -21,7 +21,7 @@ use crate::event::{RunId, UnixMs, now_ms};
 use crate::home::{Home, Layout};
 use crate::journal::prune::{KeepFree, Pruned, Retention, Tombstone};
 use crate::journal::{AppendError, ReadError, View};
-use crate::platform::space::{Space, space_of};
+use crate::platform::space::{Space, room_of, space_of};
 use crate::state::RunState;
 use crate::store::Store;
 
@@ -88,7 +88,7 @@ pub struct PassReport {
     pub finished: usize,
     /// Files that could not be removed (a later pass tries again).
     pub errors: Vec<String>,
-    /// The home's file system, when a space bound asked.
+    /// The home's file system as one `statvfs` saw it, when a space bound asked.
     pub space: Option<Space>,
     /// Bytes still to free for the space bounds after this pass (0: none).
     pub bytes_short: u64,
@@ -242,7 +242,7 @@ fn shipped_through(home: &Home) -> Option<u64> {
 pub fn pressure(home: &Home, policy: &Retention) -> (u64, Option<Space>) {
     let mut short = 0u64;
     let mut space = None;
-    if let (Some(keep_free), Ok(found)) = (policy.keep_free, space_of(home.root())) {
+    if let (Some(keep_free), Ok(found)) = (policy.keep_free, room_of(home.root())) {
         let floor = keep_free.bytes_of(found.total_bytes);
         short = short.max(floor.saturating_sub(found.available_bytes));
         space = Some(found);
@@ -351,6 +351,7 @@ pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassErro
         return Ok(report);
     }
     let outcomes = store.journal().prune(&runs, &finished, now_ms())?;
+    stop_here_if_asked();
     let mut pruned = Vec::new();
     for (run, outcome) in outcomes {
         match outcome {
@@ -364,6 +365,25 @@ pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassErro
     report.chosen.retain(|chosen| pruned.contains(&chosen.run));
     Ok(report)
 }
+
+/// The environment variable of a test hook of debug builds: while a file exists at the path it
+/// names, a pass that has just committed its prune removes it and stops this whole process
+/// (SIGSTOP) before it removes any file of the runs it pruned, so that a test can kill it
+/// exactly there.
+pub const STOP_AFTER_PRUNE_ENV: &str = "RUNJOURNAL_TEST_STOP_AFTER_PRUNE";
+
+#[cfg(debug_assertions)]
+fn stop_here_if_asked() {
+    let Some(path) = std::env::var_os(STOP_AFTER_PRUNE_ENV) else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn stop_here_if_asked() {}
 
 /// Passes until one prunes fewer runs than it may, calling `progress` with the runs pruned so
 /// far after each pass that is followed by another.
@@ -401,6 +421,72 @@ pub fn prune_all(
         }
         progress(total.chosen.len());
     }
+}
+
+/// What `status` and `list` say of the home's room, beside their other notices: a line when
+/// its file system has less free than the policy keeps free, and, while journal writers wait
+/// on a full disk, what pruning could free. Nothing when all is well or nothing can be read
+/// (a report: a command does not fail for it).
+pub fn space_notices(store: &Store) -> Vec<String> {
+    let home = store.home();
+    let Ok(view) = store.journal().view() else {
+        return Vec::new();
+    };
+    let Ok(policy) = view.retention() else {
+        return Vec::new();
+    };
+    drop(view);
+    let mut lines = Vec::new();
+    if let (Some(keep_free), Ok(room)) = (policy.keep_free, room_of(home.root()))
+        && room.available_bytes < keep_free.bytes_of(room.total_bytes)
+        && let Ok(space) = space_of(home.root())
+    {
+        let floor = keep_free.bytes_of(space.total_bytes);
+        lines.push(crate::text::escape_control(&format!(
+            "disk: {} free of {} at {}, under the {} the retention policy keeps free; each reconcile pass prunes the oldest ended runs (runjournal prune --dry-run lists them)",
+            crate::text::format_bytes(space.available_bytes),
+            crate::text::format_bytes(space.total_bytes),
+            space.mount_point.display(),
+            crate::text::format_bytes(floor),
+        )).into_owned());
+    }
+    let is_full = crate::capacity::read_status(home).is_ok_and(|status| {
+        !status
+            .blocked_by(crate::capacity::BlockCause::Capacity)
+            .is_empty()
+    });
+    if is_full && let Ok(report) = could_free(store, &policy) {
+        lines.push(could_free_line(&report));
+    }
+    lines
+}
+
+/// What a pass that took every ended run it may take would prune (a dry run): the home's
+/// policy with the count bound at zero. Results the host has not consumed stay, as they do
+/// under space pressure, until their age.
+pub fn could_free(store: &Store, policy: &Retention) -> Result<PassReport, PassError> {
+    let options = PassOptions {
+        limit: SCAN_LIMIT,
+        dry_run: true,
+        policy: Some(Retention {
+            keep_runs: Some(0),
+            ..*policy
+        }),
+    };
+    pass(store, &options)
+}
+
+/// The full-disk notice's word on pruning, from [`could_free`]'s report.
+pub fn could_free_line(report: &PassReport) -> String {
+    let bytes: u64 = report.chosen.iter().map(|chosen| chosen.bytes).sum();
+    if report.chosen.is_empty() {
+        return "disk: pruning could free nothing now: no ended run may go (runs still active, results not consumed, records not shipped)".to_string();
+    }
+    format!(
+        "disk: pruning could free {} ({} ended run(s)): runjournal prune --keep-runs 0",
+        crate::text::format_bytes(bytes),
+        report.chosen.len()
+    )
 }
 
 /// Why a bound's text does not parse.

@@ -1,6 +1,8 @@
-//! How much room the file system holding a path has: through `sysinfo`'s list of disks (the
-//! mount whose mount point is the longest prefix of the path), and through `statvfs` for a file
-//! system that list leaves out (FUSE, say).
+//! How much room the file system holding a path has. [`space_of`], for what is shown: through
+//! `sysinfo`'s list of disks (the mount whose mount point is the longest prefix of the path,
+//! which names it), and through `statvfs` for a file system that list leaves out (FUSE, say).
+//! [`room_of`], for what is decided at every retention pass: one `statvfs` of the path, whose
+//! cost does not grow with the host's mounts (listing them costs a `statvfs` of each).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,12 @@ pub fn space_of(path: &Path) -> io::Result<Space> {
     statvfs_space(&path)
 }
 
+/// The size and free space of the file system that holds `path` (which must exist), from one
+/// `statvfs`; `mount_point` is `path` itself.
+pub fn room_of(path: &Path) -> io::Result<Space> {
+    statvfs_space(path)
+}
+
 fn statvfs_space(path: &Path) -> io::Result<Space> {
     let stat = nix::sys::statvfs::statvfs(path).map_err(io::Error::from)?;
     let block = stat.fragment_size() as u64;
@@ -67,5 +75,8 @@ mod tests {
                 .expect("it exists")
                 .starts_with(&space.mount_point)
         );
+        // Both ways see the same file system.
+        let room = room_of(dir.path()).expect("statvfs answers");
+        assert_eq!(room.total_bytes, space.total_bytes);
     }
 }

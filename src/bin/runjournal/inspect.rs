@@ -36,6 +36,25 @@ fn read_state(store: &Store, run: RunId) -> Result<RunState, Failure> {
         .ok_or_else(|| bad_input(format!("run {run} is not in the journal")))
 }
 
+/// The run's tombstone when this command's own retention pass (or another process's) pruned it
+/// after it was named: an ended run may go at any pass.
+fn pruned_since(store: &Store, run: RunId) -> Result<Option<Tombstone>, Failure> {
+    let view = store.journal().view().context("reading the journal")?;
+    if view.snapshot(run).context("reading the run")?.is_some() {
+        return Ok(None);
+    }
+    Ok(view.tombstone(run).context("reading the run")?)
+}
+
+/// `wait` of a pruned run: it ended long ago, so the wait is over, with the run's own exit code.
+fn wait_pruned(tombstone: &Tombstone) -> CliResult {
+    print_line(&show::pruned_line(tombstone))?;
+    let code = tombstone.exit_code.rem_euclid(256);
+    Ok(ExitCode::from(
+        u8::try_from(code).unwrap_or(crate::EXIT_ERROR),
+    ))
+}
+
 /// `runjournal status RUN [--json]`.
 pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     check_run_text(text)?;
@@ -45,7 +64,10 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         Named::Pruned(tombstone) => return pruned_status(&tombstone, json),
     };
     reconcile_before_reading(&store);
-    let state = read_state(&store, run)?;
+    let state = match pruned_since(&store, run)? {
+        Some(tombstone) => return pruned_status(&tombstone, json),
+        None => read_state(&store, run)?,
+    };
     let home = store.home();
     let shipping_lag = {
         let view = store.journal().view().context("reading the journal")?;
@@ -124,6 +146,7 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     text.push('\n');
     let notices = show::capacity_notice(home, runjournal::event::now_ms())
         .into_iter()
+        .chain(runjournal::retention::space_notices(&store))
         .chain(shipping_lag.map(|lag| lag.line()));
     for notice in notices {
         text.push_str(&notice);
@@ -226,6 +249,7 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     pruned.sort_by_key(|tombstone| std::cmp::Reverse(tombstone.run_id));
     let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
         .into_iter()
+        .chain(runjournal::retention::space_notices(&store))
         .chain(show::shipping_lag(store.home(), &view).map(|lag| lag.line()))
         .collect();
     drop(view);
@@ -348,16 +372,12 @@ pub fn wait(home: Home, text: &str, timeout: Option<Duration>) -> CliResult {
     let store = open_store(home)?;
     let run = match resolve_named(&store, text)? {
         Named::Run(run) => run,
-        // It ended long ago: the wait is over, with the run's own exit code.
-        Named::Pruned(tombstone) => {
-            print_line(&show::pruned_line(&tombstone))?;
-            let code = tombstone.exit_code.rem_euclid(256);
-            return Ok(ExitCode::from(
-                u8::try_from(code).unwrap_or(crate::EXIT_ERROR),
-            ));
-        }
+        Named::Pruned(tombstone) => return wait_pruned(&tombstone),
     };
     reconcile_before_reading(&store);
+    if let Some(tombstone) = pruned_since(&store, run)? {
+        return wait_pruned(&tombstone);
+    }
     let deadline = timeout.map(|timeout| Instant::now() + timeout);
     let waited = launch::wait_for_end(&store, run, deadline).context("following the run")?;
     if let Some(reconciled) = &waited.reconciled {
