@@ -453,12 +453,30 @@ fn record_ended_runs(home: &Home, count: usize) -> Vec<RunId> {
     runs
 }
 
+/// `/proc/<pid>/stat`'s state letter.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Where a prune is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KillPoint {
+    /// At a random moment of its life (of about twice an unkilled prune's time).
+    Random,
+    /// Stopped inside a write transaction of its own, then killed.
+    InCommit,
+    /// Stopped right after its prune's transaction committed, before any of the pruned runs'
+    /// files went, then killed.
+    AfterPrune,
+}
+
 #[test]
 fn prunes_killed_at_random_moments_leave_no_run_half_pruned_and_the_next_pass_finishes_them() {
     let iterations: usize = std::env::var("RUNJOURNAL_PRUNE_KILLS")
         .ok()
         .and_then(|text| text.parse().ok())
-        .unwrap_or(100);
+        .unwrap_or(102);
     let seed: u64 = std::env::var("RUNJOURNAL_CRASH_SEED")
         .ok()
         .and_then(|text| text.parse().ok())
@@ -468,26 +486,68 @@ fn prunes_killed_at_random_moments_leave_no_run_half_pruned_and_the_next_pass_fi
     let test_home = TestHome::new();
     let home = Home::in_layout(test_home.path(), runjournal::home::Layout::Runjournal);
     set_policy(&test_home, &["--keep-runs", "0"]);
-    let mut all = Vec::new();
-    let mut killed_mid_prune = 0usize;
-    let mut cut_after_commit = 0usize;
-    let mut cut_amid_files = 0usize;
-    for _ in 0..iterations {
-        all.extend(record_ended_runs(&home, 6));
-        let mut child = Command::new(assert_cmd::cargo::cargo_bin!("runjournal"))
+    let hook = test_home.file("stop-hook");
+    let prune = |env: Option<&str>| {
+        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("runjournal"));
+        command
             .env_remove("RUNJOURNAL_HOME")
             .env_remove("RUNJOURNAL_LAYOUT")
             .arg("--home")
             .arg(test_home.path())
             .arg("prune")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prune starts");
-        std::thread::sleep(Duration::from_micros(rng.random_range(0..60_000)));
+            .stderr(Stdio::null());
+        if let Some(env) = env {
+            std::fs::write(&hook, b"").expect("the hook's file");
+            command.env(env, &hook);
+        }
+        command.spawn().expect("prune starts")
+    };
+    // How long a whole prune of six runs takes on this machine now: random kills fall within
+    // about twice that, however loaded the machine is.
+    let mut all = record_ended_runs(&home, 6);
+    let started = std::time::Instant::now();
+    let status = prune(None).wait().expect("prune ends");
+    assert!(status.success(), "{status:?}");
+    let whole = started.elapsed().as_micros().max(1000) as u64;
+    let mut killed = [0usize; 3];
+    let mut cut_after_commit = 0usize;
+    let mut cut_amid_files = 0usize;
+    for iteration in 0..iterations {
+        all.extend(record_ended_runs(&home, 6));
+        let point = [
+            KillPoint::Random,
+            KillPoint::InCommit,
+            KillPoint::AfterPrune,
+        ][iteration % 3];
+        let mut child = match point {
+            KillPoint::Random => prune(None),
+            KillPoint::InCommit => prune(Some("RUNJOURNAL_TEST_STOP_IN_COMMIT")),
+            KillPoint::AfterPrune => prune(Some(runjournal::retention::STOP_AFTER_PRUNE_ENV)),
+        };
+        match point {
+            KillPoint::Random => {
+                std::thread::sleep(Duration::from_micros(rng.random_range(0..2 * whole)));
+            }
+            KillPoint::InCommit | KillPoint::AfterPrune => {
+                // Until it stops at the hook (or, having nothing to stop for, ends).
+                let pid = child.id();
+                for _ in 0..6000 {
+                    if process_state(pid) == Some('T')
+                        || child.try_wait().expect("prune is there").is_some()
+                    {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
         let _ = child.kill();
         let status = child.wait().expect("prune is reaped");
-        killed_mid_prune += usize::from(status.code().is_none());
+        let _ = std::fs::remove_file(&hook);
+        if status.code().is_none() {
+            killed[point as usize] += 1;
+        }
         let journal = test_home.journal();
         let view = journal.view().expect("a view");
         for &run in &all {
@@ -518,11 +578,16 @@ fn prunes_killed_at_random_moments_leave_no_run_half_pruned_and_the_next_pass_fi
     drop(journal);
     verify_clean(&test_home);
     eprintln!(
-        "{killed_mid_prune} of {iterations} prunes killed before they ended; {cut_after_commit} after their prune transaction, {cut_amid_files} with a pruned run's files still there"
+        "of {iterations} prunes, killed: {} at random moments (within {whole} µs x 2), {} inside a commit, {} after their prune's commit; {cut_after_commit} left runs pruned but not finished, {cut_amid_files} with a pruned run's files still there",
+        killed[0], killed[1], killed[2]
     );
+    // Every stop at a hook is a kill there: each prune had runs to prune.
+    let per_point = iterations / 3;
+    assert_eq!(killed[1], per_point, "kills inside a commit");
+    assert_eq!(killed[2], per_point, "kills after the prune's commit");
     assert!(
-        killed_mid_prune >= iterations / 4 && cut_after_commit >= iterations / 20,
-        "too few kills landed inside a prune: {killed_mid_prune} killed, {cut_after_commit} after the transaction, of {iterations}"
+        cut_amid_files >= per_point,
+        "a kill after the prune's commit leaves its runs' files for the next pass: {cut_amid_files}"
     );
 }
 
@@ -678,4 +743,130 @@ fn a_prune_on_a_full_disk_waits_for_room_and_completes() {
     }
     let home = Home::in_layout(&root, runjournal::home::Layout::Runjournal);
     crate::support::check_journal(&view, Some(&home));
+}
+
+#[test]
+fn the_free_space_floor_prunes_the_oldest_first_and_status_and_list_warn_under_it() {
+    let name = "the_free_space_floor_prunes_the_oldest_first_and_status_and_list_warn_under_it";
+    if !crate::full_disk::can_mount(name) {
+        return;
+    }
+    let fs = crate::full_disk::SmallFs::tmpfs("24M");
+    let root = fs.path().join("home");
+    let cmd = || {
+        let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
+        command
+            .env_remove("RUNJOURNAL_HOME")
+            .env_remove("RUNJOURNAL_LAYOUT")
+            .env("RUNJOURNAL_RESERVE_BYTES", "0")
+            .arg("--home")
+            .arg(&root)
+            .timeout(Duration::from_secs(120));
+        command
+    };
+    // Four ended runs of about 100 KiB of output each.
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let output = cmd()
+            .args(["run", "--json", "--wait", "--step", "seq 1 20000"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        runs.push(run_id_of(&output));
+    }
+    for _ in 0..600 {
+        cmd().arg("reconcile").assert().success();
+        let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
+        let view = journal.view().expect("a view");
+        let all_closed = runs.iter().all(|&run| {
+            view.snapshot(run)
+                .expect("reads")
+                .is_some_and(|state| state.is_closed())
+        });
+        if all_closed {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The last one's result is never consumed: with the age bound off, it stays.
+    let unconsumed = runs.pop().expect("four runs");
+    for &run in &runs {
+        std::fs::remove_file(root.join(format!("results/{run}.json"))).expect("consumed");
+    }
+    cmd()
+        .args(["retention", "--keep-for", "off", "--keep-runs", "off"])
+        .args(["--max-size", "off", "--keep-free", "off"])
+        .assert()
+        .success();
+    // Leave exactly 1 MiB free: fill the file system, then give back 1 MiB of the filler.
+    let filler = fs.path().join("filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).expect("the filler");
+        let block = vec![7u8; 64 * 1024];
+        while file.write_all(&block).is_ok() {}
+        let length = file.metadata().expect("the filler's size").len();
+        file.set_len(length.saturating_sub(1 << 20))
+            .expect("the filler shrinks");
+        file.sync_all().expect("the filler syncs");
+    }
+    // A floor 40 KiB above what is free: the oldest run alone (over 100 KiB) makes up for it.
+    cmd()
+        .args(["retention", "--keep-free", &format!("{}K", 1024 + 40)])
+        .assert()
+        .success();
+    let dry = cmd()
+        .args(["prune", "--dry-run", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let dry: Value = serde_json::from_slice(&dry).expect("JSON");
+    assert_eq!(pruned_ids(&dry), BTreeSet::from([runs[0]]), "{dry}");
+    assert_eq!(dry["runs"][0]["why"], "space pressure", "{dry}");
+    // A floor no pruning can reach: every ended run goes, and both commands say the disk is
+    // under it (after their own passes pruned what they could).
+    cmd()
+        .args(["retention", "--keep-free", "90%"])
+        .assert()
+        .success();
+    let listed = cmd().arg("list").assert().success().get_output().clone();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("the retention policy keeps free"),
+        "list says nothing of the floor:\n{listed}"
+    );
+    let status = cmd()
+        .args(["status", &unconsumed.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains("the retention policy keeps free"),
+        "status says nothing of the floor:\n{status}"
+    );
+    let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
+    let view = journal.view().expect("a view");
+    for &run in &runs {
+        assert_whole_in(&view, run);
+        assert!(
+            view.snapshot(run).expect("reads").is_none(),
+            "{run} is pruned by the passes of list and status"
+        );
+    }
+    assert!(view.snapshot(unconsumed).expect("reads").is_some());
+    // Room again: nothing to say.
+    drop(view);
+    drop(journal);
+    std::fs::remove_file(&filler).expect("the filler goes");
+    let listed = cmd().arg("list").assert().success().get_output().clone();
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains("keeps free"),
+        "{listed:?}"
+    );
 }
