@@ -19,6 +19,7 @@ mod felt;
 mod fixture;
 mod processes;
 mod report;
+mod retention;
 
 use std::cell::{OnceCell, RefCell};
 use std::hint::black_box;
@@ -78,7 +79,8 @@ fn main() {
     let is_report = std::env::args().any(|arg| arg == "--report");
     let is_smoke = is_report && std::env::args().any(|arg| arg == "--smoke");
     // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
-    // what users feel (`felt.rs`) are the groups `chatty`, `launch` and `projected`.
+    // what users feel (`felt.rs`) are the groups `chatty`, `launch` and `projected`; a home under a
+    // retention policy (`retention.rs`) is the group `retention`.
     let report_groups: Vec<String> = std::env::args()
         .skip_while(|arg| arg != "--report")
         .skip(1)
@@ -204,6 +206,20 @@ fn main() {
         eprintln!("reconcile and list...");
         measured.run_rounds("reconcile", reconcile_ways(&small, &large), budget(500));
         measured.run_rounds("list", list_ways(&small, &large), budget(500));
+    }
+    if is_reported("retention") {
+        eprintln!("a home under a retention policy...");
+        let sizes = if is_smoke {
+            retention::Sizes::SMOKE
+        } else {
+            retention::Sizes::REPORT
+        };
+        facts.retention = Some(retention::measure(
+            scratch.path(),
+            sizes,
+            &mut measured,
+            budget(500),
+        ));
     }
     if is_reported("transition") {
         eprintln!("latency percentiles and disk operations per commit...");

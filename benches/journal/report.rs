@@ -76,6 +76,8 @@ pub struct Facts {
     pub projected_appenders: usize,
     /// CPU of every process per transition, per workload of the `processes` group.
     pub process_cpu: Vec<(String, f64)>,
+    /// The steady-size workload of the `retention` group.
+    pub retention: Option<crate::retention::Steady>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -395,7 +397,7 @@ fn render_processes(
 }
 
 /// A ratio with its spread over the rounds.
-fn ratio_cell(ratio: Option<(f64, f64, f64)>, invert: bool) -> String {
+pub fn ratio_cell(ratio: Option<(f64, f64, f64)>, invert: bool) -> String {
     match ratio {
         None => "?".to_string(),
         Some((mid, low, high)) if invert => {
@@ -405,7 +407,7 @@ fn ratio_cell(ratio: Option<(f64, f64, f64)>, invert: bool) -> String {
     }
 }
 
-fn time(ns: f64) -> String {
+pub fn time(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.2} s", ns / 1e9)
     } else if ns >= 1e6 {
@@ -427,22 +429,22 @@ fn rate(per_second: f64) -> String {
     }
 }
 
-fn verdict(is_met: bool) -> &'static str {
+pub fn verdict(is_met: bool) -> &'static str {
     if is_met { "**met**" } else { "**missed**" }
 }
 
-struct Table {
-    text: String,
+pub struct Table {
+    pub text: String,
 }
 
 impl Table {
-    fn new(headers: &[&str]) -> Table {
+    pub fn new(headers: &[&str]) -> Table {
         let mut text = format!("| {} |\n", headers.join(" | "));
         let _ = writeln!(text, "|{}", "---|".repeat(headers.len()));
         Table { text }
     }
 
-    fn row(&mut self, cells: &[String]) {
+    pub fn row(&mut self, cells: &[String]) {
         let _ = writeln!(self.text, "| {} |", cells.join(" | "));
     }
 }
@@ -753,6 +755,10 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
         facts.projected_appenders,
         &mut verdicts,
     ));
+
+    if let Some(steady) = &facts.retention {
+        out.push_str(&crate::retention::render(measured, steady, &mut verdicts));
+    }
 
     let _ = writeln!(out, "\n**Targets**\n");
     for line in verdicts {
