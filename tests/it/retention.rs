@@ -870,3 +870,39 @@ fn the_free_space_floor_prunes_the_oldest_first_and_status_and_list_warn_under_i
         "{listed:?}"
     );
 }
+
+#[test]
+fn while_a_writer_waits_on_a_full_disk_list_and_status_say_what_pruning_could_free() {
+    use runjournal::capacity::{BlockCause, Blocked};
+    let test_home = TestHome::new();
+    let home = Home::in_layout(test_home.path(), runjournal::home::Layout::Runjournal);
+    // No bound that the passes of list and status would act on.
+    set_policy(&test_home, &["--keep-for", "off", "--keep-free", "off"]);
+    let runs = record_ended_runs(&home, 3);
+    let blocked = Blocked {
+        writer: runjournal::liveness::current().expect("this process has an identity"),
+        since_ms: runjournal::event::now_ms(),
+        cause: BlockCause::Capacity,
+    };
+    runjournal::capacity::mark_blocked(&home, &blocked).expect("the marker is written");
+    let listed = test_home.cmd().arg("list").assert().success();
+    let listed = String::from_utf8_lossy(&listed.get_output().stdout).into_owned();
+    assert!(listed.contains("blocked on a full disk"), "{listed}");
+    assert!(
+        listed.contains("pruning could free") && listed.contains("(3 ended run(s))"),
+        "{listed}"
+    );
+    let status = test_home
+        .cmd()
+        .args(["status", &runs[0].to_string()])
+        .assert()
+        .success();
+    let status = String::from_utf8_lossy(&status.get_output().stdout).into_owned();
+    assert!(status.contains("pruning could free"), "{status}");
+    // Saying so prunes nothing.
+    assert!(runs.iter().all(|&run| is_in_journal(&test_home, run)));
+    runjournal::capacity::clear_blocked(&home, &blocked).expect("the marker goes");
+    let listed = test_home.cmd().arg("list").assert().success();
+    let listed = String::from_utf8_lossy(&listed.get_output().stdout).into_owned();
+    assert!(!listed.contains("pruning could free"), "{listed}");
+}
