@@ -85,6 +85,34 @@ pub enum Action {
     ObserveNeverStarted,
 }
 
+impl Action {
+    /// The action's name, as `runjournal reconcile --json` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Nothing => "nothing",
+            Action::FailRunnerDied => "fail-runner-died",
+            Action::FailHostRestarted => "fail-host-restarted",
+            Action::FailAfterObservedExit => "fail-after-observed-exit",
+            Action::FailNeverStarted => "fail-never-started",
+            Action::ObserveGone => "observe-gone",
+            Action::ObserveNeverStarted => "observe-never-started",
+        }
+    }
+
+    /// Whether the action fails a run that was not terminal (its runner gone, or never
+    /// started): a repair worth telling a reader. Recording that an ended run's runner is gone
+    /// closes the run as its runner's parent would have: routine.
+    pub fn is_repair(self) -> bool {
+        match self {
+            Action::FailRunnerDied
+            | Action::FailHostRestarted
+            | Action::FailAfterObservedExit
+            | Action::FailNeverStarted => true,
+            Action::Nothing | Action::ObserveGone | Action::ObserveNeverStarted => false,
+        }
+    }
+}
+
 /// One row of the decision table.
 #[derive(Debug)]
 pub struct Row {
@@ -243,6 +271,13 @@ pub struct Outcome {
     pub reprojected: bool,
     /// What went wrong, if anything; the run is left for the next pass.
     pub error: Option<String>,
+}
+
+impl Outcome {
+    /// The pass repaired the run: it recorded a stale run failed ([`Action::is_repair`]).
+    pub fn is_repair(&self) -> bool {
+        !self.appended.is_empty() && self.action.is_repair()
+    }
 }
 
 /// A whole pass.

@@ -1,4 +1,5 @@
-//! Which run a person means: the one resolver of both binaries (and of hosts). A run is named
+//! Which run a person means: the one resolver of both binaries (and of hosts), and which runs a
+//! listing shows ([`listed`]). A run is named
 //! by its full id, a unique prefix of it (8 characters or more, any case), its name (`--name`,
 //! a spec's `name`; the latest run of that name), or the host's tool-call id.
 //!
@@ -12,7 +13,68 @@
 //! * paths are built only from the [`RunId`] returned, never from the text.
 
 use crate::event::{MAX_TEXT_BYTES, RunId, RunIdError};
-use crate::journal::{ResolveError, View, name_alias, tool_call_alias};
+use crate::journal::prune::Tombstone;
+use crate::journal::{ReadError, ResolveError, View, name_alias, tool_call_alias};
+use crate::state::{RunState, RunStatus};
+
+/// How many recently ended runs a listing shows besides the active ones, without `all`.
+pub const RECENT_TERMINAL_LIMIT: usize = 50;
+
+/// Which runs a listing (`runjournal list`) shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListOptions {
+    /// Every run, dismissed ones and pruned ones (by their tombstones) too; else the active
+    /// runs and the [`RECENT_TERMINAL_LIMIT`] most recently ended, dismissed ones left out.
+    pub all: bool,
+    /// Only runs in this state.
+    pub state: Option<RunStatus>,
+}
+
+/// The runs of a listing, newest first (ids sort by creation time).
+#[derive(Debug, Clone, Default)]
+pub struct Listed {
+    pub runs: Vec<RunState>,
+    /// With `all`, the pruned runs whose tombstones are kept.
+    pub pruned: Vec<Tombstone>,
+}
+
+/// Chooses a listing's runs: without `all`, from the active index and the most recently ended,
+/// never every run.
+pub fn listed(view: &View, options: ListOptions) -> Result<Listed, ReadError> {
+    let ids: Vec<RunId> = if options.all {
+        view.all_runs()?
+    } else {
+        let mut ids = view.active_runs()?;
+        ids.extend(
+            view.recent_terminal(RECENT_TERMINAL_LIMIT)?
+                .into_iter()
+                .map(|(_, run)| run),
+        );
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    };
+    let is_wanted = |status: RunStatus| options.state.is_none_or(|wanted| status == wanted);
+    let mut runs = Vec::with_capacity(ids.len());
+    for run in ids {
+        let Some(state) = view.snapshot(run)? else {
+            continue;
+        };
+        if (!options.all && state.dismissed_at_ms.is_some()) || !is_wanted(state.status) {
+            continue;
+        }
+        runs.push(state);
+    }
+    runs.sort_by_key(|state| std::cmp::Reverse(state.run_id));
+    let mut pruned = if options.all {
+        view.tombstones()?
+    } else {
+        Vec::new()
+    };
+    pruned.retain(|tombstone| is_wanted(RunStatus::from(tombstone.state)));
+    pruned.sort_by_key(|tombstone| std::cmp::Reverse(tombstone.run_id));
+    Ok(Listed { runs, pruned })
+}
 
 /// Checks `text` before anything is looked up with it (see the module's invariants).
 pub fn check_text(text: &str) -> Result<(), ResolveError> {

@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::capacity::{BlockCause, CapacityStatus};
+use crate::capacity::BlockCause;
 use crate::duration::{format_duration_ms, format_time_ms, format_time_s};
 use crate::event::RunId;
 use crate::event::{Event, Mode, Record, RunSpec, StepEnd, UnixMs};
@@ -958,30 +958,6 @@ pub fn time_or_dash(ms: Option<UnixMs>) -> String {
     ms.map_or_else(|| "-".to_string(), format_time_s)
 }
 
-/// The blocked writers as JSON (`status --json`, `journal-tools inspect stats --json`):
-/// `[{"pid", "sinceMs", "cause": "capacity" | "io", "errno"}]`, `errno` only for `io`.
-pub fn blocked_writers_json(status: &CapacityStatus) -> Value {
-    Value::Array(
-        status
-            .blocked
-            .iter()
-            .map(|blocked| {
-                let mut object = serde_json::json!({
-                    "pid": blocked.writer.pid,
-                    "sinceMs": blocked.since_ms,
-                    "cause": blocked.cause.as_str(),
-                });
-                if let (BlockCause::Io { errno }, Some(object)) =
-                    (blocked.cause, object.as_object_mut())
-                {
-                    object.insert("errno".to_string(), errno.into());
-                }
-                object
-            })
-            .collect(),
-    )
-}
-
 /// What to say about a blocked journal, from the home's capacity state (read from disk): a
 /// line when journal writers are blocked waiting for space, one when they are retrying
 /// through storage errors, or one when the space reserve has been released. `None` when all
@@ -1048,6 +1024,63 @@ pub fn shipping_text(state: Option<&ShipState>, lag: Option<&Lag>, global_head: 
         ))
         .into_owned(),
     }
+}
+
+/// One line of `runjournal reconcile` for what a pass decided for a run: its row, what it
+/// recorded or why nothing, and the reason, note or error; escaped (the reason quotes
+/// runner.log).
+pub fn outcome_line(outcome: &crate::reconcile::Outcome) -> String {
+    let mut line = format!("{}  {}", outcome.run, outcome.row);
+    if !outcome.appended.is_empty() {
+        let _ = write!(line, "  recorded {}", outcome.appended.join(" + "));
+    } else if outcome.action != crate::reconcile::Action::Nothing {
+        line.push_str("  (someone else acted first)");
+    }
+    if outcome.reprojected && outcome.appended.is_empty() {
+        line.push_str("  projection rebuilt");
+    }
+    if let Some(reason) = &outcome.reason {
+        let _ = write!(line, "  reason: {reason}");
+    }
+    if let Some(note) = &outcome.note {
+        let _ = write!(line, "  note: {note}");
+    }
+    if let Some(error) = &outcome.error {
+        let _ = write!(line, "  error: {error}");
+    }
+    escape_control(&line).into_owned()
+}
+
+/// Most run ids [`repairs_line`] names.
+const REPAIRS_NAMED: usize = 3;
+
+/// The one line that tells a reader what a pass repaired ([`crate::reconcile::Outcome::is_repair`]);
+/// `None` when it repaired nothing.
+pub fn repairs_line(report: &crate::reconcile::Report) -> Option<String> {
+    let repaired: Vec<String> = report
+        .outcomes
+        .iter()
+        .filter(|outcome| outcome.is_repair())
+        .map(|outcome| outcome.run.to_string())
+        .collect();
+    let count = repaired.len();
+    if count == 0 {
+        return None;
+    }
+    let mut named = repaired
+        .iter()
+        .take(REPAIRS_NAMED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if count > REPAIRS_NAMED {
+        let _ = write!(named, " and {} more", count - REPAIRS_NAMED);
+    }
+    let runs = if count == 1 { "run" } else { "runs" };
+    Some(format!(
+        "repaired {count} stale {runs} whose runner was gone, recorded failed: {named}; \
+         `runjournal reconcile` repairs and reports run by run"
+    ))
 }
 
 /// What is left to say of a pruned run: `run X was pruned on T; it ended complete (exit 0) at

@@ -52,7 +52,7 @@ const HANDLES: usize = 16;
 const REPLAY_RUNS: usize = 1_000;
 const REPLAY_RECORDS: usize = 6 * REPLAY_RUNS;
 /// How many terminal runs `runjournal list` shows besides the active ones.
-const LIST_RECENT_TERMINAL: usize = 50;
+const LIST_RECENT_TERMINAL: usize = runjournal::resolve::RECENT_TERMINAL_LIMIT;
 
 /// Where cargo puts this package's build output, from the scratch directory it gives benches.
 fn target_dir() -> PathBuf {
@@ -567,20 +567,12 @@ fn list_ways<'a>(small: &'a BenchHome, large: &'a BenchHome) -> Vec<Way<'a>> {
 }
 
 /// What `runjournal list` reads without `--all`: the active runs and the most recently ended,
-/// each run's snapshot.
+/// each run's snapshot, chosen as the command chooses them.
 fn list_through_library(view: &View) -> usize {
-    let mut runs = view.active_runs().expect("the active runs");
-    runs.extend(
-        view.recent_terminal(LIST_RECENT_TERMINAL)
-            .expect("the ended runs")
-            .into_iter()
-            .map(|(_, run)| run),
-    );
-    runs.sort_unstable();
-    runs.dedup();
-    runs.iter()
-        .filter_map(|&run| view.snapshot(run).expect("a snapshot"))
-        .count()
+    runjournal::resolve::listed(view, runjournal::resolve::ListOptions::default())
+        .expect("the listing reads")
+        .runs
+        .len()
 }
 
 fn list_through_binary(home: &Path) {

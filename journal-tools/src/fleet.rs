@@ -5,13 +5,17 @@
 
 use anyhow::Context;
 use runjournal::duration::{format_time_s, parse_time};
+use runjournal::json::{
+    CompareSummary, EventsSummary, FleetEventDoc, FleetJournalDoc, FleetRunDoc, FleetSummary,
+    RecordDoc, RunSummary,
+};
 use runjournal::ship::fleet::{self, EventFilter, Fleet, FleetRun, RunFilter, ShippedRecord};
 use runjournal::ship::rows;
 use runjournal::ship::{ShipError, Target, journal_id_text};
 use runjournal::show::{self, Cell, LogEntry, Origin, RunRow, RunView, Tone, header, plural};
 use runjournal::source::JournalSource;
 use runjournal::state::RunStatus;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::inspect::print_problem;
 use crate::output::{Out, note};
@@ -76,26 +80,6 @@ fn origin_of(run: &FleetRun) -> Origin {
     }
 }
 
-fn run_json(run: &FleetRun, silent_since: Option<u64>) -> Value {
-    json!({
-        "host": run.host_name,
-        "journalId": run.journal_id,
-        "run": run.run_id.to_string(),
-        "name": run.name,
-        "state": run.state.as_str(),
-        "closed": run.is_closed,
-        "stale": run.is_stale,
-        "dismissed": run.is_dismissed,
-        "stepsDone": run.steps_done,
-        "stepsTotal": run.steps_total,
-        "createdAtMs": run.created_at_ms,
-        "endedAtMs": run.ended_at_ms,
-        "headSeq": run.head_seq,
-        "runnerPid": run.runner_pid,
-        "hostSilentSinceMs": silent_since,
-    })
-}
-
 pub fn runs(args: &FleetArgs, out: &mut Out, runs_args: &RunsArgs) -> anyhow::Result<Status> {
     let now_ms = runjournal::event::now_ms();
     let parse = |text: &Option<String>| {
@@ -116,9 +100,18 @@ pub fn runs(args: &FleetArgs, out: &mut Out, runs_args: &RunsArgs) -> anyhow::Re
     if out.is_json {
         for run in &runs {
             let silent = run.host_silent_since(server_now, args.silent_after_ms);
-            out.json("run", run_json(run, silent))?;
+            out.json("run", &FleetRunDoc::of(run, silent))?;
         }
-        out.json("summary", json!({"runs": runs.len(), "journals": journals}))?;
+        out.json(
+            "summary",
+            &FleetSummary {
+                server: None,
+                journals,
+                silent_journals: None,
+                runs: runs.len() as u64,
+                records: None,
+            },
+        )?;
         return Ok(Status::Fine);
     }
     if runs.is_empty() {
@@ -144,35 +137,22 @@ pub fn run(args: &FleetArgs, out: &mut Out, text: &str) -> anyhow::Result<Status
     let silent = found.host_silent_since(server_now, args.silent_after_ms);
     let (state, records) = fleet.run_state(&found)?;
     if out.is_json {
-        let mut object = run_json(&found, silent);
-        if let Value::Object(object) = &mut object {
-            object.insert("headSeq".to_string(), state.head_seq.into());
-            object.insert("state".to_string(), state.status.as_str().into());
-        }
-        out.json("run", object)?;
+        let mut document = FleetRunDoc::of(&found, silent);
+        document.head_seq = state.head_seq;
+        document.state = state.status.as_str();
+        out.json("run", &document)?;
         for record in &records {
-            out.json(
-                "record",
-                json!({
-                    "run": record.run_id.to_string(),
-                    "seq": record.seq,
-                    "timeMs": record.time_ms,
-                    "writer": record.writer.to_string(),
-                    "writerSeq": record.writer_seq,
-                    "event": record.event.name(),
-                    "fields": Value::Object(show::event_fields(&record.event)),
-                }),
-            )?;
+            out.json("record", &RecordDoc::of(None, record))?;
         }
         out.json(
             "summary",
-            json!({
-                "run": found.run_id.to_string(),
-                "host": found.host_name,
-                "journalId": found.journal_id,
-                "records": records.len(),
-                "headSeq": state.head_seq,
-            }),
+            &RunSummary {
+                run_id: found.run_id.to_string(),
+                host: Some(found.host_name.clone()),
+                journal_id: Some(found.journal_id.clone()),
+                records: records.len(),
+                head_seq: state.head_seq,
+            },
         )?;
         return Ok(Status::Fine);
     }
@@ -231,7 +211,13 @@ pub fn events(args: &FleetArgs, out: &mut Out, events_args: &EventsArgs) -> anyh
         }
     }
     if out.is_json {
-        out.json("summary", json!({"events": shown}))?;
+        out.json(
+            "summary",
+            &EventsSummary {
+                events: shown,
+                cursor: None,
+            },
+        )?;
     }
     Ok(Status::Fine)
 }
@@ -246,16 +232,16 @@ fn print_event(out: &mut Out, shipped: &ShippedRecord) -> anyhow::Result<()> {
         };
         out.json(
             "event",
-            json!({
-                "host": shipped.host_name,
-                "journalId": shipped.journal_id,
-                "globalSeq": row.global_seq,
-                "run": row.run_id,
-                "seq": row.seq,
-                "timeMs": row.time_ms,
-                "event": row.event_type,
-                "fields": fields,
-            }),
+            &FleetEventDoc {
+                host: shipped.host_name.clone(),
+                journal_id: shipped.journal_id.clone(),
+                global_seq: row.global_seq,
+                run_id: row.run_id.clone(),
+                seq: row.seq,
+                time_ms: row.time_ms,
+                event: row.event_type.clone(),
+                fields,
+            },
         )?;
         return Ok(());
     }
@@ -314,34 +300,40 @@ pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
                 .collect();
             out.json(
                 "journal",
-                json!({
-                    "host": journal.host_name,
-                    "journalId": journal.journal_id,
-                    "home": journal.home,
-                    "journalCreatedAtMs": journal.journal_created_at_ms,
-                    "runs": journal.runs,
-                    "runsOpen": journal.runs_open,
-                    "runsByState": states,
-                    "records": journal.records,
-                    "shippedThrough": journal.shipped_through,
-                    "shippedAtMs": journal.shipped_at_ms,
-                    "heartbeatAtMs": journal.heartbeat_at_ms,
-                    "silentSinceMs": silent,
-                }),
+                &FleetJournalDoc {
+                    host: journal.host_name.clone(),
+                    journal_id: journal.journal_id.clone(),
+                    home: journal.home.clone(),
+                    journal_created_at_ms: journal.journal_created_at_ms,
+                    runs: journal.runs,
+                    runs_open: journal.runs_open,
+                    runs_by_state: states,
+                    records: journal.records,
+                    shipped_through: journal.shipped_through,
+                    shipped_at_ms: journal.shipped_at_ms,
+                    heartbeat_at_ms: journal.heartbeat_at_ms,
+                    silent_since_ms: silent,
+                },
             )?;
         }
         out.json(
             "summary",
-            json!({
-                "server": fleet.target(),
-                "journals": journals.len(),
-                "silentJournals": journals
-                    .iter()
-                    .filter(|journal| journal.silent_since(server_now, args.silent_after_ms).is_some())
-                    .count(),
-                "runs": total_runs,
-                "records": total_records,
-            }),
+            &FleetSummary {
+                server: Some(fleet.target().to_string()),
+                journals: journals.len(),
+                silent_journals: Some(
+                    journals
+                        .iter()
+                        .filter(|journal| {
+                            journal
+                                .silent_since(server_now, args.silent_after_ms)
+                                .is_some()
+                        })
+                        .count(),
+                ),
+                runs: total_runs,
+                records: Some(total_records),
+            },
         )?;
         return Ok(Status::Fine);
     }
@@ -432,19 +424,19 @@ pub fn verify_against(source: &JournalSource, out: &mut Out, url: &str) -> anyho
     if out.is_json {
         out.json(
             "summary",
-            json!({
-                "journalId": journal_id,
-                "server": shown,
-                "registered": comparison.is_registered,
-                "shippedThrough": comparison.shipped_through,
-                "localHead": comparison.local_head,
-                "recordsCompared": comparison.records_compared,
-                "notYetShipped": comparison.not_yet_shipped,
-                "missing": comparison.missing.len(),
-                "extra": comparison.extra.len(),
-                "different": comparison.different.len(),
-                "ok": status == Status::Fine,
-            }),
+            &CompareSummary {
+                journal_id: journal_id.clone(),
+                server: shown.clone(),
+                registered: comparison.is_registered,
+                shipped_through: comparison.shipped_through,
+                local_head: comparison.local_head,
+                records_compared: comparison.records_compared,
+                not_yet_shipped: comparison.not_yet_shipped,
+                missing: comparison.missing.len(),
+                extra: comparison.extra.len(),
+                different: comparison.different.len(),
+                ok: status == Status::Fine,
+            },
         )?;
     } else {
         let found = show::counted(

@@ -4,16 +4,16 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use runjournal::capacity;
-use runjournal::duration::{format_time_s, parse_time};
-use runjournal::event::Record;
-use runjournal::ship::journal_id_text;
-use runjournal::ship::state as ship_state;
+use runjournal::duration::parse_time;
+use runjournal::json::{
+    EventsSummary, InspectedRunDoc, ProblemDoc, RecordDoc, RunDoc, RunSummary, RunsSummary,
+    StatsSummary, VerifySummary,
+};
 use runjournal::show::{self, Cell, LogEntry, RunRow, RunView, Tone, plural};
 use runjournal::source::JournalSource;
-use runjournal::state::{RunState, RunStatus};
+use runjournal::state::RunState;
+use runjournal::stats::Stats;
 use runjournal::verify::{self, Problem, Severity};
-use serde_json::{Value, json};
 
 use crate::output::{Out, note, shown_path};
 use crate::{EventsArgs, RunsArgs, Status, UsageError, resolve_run, view};
@@ -23,41 +23,6 @@ const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// Records read from the log per read.
 const LOG_PAGE: usize = 512;
-
-fn record_json(global: Option<u64>, record: &Record) -> Value {
-    let mut object = json!({
-        "run": record.run_id.to_string(),
-        "seq": record.seq,
-        "timeMs": record.time_ms,
-        "writer": record.writer.to_string(),
-        "writerSeq": record.writer_seq,
-        "event": record.event.name(),
-        "fields": Value::Object(show::event_fields(&record.event)),
-    });
-    if let (Some(global), Value::Object(object)) = (global, &mut object) {
-        object.insert("globalSeq".to_string(), global.into());
-    }
-    object
-}
-
-fn run_json(state: &RunState) -> Value {
-    let runner = show::look_at_runner(state);
-    json!({
-        "run": state.run_id.to_string(),
-        "name": state.spec.name,
-        "state": state.status.as_str(),
-        "closed": state.is_closed(),
-        "stale": state.is_stale(),
-        "dismissed": state.dismissed_at_ms.is_some(),
-        "stepsDone": state.steps_done(),
-        "stepsTotal": state.steps.len(),
-        "createdAtMs": state.created_at_ms,
-        "endedAtMs": state.ended_at_ms(),
-        "headSeq": state.head_seq,
-        "runnerPid": state.runner.as_ref().map(|runner| runner.identity.pid),
-        "runnerAlive": runner.map(show::RunnerSeen::as_str),
-    })
-}
 
 pub fn runs(source: &JournalSource, out: &mut Out, args: &RunsArgs) -> anyhow::Result<Status> {
     let now_ms = runjournal::event::now_ms();
@@ -100,7 +65,7 @@ pub fn runs(source: &JournalSource, out: &mut Out, args: &RunsArgs) -> anyhow::R
     }
     if out.is_json {
         for state in &matching {
-            out.json("run", run_json(state))?;
+            out.json("run", &RunDoc::of(state))?;
         }
     } else if matching.is_empty() {
         note(&format!("no runs match (the journal holds {total})"));
@@ -118,7 +83,11 @@ pub fn runs(source: &JournalSource, out: &mut Out, args: &RunsArgs) -> anyhow::R
     if out.is_json {
         out.json(
             "summary",
-            json!({"runs": matching.len(), "total": total, "damaged": damaged.len()}),
+            &RunsSummary {
+                runs: matching.len(),
+                total,
+                damaged: damaged.len(),
+            },
         )?;
     }
     Ok(if damaged.is_empty() {
@@ -155,24 +124,19 @@ pub fn run(source: &JournalSource, out: &mut Out, text: &str) -> anyhow::Result<
         (None, Err(error)) => return Err(error.into()),
     };
     if out.is_json {
-        let mut object = run_json(&state);
-        if let Value::Object(object) = &mut object {
-            object.insert(
-                "stateFolded".to_string(),
-                serde_json::to_value(&state).map_or(Value::Null, show::camel_case_keys),
-            );
-        }
-        out.json("run", object)?;
+        out.json("run", &InspectedRunDoc::of(&state))?;
         for record in &rederived.records {
-            out.json("record", record_json(None, record))?;
+            out.json("record", &RecordDoc::of(None, record))?;
         }
         out.json(
             "summary",
-            json!({
-                "run": run.to_string(),
-                "records": rederived.records.len(),
-                "headSeq": state.head_seq,
-            }),
+            &RunSummary {
+                run_id: run.to_string(),
+                host: None,
+                journal_id: None,
+                records: rederived.records.len(),
+                head_seq: state.head_seq,
+            },
         )?;
         return Ok(status);
     }
@@ -211,7 +175,7 @@ pub fn events(source: &JournalSource, out: &mut Out, args: &EventsArgs) -> anyho
                     continue;
                 }
                 if out.is_json {
-                    out.json("event", record_json(Some(global), &record))?;
+                    out.json("event", &RecordDoc::of(Some(global), &record))?;
                 } else {
                     out.line(&LogEntry::of(None, global, &record).line())?;
                 }
@@ -229,270 +193,44 @@ pub fn events(source: &JournalSource, out: &mut Out, args: &EventsArgs) -> anyho
         std::thread::sleep(FOLLOW_POLL);
     }
     if out.is_json {
-        out.json("summary", json!({"events": shown, "cursor": cursor}))?;
+        out.json(
+            "summary",
+            &EventsSummary {
+                events: shown,
+                cursor: Some(cursor),
+            },
+        )?;
     }
     Ok(Status::Fine)
 }
 
 pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
-    let view = view(source)?;
-    let meta = view.meta()?;
-    // In lifecycle order.
-    let mut by_state: Vec<(RunStatus, u64)> =
-        RunStatus::ALL.iter().map(|status| (*status, 0)).collect();
-    let mut damaged = Vec::new();
-    view.scan_snapshots(|_, snapshot| {
-        match snapshot {
-            Ok(state) => {
-                if let Some((_, count)) = by_state
-                    .iter_mut()
-                    .find(|(status, _)| *status == state.status)
-                {
-                    *count += 1;
-                }
-            }
-            Err(error) => damaged.push(error),
-        }
-        true
-    })
-    .context("reading the runs")?;
-    let runs: u64 = by_state.iter().map(|(_, count)| count).sum::<u64>() + damaged.len() as u64;
-    let active = view.active_runs()?.len();
-    let records = view.record_count()?;
-    let global_head = view.global_head()?;
-    let policy = view.retention()?;
-    let policy_is_set = view.retention_set()?.is_some();
-    let tombstones = view.tombstone_count()?;
-    let pruned_records = view.pruned_records()?;
-    let shipping = source.home().and_then(|home| {
-        ship_state::read(home).map(|state| {
-            // The lag is a report: when it cannot be read, there is no line rather than a
-            // failed command.
-            let lag = ship_state::lag(home, &view).ok().flatten();
-            (state, lag)
-        })
-    });
-    drop(view);
-    let journal_path = source.journal_path();
-    let file_bytes = std::fs::metadata(journal_path)
-        .with_context(|| format!("reading the size of {}", journal_path.display()))?
-        .len();
-    let capacity =
-        match source.home() {
-            Some(home) => Some(capacity::read_status(home).with_context(|| {
-                format!("reading the capacity state of {}", home.root().display())
-            })?),
-            None => None,
-        };
-    // What the home holds, and the room its file system has left.
-    let bytes = source.home().map(runjournal::retention::home_bytes);
-    let space = source
-        .home()
-        .and_then(|home| runjournal::platform::space::space_of(home.root()).ok());
-    let free_floor = match (policy.keep_free, &space) {
-        (Some(keep_free), Some(space)) => Some(keep_free.bytes_of(space.total_bytes)),
-        _ => None,
-    };
-    let journal_id = journal_id_text(&meta.journal_id);
-    for error in &damaged {
+    let stats = Stats::gather(source)?;
+    for error in &stats.damaged {
         note(&error.to_string());
     }
     if out.is_json {
-        let runs_by_state: serde_json::Map<String, Value> = by_state
-            .iter()
-            .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
-            .collect();
-        let blocked_pids: Option<Vec<u32>> = capacity.as_ref().map(|capacity| {
-            capacity
-                .blocked
-                .iter()
-                .map(|blocked| blocked.writer.pid)
-                .collect()
-        });
+        out.json("stats", &stats)?;
         out.json(
-            "stats",
-            json!({
-                "journal": journal_path.display().to_string(),
-                "formatVersion": meta.format_version,
-                "journalId": journal_id,
-                "createdAtMs": meta.created_at_ms,
-                "fileBytes": file_bytes,
-                "runs": runs,
-                "runsByState": runs_by_state,
-                "damagedSnapshots": damaged.len(),
-                "activeRuns": active,
-                "records": records,
-                "globalHead": global_head,
-                "hasReserve": capacity.as_ref().map(|capacity| capacity.has_reserve),
-                "blockedSinceMs": capacity.as_ref().and_then(|c| c.blocked_since_ms()),
-                "blockedPids": blocked_pids,
-                "blocked": capacity.as_ref().map(show::blocked_writers_json),
-                "retention": {
-                    "keepForMs": policy.keep_for_ms,
-                    "keepRuns": policy.keep_runs,
-                    "maxSizeBytes": policy.max_size_bytes,
-                    "keepFree": runjournal::retention::keep_free_text(policy.keep_free),
-                    "isDefault": !policy_is_set,
-                },
-                "prunedRuns": tombstones,
-                "prunedRecords": pruned_records,
-                "bytes": bytes.map(|bytes| json!({
-                    "journal": bytes.journal,
-                    "runs": bytes.runs,
-                    "results": bytes.results,
-                    "reserve": bytes.reserve,
-                })),
-                "fileSystem": space.as_ref().map(|space| json!({
-                    "mountPoint": space.mount_point.display().to_string(),
-                    "totalBytes": space.total_bytes,
-                    "availableBytes": space.available_bytes,
-                    "keepFreeBytes": free_floor,
-                })),
-                "shipping": shipping.as_ref().map(|(state, lag)| json!({
-                    "target": state.target,
-                    "shippedThrough": state.shipped_through,
-                    "recordsBehind": global_head.saturating_sub(state.shipped_through),
-                    "failingSinceMs": state.failing_since_ms,
-                    "lastError": state.last_error,
-                    "lag": lag.as_ref().map(|lag| lag.line()),
-                })),
-            }),
+            "summary",
+            &StatsSummary {
+                runs: stats.runs,
+                records: stats.records,
+            },
         )?;
-        out.json("summary", json!({"runs": runs, "records": records}))?;
     } else {
-        let states = by_state
-            .iter()
-            .map(|(status, count)| format!("{status} {count}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let (reserve, blocked) = match &capacity {
-            None => (
-                "unknown (no home: --journal without --home)".to_string(),
-                "unknown (no home)".to_string(),
-            ),
-            Some(capacity) => (
-                if capacity.has_reserve {
-                    "in place"
-                } else {
-                    "missing (released on a full disk, or never made)"
-                }
-                .to_string(),
-                if capacity.blocked.is_empty() {
-                    "no".to_string()
-                } else {
-                    capacity
-                        .blocked
-                        .iter()
-                        .map(|blocked| {
-                            format!(
-                                "pid {} on {} since {}",
-                                blocked.writer.pid,
-                                blocked.cause.describe(),
-                                format_time_s(blocked.since_ms)
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                },
-            ),
-        };
-        let rows: Vec<Vec<Cell>> = [
-            ("journal", journal_path.display().to_string()),
-            ("format", format!("version {}", meta.format_version)),
-            ("journal id", journal_id),
-            ("created", format_time_s(meta.created_at_ms)),
-            (
-                "file size",
-                format!("{file_bytes} bytes ({})", human_bytes(file_bytes)),
-            ),
-            ("runs", format!("{runs} ({states})")),
-            ("active runs", active.to_string()),
-            ("records", format!("{records} (global head {global_head})")),
-            ("reserve", reserve),
-            ("blocked", blocked),
-            (
-                "retention",
-                runjournal::retention::policy_lines(&policy)
-                    .into_iter()
-                    .map(|(bound, value)| format!("{bound} {value}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + if policy_is_set { "" } else { " (the defaults)" },
-            ),
-            (
-                "pruned",
-                format!("{tombstones} tombstone(s) kept; {pruned_records} record(s) pruned in all"),
-            ),
-            (
-                "home bytes",
-                bytes.map_or_else(
-                    || "unknown (no home)".to_string(),
-                    |bytes| {
-                        format!(
-                            "journal {}, run directories {}, results {}, reserve {}",
-                            human_bytes(bytes.journal),
-                            human_bytes(bytes.runs),
-                            human_bytes(bytes.results),
-                            human_bytes(bytes.reserve)
-                        )
-                    },
-                ),
-            ),
-            (
-                "file system",
-                space.as_ref().map_or_else(
-                    || "unknown".to_string(),
-                    |space| {
-                        let mut text = format!(
-                            "{} free of {} at {}",
-                            human_bytes(space.available_bytes),
-                            human_bytes(space.total_bytes),
-                            space.mount_point.display()
-                        );
-                        if let Some(floor) = free_floor {
-                            text.push_str(&format!(", {} kept free", human_bytes(floor)));
-                        }
-                        text
-                    },
-                ),
-            ),
-            (
-                "shipping",
-                show::shipping_text(
-                    shipping.as_ref().map(|(state, _)| state),
-                    shipping.as_ref().and_then(|(_, lag)| lag.as_ref()),
-                    global_head,
-                ),
-            ),
-        ]
-        .into_iter()
-        .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
-        .collect();
+        let rows: Vec<Vec<Cell>> = stats
+            .lines()
+            .into_iter()
+            .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
+            .collect();
         out.table(&rows, "")?;
     }
-    Ok(if damaged.is_empty() {
+    Ok(if stats.damaged.is_empty() {
         Status::Fine
     } else {
         Status::Damaged
     })
-}
-
-fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = "B";
-    for next in UNITS {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    if unit == "B" {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {unit}")
-    }
 }
 
 /// Prints one problem: a line of severity and message, then its file and changes indented.
@@ -507,7 +245,7 @@ pub fn print_problem(
         } else {
             "problem"
         };
-        out.json(kind, problem_json(problem, root))?;
+        out.json(kind, &problem_doc(problem, root))?;
         return Ok(());
     }
     let label = format!("{:<12}", problem.severity.as_str());
@@ -526,17 +264,8 @@ pub fn print_problem(
     Ok(())
 }
 
-pub fn problem_json(problem: &Problem, root: Option<&std::path::Path>) -> Value {
-    json!({
-        "severity": problem.severity.as_str(),
-        "kind": problem.kind.as_str(),
-        "run": problem.run.map(|run| run.to_string()),
-        "seq": problem.seq,
-        "fileKind": problem.file.as_ref().map(|(kind, _)| kind.as_str()),
-        "path": problem.file.as_ref().map(|(_, path)| shown_path(path, root)),
-        "message": problem.message,
-        "changes": problem.changes,
-    })
+pub fn problem_doc(problem: &Problem, root: Option<&std::path::Path>) -> ProblemDoc {
+    ProblemDoc::of(problem, |path| shown_path(path, root))
 }
 
 pub fn verify(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
@@ -560,20 +289,20 @@ pub fn verify(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
     ]
     .map(|severity| (severity, report.count(severity)));
     if out.is_json {
-        let mut summary = json!({
-            "runs": report.runs,
-            "records": report.records,
-            "files": report.files,
-            "projectionsChecked": source.home().is_some(),
-            "integrity": integrity,
-            "ok": Status::of_report(report) == Status::Fine,
-        });
-        if let Value::Object(summary) = &mut summary {
-            for (severity, count) in counts {
-                summary.insert(severity.as_str().to_string(), count.into());
-            }
-        }
-        out.json("summary", summary)?;
+        let count = |severity: Severity| report.count(severity);
+        let summary = VerifySummary {
+            runs: report.runs,
+            records: report.records,
+            files: report.files,
+            projections_checked: source.home().is_some(),
+            integrity,
+            ok: Status::of_report(report) == Status::Fine,
+            damaged: count(Severity::Damaged),
+            unchecked: count(Severity::Unchecked),
+            inconsistent: count(Severity::Inconsistent),
+            note: count(Severity::Note),
+        };
+        out.json("summary", &summary)?;
     } else {
         let files = if source.home().is_some() {
             plural(report.files, "projection file")

@@ -430,11 +430,11 @@ fn compact(path: &std::path::Path, out: &mut output::Out) -> anyhow::Result<Stat
     if out.is_json {
         out.json(
             "compacted",
-            serde_json::json!({
-                "journal": path.display().to_string(),
-                "bytesBefore": compacted.bytes_before,
-                "bytesAfter": compacted.bytes_after,
-            }),
+            &runjournal::json::CompactedDoc {
+                journal: path.display().to_string(),
+                bytes_before: compacted.bytes_before,
+                bytes_after: compacted.bytes_after,
+            },
         )?;
     } else {
         output::note(&format!(

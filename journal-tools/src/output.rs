@@ -39,11 +39,14 @@ impl Out {
         self.line(&show::escape_control(text))
     }
 
-    /// One JSON Lines object; `kind` becomes its `"type"`, put first.
-    pub fn json(&mut self, kind: &str, fields: serde_json::Value) -> io::Result<()> {
+    /// One JSON Lines object, a document of the library (`runjournal::json`); `kind` becomes
+    /// its `"type"`, put first.
+    pub fn json(&mut self, kind: &str, document: &impl serde::Serialize) -> io::Result<()> {
         let mut object = serde_json::Map::new();
         object.insert("type".to_string(), kind.into());
-        if let serde_json::Value::Object(fields) = fields {
+        if let serde_json::Value::Object(fields) =
+            serde_json::to_value(document).map_err(io::Error::other)?
+        {
             object.extend(fields);
         }
         serde_json::to_writer(&mut self.writer, &serde_json::Value::Object(object))

@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use runjournal::home::{Home, Layout};
+use runjournal::json::{RecoverSummary, RecoveredRunDoc, RunProblemDoc};
 use runjournal::recover::{self, RecoverError, Recovery};
 use runjournal::show::plural;
-use serde_json::json;
 
 use crate::output::{Out, shown_path};
 use crate::{RecoverArgs, Status, UsageError};
@@ -49,41 +49,59 @@ fn print(home: &Home, out: &mut Out, recovery: &Recovery) -> std::io::Result<()>
         for run in &recovery.runs {
             out.json(
                 "run",
-                json!({
-                    "runId": run.run.to_string(),
-                    "records": run.records,
-                    "state": run.status.as_str(),
-                    "closed": run.is_closed,
-                }),
+                &RecoveredRunDoc {
+                    run_id: run.run.to_string(),
+                    records: run.records,
+                    state: run.status.as_str(),
+                    closed: run.is_closed,
+                },
             )?;
         }
         for run in &recovery.unrecoverable {
             out.json(
                 "unrecoverable",
-                json!({"runId": run.run.to_string(), "reason": run.reason}),
+                &RunProblemDoc {
+                    run_id: run.run.to_string(),
+                    reason: Some(run.reason.clone()),
+                    error: None,
+                },
             )?;
         }
         for run in &recovery.results_without_runs {
-            out.json("resultWithoutRun", json!({"runId": run.to_string()}))?;
+            out.json(
+                "resultWithoutRun",
+                &RunProblemDoc {
+                    run_id: run.to_string(),
+                    reason: None,
+                    error: None,
+                },
+            )?;
         }
         for (run, error) in &recovery.projection_failures {
             out.json(
                 "projectionFailure",
-                json!({"runId": run.to_string(), "error": error}),
+                &RunProblemDoc {
+                    run_id: run.to_string(),
+                    reason: None,
+                    error: Some(error.clone()),
+                },
             )?;
         }
         return out.json(
             "summary",
-            json!({
-                "journal": recovery.journal.display().to_string(),
-                "found": recovery.found,
-                "movedAside": recovery.moved_aside.as_ref().map(|path| path.display().to_string()),
-                "runs": recovery.runs.len(),
-                "records": recovery.records,
-                "activeRuns": active,
-                "unrecoverable": recovery.unrecoverable.len(),
-                "resultsWithoutRuns": recovery.results_without_runs.len(),
-            }),
+            &RecoverSummary {
+                journal: recovery.journal.display().to_string(),
+                found: recovery.found.to_string(),
+                moved_aside: recovery
+                    .moved_aside
+                    .as_ref()
+                    .map(|path| path.display().to_string()),
+                runs: recovery.runs.len(),
+                records: recovery.records,
+                active_runs: active,
+                unrecoverable: recovery.unrecoverable.len(),
+                results_without_runs: recovery.results_without_runs.len(),
+            },
         );
     }
     out.line(&format!(

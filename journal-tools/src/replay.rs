@@ -4,12 +4,12 @@
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use runjournal::json::{ReplayFileDoc, ReplaySummary};
 use runjournal::replay::{
     FileAction, Replay, ReplayError, ReplayOptions, RunReplay, Selection, Totals,
 };
 use runjournal::show::plural;
 use runjournal::source::JournalSource;
-use serde_json::json;
 
 use crate::inspect::print_problem;
 use crate::output::{Out, shown_path};
@@ -110,13 +110,13 @@ fn print_run(
         if out.is_json {
             out.json(
                 "file",
-                json!({
-                    "run": replayed.run.to_string(),
-                    "kind": file.kind.as_str(),
-                    "path": path,
-                    "action": file.action.as_str(),
-                    "was": file.was.as_str(),
-                }),
+                &ReplayFileDoc {
+                    run_id: replayed.run.to_string(),
+                    kind: file.kind.as_str(),
+                    path,
+                    action: file.action.as_str(),
+                    was: file.was.as_str(),
+                },
             )?;
         } else if is_in_place {
             let why = if file.action == FileAction::LeftAbsent {
@@ -160,18 +160,18 @@ fn print_summary(
     if out.is_json {
         out.json(
             "summary",
-            json!({
-                "mode": if args.check { "check" } else { "write" },
-                "target": root,
-                "inPlace": is_in_place,
-                "runs": totals.runs,
-                "runsSkipped": totals.runs_skipped,
-                "files": totals.files,
-                "filesChanged": totals.files_changed,
-                "resultsLeftAbsent": totals.results_left_absent,
-                "untilSeq": args.until_seq,
-                "ok": status == Status::Fine,
-            }),
+            &ReplaySummary {
+                mode: if args.check { "check" } else { "write" },
+                target: root,
+                in_place: is_in_place,
+                runs: totals.runs,
+                runs_skipped: totals.runs_skipped,
+                files: totals.files,
+                files_changed: totals.files_changed,
+                results_left_absent: totals.results_left_absent,
+                until_seq: args.until_seq,
+                ok: status == Status::Fine,
+            },
         )?;
         return Ok(());
     }

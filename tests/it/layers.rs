@@ -31,6 +31,10 @@ const LAYERS: &[&[&str]] = &[
         "recover",
     ],
     &["launch", "show", "retention"],
+    // The JSON documents of the binaries, built from all of the above.
+    &["json"],
+    // A journal's statistics, its document one of them.
+    &["stats"],
     &["fuzz"],
 ];
 
@@ -169,4 +173,29 @@ fn no_module_uses_a_module_of_its_own_layer_or_above() {
         }
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// The binaries parse, call and print: every JSON object they print is a document of
+/// `runjournal::json`, so neither builds one of its own with `json!`.
+#[test]
+fn the_binaries_build_no_json_object_of_their_own() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let mut pending = vec![root.join("src/bin"), root.join("journal-tools/src")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory reads") {
+            let path = entry.expect("an entry reads").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|extension| extension == "rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file reads");
+                for (number, line) in text.lines().enumerate() {
+                    if line.contains("json!") {
+                        found.push(format!("{}:{}", path.display(), number + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "json! in the binaries: {found:?}");
 }

@@ -4,6 +4,7 @@
 mod architecture_map;
 mod cli_bad_input;
 mod cli_control;
+mod cli_json;
 mod cli_layout;
 mod cli_live;
 mod cli_run;

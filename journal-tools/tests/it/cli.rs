@@ -27,7 +27,7 @@ fn inspect_runs_filters_by_state_time_and_count() {
         json_lines(&ran.stdout)
             .iter()
             .filter(|object| object["type"] == "run")
-            .map(|object| fixture.redact(object["run"].as_str().expect("a run id")))
+            .map(|object| fixture.redact(object["runId"].as_str().expect("a run id")))
             .collect()
     };
     assert_eq!(
@@ -101,7 +101,7 @@ fn inspect_run_shows_the_folded_state_and_the_timeline() {
         let ran = run(tool_at(&fixture, &["inspect", "run", name, "--json"]));
         assert_eq!(ran.code, 0, "{name}: {}", ran.stderr);
         let objects = json_lines(&ran.stdout);
-        assert_eq!(objects[0]["run"], fixture.failed.to_string(), "{name}");
+        assert_eq!(objects[0]["runId"], fixture.failed.to_string(), "{name}");
         let records: Vec<_> = objects.iter().filter(|o| o["type"] == "record").collect();
         assert_eq!(records.len(), 9);
         assert_eq!(records[5]["event"], "ExternalJobUpdated");
@@ -176,7 +176,7 @@ fn inspect_events_is_a_resumable_cursor_in_commit_order() {
     assert!(
         only[..6]
             .iter()
-            .all(|event| event["run"] == fixture.complete.to_string())
+            .all(|event| event["runId"] == fixture.complete.to_string())
     );
 }
 
@@ -476,4 +476,28 @@ fn inspect_stats_names_why_each_blocked_writer_is_blocked() {
             {"pid": pid, "sinceMs": 1_700_000_001_000u64, "cause": "io", "errno": 5},
         ])
     );
+}
+
+#[test]
+fn every_json_line_keeps_the_one_key_convention() {
+    let fixture = fixture();
+    let running = fixture.running.to_string();
+    for args in [
+        &["inspect", "runs", "--json"][..],
+        &["inspect", "run", &running, "--json"],
+        &["inspect", "events", "--json"],
+        &["inspect", "stats", "--json"],
+        &["inspect", "verify", "--json"],
+    ] {
+        let ran = run(tool_at(&fixture, args));
+        let objects = json_lines(&ran.stdout);
+        assert!(!objects.is_empty(), "{args:?}: {}", ran.stdout);
+        for object in &objects {
+            assert_eq!(
+                runjournal::json::keys_off_convention(object),
+                Vec::<String>::new(),
+                "{args:?}: {object}"
+            );
+        }
+    }
 }

@@ -86,7 +86,7 @@ fn an_edited_status_json_is_reported_with_the_fields_that_differ_and_replay_repa
     assert_eq!(problems.len(), 2, "{objects:?}");
     assert_eq!(problems[0]["fileKind"], "events");
     assert_eq!(problems[1]["kind"], "projection");
-    assert_eq!(problems[1]["run"], fixture.complete.to_string());
+    assert_eq!(problems[1]["runId"], fixture.complete.to_string());
 
     let ran = run(tool_at(&fixture, &["replay", "--all"]));
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
@@ -231,7 +231,7 @@ fn a_snapshot_of_another_run_is_an_inconsistent_cache_and_the_run_still_reads() 
     let objects = json_lines(&run(tool_at(&fixture, &["inspect", "runs", "--json"])).stdout);
     let complete = objects
         .iter()
-        .find(|object| object["run"] == fixture.complete.to_string())
+        .find(|object| object["runId"] == fixture.complete.to_string())
         .expect("the run is listed");
     assert_eq!(complete["state"], "complete");
     assert_eq!(complete["headSeq"], 6);
@@ -331,7 +331,7 @@ fn a_flipped_byte_in_a_record_names_the_run_and_seq_and_exits_4() {
         .iter()
         .find(|object| object["kind"] == "record")
         .expect("the record problem");
-    assert_eq!(record["run"], fixture.failed.to_string());
+    assert_eq!(record["runId"], fixture.failed.to_string());
     assert_eq!(record["seq"], 6);
     assert_eq!(record["severity"], "damaged");
 

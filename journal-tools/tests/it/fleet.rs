@@ -119,7 +119,7 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
         per_host
             .entry(object["host"].as_str().unwrap().to_string())
             .or_default()
-            .push(object["run"].as_str().unwrap().to_string());
+            .push(object["runId"].as_str().unwrap().to_string());
     }
     let expected = |fixture: &Fixture| {
         let mut runs = vec![
@@ -251,7 +251,7 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
         .map(|object| {
             (
                 object["host"].as_str().unwrap().to_string(),
-                object["run"].as_str().unwrap().to_string(),
+                object["runId"].as_str().unwrap().to_string(),
             )
         })
         .collect();
@@ -535,7 +535,7 @@ fn more_runs_than_a_page_holds_are_each_listed_once_whatever_their_size() {
     let listed: Vec<String> = json_lines(&ran.stdout)
         .iter()
         .filter(|object| object["type"] == "run")
-        .map(|object| object["run"].as_str().unwrap_or_default().to_string())
+        .map(|object| object["runId"].as_str().unwrap_or_default().to_string())
         .collect();
     let unique: std::collections::BTreeSet<&String> = listed.iter().collect();
     assert_eq!(listed.len() as i64, total_runs, "every run listed");

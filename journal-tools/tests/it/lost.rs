@@ -185,7 +185,7 @@ fn recovered(fixture: &Fixture, damage: Damage) {
     let runs = run(tool_at(fixture, &["inspect", "runs", "--json"]));
     let running = json_lines(&runs.stdout)
         .into_iter()
-        .find(|object| object["run"] == fixture.running.to_string())
+        .find(|object| object["runId"] == fixture.running.to_string())
         .expect("the running run is listed");
     assert_eq!(
         running["state"], "running",

@@ -9,6 +9,7 @@ use anyhow::Context;
 use runjournal::launch::{self, WaitEnd};
 use runjournal::logs::CopyError;
 use runjournal::projection::documents;
+use runjournal::resolve::{ListOptions, Listed};
 use runjournal::show::{self, Cell, RunView};
 use runjournal::{Home, RunId, RunState, RunStatus, Store};
 
@@ -19,9 +20,7 @@ use crate::{
     print, print_line, reconcile_before_reading, resolve, resolve_named, stdout_failure,
 };
 use runjournal::journal::prune::Tombstone;
-
-/// How many recently ended runs `list` shows without `--all`.
-const RECENT_TERMINAL_LIMIT: usize = 50;
+use runjournal::json::{CapacityDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, StatusCommandDoc};
 
 /// The longest `logs --follow` sleeps between two looks for new output; a watch of the run's
 /// directory wakes it sooner when a file there is written.
@@ -90,19 +89,12 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     if json {
         let mut document = documents::status_doc(home, &state);
         document.runner_heard_at = heard_at;
-        let mut value = serde_json::to_value(&document).context("rendering the status")?;
-        // An extra field, as readers of the status.json format ignore ones they do not know.
-        if let Some(object) = value.as_object_mut() {
-            object.insert("journalCapacity".to_string(), capacity_json(home));
-            object.insert(
-                "resources".to_string(),
-                serde_json::to_value(&resources).context("rendering the status")?,
-            );
-            object.insert(
-                "shipping".to_string(),
-                serde_json::to_value(&shipping_lag).context("rendering the status")?,
-            );
-        }
+        let value = StatusCommandDoc {
+            status: document,
+            journal_capacity: CapacityDoc::of(home),
+            resources,
+            shipping: shipping_lag,
+        };
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
@@ -156,43 +148,10 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A pruned run as `status --json` and `list --json` show it.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PrunedJson<'a> {
-    run_id: String,
-    name: &'a Option<String>,
-    state: &'static str,
-    pruned: bool,
-    pruned_at: u64,
-    created_at: u64,
-    ended_at: u64,
-    exit_code: i32,
-    session_id: &'a Option<String>,
-    tool_call_id: &'a Option<String>,
-}
-
-impl PrunedJson<'_> {
-    fn of(tombstone: &Tombstone) -> PrunedJson<'_> {
-        PrunedJson {
-            run_id: tombstone.run_id.to_string(),
-            name: &tombstone.name,
-            state: RunStatus::from(tombstone.state).as_str(),
-            pruned: true,
-            pruned_at: tombstone.pruned_at_ms,
-            created_at: tombstone.created_at_ms,
-            ended_at: tombstone.ended_at_ms,
-            exit_code: tombstone.exit_code,
-            session_id: &tombstone.session_id,
-            tool_call_id: &tombstone.tool_call_id,
-        }
-    }
-}
-
 /// `status` of a pruned run: what its tombstone says.
 fn pruned_status(tombstone: &Tombstone, json: bool) -> CliResult {
     if json {
-        let text = serde_json::to_string_pretty(&PrunedJson::of(tombstone))
+        let text = serde_json::to_string_pretty(&PrunedRunDoc::of(tombstone))
             .context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
@@ -209,60 +168,34 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     let store = open_store(home)?;
     reconcile_before_reading(&store);
     let view = store.journal().view().context("reading the journal")?;
-    // Without --all: the active index and the most recently ended runs, not every run.
-    let ids: Vec<RunId> = if all {
-        view.all_runs().context("listing runs")?
-    } else {
-        let mut ids = view.active_runs().context("listing active runs")?;
-        ids.extend(
-            view.recent_terminal(RECENT_TERMINAL_LIMIT)
-                .context("listing ended runs")?
-                .into_iter()
-                .map(|(_, run)| run),
-        );
-        ids.sort_unstable();
-        ids.dedup();
-        ids
-    };
-    let mut states = Vec::with_capacity(ids.len());
-    for run in ids {
-        let Some(state) = view.snapshot(run).context("reading a run")? else {
-            continue;
-        };
-        if !all && state.dismissed_at_ms.is_some() {
-            continue;
-        }
-        if state_filter.is_some_and(|wanted| state.status != wanted) {
-            continue;
-        }
-        states.push(state);
-    }
-    // With --all, the pruned runs that kept their tombstone too.
-    let mut pruned: Vec<Tombstone> = if all {
-        view.tombstones().context("listing pruned runs")?
-    } else {
-        Vec::new()
-    };
-    pruned.retain(|tombstone| {
-        state_filter.is_none_or(|wanted| RunStatus::from(tombstone.state) == wanted)
-    });
-    pruned.sort_by_key(|tombstone| std::cmp::Reverse(tombstone.run_id));
+    let Listed {
+        runs: states,
+        pruned,
+    } = runjournal::resolve::listed(
+        &view,
+        ListOptions {
+            all,
+            state: state_filter,
+        },
+    )
+    .context("listing runs")?;
     let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
         .into_iter()
         .chain(runjournal::retention::space_notices(&store))
         .chain(show::shipping_lag(store.home(), &view).map(|lag| lag.line()))
         .collect();
     drop(view);
-    // Newest first: ids sort by creation time.
-    states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
     let now_ms = runjournal::event::now_ms();
     if json {
-        let mut rows: Vec<serde_json::Value> = states.iter().map(list_json).collect();
-        for tombstone in &pruned {
-            rows.push(
-                serde_json::to_value(PrunedJson::of(tombstone)).context("rendering the list")?,
-            );
-        }
+        let rows: Vec<ListedDoc> = states
+            .iter()
+            .map(|state| ListedDoc::Run(ListedRunDoc::of(state)))
+            .chain(
+                pruned
+                    .iter()
+                    .map(|tombstone| ListedDoc::Pruned(PrunedRunDoc::of(tombstone))),
+            )
+            .collect();
         let text = serde_json::to_string_pretty(&rows).context("rendering the list")?;
         print_line(&text)?;
         // The array stays the data; the notices go beside it.
@@ -332,38 +265,6 @@ fn pruned_row(tombstone: &Tombstone, now_ms: runjournal::event::UnixMs) -> Vec<C
         Cell::plain(show::age(now_ms, tombstone.created_at_ms)),
         Cell::plain(tombstone.name.clone().unwrap_or_default()),
     ]
-}
-
-/// One run of `list --json`.
-fn list_json(state: &RunState) -> serde_json::Value {
-    serde_json::json!({
-        "runId": state.run_id.to_string(),
-        "name": state.spec.name,
-        "state": state.status.as_str(),
-        "mode": state.spec.mode.as_str(),
-        "steps": state.steps.len(),
-        "stepsDone": state.steps_done(),
-        "createdAt": state.created_at_ms,
-        "endedAt": state.ended_at_ms(),
-        "exitCode": state.terminal.as_ref().map(|terminal| terminal.exit_code),
-        "error": state.terminal.as_ref().and_then(|terminal| terminal.error.clone()),
-        "dismissed": state.dismissed_at_ms.is_some(),
-        "sessionId": state.session_id,
-        "toolCallId": state.tool_call_id,
-    })
-}
-
-/// The capacity state as JSON, for `status --json`.
-fn capacity_json(home: &Home) -> serde_json::Value {
-    match runjournal::capacity::read_status(home) {
-        Ok(status) => serde_json::json!({
-            "blockedSinceMs": status.blocked_since_ms(),
-            "blockedWriters": status.blocked.len(),
-            "blocked": show::blocked_writers_json(&status),
-            "hasReserve": status.has_reserve,
-        }),
-        Err(error) => serde_json::json!({ "error": error.to_string() }),
-    }
 }
 
 /// `runjournal wait RUN [--timeout DURATION]`.

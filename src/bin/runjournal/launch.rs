@@ -12,6 +12,7 @@ use runjournal::durable_fs::{self, Bounded};
 use runjournal::duration::format_duration;
 use runjournal::event::{Mode, StepAction};
 use runjournal::exit::describe_exit;
+use runjournal::json::{EndedDoc, LaunchedDoc};
 use runjournal::launch::{self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart};
 use runjournal::runner::{self, RunnerConfig, RunnerOutcome};
 use runjournal::show;
@@ -240,20 +241,16 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
 fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
     let run = launched.run;
     let home = store.home();
-    let (state, runner_pid, error) = match &launched.start {
-        RunnerStart::Started { pid, .. } => ("running", Some(*pid), None),
-        RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
+    let runner = match &launched.start {
+        RunnerStart::Started { pid, .. } => Ok(*pid),
+        RunnerStart::NotStarted { error } => Err(error.clone()),
     };
+    let runner_pid = runner.as_ref().ok().copied();
+    let error = runner.as_ref().err().cloned();
     if json {
-        let object = serde_json::json!({
-            "runId": run.to_string(),
-            "state": state,
-            "runnerPid": runner_pid,
-            "error": error,
-            "statusPath": home.status_path(run),
-            "resultPath": home.result_path(run),
-        });
-        print_line(&object.to_string())?;
+        let object = serde_json::to_string(&LaunchedDoc::of(home, run, runner))
+            .context("rendering the launch")?;
+        print_line(&object)?;
     } else {
         let started = match runner_pid {
             Some(pid) => format!("run {run} started (runner pid {pid})"),
@@ -345,17 +342,10 @@ fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
 fn print_end(store: &Store, state: &RunState, json: bool) -> Result<(), Failure> {
     let run = state.run_id;
     let home = store.home();
-    let terminal = state.terminal.as_ref();
     if json {
-        let object = serde_json::json!({
-            "runId": run.to_string(),
-            "state": state.status.as_str(),
-            "exitCode": terminal.map(|terminal| terminal.exit_code),
-            "error": terminal.and_then(|terminal| terminal.error.clone()),
-            "statusPath": home.status_path(run),
-            "resultPath": home.result_path(run),
-        });
-        print_line(&object.to_string())
+        let object =
+            serde_json::to_string(&EndedDoc::of(home, state)).context("rendering the end")?;
+        print_line(&object)
     } else {
         print(&format!(
             "status: {}\nresult: {}\n",

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use runjournal::reconcile::{self, Action, Outcome, Report};
+use runjournal::json::{PrunedDoc, ReconcileLine};
+use runjournal::reconcile::{self, Report};
 use runjournal::retention::{self, PassOptions, PassReport};
 use runjournal::{Home, Store};
 
@@ -14,29 +15,6 @@ use crate::{CliResult, note, open_store, print};
 /// One pass with the default options.
 pub fn pass(store: &Store) -> Result<Report, reconcile::ReconcileError> {
     reconcile::reconcile(store, &reconcile::Options::default())
-}
-
-fn describe(outcome: &Outcome) -> String {
-    let mut line = format!("{}  {}", outcome.run, outcome.row);
-    if !outcome.appended.is_empty() {
-        line.push_str(&format!("  recorded {}", outcome.appended.join(" + ")));
-    } else if outcome.action != Action::Nothing {
-        line.push_str("  (someone else acted first)");
-    }
-    if outcome.reprojected && outcome.appended.is_empty() {
-        line.push_str("  projection rebuilt");
-    }
-    if let Some(reason) = &outcome.reason {
-        line.push_str(&format!("  reason: {reason}"));
-    }
-    if let Some(note) = &outcome.note {
-        line.push_str(&format!("  note: {note}"));
-    }
-    if let Some(error) = &outcome.error {
-        line.push_str(&format!("  error: {error}"));
-    }
-    // The reason quotes runner.log: the run's own text.
-    runjournal::show::escape_control(&line).into_owned()
 }
 
 /// The retention pass that follows a reconcile pass: the home's policy, bounded work.
@@ -61,73 +39,13 @@ pub fn before_reading(store: &Store) {
     }
 }
 
-/// One line per run a pass pruned.
-pub fn pruned_line(chosen: &retention::Chosen) -> String {
-    let mut line = format!(
-        "{}  pruned  {} ({}), ended {}",
-        chosen.run,
-        chosen.why.as_str(),
-        runjournal::show::format_bytes(chosen.bytes),
-        runjournal::show::time_or_dash(Some(chosen.ended_at_ms)),
-    );
-    if chosen.unconsumed_result {
-        line.push_str("  its result had not been consumed");
-    }
-    line
-}
-
 /// The lines that say a pass took results their hosts had not consumed.
 fn unconsumed_lines(report: &PassReport) -> impl Iterator<Item = String> + '_ {
     report
         .chosen
         .iter()
         .filter(|chosen| chosen.unconsumed_result)
-        .map(pruned_line)
-}
-
-/// Most run ids the summary of repairs names.
-const SUMMARY_RUNS: usize = 3;
-
-/// Whether an outcome is a repair worth telling a reader: a run that was not terminal, and
-/// the pass recorded it failed (its runner was gone, or never started). Recording that an
-/// ended run's runner is gone closes the run as its runner's parent would have: routine.
-fn is_repair(outcome: &Outcome) -> bool {
-    !outcome.appended.is_empty()
-        && matches!(
-            outcome.action,
-            Action::FailRunnerDied
-                | Action::FailHostRestarted
-                | Action::FailAfterObservedExit
-                | Action::FailNeverStarted
-        )
-}
-
-/// The one line that tells a reader what a pass repaired; `None` when it repaired nothing.
-fn repairs_summary(report: &Report) -> Option<String> {
-    let repaired: Vec<String> = report
-        .outcomes
-        .iter()
-        .filter(|outcome| is_repair(outcome))
-        .map(|outcome| outcome.run.to_string())
-        .collect();
-    let count = repaired.len();
-    if count == 0 {
-        return None;
-    }
-    let mut named = repaired
-        .iter()
-        .take(SUMMARY_RUNS)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if count > SUMMARY_RUNS {
-        named.push_str(&format!(" and {} more", count - SUMMARY_RUNS));
-    }
-    let runs = if count == 1 { "run" } else { "runs" };
-    Some(format!(
-        "repaired {count} stale {runs} whose runner was gone, recorded failed: {named}; \
-         `runjournal reconcile` repairs and reports run by run"
-    ))
+        .map(retention::pruned_line)
 }
 
 /// Says on stderr, in one line, what a pass the command made (or the library made for it)
@@ -135,7 +53,7 @@ fn repairs_summary(report: &Report) -> Option<String> {
 pub fn report_reconciled<E: std::fmt::Display>(pass: &Result<Report, E>) {
     match pass {
         Ok(report) => {
-            if let Some(line) = repairs_summary(report) {
+            if let Some(line) = runjournal::show::repairs_line(report) {
                 note(&line);
             }
         }
@@ -152,20 +70,9 @@ pub fn command(home: Home, json: bool) -> CliResult {
     for outcome in &report.outcomes {
         errors += usize::from(outcome.error.is_some());
         let line = if json {
-            serde_json::json!({
-                "type": "run",
-                "run": outcome.run.to_string(),
-                "row": outcome.row,
-                "action": format!("{:?}", outcome.action),
-                "appended": outcome.appended,
-                "reprojected": outcome.reprojected,
-                "reason": outcome.reason,
-                "note": outcome.note,
-                "error": outcome.error,
-            })
-            .to_string()
+            serde_json::to_string(&ReconcileLine::of(outcome)).context("rendering a line")?
         } else {
-            describe(outcome)
+            runjournal::show::outcome_line(outcome)
         };
         text.push_str(&line);
         text.push('\n');
@@ -175,17 +82,10 @@ pub fn command(home: Home, json: bool) -> CliResult {
         Ok(pruning) => {
             for chosen in &pruning.chosen {
                 let line = if json {
-                    serde_json::json!({
-                        "type": "pruned",
-                        "run": chosen.run.to_string(),
-                        "why": chosen.why.as_str(),
-                        "bytes": chosen.bytes,
-                        "endedAt": chosen.ended_at_ms,
-                        "unconsumedResult": chosen.unconsumed_result,
-                    })
-                    .to_string()
+                    serde_json::to_string(&ReconcileLine::Pruned(PrunedDoc::of(chosen)))
+                        .context("rendering a line")?
                 } else {
-                    pruned_line(chosen)
+                    retention::pruned_line(chosen)
                 };
                 text.push_str(&line);
                 text.push('\n');
@@ -204,13 +104,13 @@ pub fn command(home: Home, json: bool) -> CliResult {
     };
     let changed = report.changed().count();
     if json {
-        let summary = serde_json::json!({
-            "type": "summary",
-            "active": report.active,
-            "changed": changed,
-            "pruned": pruned,
-            "errors": errors,
-        });
+        let summary = serde_json::to_string(&ReconcileLine::Summary {
+            active: report.active,
+            changed,
+            pruned,
+            errors,
+        })
+        .context("rendering the summary")?;
         text.push_str(&format!("{summary}\n"));
         print(&text)?;
     } else {

@@ -4,11 +4,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde::Serialize;
 
 use runjournal::Home;
-use runjournal::journal::prune::{KeepFree, Retention};
-use runjournal::retention::{self, Chosen, PassOptions, PassReport};
+use runjournal::journal::prune::KeepFree;
+use runjournal::json::{PolicyDoc, PruneDoc};
+use runjournal::retention::{self, PassOptions, PassReport};
 
 use crate::{CliResult, EXIT_ERROR, Failure, note, open_store, print, print_line};
 
@@ -90,37 +90,6 @@ pub struct RetentionArgs {
     json: bool,
 }
 
-/// The policy as `--json` prints it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PolicyJson {
-    keep_for_ms: Option<u64>,
-    keep_runs: Option<u64>,
-    max_size_bytes: Option<u64>,
-    keep_free_percent: Option<u8>,
-    keep_free_bytes: Option<u64>,
-    /// No policy was ever set: these are the defaults.
-    is_default: bool,
-}
-
-impl PolicyJson {
-    fn of(policy: &Retention, is_default: bool) -> PolicyJson {
-        let (keep_free_percent, keep_free_bytes) = match policy.keep_free {
-            Some(KeepFree::Percent(percent)) => (Some(percent), None),
-            Some(KeepFree::Bytes(bytes)) => (None, Some(bytes)),
-            None => (None, None),
-        };
-        PolicyJson {
-            keep_for_ms: policy.keep_for_ms,
-            keep_runs: policy.keep_runs,
-            max_size_bytes: policy.max_size_bytes,
-            keep_free_percent,
-            keep_free_bytes,
-            is_default,
-        }
-    }
-}
-
 fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -158,7 +127,7 @@ pub fn retention(home: Home, args: RetentionArgs) -> CliResult {
     }
     let is_default = set.is_none() && !is_change;
     if args.json {
-        let text = serde_json::to_string_pretty(&PolicyJson::of(&policy, is_default))
+        let text = serde_json::to_string_pretty(&PolicyDoc::of(&policy, is_default))
             .context("rendering the policy")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
@@ -190,55 +159,6 @@ pub struct PruneArgs {
     json: bool,
 }
 
-/// A pruned run as `prune --json` prints it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PrunedJson {
-    run_id: String,
-    name: Option<String>,
-    state: &'static str,
-    exit_code: Option<i32>,
-    ended_at: u64,
-    why: &'static str,
-    bytes: u64,
-    unconsumed_result: bool,
-}
-
-impl PrunedJson {
-    fn of(chosen: &Chosen) -> PrunedJson {
-        PrunedJson {
-            run_id: chosen.run.to_string(),
-            name: chosen.state.spec.name.clone(),
-            state: chosen.state.status.as_str(),
-            exit_code: chosen.state.terminal.as_ref().map(|end| end.exit_code),
-            ended_at: chosen.ended_at_ms,
-            why: chosen.why.as_str(),
-            bytes: chosen.bytes,
-            unconsumed_result: chosen.unconsumed_result,
-        }
-    }
-}
-
-/// `prune --json`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct PruneJson {
-    dry_run: bool,
-    /// Pruned, or (a dry run) what would be.
-    runs: Vec<PrunedJson>,
-    bytes: u64,
-    /// Runs past a bound that were kept, and why.
-    kept: Vec<KeptJson>,
-    errors: Vec<String>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct KeptJson {
-    run_id: String,
-    why: &'static str,
-}
-
 /// `runjournal prune [--older-than D] [--keep-runs N] [--dry-run] [--json]`.
 pub fn prune(home: Home, args: PruneArgs) -> CliResult {
     let store = open_store(home)?;
@@ -266,20 +186,7 @@ pub fn prune(home: Home, args: PruneArgs) -> CliResult {
     .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
     let bytes: u64 = report.chosen.iter().map(|chosen| chosen.bytes).sum();
     if args.json {
-        let document = PruneJson {
-            dry_run: args.dry_run,
-            runs: report.chosen.iter().map(PrunedJson::of).collect(),
-            bytes,
-            kept: report
-                .kept
-                .iter()
-                .map(|kept| KeptJson {
-                    run_id: kept.run.to_string(),
-                    why: kept.why,
-                })
-                .collect(),
-            errors: report.errors.clone(),
-        };
+        let document = PruneDoc::of(&report, args.dry_run);
         let text = serde_json::to_string_pretty(&document).context("rendering the report")?;
         print_line(&text)?;
     } else {
@@ -309,7 +216,7 @@ pub fn prune(home: Home, args: PruneArgs) -> CliResult {
 fn report_text(report: &PassReport, dry_run: bool) -> String {
     let mut text = String::new();
     for chosen in &report.chosen {
-        let line = crate::reconcile::pruned_line(chosen);
+        let line = retention::pruned_line(chosen);
         let line = if dry_run {
             line.replacen("  pruned  ", "  would prune  ", 1)
         } else {

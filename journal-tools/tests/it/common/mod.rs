@@ -345,6 +345,9 @@ pub fn redactions() -> insta::Settings {
         (r"createdAtMs=\d+", "createdAtMs=<ms>"),
         (r"\b[0-9a-f]{32}\b", "<journal-id>"),
         (r"\d+ bytes \([0-9.]+ [KMG]iB\)", "<size>"),
+        // A human size (`132.0 KiB`, `0 B`) and a file system's mount point.
+        (r"\b[0-9]+(\.[0-9])? (B|KiB|MiB|GiB|TiB)\b", "<bytes>"),
+        (r" at /[^,\n]*,", " at <mount>,"),
         (r"journal-tools-[A-Za-z0-9]+", "journal-tools-<tmp>"),
         (r#""pid":\d+"#, r#""pid":<pid>"#),
         (r"\bpid \d+", "pid <pid>"),

@@ -1,0 +1,351 @@
+//! What a journal and its home hold, gathered once: `journal-tools inspect stats`. The same
+//! value is the `--json` document and the source of the table's lines.
+//!
+//! Invariant: gathering only reads; a part that cannot be read without a home (the reserve,
+//! blocked writers, the home's bytes, its file system, shipping) is `None`, never a guess.
+
+use std::io;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::capacity;
+use crate::duration::format_time_s;
+use crate::journal::{CorruptError, ReadError, StorageFailure};
+use crate::json::{BlockedDoc, PolicyDoc, blocked_docs};
+use crate::retention::HomeBytes;
+use crate::ship::state::{self as ship_state, Lag, ShipState};
+use crate::source::JournalSource;
+use crate::state::RunStatus;
+use crate::text::format_bytes;
+
+/// The statistics of a journal (and of its home, when there is one).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stats {
+    pub journal: String,
+    pub format_version: u16,
+    pub journal_id: String,
+    pub created_at_ms: u64,
+    pub file_bytes: u64,
+    /// Every run, damaged snapshots included.
+    pub runs: u64,
+    /// Runs by state, in lifecycle order.
+    pub runs_by_state: Map<String, Value>,
+    pub damaged_snapshots: usize,
+    pub active_runs: usize,
+    pub records: u64,
+    pub global_head: u64,
+    pub has_reserve: Option<bool>,
+    pub blocked_since_ms: Option<u64>,
+    pub blocked_pids: Option<Vec<u32>>,
+    pub blocked: Option<Vec<BlockedDoc>>,
+    pub retention: PolicyDoc,
+    pub pruned_runs: u64,
+    pub pruned_records: u64,
+    pub bytes: Option<HomeBytesDoc>,
+    pub file_system: Option<FileSystemDoc>,
+    pub shipping: Option<ShippingDoc>,
+    /// The snapshots that did not decode (each is noted, and the command's status says so).
+    #[serde(skip)]
+    pub damaged: Vec<CorruptError>,
+    #[serde(skip)]
+    by_state: Vec<(RunStatus, u64)>,
+    #[serde(skip)]
+    capacity: Option<capacity::CapacityStatus>,
+    #[serde(skip)]
+    policy_lines: String,
+    #[serde(skip)]
+    ship: Option<(ShipState, Option<Lag>)>,
+}
+
+/// The bytes of a home, by part.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HomeBytesDoc {
+    pub journal: u64,
+    pub runs: u64,
+    pub results: u64,
+    pub reserve: u64,
+}
+
+/// The file system that holds the home.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileSystemDoc {
+    pub mount_point: String,
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+    /// What the retention policy keeps free of it, when it has a floor.
+    pub keep_free_bytes: Option<u64>,
+}
+
+/// How far shipping got.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShippingDoc {
+    pub target: String,
+    pub shipped_through: u64,
+    pub records_behind: u64,
+    pub failing_since_ms: Option<u64>,
+    pub last_error: Option<String>,
+    /// The lag's line, when it is worth one.
+    pub lag: Option<String>,
+}
+
+impl Stats {
+    /// Reads the journal (one view) and the home's files.
+    pub fn gather(source: &JournalSource) -> Result<Stats, StatsError> {
+        let view = source.view()?;
+        let meta = view.meta()?;
+        let mut by_state: Vec<(RunStatus, u64)> =
+            RunStatus::ALL.iter().map(|status| (*status, 0)).collect();
+        let mut damaged = Vec::new();
+        view.scan_snapshots(|_, snapshot| {
+            match snapshot {
+                Ok(state) => {
+                    if let Some((_, count)) = by_state
+                        .iter_mut()
+                        .find(|(status, _)| *status == state.status)
+                    {
+                        *count += 1;
+                    }
+                }
+                Err(error) => damaged.push(error),
+            }
+            true
+        })?;
+        let runs = by_state.iter().map(|(_, count)| count).sum::<u64>() + damaged.len() as u64;
+        let active_runs = view.active_runs()?.len();
+        let records = view.record_count()?;
+        let global_head = view.global_head()?;
+        let policy = view.retention()?;
+        let is_default = view.retention_set()?.is_none();
+        let pruned_runs = view.tombstone_count()?;
+        let pruned_records = view.pruned_records()?;
+        let home = source.home();
+        let ship = home.and_then(|home| {
+            ship_state::read(home).map(|state| {
+                // The lag is a report: when it cannot be read, there is no line rather than a
+                // failed command.
+                let lag = ship_state::lag(home, &view).ok().flatten();
+                (state, lag)
+            })
+        });
+        drop(view);
+        let journal_path = source.journal_path();
+        let file_bytes = std::fs::metadata(journal_path)
+            .map_err(|source| StatsError::Io {
+                what: format!("reading the size of {}", journal_path.display()),
+                source,
+            })?
+            .len();
+        let capacity = match home {
+            Some(home) => Some(
+                capacity::read_status(home).map_err(|source| StatsError::Io {
+                    what: format!("reading the capacity state of {}", home.root().display()),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let bytes = home
+            .map(crate::retention::home_bytes)
+            .map(|bytes: HomeBytes| HomeBytesDoc {
+                journal: bytes.journal,
+                runs: bytes.runs,
+                results: bytes.results,
+                reserve: bytes.reserve,
+            });
+        let file_system = home
+            .and_then(|home| crate::platform::space::space_of(home.root()).ok())
+            .map(|space| FileSystemDoc {
+                mount_point: space.mount_point.display().to_string(),
+                total_bytes: space.total_bytes,
+                available_bytes: space.available_bytes,
+                keep_free_bytes: policy
+                    .keep_free
+                    .map(|keep_free| keep_free.bytes_of(space.total_bytes)),
+            });
+        let shipping = ship.as_ref().map(|(state, lag)| ShippingDoc {
+            target: state.target.clone(),
+            shipped_through: state.shipped_through,
+            records_behind: global_head.saturating_sub(state.shipped_through),
+            failing_since_ms: state.failing_since_ms,
+            last_error: state.last_error.clone(),
+            lag: lag.as_ref().map(Lag::line),
+        });
+        let policy_lines = crate::retention::policy_lines(&policy)
+            .into_iter()
+            .map(|(bound, value)| format!("{bound} {value}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+            + if is_default { " (the defaults)" } else { "" };
+        Ok(Stats {
+            journal: journal_path.display().to_string(),
+            format_version: meta.format_version,
+            journal_id: crate::ship::journal_id_text(&meta.journal_id),
+            created_at_ms: meta.created_at_ms,
+            file_bytes,
+            runs,
+            runs_by_state: by_state
+                .iter()
+                .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
+                .collect(),
+            damaged_snapshots: damaged.len(),
+            active_runs,
+            records,
+            global_head,
+            has_reserve: capacity.as_ref().map(|capacity| capacity.has_reserve),
+            blocked_since_ms: capacity
+                .as_ref()
+                .and_then(capacity::CapacityStatus::blocked_since_ms),
+            blocked_pids: capacity.as_ref().map(|capacity| {
+                capacity
+                    .blocked
+                    .iter()
+                    .map(|blocked| blocked.writer.pid)
+                    .collect()
+            }),
+            blocked: capacity.as_ref().map(blocked_docs),
+            retention: PolicyDoc::of(&policy, is_default),
+            pruned_runs,
+            pruned_records,
+            bytes,
+            file_system,
+            shipping,
+            damaged,
+            by_state,
+            capacity,
+            policy_lines,
+            ship,
+        })
+    }
+
+    /// The table of `inspect stats`: a label and a value per row.
+    pub fn lines(&self) -> Vec<(&'static str, String)> {
+        let states = self
+            .by_state
+            .iter()
+            .map(|(status, count)| format!("{status} {count}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (reserve, blocked) = match &self.capacity {
+            None => (
+                "unknown (no home: --journal without --home)".to_string(),
+                "unknown (no home)".to_string(),
+            ),
+            Some(capacity) => (
+                if capacity.has_reserve {
+                    "in place"
+                } else {
+                    "missing (released on a full disk, or never made)"
+                }
+                .to_string(),
+                if capacity.blocked.is_empty() {
+                    "no".to_string()
+                } else {
+                    capacity
+                        .blocked
+                        .iter()
+                        .map(|blocked| {
+                            format!(
+                                "pid {} on {} since {}",
+                                blocked.writer.pid,
+                                blocked.cause.describe(),
+                                format_time_s(blocked.since_ms)
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
+            ),
+        };
+        let home_bytes = self.bytes.map_or_else(
+            || "unknown (no home)".to_string(),
+            |bytes| {
+                format!(
+                    "journal {}, run directories {}, results {}, reserve {}",
+                    format_bytes(bytes.journal),
+                    format_bytes(bytes.runs),
+                    format_bytes(bytes.results),
+                    format_bytes(bytes.reserve)
+                )
+            },
+        );
+        let file_system = self.file_system.as_ref().map_or_else(
+            || "unknown".to_string(),
+            |space| {
+                let mut text = format!(
+                    "{} free of {} at {}",
+                    format_bytes(space.available_bytes),
+                    format_bytes(space.total_bytes),
+                    space.mount_point
+                );
+                if let Some(floor) = space.keep_free_bytes {
+                    text.push_str(&format!(", {} kept free", format_bytes(floor)));
+                }
+                text
+            },
+        );
+        vec![
+            ("journal", self.journal.clone()),
+            ("format", format!("version {}", self.format_version)),
+            ("journal id", self.journal_id.clone()),
+            ("created", format_time_s(self.created_at_ms)),
+            (
+                "file size",
+                format!(
+                    "{} bytes ({})",
+                    self.file_bytes,
+                    format_bytes(self.file_bytes)
+                ),
+            ),
+            ("runs", format!("{} ({states})", self.runs)),
+            ("active runs", self.active_runs.to_string()),
+            (
+                "records",
+                format!("{} (global head {})", self.records, self.global_head),
+            ),
+            ("reserve", reserve),
+            ("blocked", blocked),
+            ("retention", self.policy_lines.clone()),
+            (
+                "pruned",
+                format!(
+                    "{} tombstone(s) kept; {} record(s) pruned in all",
+                    self.pruned_runs, self.pruned_records
+                ),
+            ),
+            ("home bytes", home_bytes),
+            ("file system", file_system),
+            (
+                "shipping",
+                crate::show::shipping_text(
+                    self.ship.as_ref().map(|(state, _)| state),
+                    self.ship.as_ref().and_then(|(_, lag)| lag.as_ref()),
+                    self.global_head,
+                ),
+            ),
+        ]
+    }
+}
+
+/// Why the statistics could not be gathered.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("reading the journal: {0}")]
+    Read(#[from] ReadError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl From<StorageFailure> for StatsError {
+    fn from(failure: StorageFailure) -> StatsError {
+        StatsError::Read(ReadError::Storage(failure))
+    }
+}
