@@ -168,9 +168,17 @@ fn a_quiet_steps_runner_refreshes_last_update_without_a_record() {
     assert!(ended["runnerHeardAt"].is_null(), "{ended}");
 }
 
+/// The run's result, once written: the runner writes it after the run's `Terminal` is in the
+/// journal, so a reader that saw the end may look a moment too soon.
 fn result_json(home: &TestHome, run: RunId) -> serde_json::Value {
     let path = home.path().join("results").join(format!("{run}.json"));
-    serde_json::from_slice(&std::fs::read(&path).expect("the result exists")).expect("JSON")
+    for _ in 0..1200 {
+        if let Ok(bytes) = std::fs::read(&path) {
+            return serde_json::from_slice(&bytes).expect("JSON");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{} was never written", path.display());
 }
 
 #[test]
