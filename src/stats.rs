@@ -1,5 +1,6 @@
-//! What a journal and its home hold, gathered once: `journal-tools inspect stats`. The same
-//! value is the `--json` document and the source of the table's lines.
+//! What a journal and its home hold, gathered once: `journal-tools inspect stats` (and, for a
+//! fleet's database, `--from URL inspect stats`). The same value is the `--json` document and
+//! the source of the table's lines.
 //!
 //! Invariant: gathering only reads; a part that cannot be read without a home (the reserve,
 //! blocked writers, the home's bytes, its file system, shipping) is `None`, never a guess.
@@ -12,9 +13,12 @@ use serde_json::{Map, Value};
 use crate::capacity;
 use crate::duration::format_time_s;
 use crate::journal::{CorruptError, ReadError, StorageFailure};
-use crate::json::{BlockedDoc, PolicyDoc, blocked_docs};
+use crate::json::{BlockedDoc, FleetJournalDoc, FleetSummary, PolicyDoc, blocked_docs};
 use crate::retention::HomeBytes;
+use crate::ship::ShipError;
+use crate::ship::fleet::Fleet;
 use crate::ship::state::{self as ship_state, Lag, ShipState};
+use crate::show::{Cell, Origin, Tone};
 use crate::source::JournalSource;
 use crate::state::RunStatus;
 use crate::text::format_bytes;
@@ -347,5 +351,138 @@ pub enum StatsError {
 impl From<StorageFailure> for StatsError {
     fn from(failure: StorageFailure) -> StatsError {
         StatsError::Read(ReadError::Storage(failure))
+    }
+}
+
+/// What a fleet's PostgreSQL database holds (`journal-tools --from URL inspect stats`): each
+/// journal shipped there, and the whole.
+#[derive(Debug)]
+pub struct FleetStats {
+    pub journals: Vec<FleetJournalDoc>,
+    pub summary: FleetSummary,
+    /// Runs of the whole fleet by state, in lifecycle order.
+    by_state: Vec<(RunStatus, u64)>,
+}
+
+/// Runs by state, in lifecycle order, of one journal or (`None`) of the whole fleet.
+fn fleet_by_state(
+    counts: &[(String, RunStatus, u64)],
+    journal: Option<&str>,
+) -> Vec<(RunStatus, u64)> {
+    RunStatus::ALL
+        .iter()
+        .map(|status| {
+            let count = counts
+                .iter()
+                .filter(|(id, state, _)| {
+                    state == status && journal.is_none_or(|journal| journal == id)
+                })
+                .map(|(_, _, count)| count)
+                .sum();
+            (*status, count)
+        })
+        .collect()
+}
+
+impl FleetStats {
+    /// Reads the fleet; a journal whose last heartbeat is more than `silent_after_ms` old (by
+    /// the server's clock) is silent.
+    pub fn gather(fleet: &mut Fleet, silent_after_ms: u64) -> Result<FleetStats, ShipError> {
+        let server_now = fleet.server_now_ms()?;
+        let journals = fleet.journals()?;
+        let counts = fleet.state_counts()?;
+        let docs: Vec<FleetJournalDoc> = journals
+            .iter()
+            .map(|journal| FleetJournalDoc {
+                host: journal.host_name.clone(),
+                journal_id: journal.journal_id.clone(),
+                home: journal.home.clone(),
+                journal_created_at_ms: journal.journal_created_at_ms,
+                runs: journal.runs,
+                runs_open: journal.runs_open,
+                runs_by_state: fleet_by_state(&counts, Some(&journal.journal_id))
+                    .iter()
+                    .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
+                    .collect(),
+                records: journal.records,
+                shipped_through: journal.shipped_through,
+                shipped_at_ms: journal.shipped_at_ms,
+                heartbeat_at_ms: journal.heartbeat_at_ms,
+                silent_since_ms: journal.silent_since(server_now, silent_after_ms),
+            })
+            .collect();
+        let summary = FleetSummary {
+            server: Some(fleet.target().to_string()),
+            journals: docs.len(),
+            silent_journals: Some(
+                docs.iter()
+                    .filter(|journal| journal.silent_since_ms.is_some())
+                    .count(),
+            ),
+            runs: docs.iter().map(|journal| journal.runs).sum(),
+            records: Some(docs.iter().map(|journal| journal.records).sum()),
+        };
+        Ok(FleetStats {
+            journals: docs,
+            summary,
+            by_state: fleet_by_state(&counts, None),
+        })
+    }
+
+    /// The summary's table: a label and a value per row.
+    pub fn lines(&self) -> Vec<(&'static str, String)> {
+        let states = self
+            .by_state
+            .iter()
+            .map(|(status, count)| format!("{status} {count}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        vec![
+            ("server", self.summary.server.clone().unwrap_or_default()),
+            ("journals", self.summary.journals.to_string()),
+            ("runs", format!("{} ({states})", self.summary.runs)),
+            (
+                "records",
+                self.summary.records.unwrap_or_default().to_string(),
+            ),
+        ]
+    }
+
+    /// The table of journals, a header first; a silent host's heartbeat in the warning tone.
+    pub fn journal_rows(&self) -> Vec<Vec<Cell>> {
+        let mut rows = vec![crate::show::header(&[
+            "HOST",
+            "JOURNAL",
+            "RUNS",
+            "OPEN",
+            "RECORDS",
+            "SHIPPED",
+            "LAST SHIPPED",
+            "HEARTBEAT",
+        ])];
+        for journal in &self.journals {
+            let origin = Origin {
+                host_name: journal.host.clone(),
+                journal_id: journal.journal_id.clone(),
+            };
+            let heartbeat = match journal.silent_since_ms {
+                Some(since) => Cell::toned(
+                    format!("silent since {}", format_time_s(since)),
+                    Some(Tone::Warning),
+                ),
+                None => Cell::plain(format_time_s(journal.heartbeat_at_ms)),
+            };
+            rows.push(vec![
+                Cell::plain(journal.host.clone()),
+                Cell::plain(origin.short_journal()),
+                Cell::plain(journal.runs.to_string()),
+                Cell::plain(journal.runs_open.to_string()),
+                Cell::plain(journal.records.to_string()),
+                Cell::plain(format!("through {}", journal.shipped_through)),
+                Cell::plain(crate::show::time_or_dash(journal.shipped_at_ms)),
+                heartbeat,
+            ]);
+        }
+        rows
     }
 }

@@ -4,17 +4,16 @@
 //! `inspect verify --against URL`. The library reads, folds and compares; this prints.
 
 use anyhow::Context;
-use runjournal::duration::{format_time_s, parse_time};
+use runjournal::duration::parse_time;
 use runjournal::json::{
-    CompareSummary, EventsSummary, FleetEventDoc, FleetJournalDoc, FleetRunDoc, FleetSummary,
-    RecordDoc, RunSummary,
+    CompareSummary, EventsSummary, FleetEventDoc, FleetRunDoc, FleetSummary, RecordDoc, RunSummary,
 };
 use runjournal::ship::fleet::{self, EventFilter, Fleet, FleetRun, RunFilter, ShippedRecord};
 use runjournal::ship::rows;
 use runjournal::ship::{ShipError, Target, journal_id_text};
-use runjournal::show::{self, Cell, LogEntry, Origin, RunRow, RunView, Tone, header, plural};
+use runjournal::show::{self, Cell, LogEntry, Origin, RunRow, RunView, Tone, plural};
 use runjournal::source::JournalSource;
-use runjournal::state::RunStatus;
+use runjournal::stats::FleetStats;
 use serde_json::Value;
 
 use crate::inspect::print_problem;
@@ -270,126 +269,25 @@ fn print_event(out: &mut Out, shipped: &ShippedRecord) -> anyhow::Result<()> {
 
 pub fn stats(args: &FleetArgs, out: &mut Out) -> anyhow::Result<Status> {
     let mut fleet = connect(args)?;
-    let server_now = fleet.server_now_ms()?;
-    let journals = fleet.journals()?;
-    let counts = fleet.state_counts()?;
-    // In lifecycle order, for one journal or (`None`) the whole fleet.
-    let by_state = |journal: Option<&str>| -> Vec<(RunStatus, u64)> {
-        RunStatus::ALL
-            .iter()
-            .map(|status| {
-                let count = counts
-                    .iter()
-                    .filter(|(id, state, _)| {
-                        state == status && journal.is_none_or(|journal| journal == id)
-                    })
-                    .map(|(_, _, count)| count)
-                    .sum();
-                (*status, count)
-            })
-            .collect()
-    };
-    let total_runs: u64 = journals.iter().map(|journal| journal.runs).sum();
-    let total_records: u64 = journals.iter().map(|journal| journal.records).sum();
+    let stats = FleetStats::gather(&mut fleet, args.silent_after_ms)?;
     if out.is_json {
-        for journal in &journals {
-            let silent = journal.silent_since(server_now, args.silent_after_ms);
-            let states: serde_json::Map<String, Value> = by_state(Some(&journal.journal_id))
-                .iter()
-                .map(|(status, count)| (status.as_str().to_string(), Value::from(*count)))
-                .collect();
-            out.json(
-                "journal",
-                &FleetJournalDoc {
-                    host: journal.host_name.clone(),
-                    journal_id: journal.journal_id.clone(),
-                    home: journal.home.clone(),
-                    journal_created_at_ms: journal.journal_created_at_ms,
-                    runs: journal.runs,
-                    runs_open: journal.runs_open,
-                    runs_by_state: states,
-                    records: journal.records,
-                    shipped_through: journal.shipped_through,
-                    shipped_at_ms: journal.shipped_at_ms,
-                    heartbeat_at_ms: journal.heartbeat_at_ms,
-                    silent_since_ms: silent,
-                },
-            )?;
+        for journal in &stats.journals {
+            out.json("journal", journal)?;
         }
-        out.json(
-            "summary",
-            &FleetSummary {
-                server: Some(fleet.target().to_string()),
-                journals: journals.len(),
-                silent_journals: Some(
-                    journals
-                        .iter()
-                        .filter(|journal| {
-                            journal
-                                .silent_since(server_now, args.silent_after_ms)
-                                .is_some()
-                        })
-                        .count(),
-                ),
-                runs: total_runs,
-                records: Some(total_records),
-            },
-        )?;
+        out.json("summary", &stats.summary)?;
         return Ok(Status::Fine);
     }
-    let states_text = by_state(None)
-        .iter()
-        .map(|(status, count)| format!("{status} {count}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let summary: Vec<Vec<Cell>> = [
-        ("server", fleet.target().to_string()),
-        ("journals", journals.len().to_string()),
-        ("runs", format!("{total_runs} ({states_text})")),
-        ("records", total_records.to_string()),
-    ]
-    .into_iter()
-    .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
-    .collect();
+    let summary: Vec<Vec<Cell>> = stats
+        .lines()
+        .into_iter()
+        .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
+        .collect();
     out.table(&summary, "")?;
-    if journals.is_empty() {
+    if stats.journals.is_empty() {
         return Ok(Status::Fine);
-    }
-    let mut rows = vec![header(&[
-        "HOST",
-        "JOURNAL",
-        "RUNS",
-        "OPEN",
-        "RECORDS",
-        "SHIPPED",
-        "LAST SHIPPED",
-        "HEARTBEAT",
-    ])];
-    for journal in &journals {
-        let origin = Origin {
-            host_name: journal.host_name.clone(),
-            journal_id: journal.journal_id.clone(),
-        };
-        let heartbeat = match journal.silent_since(server_now, args.silent_after_ms) {
-            Some(since) => Cell::toned(
-                format!("silent since {}", format_time_s(since)),
-                Some(Tone::Warning),
-            ),
-            None => Cell::plain(format_time_s(journal.heartbeat_at_ms)),
-        };
-        rows.push(vec![
-            Cell::plain(journal.host_name.clone()),
-            Cell::plain(origin.short_journal()),
-            Cell::plain(journal.runs.to_string()),
-            Cell::plain(journal.runs_open.to_string()),
-            Cell::plain(journal.records.to_string()),
-            Cell::plain(format!("through {}", journal.shipped_through)),
-            Cell::plain(show::time_or_dash(journal.shipped_at_ms)),
-            heartbeat,
-        ]);
     }
     out.line("")?;
-    out.table(&rows, "")?;
+    out.table(&stats.journal_rows(), "")?;
     Ok(Status::Fine)
 }
 
