@@ -562,8 +562,8 @@ fn repair_projection(store: &Store, run: RunId, error: &mut Option<String>) -> b
         .view()
         .map_err(|source| ProjectionError::Read { run, source })
         .and_then(|view| projection::load(&view, run))
-        .map(|(state, records)| {
-            projection::check_plan(&projection::plan(store.home(), &state, &records))
+        .map(|(state, records, links)| {
+            projection::check_plan(&projection::plan(store.home(), &state, &records, &links))
                 .iter()
                 .any(projection::Difference::is_damage)
         });

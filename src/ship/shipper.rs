@@ -419,8 +419,9 @@ impl Shipper {
                 Some(snapshot) if snapshot.head_seq == seq => snapshot,
                 _ => self.fold(&view, &records, run, seq)?,
             };
+            let links = view.resume_links(run)?;
             runs.push(
-                rows::run_row(&self.home, &state).map_err(|reason| ShipError::Fold {
+                rows::run_row(&self.home, &state, &links).map_err(|reason| ShipError::Fold {
                     run: run.to_string(),
                     reason,
                 })?,

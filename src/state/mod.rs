@@ -425,6 +425,12 @@ pub enum TransitionError {
     },
     #[error("run {run} was already dismissed")]
     AlreadyDismissed { run: RunId },
+    #[error(
+        "run {run}: Resumed must be the record right after RunCreated (seq 2), but the head is {head}"
+    )]
+    ResumedNotAtCreation { run: RunId, head: u64 },
+    #[error("run {run}: Resumed names the run itself; a run resumes another, paused run")]
+    ResumedFromItself { run: RunId },
 }
 
 #[cfg(test)]
