@@ -759,7 +759,7 @@ impl Iteration {
             );
             // Projections equal a fresh one; only what the host consumed may be gone.
             let differences: Vec<_> =
-                projection::check_plan(&projection::plan(&self.home, state, records))
+                projection::check_plan(&projection::plan(&self.home, state, records, &Default::default()))
                     .into_iter()
                     .filter(|difference| {
                         !(difference.problem == Problem::Consumed
