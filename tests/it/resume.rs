@@ -328,6 +328,13 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
         state.steps[1].status == StepStatus::Complete
     });
     pause(&home, old);
+    // Closed (its runner's end recorded by a reconcile pass), and a pass after that: from
+    // here only a change of another run can make a pass look at the paused run's files.
+    common::wait_for(&journal, old, "the paused run to be closed", |state| {
+        let _ = home.cmd().arg("reconcile").output();
+        state.is_closed()
+    });
+    home.cmd().arg("reconcile").assert().success();
 
     let output = home
         .cmd()
@@ -343,6 +350,23 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
     assert_eq!(report["resumedFrom"], old.to_string());
     assert_eq!(report["steps"], serde_json::json!([0, 2]), "{report}");
     assert_eq!(report["state"], "running", "{report}");
+    // Files left behind by a resume killed between its commit and the paused run's projection
+    // (here: status.json without its link) are repaired by the next reconcile pass.
+    let old_status = home
+        .path()
+        .join("runs")
+        .join(old.to_string())
+        .join("status.json");
+    let mut stale = status_json(&home, old);
+    assert_eq!(stale["resumedBy"], new.to_string());
+    stale
+        .as_object_mut()
+        .expect("an object")
+        .remove("resumedBy");
+    std::fs::write(&old_status, serde_json::to_vec_pretty(&stale).expect("JSON"))
+        .expect("write status.json");
+    home.cmd().arg("reconcile").assert().success();
+    assert_eq!(status_json(&home, old)["resumedBy"], new.to_string());
     home.cmd()
         .args(["wait", &new.to_string()])
         .assert()
