@@ -756,7 +756,9 @@ mod run_id_text {
         }
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<RunId, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<RunId, D::Error> {
         if deserializer.is_human_readable() {
             let text = String::deserialize(deserializer)?;
             text.parse().map_err(serde::de::Error::custom)

@@ -22,8 +22,7 @@ use crate::event::{Record, RunId, UnixMs, WriterId};
 use crate::home::Home;
 use crate::journal::{
     CorruptError, Journal, ReadError, ReadJournal, ResumeLinks, SnapshotError, StorageFailure,
-    View, name_alias,
-    tool_call_alias,
+    View, name_alias, tool_call_alias,
 };
 use crate::projection::incremental::STATUS_COALESCE;
 use crate::projection::{self, Difference, FileKind};
@@ -881,9 +880,9 @@ fn check_resumes(
     report: &mut Report,
 ) {
     let mut problem = |run: RunId, text: String| {
-        report.problems.push(
-            Problem::new(Severity::Inconsistent, ProblemKind::ResumeIndex, text).of_run(run),
-        );
+        report
+            .problems
+            .push(Problem::new(Severity::Inconsistent, ProblemKind::ResumeIndex, text).of_run(run));
     };
     for (run, facts) in runs {
         let Some(from) = facts.resumed_from else {
@@ -907,14 +906,18 @@ fn check_resumes(
         if runs.get(from).is_none_or(|old| old.record_count == 0) {
             problem(
                 *from,
-                format!("the resume index links run {from}, which is not in the journal, to run {by}"),
+                format!(
+                    "the resume index links run {from}, which is not in the journal, to run {by}"
+                ),
             );
             continue;
         }
         match runs.get(by) {
             Some(new) if new.record_count > 0 && new.resumed_from != Some(*from) => problem(
                 *from,
-                format!("the resume index says run {by} resumed run {from}, but its records do not"),
+                format!(
+                    "the resume index says run {by} resumed run {from}, but its records do not"
+                ),
             ),
             _ => {}
         }

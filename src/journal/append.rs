@@ -381,7 +381,8 @@ fn apply_batch(
             // A judged seq is spent, refused or not: should a copy of this batch reach another
             // committer later (a commit leader that was stopped while it held the batch, say),
             // it is found at or below the mark and never judged again against a later state.
-            let is_judged = is_judged_refusal(&refusal) || matches!(refusal, AppendError::Resume { .. });
+            let is_judged =
+                is_judged_refusal(&refusal) || matches!(refusal, AppendError::Resume { .. });
             if marks == Marks::Idempotent && is_judged {
                 group.advance_mark(batch.writer, batch.writer_seq);
             }
@@ -433,16 +434,12 @@ fn resumable(
     let refusal = match (&old, by) {
         (None, _) => ResumeRefusal::Unknown,
         (Some(_), Some(by)) => ResumeRefusal::AlreadyResumed { by },
-        (Some(state), None) if state.status != RunStatus::Paused => {
-            ResumeRefusal::NotPaused { state: state.status }
-        }
+        (Some(state), None) if state.status != RunStatus::Paused => ResumeRefusal::NotPaused {
+            state: state.status,
+        },
         (Some(_), None) => return Ok(true),
     };
-    Err(AppendError::Resume {
-        run,
-        from,
-        refusal,
-    })
+    Err(AppendError::Resume { run, from, refusal })
 }
 
 /// The run's state as this transaction sees it; `None` when the run does not exist.

@@ -69,10 +69,13 @@ impl ResumeLinks {
     /// The run a run's records say it resumed: its `Resumed`, which the reducer takes only at
     /// seq 2.
     pub fn resumed_from_records(records: &[Record]) -> Option<RunId> {
-        records.iter().take(2).find_map(|record| match record.event {
-            crate::event::Event::Resumed { from } => Some(from),
-            _ => None,
-        })
+        records
+            .iter()
+            .take(2)
+            .find_map(|record| match record.event {
+                crate::event::Event::Resumed { from } => Some(from),
+                _ => None,
+            })
     }
 }
 
@@ -172,9 +175,15 @@ impl View {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
-        for entry in resumes.iter().map_err(storage("reading the resume index"))? {
+        for entry in resumes
+            .iter()
+            .map_err(storage("reading the resume index"))?
+        {
             let (key, value) = entry.map_err(storage("reading the resume index"))?;
-            out.push((RunId::from_bytes(*key.value()), RunId::from_bytes(*value.value())));
+            out.push((
+                RunId::from_bytes(*key.value()),
+                RunId::from_bytes(*value.value()),
+            ));
         }
         Ok(out)
     }

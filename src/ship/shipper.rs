@@ -420,12 +420,12 @@ impl Shipper {
                 _ => self.fold(&view, &records, run, seq)?,
             };
             let links = view.resume_links(run)?;
-            runs.push(
-                rows::run_row(&self.home, &state, &links).map_err(|reason| ShipError::Fold {
+            runs.push(rows::run_row(&self.home, &state, &links).map_err(|reason| {
+                ShipError::Fold {
                     run: run.to_string(),
                     reason,
-                })?,
-            );
+                }
+            })?);
             folded.insert(run, state);
         }
         drop(view);

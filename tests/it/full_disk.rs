@@ -561,7 +561,8 @@ fn emfile_child(home_dir: &Path) {
     let view = store.journal().view().expect("view");
     let (state, records, links) = projection::load(&view, run).expect("load");
     assert!(
-        projection::check_plan(&projection::plan(store.home(), &state, &records, &links)).is_empty(),
+        projection::check_plan(&projection::plan(store.home(), &state, &records, &links))
+            .is_empty(),
         "the projection caught up"
     );
 }

@@ -494,7 +494,10 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     );
     // The paused run and the run that carries it on name each other in status.json.
     let status_of = |run: &str| -> serde_json::Value {
-        let path = root.join("async-subagent-runs").join(run).join("status.json");
+        let path = root
+            .join("async-subagent-runs")
+            .join(run)
+            .join("status.json");
         serde_json::from_slice(&std::fs::read(path).expect("status.json")).expect("JSON")
     };
     assert_eq!(status_of(&paused)["resumedBy"], resumed.as_str());

@@ -97,7 +97,8 @@ fn inode(path: &std::path::Path) -> u64 {
 fn assert_current(store: &Store, run: RunId) {
     let view = store.journal().view().expect("view");
     let (state, records, links) = projection::load(&view, run).expect("load");
-    let differences = projection::check_plan(&projection::plan(store.home(), &state, &records, &links));
+    let differences =
+        projection::check_plan(&projection::plan(store.home(), &state, &records, &links));
     assert!(differences.is_empty(), "{differences:#?}");
 }
 

@@ -244,7 +244,8 @@ fn the_after_commit_projection_repairs_damage_but_does_not_republish_a_consumed_
     std::fs::remove_file(&result).expect("a host consumes the result");
     let view = store.journal().view().expect("view");
     let (state, records, links) = projection::load(&view, run).expect("load");
-    let differences = projection::check_plan(&projection::plan(store.home(), &state, &records, &links));
+    let differences =
+        projection::check_plan(&projection::plan(store.home(), &state, &records, &links));
     assert!(
         differences
             .iter()

@@ -141,7 +141,10 @@ fn assert_linked(home: &TestHome, old: RunId, new: RunId) {
     let view = journal.view().expect("a view");
     let links = view.resume_links(old).expect("links");
     assert_eq!(links.resumed_by, Some(new));
-    assert_eq!(view.resume_links(new).expect("links").resumed_from, Some(old));
+    assert_eq!(
+        view.resume_links(new).expect("links").resumed_from,
+        Some(old)
+    );
     drop(view);
     // The paused run's history is closed: it holds no link, and it is still paused.
     let old_records = common::records(&journal, old);
@@ -172,11 +175,7 @@ fn assert_linked(home: &TestHome, old: RunId, new: RunId) {
         &journal.view().expect("a view"),
         Some(&runjournal::Home::at(home.path())),
     );
-    assert!(
-        report.problems.is_empty(),
-        "verify: {:?}",
-        report.problems
-    );
+    assert!(report.problems.is_empty(), "verify: {:?}", report.problems);
     // `status` shows the links.
     let shown = home
         .cmd()
@@ -230,10 +229,18 @@ fn a_paused_chain_resumes_at_its_interrupted_step_and_completes() {
     };
     wait_output(&home, old, 1, "ready");
     pause(&home, old);
-    assert_eq!(runs_of(&third), 0, "the step after the interrupted one never ran");
+    assert_eq!(
+        runs_of(&third),
+        0,
+        "the step after the interrupted one never ran"
+    );
 
     let (end, code) = resume_and_wait(&home, old);
-    let new: RunId = end["runId"].as_str().expect("runId").parse().expect("a run id");
+    let new: RunId = end["runId"]
+        .as_str()
+        .expect("runId")
+        .parse()
+        .expect("a run id");
     stop.runs.push(new);
     assert_eq!(code, 0, "{end}");
     assert_eq!(end["state"], "complete", "{end}");
@@ -244,7 +251,12 @@ fn a_paused_chain_resumes_at_its_interrupted_step_and_completes() {
     let old_state = common::state(&journal, old);
     assert_eq!(state.status, RunStatus::Complete);
     // The interrupted step and the rest, and nothing before them.
-    let names: Vec<&str> = state.spec.steps.iter().map(|step| step.name.as_str()).collect();
+    let names: Vec<&str> = state
+        .spec
+        .steps
+        .iter()
+        .map(|step| step.name.as_str())
+        .collect();
     let expected: Vec<&str> = old_state.spec.steps[1..]
         .iter()
         .map(|step| step.name.as_str())
@@ -345,7 +357,11 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
         .stdout
         .clone();
     let report: serde_json::Value = serde_json::from_slice(&output).expect("JSON");
-    let new: RunId = report["runId"].as_str().expect("runId").parse().expect("id");
+    let new: RunId = report["runId"]
+        .as_str()
+        .expect("runId")
+        .parse()
+        .expect("id");
     stop.runs.push(new);
     assert_eq!(report["resumedFrom"], old.to_string());
     assert_eq!(report["steps"], serde_json::json!([0, 2]), "{report}");
@@ -363,14 +379,14 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
         .as_object_mut()
         .expect("an object")
         .remove("resumedBy");
-    std::fs::write(&old_status, serde_json::to_vec_pretty(&stale).expect("JSON"))
-        .expect("write status.json");
+    std::fs::write(
+        &old_status,
+        serde_json::to_vec_pretty(&stale).expect("JSON"),
+    )
+    .expect("write status.json");
     home.cmd().arg("reconcile").assert().success();
     assert_eq!(status_json(&home, old)["resumedBy"], new.to_string());
-    home.cmd()
-        .args(["wait", &new.to_string()])
-        .assert()
-        .code(0);
+    home.cmd().args(["wait", &new.to_string()]).assert().code(0);
     let state = common::state(&journal, new);
     assert_eq!(state.status, RunStatus::Complete);
     assert_eq!(state.spec.steps.len(), 2);
@@ -428,7 +444,12 @@ fn only_a_paused_run_is_resumed_and_a_refusal_writes_nothing() {
         "nothing was written"
     );
     assert_eq!(
-        journal.view().expect("a view").all_runs().expect("runs").len(),
+        journal
+            .view()
+            .expect("a view")
+            .all_runs()
+            .expect("runs")
+            .len(),
         3,
         "no run was created"
     );
@@ -457,7 +478,11 @@ fn resume_wait_exits_as_the_resumed_run_does() {
         .args(["wait", &new.to_string()])
         .output()
         .expect("wait runs");
-    assert_eq!(waited.status.code(), Some(code), "wait and resume --wait agree");
+    assert_eq!(
+        waited.status.code(),
+        Some(code),
+        "wait and resume --wait agree"
+    );
     assert!(output_of(&home, new, 0).contains("carried-on"));
     assert_linked(&home, old, new);
 }
