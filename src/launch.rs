@@ -253,8 +253,9 @@ pub enum ResumeError {
     #[error("resuming run {run}: {source}")]
     Launch {
         run: RunId,
+        /// Boxed: it is large, and every refusal carries this enum.
         #[source]
-        source: LaunchError,
+        source: Box<LaunchError>,
     },
 }
 
@@ -425,7 +426,10 @@ pub fn resume(
                     refusal: ResumeRefusal::AlreadyResumed { by },
                 });
             }
-            Err(ResumeError::Launch { run, source })
+            Err(ResumeError::Launch {
+                run,
+                source: Box::new(source),
+            })
         }
     }
 }

@@ -410,8 +410,11 @@ fn only_a_paused_run_is_resumed_and_a_refusal_writes_nothing() {
     // A complete run, and a failed one.
     let complete = launch(&home, &["--step", "true"]);
     let failed = launch(&home, &["--step", "exit 3"]);
-    for run in [complete, failed] {
-        home.cmd().args(["wait", &run.to_string()]).assert();
+    for (run, code) in [(complete, 0), (failed, 3)] {
+        home.cmd()
+            .args(["wait", &run.to_string()])
+            .assert()
+            .code(code);
     }
     let journal = home.journal();
     let before = common::record_count(&journal);
