@@ -839,6 +839,23 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_link_is_written_as_the_printed_run_id_and_read_back() {
+        let from = RunId::from_bytes([5; 16]);
+        let record = crate::event::RecordEnvelope {
+            seq: 2,
+            event: crate::event::Event::Resumed { from },
+            ..record()
+        };
+        let line = event_line(&record);
+        assert_eq!(line["type"], "Resumed");
+        assert_eq!(line["from"], from.to_string());
+        assert_eq!(parse_event_line(&line.to_string()), Ok(record));
+        let mut forged = line.clone();
+        forged["from"] = "../../etc".into();
+        assert!(parse_event_line(&forged.to_string()).is_err());
+    }
+
+    #[test]
     fn an_events_line_that_is_not_exactly_a_record_is_refused_saying_why() {
         let line = event_line(&record());
         let edited = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {

@@ -337,6 +337,9 @@ mod tests {
                 observer: Observer::Reconciler,
             },
             Event::Dismissed { at_ms: 9_000 },
+            Event::Resumed {
+                from: RunId::from_bytes([3; 16]),
+            },
         ]
     }
 
