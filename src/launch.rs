@@ -37,7 +37,7 @@ use crate::event::{
 };
 use crate::exit::describe_exit;
 use crate::home::Home;
-use crate::journal::{AppendError, Condition, ReadError, ResumeLinks, ResumeRefusal};
+use crate::journal::{AppendError, Condition, ReadError, ResumeRefusal};
 use crate::liveness::{self, Liveness};
 use crate::platform;
 use crate::reconcile::{self, ReconcileError};
@@ -366,7 +366,8 @@ pub struct Resumed {
 /// does. The journal links the two runs in the transaction that creates the new one, and
 /// only if `run` is paused and was not resumed yet, so of two resumes of one run one lands
 /// and the other is refused. A run is resumed once: to carry on again, resume the run that
-/// resumed it once it is paused itself. `idle_timeout` is the new runner's (not journaled, so
+/// resumed it once it is paused itself. A resume whose runner never took its run (the launch
+/// gave up on it) ran nothing and does not count: the paused run may be resumed again. `idle_timeout` is the new runner's (not journaled, so
 /// not inherited). The paused run's records are not touched; its files are projected again
 /// to show the link.
 pub fn resume(
@@ -377,12 +378,17 @@ pub fn resume(
     start_timeout: Duration,
 ) -> Result<Resumed, ResumeError> {
     let read = |source| ResumeError::Read { run, source };
-    let links = |store: &Store| {
-        store
-            .journal()
-            .view()
-            .and_then(|view| view.resume_links(run))
-            .map_err(read)
+    // The run that resumed `run`, unless it ended before a runner took it (it ran nothing, and
+    // the journal lets another resume take its place).
+    let resumed_by = |store: &Store| -> Result<Option<RunId>, ReadError> {
+        let view = store.journal().view()?;
+        let Some(by) = view.resume_links(run)?.resumed_by else {
+            return Ok(None);
+        };
+        Ok(match view.snapshot(by)? {
+            Some(resumer) if resumer.ended_unstarted() => None,
+            _ => Some(by),
+        })
     };
     let view = store.journal().view().map_err(read)?;
     let Some(state) = view.snapshot(run).map_err(read)? else {
@@ -392,7 +398,7 @@ pub fn resume(
         });
     };
     drop(view);
-    if let Some(by) = links(store)?.resumed_by {
+    if let Some(by) = resumed_by(store).map_err(read)? {
         return Err(ResumeError::Refused {
             run,
             refusal: ResumeRefusal::AlreadyResumed { by },
@@ -416,11 +422,7 @@ pub fn resume(
         Err(source) => {
             // Through a commit leader, a resume that lost the race to another comes back as
             // the leader's failure to judge it: look again.
-            if let Ok(ResumeLinks {
-                resumed_by: Some(by),
-                ..
-            }) = links(store)
-            {
+            if let Ok(Some(by)) = resumed_by(store) {
                 return Err(ResumeError::Refused {
                     run,
                     refusal: ResumeRefusal::AlreadyResumed { by },

@@ -265,6 +265,8 @@ struct RunFacts {
     log_next_seq: u64,
     /// The run its records say it resumed.
     resumed_from: Option<RunId>,
+    /// Its fold ended before a runner took it.
+    ended_unstarted: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -344,6 +346,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
             facts.facts = Some(IndexFacts::of(&folded));
         }
         facts.resumed_from = ResumeLinks::resumed_from_records(&records);
+        facts.ended_unstarted = folded.ended_unstarted();
         if let Some(home) = home {
             let links = ResumeLinks {
                 resumed_from: facts.resumed_from,
@@ -871,9 +874,10 @@ fn check_terminal(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Re
 }
 
 /// The resume index against the records: each run in the journal that a `Resumed` names is
-/// linked to the run that recorded it, and each entry names a run in the journal (pruning a
-/// run takes its entry) and a run that recorded resuming it, or one no longer in the journal
-/// (pruned: its tombstone may be gone too).
+/// linked to the run that recorded it (or that run ended before a runner took it, and a later
+/// resume took its place), and each entry names a run in the journal (pruning a run takes its
+/// entry) and a run that recorded resuming it, or one no longer in the journal (pruned: its
+/// tombstone may be gone too).
 fn check_resumes(
     resumes: &BTreeMap<RunId, RunId>,
     runs: &BTreeMap<RunId, RunFacts>,
@@ -892,6 +896,7 @@ fn check_resumes(
         match resumes.get(&from) {
             Some(by) if by == run => {}
             _ if !is_there => {}
+            _ if facts.ended_unstarted => {}
             Some(by) => problem(
                 from,
                 format!("run {run} resumed run {from}, but the resume index names run {by}"),

@@ -413,9 +413,11 @@ fn resumed_from(batch: &Batch) -> Option<RunId> {
 
 /// Whether `run` may record that it resumes `from`, judged in the transaction that would link
 /// them, so two resumes of one run cannot both land: `from` is in the journal, ended `paused`,
-/// and no run resumed it yet. `Ok(true)`: link them. A rebuild (`journal::rebuild`) takes the
-/// records as they were and links only runs that are both there (the old one may have been
-/// pruned before the journal was lost).
+/// and no run resumed it yet — but one that ended before any runner took it (its launcher gave
+/// up on it), which ran nothing and so does not count: the new run takes its place in the
+/// index. `Ok(true)`: link them. A rebuild (`journal::rebuild`) takes the records as they were
+/// and links only runs that are both there (the old one may have been pruned before the
+/// journal was lost).
 fn resumable(
     tables: &Tables<'_>,
     run: RunId,
@@ -428,6 +430,13 @@ fn resumable(
         .get(&from.to_bytes())
         .map_err(storage("reading the resume index"))?
         .map(|entry| RunId::from_bytes(*entry.value()));
+    let by = match by {
+        Some(by) => match state_before(tables, by)? {
+            Some(resumer) if resumer.ended_unstarted() => None,
+            _ => Some(by),
+        },
+        None => None,
+    };
     if marks == Marks::Rebuild {
         return Ok(old.is_some() && by.is_none());
     }

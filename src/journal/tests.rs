@@ -2124,3 +2124,58 @@ fn pruning_a_resumed_run_takes_its_link_and_the_new_run_keeps_naming_it() {
         })
     ));
 }
+
+/// What a launcher records when no runner took its run.
+fn given_up() -> Vec<Event> {
+    vec![
+        Event::Terminal {
+            state: TerminalState::Failed,
+            error: Some("runner did not start".to_string()),
+            summary: "the runner never started".to_string(),
+            exit_code: 1,
+            repaired_by: Some(Repairer::Launcher),
+        },
+        Event::ProcessTerminalObserved {
+            instance_id: String::new(),
+            exit: None,
+            proof: Proof::NotStarted,
+            observer: Observer::Launcher,
+        },
+    ]
+}
+
+#[test]
+fn a_resume_whose_runner_never_started_gives_way_to_another() {
+    let (_dir, journal) = new_journal();
+    let old = paused_run(&journal);
+    let unstarted = resume_of(&journal, old).expect("resumed");
+    journal
+        .append(unstarted.run, given_up(), Condition::expect_head(2))
+        .expect("the launcher gives up");
+    let again = resume_of(&journal, old).expect("a resume that ran nothing does not count");
+    let view = journal.view().expect("a view");
+    assert_eq!(view.resumes().expect("the index"), vec![(old, again.run)]);
+    assert_eq!(
+        view.resume_links(unstarted.run)
+            .expect("links")
+            .resumed_from,
+        Some(old),
+        "the run that never started still says what it was for"
+    );
+    drop(view);
+    // One whose runner took it counts, ended or not.
+    journal
+        .append(
+            again.run,
+            vec![runner_started("i9"), terminal(TerminalState::Failed)],
+            Condition::expect_head(2),
+        )
+        .expect("the resumed run ran and failed");
+    assert!(matches!(
+        resume_of(&journal, old),
+        Err(AppendError::Resume {
+            refusal: ResumeRefusal::AlreadyResumed { by },
+            ..
+        }) if by == again.run
+    ));
+}

@@ -489,3 +489,136 @@ fn resume_wait_exits_as_the_resumed_run_does() {
     assert!(output_of(&home, new, 0).contains("carried-on"));
     assert_linked(&home, old, new);
 }
+
+/// The journal's side, without binaries: a resume whose runner never started gives way to
+/// another, and `verify` checks the resume index against the records.
+#[test]
+fn verify_checks_the_resume_index_against_the_records() {
+    use runjournal::event::{
+        HostIds, Mode, Observer, Proof, Repairer, RunSpec, StepAction, StepSpec, TerminalState,
+    };
+    use runjournal::journal::Condition;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("journal.redb");
+    let journal = runjournal::Journal::open(&path).expect("a journal");
+    let spec = RunSpec {
+        name: None,
+        mode: Mode::Single,
+        concurrency: 1,
+        timeout_ms: None,
+        cwd: None,
+        steps: vec![StepSpec {
+            name: "work".to_string(),
+            action: StepAction::Shell {
+                script: "true".to_string(),
+            },
+        }],
+    };
+    let identity = runjournal::event::ProcessIdentity {
+        pid: 4242,
+        start_time: 1,
+        boot_id: "boot".to_string(),
+        pid_namespace: None,
+    };
+    let old = journal
+        .create_run(spec.clone(), HostIds::default())
+        .expect("created")
+        .run;
+    journal
+        .append(
+            old,
+            vec![
+                Event::RunnerStarted {
+                    runner: identity,
+                    instance_id: "i1".to_string(),
+                },
+                Event::Terminal {
+                    state: TerminalState::Paused,
+                    error: None,
+                    summary: "paused".to_string(),
+                    exit_code: 130,
+                    repaired_by: None,
+                },
+            ],
+            Condition::expect_head(1),
+        )
+        .expect("paused");
+    let resume = || {
+        journal
+            .create_run_with(
+                spec.clone(),
+                HostIds::default(),
+                vec![Event::Resumed { from: old }],
+            )
+            .expect("resumed")
+            .run
+    };
+    let unstarted = resume();
+    journal
+        .append(
+            unstarted,
+            vec![
+                Event::Terminal {
+                    state: TerminalState::Failed,
+                    error: Some("runner did not start".to_string()),
+                    summary: "the runner never started".to_string(),
+                    exit_code: 1,
+                    repaired_by: Some(Repairer::Launcher),
+                },
+                Event::ProcessTerminalObserved {
+                    instance_id: String::new(),
+                    exit: None,
+                    proof: Proof::NotStarted,
+                    observer: Observer::Launcher,
+                },
+            ],
+            Condition::expect_head(2),
+        )
+        .expect("given up");
+    let resumed = resume();
+    let report = runjournal::verify::verify(&journal.view().expect("a view"), None);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(
+        journal
+            .view()
+            .expect("a view")
+            .resume_links(old)
+            .expect("links")
+            .resumed_by,
+        Some(resumed)
+    );
+    drop(journal);
+
+    // An index that lost its entry is reported, naming the paused run.
+    let resumes: redb::TableDefinition<&[u8; 16], &[u8; 16]> =
+        redb::TableDefinition::new("resumes");
+    {
+        let db = redb::Database::builder()
+            .create(&path)
+            .expect("the journal opens in redb");
+        let txn = db.begin_write().expect("a write");
+        txn.open_table(resumes)
+            .expect("the table")
+            .remove(&old.to_bytes())
+            .expect("removed");
+        txn.commit().expect("committed");
+    }
+    let journal = runjournal::Journal::open(&path).expect("a journal");
+    let report = runjournal::verify::verify(&journal.view().expect("a view"), None);
+    let found: Vec<(Option<RunId>, &str)> = report
+        .problems
+        .iter()
+        .map(|problem| (problem.run, problem.kind.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [(Some(old), "resume-index")],
+        "{:?}",
+        report.problems
+    );
+    assert!(
+        report.problems[0].message.contains(&resumed.to_string()),
+        "{:?}",
+        report.problems
+    );
+}
