@@ -977,3 +977,175 @@ pub fn wait_for_end(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::event::{
+        FORMAT_VERSION, ProcessIdentity, StepAction, StepEnd, StepOutcome, StepSpec, WriterId,
+    };
+
+    const RUN: RunId = RunId::from_bytes([4; 16]);
+
+    fn spec(mode: Mode, steps: usize, timeout_ms: Option<u64>) -> RunSpec {
+        RunSpec {
+            name: Some("nightly".to_string()),
+            mode,
+            concurrency: 2,
+            timeout_ms,
+            cwd: Some("/work".to_string()),
+            steps: (0..steps)
+                .map(|index| StepSpec {
+                    name: format!("step-{index}"),
+                    action: StepAction::Shell {
+                        script: "true".to_string(),
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// A run of `spec` that started at 1 000 ms, whose steps ended as `ends` says (`None`:
+    /// still running, or never started when `started` is false), then was paused at `paused_at`.
+    fn paused(spec: RunSpec, ends: &[(bool, Option<StepEnd>)], paused_at: u64) -> RunState {
+        let mut events = vec![
+            Event::RunCreated {
+                spec: Arc::new(spec),
+                created_at_ms: 900,
+                session_id: Some("s".to_string()),
+                completion_owner_id: Some("o".to_string()),
+                tool_call_id: Some("t".to_string()),
+            },
+            Event::RunnerStarted {
+                runner: ProcessIdentity {
+                    pid: 1,
+                    start_time: 1,
+                    boot_id: "b".to_string(),
+                    pid_namespace: None,
+                },
+                instance_id: "i".to_string(),
+            },
+        ];
+        for (step, (started, end)) in ends.iter().enumerate() {
+            let step = u32::try_from(step).expect("a few steps");
+            if *started {
+                events.push(Event::StepRunning {
+                    step,
+                    process: None,
+                });
+            }
+            if let Some(end) = end {
+                events.push(Event::StepFinished {
+                    step,
+                    outcome: StepOutcome {
+                        end: *end,
+                        exit_code: Some(0),
+                        error: None,
+                    },
+                });
+            }
+        }
+        events.push(Event::Terminal {
+            state: TerminalState::Paused,
+            error: None,
+            summary: "paused".to_string(),
+            exit_code: 130,
+            repaired_by: None,
+        });
+        let count = events.len();
+        let mut state: Option<RunState> = None;
+        for (index, event) in events.into_iter().enumerate() {
+            let seq = index as u64 + 1;
+            let time_ms = match seq {
+                1 => 900,
+                _ if index + 1 == count => paused_at,
+                _ => 1_000,
+            };
+            let record = Record {
+                format_version: FORMAT_VERSION,
+                run_id: RUN,
+                seq,
+                time_ms,
+                writer: WriterId(1),
+                writer_seq: seq,
+                event,
+            };
+            state = Some(crate::state::apply(state.as_ref(), &record).expect("a legal record"));
+        }
+        state.expect("a run")
+    }
+
+    #[test]
+    fn a_chain_carries_on_from_its_first_step_that_did_not_complete() {
+        let state = paused(
+            spec(Mode::Chain, 4, Some(60_000)),
+            &[
+                (true, Some(StepEnd::Complete)),
+                (true, None),
+                (false, None),
+                (false, None),
+            ],
+            21_000,
+        );
+        let plan = resume_plan(&state).expect("a plan");
+        assert_eq!(plan.steps, [1, 2, 3]);
+        let names: Vec<&str> = plan
+            .spec
+            .steps
+            .iter()
+            .map(|step| step.name.as_str())
+            .collect();
+        assert_eq!(names, ["step-1", "step-2", "step-3"]);
+        // 20 s of 60 were spent between the runner's start and the pause.
+        assert_eq!(plan.spec.timeout_ms, Some(40_000));
+        assert_eq!(plan.spec.name.as_deref(), Some("nightly"));
+        assert_eq!(plan.spec.cwd.as_deref(), Some("/work"));
+        assert_eq!(plan.spec.mode, Mode::Chain);
+        assert_eq!(
+            plan.hosts,
+            HostIds {
+                session_id: Some("s".to_string()),
+                completion_owner_id: Some("o".to_string()),
+                tool_call_id: Some("t".to_string()),
+            }
+        );
+    }
+
+    #[test]
+    fn a_parallel_run_carries_on_with_every_step_that_did_not_complete() {
+        let state = paused(
+            spec(Mode::Parallel, 4, None),
+            &[
+                (true, Some(StepEnd::Failed)),
+                (true, Some(StepEnd::Complete)),
+                (true, None),
+                (false, None),
+            ],
+            2_000,
+        );
+        let plan = resume_plan(&state).expect("a plan");
+        assert_eq!(plan.steps, [0, 2, 3]);
+        assert_eq!(plan.spec.concurrency, 2);
+        assert_eq!(plan.spec.timeout_ms, None);
+    }
+
+    #[test]
+    fn a_spent_timeout_leaves_a_millisecond_and_a_finished_run_nothing_to_resume() {
+        let state = paused(spec(Mode::Single, 1, Some(500)), &[(true, None)], 9_000);
+        assert_eq!(
+            resume_plan(&state).expect("a plan").spec.timeout_ms,
+            Some(1)
+        );
+        let done = paused(
+            spec(Mode::Chain, 1, None),
+            &[(true, Some(StepEnd::Complete))],
+            2_000,
+        );
+        assert!(matches!(
+            resume_plan(&done),
+            Err(ResumeError::NothingLeft { run: RUN })
+        ));
+    }
+}
