@@ -733,6 +733,39 @@ pub enum Event {
     Dismissed {
         at_ms: UnixMs,
     },
+    /// The run carries on from `from`, a run that ended `paused`: recorded in the new run's
+    /// creation batch, right after its `RunCreated`. The old run's records are not touched; the
+    /// journal's resume index, written in the same transaction, links it to the new run.
+    Resumed {
+        #[serde(with = "run_id_text")]
+        from: RunId,
+    },
+}
+
+/// A run id inside an event: its 16 bytes on the wire (postcard), its printed form in JSON
+/// (events.jsonl), as people and `recover` read it.
+mod run_id_text {
+    use super::RunId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(run: &RunId, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.collect_str(run)
+        } else {
+            run.serialize(serializer)
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<RunId, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            text.parse().map_err(serde::de::Error::custom)
+        } else {
+            RunId::deserialize(deserializer)
+        }
+    }
 }
 
 impl Event {
@@ -799,7 +832,7 @@ impl Event {
             Event::ProcessTerminalObserved { instance_id, .. } => {
                 fields.push(("instance_id", instance_id));
             }
-            Event::Dismissed { .. } => {}
+            Event::Dismissed { .. } | Event::Resumed { .. } => {}
         }
         for (field, value) in fields {
             check_text(value).map_err(|bytes| TextTooLong {
@@ -857,6 +890,7 @@ impl Event {
             Event::Terminal { .. } => "Terminal",
             Event::ProcessTerminalObserved { .. } => "ProcessTerminalObserved",
             Event::Dismissed { .. } => "Dismissed",
+            Event::Resumed { .. } => "Resumed",
         }
     }
 }
@@ -1177,6 +1211,12 @@ pub(crate) mod tests {
                 },
             ),
             ("Dismissed", Event::Dismissed { at_ms: 7 }),
+            (
+                "Resumed",
+                Event::Resumed {
+                    from: RunId::from_bytes([2; 16]),
+                },
+            ),
         ]
     }
 
@@ -1208,6 +1248,7 @@ pub(crate) mod tests {
             ("Terminal", "060201016501739e020100ae189f7a"),
             ("ProcessTerminalObserved", "070169010001120102a5049a1f"),
             ("Dismissed", "08078310debb"),
+            ("Resumed", "0902020202020202020202020202020202aeffd00f"),
         ];
         let variants = every_variant();
         assert_eq!(

@@ -60,7 +60,12 @@ pub fn decode_snapshot(data: &[u8]) {
         );
         let lines = crate::show::RunView::of(&state, None).lines(&crate::show::no_colour);
         assert!(!lines.is_empty(), "a state renders");
-        let plan = crate::projection::plan(&Home::at("/fuzz-home"), &state, &[]);
+        let plan = crate::projection::plan(
+            &Home::at("/fuzz-home"),
+            &state,
+            &[],
+            &crate::journal::ResumeLinks::default(),
+        );
         assert!(!plan.files.is_empty(), "a projection has files");
     }
 }
@@ -170,7 +175,7 @@ impl Choices<'_> {
     }
 
     fn event(&mut self) -> Event {
-        match self.below(9) {
+        match self.below(10) {
             0 => Event::RunCreated {
                 spec: Arc::new(self.spec()),
                 created_at_ms: self.number(),
@@ -257,8 +262,16 @@ impl Choices<'_> {
                     Observer::Reconciler,
                 ]),
             },
-            _ => Event::Dismissed {
+            8 => Event::Dismissed {
                 at_ms: self.number(),
+            },
+            // Itself or another run: the reducer refuses the first.
+            _ => Event::Resumed {
+                from: if self.below(2) == 0 {
+                    FUZZ_RUN
+                } else {
+                    crate::event::RunId::from_bytes([self.byte(); 16])
+                },
             },
         }
     }
@@ -393,9 +406,13 @@ pub fn fold_events(data: &[u8]) {
 /// Renders a run's projection and reads its documents back.
 fn render(state: &RunState, records: &[RecordEnvelope]) {
     let home = Home::at("/fuzz-home");
-    let plan = crate::projection::plan(&home, state, records);
+    let links = crate::journal::ResumeLinks {
+        resumed_from: crate::journal::ResumeLinks::resumed_from_records(records),
+        resumed_by: None,
+    };
+    let plan = crate::projection::plan(&home, state, records, &links);
     assert!(!plan.files.is_empty(), "a projection has files");
-    let status = documents::status_doc(&home, state);
+    let status = documents::status_doc(&home, state, &links);
     round_trip(&status, "status.json");
     if let Some(result) = documents::result_doc(&home, state, records) {
         round_trip(&result, "the result file");

@@ -32,18 +32,18 @@ use std::time::{Duration, Instant};
 use crate::durable_fs;
 use crate::duration::format_duration;
 use crate::event::{
-    self, Event, Observer, ProcessExit, Proof, Record, Repairer, RunId, TerminalState,
-    truncate_text,
+    self, Event, HostIds, Mode, Observer, ProcessExit, Proof, Record, Repairer, RunId, RunSpec,
+    TerminalState, truncate_text,
 };
 use crate::exit::describe_exit;
 use crate::home::Home;
-use crate::journal::{AppendError, Condition, ReadError};
+use crate::journal::{AppendError, Condition, ReadError, ResumeRefusal};
 use crate::liveness::{self, Liveness};
 use crate::platform;
 use crate::reconcile::{self, ReconcileError};
 use crate::runner;
 use crate::spec::RunRequest;
-use crate::state::{RunState, TransitionError};
+use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::Store;
 
 /// How long a launcher that followed its run waits for the runner process to exit once the
@@ -146,9 +146,20 @@ pub fn launch(
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    launch_with(store, request, Vec::new(), program, start_timeout)
+}
+
+/// [`launch`], with `more` events in the run's creation batch after its `RunCreated`.
+fn launch_with(
+    store: &Store,
+    request: RunRequest,
+    more: Vec<Event>,
+    program: &RunnerProgram,
+    start_timeout: Duration,
+) -> Result<Launched, LaunchError> {
     // The runner starts as soon as the run is durable; the run is projected meanwhile.
     let (created, spawned) = store
-        .create_run_then(request.spec, request.hosts, |created| {
+        .create_run_with_then(request.spec, request.hosts, more, |created| {
             spawn_runner(store.home(), created.run, program)
         })
         .map_err(LaunchError::Create)?;
@@ -215,6 +226,252 @@ pub fn launch(
             // The runner closed its end (it exited, or it will not signal): poll from now on.
             Some(Ok(Signal::Closed)) | Some(Err(_)) => ready = None,
             None => std::thread::sleep(timeout),
+        }
+    }
+}
+
+/// Why a run cannot be resumed, or the resume failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    #[error("run {run} is not in the journal")]
+    UnknownRun { run: RunId },
+    #[error("run {run} was pruned from the journal: nothing is left of it to resume")]
+    Pruned { run: RunId },
+    #[error("run {run} cannot be resumed: {refusal}")]
+    Refused { run: RunId, refusal: ResumeRefusal },
+    #[error(
+        "run {run} cannot be resumed: every one of its steps completed before it was paused; nothing is left to run"
+    )]
+    NothingLeft { run: RunId },
+    #[error("run {run}: {source}")]
+    Read {
+        run: RunId,
+        #[source]
+        source: ReadError,
+    },
+    #[error("resuming run {run}: {source}")]
+    Launch {
+        run: RunId,
+        /// Boxed: it is large, and every refusal carries this enum.
+        #[source]
+        source: Box<LaunchError>,
+    },
+}
+
+impl ResumeError {
+    /// Whether the caller named a run that cannot be resumed (as opposed to a failure of the
+    /// journal or of the launch): the CLI's exit code 2.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            ResumeError::UnknownRun { .. }
+                | ResumeError::Pruned { .. }
+                | ResumeError::Refused { .. }
+                | ResumeError::NothingLeft { .. }
+        )
+    }
+}
+
+/// The run that carries a paused run on, as [`resume_plan`] makes it from the paused run's
+/// state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumePlan {
+    /// The paused run.
+    pub from: RunId,
+    /// The paused run's steps the new run runs, in order: the new run's step `i` is the paused
+    /// run's step `steps[i]`.
+    pub steps: Vec<u32>,
+    /// The new run's spec: the paused run's, with those steps and the timeout it has left.
+    pub spec: RunSpec,
+    /// The paused run's host ids, unchanged.
+    pub hosts: HostIds,
+}
+
+/// Plans the run that carries `state`, a paused run, on. Pure.
+///
+/// * Steps: in a chain, the first step that did not complete (the interrupted one) and every
+///   step after it; in parallel, every step that did not complete (interrupted, failed or
+///   never started), in their order; a single run's one step. Steps that completed are not
+///   run again.
+/// * Timeout: what the paused run had left — its timeout less the time from its runner's
+///   start to its end (at least 1 ms) — so that a run cannot outlive its deadline by being
+///   paused and resumed; none when it had none. The time it spent paused is not counted.
+/// * Name, mode, concurrency, cwd, session id, completion owner id and tool-call id: the
+///   paused run's. The name and the tool-call id then name the new run (the latest run wins
+///   an alias), which is the work the host's call goes on with.
+pub fn resume_plan(state: &RunState) -> Result<ResumePlan, ResumeError> {
+    let run = state.run_id;
+    if state.status != RunStatus::Paused {
+        return Err(ResumeError::Refused {
+            run,
+            refusal: ResumeRefusal::NotPaused {
+                state: state.status,
+            },
+        });
+    }
+    let is_left = |index: &usize| state.steps[*index].status != StepStatus::Complete;
+    let indexes: Vec<usize> = match state.spec.mode {
+        Mode::Chain => match (0..state.steps.len()).find(is_left) {
+            Some(first) => (first..state.steps.len()).collect(),
+            None => Vec::new(),
+        },
+        Mode::Parallel | Mode::Single => (0..state.steps.len()).filter(is_left).collect(),
+    };
+    if indexes.is_empty() {
+        return Err(ResumeError::NothingLeft { run });
+    }
+    let spent = match (&state.runner, &state.terminal) {
+        (Some(runner), Some(terminal)) => terminal.at_ms.saturating_sub(runner.started_at_ms),
+        _ => 0,
+    };
+    let spec = RunSpec {
+        name: state.spec.name.clone(),
+        mode: state.spec.mode,
+        concurrency: state.spec.concurrency,
+        timeout_ms: state
+            .spec
+            .timeout_ms
+            .map(|timeout| timeout.saturating_sub(spent).max(1)),
+        cwd: state.spec.cwd.clone(),
+        steps: indexes
+            .iter()
+            .map(|&index| state.spec.steps[index].clone())
+            .collect(),
+    };
+    Ok(ResumePlan {
+        from: run,
+        steps: indexes
+            .iter()
+            .map(|&index| u32::try_from(index).unwrap_or(u32::MAX))
+            .collect(),
+        spec,
+        hosts: HostIds {
+            session_id: state.session_id.clone(),
+            completion_owner_id: state.completion_owner_id.clone(),
+            tool_call_id: state.tool_call_id.clone(),
+        },
+    })
+}
+
+/// A run launched to carry a paused run on.
+#[derive(Debug)]
+pub struct Resumed {
+    pub launched: Launched,
+    pub plan: ResumePlan,
+}
+
+/// Resumes `run`, a paused run: launches the run [`resume_plan`] makes of it, whose creation
+/// batch records `Resumed` after its `RunCreated`, and waits for its runner as [`launch`]
+/// does. The journal links the two runs in the transaction that creates the new one, and
+/// only if `run` is paused and was not resumed yet, so of two resumes of one run one lands
+/// and the other is refused. A run is resumed once: to carry on again, resume the run that
+/// resumed it once it is paused itself. A resume whose runner never took its run (the launch
+/// gave up on it) ran nothing and does not count: the paused run may be resumed again. `idle_timeout` is the new runner's (not journaled, so
+/// not inherited). The paused run's records are not touched; its files are projected again
+/// to show the link.
+pub fn resume(
+    store: &Store,
+    run: RunId,
+    idle_timeout: Option<Duration>,
+    program: &RunnerProgram,
+    start_timeout: Duration,
+) -> Result<Resumed, ResumeError> {
+    let read = |source| ResumeError::Read { run, source };
+    // The run that resumed `run`, unless it ended before a runner took it (it ran nothing, and
+    // the journal lets another resume take its place).
+    let resumed_by = |store: &Store| -> Result<Option<RunId>, ReadError> {
+        let view = store.journal().view()?;
+        let Some(by) = view.resume_links(run)?.resumed_by else {
+            return Ok(None);
+        };
+        Ok(match view.snapshot(by)? {
+            Some(resumer) if resumer.ended_unstarted() => None,
+            _ => Some(by),
+        })
+    };
+    let view = store.journal().view().map_err(read)?;
+    let Some(state) = view.snapshot(run).map_err(read)? else {
+        return Err(match view.tombstone(run).map_err(read)? {
+            Some(_) => ResumeError::Pruned { run },
+            None => ResumeError::UnknownRun { run },
+        });
+    };
+    drop(view);
+    if let Some(by) = resumed_by(store).map_err(read)? {
+        return Err(ResumeError::Refused {
+            run,
+            refusal: ResumeRefusal::AlreadyResumed { by },
+        });
+    }
+    let plan = resume_plan(&state)?;
+    let request = RunRequest {
+        spec: plan.spec.clone(),
+        hosts: plan.hosts.clone(),
+        idle_timeout,
+    };
+    let more = vec![Event::Resumed { from: run }];
+    match launch_with(store, request, more, program, start_timeout) {
+        Ok(launched) => {
+            store.project_linked(run, state.head_seq);
+            Ok(Resumed { launched, plan })
+        }
+        Err(LaunchError::Create(AppendError::Resume { refusal, .. })) => {
+            Err(ResumeError::Refused { run, refusal })
+        }
+        Err(source) => {
+            // Through a commit leader, a resume that lost the race to another comes back as
+            // the leader's failure to judge it: look again.
+            if let Ok(Some(by)) = resumed_by(store) {
+                return Err(ResumeError::Refused {
+                    run,
+                    refusal: ResumeRefusal::AlreadyResumed { by },
+                });
+            }
+            Err(ResumeError::Launch {
+                run,
+                source: Box::new(source),
+            })
+        }
+    }
+}
+
+/// What `runjournal resume --json` prints of a run just resumed.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeReport {
+    /// The new run.
+    pub run_id: String,
+    /// The paused run it carries on.
+    pub resumed_from: String,
+    /// The paused run's steps the new run runs (its step `i` is `steps[i]`).
+    pub steps: Vec<u32>,
+    /// `running` once its runner took it, else `failed`.
+    pub state: &'static str,
+    pub runner_pid: Option<u32>,
+    pub error: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub status_path: PathBuf,
+    pub result_path: PathBuf,
+}
+
+impl ResumeReport {
+    pub fn of(home: &Home, resumed: &Resumed) -> ResumeReport {
+        let run = resumed.launched.run;
+        let (state, runner_pid, error) = match &resumed.launched.start {
+            RunnerStart::Started { pid, .. } => ("running", Some(*pid), None),
+            RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
+        };
+        ResumeReport {
+            run_id: run.to_string(),
+            resumed_from: resumed.plan.from.to_string(),
+            steps: resumed.plan.steps.clone(),
+            state,
+            runner_pid,
+            error,
+            timeout_ms: resumed.plan.spec.timeout_ms,
+            status_path: home.status_path(run),
+            result_path: home.result_path(run),
         }
     }
 }
@@ -719,4 +976,176 @@ pub fn wait_for_end(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::event::{
+        FORMAT_VERSION, ProcessIdentity, StepAction, StepEnd, StepOutcome, StepSpec, WriterId,
+    };
+
+    const RUN: RunId = RunId::from_bytes([4; 16]);
+
+    fn spec(mode: Mode, steps: usize, timeout_ms: Option<u64>) -> RunSpec {
+        RunSpec {
+            name: Some("nightly".to_string()),
+            mode,
+            concurrency: 2,
+            timeout_ms,
+            cwd: Some("/work".to_string()),
+            steps: (0..steps)
+                .map(|index| StepSpec {
+                    name: format!("step-{index}"),
+                    action: StepAction::Shell {
+                        script: "true".to_string(),
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// A run of `spec` that started at 1 000 ms, whose steps ended as `ends` says (`None`:
+    /// still running, or never started when `started` is false), then was paused at `paused_at`.
+    fn paused(spec: RunSpec, ends: &[(bool, Option<StepEnd>)], paused_at: u64) -> RunState {
+        let mut events = vec![
+            Event::RunCreated {
+                spec: Arc::new(spec),
+                created_at_ms: 900,
+                session_id: Some("s".to_string()),
+                completion_owner_id: Some("o".to_string()),
+                tool_call_id: Some("t".to_string()),
+            },
+            Event::RunnerStarted {
+                runner: ProcessIdentity {
+                    pid: 1,
+                    start_time: 1,
+                    boot_id: "b".to_string(),
+                    pid_namespace: None,
+                },
+                instance_id: "i".to_string(),
+            },
+        ];
+        for (step, (started, end)) in ends.iter().enumerate() {
+            let step = u32::try_from(step).expect("a few steps");
+            if *started {
+                events.push(Event::StepRunning {
+                    step,
+                    process: None,
+                });
+            }
+            if let Some(end) = end {
+                events.push(Event::StepFinished {
+                    step,
+                    outcome: StepOutcome {
+                        end: *end,
+                        exit_code: Some(0),
+                        error: None,
+                    },
+                });
+            }
+        }
+        events.push(Event::Terminal {
+            state: TerminalState::Paused,
+            error: None,
+            summary: "paused".to_string(),
+            exit_code: 130,
+            repaired_by: None,
+        });
+        let count = events.len();
+        let mut state: Option<RunState> = None;
+        for (index, event) in events.into_iter().enumerate() {
+            let seq = index as u64 + 1;
+            let time_ms = match seq {
+                1 => 900,
+                _ if index + 1 == count => paused_at,
+                _ => 1_000,
+            };
+            let record = Record {
+                format_version: FORMAT_VERSION,
+                run_id: RUN,
+                seq,
+                time_ms,
+                writer: WriterId(1),
+                writer_seq: seq,
+                event,
+            };
+            state = Some(crate::state::apply(state.as_ref(), &record).expect("a legal record"));
+        }
+        state.expect("a run")
+    }
+
+    #[test]
+    fn a_chain_carries_on_from_its_first_step_that_did_not_complete() {
+        let state = paused(
+            spec(Mode::Chain, 4, Some(60_000)),
+            &[
+                (true, Some(StepEnd::Complete)),
+                (true, None),
+                (false, None),
+                (false, None),
+            ],
+            21_000,
+        );
+        let plan = resume_plan(&state).expect("a plan");
+        assert_eq!(plan.steps, [1, 2, 3]);
+        let names: Vec<&str> = plan
+            .spec
+            .steps
+            .iter()
+            .map(|step| step.name.as_str())
+            .collect();
+        assert_eq!(names, ["step-1", "step-2", "step-3"]);
+        // 20 s of 60 were spent between the runner's start and the pause.
+        assert_eq!(plan.spec.timeout_ms, Some(40_000));
+        assert_eq!(plan.spec.name.as_deref(), Some("nightly"));
+        assert_eq!(plan.spec.cwd.as_deref(), Some("/work"));
+        assert_eq!(plan.spec.mode, Mode::Chain);
+        assert_eq!(
+            plan.hosts,
+            HostIds {
+                session_id: Some("s".to_string()),
+                completion_owner_id: Some("o".to_string()),
+                tool_call_id: Some("t".to_string()),
+            }
+        );
+    }
+
+    #[test]
+    fn a_parallel_run_carries_on_with_every_step_that_did_not_complete() {
+        let state = paused(
+            spec(Mode::Parallel, 4, None),
+            &[
+                (true, Some(StepEnd::Failed)),
+                (true, Some(StepEnd::Complete)),
+                (true, None),
+                (false, None),
+            ],
+            2_000,
+        );
+        let plan = resume_plan(&state).expect("a plan");
+        assert_eq!(plan.steps, [0, 2, 3]);
+        assert_eq!(plan.spec.concurrency, 2);
+        assert_eq!(plan.spec.timeout_ms, None);
+    }
+
+    #[test]
+    fn a_spent_timeout_leaves_a_millisecond_and_a_finished_run_nothing_to_resume() {
+        let state = paused(spec(Mode::Single, 1, Some(500)), &[(true, None)], 9_000);
+        assert_eq!(
+            resume_plan(&state).expect("a plan").spec.timeout_ms,
+            Some(1)
+        );
+        let done = paused(
+            spec(Mode::Chain, 1, None),
+            &[(true, Some(StepEnd::Complete))],
+            2_000,
+        );
+        assert!(matches!(
+            resume_plan(&done),
+            Err(ResumeError::NothingLeft { run: RUN })
+        ));
+    }
 }

@@ -597,8 +597,8 @@ fn repair_projection(store: &Store, run: RunId, error: &mut Option<String>) -> b
         .view()
         .map_err(|source| ProjectionError::Read { run, source })
         .and_then(|view| projection::load(&view, run))
-        .map(|(state, records)| {
-            projection::check_plan(&projection::plan(store.home(), &state, &records))
+        .map(|(state, records, links)| {
+            projection::check_plan(&projection::plan(store.home(), &state, &records, &links))
                 .iter()
                 .any(projection::Difference::is_damage)
         });
@@ -687,7 +687,21 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
     let boot_id = liveness::boot_id().ok();
     let cursor = ProjectionCursor::read(store.home());
     let start = ProjectionCursor::start(cursor.as_ref(), boot_id.as_deref(), view.global_head()?);
-    let (changed, through) = view.runs_changed_after(start)?;
+    let (mut changed, through) = view.runs_changed_after(start)?;
+    // A run created to resume a paused one changed what the paused run's files show (its
+    // `resumedBy`, from the resume index) without a record of the paused run: it is checked
+    // with the runs that changed.
+    let mut linked = Vec::new();
+    for &run in &changed {
+        if let Some(from) = view.resume_links(run)?.resumed_from
+            && !changed.contains(&from)
+            && !linked.contains(&from)
+            && view.snapshot(from)?.is_some()
+        {
+            linked.push(from);
+        }
+    }
+    changed.extend(linked);
     drop(view);
     let active_count = active.len();
 

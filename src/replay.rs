@@ -350,7 +350,7 @@ impl<'journal, J: ReadJournal> Replay<'journal, J> {
         };
         replayed.rendered = Some((state.status, state.head_seq));
         self.totals.runs += 1;
-        let plan = projection::plan(&self.target, state, &rederived.records);
+        let plan = projection::plan(&self.target, state, &rederived.records, &rederived.links);
         replayed.files_planned = plan.files.len() as u64;
         self.totals.files += replayed.files_planned;
         let differences = projection::check_plan(&plan);

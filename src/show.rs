@@ -917,6 +917,7 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
             )
         }
         Event::Dismissed { .. } => "dismissed".to_string(),
+        Event::Resumed { from } => format!("resumes paused run {from}"),
     };
     format!(
         "#{} {}",

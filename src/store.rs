@@ -309,7 +309,19 @@ impl Store {
         hosts: HostIds,
         on_durable: impl FnOnce(&Appended) -> T,
     ) -> Result<(Appended, T), AppendError> {
-        let appended = self.inner.journal.create_run(spec, hosts)?;
+        self.create_run_with_then(spec, hosts, Vec::new(), on_durable)
+    }
+
+    /// [`Store::create_run_then`] with `more` events in the creation batch after its
+    /// `RunCreated` ([`Journal::create_run_with`]).
+    pub fn create_run_with_then<T>(
+        &self,
+        spec: RunSpec,
+        hosts: HostIds,
+        more: Vec<Event>,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.create_run_with(spec, hosts, more)?;
         let value = on_durable(&appended);
         self.inner
             .project_after_commit(appended.run, appended.last_seq);
@@ -350,6 +362,13 @@ impl Store {
     /// Projects one run now (a result a host consumed is not written again).
     pub fn project(&self, run: RunId) -> Result<(), ProjectionError> {
         self.inner.project(run).map(|_| ())
+    }
+
+    /// Projects `run`, whose head is `head_seq`, after another run's batch changed what its
+    /// files show (a resume links the paused run to the run that carries it on, in the resume
+    /// index, without a record of its own). A failure waits for a retry, as after a commit.
+    pub fn project_linked(&self, run: RunId, head_seq: u64) {
+        self.inner.project_after_commit(run, head_seq);
     }
 
     /// A live runner's heartbeat for `run`: its status.json rewritten with `lastUpdate` now

@@ -21,8 +21,8 @@ use crate::durable_fs::FileLock;
 use crate::event::{Record, RunId, UnixMs, WriterId};
 use crate::home::Home;
 use crate::journal::{
-    CorruptError, Journal, ReadError, ReadJournal, SnapshotError, StorageFailure, View, name_alias,
-    tool_call_alias,
+    CorruptError, Journal, ReadError, ReadJournal, ResumeLinks, SnapshotError, StorageFailure,
+    View, name_alias, tool_call_alias,
 };
 use crate::projection::incremental::STATUS_COALESCE;
 use crate::projection::{self, Difference, FileKind};
@@ -87,6 +87,8 @@ pub enum ProblemKind {
     TerminalIndex,
     /// The alias index.
     Alias,
+    /// The resume index.
+    ResumeIndex,
     /// A writer's idempotency mark.
     WriterMark,
     /// A projected file.
@@ -111,6 +113,7 @@ impl ProblemKind {
             ProblemKind::ActiveIndex => "active-index",
             ProblemKind::TerminalIndex => "terminal-index",
             ProblemKind::Alias => "alias",
+            ProblemKind::ResumeIndex => "resume-index",
             ProblemKind::WriterMark => "writer-mark",
             ProblemKind::Projection => "projection",
             ProblemKind::Integrity => "integrity",
@@ -260,6 +263,10 @@ struct RunFacts {
     created_global: Option<u64>,
     /// The next seq the log should name for this run.
     log_next_seq: u64,
+    /// The run its records say it resumed.
+    resumed_from: Option<RunId>,
+    /// Its fold ended before a runner took it.
+    ended_unstarted: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -304,6 +311,13 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
         report.problems.push(Problem::storage(&failure));
     }
 
+    let resumes: BTreeMap<RunId, RunId> = match view.resumes() {
+        Ok(listed) => listed.into_iter().collect(),
+        Err(error) => {
+            report.problems.push(Problem::read(&error));
+            BTreeMap::new()
+        }
+    };
     // Records come in key order, run by run; each run is checked once its last record is in.
     let mut writer_max: HashMap<WriterId, u64> = HashMap::new();
     let mut current: Option<(RunId, Vec<Record>, bool)> = None;
@@ -331,8 +345,14 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
         if facts.facts.is_none() {
             facts.facts = Some(IndexFacts::of(&folded));
         }
+        facts.resumed_from = ResumeLinks::resumed_from_records(&records);
+        facts.ended_unstarted = folded.ended_unstarted();
         if let Some(home) = home {
-            let plan = projection::plan(home, &folded, &records);
+            let links = ResumeLinks {
+                resumed_from: facts.resumed_from,
+                resumed_by: resumes.get(&run).copied(),
+            };
+            let plan = projection::plan(home, &folded, &records, &links);
             report.files += plan.files.len() as u64;
             report.problems.extend(projection_problems(&plan));
         }
@@ -398,6 +418,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     check_active(view, &runs, &mut report);
     check_terminal(view, &runs, &mut report);
     check_aliases(view, &runs, &mut report);
+    check_resumes(&resumes, &runs, &mut report);
     check_writer_marks(view, &writer_max, &mut report);
     report
 }
@@ -472,6 +493,9 @@ pub struct Rederived {
     pub state: Option<RunState>,
     /// What was found wrong: damaged records, a fold that fails, a snapshot that differs.
     pub problems: Vec<Problem>,
+    /// Its resume links: the run it resumed from its records, the run that resumed it from
+    /// the journal's resume index.
+    pub links: ResumeLinks,
 }
 
 /// Reads a run's records (up to `until_seq`, if given), folds them, and — for the whole run —
@@ -485,6 +509,7 @@ pub fn rederive(view: &View, run: RunId, until_seq: Option<u64>) -> Rederived {
                 records: Vec::new(),
                 state: None,
                 problems: vec![Problem::read(&error).of_run(run)],
+                links: ResumeLinks::default(),
             };
         }
     };
@@ -501,11 +526,23 @@ pub fn rederive(view: &View, run: RunId, until_seq: Option<u64>) -> Rederived {
         }
         stored => fold_and_compare(run, &records, stored),
     };
+    let mut problems = problems;
+    let links = ResumeLinks {
+        resumed_from: ResumeLinks::resumed_from_records(&records),
+        resumed_by: match view.resume_links(run) {
+            Ok(links) => links.resumed_by,
+            Err(error) => {
+                problems.push(Problem::read(&error).of_run(run));
+                None
+            }
+        },
+    };
     Rederived {
         run,
         records,
         state,
         problems,
+        links,
     }
 }
 
@@ -658,7 +695,12 @@ fn recheck_run(home: &Home, journal: &impl ReadJournal, run: RunId) -> (Option<u
     let Some(state) = &rederived.state else {
         return (None, Vec::new());
     };
-    let found = projection_problems(&projection::plan(home, state, &rederived.records));
+    let found = projection_problems(&projection::plan(
+        home,
+        state,
+        &rederived.records,
+        &rederived.links,
+    ));
     (Some(state.head_seq), found)
 }
 
@@ -828,6 +870,62 @@ fn check_terminal(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Re
             )
             .of_run(*run),
         );
+    }
+}
+
+/// The resume index against the records: each run in the journal that a `Resumed` names is
+/// linked to the run that recorded it (or that run ended before a runner took it, and a later
+/// resume took its place), and each entry names a run in the journal (pruning a run takes its
+/// entry) and a run that recorded resuming it, or one no longer in the journal (pruned: its
+/// tombstone may be gone too).
+fn check_resumes(
+    resumes: &BTreeMap<RunId, RunId>,
+    runs: &BTreeMap<RunId, RunFacts>,
+    report: &mut Report,
+) {
+    let mut problem = |run: RunId, text: String| {
+        report
+            .problems
+            .push(Problem::new(Severity::Inconsistent, ProblemKind::ResumeIndex, text).of_run(run));
+    };
+    for (run, facts) in runs {
+        let Some(from) = facts.resumed_from else {
+            continue;
+        };
+        let is_there = runs.get(&from).is_some_and(|old| old.record_count > 0);
+        match resumes.get(&from) {
+            Some(by) if by == run => {}
+            _ if !is_there => {}
+            _ if facts.ended_unstarted => {}
+            Some(by) => problem(
+                from,
+                format!("run {run} resumed run {from}, but the resume index names run {by}"),
+            ),
+            None => problem(
+                from,
+                format!("run {run} resumed run {from}, which the resume index does not link"),
+            ),
+        }
+    }
+    for (from, by) in resumes {
+        if runs.get(from).is_none_or(|old| old.record_count == 0) {
+            problem(
+                *from,
+                format!(
+                    "the resume index links run {from}, which is not in the journal, to run {by}"
+                ),
+            );
+            continue;
+        }
+        match runs.get(by) {
+            Some(new) if new.record_count > 0 && new.resumed_from != Some(*from) => problem(
+                *from,
+                format!(
+                    "the resume index says run {by} resumed run {from}, but its records do not"
+                ),
+            ),
+            _ => {}
+        }
     }
 }
 

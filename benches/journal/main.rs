@@ -286,7 +286,8 @@ fn status_json(records: &[Record]) -> Vec<u8> {
         .expect("the records fold")
         .expect("a run");
     let home = runjournal::Home::at("/home/user/.local/state/runjournal");
-    serde_json::to_vec_pretty(&documents::status_doc(&home, &state)).expect("status renders")
+    serde_json::to_vec_pretty(&documents::status_doc(&home, &state, &Default::default()))
+        .expect("status renders")
 }
 
 /// `count` runs whose external-job step is running, ready for updates.

@@ -3,14 +3,14 @@
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
-use super::error::{AppendError, CorruptError, StorageFailure};
+use super::error::{AppendError, CorruptError, ResumeRefusal, StorageFailure};
 use super::snapshot::{encode_snapshot, state_of};
 use super::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RUNS, TERMINAL,
-    WRITERS,
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RESUMES, RUNS,
+    TERMINAL, WRITERS,
 };
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
-use crate::state::{self, RunState};
+use crate::state::{self, RunState, RunStatus};
 
 /// What must hold for an append to go ahead; checked inside the write transaction, so it
 /// cannot race another writer.
@@ -111,6 +111,8 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
         .map_err(|e| StorageFailure::new(op, e))?;
     txn.open_table(PRUNING)
         .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(RESUMES)
+        .map_err(|e| StorageFailure::new(op, e))?;
     Ok(())
 }
 
@@ -124,6 +126,7 @@ struct Tables<'txn> {
     writers: Table<'txn, u64, u64>,
     globals: Table<'txn, &'static [u8; 24], u64>,
     meta: Table<'txn, &'static str, &'static [u8]>,
+    resumes: Table<'txn, &'static [u8; 16], &'static [u8; 16]>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -156,6 +159,9 @@ impl<'txn> Tables<'txn> {
                 .map_err(|e| StorageFailure::new(op, e))?,
             meta: txn
                 .open_table(META)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            resumes: txn
+                .open_table(RESUMES)
                 .map_err(|e| StorageFailure::new(op, e))?,
         })
     }
@@ -283,6 +289,8 @@ pub(crate) struct Prepared {
     was_terminal: bool,
     after: RunState,
     snapshot: Vec<u8>,
+    /// The batch records that the run resumes a paused run: link them in the resume index.
+    resumes: bool,
 }
 
 /// What every batch of a group reads and moves on: the global log head and the writers' marks.
@@ -367,13 +375,15 @@ fn apply_batch(
     if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
-    let prepared = match prepare(tables, batch) {
+    let prepared = match prepare(tables, batch, marks) {
         Ok(prepared) => prepared,
         Err(refusal) => {
             // A judged seq is spent, refused or not: should a copy of this batch reach another
             // committer later (a commit leader that was stopped while it held the batch, say),
             // it is found at or below the mark and never judged again against a later state.
-            if marks == Marks::Idempotent && is_judged_refusal(&refusal) {
+            let is_judged =
+                is_judged_refusal(&refusal) || matches!(refusal, AppendError::Resume { .. });
+            if marks == Marks::Idempotent && is_judged {
                 group.advance_mark(batch.writer, batch.writer_seq);
             }
             return Err(refusal);
@@ -383,9 +393,62 @@ fn apply_batch(
 }
 
 /// Validates the batch and encodes its records without writing anything.
-fn prepare(tables: &Tables<'_>, batch: &Batch) -> Result<Prepared, AppendError> {
+fn prepare(tables: &Tables<'_>, batch: &Batch, marks: Marks) -> Result<Prepared, AppendError> {
     let before = state_before(tables, batch.run)?;
-    judge(before, batch)
+    let mut prepared = judge(before, batch)?;
+    if let Some(from) = resumed_from(batch) {
+        prepared.resumes = resumable(tables, batch.run, from, marks)?;
+    }
+    Ok(prepared)
+}
+
+/// The run a batch's `Resumed` names, if it holds one (the reducer takes one at most, right
+/// after `RunCreated`).
+fn resumed_from(batch: &Batch) -> Option<RunId> {
+    batch.events.iter().find_map(|event| match event {
+        Event::Resumed { from } => Some(*from),
+        _ => None,
+    })
+}
+
+/// Whether `run` may record that it resumes `from`, judged in the transaction that would link
+/// them, so two resumes of one run cannot both land: `from` is in the journal, ended `paused`,
+/// and no run resumed it yet — but one that ended before any runner took it (its launcher gave
+/// up on it), which ran nothing and so does not count: the new run takes its place in the
+/// index. `Ok(true)`: link them. A rebuild (`journal::rebuild`) takes the records as they were
+/// and links only runs that are both there (the old one may have been pruned before the
+/// journal was lost).
+fn resumable(
+    tables: &Tables<'_>,
+    run: RunId,
+    from: RunId,
+    marks: Marks,
+) -> Result<bool, AppendError> {
+    let old = state_before(tables, from)?;
+    let by = tables
+        .resumes
+        .get(&from.to_bytes())
+        .map_err(storage("reading the resume index"))?
+        .map(|entry| RunId::from_bytes(*entry.value()));
+    let by = match by {
+        Some(by) => match state_before(tables, by)? {
+            Some(resumer) if resumer.ended_unstarted() => None,
+            _ => Some(by),
+        },
+        None => None,
+    };
+    if marks == Marks::Rebuild {
+        return Ok(old.is_some() && by.is_none());
+    }
+    let refusal = match (&old, by) {
+        (None, _) => ResumeRefusal::Unknown,
+        (Some(_), Some(by)) => ResumeRefusal::AlreadyResumed { by },
+        (Some(state), None) if state.status != RunStatus::Paused => ResumeRefusal::NotPaused {
+            state: state.status,
+        },
+        (Some(_), None) => return Ok(true),
+    };
+    Err(AppendError::Resume { run, from, refusal })
 }
 
 /// The run's state as this transaction sees it; `None` when the run does not exist.
@@ -469,6 +532,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
         was_terminal,
         after,
         snapshot,
+        resumes: false,
     })
 }
 
@@ -537,6 +601,12 @@ fn write(
                 .insert(tables::name_alias(name).as_str(), &run_key)
                 .map_err(storage("writing an alias"))?;
         }
+    }
+    if let (true, Some(from)) = (prepared.resumes, resumed_from(batch)) {
+        tables
+            .resumes
+            .insert(&from.to_bytes(), &run_key)
+            .map_err(storage("writing the resume index"))?;
     }
     group.advance_mark(batch.writer, batch.writer_seq);
     Ok(Appended {

@@ -219,6 +219,27 @@ pub enum AppendError {
     /// command's bound): nothing was written.
     #[error("{0}; nothing was written")]
     WriteLockHeld(super::lock_wait::LockHeld),
+    /// The batch records that `run` resumes `from`, which the journal does not allow as it
+    /// stands in the transaction that would link them (another run's state: not judged from
+    /// the batch's run alone).
+    #[error("run {run} cannot resume run {from}: {refusal}")]
+    Resume {
+        run: RunId,
+        from: RunId,
+        refusal: ResumeRefusal,
+    },
+}
+
+/// Why a run cannot be resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeRefusal {
+    #[error("it is not in the journal")]
+    Unknown,
+    #[error("it is {state}; only a paused run can be resumed")]
+    NotPaused { state: RunStatus },
+    #[error("it was already resumed by run {by}")]
+    AlreadyResumed { by: RunId },
 }
 
 impl From<ReadError> for AppendError {

@@ -245,6 +245,17 @@ impl Journal {
 
     /// Creates a run: appends its `RunCreated` under a fresh id.
     pub fn create_run(&self, spec: RunSpec, hosts: HostIds) -> Result<Appended, AppendError> {
+        self.create_run_with(spec, hosts, Vec::new())
+    }
+
+    /// Creates a run whose creation batch carries `more` after its `RunCreated` (a
+    /// `Resumed`, say), under a fresh id.
+    pub fn create_run_with(
+        &self,
+        spec: RunSpec,
+        hosts: HostIds,
+        more: Vec<Event>,
+    ) -> Result<Appended, AppendError> {
         let run = RunId::generate();
         let event = Event::RunCreated {
             spec: Arc::new(spec),
@@ -253,7 +264,9 @@ impl Journal {
             completion_owner_id: hosts.completion_owner_id,
             tool_call_id: hosts.tool_call_id,
         };
-        self.append(run, vec![event], Condition::expect_head(0))
+        let mut events = vec![event];
+        events.extend(more);
+        self.append(run, events, Condition::expect_head(0))
     }
 
     /// Prunes `runs` in one durable write transaction (each one only if it is still terminal

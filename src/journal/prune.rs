@@ -22,7 +22,8 @@ use super::append::storage;
 use super::error::{ReadError, StorageFailure};
 use super::snapshot::state_of;
 use super::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RUNS, TERMINAL,
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RESUMES, RUNS,
+    TERMINAL,
 };
 use crate::event::{
     self, DecodeError, FORMAT_VERSION, MAX_TEXT_BYTES, RunId, TerminalState, UnixMs,
@@ -190,6 +191,7 @@ struct PruneTables<'txn> {
     pruned_at: Table<'txn, &'static [u8; 24], ()>,
     pruning: Table<'txn, &'static [u8; 16], &'static [u8]>,
     meta: Table<'txn, &'static str, &'static [u8]>,
+    resumes: Table<'txn, &'static [u8; 16], &'static [u8; 16]>,
 }
 
 impl<'txn> PruneTables<'txn> {
@@ -210,6 +212,7 @@ impl<'txn> PruneTables<'txn> {
                 .map_err(storage("opening tables"))?,
             pruning: txn.open_table(PRUNING).map_err(storage("opening tables"))?,
             meta: txn.open_table(META).map_err(storage("opening tables"))?,
+            resumes: txn.open_table(RESUMES).map_err(storage("opening tables"))?,
         })
     }
 
@@ -331,6 +334,11 @@ impl<'txn> PruneTables<'txn> {
         self.terminal
             .remove(&tables::terminal_key(terminal.at_ms, run))
             .map_err(storage("pruning the terminal index"))?;
+        // The link a resumed run keeps goes with it; the run that resumed it still names it
+        // (`resumedFrom`), as it names any pruned run, by its id.
+        self.resumes
+            .remove(&run_key)
+            .map_err(storage("pruning the resume index"))?;
         let tombstone = Tombstone {
             format_version: FORMAT_VERSION,
             run_id: run,

@@ -8,7 +8,8 @@ use super::error::{CorruptError, ReadError, StorageFailure};
 use super::prune::{self, Retention, Tombstone};
 use super::snapshot::{SnapshotError, decode_snapshot, state_of};
 use super::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, RECORDS, RUNS, TERMINAL, WRITERS,
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, RECORDS, RESUMES, RUNS, TERMINAL,
+    WRITERS,
 };
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
 use crate::state::RunState;
@@ -52,6 +53,29 @@ pub enum ResolveError {
 impl From<StorageFailure> for ResolveError {
     fn from(failure: StorageFailure) -> ResolveError {
         ResolveError::Read(failure.into())
+    }
+}
+
+/// How a run is linked to the runs it resumed or that resumed it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResumeLinks {
+    /// The paused run this run carries on from (its own `Resumed` record, seq 2).
+    pub resumed_from: Option<RunId>,
+    /// The run that carries this one on (the journal's resume index).
+    pub resumed_by: Option<RunId>,
+}
+
+impl ResumeLinks {
+    /// The run a run's records say it resumed: its `Resumed`, which the reducer takes only at
+    /// seq 2.
+    pub fn resumed_from_records(records: &[Record]) -> Option<RunId> {
+        records
+            .iter()
+            .take(2)
+            .find_map(|record| match record.event {
+                crate::event::Event::Resumed { from } => Some(from),
+                _ => None,
+            })
     }
 }
 
@@ -117,6 +141,51 @@ impl View {
     /// The retention policy in force: the one set, else [`Retention::DEFAULT`].
     pub fn retention(&self) -> Result<Retention, ReadError> {
         Ok(self.retention_set()?.unwrap_or_default())
+    }
+
+    /// How `run` is linked by resumes: the run it resumed (its record at seq 2, where the
+    /// reducer takes a `Resumed` only), and the run that resumed it (the resume index).
+    pub fn resume_links(&self, run: RunId) -> Result<ResumeLinks, ReadError> {
+        let records = self.table(RECORDS)?;
+        let key = tables::record_key(run, 2);
+        let resumed_from = match records.get(&key).map_err(storage("reading a record"))? {
+            Some(value) => match decode_record(&key, value.value())?.event {
+                crate::event::Event::Resumed { from } => Some(from),
+                _ => None,
+            },
+            None => None,
+        };
+        let resumed_by = match self.optional_table(RESUMES)? {
+            Some(resumes) => resumes
+                .get(&run.to_bytes())
+                .map_err(storage("reading the resume index"))?
+                .map(|entry| RunId::from_bytes(*entry.value())),
+            None => None,
+        };
+        Ok(ResumeLinks {
+            resumed_from,
+            resumed_by,
+        })
+    }
+
+    /// Every entry of the resume index, (paused run, the run that resumed it), in run id
+    /// order.
+    pub fn resumes(&self) -> Result<Vec<(RunId, RunId)>, ReadError> {
+        let Some(resumes) = self.optional_table(RESUMES)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for entry in resumes
+            .iter()
+            .map_err(storage("reading the resume index"))?
+        {
+            let (key, value) = entry.map_err(storage("reading the resume index"))?;
+            out.push((
+                RunId::from_bytes(*key.value()),
+                RunId::from_bytes(*value.value()),
+            ));
+        }
+        Ok(out)
     }
 
     /// The tombstone of a pruned run, if it has one.

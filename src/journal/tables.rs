@@ -37,6 +37,10 @@ pub(crate) const PRUNED_AT: TableDefinition<&[u8; 24], ()> = TableDefinition::ne
 /// run id → tombstone: pruned runs whose files may still be on disk; a later pass removes
 /// them and then the entry.
 pub(crate) const PRUNING: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pruning");
+/// run id of a paused run → run id of the run that resumed it, written in the transaction of
+/// the new run's creation batch (its `Resumed` record). The old run's records never change:
+/// this is where its `resumedBy` comes from. At most one entry per paused run.
+pub(crate) const RESUMES: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("resumes");
 
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
 /// The retention policy ([`super::prune::Retention`]); absent: the defaults.

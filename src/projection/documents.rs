@@ -15,6 +15,7 @@ use crate::event::{
     ExternalJobStatus, JobState, Mode, Proof, Record, RunId, StepAction, TerminalState, UnixMs,
 };
 use crate::home::Home;
+use crate::journal::ResumeLinks;
 use crate::state::{RunState, StepStatus, TerminalInfo};
 
 /// The pi-subagents lifecycle artifact version whose `processTerminal` contract we keep.
@@ -67,6 +68,12 @@ pub struct StatusDoc {
     /// this. A projection after a commit leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_heard_at: Option<UnixMs>,
+    /// The paused run this run carries on from (`runjournal resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
+    /// The run that carries this paused run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_by: Option<String>,
 }
 
 /// One entry of status.json `steps[]`.
@@ -392,7 +399,7 @@ fn process_terminal_doc(state: &RunState) -> ProcessTerminalDoc {
 }
 
 /// The status document of a run.
-pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
+pub fn status_doc(home: &Home, state: &RunState, links: &ResumeLinks) -> StatusDoc {
     let terminal = state.terminal.as_ref();
     let is_timed_out = state.has_control(crate::event::ControlAction::Timeout);
     StatusDoc {
@@ -428,6 +435,8 @@ pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
         process_terminal: process_terminal_doc(state),
         journal_seq: state.head_seq,
         runner_heard_at: None,
+        resumed_from: links.resumed_from.map(|run| run.to_string()),
+        resumed_by: links.resumed_by.map(|run| run.to_string()),
     }
 }
 
@@ -435,8 +444,13 @@ pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
 /// `runnerHeardAt` and a `lastUpdate` moved up to when the runner was heard from, so a host
 /// that judges a live runner by `lastUpdate`'s age (pi-subagents fails one silent for 24 h)
 /// sees a quiet step's run as alive.
-pub fn heartbeat_status_doc(home: &Home, state: &RunState, heard_at_ms: UnixMs) -> StatusDoc {
-    let mut doc = status_doc(home, state);
+pub fn heartbeat_status_doc(
+    home: &Home,
+    state: &RunState,
+    links: &ResumeLinks,
+    heard_at_ms: UnixMs,
+) -> StatusDoc {
+    let mut doc = status_doc(home, state, links);
     doc.last_update = doc.last_update.max(heard_at_ms);
     doc.runner_heard_at = Some(heard_at_ms);
     doc
@@ -822,6 +836,23 @@ mod tests {
         let record = record();
         let line = event_line(&record).to_string();
         assert_eq!(parse_event_line(&line), Ok(record));
+    }
+
+    #[test]
+    fn a_resume_link_is_written_as_the_printed_run_id_and_read_back() {
+        let from = RunId::from_bytes([5; 16]);
+        let record = crate::event::RecordEnvelope {
+            seq: 2,
+            event: crate::event::Event::Resumed { from },
+            ..record()
+        };
+        let line = event_line(&record);
+        assert_eq!(line["type"], "Resumed");
+        assert_eq!(line["from"], from.to_string());
+        assert_eq!(parse_event_line(&line.to_string()), Ok(record));
+        let mut forged = line.clone();
+        forged["from"] = "../../etc".into();
+        assert!(parse_event_line(&forged.to_string()).is_err());
     }
 
     #[test]

@@ -212,6 +212,7 @@ impl Projector {
             .snapshot(run)
             .map_err(read_error(run))?
             .ok_or(ProjectionError::UnknownRun { run })?;
+        let links = view.resume_links(run).map_err(read_error(run))?;
         let head_seq = state.head_seq;
         let events_path = home.events_path(run);
         let update = self.events_update(&view, run, head_seq, remembered.events, &events_path)?;
@@ -242,7 +243,7 @@ impl Projector {
                 Some(due) => next.status_due = Some(due),
                 None => {
                     let path = home.status_path(run);
-                    let doc = documents::status_doc(home, &state);
+                    let doc = documents::status_doc(home, &state, &links);
                     durable_fs::write_atomic(&path, &documents::to_json_bytes(&doc))
                         .map_err(io_error(run, &path))?;
                     next.status_written_at = Some(now);
@@ -257,10 +258,10 @@ impl Projector {
                 head_seq
             };
             write_plan(
-                &plan_parts(home, &state, terminal_seq, None),
+                &plan_parts(home, &state, &links, terminal_seq, None),
                 ResultPolicy::Publish,
             )?;
-            next.shape = Some(shape_of(&documents::status_doc(home, &state)));
+            next.shape = Some(shape_of(&documents::status_doc(home, &state, &links)));
             next.status_written_at = Some(now);
         }
         next.events = Some(self.write_events(&view, run, update, &events_path)?);

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use crate::durable_fs::{self, FileLock};
 use crate::event::{Record, RunId};
 use crate::home::Home;
-use crate::journal::{ReadError, ReadJournal, View};
+use crate::journal::{ReadError, ReadJournal, ResumeLinks, View};
 use crate::state::RunState;
 
 /// What kind of projected file a path is.
@@ -94,11 +94,13 @@ pub enum ResultPolicy {
     Rewrite,
 }
 
-/// Renders the projection of a run from its state and records. Pure.
-pub fn plan(home: &Home, state: &RunState, records: &[Record]) -> Plan {
+/// Renders the projection of a run from its state, records and resume links (read in the
+/// same view). Pure.
+pub fn plan(home: &Home, state: &RunState, records: &[Record], links: &ResumeLinks) -> Plan {
     plan_parts(
         home,
         state,
+        links,
         documents::terminal_seq(state, records),
         Some(records),
     )
@@ -110,6 +112,7 @@ pub fn plan(home: &Home, state: &RunState, records: &[Record]) -> Plan {
 pub(crate) fn plan_parts(
     home: &Home,
     state: &RunState,
+    links: &ResumeLinks,
     terminal_seq: u64,
     records: Option<&[Record]>,
 ) -> Plan {
@@ -133,7 +136,7 @@ pub(crate) fn plan_parts(
         kind: FileKind::Status,
         path: home.status_path(run),
         content: Content::Bytes(documents::to_json_bytes(&documents::status_doc(
-            home, state,
+            home, state, links,
         ))),
     });
     if let Some(records) = records {
@@ -389,15 +392,19 @@ pub fn check_plan(plan: &Plan) -> Vec<Difference> {
     out
 }
 
-/// Reads a run's state and records from one view.
-pub fn load(view: &View, run: RunId) -> Result<(RunState, Vec<Record>), ProjectionError> {
+/// Reads a run's state, records and resume links from one view.
+pub fn load(
+    view: &View,
+    run: RunId,
+) -> Result<(RunState, Vec<Record>, ResumeLinks), ProjectionError> {
     let read = |source| ProjectionError::Read { run, source };
     let state = view
         .snapshot(run)
         .map_err(read)?
         .ok_or(ProjectionError::UnknownRun { run })?;
     let records = view.records(run).map_err(read)?;
-    Ok((state, records))
+    let links = view.resume_links(run).map_err(read)?;
+    Ok((state, records, links))
 }
 
 /// Takes the run's projection lock (`runs/<id>/.lock`), making its directory if needed.
@@ -434,12 +441,15 @@ pub fn heartbeat(
         .snapshot(run)
         .map_err(|source| ProjectionError::Read { run, source })?
         .ok_or(ProjectionError::UnknownRun { run })?;
-    drop(view);
     if state.is_terminal() {
         return Ok(false);
     }
+    let links = view
+        .resume_links(run)
+        .map_err(|source| ProjectionError::Read { run, source })?;
+    drop(view);
     let path = home.status_path(run);
-    let doc = documents::heartbeat_status_doc(home, &state, heard_at_ms);
+    let doc = documents::heartbeat_status_doc(home, &state, &links, heard_at_ms);
     durable_fs::write_atomic(&path, &documents::to_json_bytes(&doc)).map_err(|source| {
         ProjectionError::Io {
             run,
@@ -479,8 +489,8 @@ pub fn project(
     let view = journal
         .view()
         .map_err(|source| ProjectionError::Read { run, source })?;
-    let (state, records) = load(&view, run)?;
+    let (state, records, links) = load(&view, run)?;
     drop(view);
-    write_plan(&plan(home, &state, &records), result)?;
+    write_plan(&plan(home, &state, &records, &links), result)?;
     Ok(state.head_seq)
 }

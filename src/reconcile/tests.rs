@@ -707,8 +707,8 @@ fn a_run_closed_by_a_writer_that_died_before_projecting_is_reprojected() {
     };
     let is_projected = |run: RunId| {
         let view = store.journal().view().expect("view");
-        let (state, records) = projection::load(&view, run).expect("load");
-        projection::check_plan(&projection::plan(store.home(), &state, &records)).is_empty()
+        let (state, records, links) = projection::load(&view, run).expect("load");
+        projection::check_plan(&projection::plan(store.home(), &state, &records, &links)).is_empty()
     };
 
     // Before any pass has left a cursor.

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::event::{Event, FORMAT_VERSION, Record, RecordEnvelope, RunId, UnixMs, WriterId};
 use crate::home::Home;
+use crate::journal::ResumeLinks;
 use crate::projection::documents;
 use crate::state::RunState;
 
@@ -146,9 +147,9 @@ pub struct RunRow {
 }
 
 /// The row of a run's state.
-pub fn run_row(home: &Home, state: &RunState) -> Result<RunRow, String> {
+pub fn run_row(home: &Home, state: &RunState, links: &ResumeLinks) -> Result<RunRow, String> {
     let count = |value: usize| i32::try_from(value).map_err(|_| format!("{value} steps"));
-    let status = serde_json::to_value(documents::status_doc(home, state))
+    let status = serde_json::to_value(documents::status_doc(home, state, links))
         .map_err(|error| format!("the status of run {}: {error}", state.run_id))?;
     Ok(RunRow {
         run_id: state.run_id.to_string(),
@@ -336,6 +337,9 @@ mod tests {
                 observer: Observer::Reconciler,
             },
             Event::Dismissed { at_ms: 9_000 },
+            Event::Resumed {
+                from: RunId::from_bytes([3; 16]),
+            },
         ]
     }
 

@@ -419,12 +419,13 @@ impl Shipper {
                 Some(snapshot) if snapshot.head_seq == seq => snapshot,
                 _ => self.fold(&view, &records, run, seq)?,
             };
-            runs.push(
-                rows::run_row(&self.home, &state).map_err(|reason| ShipError::Fold {
+            let links = view.resume_links(run)?;
+            runs.push(rows::run_row(&self.home, &state, &links).map_err(|reason| {
+                ShipError::Fold {
                     run: run.to_string(),
                     reason,
-                })?,
-            );
+                }
+            })?);
             folded.insert(run, state);
         }
         drop(view);

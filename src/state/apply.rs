@@ -11,7 +11,7 @@ use super::{
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    Record, Repairer, StepEnd, StepOutcome, TerminalState, UnixMs,
+    Record, Repairer, RunId, StepEnd, StepOutcome, TerminalState, UnixMs,
 };
 
 /// Applies one record to a run's state. `None` is a run that does not exist yet, which only
@@ -166,6 +166,7 @@ impl RunState {
                 observer,
             } => self.process_terminal_observed(instance_id, *exit, *proof, *observer, at_ms),
             Event::Dismissed { at_ms: dismissed } => self.dismissed(*dismissed),
+            Event::Resumed { from } => self.resumed(*from),
         }?;
         self.head_seq = record.seq;
         self.updated_at_ms = at_ms;
@@ -458,6 +459,23 @@ impl RunState {
             return Err(TransitionError::AlreadyDismissed { run: self.run_id });
         }
         self.dismissed_at_ms = Some(dismissed_at_ms);
+        Ok(())
+    }
+
+    /// `Resumed`: the record right after `RunCreated` (so once, in the creation batch, before a
+    /// runner could take the run), naming another run. The link is the journal's resume index,
+    /// not the state: the state only moves its head.
+    fn resumed(&mut self, from: RunId) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if self.head_seq != 1 {
+            return Err(TransitionError::ResumedNotAtCreation {
+                run,
+                head: self.head_seq,
+            });
+        }
+        if from == run {
+            return Err(TransitionError::ResumedFromItself { run });
+        }
         Ok(())
     }
 

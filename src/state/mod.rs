@@ -286,6 +286,12 @@ impl RunState {
         !self.is_terminal() && self.process_terminal.is_some()
     }
 
+    /// Ended before any runner took it (the launcher gave up on it, or it was ended while
+    /// queued): none of its steps ran.
+    pub fn ended_unstarted(&self) -> bool {
+        self.is_terminal() && self.runner.is_none()
+    }
+
     /// Whether a control request of this kind has been recorded.
     pub fn has_control(&self, action: ControlAction) -> bool {
         self.controls.iter().any(|control| control.action == action)
@@ -425,6 +431,12 @@ pub enum TransitionError {
     },
     #[error("run {run} was already dismissed")]
     AlreadyDismissed { run: RunId },
+    #[error(
+        "run {run}: Resumed must be the record right after RunCreated (seq 2), but the head is {head}"
+    )]
+    ResumedNotAtCreation { run: RunId, head: u64 },
+    #[error("run {run}: Resumed names the run itself; a run resumes another, paused run")]
+    ResumedFromItself { run: RunId },
 }
 
 #[cfg(test)]

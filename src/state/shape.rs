@@ -382,6 +382,12 @@ impl TransitionError {
             TransitionError::AlreadyDismissed { .. } => {
                 RecordsOnly("a state holds at most one dismissal, by its type")
             }
+            TransitionError::ResumedNotAtCreation { .. } => RecordsOnly(
+                "a state does not keep where its resume link was recorded; the link lives in the journal's resume index",
+            ),
+            TransitionError::ResumedFromItself { .. } => RecordsOnly(
+                "a state does not hold its resume link; the journal's resume index does",
+            ),
         }
     }
 }

@@ -1258,6 +1258,60 @@ fn dismissed_hides_the_run_once_and_stops_nothing() {
     ));
 }
 
+// Resumed: right after RunCreated, naming another run; it changes nothing but the head.
+
+fn resumed(from: RunId) -> Event {
+    Event::Resumed { from }
+}
+
+#[test]
+fn resumed_right_after_run_created_only_moves_the_head() {
+    let created = Story::new(chain_spec(2));
+    let story = created.clone().then(resumed(OTHER_RUN));
+    let mut expected = created.state.clone();
+    expected.head_seq = 2;
+    expected.updated_at_ms = time_of(2);
+    assert_eq!(story.state, expected);
+    // The run goes on as any other.
+    let story = story.then(runner_started("i1")).then(step_running(0));
+    assert_eq!(story.state.status, RunStatus::Running);
+}
+
+#[test]
+fn resumed_anywhere_but_right_after_run_created_is_refused() {
+    let story = Story::new(chain_spec(1)).then(resumed(OTHER_RUN));
+    let error = story.rejects(resumed(OTHER_RUN));
+    assert!(matches!(
+        error,
+        TransitionError::ResumedNotAtCreation { run: RUN, head: 2 }
+    ));
+    assert_message_names(&error, &["Resumed", "RunCreated"]);
+    let running = Story::running(chain_spec(1));
+    assert!(matches!(
+        running.rejects(resumed(OTHER_RUN)),
+        TransitionError::ResumedNotAtCreation { head: 2, .. }
+    ));
+    let ended = Story::new(chain_spec(1)).then(terminal(TerminalState::Failed, Some("gave up")));
+    assert!(matches!(
+        ended.rejects(resumed(OTHER_RUN)),
+        TransitionError::AfterTerminal { .. }
+    ));
+    assert!(matches!(
+        apply(None, &record(1, resumed(OTHER_RUN))),
+        Err(TransitionError::NotCreated { .. })
+    ));
+}
+
+#[test]
+fn a_run_cannot_resume_itself() {
+    let error = Story::new(chain_spec(1)).rejects(resumed(RUN));
+    assert!(matches!(
+        error,
+        TransitionError::ResumedFromItself { run: RUN }
+    ));
+    assert_message_names(&error, &["itself"]);
+}
+
 // Atomicity and folding.
 
 #[test]
@@ -1910,10 +1964,12 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::InstanceMismatch { .. } => 22,
         TransitionError::ProofMismatch { .. } => 23,
         TransitionError::AlreadyDismissed { .. } => 24,
+        TransitionError::ResumedNotAtCreation { .. } => 25,
+        TransitionError::ResumedFromItself { .. } => 26,
     }
 }
 
-const TRANSITION_KINDS: usize = 25;
+const TRANSITION_KINDS: usize = 27;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -1984,6 +2040,8 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
             .then(terminal(TerminalState::Failed, Some("gave up")))
             .then(dismissed())
             .rejects(dismissed()),
+        running().rejects(resumed(OTHER_RUN)),
+        queued().rejects(resumed(RUN)),
     ]
 }
 

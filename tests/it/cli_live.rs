@@ -112,7 +112,12 @@ fn a_quiet_steps_runner_refreshes_last_update_without_a_record() {
         .join("status.json");
     let state = common::state(&journal, run);
     let check = || {
-        let plan = projection::plan(&Home::at(home.path()), &state, &records);
+        let plan = projection::plan(
+            &Home::at(home.path()),
+            &state,
+            &records,
+            &Default::default(),
+        );
         projection::check_plan(&plan)
             .into_iter()
             .filter(|difference| difference.kind == FileKind::Status)

@@ -758,14 +758,18 @@ impl Iteration {
                 self.seed
             );
             // Projections equal a fresh one; only what the host consumed may be gone.
-            let differences: Vec<_> =
-                projection::check_plan(&projection::plan(&self.home, state, records))
-                    .into_iter()
-                    .filter(|difference| {
-                        !(difference.problem == Problem::Consumed
-                            && self.consumed.contains(&difference.path))
-                    })
-                    .collect();
+            let differences: Vec<_> = projection::check_plan(&projection::plan(
+                &self.home,
+                state,
+                records,
+                &Default::default(),
+            ))
+            .into_iter()
+            .filter(|difference| {
+                !(difference.problem == Problem::Consumed
+                    && self.consumed.contains(&difference.path))
+            })
+            .collect();
             assert!(
                 differences.is_empty(),
                 "seed {}: run {run}: projections equal a fresh projection, except results the host consumed: {differences:#?}",

@@ -371,9 +371,9 @@ fn rides_out_a_full_disk(root: &Path, can_mark_blocked: bool) -> Vec<CapacityEve
         let snapshot = view.snapshot(run).expect("snapshot").expect("exists");
         let replayed = state::replay(&records).expect("fold").expect("non-empty");
         assert_eq!(snapshot, replayed, "run {run}: snapshot equals replay");
-        let (state, records) = projection::load(&view, run).expect("load");
+        let (state, records, links) = projection::load(&view, run).expect("load");
         let damage: Vec<_> =
-            projection::check_plan(&projection::plan(store.home(), &state, &records))
+            projection::check_plan(&projection::plan(store.home(), &state, &records, &links))
                 .into_iter()
                 .filter(|difference| difference.is_damage())
                 .collect();
@@ -559,9 +559,10 @@ fn emfile_child(home_dir: &Path) {
     );
     assert_eq!(store.flush_projections(Duration::from_secs(30)), 0);
     let view = store.journal().view().expect("view");
-    let (state, records) = projection::load(&view, run).expect("load");
+    let (state, records, links) = projection::load(&view, run).expect("load");
     assert!(
-        projection::check_plan(&projection::plan(store.home(), &state, &records)).is_empty(),
+        projection::check_plan(&projection::plan(store.home(), &state, &records, &links))
+            .is_empty(),
         "the projection caught up"
     );
 }

@@ -308,16 +308,14 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     expected.insert(timed_out, "failed");
     let (idle, _) = launch(&root, &["--idle-timeout", "1s", "--", "sleep", "300"]);
     expected.insert(idle.clone(), "failed");
-    // Interrupted while its second step runs: paused.
-    let (paused, _) = launch(
-        &root,
-        &[
-            "--step",
-            "echo first",
-            "--step",
-            "echo ready; while true; do sleep 0.1; done",
-        ],
+    // Interrupted while its second step runs: paused; then resumed by a run that runs that
+    // step again (which, its marker there, ends at once) and completes.
+    let marker = dir.path().join("paused.marker");
+    let pausing = format!(
+        "if [ -e '{0}' ]; then echo carried-on; exit 0; fi; touch '{0}'; echo ready; while true; do sleep 0.1; done",
+        marker.display()
     );
+    let (paused, _) = launch(&root, &["--step", "echo first", "--step", &pausing]);
     wait_printed(&root, &paused, 1, "ready");
     runjournal(&root)
         .args(["interrupt", &paused])
@@ -359,6 +357,14 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     for (run, _) in expected.iter() {
         wait(&root, run);
     }
+    let resumed = runjournal(&root)
+        .args(["resume", &paused, "--wait", "--json"])
+        .assert()
+        .success();
+    let resumed: serde_json::Value =
+        serde_json::from_slice(&resumed.get_output().stdout).expect("resume --json prints JSON");
+    let resumed = resumed["runId"].as_str().expect("runId").to_string();
+    expected.insert(resumed.clone(), "complete");
     expected.insert(running.clone(), "running");
     // Our reconciler closes the killed runner's run, and makes sure every projection is
     // written before pi-subagents looks.
@@ -485,6 +491,21 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         runs[paused.as_str()]["read"]["steps"],
         serde_json::json!(["complete", "paused"]),
         "{paused_result}"
+    );
+    // The paused run and the run that carries it on name each other in status.json.
+    let status_of = |run: &str| -> serde_json::Value {
+        let path = root
+            .join("async-subagent-runs")
+            .join(run)
+            .join("status.json");
+        serde_json::from_slice(&std::fs::read(path).expect("status.json")).expect("JSON")
+    };
+    assert_eq!(status_of(&paused)["resumedBy"], resumed.as_str());
+    assert_eq!(status_of(&resumed)["resumedFrom"], paused.as_str());
+    assert_eq!(
+        runs[resumed.as_str()]["read"]["steps"],
+        serde_json::json!(["complete"]),
+        "the resumed run runs the interrupted step only"
     );
     let idle_result = result_of(&idle);
     assert_eq!(idle_result["exitCode"], 124, "{idle_result}");

@@ -96,8 +96,9 @@ fn inode(path: &std::path::Path) -> u64 {
 /// Every file of the run equals a fresh projection's.
 fn assert_current(store: &Store, run: RunId) {
     let view = store.journal().view().expect("view");
-    let (state, records) = projection::load(&view, run).expect("load");
-    let differences = projection::check_plan(&projection::plan(store.home(), &state, &records));
+    let (state, records, links) = projection::load(&view, run).expect("load");
+    let differences =
+        projection::check_plan(&projection::plan(store.home(), &state, &records, &links));
     assert!(differences.is_empty(), "{differences:#?}");
 }
 

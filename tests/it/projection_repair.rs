@@ -141,8 +141,8 @@ fn lifecycle() -> Vec<Vec<Event>> {
 /// Every file of the run's projection that should exist, with its bytes.
 fn projected_files(store: &Store, run: RunId) -> BTreeMap<PathBuf, (FileKind, Vec<u8>)> {
     let view = store.journal().view().expect("view");
-    let (state, records) = projection::load(&view, run).expect("load");
-    projection::plan(store.home(), &state, &records)
+    let (state, records, links) = projection::load(&view, run).expect("load");
+    projection::plan(store.home(), &state, &records, &links)
         .files
         .into_iter()
         .filter(|file| file.content != Content::Absent)
@@ -194,9 +194,9 @@ fn damaged_projections_are_rebuilt_byte_for_byte() {
         for (how, damage) in &damages {
             damage(path);
             let view = store.journal().view().expect("view");
-            let (state, records) = projection::load(&view, run).expect("load");
+            let (state, records, links) = projection::load(&view, run).expect("load");
             let differences =
-                projection::check_plan(&projection::plan(store.home(), &state, &records));
+                projection::check_plan(&projection::plan(store.home(), &state, &records, &links));
             assert!(
                 differences
                     .iter()
@@ -243,8 +243,9 @@ fn the_after_commit_projection_repairs_damage_but_does_not_republish_a_consumed_
     // A deleted one was consumed by a host: it is reported as such and left alone.
     std::fs::remove_file(&result).expect("a host consumes the result");
     let view = store.journal().view().expect("view");
-    let (state, records) = projection::load(&view, run).expect("load");
-    let differences = projection::check_plan(&projection::plan(store.home(), &state, &records));
+    let (state, records, links) = projection::load(&view, run).expect("load");
+    let differences =
+        projection::check_plan(&projection::plan(store.home(), &state, &records, &links));
     assert!(
         differences
             .iter()
@@ -352,8 +353,8 @@ fn an_active_run_has_its_markers_and_a_pending_process_terminal() {
 
 /// The result and its session index entry of a run's plan, as a fresh projection has them.
 fn result_files(store_home: &Home, view: &runjournal::journal::View, run: RunId) -> Vec<PathBuf> {
-    let (state, records) = projection::load(view, run).expect("load");
-    projection::plan(store_home, &state, &records)
+    let (state, records, links) = projection::load(view, run).expect("load");
+    projection::plan(store_home, &state, &records, &links)
         .files
         .into_iter()
         .filter(|file| file.kind.may_be_consumed())
@@ -377,8 +378,8 @@ fn killed_projector_child(home: &Path) {
             .expect("append");
     }
     let view = journal.view().expect("view");
-    let (state, records) = projection::load(&view, run).expect("load");
-    let plan = projection::plan(&home, &state, &records);
+    let (state, records, links) = projection::load(&view, run).expect("load");
+    let plan = projection::plan(&home, &state, &records, &links);
     // As `projection::project` does before it writes.
     std::fs::create_dir_all(home.run_dir(run)).expect("the run's directory");
     projection::write_plan_observed(&plan, ResultPolicy::Publish, &mut |file| {
@@ -452,8 +453,8 @@ fn a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_cal
         "the pass repaired the run's projection: {report:?}"
     );
     let view = store.journal().view().expect("view");
-    let (state, records) = projection::load(&view, run).expect("load");
-    let differences = projection::check_plan(&projection::plan(&home, &state, &records));
+    let (state, records, links) = projection::load(&view, run).expect("load");
+    let differences = projection::check_plan(&projection::plan(&home, &state, &records, &links));
     assert_eq!(
         differences,
         vec![],
@@ -505,9 +506,9 @@ fn a_failed_result_index_write_is_retried_not_called_consumed() {
     );
     assert!(index.exists(), "the retry wrote the index entry");
     let view = store.journal().view().expect("view");
-    let (state, records) = projection::load(&view, run).expect("load");
+    let (state, records, links) = projection::load(&view, run).expect("load");
     assert_eq!(
-        projection::check_plan(&projection::plan(&home, &state, &records)),
+        projection::check_plan(&projection::plan(&home, &state, &records, &links)),
         vec![]
     );
 }

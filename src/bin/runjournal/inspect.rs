@@ -68,9 +68,10 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         None => read_state(&store, run)?,
     };
     let home = store.home();
-    let shipping_lag = {
+    let (shipping_lag, links) = {
         let view = store.journal().view().context("reading the journal")?;
-        show::shipping_lag(home, &view)
+        let links = view.resume_links(run).context("reading the run's links")?;
+        (show::shipping_lag(home, &view), links)
     };
     // What the runner's heartbeat last wrote, while the run is live.
     let heard_at = (!state.is_terminal())
@@ -87,7 +88,7 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         }
     };
     if json {
-        let mut document = documents::status_doc(home, &state);
+        let mut document = documents::status_doc(home, &state, &links);
         document.runner_heard_at = heard_at;
         let value = StatusCommandDoc {
             status: document,
@@ -99,6 +100,15 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
     let mut view = RunView::of(&state, show::look_at_runner(&state));
+    for (label, link) in [
+        ("resumed from", links.resumed_from),
+        ("resumed by", links.resumed_by),
+    ] {
+        if let Some(link) = link {
+            view.fields
+                .push((label.to_string(), Cell::plain(link.to_string())));
+        }
+    }
     if let Some(heard_at) = heard_at {
         let now = runjournal::event::now_ms();
         view.fields.push((

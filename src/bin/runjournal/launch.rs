@@ -212,23 +212,108 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     draft.finish().map_err(bad_input)
 }
 
+/// How this program starts a run's runner (`__runner` with the runner's own settings).
+fn runner_program(
+    heartbeat: Option<Duration>,
+    idle_timeout: Option<Duration>,
+) -> Result<RunnerProgram, Failure> {
+    let mut leading_args: Vec<std::ffi::OsString> = vec!["__runner".into()];
+    if let Some(heartbeat) = heartbeat {
+        leading_args.push("--heartbeat".into());
+        leading_args.push(format!("{}ms", heartbeat.as_millis()).into());
+    }
+    if let Some(idle_timeout) = idle_timeout {
+        leading_args.push("--idle-timeout".into());
+        leading_args.push(format!("{}ms", idle_timeout.as_millis()).into());
+    }
+    Ok(RunnerProgram {
+        program: std::env::current_exe().context("finding this program to start the runner")?,
+        leading_args,
+    })
+}
+
+#[derive(Args)]
+pub struct ResumeArgs {
+    /// The paused run: its id, a unique prefix of one (8 characters or more), its name or
+    /// tool-call id.
+    run: String,
+    /// While its runner lives, write the new run's status.json at least this often
+    /// [default: 10m].
+    #[arg(long, value_name = "DURATION", env = runjournal::runner::HEARTBEAT_ENV,
+          value_parser = duration_arg)]
+    heartbeat: Option<Duration>,
+    /// End a step of the new run, timed out, once it has written no output and reported no
+    /// job status for this long (the paused run's is not recorded, so give it again).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    idle_timeout: Option<Duration>,
+    /// Follow the new run to its end, printing each transition; exit with its exit code.
+    #[arg(long)]
+    wait: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `runjournal resume RUN`.
+pub fn resume(home: Home, args: ResumeArgs) -> CliResult {
+    crate::check_run_text(&args.run)?;
+    let store = open_store(home)?;
+    let run = crate::resolve(&store, &args.run)?;
+    let program = runner_program(args.heartbeat, args.idle_timeout)?;
+    let resumed = launch::resume(
+        &store,
+        run,
+        args.idle_timeout,
+        &program,
+        launch::RUNNER_START_TIMEOUT,
+    )
+    .map_err(|error| {
+        if error.is_bad_input() {
+            bad_input(error)
+        } else {
+            Failure::Error(error.into())
+        }
+    })?;
+    let new_run = resumed.launched.run;
+    if !args.json {
+        let steps: Vec<String> = resumed
+            .plan
+            .steps
+            .iter()
+            .zip(&resumed.plan.spec.steps)
+            .map(|(index, step)| format!("{index} ({})", show::escape_control(&step.name)))
+            .collect();
+        print_line(&format!(
+            "run {new_run} resumes paused run {run}: steps {}",
+            steps.join(", ")
+        ))?;
+    }
+    if args.wait {
+        follow(&store, resumed.launched, args.json)
+    } else if args.json {
+        report_resume(&store, &resumed)
+    } else {
+        report_launch(&store, &resumed.launched, false)
+    }
+}
+
+fn report_resume(store: &Store, resumed: &launch::Resumed) -> CliResult {
+    let report = launch::ResumeReport::of(store.home(), resumed);
+    print_line(&serde_json::to_string(&report).context("writing the report")?)?;
+    match report.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(error) => {
+            note(&format!("run {}: {error}", report.run_id));
+            Ok(ExitCode::from(EXIT_ERROR))
+        }
+    }
+}
+
 /// `runjournal run`.
 pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     let request = request(&args, order)?;
     let store = open_store(home)?;
-    let mut leading_args: Vec<std::ffi::OsString> = vec!["__runner".into()];
-    if let Some(heartbeat) = args.heartbeat {
-        leading_args.push("--heartbeat".into());
-        leading_args.push(format!("{}ms", heartbeat.as_millis()).into());
-    }
-    if let Some(idle_timeout) = request.idle_timeout {
-        leading_args.push("--idle-timeout".into());
-        leading_args.push(format!("{}ms", idle_timeout.as_millis()).into());
-    }
-    let program = RunnerProgram {
-        program: std::env::current_exe().context("finding this program to start the runner")?,
-        leading_args,
-    };
+    let program = runner_program(args.heartbeat, request.idle_timeout)?;
     let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
         .context("launching the run")?;
     if args.wait {

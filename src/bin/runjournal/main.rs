@@ -137,6 +137,11 @@ enum Command {
         #[arg(long, default_value = "requested from the command line")]
         reason: String,
     },
+    /// Carry a paused run on in a new run: a chain's interrupted step and the rest, a parallel
+    /// run's steps that did not complete, a single run's step; with the paused run's name,
+    /// cwd, host ids and the timeout it had left. The two runs are linked in the journal and in
+    /// status.json (resumedFrom, resumedBy). A run is resumed once.
+    Resume(launch::ResumeArgs),
     /// Hide a run from `list` (without --all). Nothing is stopped.
     Dismiss {
         /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
@@ -314,6 +319,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Logs { run, step, follow } => inspect::logs(home, &run, step, follow),
         Command::Stop { run, reason } => control::stop(home, &run, &reason),
         Command::Interrupt { run, reason } => control::interrupt(home, &run, &reason),
+        Command::Resume(args) => launch::resume(home, args),
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),

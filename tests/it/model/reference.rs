@@ -17,7 +17,7 @@
 
 use runjournal::event::{
     ControlAction, Event, ExternalJobStatus, MAX_TEXT_BYTES, Mode, Observer, ProcessExit,
-    ProcessIdentity, Proof, Repairer, RunSpec, StepAction, StepEnd, TerminalState, UnixMs,
+    ProcessIdentity, Proof, Repairer, RunId, RunSpec, StepAction, StepEnd, TerminalState, UnixMs,
 };
 
 /// Run states ("Lifecycle"): `queued`, `running` are active; the rest terminal.
@@ -184,11 +184,15 @@ pub enum Rule {
     ControlOncePerAction,
     /// Refinement: `Dismissed` once; the first dismissal's time stays.
     DismissedOnce,
+    /// "`Resumed{from}`: in the new run's creation batch, right after `RunCreated`."
+    ResumedAtCreation,
+    /// "... naming the paused run it carries on": another run than itself.
+    ResumesAnotherRun,
 }
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 22] = [
+    pub const ALL: [Rule; 24] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -211,6 +215,8 @@ impl Rule {
         Rule::SkipOnlyPending,
         Rule::ControlOncePerAction,
         Rule::DismissedOnce,
+        Rule::ResumedAtCreation,
+        Rule::ResumesAnotherRun,
     ];
 }
 
@@ -266,13 +272,13 @@ fn texts(event: &Event) -> Vec<&str> {
             texts.extend(error.as_deref());
         }
         Event::ProcessTerminalObserved { instance_id, .. } => texts.push(instance_id),
-        Event::Dismissed { .. } => {}
+        Event::Dismissed { .. } | Event::Resumed { .. } => {}
     }
     texts
 }
 
-/// The run after `event`, or every rule it breaks (then the run is as it was).
-pub fn apply(run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rule>> {
+/// The run `id` after `event`, or every rule it breaks (then the run is as it was).
+pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rule>> {
     let mut broken = Vec::new();
     if texts(event).iter().any(|text| text.len() > MAX_TEXT_BYTES) {
         broken.push(Rule::TextBounded);
@@ -455,6 +461,15 @@ pub fn apply(run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rule>> {
                 broken.push(Rule::DismissedOnce);
             }
             next.dismissed_at_ms = Some(*at_ms);
+        }
+        Event::Resumed { from } => {
+            // A link, not a change of the run: only its place and what it names are ruled.
+            if run.head != 1 {
+                broken.push(Rule::ResumedAtCreation);
+            }
+            if *from == id {
+                broken.push(Rule::ResumesAnotherRun);
+            }
         }
     }
     if broken.is_empty() {
