@@ -170,7 +170,7 @@ impl Choices<'_> {
     }
 
     fn event(&mut self) -> Event {
-        match self.below(9) {
+        match self.below(11) {
             0 => Event::RunCreated {
                 spec: Arc::new(self.spec()),
                 created_at_ms: self.number(),
@@ -257,9 +257,15 @@ impl Choices<'_> {
                     Observer::Reconciler,
                 ]),
             },
-            _ => Event::Dismissed {
+            8 => Event::Dismissed {
                 at_ms: self.number(),
             },
+            9 => Event::QueueJoined {
+                queue: self.pick(&["q", "", "a b", "batch-1"]).to_string(),
+                idle_timeout_ms: self.optional(Self::number),
+                heartbeat_ms: self.optional(Self::number),
+            },
+            _ => Event::QueueAdmitted { by: self.text() },
         }
     }
 }

@@ -41,10 +41,10 @@ pub mod writer;
 
 pub use append::{Appended, Batch, Condition};
 pub use copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
-pub use error::{AppendError, CorruptError, OpenError, ReadError, StorageFailure};
+pub use error::{AppendError, CorruptError, OpenError, QueueRefusal, ReadError, StorageFailure};
 pub use examine::{FileFinding, check_home_journal, examine};
 pub use handle::Journal;
-pub use read::{JournalMeta, ResolveError, View};
+pub use read::{JournalMeta, QueueEntry, QueueUsage, ResolveError, View};
 pub use reader::{JournalReader, ReadJournal};
 pub use share::CommitSharing;
 pub use snapshot::{

@@ -22,12 +22,15 @@ fn every_input() -> Vec<Inputs> {
         for is_process_observed in [false, true] {
             for runner in LIVENESSES {
                 for is_past_start_grace in [false, true] {
-                    out.push(Inputs {
-                        is_terminal,
-                        is_process_observed,
-                        runner,
-                        is_past_start_grace,
-                    });
+                    for is_waiting_for_slot in [false, true] {
+                        out.push(Inputs {
+                            is_terminal,
+                            is_process_observed,
+                            runner,
+                            is_past_start_grace,
+                            is_waiting_for_slot,
+                        });
+                    }
                 }
             }
         }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use runjournal::launch::{self, WaitEnd};
+use runjournal::launch::{self, WaitEnd, queue};
 use runjournal::logs::CopyError;
 use runjournal::projection::documents;
 use runjournal::show::{self, Cell, RunView};
@@ -65,6 +65,7 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
             None
         }
     };
+    let queue_use = QueueUse::of(&store, &state)?;
     if json {
         let mut document = documents::status_doc(home, &state);
         document.runner_heard_at = heard_at;
@@ -80,11 +81,20 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
                 "shipping".to_string(),
                 serde_json::to_value(&shipping_lag).context("rendering the status")?,
             );
+            if let Some(queue) = &queue_use {
+                object.insert(
+                    "queueUse".to_string(),
+                    serde_json::to_value(queue).context("rendering the status")?,
+                );
+            }
         }
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
     let mut view = RunView::of(&state, show::look_at_runner(&state));
+    if let Some(queue) = &queue_use {
+        view.fields.push(("queue".to_string(), Cell::plain(queue.line())));
+    }
     if let Some(heard_at) = heard_at {
         let now = runjournal::event::now_ms();
         view.fields.push((
@@ -131,6 +141,51 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     }
     print(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run's queue as `status` shows it: its place while it waits, and the queue's use.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueUse {
+    queue: String,
+    /// 1: the next to be admitted; `None` once admitted (or ended).
+    place: Option<u64>,
+    active: u64,
+    max_active: Option<u64>,
+    waiting: u64,
+    #[serde(skip)]
+    usage: runjournal::journal::QueueUsage,
+}
+
+impl QueueUse {
+    fn of(store: &Store, state: &RunState) -> Result<Option<QueueUse>, Failure> {
+        let Some(queue) = &state.queue else {
+            return Ok(None);
+        };
+        let place = queue::place_of(store, state).context("reading the queue")?;
+        let usage = queue::view(store, &queue.name, 0)
+            .context("reading the queue")?
+            .usage;
+        Ok(Some(QueueUse {
+            queue: queue.name.clone(),
+            place,
+            active: usage.active,
+            max_active: usage.max_active,
+            waiting: usage.waiting,
+            usage,
+        }))
+    }
+
+    fn line(&self) -> String {
+        let place = self
+            .place
+            .map_or_else(String::new, |place| format!("place {place}; "));
+        format!(
+            "{}: {place}{}",
+            self.queue,
+            queue::usage_text(&self.usage)
+        )
+    }
 }
 
 /// A pruned run as `status --json` and `list --json` show it.
@@ -224,6 +279,26 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
         state_filter.is_none_or(|wanted| RunStatus::from(tombstone.state) == wanted)
     });
     pruned.sort_by_key(|tombstone| std::cmp::Reverse(tombstone.run_id));
+    // Each queue a listed run is in: its waiting runs in order (for their places), and its use.
+    let mut queues: std::collections::BTreeMap<String, (Vec<RunId>, runjournal::journal::QueueUsage)> =
+        std::collections::BTreeMap::new();
+    for state in &states {
+        if let Some(queue) = &state.queue
+            && !queues.contains_key(&queue.name)
+        {
+            let waiting = view
+                .queue_waiting(&queue.name, usize::MAX)
+                .context("reading a queue")?;
+            let usage = view.queue_usage(&queue.name).context("reading a queue")?;
+            queues.insert(queue.name.clone(), (waiting, usage));
+        }
+    }
+    let place_of = |state: &RunState| -> Option<(String, u64)> {
+        let queue = state.queue.as_ref()?;
+        let (waiting, _) = queues.get(&queue.name)?;
+        let index = waiting.iter().position(|run| *run == state.run_id)?;
+        Some((queue.name.clone(), index as u64 + 1))
+    };
     let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
         .into_iter()
         .chain(show::shipping_lag(store.home(), &view).map(|lag| lag.line()))
@@ -233,7 +308,10 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     states.sort_by_key(|state| std::cmp::Reverse(state.run_id));
     let now_ms = runjournal::event::now_ms();
     if json {
-        let mut rows: Vec<serde_json::Value> = states.iter().map(list_json).collect();
+        let mut rows: Vec<serde_json::Value> = states
+            .iter()
+            .map(|state| list_json(state, place_of(state).map(|(_, place)| place)))
+            .collect();
         for tombstone in &pruned {
             rows.push(
                 serde_json::to_value(PrunedJson::of(tombstone)).context("rendering the list")?,
@@ -251,11 +329,14 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
             text.push_str(notice);
             text.push('\n');
         }
-        let mut rows = list_rows(&states, now_ms);
+        let mut rows = list_rows(&states, now_ms, &place_of);
         rows.extend(pruned.iter().map(|tombstone| pruned_row(tombstone, now_ms)));
         for line in show::table_lines(&rows, &show::no_colour) {
             text.push_str(&line);
             text.push('\n');
+        }
+        for (name, (_, usage)) in &queues {
+            text.push_str(&format!("queue {name}: {}\n", queue::usage_text(usage)));
         }
         print(&text)?;
     }
@@ -263,7 +344,11 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
 }
 
 /// `list` without `--json`: a header, then a row per run.
-fn list_rows(states: &[RunState], now_ms: runjournal::event::UnixMs) -> Vec<Vec<Cell>> {
+fn list_rows(
+    states: &[RunState],
+    now_ms: runjournal::event::UnixMs,
+    place_of: &dyn Fn(&RunState) -> Option<(String, u64)>,
+) -> Vec<Vec<Cell>> {
     let mut rows = vec![show::header(&[
         "RUN", "STATE", "MODE", "STEPS", "EXIT", "AGE", "NAME",
     ])];
@@ -282,7 +367,10 @@ fn list_rows(states: &[RunState], now_ms: runjournal::event::UnixMs) -> Vec<Vec<
         });
         rows.push(vec![
             Cell::plain(state.run_id.to_string()),
-            Cell::plain(state.status.as_str()),
+            Cell::plain(match place_of(state) {
+                Some((queue, place)) => format!("queued ({queue} #{place})"),
+                None => state.status.as_str().to_string(),
+            }),
             Cell::plain(state.spec.mode.as_str()),
             Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),
             Cell::plain(exit),
@@ -311,8 +399,10 @@ fn pruned_row(tombstone: &Tombstone, now_ms: runjournal::event::UnixMs) -> Vec<C
 }
 
 /// One run of `list --json`.
-fn list_json(state: &RunState) -> serde_json::Value {
+fn list_json(state: &RunState, queue_place: Option<u64>) -> serde_json::Value {
     serde_json::json!({
+        "queue": state.queue.as_ref().map(|queue| queue.name.clone()),
+        "queuePlace": queue_place,
         "runId": state.run_id.to_string(),
         "name": state.spec.name,
         "state": state.status.as_str(),
