@@ -26,6 +26,7 @@ mod pi_subagents_compat;
 mod power_loss;
 mod projection_incremental;
 mod projection_repair;
+mod queue;
 mod retention;
 mod runner_hygiene;
 mod ship;

@@ -1,0 +1,320 @@
+//! Queues with the real binaries: a queue's limit holds whatever the launchers do at once, its
+//! runs are admitted first in first, a waiting run can be stopped or dismissed, and a reboot
+//! frees the slots of the earlier boot's runs. How many runs were active at any moment is
+//! read from the journal's log, in commit order, not from clocks.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+
+use runjournal::event::{Event, ProcessIdentity, RunId, StepAction};
+use runjournal::journal::Condition;
+use runjournal::spec::{RunDraft, named_step};
+use runjournal::{Home, Journal, RunStatus, Store};
+
+use crate::common::{TestHome, state, wait_for, wait_terminal};
+
+/// What the journal's log says of one queue: for each commit of a `QueueAdmitted` or of a
+/// `Terminal` of one of its admitted runs, how many of its runs were active after it; and the
+/// order runs joined and were admitted in.
+struct QueueHistory {
+    most_active: usize,
+    joined: Vec<RunId>,
+    admitted: Vec<RunId>,
+}
+
+fn queue_history(journal: &Journal, queue: &str) -> QueueHistory {
+    let view = journal.view().expect("view");
+    let mut in_queue: BTreeMap<RunId, bool> = BTreeMap::new();
+    let mut active = 0usize;
+    let mut most_active = 0usize;
+    let mut joined = Vec::new();
+    let mut admitted = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = view.records_after(after, 1000).expect("the log reads");
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        after = *last;
+        for (_, record) in page {
+            match &record.event {
+                Event::QueueJoined { queue: name, .. } if name == queue => {
+                    in_queue.insert(record.run_id, false);
+                    joined.push(record.run_id);
+                }
+                Event::QueueAdmitted { .. } if in_queue.contains_key(&record.run_id) => {
+                    in_queue.insert(record.run_id, true);
+                    admitted.push(record.run_id);
+                    active += 1;
+                    most_active = most_active.max(active);
+                }
+                Event::Terminal { .. } if in_queue.get(&record.run_id) == Some(&true) => {
+                    active -= 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    QueueHistory {
+        most_active,
+        joined,
+        admitted,
+    }
+}
+
+/// Starts `count` launchers of `run --queue q --json -- sh -c SCRIPT` at once; their run ids,
+/// in the order they were started (not the order they joined).
+fn launch_at_once(home: &TestHome, count: usize, script: &str) -> Vec<(RunId, String)> {
+    let children: Vec<std::process::Child> = (0..count)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_runjournal"))
+                .env_remove("RUNJOURNAL_HOME")
+                .env_remove("RUNJOURNAL_LAYOUT")
+                .arg("--home")
+                .arg(home.path())
+                .args(["run", "--queue", "q", "--json", "--", "sh", "-c", script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("a launcher starts")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("the launcher ends");
+            assert!(
+                output.status.success(),
+                "launcher: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let object: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("run --json prints JSON");
+            let run = object["runId"]
+                .as_str()
+                .expect("a run id")
+                .parse()
+                .expect("a run id");
+            let state = object["state"].as_str().expect("a state").to_string();
+            (run, state)
+        })
+        .collect()
+}
+
+fn set_limit(home: &TestHome, max_active: u64) {
+    home.cmd()
+        .args(["queue", "q", "--max-active", &max_active.to_string()])
+        .assert()
+        .success();
+}
+
+#[test]
+fn twenty_runs_launched_at_once_run_at_most_two_at_a_time_first_in_first() {
+    let home = TestHome::new();
+    set_limit(&home, 2);
+    let launched = launch_at_once(&home, 20, "sleep 0.2");
+    let journal = home.journal();
+    // Sampled while they run: never more than two hold a slot.
+    let mut samples = 0;
+    loop {
+        let view = journal.view().expect("view");
+        let usage = view.queue_usage("q").expect("usage");
+        assert!(usage.active <= 2, "{usage:?}");
+        samples += 1;
+        if usage.active == 0 && usage.waiting == 0 {
+            break;
+        }
+        drop(view);
+        assert!(samples < 20_000, "the queue never drained");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for (run, _) in &launched {
+        let state = wait_terminal(&journal, *run);
+        assert_eq!(state.status, RunStatus::Complete, "{run}");
+    }
+    let history = queue_history(&journal, "q");
+    assert_eq!(history.most_active, 2, "two at a time, never more");
+    assert_eq!(history.joined.len(), 20);
+    assert_eq!(
+        history.admitted, history.joined,
+        "admitted in the order they joined"
+    );
+    let started: usize = launched
+        .iter()
+        .filter(|(_, state)| state == "running")
+        .count();
+    assert!(
+        (1..=2).contains(&started),
+        "at most two launchers found a free slot: {started}"
+    );
+}
+
+#[test]
+fn launchers_racing_for_the_last_slot_take_it_once() {
+    let home = TestHome::new();
+    set_limit(&home, 1);
+    let launched = launch_at_once(&home, 8, "sleep 30");
+    let running: Vec<RunId> = launched
+        .iter()
+        .filter(|(_, state)| state == "running")
+        .map(|(run, _)| *run)
+        .collect();
+    let queued = launched
+        .iter()
+        .filter(|(_, state)| state == "queued")
+        .count();
+    assert_eq!((running.len(), queued), (1, 7), "{launched:?}");
+    let journal = home.journal();
+    let view = journal.view().expect("view");
+    assert_eq!(view.queue_active("q").expect("active"), running);
+    assert_eq!(view.queue_usage("q").expect("usage").waiting, 7);
+    drop(view);
+    // `list` and `status` show a waiting run's place and the queue's use.
+    let waiting = journal
+        .view()
+        .expect("view")
+        .queue_waiting("q", 1)
+        .expect("waiting")[0];
+    let status = home
+        .cmd()
+        .args(["status", &waiting.to_string()])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&status.get_output().stdout).into_owned();
+    assert!(
+        text.contains("q: place 1; 1/1 active, 7 queued"),
+        "{text}"
+    );
+    let list = home.cmd().arg("list").assert().success();
+    let text = String::from_utf8_lossy(&list.get_output().stdout).into_owned();
+    assert!(text.contains("queued (q #7)"), "{text}");
+    assert!(text.contains("queue q: 1/1 active, 7 queued"), "{text}");
+    // Stop every waiting run (they end without a runner), then the running one.
+    for (run, state) in &launched {
+        if state == "queued" {
+            home.cmd()
+                .args(["stop", &run.to_string()])
+                .assert()
+                .success();
+            let stopped = wait_terminal(&journal, *run);
+            assert_eq!(stopped.status, RunStatus::Stopped);
+            assert!(stopped.runner.is_none(), "no runner ever started for it");
+        }
+    }
+    home.cmd()
+        .args(["stop", &running[0].to_string()])
+        .assert()
+        .success();
+    assert_eq!(
+        wait_terminal(&journal, running[0]).status,
+        RunStatus::Stopped
+    );
+    assert_eq!(queue_history(&journal, "q").most_active, 1);
+}
+
+#[test]
+fn a_waiting_run_can_be_dismissed_and_still_runs_when_its_turn_comes() {
+    let home = TestHome::new();
+    set_limit(&home, 1);
+    let launched = launch_at_once(&home, 1, "sleep 1");
+    let second = launch_at_once(&home, 1, "true");
+    assert_eq!(second[0].1, "queued");
+    home.cmd()
+        .args(["dismiss", &second[0].0.to_string()])
+        .assert()
+        .success();
+    let journal = home.journal();
+    let state = wait_terminal(&journal, second[0].0);
+    assert_eq!(state.status, RunStatus::Complete);
+    assert!(state.dismissed_at_ms.is_some());
+    assert_eq!(
+        wait_terminal(&journal, launched[0].0).status,
+        RunStatus::Complete
+    );
+}
+
+#[test]
+fn a_run_without_a_queue_limit_is_refused_and_nothing_is_written() {
+    let home = TestHome::new();
+    home.cmd()
+        .args(["run", "--queue", "nowhere", "--", "true"])
+        .assert()
+        .code(2);
+    home.cmd()
+        .args(["run", "--queue", "a b", "--", "true"])
+        .assert()
+        .code(2);
+    let journal = home.journal();
+    assert_eq!(
+        journal.view().expect("view").run_count().expect("count"),
+        0
+    );
+}
+
+/// A run of an earlier boot holds the only slot: the next reconcile pass (here `list`) fails
+/// it, "host restarted", and starts the waiting run in its place.
+#[test]
+fn a_reboot_frees_the_slots_of_the_earlier_boots_runs() {
+    let home = TestHome::new();
+    set_limit(&home, 1);
+    let store = Store::open(Home::at(home.path())).expect("open");
+    let mut request = RunDraft {
+        steps: vec![named_step(StepAction::Shell {
+            script: "sleep 60".to_string(),
+        })],
+        ..RunDraft::default()
+    }
+    .finish()
+    .expect("valid");
+    request.queue = Some("q".to_string());
+    let joined = Event::QueueJoined {
+        queue: "q".to_string(),
+        idle_timeout_ms: None,
+        heartbeat_ms: None,
+    };
+    let earlier = store
+        .create_queued_run(request.spec, request.hosts, joined)
+        .expect("created")
+        .run;
+    let earlier_boot = ProcessIdentity {
+        pid: std::process::id(),
+        start_time: 1,
+        boot_id: "an-earlier-boot".to_string(),
+        pid_namespace: None,
+    };
+    store
+        .append(
+            earlier,
+            vec![
+                Event::QueueAdmitted {
+                    by: "test".to_string(),
+                },
+                Event::RunnerStarted {
+                    runner: earlier_boot,
+                    instance_id: "i-earlier".to_string(),
+                },
+            ],
+            Condition::expect_head(2),
+        )
+        .expect("admitted and started, in an earlier boot");
+    drop(store);
+    let waiting = launch_at_once(&home, 1, "true");
+    assert_eq!(waiting[0].1, "queued", "the earlier boot's run holds the slot");
+    home.cmd().arg("list").assert().success();
+    let journal = home.journal();
+    let failed = state(&journal, earlier);
+    assert_eq!(failed.status, RunStatus::Failed);
+    assert!(
+        failed
+            .terminal
+            .as_ref()
+            .and_then(|terminal| terminal.error.as_deref())
+            .is_some_and(|error| error.contains("restarted")),
+        "{:?}",
+        failed.terminal
+    );
+    let next = wait_for(&journal, waiting[0].0, "the run to complete", |state| {
+        state.is_terminal()
+    });
+    assert_eq!(next.status, RunStatus::Complete);
+}
