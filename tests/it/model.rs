@@ -2197,6 +2197,7 @@ fn the_reducer_and_the_reference_agree_event_by_event() {
                 2 => select(detours(expected_run.as_ref())),
                 2 => arb_event(),
                 1 => arb_rare_event(expected_run.as_ref()),
+                1 => arb_queue_event(),
             ];
             let event = next
                 .new_tree(&mut runner)
@@ -2276,6 +2277,22 @@ fn arb_rare_event(run: Option<&Run>) -> BoxedStrategy<Event> {
             },
         }),
         Just(created(4, ANCIENT_MS, None)),
+    ]
+    .boxed()
+}
+
+/// A run's queue events, right or wrong for where it is: joining a queue (by a name that may
+/// not be one), being admitted.
+fn arb_queue_event() -> BoxedStrategy<Event> {
+    prop_oneof![
+        prop_oneof![Just("q"), Just("a b"), Just("")].prop_map(|queue| Event::QueueJoined {
+            queue: queue.to_string(),
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        }),
+        Just(Event::QueueAdmitted {
+            by: "test".to_string(),
+        }),
     ]
     .boxed()
 }
