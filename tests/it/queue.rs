@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use runjournal::event::{Event, ProcessIdentity, RunId, StepAction};
 use runjournal::journal::Condition;
 use runjournal::spec::{RunDraft, named_step};
+use redb::ReadableTable;
 use runjournal::{Home, Journal, RunStatus, Store};
 
 use crate::common::{TestHome, state, wait_for, wait_terminal};
@@ -139,6 +140,7 @@ fn twenty_runs_launched_at_once_run_at_most_two_at_a_time_first_in_first() {
         history.admitted, history.joined,
         "admitted in the order they joined"
     );
+    assert_verifies(&home);
     let started: usize = launched
         .iter()
         .filter(|(_, state)| state == "running")
@@ -210,6 +212,82 @@ fn launchers_racing_for_the_last_slot_take_it_once() {
         RunStatus::Stopped
     );
     assert_eq!(queue_history(&journal, "q").most_active, 1);
+    assert_verifies(&home);
+}
+
+/// `verify` finds the journal whole: every queue index agrees with the runs' records.
+fn assert_verifies(home: &TestHome) {
+    let journal = home.journal();
+    let view = journal.view().expect("view");
+    let report = runjournal::verify::verify(&view, Some(&Home::at(home.path())));
+    let problems: Vec<_> = report
+        .problems
+        .iter()
+        .filter(|problem| problem.severity != runjournal::verify::Severity::Note)
+        .collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// `verify` tells a queue index that disagrees with the records: a waiting run's entry removed
+/// behind the journal's back. A limit of 0 holds every run (no runner holds the file open).
+#[test]
+fn verify_finds_a_queue_index_that_disagrees_with_the_records() {
+    let home = TestHome::new();
+    set_limit(&home, 0);
+    let waiting = launch_at_once(&home, 1, "true");
+    assert_eq!(waiting[0].1, "queued", "a limit of 0 admits nothing");
+    let journal = home.journal();
+    let view = journal.view().expect("view");
+    let report = runjournal::verify::verify(&view, None);
+    assert!(
+        !report
+            .problems
+            .iter()
+            .any(|problem| problem.kind == runjournal::verify::ProblemKind::QueueIndex),
+        "{:?}",
+        report.problems
+    );
+    drop(view);
+    drop(journal);
+    {
+        let db = redb::Database::open(home.path().join("journal.redb")).expect("opens");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut table = txn
+                .open_table(redb::TableDefinition::<&[u8], &[u8; 16]>::new(
+                    "queue_waiting",
+                ))
+                .expect("the table");
+            let key = table
+                .iter()
+                .expect("iter")
+                .next()
+                .expect("an entry")
+                .expect("reads")
+                .0
+                .value()
+                .to_vec();
+            table.remove(key.as_slice()).expect("removed");
+        }
+        txn.commit().expect("commits");
+    }
+    let journal = home.journal();
+    let view = journal.view().expect("view");
+    let report = runjournal::verify::verify(&view, None);
+    assert!(
+        report.problems.iter().any(|problem| {
+            problem.kind == runjournal::verify::ProblemKind::QueueIndex
+                && problem.run == Some(waiting[0].0)
+        }),
+        "{:?}",
+        report.problems
+    );
+    drop(view);
+    drop(journal);
+    home.cmd()
+        .args(["stop", &waiting[0].0.to_string()])
+        .assert()
+        .success();
 }
 
 #[test]
