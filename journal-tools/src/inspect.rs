@@ -264,6 +264,7 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
     let policy_is_set = view.retention_set()?.is_some();
     let tombstones = view.tombstone_count()?;
     let pruned_records = view.pruned_records()?;
+    let queues = view.queues()?;
     let shipping = source.home().and_then(|home| {
         ship_state::read(home).map(|state| {
             // The lag is a report: when it cannot be read, there is no line rather than a
@@ -334,6 +335,12 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
                     "keepFree": runjournal::retention::keep_free_text(policy.keep_free),
                     "isDefault": !policy_is_set,
                 },
+                "queues": serde_json::to_value(
+                    queues
+                        .iter()
+                        .map(runjournal::launch::queue::QueueUsageReport::of)
+                        .collect::<Vec<_>>()
+                )?,
                 "prunedRuns": tombstones,
                 "prunedRecords": pruned_records,
                 "bytes": bytes.map(|bytes| json!({
@@ -466,6 +473,23 @@ pub fn stats(source: &JournalSource, out: &mut Out) -> anyhow::Result<Status> {
             ),
         ]
         .into_iter()
+        // A home without queues shows no line for them.
+        .chain((!queues.is_empty()).then(|| {
+            (
+                "queues",
+                queues
+                    .iter()
+                    .map(|usage| {
+                        format!(
+                            "{} {}",
+                            usage.name,
+                            runjournal::launch::queue::usage_text(usage)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        }))
         .map(|(label, value)| vec![Cell::plain(label), Cell::plain(value)])
         .collect();
         out.table(&rows, "")?;

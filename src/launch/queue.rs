@@ -388,3 +388,24 @@ pub fn usage_text(usage: &QueueUsage) -> String {
         usage.active, usage.waiting
     )
 }
+
+/// A queue's limit and use, as `journal-tools inspect stats --json` lists each queue.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUsageReport {
+    pub name: String,
+    pub max_active: Option<u64>,
+    pub active: u64,
+    pub waiting: u64,
+}
+
+impl QueueUsageReport {
+    pub fn of(usage: &QueueUsage) -> QueueUsageReport {
+        QueueUsageReport {
+            name: usage.name.clone(),
+            max_active: usage.max_active,
+            active: usage.active,
+            waiting: usage.waiting,
+        }
+    }
+}

@@ -67,6 +67,12 @@ pub struct StatusDoc {
     /// this. A projection after a commit leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_heard_at: Option<UnixMs>,
+    /// runjournal's: the queue the run waits in or took a slot of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// runjournal's: when the run took its queue's slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_admitted_at: Option<UnixMs>,
 }
 
 /// One entry of status.json `steps[]`.
@@ -428,6 +434,12 @@ pub fn status_doc(home: &Home, state: &RunState) -> StatusDoc {
         process_terminal: process_terminal_doc(state),
         journal_seq: state.head_seq,
         runner_heard_at: None,
+        queue: state.queue.as_ref().map(|queue| queue.name.clone()),
+        queue_admitted_at: state
+            .queue
+            .as_ref()
+            .and_then(|queue| queue.admitted.as_ref())
+            .map(|admitted| admitted.at_ms),
     }
 }
 

@@ -336,6 +336,14 @@ mod tests {
                 observer: Observer::Reconciler,
             },
             Event::Dismissed { at_ms: 9_000 },
+            Event::QueueJoined {
+                queue: "gpu".to_string(),
+                idle_timeout_ms: Some(60_000),
+                heartbeat_ms: None,
+            },
+            Event::QueueAdmitted {
+                by: "reconciler (pid 7)".to_string(),
+            },
         ]
     }
 
