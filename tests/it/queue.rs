@@ -396,3 +396,150 @@ fn a_reboot_frees_the_slots_of_the_earlier_boots_runs() {
     });
     assert_eq!(next.status, RunStatus::Complete);
 }
+
+const CRASH_SEED_ENV: &str = "RUNJOURNAL_QUEUE_CRASH_SEED";
+const CRASH_ITERATIONS_ENV: &str = "RUNJOURNAL_QUEUE_CRASH_ITERATIONS";
+
+/// The `runjournal` command of `home`, as a plain process the test may kill.
+fn runjournal_process(home: &TestHome, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_runjournal"))
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("runjournal starts")
+}
+
+/// SIGKILLs of launchers, runners and reconcilers at random moments, beside a queue of limit
+/// 2 whose runs wait at a gate (so none ends but by a kill): never more than two active in
+/// the log; after the kills and one reconcile pass, no free slot beside a waiting run; then,
+/// the gate opened, every run ends, admitted first in first, and `verify` finds the journal
+/// whole. Seeded: `RUNJOURNAL_QUEUE_CRASH_SEED=<seed>` replays an iteration's choices,
+/// `RUNJOURNAL_QUEUE_CRASH_ITERATIONS` runs more.
+#[test]
+fn kills_at_random_moments_never_leave_a_free_slot_beside_a_waiting_run() {
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+    let iterations: u64 = std::env::var(CRASH_ITERATIONS_ENV)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(2);
+    let first_seed: u64 = std::env::var(CRASH_SEED_ENV)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| runjournal::event::now_ms());
+    for iteration in 0..iterations {
+        let seed = first_seed.wrapping_add(iteration);
+        eprintln!("queue crash iteration {iteration}: {CRASH_SEED_ENV}={seed}");
+        let mut rng = StdRng::seed_from_u64(seed);
+        let home = TestHome::new();
+        set_limit(&home, 2);
+        let gate = home.path().join("gate");
+        let script = format!(
+            "while [ ! -e '{}' ]; do sleep 0.05; done",
+            gate.display()
+        );
+        let mut launchers: Vec<std::process::Child> = (0..8)
+            .map(|_| runjournal_process(&home, &["run", "--queue", "q", "--", "sh", "-c", &script]))
+            .collect();
+        let mut reconcilers: Vec<std::process::Child> = Vec::new();
+        let journal = home.journal();
+        let mut kills = 0;
+        for _ in 0..40 {
+            std::thread::sleep(std::time::Duration::from_millis(rng.random_range(5..60)));
+            if rng.random_range(0..3) == 0 {
+                reconcilers.push(runjournal_process(&home, &["reconcile"]));
+            }
+            match rng.random_range(0..6) {
+                0 => {
+                    let live: Vec<usize> = (0..launchers.len())
+                        .filter(|index| launchers[*index].try_wait().ok().flatten().is_none())
+                        .collect();
+                    if let Some(index) = live.get(rng.random_range(0..live.len().max(1))) {
+                        let _ = launchers[*index].kill();
+                        kills += 1;
+                    }
+                }
+                1 => {
+                    let live: Vec<usize> = (0..reconcilers.len())
+                        .filter(|index| reconcilers[*index].try_wait().ok().flatten().is_none())
+                        .collect();
+                    if let Some(index) = live.get(rng.random_range(0..live.len().max(1))) {
+                        let _ = reconcilers[*index].kill();
+                        kills += 1;
+                    }
+                }
+                2 => {
+                    let view = journal.view().expect("view");
+                    let runners: Vec<ProcessIdentity> = view
+                        .queue_active("q")
+                        .expect("active")
+                        .into_iter()
+                        .filter_map(|run| view.snapshot(run).ok().flatten()?.runner)
+                        .map(|runner| runner.identity)
+                        .collect();
+                    drop(view);
+                    if let Some(identity) = runners.get(rng.random_range(0..runners.len().max(1)))
+                        && runjournal::process_group::signal_process(
+                            identity,
+                            nix::sys::signal::Signal::SIGKILL,
+                        )
+                        .unwrap_or(false)
+                    {
+                        kills += 1;
+                    }
+                }
+                _ => {}
+            }
+            let usage = journal.view().expect("view").queue_usage("q").expect("use");
+            assert!(usage.active <= 2, "seed {seed}: {usage:?}");
+        }
+        for child in launchers.iter_mut().chain(reconcilers.iter_mut()) {
+            let _ = child.wait();
+        }
+        // Nothing ends by itself while the gate is shut: after one pass, a waiting run has no
+        // free slot beside it.
+        home.cmd().arg("reconcile").assert().success();
+        let usage = journal.view().expect("view").queue_usage("q").expect("use");
+        assert!(
+            usage.waiting == 0 || usage.active == 2,
+            "seed {seed}: a free slot beside a waiting run after a pass: {usage:?}"
+        );
+        std::fs::write(&gate, b"").expect("open the gate");
+        let mut passes = 0;
+        loop {
+            let view = journal.view().expect("view");
+            let usage = view.queue_usage("q").expect("use");
+            let is_done = usage.active == 0 && usage.waiting == 0;
+            drop(view);
+            if is_done {
+                break;
+            }
+            passes += 1;
+            assert!(passes < 600, "seed {seed}: the queue never drained: {usage:?}");
+            home.cmd().arg("reconcile").assert().success();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let history = queue_history(&journal, "q");
+        assert!(history.most_active <= 2, "seed {seed}");
+        assert_eq!(
+            history.admitted, history.joined,
+            "seed {seed}: every run admitted, first in first"
+        );
+        for run in &history.joined {
+            assert!(state(&journal, *run).is_terminal(), "seed {seed}: {run}");
+        }
+        // The runs' ends are recorded; one more pass closes them, then the journal is whole.
+        home.cmd().arg("reconcile").assert().success();
+        assert_verifies(&home);
+        eprintln!(
+            "queue crash iteration {iteration}: {kills} kills, {} runs",
+            history.joined.len()
+        );
+    }
+}
