@@ -543,3 +543,107 @@ fn kills_at_random_moments_never_leave_a_free_slot_beside_a_waiting_run() {
         );
     }
 }
+
+/// Admitting a queue's next run costs the same however many wait: in one journal, a queue of
+/// 10 waiting runs and one of 10,000, an admission from each, on a handle just opened (its
+/// page cache cold), reads and writes as many bytes (the indexes are read and changed at one
+/// place, never scanned). Counted by the file backend, not timed.
+#[test]
+fn admitting_writes_as_much_with_ten_thousand_waiting_as_with_ten() {
+    use runjournal::journal::instrumented::{DiskCounters, InstrumentedFile};
+    use runjournal::journal::{AppendError, WriterOptions};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let counters = Arc::new(DiskCounters::default());
+    let source = InstrumentedFile::source(
+        dir.path().join("journal.redb"),
+        Arc::clone(&counters),
+        None,
+    );
+    let open = || Journal::open_with(source.clone(), WriterOptions::default()).expect("opens");
+    let journal = open();
+    journal.set_queue_limit("small", 1).expect("limit");
+    journal.set_queue_limit("big", 1).expect("limit");
+    let spec = RunDraft {
+        steps: vec![named_step(StepAction::Shell {
+            script: "true".to_string(),
+        })],
+        ..RunDraft::default()
+    }
+    .finish()
+    .expect("valid")
+    .spec;
+    let creation = |queue: &str| {
+        vec![
+            Event::RunCreated {
+                spec: std::sync::Arc::new(spec.clone()),
+                created_at_ms: 1,
+                session_id: None,
+                completion_owner_id: None,
+                tool_call_id: None,
+            },
+            Event::QueueJoined {
+                queue: queue.to_string(),
+                idle_timeout_ms: None,
+                heartbeat_ms: None,
+            },
+        ]
+    };
+    let batches = |queue: &'static str, count: usize| {
+        (0..count).map(move |_| (RunId::generate(), creation(queue), Condition::expect_head(0)))
+    };
+    let results: Vec<Result<_, AppendError>> =
+        journal.append_all(batches("small", 10).chain(batches("big", 10_000)));
+    assert!(results.iter().all(Result::is_ok));
+    drop(journal);
+    // Admits the queue's first run on a fresh handle and ends it (the end not counted); the
+    // bytes the admission read and wrote.
+    let admit_and_end = |queue: &str| -> (u64, u64) {
+        let journal = open();
+        let first = journal.view().expect("view").queue_waiting(queue, 1).expect("w")[0];
+        let read_before = counters.bytes_read.load(Ordering::Relaxed);
+        let before = counters.bytes_written.load(Ordering::Relaxed);
+        journal
+            .append(
+                first,
+                vec![Event::QueueAdmitted {
+                    by: "test".to_string(),
+                }],
+                Condition::none(),
+            )
+            .expect("admitted");
+        let written = counters.bytes_written.load(Ordering::Relaxed) - before;
+        let read = counters.bytes_read.load(Ordering::Relaxed) - read_before;
+        journal
+            .append(
+                first,
+                vec![Event::Terminal {
+                    state: runjournal::event::TerminalState::Stopped,
+                    error: None,
+                    summary: "ended".to_string(),
+                    exit_code: 143,
+                    repaired_by: None,
+                }],
+                Condition::none(),
+            )
+            .expect("ended");
+        (read, written)
+    };
+    // Interleaved, so both see the journal at the same size.
+    let (mut small, mut big) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        small.push(admit_and_end("small"));
+        big.push(admit_and_end("big"));
+    }
+    small.sort_unstable();
+    big.sort_unstable();
+    let (small, big) = (small[2], big[2]);
+    eprintln!("bytes (read, written) per admission: 10 waiting {small:?}, 10,000 waiting {big:?}");
+    // One more level of the waiting index's tree is all 10,000 entries may cost: a page or two
+    // each way (a scan of them would read some 100 pages).
+    assert!(
+        big.0 <= small.0 + 2 * 4096 && big.1 <= small.1 + 2 * 4096,
+        "10 waiting: {small:?} bytes; 10,000 waiting: {big:?} bytes"
+    );
+}
