@@ -838,10 +838,7 @@ fn check_queues(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Repo
                 format!("run {run} does not wait, but queue {listed}'s index lists it"),
             )),
             (true, Some((listed, joined))) => {
-                let expected = view
-                    .global_of(*run, 2)
-                    .ok()
-                    .flatten();
+                let expected = view.global_of(*run, 2).ok().flatten();
                 if *listed != queue || *joined != expected {
                     report.problems.push(problem(
                         *run,
@@ -865,14 +862,11 @@ fn check_queues(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Repo
             ));
         }
     }
-    for (queue, run) in listed_active
-        .iter()
-        .filter(|(queue, run)| {
-            runs.get(run)
-                .and_then(|facts| facts.facts.as_ref())
-                .is_none_or(|facts| facts.queue.as_deref() != Some(queue.as_str()))
-        })
-    {
+    for (queue, run) in listed_active.iter().filter(|(queue, run)| {
+        runs.get(run)
+            .and_then(|facts| facts.facts.as_ref())
+            .is_none_or(|facts| facts.queue.as_deref() != Some(queue.as_str()))
+    }) {
         report.problems.push(problem(
             *run,
             format!("queue {queue}'s index lists run {run} as active, which is not in it"),

@@ -795,7 +795,10 @@ pub fn render_queue(measured: &Measured, verdicts: &mut Vec<String>) -> String {
             String::new(),
         ]);
     } else {
-        table.row(&["slot freed → next run's step running".into(), "not measured".into()]);
+        table.row(&[
+            "slot freed → next run's step running".into(),
+            "not measured".into(),
+        ]);
     }
     let few = measured.per_round(group, "admit-10");
     let commit = measured.per_round(group, "durable-commit");
@@ -803,7 +806,10 @@ pub fn render_queue(measured: &Measured, verdicts: &mut Vec<String>) -> String {
         table.row(&[
             "admitting the next run, 10 waiting".into(),
             time(median(few.clone())),
-            format!("{} a durable commit", ratio_cell(ratio_of(few, commit), false)),
+            format!(
+                "{} a durable commit",
+                ratio_cell(ratio_of(few, commit), false)
+            ),
             String::new(),
         ]);
     }

@@ -402,7 +402,8 @@ fn apply_batch(
             // A judged seq is spent, refused or not: should a copy of this batch reach another
             // committer later (a commit leader that was stopped while it held the batch, say),
             // it is found at or below the mark and never judged again against a later state.
-            let is_judged = is_judged_refusal(&refusal) || matches!(refusal, AppendError::Queue { .. });
+            let is_judged =
+                is_judged_refusal(&refusal) || matches!(refusal, AppendError::Queue { .. });
             if marks == Marks::Idempotent && is_judged {
                 group.advance_mark(batch.writer, batch.writer_seq);
             }

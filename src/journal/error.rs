@@ -230,7 +230,9 @@ pub enum AppendError {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
 #[non_exhaustive]
 pub enum QueueRefusal {
-    #[error("queue {queue} has no limit set (set one with `runjournal queue {queue} --max-active N`)")]
+    #[error(
+        "queue {queue} has no limit set (set one with `runjournal queue {queue} --max-active N`)"
+    )]
     NoSuchQueue { queue: String },
     #[error("queue {queue} is full: {active} of {max_active} active")]
     Full {

@@ -8,8 +8,8 @@ use super::error::{CorruptError, ReadError, StorageFailure};
 use super::prune::{self, Retention, Tombstone};
 use super::snapshot::{SnapshotError, decode_snapshot, state_of};
 use super::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES,
-    RECORDS, RUNS, TERMINAL, WRITERS,
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, QUEUE_ACTIVE, QUEUE_WAITING,
+    QUEUES, RECORDS, RUNS, TERMINAL, WRITERS,
 };
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
 use crate::state::RunState;
@@ -150,12 +150,12 @@ impl View {
             .map_err(storage("reading a queue's active runs"))?
         {
             let (key, _) = entry.map_err(storage("reading a queue's active runs"))?;
-            let bytes: [u8; 16] = key.value()[low.len()..]
-                .try_into()
-                .map_err(|_| ReadError::Corrupt(CorruptError::Index {
+            let bytes: [u8; 16] = key.value()[low.len()..].try_into().map_err(|_| {
+                ReadError::Corrupt(CorruptError::Index {
                     table: "queue_active",
                     reason: "a key that is not a queue and a run id".to_string(),
-                }))?;
+                })
+            })?;
             runs.push(RunId::from_bytes(bytes));
         }
         Ok(runs)
@@ -228,7 +228,10 @@ impl View {
             })
         };
         let split = |key: &[u8], table: &'static str| -> Result<(String, Vec<u8>), ReadError> {
-            let at = key.iter().position(|byte| *byte == 0).ok_or_else(|| corrupt(table))?;
+            let at = key
+                .iter()
+                .position(|byte| *byte == 0)
+                .ok_or_else(|| corrupt(table))?;
             let name = std::str::from_utf8(&key[..at]).map_err(|_| corrupt(table))?;
             Ok((name.to_string(), key[at + 1..].to_vec()))
         };

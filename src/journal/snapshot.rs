@@ -24,8 +24,8 @@ use crate::event::{
     ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs, encode_checked,
 };
 use crate::state::{
-    self, AdmissionInfo, QueueInfo, ControlInfo, ProcessTerminalInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus,
-    TerminalInfo,
+    self, AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus,
+    RunnerInfo, StepState, StepStatus, TerminalInfo,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -526,8 +526,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     rest.len()
                 ),
             };
-            let (namespaces, rest) = match postcard::take_from_bytes::<SnapshotNamespaces>(rest)
-            {
+            let (namespaces, rest) = match postcard::take_from_bytes::<SnapshotNamespaces>(rest) {
                 Ok(taken) => taken,
                 Err(_) => return Err(not_namespaces()),
             };

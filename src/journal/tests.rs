@@ -2051,7 +2051,10 @@ fn queue_indexes_follow_each_run_from_waiting_to_its_end() {
     };
     let (first, second, third) = (join(), join(), join());
     let view = journal.view().expect("view");
-    assert_eq!(view.queue_waiting("q", 10).expect("w"), vec![first, second, third]);
+    assert_eq!(
+        view.queue_waiting("q", 10).expect("w"),
+        vec![first, second, third]
+    );
     assert_eq!(view.queue_usage("q").expect("use").waiting, 3);
     drop(view);
     journal
@@ -2088,7 +2091,10 @@ fn queue_indexes_follow_each_run_from_waiting_to_its_end() {
         )
         .expect("ends");
     let view = journal.view().expect("view");
-    assert!(view.queue_active("q").expect("a").is_empty(), "its slot is free");
+    assert!(
+        view.queue_active("q").expect("a").is_empty(),
+        "its slot is free"
+    );
     drop(view);
     journal
         .append(third, vec![queue_admitted()], Condition::none())

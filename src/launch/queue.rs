@@ -383,10 +383,7 @@ pub fn usage_text(usage: &QueueUsage) -> String {
     let limit = usage
         .max_active
         .map_or_else(|| "no limit".to_string(), |max| max.to_string());
-    format!(
-        "{}/{limit} active, {} queued",
-        usage.active, usage.waiting
-    )
+    format!("{}/{limit} active, {} queued", usage.active, usage.waiting)
 }
 
 /// A queue's limit and use, as `journal-tools inspect stats --json` lists each queue.

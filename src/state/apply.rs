@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use super::{
-    AdmissionInfo, QueueInfo, ControlInfo, ProcessTerminalInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus,
-    TerminalInfo, TransitionError,
+    AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo,
+    StepState, StepStatus, TerminalInfo, TransitionError,
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
@@ -488,7 +488,8 @@ impl RunState {
         if seq != 2 {
             return Err(TransitionError::QueueJoinedLate { run, found: seq });
         }
-        check_queue_name(queue).map_err(|source| TransitionError::InvalidQueueName { run, source })?;
+        check_queue_name(queue)
+            .map_err(|source| TransitionError::InvalidQueueName { run, source })?;
         self.queue = Some(QueueInfo {
             name: queue.to_string(),
             idle_timeout_ms,

@@ -421,15 +421,13 @@ impl TransitionError {
             }
             TransitionError::QueueJoinedLate { .. } => Rules(&[R::QueueTimesInOrder]),
             TransitionError::InvalidQueueName { .. } => Rules(&[R::QueueNameValid]),
-            TransitionError::NotInQueue { .. } => RecordsOnly(
-                "a state holds an admission only inside its queue, by its type",
-            ),
+            TransitionError::NotInQueue { .. } => {
+                RecordsOnly("a state holds an admission only inside its queue, by its type")
+            }
             TransitionError::AlreadyAdmitted { .. } => {
                 RecordsOnly("a state holds at most one admission, by its type")
             }
-            TransitionError::RunnerBeforeAdmission { .. } => {
-                Rules(&[R::RunnerOnlyAfterAdmission])
-            }
+            TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
         }
     }
 }

@@ -482,7 +482,11 @@ fn a_run_in_a_queue_waits_until_admitted_then_holds_a_slot_until_its_end() {
     let waiting = Story::new(chain_spec(1)).then(joined("q"));
     assert!(waiting.state.is_waiting_for_slot());
     assert!(!waiting.state.holds_slot());
-    assert_eq!(waiting.state.startable_at_ms(), None, "not startable until admitted");
+    assert_eq!(
+        waiting.state.startable_at_ms(),
+        None,
+        "not startable until admitted"
+    );
     assert!(matches!(
         waiting.rejects(runner_started("i1")),
         TransitionError::RunnerBeforeAdmission { .. }
@@ -515,7 +519,10 @@ fn a_run_joins_a_queue_only_right_after_its_creation() {
     let late = Story::new(chain_spec(1))
         .then(control(ControlAction::Stop))
         .rejects(joined("q"));
-    assert!(matches!(late, TransitionError::QueueJoinedLate { found: 3, .. }));
+    assert!(matches!(
+        late,
+        TransitionError::QueueJoinedLate { found: 3, .. }
+    ));
     assert!(matches!(
         Story::new(chain_spec(1)).rejects(joined("")),
         TransitionError::InvalidQueueName { .. }

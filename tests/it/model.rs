@@ -1361,7 +1361,10 @@ fn the_queue_rules_of_the_reducer_agree_with_the_reference() {
                 }
                 (Err(error), Err(rules)) => {
                     let rule = rule_of(&error).expect("a rule the reference has");
-                    assert!(rules.contains(&rule), "{sequence:?}: {error} not in {rules:?}");
+                    assert!(
+                        rules.contains(&rule),
+                        "{sequence:?}: {error} not in {rules:?}"
+                    );
                     break;
                 }
                 (library_answer, reference_answer) => panic!(

@@ -461,11 +461,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         assert_eq!(seen["read"]["runId"], run.as_str(), "{run}: {seen}");
         assert_eq!(seen["read"]["state"], *state, "{run}: {seen}");
         assert_eq!(seen["read"]["sessionId"], SESSION_ID, "{run}: {seen}");
-        assert_eq!(
-            seen["read"]["hasPid"],
-            *state != "queued",
-            "{run}: {seen}"
-        );
+        assert_eq!(seen["read"]["hasPid"], *state != "queued", "{run}: {seen}");
         assert_eq!(seen["repaired"], false, "{run} was repaired: {seen}");
         assert_eq!(seen["reconciledState"], *state, "{run}: {seen}");
         let result = root
@@ -554,11 +550,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         "a full scan of the run directories"
     );
     let mut active = BTreeMap::from([(running.clone(), "running".to_string())]);
-    active.extend(
-        queued
-            .iter()
-            .map(|run| (run.clone(), "queued".to_string())),
-    );
+    active.extend(queued.iter().map(|run| (run.clone(), "queued".to_string())));
     assert_eq!(
         listed("activeForSession"),
         active,

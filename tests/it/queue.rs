@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
+use redb::ReadableTable;
 use runjournal::event::{Event, ProcessIdentity, RunId, StepAction};
 use runjournal::journal::Condition;
 use runjournal::spec::{RunDraft, named_step};
-use redb::ReadableTable;
 use runjournal::{Home, Journal, RunStatus, Store};
 
 use crate::common::{TestHome, state, wait_for, wait_terminal};
@@ -183,10 +183,7 @@ fn launchers_racing_for_the_last_slot_take_it_once() {
         .assert()
         .success();
     let text = String::from_utf8_lossy(&status.get_output().stdout).into_owned();
-    assert!(
-        text.contains("q: place 1; 1/1 active, 7 queued"),
-        "{text}"
-    );
+    assert!(text.contains("q: place 1; 1/1 active, 7 queued"), "{text}");
     let list = home.cmd().arg("list").assert().success();
     let text = String::from_utf8_lossy(&list.get_output().stdout).into_owned();
     assert!(text.contains("queued (q #7)"), "{text}");
@@ -323,10 +320,7 @@ fn a_run_without_a_queue_limit_is_refused_and_nothing_is_written() {
         .assert()
         .code(2);
     let journal = home.journal();
-    assert_eq!(
-        journal.view().expect("view").run_count().expect("count"),
-        0
-    );
+    assert_eq!(journal.view().expect("view").run_count().expect("count"), 0);
 }
 
 /// A run of an earlier boot holds the only slot: the next reconcile pass (here `list`) fails
@@ -377,7 +371,10 @@ fn a_reboot_frees_the_slots_of_the_earlier_boots_runs() {
         .expect("admitted and started, in an earlier boot");
     drop(store);
     let waiting = launch_at_once(&home, 1, "true");
-    assert_eq!(waiting[0].1, "queued", "the earlier boot's run holds the slot");
+    assert_eq!(
+        waiting[0].1, "queued",
+        "the earlier boot's run holds the slot"
+    );
     home.cmd().arg("list").assert().success();
     let journal = home.journal();
     let failed = state(&journal, earlier);
@@ -440,10 +437,7 @@ fn kills_at_random_moments_never_leave_a_free_slot_beside_a_waiting_run() {
         let home = TestHome::new();
         set_limit(&home, 2);
         let gate = home.path().join("gate");
-        let script = format!(
-            "while [ ! -e '{}' ]; do sleep 0.05; done",
-            gate.display()
-        );
+        let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", gate.display());
         let mut launchers: Vec<std::process::Child> = (0..8)
             .map(|_| runjournal_process(&home, &["run", "--queue", "q", "--", "sh", "-c", &script]))
             .collect();
@@ -521,7 +515,10 @@ fn kills_at_random_moments_never_leave_a_free_slot_beside_a_waiting_run() {
                 break;
             }
             passes += 1;
-            assert!(passes < 600, "seed {seed}: the queue never drained: {usage:?}");
+            assert!(
+                passes < 600,
+                "seed {seed}: the queue never drained: {usage:?}"
+            );
             home.cmd().arg("reconcile").assert().success();
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -556,11 +553,8 @@ fn admitting_writes_as_much_with_ten_thousand_waiting_as_with_ten() {
     use std::sync::atomic::Ordering;
     let dir = tempfile::tempdir().expect("temp dir");
     let counters = Arc::new(DiskCounters::default());
-    let source = InstrumentedFile::source(
-        dir.path().join("journal.redb"),
-        Arc::clone(&counters),
-        None,
-    );
+    let source =
+        InstrumentedFile::source(dir.path().join("journal.redb"), Arc::clone(&counters), None);
     let open = || Journal::open_with(source.clone(), WriterOptions::default()).expect("opens");
     let journal = open();
     journal.set_queue_limit("small", 1).expect("limit");
@@ -591,7 +585,13 @@ fn admitting_writes_as_much_with_ten_thousand_waiting_as_with_ten() {
         ]
     };
     let batches = |queue: &'static str, count: usize| {
-        (0..count).map(move |_| (RunId::generate(), creation(queue), Condition::expect_head(0)))
+        (0..count).map(move |_| {
+            (
+                RunId::generate(),
+                creation(queue),
+                Condition::expect_head(0),
+            )
+        })
     };
     let results: Vec<Result<_, AppendError>> =
         journal.append_all(batches("small", 10).chain(batches("big", 10_000)));
@@ -601,7 +601,11 @@ fn admitting_writes_as_much_with_ten_thousand_waiting_as_with_ten() {
     // bytes the admission read and wrote.
     let admit_and_end = |queue: &str| -> (u64, u64) {
         let journal = open();
-        let first = journal.view().expect("view").queue_waiting(queue, 1).expect("w")[0];
+        let first = journal
+            .view()
+            .expect("view")
+            .queue_waiting(queue, 1)
+            .expect("w")[0];
         let read_before = counters.bytes_read.load(Ordering::Relaxed);
         let before = counters.bytes_written.load(Ordering::Relaxed);
         journal

@@ -93,7 +93,8 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     }
     let mut view = RunView::of(&state, show::look_at_runner(&state));
     if let Some(queue) = &queue_use {
-        view.fields.push(("queue".to_string(), Cell::plain(queue.line())));
+        view.fields
+            .push(("queue".to_string(), Cell::plain(queue.line())));
     }
     if let Some(heard_at) = heard_at {
         let now = runjournal::event::now_ms();
@@ -180,11 +181,7 @@ impl QueueUse {
         let place = self
             .place
             .map_or_else(String::new, |place| format!("place {place}; "));
-        format!(
-            "{}: {place}{}",
-            self.queue,
-            queue::usage_text(&self.usage)
-        )
+        format!("{}: {place}{}", self.queue, queue::usage_text(&self.usage))
     }
 }
 
@@ -280,8 +277,10 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     });
     pruned.sort_by_key(|tombstone| std::cmp::Reverse(tombstone.run_id));
     // Each queue a listed run is in: its waiting runs in order (for their places), and its use.
-    let mut queues: std::collections::BTreeMap<String, (Vec<RunId>, runjournal::journal::QueueUsage)> =
-        std::collections::BTreeMap::new();
+    let mut queues: std::collections::BTreeMap<
+        String,
+        (Vec<RunId>, runjournal::journal::QueueUsage),
+    > = std::collections::BTreeMap::new();
     for state in &states {
         if let Some(queue) = &state.queue
             && !queues.contains_key(&queue.name)

@@ -252,8 +252,7 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
         runner_base()?
     } else {
         RunnerProgram {
-            program: std::env::current_exe()
-                .context("finding this program to start the runner")?,
+            program: std::env::current_exe().context("finding this program to start the runner")?,
             leading_args,
         }
     };

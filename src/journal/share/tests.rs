@@ -754,7 +754,10 @@ fn a_queue_refusal_through_the_leader_is_the_refusal_of_committing_alone() {
             ..
         }
     ));
-    assert!(through_leader(&client) >= 4, "every case went to the leader");
+    assert!(
+        through_leader(&client) >= 4,
+        "every case went to the leader"
+    );
     let view = leader.view().expect("view");
     assert_eq!(view.queue_active("q").expect("active"), vec![first]);
     assert_eq!(
@@ -782,8 +785,7 @@ fn handles_racing_for_the_last_slots_through_the_leader_take_each_once() {
                     barrier.wait();
                     for _ in 0..8 {
                         let view = handle.view().expect("view");
-                        let Some(first) = view.queue_waiting("q", 1).expect("waiting").pop()
-                        else {
+                        let Some(first) = view.queue_waiting("q", 1).expect("waiting").pop() else {
                             return;
                         };
                         drop(view);
