@@ -132,7 +132,7 @@ pub fn queue_ways(scratch: &Path) -> Vec<Way<'static>> {
             Box::new(move |iters| {
                 timed(iters, || {
                     progress += 1;
-                    if progress % 50 == 0 {
+                    if progress.is_multiple_of(50) {
                         update_run = running_run(&store);
                     } else {
                         store

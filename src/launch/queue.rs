@@ -38,13 +38,13 @@ pub enum QueueError {
     SetLimit {
         queue: String,
         #[source]
-        source: AppendError,
+        source: Box<AppendError>,
     },
     #[error("run {run}: admitting it: {source}")]
     Admit {
         run: RunId,
         #[source]
-        source: AppendError,
+        source: Box<AppendError>,
     },
     #[error("queue {queue}: its first run kept changing over {MAX_ADMIT_ATTEMPTS} attempts")]
     KeptMoving { queue: String },
@@ -52,7 +52,7 @@ pub enum QueueError {
     Start {
         run: RunId,
         #[source]
-        source: LaunchError,
+        source: Box<LaunchError>,
     },
 }
 
@@ -65,7 +65,7 @@ pub fn set_limit(store: &Store, queue: &str, max_active: u64) -> Result<(), Queu
         .set_queue_limit(queue, max_active)
         .map_err(|source| QueueError::SetLimit {
             queue: queue.to_string(),
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -135,7 +135,12 @@ pub fn admit_next(store: &Store, queue: &str, by: &str) -> Result<Option<RunStat
                     ..
                 },
             ) => continue,
-            Err(source) => return Err(QueueError::Admit { run: first, source }),
+            Err(source) => {
+                return Err(QueueError::Admit {
+                    run: first,
+                    source: Box::new(source),
+                });
+            }
         }
     }
     Err(QueueError::KeptMoving {
@@ -228,16 +233,18 @@ pub fn start_admissible(
     for queue in queues {
         while let Some(state) = admit_next(store, &queue, by)? {
             let run = state.run_id;
-            let runner = match start_runner(store, &state, base)
-                .map_err(|source| QueueError::Start { run, source })?
-            {
-                Ok(child) => {
-                    let pid = child.id();
-                    reap_in_background(child);
-                    Ok(pid)
-                }
-                Err(error) => Err(error),
-            };
+            let runner =
+                match start_runner(store, &state, base).map_err(|source| QueueError::Start {
+                    run,
+                    source: Box::new(source),
+                })? {
+                    Ok(child) => {
+                        let pid = child.id();
+                        reap_in_background(child);
+                        Ok(pid)
+                    }
+                    Err(error) => Err(error),
+                };
             admitted.push(Admitted {
                 run,
                 queue: queue.clone(),

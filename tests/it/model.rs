@@ -1294,7 +1294,7 @@ fn the_queue_rules_of_the_reducer_agree_with_the_reference() {
         idle_timeout_ms: None,
         heartbeat_ms: Some(5),
     };
-    let pool = vec![
+    let pool = [
         joined("q"),
         joined("a b"),
         Event::QueueAdmitted {

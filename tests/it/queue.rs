@@ -429,7 +429,7 @@ fn kills_at_random_moments_never_leave_a_free_slot_beside_a_waiting_run() {
     let first_seed: u64 = std::env::var(CRASH_SEED_ENV)
         .ok()
         .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| runjournal::event::now_ms());
+        .unwrap_or_else(runjournal::event::now_ms);
     for iteration in 0..iterations {
         let seed = first_seed.wrapping_add(iteration);
         eprintln!("queue crash iteration {iteration}: {CRASH_SEED_ENV}={seed}");
