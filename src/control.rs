@@ -8,7 +8,7 @@
 
 use nix::sys::signal::Signal;
 
-use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, now_ms};
+use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, TerminalState, now_ms};
 use crate::journal::{AppendError, Appended, Condition, ReadError};
 use crate::process_group;
 use crate::state::{RunState, RunStatus, TransitionError};
@@ -78,6 +78,54 @@ pub enum StopOutcome {
     AlreadyRequested { signalled: bool },
     /// The run had already ended; nothing was written.
     AlreadyEnded { state: RunStatus },
+    /// The run waited in its queue for a slot: it is ended `stopped` with its request, and no
+    /// runner will ever start for it.
+    StoppedWaiting { queue: String },
+}
+
+/// Most attempts to end a run waiting in its queue while its head keeps moving.
+const MAX_WAITING_STOP_ATTEMPTS: u32 = 64;
+
+/// Ends a run that waits in its queue, stopped, with the stop request, in one batch on the head
+/// read: if it was admitted meanwhile, the head moved and the caller stops it as a started
+/// run. `None` when it does not wait (any more).
+fn stop_waiting(
+    store: &Store,
+    run: RunId,
+    by: &str,
+    reason: &str,
+) -> Result<Option<StopOutcome>, ControlError> {
+    for _ in 0..MAX_WAITING_STOP_ATTEMPTS {
+        let state = snapshot(store, run)?;
+        let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) else {
+            return Ok(None);
+        };
+        let events = vec![
+            Event::ControlRequested {
+                action: ControlAction::Stop,
+                by: by.to_string(),
+                reason: reason.to_string(),
+            },
+            Event::Terminal {
+                state: TerminalState::Stopped,
+                error: None,
+                summary: format!("stopped while it waited in queue {}", queue.name),
+                // As a runner ends a stopped run: 128 + the stop signal.
+                exit_code: 128 + STOP_SIGNAL as i32,
+                repaired_by: None,
+            },
+        ];
+        match store.append(run, events, Condition::expect_head(state.head_seq)) {
+            Ok(_) => {
+                return Ok(Some(StopOutcome::StoppedWaiting {
+                    queue: queue.name.clone(),
+                }));
+            }
+            Err(AppendError::HeadMismatch { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(None)
 }
 
 /// Records `ControlRequested(stop)`, then signals the run's runner if it is alive.
@@ -87,6 +135,9 @@ pub fn request_stop(
     by: &str,
     reason: &str,
 ) -> Result<StopOutcome, ControlError> {
+    if let Some(outcome) = stop_waiting(store, run, by, reason)? {
+        return Ok(outcome);
+    }
     request_control(store, run, ControlAction::Stop, by, reason)
 }
 

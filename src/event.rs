@@ -740,6 +740,20 @@ pub enum Event {
         #[serde(with = "run_id_text")]
         from: RunId,
     },
+    /// The run waits in a queue for a slot (docs/design.md, "Queues"): only in the run's
+    /// creation batch, right after `RunCreated`. It also keeps what a later starter needs to
+    /// start the runner as the launcher would have, which the spec does not hold.
+    QueueJoined {
+        queue: String,
+        idle_timeout_ms: Option<u64>,
+        heartbeat_ms: Option<u64>,
+    },
+    /// The run took a slot of its queue: appended only while the queue has fewer active runs
+    /// than its limit and the run is the first waiting, which the journal checks inside the
+    /// transaction that commits it. `by` says who admitted it.
+    QueueAdmitted {
+        by: String,
+    },
 }
 
 /// A run id inside an event: its 16 bytes on the wire (postcard), its printed form in JSON
@@ -765,6 +779,35 @@ mod run_id_text {
         } else {
             RunId::deserialize(deserializer)
         }
+    }
+}
+
+/// The longest queue name, in bytes.
+pub const MAX_QUEUE_NAME_BYTES: usize = 64;
+
+/// Why a queue name is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "queue name {name:?} is not 1 to {MAX_QUEUE_NAME_BYTES} characters of letters, digits, '.', '_' and '-'"
+)]
+pub struct QueueNameError {
+    pub name: String,
+}
+
+/// Checks a queue name: 1 to [`MAX_QUEUE_NAME_BYTES`] ASCII letters, digits, `.`, `_` or `-`
+/// (never a NUL, which the journal's queue keys use as a separator).
+pub fn check_queue_name(name: &str) -> Result<(), QueueNameError> {
+    let is_valid = !name.is_empty()
+        && name.len() <= MAX_QUEUE_NAME_BYTES
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+    if is_valid {
+        Ok(())
+    } else {
+        Err(QueueNameError {
+            name: truncate_text(name, MAX_QUEUE_NAME_BYTES * 2),
+        })
     }
 }
 
@@ -833,6 +876,8 @@ impl Event {
                 fields.push(("instance_id", instance_id));
             }
             Event::Dismissed { .. } | Event::Resumed { .. } => {}
+            Event::QueueJoined { queue, .. } => fields.push(("queue", queue)),
+            Event::QueueAdmitted { by } => fields.push(("by", by)),
         }
         for (field, value) in fields {
             check_text(value).map_err(|bytes| TextTooLong {
@@ -872,6 +917,11 @@ impl Event {
                 reason: error.to_string(),
             })?;
         }
+        if let Event::QueueJoined { queue, .. } = self {
+            check_queue_name(queue).map_err(|error| DecodeError::Invalid {
+                reason: error.to_string(),
+            })?;
+        }
         self.check_text_limits()
             .map_err(|error| DecodeError::Invalid {
                 reason: error.to_string(),
@@ -891,6 +941,8 @@ impl Event {
             Event::ProcessTerminalObserved { .. } => "ProcessTerminalObserved",
             Event::Dismissed { .. } => "Dismissed",
             Event::Resumed { .. } => "Resumed",
+            Event::QueueJoined { .. } => "QueueJoined",
+            Event::QueueAdmitted { .. } => "QueueAdmitted",
         }
     }
 }
@@ -1217,6 +1269,20 @@ pub(crate) mod tests {
                     from: RunId::from_bytes([2; 16]),
                 },
             ),
+            (
+                "QueueJoined",
+                Event::QueueJoined {
+                    queue: "q".to_string(),
+                    idle_timeout_ms: Some(5),
+                    heartbeat_ms: Some(6),
+                },
+            ),
+            (
+                "QueueAdmitted",
+                Event::QueueAdmitted {
+                    by: "b".to_string(),
+                },
+            ),
         ]
     }
 
@@ -1249,6 +1315,8 @@ pub(crate) mod tests {
             ("ProcessTerminalObserved", "070169010001120102a5049a1f"),
             ("Dismissed", "08078310debb"),
             ("Resumed", "0902020202020202020202020202020202aeffd00f"),
+            ("QueueJoined", "0901710105010680ea9004"),
+            ("QueueAdmitted", "0a016267a53d65"),
         ];
         let variants = every_variant();
         assert_eq!(

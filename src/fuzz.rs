@@ -175,7 +175,7 @@ impl Choices<'_> {
     }
 
     fn event(&mut self) -> Event {
-        match self.below(10) {
+        match self.below(12) {
             0 => Event::RunCreated {
                 spec: Arc::new(self.spec()),
                 created_at_ms: self.number(),
@@ -266,13 +266,19 @@ impl Choices<'_> {
                 at_ms: self.number(),
             },
             // Itself or another run: the reducer refuses the first.
-            _ => Event::Resumed {
+            9 => Event::Resumed {
                 from: if self.below(2) == 0 {
                     FUZZ_RUN
                 } else {
                     crate::event::RunId::from_bytes([self.byte(); 16])
                 },
             },
+            10 => Event::QueueJoined {
+                queue: self.pick(&["q", "", "a b", "batch-1"]).to_string(),
+                idle_timeout_ms: self.optional(Self::number),
+                heartbeat_ms: self.optional(Self::number),
+            },
+            _ => Event::QueueAdmitted { by: self.text() },
         }
     }
 }

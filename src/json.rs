@@ -118,12 +118,18 @@ pub struct ListedRunDoc {
     pub dismissed: bool,
     pub session_id: Option<String>,
     pub tool_call_id: Option<String>,
+    /// The queue the run is in, and its place there while it waits (1: the next admitted).
+    pub queue: Option<String>,
+    pub queue_place: Option<u64>,
 }
 
 impl ListedRunDoc {
-    pub fn of(state: &RunState) -> ListedRunDoc {
+    /// `queue_place`: the run's place in its queue while it waits.
+    pub fn of(state: &RunState, queue_place: Option<u64>) -> ListedRunDoc {
         let terminal = state.terminal.as_ref();
         ListedRunDoc {
+            queue: state.queue.as_ref().map(|queue| queue.name.clone()),
+            queue_place,
             run_id: state.run_id.to_string(),
             name: state.spec.name.clone(),
             state: state.status.as_str(),
@@ -249,6 +255,57 @@ pub struct StatusCommandDoc {
     pub journal_capacity: CapacityDoc,
     pub resources: Option<Vec<show::StepResources>>,
     pub shipping: Option<crate::ship::state::Lag>,
+    /// The run's queue: its place while it waits, and the queue's use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_use: Option<QueueUseDoc>,
+}
+
+/// A run's queue as `status` shows it: its place while it waits, and the queue's use.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueUseDoc {
+    pub queue: String,
+    /// 1: the next to be admitted; `None` once admitted (or ended).
+    pub place: Option<u64>,
+    pub active: u64,
+    pub max_active: Option<u64>,
+    pub waiting: u64,
+    #[serde(skip)]
+    usage: crate::journal::QueueUsage,
+}
+
+impl QueueUseDoc {
+    /// Reads the run's queue; `None` for a run in no queue.
+    pub fn of(
+        store: &crate::store::Store,
+        state: &RunState,
+    ) -> Result<Option<QueueUseDoc>, crate::launch::queue::QueueError> {
+        let Some(queue) = &state.queue else {
+            return Ok(None);
+        };
+        let place = crate::launch::queue::place_of(store, state)?;
+        let usage = crate::launch::queue::view(store, &queue.name, 0)?.usage;
+        Ok(Some(QueueUseDoc {
+            queue: queue.name.clone(),
+            place,
+            active: usage.active,
+            max_active: usage.max_active,
+            waiting: usage.waiting,
+            usage,
+        }))
+    }
+
+    /// `gpu: place 2; 3/4 active, 12 queued`.
+    pub fn line(&self) -> String {
+        let place = self
+            .place
+            .map_or_else(String::new, |place| format!("place {place}; "));
+        format!(
+            "{}: {place}{}",
+            self.queue,
+            crate::launch::queue::usage_text(&self.usage)
+        )
+    }
 }
 
 /// What `runjournal run --json` prints once the runner took the run (or failed to).

@@ -46,6 +46,8 @@ use crate::spec::RunRequest;
 use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::Store;
 
+pub mod queue;
+
 /// How long a launcher that followed its run waits for the runner process to exit once the
 /// run is terminal, before it leaves it be.
 pub const RUNNER_EXIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -95,6 +97,13 @@ pub enum RunnerStart {
     /// The runner did not take the run; the run is recorded failed (or was ended by someone
     /// else first).
     NotStarted { error: String },
+    /// The run waits in its queue for a slot; whoever frees one starts it.
+    Queued {
+        queue: String,
+        /// Its place in the queue (1: next), as the journal stood after the launch.
+        place: Option<u64>,
+        usage: crate::journal::QueueUsage,
+    },
 }
 
 /// A launched run.
@@ -137,15 +146,28 @@ pub enum LaunchError {
         #[source]
         source: AppendError,
     },
+    #[error("run {run}: admitting runs of its queue: {source}")]
+    Queue {
+        run: RunId,
+        #[source]
+        source: Box<queue::QueueError>,
+    },
 }
 
 /// Creates the run, starts its runner, and waits up to `start_timeout` for `RunnerStarted`.
+/// A run of a queue ([`RunRequest::queue`]) is created waiting; the launcher admits what the
+/// queue allows, first in first, and waits for its own run only if it was admitted, else it
+/// returns at once with [`RunnerStart::Queued`]. For a queued run, `program` is the base the
+/// run's own runner settings are added to ([`queue::program_for`]).
 pub fn launch(
     store: &Store,
     request: RunRequest,
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    if let Some(queue_name) = request.queue.clone() {
+        return launch_queued(store, request, &queue_name, program, start_timeout);
+    }
     launch_with(store, request, Vec::new(), program, start_timeout)
 }
 
@@ -164,7 +186,7 @@ fn launch_with(
         })
         .map_err(LaunchError::Create)?;
     let run = created.run;
-    let (mut runner, mut ready) = match spawned {
+    let (runner, ready) = match spawned {
         Ok(spawned) => spawned,
         Err(error) => {
             let start = give_up(
@@ -181,6 +203,77 @@ fn launch_with(
             });
         }
     };
+    await_runner(store, run, runner, ready, start_timeout)
+}
+
+fn launch_queued(
+    store: &Store,
+    request: RunRequest,
+    queue_name: &str,
+    program: &RunnerProgram,
+    start_timeout: Duration,
+) -> Result<Launched, LaunchError> {
+    let joined = Event::QueueJoined {
+        queue: queue_name.to_string(),
+        idle_timeout_ms: request
+            .idle_timeout
+            .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        heartbeat_ms: request
+            .heartbeat
+            .map(|heartbeat| u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX)),
+    };
+    let created = store
+        .create_queued_run(request.spec, request.hosts, joined)
+        .map_err(LaunchError::Create)?;
+    let run = created.run;
+    match queue::enter(store, run, queue_name, program)? {
+        queue::Entered::Started { child, ready } => {
+            await_runner(store, run, child, ready, start_timeout)
+        }
+        queue::Entered::NotStarted { error } => Ok(Launched {
+            run,
+            runner: None,
+            start: RunnerStart::NotStarted { error },
+        }),
+        queue::Entered::Waiting => {
+            let state = snapshot(store, run)?;
+            if let Some(start) = start_of(&state) {
+                return Ok(Launched {
+                    run,
+                    runner: None,
+                    start,
+                });
+            }
+            let queue_failed = |error: queue::QueueError| LaunchError::Queue {
+                run,
+                source: Box::new(error),
+            };
+            let place = queue::place_of(store, &state).map_err(queue_failed)?;
+            let usage = queue::view(store, queue_name, 0)
+                .map_err(queue_failed)?
+                .usage;
+            Ok(Launched {
+                run,
+                runner: None,
+                start: RunnerStart::Queued {
+                    queue: queue_name.to_string(),
+                    place,
+                    usage,
+                },
+            })
+        }
+    }
+}
+
+/// Waits up to `start_timeout` for the journal to show that `runner` took `run`; gives the run
+/// up if it does not.
+fn await_runner(
+    store: &Store,
+    run: RunId,
+    mut runner: Child,
+    mut ready: Option<std::fs::File>,
+    start_timeout: Duration,
+) -> Result<Launched, LaunchError> {
     let deadline = Instant::now() + start_timeout;
     loop {
         let state = snapshot(store, run)?;
@@ -529,7 +622,7 @@ fn start_of(state: &RunState) -> Option<RunnerStart> {
 
 /// Records that no runner took the run, unless one did meanwhile; then kills the runner
 /// process, which can no longer take it.
-fn give_up(
+pub(crate) fn give_up(
     store: &Store,
     run: RunId,
     runner: Option<&mut Child>,
@@ -588,7 +681,7 @@ fn snapshot(store: &Store, run: RunId) -> Result<RunState, LaunchError> {
 /// appended to `runs/<id>/runner.log`, and the write end of the handshake's pipe passed on
 /// purpose (named in [`runner::READY_FD_ENV`]). Returns the runner and the pipe's read end
 /// (`None` if no pipe could be made: the launcher then polls the journal).
-fn spawn_runner(
+pub(crate) fn spawn_runner(
     home: &Home,
     run: RunId,
     program: &RunnerProgram,
@@ -724,8 +817,9 @@ pub fn follow(
         // Without a child of our own to watch: the recorded runner is dead, or someone saw it
         // go, or no runner took the run within the start grace.
         let is_never_started = state.runner.is_none()
-            && event::now_ms().saturating_sub(state.created_at_ms)
-                > crate::reconcile::START_GRACE_MS;
+            && state.startable_at_ms().is_some_and(|startable_at_ms| {
+                event::now_ms().saturating_sub(startable_at_ms) > crate::reconcile::START_GRACE_MS
+            });
         let is_runner_gone = runner_exit.is_some()
             || (runner.is_none()
                 && (state.is_stale()
@@ -880,7 +974,7 @@ pub fn follow_launched(
     let run = launched.run;
     let instance_id = match &launched.start {
         RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
-        RunnerStart::NotStarted { .. } => None,
+        RunnerStart::NotStarted { .. } | RunnerStart::Queued { .. } => None,
     };
     let end = follow(store, run, 0, launched.runner.as_mut(), None, on_record)?;
     let record_exit = |exit: ProcessExit| match &instance_id {

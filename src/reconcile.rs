@@ -60,8 +60,11 @@ pub struct Inputs {
     pub is_terminal: bool,
     pub is_process_observed: bool,
     pub runner: RunnerLiveness,
-    /// The run was created longer than [`START_GRACE_MS`] ago.
+    /// The run became startable — created, or admitted by its queue — longer than
+    /// [`START_GRACE_MS`] ago.
     pub is_past_start_grace: bool,
+    /// The run waits in its queue for a slot: no runner is due until it is admitted.
+    pub is_waiting_for_slot: bool,
 }
 
 /// What a row does.
@@ -207,6 +210,7 @@ pub const TABLE: &[Row] = &[
             !i.is_terminal
                 && !i.is_process_observed
                 && i.runner == RunnerLiveness::None
+                && !i.is_waiting_for_slot
                 && i.is_past_start_grace
         },
         action: Action::FailNeverStarted,
@@ -218,7 +222,19 @@ pub const TABLE: &[Row] = &[
             !i.is_terminal
                 && !i.is_process_observed
                 && i.runner == RunnerLiveness::None
+                && !i.is_waiting_for_slot
                 && !i.is_past_start_grace
+        },
+        action: Action::Nothing,
+    },
+    Row {
+        name: "waiting-for-slot",
+        why: "it waits in its queue for a slot: no runner is due before it is admitted, however long it waits",
+        matches: |i| {
+            !i.is_terminal
+                && !i.is_process_observed
+                && i.runner == RunnerLiveness::None
+                && i.is_waiting_for_slot
         },
         action: Action::Nothing,
     },
@@ -326,7 +342,10 @@ pub fn inputs_of(state: &RunState, now_ms: UnixMs, options: &Options) -> Inputs 
         is_terminal: state.is_terminal(),
         is_process_observed: state.process_terminal.is_some(),
         runner: runner_liveness(state),
-        is_past_start_grace: now_ms.saturating_sub(state.created_at_ms) > options.start_grace_ms,
+        is_past_start_grace: state.startable_at_ms().is_some_and(|startable_at_ms| {
+            now_ms.saturating_sub(startable_at_ms) > options.start_grace_ms
+        }),
+        is_waiting_for_slot: state.is_waiting_for_slot(),
     }
 }
 

@@ -14,7 +14,9 @@
 
 use crate::event::{MAX_TEXT_BYTES, RunId, RunIdError};
 use crate::journal::prune::Tombstone;
-use crate::journal::{ReadError, ResolveError, View, name_alias, tool_call_alias};
+use std::collections::BTreeMap;
+
+use crate::journal::{QueueUsage, ReadError, ResolveError, View, name_alias, tool_call_alias};
 use crate::state::{RunState, RunStatus};
 
 /// How many recently ended runs a listing shows besides the active ones, without `all`.
@@ -36,6 +38,18 @@ pub struct Listed {
     pub runs: Vec<RunState>,
     /// With `all`, the pruned runs whose tombstones are kept.
     pub pruned: Vec<Tombstone>,
+    /// Each queue a listed run is in: its waiting runs in order, and its use.
+    pub queues: BTreeMap<String, (Vec<RunId>, QueueUsage)>,
+}
+
+impl Listed {
+    /// A listed run's queue and its place there (1: the next admitted), while it waits.
+    pub fn place_of(&self, state: &RunState) -> Option<(String, u64)> {
+        let queue = state.queue.as_ref()?;
+        let (waiting, _) = self.queues.get(&queue.name)?;
+        let index = waiting.iter().position(|run| *run == state.run_id)?;
+        Some((queue.name.clone(), index as u64 + 1))
+    }
 }
 
 /// Chooses a listing's runs: without `all`, from the active index and the most recently ended,
@@ -73,7 +87,21 @@ pub fn listed(view: &View, options: ListOptions) -> Result<Listed, ReadError> {
     };
     pruned.retain(|tombstone| is_wanted(RunStatus::from(tombstone.state)));
     pruned.sort_by_key(|tombstone| std::cmp::Reverse(tombstone.run_id));
-    Ok(Listed { runs, pruned })
+    let mut queues = BTreeMap::new();
+    for state in &runs {
+        if let Some(queue) = &state.queue
+            && !queues.contains_key(&queue.name)
+        {
+            let waiting = view.queue_waiting(&queue.name, usize::MAX)?;
+            let usage = view.queue_usage(&queue.name)?;
+            queues.insert(queue.name.clone(), (waiting, usage));
+        }
+    }
+    Ok(Listed {
+        runs,
+        pruned,
+        queues,
+    })
 }
 
 /// Checks `text` before anything is looked up with it (see the module's invariants).

@@ -918,6 +918,8 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         }
         Event::Dismissed { .. } => "dismissed".to_string(),
         Event::Resumed { from } => format!("resumes paused run {from}"),
+        Event::QueueJoined { queue, .. } => format!("queued in {queue}"),
+        Event::QueueAdmitted { by } => format!("admitted by its queue ({by})"),
     };
     format!(
         "#{} {}",

@@ -62,6 +62,9 @@ pub struct SpecFile {
     pub owner_id: Option<String>,
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// The queue the run waits in for a slot (docs/design.md, "Queues").
+    #[serde(default)]
+    pub queue: Option<String>,
     pub steps: Vec<SpecFileStep>,
 }
 
@@ -95,6 +98,8 @@ pub enum SpecInputError {
     NoSteps,
     #[error(transparent)]
     Invalid(#[from] SpecError),
+    #[error(transparent)]
+    Queue(#[from] crate::event::QueueNameError),
 }
 
 /// A run ready to be created: its spec and the host's ids.
@@ -106,6 +111,11 @@ pub struct RunRequest {
     /// launcher passes on (`__runner --idle-timeout`), not part of the journaled spec: what
     /// the journal keeps of it is the step's error when it fires.
     pub idle_timeout: Option<Duration>,
+    /// The queue the run waits in for a slot; `None`: it starts at once.
+    pub queue: Option<String>,
+    /// How often its runner rewrites status.json while it lives, when not the default; kept
+    /// for a queued run, whose runner someone else starts later.
+    pub heartbeat: Option<Duration>,
 }
 
 /// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
@@ -121,6 +131,8 @@ pub struct RunDraft {
     pub cwd: Option<String>,
     pub hosts: HostIds,
     pub steps: Vec<StepSpec>,
+    /// The queue (see [`RunRequest::queue`]).
+    pub queue: Option<String>,
 }
 
 impl RunDraft {
@@ -152,10 +164,15 @@ impl RunDraft {
             steps: self.steps,
         };
         spec.check()?;
+        if let Some(queue) = &self.queue {
+            crate::event::check_queue_name(queue)?;
+        }
         Ok(RunRequest {
             spec,
             hosts: self.hosts,
             idle_timeout: self.idle_timeout,
+            queue: self.queue,
+            heartbeat: None,
         })
     }
 }
@@ -203,6 +220,7 @@ impl SpecFile {
                 tool_call_id: self.tool_call_id,
             },
             steps,
+            queue: self.queue,
         })
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use crate::capacity;
 use crate::duration::format_time_s;
 use crate::journal::{CorruptError, ReadError, StorageFailure};
+use crate::launch::queue::QueueUsageReport;
 use crate::json::{BlockedDoc, FleetJournalDoc, FleetSummary, PolicyDoc, blocked_docs};
 use crate::retention::HomeBytes;
 use crate::ship::ShipError;
@@ -45,6 +46,8 @@ pub struct Stats {
     pub blocked_pids: Option<Vec<u32>>,
     pub blocked: Option<Vec<BlockedDoc>>,
     pub retention: PolicyDoc,
+    /// Every queue with a limit: its use.
+    pub queues: Vec<QueueUsageReport>,
     pub pruned_runs: u64,
     pub pruned_records: u64,
     pub bytes: Option<HomeBytesDoc>,
@@ -55,6 +58,8 @@ pub struct Stats {
     pub damaged: Vec<CorruptError>,
     #[serde(skip)]
     by_state: Vec<(RunStatus, u64)>,
+    #[serde(skip)]
+    queue_usages: Vec<crate::journal::QueueUsage>,
     #[serde(skip)]
     capacity: Option<capacity::CapacityStatus>,
     #[serde(skip)]
@@ -127,6 +132,7 @@ impl Stats {
         let is_default = view.retention_set()?.is_none();
         let pruned_runs = view.tombstone_count()?;
         let pruned_records = view.pruned_records()?;
+        let queues = view.queues()?;
         let home = source.home();
         let ship = home.and_then(|home| {
             ship_state::read(home).map(|state| {
@@ -213,6 +219,8 @@ impl Stats {
             }),
             blocked: capacity.as_ref().map(blocked_docs),
             retention: PolicyDoc::of(&policy, is_default),
+            queues: queues.iter().map(QueueUsageReport::of).collect(),
+            queue_usages: queues,
             pruned_runs,
             pruned_records,
             bytes,
@@ -292,7 +300,7 @@ impl Stats {
                 text
             },
         );
-        vec![
+        let mut lines = vec![
             ("journal", self.journal.clone()),
             ("format", format!("version {}", self.format_version)),
             ("journal id", self.journal_id.clone()),
@@ -331,7 +339,18 @@ impl Stats {
                     self.global_head,
                 ),
             ),
-        ]
+        ];
+        // A home without queues shows no line for them.
+        if !self.queue_usages.is_empty() {
+            let queues = self
+                .queue_usages
+                .iter()
+                .map(|usage| format!("{} {}", usage.name, crate::launch::queue::usage_text(usage)))
+                .collect::<Vec<_>>()
+                .join("; ");
+            lines.push(("queues", queues));
+        }
+        lines
     }
 }
 

@@ -328,6 +328,20 @@ impl Store {
         Ok((appended, value))
     }
 
+    /// Creates a run waiting in a queue ([`Journal::create_queued_run`]; `joined` is its
+    /// `QueueJoined`), then projects it.
+    pub fn create_queued_run(
+        &self,
+        spec: RunSpec,
+        hosts: HostIds,
+        joined: Event,
+    ) -> Result<Appended, AppendError> {
+        let appended = self.inner.journal.create_queued_run(spec, hosts, joined)?;
+        self.inner
+            .project_after_commit(appended.run, appended.last_seq);
+        Ok(appended)
+    }
+
     /// [`Store::append`], calling `on_durable` once the batch is durable and before it is
     /// projected: for what should not wait for the files (a runner telling its launcher that
     /// it took the run).

@@ -83,6 +83,8 @@ pub enum ProblemKind {
     Log,
     /// The active index.
     ActiveIndex,
+    /// A queue's index of waiting or active runs.
+    QueueIndex,
     /// The terminal index.
     TerminalIndex,
     /// The alias index.
@@ -111,6 +113,7 @@ impl ProblemKind {
             ProblemKind::SnapshotDiffers => "snapshot-differs",
             ProblemKind::Log => "log",
             ProblemKind::ActiveIndex => "active-index",
+            ProblemKind::QueueIndex => "queue-index",
             ProblemKind::TerminalIndex => "terminal-index",
             ProblemKind::Alias => "alias",
             ProblemKind::ResumeIndex => "resume-index",
@@ -275,6 +278,10 @@ struct IndexFacts {
     ended_at_ms: Option<UnixMs>,
     tool_call_id: Option<String>,
     name: Option<String>,
+    /// Its queue, and whether it waits there or holds a slot.
+    queue: Option<String>,
+    is_waiting: bool,
+    holds_slot: bool,
 }
 
 impl IndexFacts {
@@ -284,6 +291,9 @@ impl IndexFacts {
             ended_at_ms: state.ended_at_ms(),
             tool_call_id: state.tool_call_id.clone(),
             name: state.spec.name.clone(),
+            queue: state.queue.as_ref().map(|queue| queue.name.clone()),
+            is_waiting: state.is_waiting_for_slot(),
+            holds_slot: state.holds_slot(),
         }
     }
 }
@@ -416,6 +426,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
 
     check_log(view, &mut runs, &mut report);
     check_active(view, &runs, &mut report);
+    check_queues(view, &runs, &mut report);
     check_terminal(view, &runs, &mut report);
     check_aliases(view, &runs, &mut report);
     check_resumes(&resumes, &runs, &mut report);
@@ -824,6 +835,90 @@ fn check_active(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Repo
             )
             .of_run(*run),
         );
+    }
+}
+
+/// The queue indexes against the runs: each waiting run listed once under its queue, at the
+/// global seq of its `QueueJoined`; each run holding a slot listed under its queue; nothing
+/// else.
+fn check_queues(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Report) {
+    let (waiting, active) = match view.queue_index() {
+        Ok(index) => index,
+        Err(error) => {
+            report.problems.push(Problem::read(&error));
+            return;
+        }
+    };
+    let problem = |run: RunId, message: String| {
+        Problem::new(Severity::Inconsistent, ProblemKind::QueueIndex, message).of_run(run)
+    };
+    let listed_waiting: BTreeMap<RunId, (String, Option<u64>)> = waiting
+        .iter()
+        .map(|entry| (entry.run, (entry.queue.clone(), entry.joined_global_seq)))
+        .collect();
+    let listed_active: BTreeSet<(String, RunId)> = active
+        .iter()
+        .map(|entry| (entry.queue.clone(), entry.run))
+        .collect();
+    if listed_waiting.len() != waiting.len() {
+        report.problems.push(Problem::new(
+            Severity::Inconsistent,
+            ProblemKind::QueueIndex,
+            "a run is listed more than once among the waiting runs".to_string(),
+        ));
+    }
+    for (run, facts) in runs {
+        let Some(facts) = &facts.facts else { continue };
+        let queue = facts.queue.clone().unwrap_or_default();
+        match (facts.is_waiting, listed_waiting.get(run)) {
+            (true, None) => report.problems.push(problem(
+                *run,
+                format!("run {run} waits in queue {queue} but its index lacks it"),
+            )),
+            (false, Some((listed, _))) => report.problems.push(problem(
+                *run,
+                format!("run {run} does not wait, but queue {listed}'s index lists it"),
+            )),
+            (true, Some((listed, joined))) => {
+                let expected = view.global_of(*run, 2).ok().flatten();
+                if *listed != queue || *joined != expected {
+                    report.problems.push(problem(
+                        *run,
+                        format!(
+                            "run {run} waits in queue {queue}, but the index lists it in queue {listed} at {joined:?}, not at {expected:?}"
+                        ),
+                    ));
+                }
+            }
+            (false, None) => {}
+        }
+        let is_listed_active = listed_active.contains(&(queue.clone(), *run));
+        if facts.holds_slot != is_listed_active {
+            report.problems.push(problem(
+                *run,
+                if facts.holds_slot {
+                    format!("run {run} holds a slot of queue {queue} but its index lacks it")
+                } else {
+                    format!("run {run} holds no slot, but queue {queue}'s index lists it")
+                },
+            ));
+        }
+    }
+    for (queue, run) in listed_active.iter().filter(|(queue, run)| {
+        runs.get(run)
+            .and_then(|facts| facts.facts.as_ref())
+            .is_none_or(|facts| facts.queue.as_deref() != Some(queue.as_str()))
+    }) {
+        report.problems.push(problem(
+            *run,
+            format!("queue {queue}'s index lists run {run} as active, which is not in it"),
+        ));
+    }
+    for run in listed_waiting.keys().filter(|run| !runs.contains_key(run)) {
+        report.problems.push(problem(
+            *run,
+            format!("a queue's index lists run {run}, which the journal does not hold"),
+        ));
     }
 }
 

@@ -77,13 +77,13 @@ pub fn measure(
     }
 }
 
-fn open_store(dir: &Path) -> Store {
+pub(crate) fn open_store(dir: &Path) -> Store {
     std::fs::create_dir_all(dir).expect("a home directory");
     Store::open_with(Home::at(dir), StoreOptions::default()).expect("the home opens")
 }
 
 /// A run whose external-job step is running, owned by this process, projected.
-fn running_run(store: &Store) -> RunId {
+pub(crate) fn running_run(store: &Store) -> RunId {
     running_runs(store, 1)[0]
 }
 
@@ -196,7 +196,7 @@ pub fn chatty(scratch: &Path, sizes: Sizes, measured: &mut Measured) {
 }
 
 /// The `runjournal` binary of this build.
-fn binary() -> Command {
+pub(crate) fn binary() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_runjournal"));
     command
         .env_remove("RUNJOURNAL_HOME")

@@ -18,6 +18,7 @@ mod baselines;
 mod felt;
 mod fixture;
 mod processes;
+mod queue;
 mod report;
 mod retention;
 
@@ -197,6 +198,7 @@ fn main() {
             .collect();
     }
     felt::measure(scratch.path(), sizes, &mut measured, budget, is_reported);
+    queue::measure(scratch.path(), &mut measured, budget, is_reported);
     if is_reported("replay") || is_reported("reconcile") || is_reported("list") {
         eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
         let large = build_large();

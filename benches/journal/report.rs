@@ -755,6 +755,7 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
         facts.projected_appenders,
         &mut verdicts,
     ));
+    out.push_str(&render_queue(measured, &mut verdicts));
 
     if let Some(steady) = &facts.retention {
         out.push_str(&crate::retention::render(measured, steady, &mut verdicts));
@@ -764,6 +765,82 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
     for line in verdicts {
         let _ = writeln!(out, "* {line}");
     }
+    out
+}
+
+/// The rows of queues: a freed slot to the next run's step, and admitting with 10 and 10,000
+/// runs waiting.
+pub fn render_queue(measured: &Measured, verdicts: &mut Vec<String>) -> String {
+    let mut out = String::new();
+    let group = "queue";
+    let _ = writeln!(
+        out,
+        "\n**Queues.** From a run's `Terminal` in a full queue (limit 1) to the next run's \
+         `StepRunning`, by the journal's record times (whole milliseconds): the ending runner \
+         admits the next run (a durable commit) and starts its runner (a process), which \
+         records `RunnerStarted` and `StepRunning` (two more commits); its floor is one process \
+         start and three durable commits, measured in the same rounds. Admitting a queue's \
+         next run (`launch::queue::admit_next`: a read of the queue's index, then the \
+         conditional append) with 10 runs waiting and with 10,000, in one journal.\n"
+    );
+    let mut table = Table::new(&["what", "time", "ratio", "target"]);
+    let floor = composite(
+        measured,
+        group,
+        &[("process-start", 1.0), ("durable-commit", 3.0)],
+    );
+    if let (Some(times), Some(floor)) = (measured.per_round(group, "slot-to-step"), &floor) {
+        table.row(&[
+            "slot freed → next run's step running".into(),
+            time(median(times.clone())),
+            format!(
+                "{} its floor (1 process start + 3 durable commits, {})",
+                ratio_cell(ratio_of(times, floor), false),
+                time(median(floor.clone()))
+            ),
+            String::new(),
+        ]);
+    } else {
+        table.row(&[
+            "slot freed → next run's step running".into(),
+            "not measured".into(),
+        ]);
+    }
+    let few = measured.per_round(group, "admit-10");
+    let commit = measured.per_round(group, "durable-commit");
+    if let (Some(few), Some(commit)) = (few, commit) {
+        table.row(&[
+            "admitting the next run, 10 waiting".into(),
+            time(median(few.clone())),
+            format!(
+                "{} a durable commit",
+                ratio_cell(ratio_of(few, commit), false)
+            ),
+            String::new(),
+        ]);
+    }
+    if let (Some(many), Some(few)) = (measured.per_round(group, "admit-10000"), few) {
+        let ratio = ratio_of(many, few);
+        let bound = 1.5;
+        let target = match ratio {
+            Some((mid, _, _)) => {
+                let is_met = mid <= bound;
+                verdicts.push(format!(
+                    "admitting with 10,000 waiting ≤ {bound}× admitting with 10: {} ({mid:.2}×)",
+                    verdict(is_met)
+                ));
+                format!("≤ {bound}×: {}", verdict(is_met))
+            }
+            None => String::new(),
+        };
+        table.row(&[
+            "admitting the next run, 10,000 waiting".into(),
+            time(median(many.clone())),
+            format!("{} with 10 waiting", ratio_cell(ratio, false)),
+            target,
+        ]);
+    }
+    out.push_str(&table.text);
     out
 }
 

@@ -3,11 +3,11 @@
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
-use super::error::{AppendError, CorruptError, ResumeRefusal, StorageFailure};
+use super::error::{AppendError, CorruptError, QueueRefusal, ResumeRefusal, StorageFailure};
 use super::snapshot::{encode_snapshot, state_of};
 use super::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RESUMES, RUNS,
-    TERMINAL, WRITERS,
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, QUEUE_ACTIVE,
+    QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUNS, TERMINAL, WRITERS,
 };
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
 use crate::state::{self, RunState, RunStatus};
@@ -113,6 +113,12 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
         .map_err(|e| StorageFailure::new(op, e))?;
     txn.open_table(RESUMES)
         .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(QUEUES)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(QUEUE_WAITING)
+        .map_err(|e| StorageFailure::new(op, e))?;
+    txn.open_table(QUEUE_ACTIVE)
+        .map_err(|e| StorageFailure::new(op, e))?;
     Ok(())
 }
 
@@ -127,6 +133,9 @@ struct Tables<'txn> {
     globals: Table<'txn, &'static [u8; 24], u64>,
     meta: Table<'txn, &'static str, &'static [u8]>,
     resumes: Table<'txn, &'static [u8; 16], &'static [u8; 16]>,
+    queues: Table<'txn, &'static str, u64>,
+    queue_waiting: Table<'txn, &'static [u8], &'static [u8; 16]>,
+    queue_active: Table<'txn, &'static [u8], ()>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -162,6 +171,15 @@ impl<'txn> Tables<'txn> {
                 .map_err(|e| StorageFailure::new(op, e))?,
             resumes: txn
                 .open_table(RESUMES)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            queues: txn
+                .open_table(QUEUES)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            queue_waiting: txn
+                .open_table(QUEUE_WAITING)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            queue_active: txn
+                .open_table(QUEUE_ACTIVE)
                 .map_err(|e| StorageFailure::new(op, e))?,
         })
     }
@@ -287,6 +305,14 @@ pub(crate) struct Prepared {
     existed: bool,
     /// The run was terminal before the batch.
     was_terminal: bool,
+    /// The run was in a queue before the batch.
+    was_in_queue: bool,
+    /// The run was admitted by its queue before the batch.
+    was_admitted: bool,
+    /// The run waited for a slot before the batch ([`RunState::is_waiting_for_slot`]).
+    was_waiting: bool,
+    /// The run held a slot before the batch ([`RunState::holds_slot`]).
+    held_slot: bool,
     after: RunState,
     snapshot: Vec<u8>,
     /// The batch records that the run resumes a paused run: link them in the resume index.
@@ -375,14 +401,20 @@ fn apply_batch(
     if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
-    let prepared = match prepare(tables, batch, marks) {
+    let prepared = match prepare(tables, batch, marks).and_then(|prepared| {
+        check_queue(tables, batch.run, &prepared)?;
+        Ok(prepared)
+    }) {
         Ok(prepared) => prepared,
         Err(refusal) => {
             // A judged seq is spent, refused or not: should a copy of this batch reach another
             // committer later (a commit leader that was stopped while it held the batch, say),
             // it is found at or below the mark and never judged again against a later state.
-            let is_judged =
-                is_judged_refusal(&refusal) || matches!(refusal, AppendError::Resume { .. });
+            let is_judged = is_judged_refusal(&refusal)
+                || matches!(
+                    refusal,
+                    AppendError::Resume { .. } | AppendError::Queue { .. }
+                );
             if marks == Marks::Idempotent && is_judged {
                 group.advance_mark(batch.writer, batch.writer_seq);
             }
@@ -390,6 +422,82 @@ fn apply_batch(
         }
     };
     write(tables, group, batch, prepared)
+}
+
+/// The queue's half of judging a batch, after the reducer accepted it: a run that joins a
+/// queue joins one with a limit; a run that takes a slot takes it only while its queue has
+/// fewer active runs than its limit, and only as the first run waiting. Read from the queue
+/// indexes of this transaction, which the batches before it in the group already moved, so
+/// two batches racing for the last slot cannot both take it, whichever process judges them.
+/// Its cost follows the queue's active runs (at most its limit, unless the limit was
+/// lowered), never its waiting ones.
+fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(), AppendError> {
+    let Some(queue) = &prepared.after.queue else {
+        return Ok(());
+    };
+    let is_joining = !prepared.was_in_queue;
+    let is_admitted_now = !prepared.was_admitted && queue.admitted.is_some();
+    if !is_joining && !is_admitted_now {
+        return Ok(());
+    }
+    let refuse = |refusal| AppendError::Queue { run, refusal };
+    let name = queue.name.as_str();
+    let Some(max_active) = tables
+        .queues
+        .get(name)
+        .map_err(storage("reading a queue's limit"))?
+        .map(|limit| limit.value())
+    else {
+        return Err(refuse(QueueRefusal::NoSuchQueue {
+            queue: name.to_string(),
+        }));
+    };
+    if !is_admitted_now {
+        return Ok(());
+    }
+    let low = tables::queue_prefix(name);
+    let high = tables::queue_prefix_end(name);
+    let mut active = 0u64;
+    for entry in tables
+        .queue_active
+        .range::<&[u8]>(low.as_slice()..high.as_slice())
+        .map_err(storage("counting a queue's active runs"))?
+    {
+        entry.map_err(storage("counting a queue's active runs"))?;
+        active += 1;
+        if active >= max_active {
+            return Err(refuse(QueueRefusal::Full {
+                queue: name.to_string(),
+                active,
+                max_active,
+            }));
+        }
+    }
+    if max_active == 0 {
+        return Err(refuse(QueueRefusal::Full {
+            queue: name.to_string(),
+            active,
+            max_active,
+        }));
+    }
+    let first = tables
+        .queue_waiting
+        .range::<&[u8]>(low.as_slice()..high.as_slice())
+        .map_err(storage("reading a queue's first run"))?
+        .next()
+        .transpose()
+        .map_err(storage("reading a queue's first run"))?
+        .map(|(_, first)| RunId::from_bytes(*first.value()));
+    match first {
+        Some(first) if first == run => Ok(()),
+        Some(first) => Err(refuse(QueueRefusal::NotFirst {
+            queue: name.to_string(),
+            first,
+        })),
+        // A run being admitted waits in its queue by the index's own rule; if it is missing
+        // there, the index is behind the records, and the run is still the one to admit.
+        None => Ok(()),
+    }
 }
 
 /// Validates the batch and encodes its records without writing anything.
@@ -498,6 +606,11 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
     }
     let existed = before.is_some();
     let was_terminal = before.as_ref().is_some_and(RunState::is_terminal);
+    let before_queue = before.as_ref().and_then(|state| state.queue.as_ref());
+    let was_in_queue = before_queue.is_some();
+    let was_admitted = before_queue.is_some_and(|queue| queue.admitted.is_some());
+    let was_waiting = before.as_ref().is_some_and(RunState::is_waiting_for_slot);
+    let held_slot = before.as_ref().is_some_and(RunState::holds_slot);
     // Folded in place: a refused event leaves `state` half-way, but it is then dropped.
     let mut state = before;
     let mut records = Vec::with_capacity(batch.events.len());
@@ -530,6 +643,10 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
         records,
         existed,
         was_terminal,
+        was_in_queue,
+        was_admitted,
+        was_waiting,
+        held_slot,
         after,
         snapshot,
         resumes: false,
@@ -608,6 +725,7 @@ fn write(
             .insert(&from.to_bytes(), &run_key)
             .map_err(storage("writing the resume index"))?;
     }
+    write_queue_indexes(tables, run, &prepared)?;
     group.advance_mark(batch.writer, batch.writer_seq);
     Ok(Appended {
         run,
@@ -616,6 +734,76 @@ fn write(
         state: prepared.after,
         was_duplicate: false,
     })
+}
+
+/// Moves the run in its queue's indexes as the batch moved it: into the waiting runs when it
+/// joined, out of them when admitted or ended; into the active runs when admitted, out of
+/// them at its `Terminal`.
+fn write_queue_indexes(
+    tables: &mut Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let after = &prepared.after;
+    let Some(queue) = &after.queue else {
+        return Ok(());
+    };
+    let is_waiting = after.is_waiting_for_slot();
+    if prepared.was_waiting != is_waiting {
+        let joined = tables
+            .globals
+            .get(&tables::record_key(run, tables::QUEUE_JOINED_SEQ))
+            .map_err(storage("reading where the run joined its queue"))?
+            .map(|global| global.value());
+        // Written with the run's records in its creation batch; never pruned while the run
+        // is open.
+        if let Some(joined) = joined {
+            let key = tables::queue_waiting_key(&queue.name, joined);
+            if is_waiting {
+                tables
+                    .queue_waiting
+                    .insert(key.as_slice(), &run.to_bytes())
+                    .map_err(storage("updating a queue's waiting runs"))?;
+            } else {
+                tables
+                    .queue_waiting
+                    .remove(key.as_slice())
+                    .map_err(storage("updating a queue's waiting runs"))?;
+            }
+        }
+    }
+    let holds_slot = after.holds_slot();
+    if prepared.held_slot != holds_slot {
+        let key = tables::queue_active_key(&queue.name, run);
+        if holds_slot {
+            tables
+                .queue_active
+                .insert(key.as_slice(), ())
+                .map_err(storage("updating a queue's active runs"))?;
+        } else {
+            tables
+                .queue_active
+                .remove(key.as_slice())
+                .map_err(storage("updating a queue's active runs"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets `queue`'s limit of active runs, in a write transaction of its own. Lowering it stops
+/// no run: fewer are admitted until the queue is below it.
+pub(crate) fn set_queue_limit_in(
+    txn: &WriteTransaction,
+    queue: &str,
+    max_active: u64,
+) -> Result<(), StorageFailure> {
+    let mut queues = txn
+        .open_table(QUEUES)
+        .map_err(storage("opening the queues"))?;
+    queues
+        .insert(queue, max_active)
+        .map_err(storage("writing a queue's limit"))?;
+    Ok(())
 }
 
 /// Answers a batch that was already committed, from its records.

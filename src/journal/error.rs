@@ -228,7 +228,12 @@ pub enum AppendError {
         from: RunId,
         refusal: ResumeRefusal,
     },
+    /// The batch joins or takes a slot of a queue, and the queue, as this transaction sees it,
+    /// does not allow it: nothing was written.
+    #[error("run {run}: {refusal}")]
+    Queue { run: RunId, refusal: QueueRefusal },
 }
+
 
 /// Why a run cannot be resumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -240,6 +245,26 @@ pub enum ResumeRefusal {
     NotPaused { state: RunStatus },
     #[error("it was already resumed by run {by}")]
     AlreadyResumed { by: RunId },
+}
+
+
+/// Why a queue refused a run: judged inside the write transaction, against the journal's
+/// queue indexes, so two processes racing for the last slot cannot both win.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueRefusal {
+    #[error(
+        "queue {queue} has no limit set (set one with `runjournal queue {queue} --max-active N`)"
+    )]
+    NoSuchQueue { queue: String },
+    #[error("queue {queue} is full: {active} of {max_active} active")]
+    Full {
+        queue: String,
+        active: u64,
+        max_active: u64,
+    },
+    #[error("run {first} waits before it in queue {queue}")]
+    NotFirst { queue: String, first: RunId },
 }
 
 impl From<ReadError> for AppendError {
@@ -293,6 +318,8 @@ pub enum CorruptError {
         #[source]
         source: DecodeError,
     },
+    #[error("index {table}: {reason}")]
+    Index { table: &'static str, reason: String },
 }
 
 /// Errors of reads.

@@ -269,6 +269,25 @@ impl Journal {
         self.append(run, events, Condition::expect_head(0))
     }
 
+    /// Creates a new run waiting in a queue: `RunCreated` and `QueueJoined` in one batch. The
+    /// journal refuses it when the queue has no limit ([`super::QueueRefusal::NoSuchQueue`]).
+    pub fn create_queued_run(
+        &self,
+        spec: RunSpec,
+        hosts: HostIds,
+        joined: Event,
+    ) -> Result<Appended, AppendError> {
+        let run = RunId::generate();
+        let created = Event::RunCreated {
+            spec: Arc::new(spec),
+            created_at_ms: event::now_ms(),
+            session_id: hosts.session_id,
+            completion_owner_id: hosts.completion_owner_id,
+            tool_call_id: hosts.tool_call_id,
+        };
+        self.append(run, vec![created, joined], Condition::expect_head(0))
+    }
+
     /// Prunes `runs` in one durable write transaction (each one only if it is still terminal
     /// and closed: see [`prune`]), and forgets the `pruning` entries of `finished`, whose
     /// files are gone. Rides out a full disk like an append.
@@ -286,6 +305,14 @@ impl Journal {
     /// Sets the home's retention policy.
     pub fn set_retention(&self, policy: &prune::Retention) -> Result<(), AppendError> {
         writer::commit_upkeep(&self.shared, |txn| prune::set_retention_in(txn, policy))
+    }
+
+    /// Sets `queue`'s limit of active runs (docs/design.md, "Queues"), durable on return. The
+    /// name must pass [`crate::event::check_queue_name`]; the caller checks it.
+    pub fn set_queue_limit(&self, queue: &str, max_active: u64) -> Result<(), AppendError> {
+        writer::commit_upkeep(&self.shared, |txn| {
+            super::append::set_queue_limit_in(txn, queue, max_active)
+        })
     }
 
     /// Facts about the journal file.

@@ -33,6 +33,8 @@ pub struct DiskCounters {
     pub sync_ns: AtomicU64,
     /// Nanoseconds spent inside `write`.
     pub write_ns: AtomicU64,
+    /// Bytes redb read from the file (what its page cache did not hold).
+    pub bytes_read: AtomicU64,
 }
 
 impl DiskCounters {
@@ -168,6 +170,9 @@ impl StorageBackend for InstrumentedFile {
         self.inner.len()
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+        self.counters
+            .bytes_read
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
         self.inner.read(offset, out)
     }
     fn set_len(&self, len: u64) -> Result<(), io::Error> {

@@ -41,10 +41,12 @@ pub mod writer;
 
 pub use append::{Appended, Batch, Condition};
 pub use copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
-pub use error::{AppendError, CorruptError, OpenError, ReadError, ResumeRefusal, StorageFailure};
+pub use error::{
+    AppendError, CorruptError, OpenError, QueueRefusal, ReadError, ResumeRefusal, StorageFailure,
+};
 pub use examine::{FileFinding, check_home_journal, examine};
 pub use handle::Journal;
-pub use read::{JournalMeta, ResolveError, ResumeLinks, View};
+pub use read::{JournalMeta, QueueEntry, QueueUsage, ResolveError, ResumeLinks, View};
 pub use reader::{JournalReader, ReadJournal};
 pub use share::CommitSharing;
 pub use snapshot::{

@@ -8,8 +8,8 @@ use super::error::{CorruptError, ReadError, StorageFailure};
 use super::prune::{self, Retention, Tombstone};
 use super::snapshot::{SnapshotError, decode_snapshot, state_of};
 use super::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, RECORDS, RESUMES, RUNS, TERMINAL,
-    WRITERS,
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, QUEUE_ACTIVE, QUEUE_WAITING,
+    QUEUES, RECORDS, RESUMES, RUNS, TERMINAL, WRITERS,
 };
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
 use crate::state::RunState;
@@ -79,6 +79,25 @@ impl ResumeLinks {
     }
 }
 
+/// A queue as the journal holds it: its limit and how many runs hold or wait for a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueUsage {
+    pub name: String,
+    /// `None`: no limit was set for it (a queue only runs name, which no run can join).
+    pub max_active: Option<u64>,
+    pub active: u64,
+    pub waiting: u64,
+}
+
+/// One entry of a queue index, as [`View::queue_index`] lists them for `verify`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    pub queue: String,
+    pub run: RunId,
+    /// For a waiting run, the global seq its key says it joined at.
+    pub joined_global_seq: Option<u64>,
+}
+
 /// A consistent read of the journal.
 pub struct View {
     txn: ReadTransaction,
@@ -115,6 +134,157 @@ impl View {
         let meta = self.table(META)?;
         let value = meta.get(key).map_err(storage("reading meta"))?;
         Ok(tables::meta_u64(value.as_ref().map(|value| value.value())).unwrap_or(0))
+    }
+
+    /// Every queue with a limit, by name, with its limit.
+    pub fn queue_limits(&self) -> Result<Vec<(String, u64)>, ReadError> {
+        let Some(queues) = self.optional_table(QUEUES)? else {
+            return Ok(Vec::new());
+        };
+        let mut limits = Vec::new();
+        for entry in queues.iter().map_err(storage("reading the queues"))? {
+            let (name, limit) = entry.map_err(storage("reading the queues"))?;
+            limits.push((name.value().to_string(), limit.value()));
+        }
+        Ok(limits)
+    }
+
+    /// A queue's limit of active runs; `None` when none was set.
+    pub fn queue_limit(&self, queue: &str) -> Result<Option<u64>, ReadError> {
+        let Some(queues) = self.optional_table(QUEUES)? else {
+            return Ok(None);
+        };
+        Ok(queues
+            .get(queue)
+            .map_err(storage("reading a queue's limit"))?
+            .map(|limit| limit.value()))
+    }
+
+    /// The runs holding a slot of `queue`, in run id order.
+    pub fn queue_active(&self, queue: &str) -> Result<Vec<RunId>, ReadError> {
+        let Some(active) = self.optional_table(QUEUE_ACTIVE)? else {
+            return Ok(Vec::new());
+        };
+        let low = tables::queue_prefix(queue);
+        let high = tables::queue_prefix_end(queue);
+        let mut runs = Vec::new();
+        for entry in active
+            .range::<&[u8]>(low.as_slice()..high.as_slice())
+            .map_err(storage("reading a queue's active runs"))?
+        {
+            let (key, _) = entry.map_err(storage("reading a queue's active runs"))?;
+            let bytes: [u8; 16] = key.value()[low.len()..].try_into().map_err(|_| {
+                ReadError::Corrupt(CorruptError::Index {
+                    table: "queue_active",
+                    reason: "a key that is not a queue and a run id".to_string(),
+                })
+            })?;
+            runs.push(RunId::from_bytes(bytes));
+        }
+        Ok(runs)
+    }
+
+    /// The first `limit` runs waiting in `queue`, first in first. One range read of the index:
+    /// the first costs the same however many wait.
+    pub fn queue_waiting(&self, queue: &str, limit: usize) -> Result<Vec<RunId>, ReadError> {
+        let Some(waiting) = self.optional_table(QUEUE_WAITING)? else {
+            return Ok(Vec::new());
+        };
+        let low = tables::queue_prefix(queue);
+        let high = tables::queue_prefix_end(queue);
+        let mut runs = Vec::new();
+        for entry in waiting
+            .range::<&[u8]>(low.as_slice()..high.as_slice())
+            .map_err(storage("reading a queue's waiting runs"))?
+            .take(limit)
+        {
+            let (_, run) = entry.map_err(storage("reading a queue's waiting runs"))?;
+            runs.push(RunId::from_bytes(*run.value()));
+        }
+        Ok(runs)
+    }
+
+    /// How many runs wait in `queue` (reads its waiting entries: for showing, never on an
+    /// admission's path).
+    pub fn queue_waiting_count(&self, queue: &str) -> Result<u64, ReadError> {
+        let Some(waiting) = self.optional_table(QUEUE_WAITING)? else {
+            return Ok(0);
+        };
+        let low = tables::queue_prefix(queue);
+        let high = tables::queue_prefix_end(queue);
+        let mut count = 0;
+        for entry in waiting
+            .range::<&[u8]>(low.as_slice()..high.as_slice())
+            .map_err(storage("counting a queue's waiting runs"))?
+        {
+            entry.map_err(storage("counting a queue's waiting runs"))?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// `queue`'s limit and use.
+    pub fn queue_usage(&self, queue: &str) -> Result<QueueUsage, ReadError> {
+        Ok(QueueUsage {
+            name: queue.to_string(),
+            max_active: self.queue_limit(queue)?,
+            active: self.queue_active(queue)?.len() as u64,
+            waiting: self.queue_waiting_count(queue)?,
+        })
+    }
+
+    /// Every queue with a limit, with its use.
+    pub fn queues(&self) -> Result<Vec<QueueUsage>, ReadError> {
+        self.queue_limits()?
+            .into_iter()
+            .map(|(name, _)| self.queue_usage(&name))
+            .collect()
+    }
+
+    /// Every entry of the queue indexes: the waiting runs (with the global seq their key
+    /// holds), then the active ones. For `verify`.
+    pub fn queue_index(&self) -> Result<(Vec<QueueEntry>, Vec<QueueEntry>), ReadError> {
+        let corrupt = |table: &'static str| {
+            ReadError::Corrupt(CorruptError::Index {
+                table,
+                reason: "a key that is not a queue name, a NUL and its entry".to_string(),
+            })
+        };
+        let split = |key: &[u8], table: &'static str| -> Result<(String, Vec<u8>), ReadError> {
+            let at = key
+                .iter()
+                .position(|byte| *byte == 0)
+                .ok_or_else(|| corrupt(table))?;
+            let name = std::str::from_utf8(&key[..at]).map_err(|_| corrupt(table))?;
+            Ok((name.to_string(), key[at + 1..].to_vec()))
+        };
+        let mut waiting = Vec::new();
+        if let Some(table) = self.optional_table(QUEUE_WAITING)? {
+            for entry in table.iter().map_err(storage("reading the waiting runs"))? {
+                let (key, run) = entry.map_err(storage("reading the waiting runs"))?;
+                let (queue, rest) = split(key.value(), "queue_waiting")?;
+                let global: [u8; 8] = rest.try_into().map_err(|_| corrupt("queue_waiting"))?;
+                waiting.push(QueueEntry {
+                    queue,
+                    run: RunId::from_bytes(*run.value()),
+                    joined_global_seq: Some(u64::from_be_bytes(global)),
+                });
+            }
+        }
+        let mut active = Vec::new();
+        if let Some(table) = self.optional_table(QUEUE_ACTIVE)? {
+            for entry in table.iter().map_err(storage("reading the active runs"))? {
+                let (key, _) = entry.map_err(storage("reading the active runs"))?;
+                let (queue, rest) = split(key.value(), "queue_active")?;
+                let run: [u8; 16] = rest.try_into().map_err(|_| corrupt("queue_active"))?;
+                active.push(QueueEntry {
+                    queue,
+                    run: RunId::from_bytes(run),
+                    joined_global_seq: None,
+                });
+            }
+        }
+        Ok((waiting, active))
     }
 
     /// The retention policy the home set, or `None` when it never set one

@@ -24,8 +24,8 @@ use crate::event::{
     ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs, encode_checked,
 };
 use crate::state::{
-    self, ControlInfo, ProcessTerminalInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus,
-    TerminalInfo,
+    self, AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus,
+    RunnerInfo, StepState, StepStatus, TerminalInfo,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -330,6 +330,7 @@ impl SnapshotV1 {
                 at_ms: observed.at_ms,
             }),
             dismissed_at_ms: self.dismissed_at_ms,
+            queue: None,
             head_seq: self.head_seq,
             updated_at_ms: self.updated_at_ms,
         };
@@ -396,13 +397,70 @@ impl SnapshotNamespaces {
                 process.pid_namespace = Some(namespace);
             }
         }
-        if SnapshotNamespaces::of(state).is_none() {
-            // Written only when one is there: anything else is not what this build writes.
+        if SnapshotNamespaces::of(state).is_none() && state.queue.is_none() {
+            // Written all absent only before a queue: anything else is not what this build
+            // writes.
             return Err(SnapshotError::Malformed {
                 reason: "PID namespaces that are all absent".to_string(),
             });
         }
         Ok(())
+    }
+
+    /// All absent, for a state of `steps` steps.
+    fn none(steps: usize) -> SnapshotNamespaces {
+        SnapshotNamespaces {
+            runner: None,
+            steps: vec![None; steps],
+        }
+    }
+}
+
+/// What follows the PID namespaces of a layout-1 snapshot of a run in a queue (a second
+/// extension at its end): the run's queue. The namespaces are then always written, all absent
+/// if need be, so each extension is found at its place. A snapshot without a queue is as
+/// before; one with it is refused by builds without queues, which re-derive the state from the
+/// records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotQueue {
+    name: String,
+    idle_timeout_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    joined_at_ms: UnixMs,
+    admitted: Option<SnapshotAdmission>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotAdmission {
+    by: String,
+    at_ms: UnixMs,
+}
+
+impl SnapshotQueue {
+    fn of(queue: &QueueInfo) -> SnapshotQueue {
+        SnapshotQueue {
+            name: queue.name.clone(),
+            idle_timeout_ms: queue.idle_timeout_ms,
+            heartbeat_ms: queue.heartbeat_ms,
+            joined_at_ms: queue.joined_at_ms,
+            admitted: queue.admitted.as_ref().map(|admitted| SnapshotAdmission {
+                by: admitted.by.clone(),
+                at_ms: admitted.at_ms,
+            }),
+        }
+    }
+
+    fn into_info(self) -> QueueInfo {
+        QueueInfo {
+            name: self.name,
+            idle_timeout_ms: self.idle_timeout_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            joined_at_ms: self.joined_at_ms,
+            admitted: self.admitted.map(|admitted| AdmissionInfo {
+                by: admitted.by,
+                at_ms: admitted.at_ms,
+            }),
+        }
     }
 }
 
@@ -412,12 +470,19 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
     let serialize_error = |error: postcard::Error| EncodeError::Serialize {
         reason: error.to_string(),
     };
-    let bytes = match SnapshotNamespaces::of(state) {
-        None => encode_checked(&SnapshotV1::of(state)).map_err(serialize_error)?,
-        Some(namespaces) => {
+    let bytes = match (SnapshotNamespaces::of(state), &state.queue) {
+        (None, None) => encode_checked(&SnapshotV1::of(state)).map_err(serialize_error)?,
+        (namespaces, queue) => {
             let mut payload =
                 postcard::to_allocvec(&SnapshotV1::of(state)).map_err(serialize_error)?;
+            let namespaces =
+                namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
             payload.extend(postcard::to_allocvec(&namespaces).map_err(serialize_error)?);
+            if let Some(queue) = queue {
+                payload.extend(
+                    postcard::to_allocvec(&SnapshotQueue::of(queue)).map_err(serialize_error)?,
+                );
+            }
             event::with_checksum(&payload)
         }
     };
@@ -461,11 +526,29 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     rest.len()
                 ),
             };
-            let namespaces = match postcard::take_from_bytes::<SnapshotNamespaces>(rest) {
-                Ok((namespaces, [])) => namespaces,
-                _ => return Err(not_namespaces()),
+            let (namespaces, rest) = match postcard::take_from_bytes::<SnapshotNamespaces>(rest) {
+                Ok(taken) => taken,
+                Err(_) => return Err(not_namespaces()),
+            };
+            let queue = match rest {
+                [] => None,
+                rest => match postcard::take_from_bytes::<SnapshotQueue>(rest) {
+                    Ok((queue, [])) => Some(queue.into_info()),
+                    _ => {
+                        return Err(SnapshotError::Malformed {
+                            reason: format!(
+                                "{} bytes after its PID namespaces that are not its queue",
+                                rest.len()
+                            ),
+                        });
+                    }
+                },
             };
             let mut state = snapshot.into_state(run)?;
+            if queue.is_some() {
+                state.queue = queue;
+                state.check_shape().map_err(SnapshotError::Invalid)?;
+            }
             namespaces.apply(&mut state)?;
             Ok(state)
         }

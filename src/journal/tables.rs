@@ -42,6 +42,16 @@ pub(crate) const PRUNING: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::n
 /// this is where its `resumedBy` comes from. At most one entry per paused run.
 pub(crate) const RESUMES: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("resumes");
 
+/// queue name → its limit of active runs (u64).
+pub(crate) const QUEUES: TableDefinition<&str, u64> = TableDefinition::new("queues");
+/// (queue name, NUL, global seq of the run's `QueueJoined` BE) → run id: the runs waiting in
+/// each queue, first in first ([`queue_waiting_key`]).
+pub(crate) const QUEUE_WAITING: TableDefinition<&[u8], &[u8; 16]> =
+    TableDefinition::new("queue_waiting");
+/// (queue name, NUL, run id) → (): the runs holding a slot of each queue: admitted, not yet
+/// terminal ([`queue_active_key`]).
+pub(crate) const QUEUE_ACTIVE: TableDefinition<&[u8], ()> = TableDefinition::new("queue_active");
+
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
 /// The retention policy ([`super::prune::Retention`]); absent: the defaults.
 pub(crate) const META_RETENTION: &str = "retention";
@@ -93,6 +103,40 @@ pub(crate) fn split_terminal_key(key: &[u8; 24]) -> (UnixMs, RunId) {
 pub(crate) fn pruned_at_key(pruned_at_ms: UnixMs, run: RunId) -> [u8; 24] {
     terminal_key(pruned_at_ms, run)
 }
+
+/// The prefix of a queue's keys in [`QUEUE_WAITING`] and [`QUEUE_ACTIVE`]: its name, then a
+/// NUL (which no queue name holds), so one queue's keys are one contiguous range.
+pub(crate) fn queue_prefix(queue: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(queue.len() + 1 + 16);
+    key.extend_from_slice(queue.as_bytes());
+    key.push(0);
+    key
+}
+
+/// The key just past every key of `queue`: its name, then the byte after NUL.
+pub(crate) fn queue_prefix_end(queue: &str) -> Vec<u8> {
+    let mut key = queue_prefix(queue);
+    *key.last_mut().expect("a prefix ends with its separator") = 1;
+    key
+}
+
+/// Key of a waiting run: its queue's prefix, then the global seq of its `QueueJoined` record,
+/// big-endian, so keys sort in the order the runs joined.
+pub(crate) fn queue_waiting_key(queue: &str, joined_global_seq: u64) -> Vec<u8> {
+    let mut key = queue_prefix(queue);
+    key.extend_from_slice(&joined_global_seq.to_be_bytes());
+    key
+}
+
+/// Key of a run holding a slot: its queue's prefix, then its run id.
+pub(crate) fn queue_active_key(queue: &str, run: RunId) -> Vec<u8> {
+    let mut key = queue_prefix(queue);
+    key.extend_from_slice(&run.to_bytes());
+    key
+}
+
+/// The seq of a run's `QueueJoined`: it is always the run's second record.
+pub(crate) const QUEUE_JOINED_SEQ: u64 = 2;
 
 /// Reads a u64 meta value (big-endian); `None` when absent or not 8 bytes.
 pub(crate) fn meta_u64(value: Option<&[u8]>) -> Option<u64> {

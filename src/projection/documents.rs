@@ -74,6 +74,12 @@ pub struct StatusDoc {
     /// The run that carries this paused run on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_by: Option<String>,
+    /// runjournal's: the queue the run waits in or took a slot of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// runjournal's: when the run took its queue's slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_admitted_at: Option<UnixMs>,
 }
 
 /// One entry of status.json `steps[]`.
@@ -437,6 +443,12 @@ pub fn status_doc(home: &Home, state: &RunState, links: &ResumeLinks) -> StatusD
         runner_heard_at: None,
         resumed_from: links.resumed_from.map(|run| run.to_string()),
         resumed_by: links.resumed_by.map(|run| run.to_string()),
+        queue: state.queue.as_ref().map(|queue| queue.name.clone()),
+        queue_admitted_at: state
+            .queue
+            .as_ref()
+            .and_then(|queue| queue.admitted.as_ref())
+            .map(|admitted| admitted.at_ms),
     }
 }
 

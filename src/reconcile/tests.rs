@@ -22,12 +22,15 @@ fn every_input() -> Vec<Inputs> {
         for is_process_observed in [false, true] {
             for runner in LIVENESSES {
                 for is_past_start_grace in [false, true] {
-                    out.push(Inputs {
-                        is_terminal,
-                        is_process_observed,
-                        runner,
-                        is_past_start_grace,
-                    });
+                    for is_waiting_for_slot in [false, true] {
+                        out.push(Inputs {
+                            is_terminal,
+                            is_process_observed,
+                            runner,
+                            is_past_start_grace,
+                            is_waiting_for_slot,
+                        });
+                    }
                 }
             }
         }
@@ -924,4 +927,52 @@ fn a_runner_of_another_pid_namespace_is_left_with_a_note_saying_why() {
         None,
         "a runner of this namespace"
     );
+}
+
+/// A run waiting in its queue has no runner due: the reconciler leaves it however long it
+/// waits, and counts the start grace from its admission once admitted.
+#[test]
+fn a_run_waiting_for_a_slot_is_left_alone_and_its_grace_counts_from_its_admission() {
+    for inputs in every_input() {
+        let is_waiting = inputs.is_waiting_for_slot
+            && !inputs.is_terminal
+            && !inputs.is_process_observed
+            && inputs.runner == RunnerLiveness::None;
+        if is_waiting {
+            assert_eq!(decide(&inputs).name, "waiting-for-slot", "{inputs:?}");
+        }
+    }
+    let (_dir, store) = store();
+    store.journal().set_queue_limit("q", 1).expect("limit");
+    let joined = Event::QueueJoined {
+        queue: "q".to_string(),
+        idle_timeout_ms: None,
+        heartbeat_ms: None,
+    };
+    let run = store
+        .create_queued_run(spec(1), HostIds::default(), joined)
+        .expect("create")
+        .run;
+    let options = Options::default();
+    let waiting = snapshot(&store, run);
+    let long_after = waiting.created_at_ms + 100 * options.start_grace_ms;
+    let inputs = inputs_of(&waiting, long_after, &options);
+    assert!(inputs.is_waiting_for_slot && !inputs.is_past_start_grace);
+    assert_eq!(decide(&inputs).action, Action::Nothing);
+    let report = reconcile(&store, &options).expect("reconcile");
+    assert!(report.changed().next().is_none(), "{report:?}");
+    store
+        .append(
+            run,
+            vec![Event::QueueAdmitted {
+                by: "test".to_string(),
+            }],
+            Condition::none(),
+        )
+        .expect("admitted");
+    let admitted = snapshot(&store, run);
+    let admitted_at = admitted.startable_at_ms().expect("admitted");
+    let is_past = |at: u64| inputs_of(&admitted, at, &options).is_past_start_grace;
+    assert!(!is_past(admitted_at + options.start_grace_ms));
+    assert!(is_past(admitted_at + options.start_grace_ms + 1));
 }

@@ -340,6 +340,14 @@ mod tests {
             Event::Resumed {
                 from: RunId::from_bytes([3; 16]),
             },
+            Event::QueueJoined {
+                queue: "gpu".to_string(),
+                idle_timeout_ms: Some(60_000),
+                heartbeat_ms: None,
+            },
+            Event::QueueAdmitted {
+                by: "reconciler (pid 7)".to_string(),
+            },
         ]
     }
 

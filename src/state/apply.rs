@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use super::{
-    ControlInfo, ProcessTerminalInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus,
-    TerminalInfo, TransitionError,
+    AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo,
+    StepState, StepStatus, TerminalInfo, TransitionError,
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    Record, Repairer, RunId, StepEnd, StepOutcome, TerminalState, UnixMs,
+    Record, Repairer, RunId, StepEnd, StepOutcome, TerminalState, UnixMs, check_queue_name,
 };
 
 /// Applies one record to a run's state. `None` is a run that does not exist yet, which only
@@ -83,6 +83,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         terminal: None,
         process_terminal: None,
         dismissed_at_ms: None,
+        queue: None,
         head_seq: 1,
         updated_at_ms: record.time_ms,
     })
@@ -167,6 +168,12 @@ impl RunState {
             } => self.process_terminal_observed(instance_id, *exit, *proof, *observer, at_ms),
             Event::Dismissed { at_ms: dismissed } => self.dismissed(*dismissed),
             Event::Resumed { from } => self.resumed(*from),
+            Event::QueueJoined {
+                queue,
+                idle_timeout_ms,
+                heartbeat_ms,
+            } => self.queue_joined(queue, *idle_timeout_ms, *heartbeat_ms, record.seq, at_ms),
+            Event::QueueAdmitted { by } => self.queue_admitted(by, at_ms),
         }?;
         self.head_seq = record.seq;
         self.updated_at_ms = at_ms;
@@ -192,6 +199,12 @@ impl RunState {
             return Err(TransitionError::RunnerAfterProcessTerminal {
                 run,
                 proof: observed.proof.as_str(),
+            });
+        }
+        if let Some(queue) = self.queue.as_ref().filter(|queue| queue.admitted.is_none()) {
+            return Err(TransitionError::RunnerBeforeAdmission {
+                run,
+                queue: queue.name.clone(),
             });
         }
         self.status = RunStatus::Running;
@@ -476,6 +489,52 @@ impl RunState {
         if from == run {
             return Err(TransitionError::ResumedFromItself { run });
         }
+        Ok(())
+    }
+
+    /// `QueueJoined`: only as the run's second record, in its creation batch, with a valid
+    /// queue name.
+    fn queue_joined(
+        &mut self,
+        queue: &str,
+        idle_timeout_ms: Option<u64>,
+        heartbeat_ms: Option<u64>,
+        seq: u64,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if seq != 2 {
+            return Err(TransitionError::QueueJoinedLate { run, found: seq });
+        }
+        check_queue_name(queue)
+            .map_err(|source| TransitionError::InvalidQueueName { run, source })?;
+        self.queue = Some(QueueInfo {
+            name: queue.to_string(),
+            idle_timeout_ms,
+            heartbeat_ms,
+            joined_at_ms: at_ms,
+            admitted: None,
+        });
+        Ok(())
+    }
+
+    /// `QueueAdmitted`: the run is in a queue and not yet admitted. Whether its queue has a
+    /// free slot and the run is first in it is the journal's check, across runs.
+    fn queue_admitted(&mut self, by: &str, at_ms: UnixMs) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let Some(queue) = self.queue.as_mut() else {
+            return Err(TransitionError::NotInQueue { run });
+        };
+        if queue.admitted.is_some() {
+            return Err(TransitionError::AlreadyAdmitted {
+                run,
+                queue: queue.name.clone(),
+            });
+        }
+        queue.admitted = Some(AdmissionInfo {
+            by: by.to_string(),
+            at_ms,
+        });
         Ok(())
     }
 

@@ -204,6 +204,25 @@ pub struct ProcessTerminalInfo {
     pub at_ms: UnixMs,
 }
 
+/// The run's place in a queue (docs/design.md, "Queues").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueInfo {
+    pub name: String,
+    /// The runner settings the launcher would have given, for whoever starts it later.
+    pub idle_timeout_ms: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
+    pub joined_at_ms: UnixMs,
+    /// Set once the run took a slot.
+    pub admitted: Option<AdmissionInfo>,
+}
+
+/// When and by whom a queued run took its slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdmissionInfo {
+    pub by: String,
+    pub at_ms: UnixMs,
+}
+
 /// A run's state: the fold of its records.
 ///
 /// The domain type, never stored as it is: the journal stores it as a snapshot of a wire type
@@ -226,6 +245,8 @@ pub struct RunState {
     pub terminal: Option<TerminalInfo>,
     pub process_terminal: Option<ProcessTerminalInfo>,
     pub dismissed_at_ms: Option<UnixMs>,
+    /// Its queue, when it was created in one.
+    pub queue: Option<QueueInfo>,
     /// Sequence number of the last record applied.
     pub head_seq: u64,
     /// Time of the last record applied.
@@ -303,6 +324,34 @@ impl RunState {
             .iter()
             .filter(|step| step.status.is_done())
             .count()
+    }
+
+    /// Waiting in a queue for a slot: in a queue, not admitted, not terminal.
+    pub fn is_waiting_for_slot(&self) -> bool {
+        !self.is_terminal()
+            && self
+                .queue
+                .as_ref()
+                .is_some_and(|queue| queue.admitted.is_none())
+    }
+
+    /// Holding a slot of its queue: admitted and not terminal. The slot frees with the run's
+    /// `Terminal`.
+    pub fn holds_slot(&self) -> bool {
+        !self.is_terminal()
+            && self
+                .queue
+                .as_ref()
+                .is_some_and(|queue| queue.admitted.is_some())
+    }
+
+    /// When the run became startable: its admission in a queue, else its creation. The start
+    /// grace counts from here.
+    pub fn startable_at_ms(&self) -> Option<UnixMs> {
+        match &self.queue {
+            None => Some(self.created_at_ms),
+            Some(queue) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
+        }
     }
 
     /// End time: the `Terminal` record's time, once there is one.
@@ -437,6 +486,23 @@ pub enum TransitionError {
     ResumedNotAtCreation { run: RunId, head: u64 },
     #[error("run {run}: Resumed names the run itself; a run resumes another, paused run")]
     ResumedFromItself { run: RunId },
+    #[error(
+        "run {run}: QueueJoined at seq {found}; a run joins a queue only in its creation batch, right after RunCreated"
+    )]
+    QueueJoinedLate { run: RunId, found: u64 },
+    #[error("run {run}: {source}")]
+    InvalidQueueName {
+        run: RunId,
+        source: crate::event::QueueNameError,
+    },
+    #[error("run {run}: QueueAdmitted, but the run is in no queue")]
+    NotInQueue { run: RunId },
+    #[error("run {run} was already admitted by its queue {queue}")]
+    AlreadyAdmitted { run: RunId, queue: String },
+    #[error(
+        "run {run}: RunnerStarted while the run waits in queue {queue}; a queued run starts only once admitted"
+    )]
+    RunnerBeforeAdmission { run: RunId, queue: String },
 }
 
 #[cfg(test)]

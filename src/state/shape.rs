@@ -11,7 +11,7 @@
 //! [`apply`]: super::apply
 
 use super::{RunState, RunStatus, ShapeError, StepState, StepStatus, TransitionError};
-use crate::event::{MAX_TEXT_BYTES, Mode, Proof};
+use crate::event::{MAX_TEXT_BYTES, Mode, Proof, check_queue_name};
 
 /// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
 /// is checked, in the order declared.
@@ -84,6 +84,12 @@ shape_rules! {
     ProcessTerminalOfTheRunner,
     /// A process terminal's proof is `not-started` exactly when no runner started.
     ProcessTerminalProofFitsRunner,
+    /// A queue's name is one a `QueueJoined` may hold.
+    QueueNameValid,
+    /// A run in a queue has a runner only once admitted.
+    RunnerOnlyAfterAdmission,
+    /// A run joined its queue at its creation, and was admitted no earlier.
+    QueueTimesInOrder,
 }
 
 impl ShapeRule {
@@ -124,6 +130,13 @@ impl ShapeRule {
             }
             ShapeRule::ProcessTerminalProofFitsRunner => {
                 "its process terminal's proof disagrees with whether a runner started"
+            }
+            ShapeRule::QueueNameValid => "its queue's name is not one a queue may have",
+            ShapeRule::RunnerOnlyAfterAdmission => {
+                "it has a runner while it waits in its queue unadmitted"
+            }
+            ShapeRule::QueueTimesInOrder => {
+                "it joined its queue before its creation, or was admitted before it joined"
             }
         }
     }
@@ -254,6 +267,24 @@ impl ShapeRule {
                     (observed.proof == Proof::NotStarted) == state.runner.is_none()
                 })
             }
+            ShapeRule::QueueNameValid => state
+                .queue
+                .as_ref()
+                .is_none_or(|queue| check_queue_name(&queue.name).is_ok()),
+            ShapeRule::RunnerOnlyAfterAdmission => {
+                state.runner.is_none()
+                    || state
+                        .queue
+                        .as_ref()
+                        .is_none_or(|queue| queue.admitted.is_some())
+            }
+            ShapeRule::QueueTimesInOrder => state.queue.as_ref().is_none_or(|queue| {
+                state.head_seq >= 2
+                    && queue
+                        .admitted
+                        .as_ref()
+                        .is_none_or(|admitted| admitted.at_ms >= queue.joined_at_ms)
+            }),
         };
         if holds {
             Ok(())
@@ -298,6 +329,12 @@ fn texts(state: &RunState) -> impl Iterator<Item = &str> {
             .process_terminal
             .as_ref()
             .map(|observed| observed.instance_id.as_str()),
+        state.queue.as_ref().map(|queue| queue.name.as_str()),
+        state
+            .queue
+            .as_ref()
+            .and_then(|queue| queue.admitted.as_ref())
+            .map(|admitted| admitted.by.as_str()),
     ];
     let steps = state.steps.iter().flat_map(|step| {
         let job = step.job.as_ref();
@@ -388,6 +425,15 @@ impl TransitionError {
             TransitionError::ResumedFromItself { .. } => RecordsOnly(
                 "a state does not hold its resume link; the journal's resume index does",
             ),
+            TransitionError::QueueJoinedLate { .. } => Rules(&[R::QueueTimesInOrder]),
+            TransitionError::InvalidQueueName { .. } => Rules(&[R::QueueNameValid]),
+            TransitionError::NotInQueue { .. } => {
+                RecordsOnly("a state holds an admission only inside its queue, by its type")
+            }
+            TransitionError::AlreadyAdmitted { .. } => {
+                RecordsOnly("a state holds at most one admission, by its type")
+            }
+            TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
         }
     }
 }

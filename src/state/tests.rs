@@ -196,6 +196,20 @@ fn process_terminal(instance_id: &str, proof: Proof) -> Event {
     }
 }
 
+fn joined(queue: &str) -> Event {
+    Event::QueueJoined {
+        queue: queue.to_string(),
+        idle_timeout_ms: None,
+        heartbeat_ms: Some(60_000),
+    }
+}
+
+fn admitted() -> Event {
+    Event::QueueAdmitted {
+        by: "reconciler".to_string(),
+    }
+}
+
 fn dismissed() -> Event {
     Event::Dismissed { at_ms: 42 }
 }
@@ -462,6 +476,58 @@ fn a_record_of_another_run_is_refused() {
 }
 
 // RunnerStarted: from queued, once.
+
+#[test]
+fn a_run_in_a_queue_waits_until_admitted_then_holds_a_slot_until_its_end() {
+    let waiting = Story::new(chain_spec(1)).then(joined("q"));
+    assert!(waiting.state.is_waiting_for_slot());
+    assert!(!waiting.state.holds_slot());
+    assert_eq!(
+        waiting.state.startable_at_ms(),
+        None,
+        "not startable until admitted"
+    );
+    assert!(matches!(
+        waiting.rejects(runner_started("i1")),
+        TransitionError::RunnerBeforeAdmission { .. }
+    ));
+    let admitted = waiting.then(admitted());
+    assert!(!admitted.state.is_waiting_for_slot());
+    assert!(admitted.state.holds_slot());
+    assert_eq!(admitted.state.startable_at_ms(), Some(time_of(3)));
+    let running = admitted.then(runner_started("i1"));
+    assert_eq!(running.state.status, RunStatus::Running);
+    assert!(running.state.holds_slot());
+    let ended = running.then(terminal(TerminalState::Failed, Some("x")));
+    assert!(!ended.state.holds_slot(), "a Terminal frees the slot");
+    assert!(!ended.state.is_waiting_for_slot());
+}
+
+#[test]
+fn a_waiting_run_that_ends_never_held_a_slot() {
+    let stopped = Story::new(chain_spec(1))
+        .then(joined("q"))
+        .then(control(ControlAction::Stop))
+        .then(terminal(TerminalState::Stopped, None));
+    assert!(!stopped.state.is_waiting_for_slot());
+    assert!(!stopped.state.holds_slot());
+    assert_eq!(stopped.state.status, RunStatus::Stopped);
+}
+
+#[test]
+fn a_run_joins_a_queue_only_right_after_its_creation() {
+    let late = Story::new(chain_spec(1))
+        .then(control(ControlAction::Stop))
+        .rejects(joined("q"));
+    assert!(matches!(
+        late,
+        TransitionError::QueueJoinedLate { found: 3, .. }
+    ));
+    assert!(matches!(
+        Story::new(chain_spec(1)).rejects(joined("")),
+        TransitionError::InvalidQueueName { .. }
+    ));
+}
 
 #[test]
 fn runner_started_makes_a_queued_run_running() {
@@ -1966,10 +2032,15 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::AlreadyDismissed { .. } => 24,
         TransitionError::ResumedNotAtCreation { .. } => 25,
         TransitionError::ResumedFromItself { .. } => 26,
+        TransitionError::QueueJoinedLate { .. } => 27,
+        TransitionError::InvalidQueueName { .. } => 28,
+        TransitionError::NotInQueue { .. } => 29,
+        TransitionError::AlreadyAdmitted { .. } => 30,
+        TransitionError::RunnerBeforeAdmission { .. } => 31,
     }
 }
 
-const TRANSITION_KINDS: usize = 27;
+const TRANSITION_KINDS: usize = 32;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2042,6 +2113,14 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
             .rejects(dismissed()),
         running().rejects(resumed(OTHER_RUN)),
         queued().rejects(resumed(RUN)),
+        running().rejects(joined("q")),
+        queued().rejects(joined("a b")),
+        queued().rejects(admitted()),
+        queued()
+            .then(joined("q"))
+            .then(admitted())
+            .rejects(admitted()),
+        queued().then(joined("q")).rejects(runner_started("i1")),
     ]
 }
 
@@ -2071,7 +2150,42 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
         .then(control(ControlAction::Stop))
         .state;
     let job = running_job().state;
+    let admitted_waiting = Story::new(chain_spec(1))
+        .then(joined("q"))
+        .then(admitted())
+        .state;
+    let running_in_queue = Story::new(chain_spec(1))
+        .then(joined("q"))
+        .then(admitted())
+        .then(runner_started("i1"))
+        .state;
     let (base, change): (RunState, Breach) = match rule {
+        ShapeRule::QueueNameValid => (
+            admitted_waiting,
+            Box::new(|state| {
+                if let Some(queue) = &mut state.queue {
+                    queue.name = "a b".to_string();
+                }
+            }),
+        ),
+        ShapeRule::RunnerOnlyAfterAdmission => (
+            running_in_queue,
+            Box::new(|state| {
+                if let Some(queue) = &mut state.queue {
+                    queue.admitted = None;
+                }
+            }),
+        ),
+        ShapeRule::QueueTimesInOrder => (
+            admitted_waiting,
+            Box::new(|state| {
+                if let Some(queue) = &mut state.queue
+                    && let Some(admitted) = &mut queue.admitted
+                {
+                    admitted.at_ms = queue.joined_at_ms - 1;
+                }
+            }),
+        ),
         ShapeRule::SpecChecks => (
             queued,
             Box::new(|state| state.spec = Arc::new(parallel_spec(0, 2))),

@@ -27,6 +27,7 @@ mod pi_subagents_compat;
 mod power_loss;
 mod projection_incremental;
 mod projection_repair;
+mod queue;
 mod resume;
 mod retention;
 mod runner_hygiene;

@@ -1200,6 +1200,12 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
         TransitionError::AlreadyDismissed { .. } => Rule::DismissedOnce,
         TransitionError::ResumedNotAtCreation { .. } => Rule::ResumedAtCreation,
         TransitionError::ResumedFromItself { .. } => Rule::ResumesAnotherRun,
+        TransitionError::QueueJoinedLate { .. } => Rule::QueueJoinedAtCreation,
+        TransitionError::InvalidQueueName { .. } => Rule::QueueNameValid,
+        TransitionError::NotInQueue { .. } | TransitionError::AlreadyAdmitted { .. } => {
+            Rule::AdmittedOnceInQueue
+        }
+        TransitionError::RunnerBeforeAdmission { .. } => Rule::RunnerAfterAdmission,
         _ => return None,
     })
 }
@@ -1273,7 +1279,105 @@ fn view_of(state: &RunState) -> Run {
                 observer: observed.observer,
             }),
         dismissed_at_ms: state.dismissed_at_ms,
+        queue: state
+            .queue
+            .as_ref()
+            .map(|queue| (queue.name.clone(), queue.admitted.is_some())),
     }
+}
+
+/// The queue events of a run's life against both statements of the lifecycle: every sequence
+/// of up to four events drawn from a queue's events and those around them, folded through the
+/// library's reducer and the reference, record by record; each record is accepted by both
+/// (to the same state) or refused by both (the library naming one of the reference's rules).
+#[test]
+fn the_queue_rules_of_the_reducer_agree_with_the_reference() {
+    let joined = |queue: &str| Event::QueueJoined {
+        queue: queue.to_string(),
+        idle_timeout_ms: None,
+        heartbeat_ms: Some(5),
+    };
+    let pool = [
+        joined("q"),
+        joined("a b"),
+        Event::QueueAdmitted {
+            by: "test".to_string(),
+        },
+        Event::RunnerStarted {
+            runner: runner_pool()[0].clone(),
+            instance_id: "runner-a".to_string(),
+        },
+        Event::Terminal {
+            state: TerminalState::Stopped,
+            error: None,
+            summary: "stopped".to_string(),
+            exit_code: 143,
+            repaired_by: None,
+        },
+        Event::ControlRequested {
+            action: ControlAction::Stop,
+            by: "test".to_string(),
+            reason: "test".to_string(),
+        },
+    ];
+    let run = RunId::from_bytes([7; 16]);
+    let mut sequences: Vec<Vec<usize>> = vec![Vec::new()];
+    for _ in 0..4 {
+        let longer: Vec<Vec<usize>> = sequences
+            .iter()
+            .filter(|sequence| sequence.len() == sequences.last().map_or(0, Vec::len))
+            .flat_map(|sequence| {
+                (0..pool.len()).map(move |pick| {
+                    let mut next = sequence.clone();
+                    next.push(pick);
+                    next
+                })
+            })
+            .collect();
+        sequences.extend(longer);
+    }
+    let mut agreed = 0usize;
+    for sequence in &sequences {
+        let first = created(0, ANCIENT_MS, None);
+        let record = |seq: u64, event: &Event| runjournal::event::Record {
+            format_version: runjournal::event::FORMAT_VERSION,
+            run_id: run,
+            seq,
+            time_ms: 0,
+            writer: WriterId(0),
+            writer_seq: 0,
+            event: event.clone(),
+        };
+        let mut library = runjournal::state::apply(None, &record(1, &first)).expect("created");
+        let mut reference_run = reference::apply(None, &first).expect("created");
+        for &pick in sequence {
+            let event = &pool[pick];
+            let seq = library.head_seq + 1;
+            match (
+                runjournal::state::apply(Some(&library), &record(seq, event)),
+                reference::apply(Some(&reference_run), event),
+            ) {
+                (Ok(next), Ok(reference_next)) => {
+                    assert_eq!(view_of(&next), reference_next, "{sequence:?}");
+                    library = next;
+                    reference_run = reference_next;
+                }
+                (Err(error), Err(rules)) => {
+                    let rule = rule_of(&error).expect("a rule the reference has");
+                    assert!(
+                        rules.contains(&rule),
+                        "{sequence:?}: {error} not in {rules:?}"
+                    );
+                    break;
+                }
+                (library_answer, reference_answer) => panic!(
+                    "{sequence:?}: the library says {library_answer:?}, the reference {reference_answer:?}"
+                ),
+            }
+            agreed += 1;
+        }
+    }
+    assert!(agreed > 1000, "{agreed}");
 }
 
 /// The run with the reason of a reconciler's `Terminal` (and the same words where they became
@@ -2137,6 +2241,7 @@ fn the_reducer_and_the_reference_agree_event_by_event() {
                 2 => select(detours(expected_run.as_ref())),
                 2 => arb_event(),
                 1 => arb_rare_event(expected_run.as_ref()),
+                1 => arb_queue_event(),
             ];
             let event = next
                 .new_tree(&mut runner)
@@ -2202,6 +2307,22 @@ fn arb_rare_event(run: Option<&Run>) -> BoxedStrategy<Event> {
             },
         }),
         Just(created(4, ANCIENT_MS, None)),
+    ]
+    .boxed()
+}
+
+/// A run's queue events, right or wrong for where it is: joining a queue (by a name that may
+/// not be one), being admitted.
+fn arb_queue_event() -> BoxedStrategy<Event> {
+    prop_oneof![
+        prop_oneof![Just("q"), Just("a b"), Just("")].prop_map(|queue| Event::QueueJoined {
+            queue: queue.to_string(),
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        }),
+        Just(Event::QueueAdmitted {
+            by: "test".to_string(),
+        }),
     ]
     .boxed()
 }

@@ -366,6 +366,36 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     let resumed = resumed["runId"].as_str().expect("runId").to_string();
     expected.insert(resumed.clone(), "complete");
     expected.insert(running.clone(), "running");
+    // Two runs waiting in a queue that admits none: `queued`, with no runner and no pid,
+    // which pi-subagents' readers must read, list as active, and never repair.
+    runjournal(&root)
+        .args(["queue", "held", "--max-active", "0"])
+        .assert()
+        .success();
+    let mut queued = Vec::new();
+    for _ in 0..2 {
+        let output = runjournal(&root)
+            .args([
+                "run",
+                "--json",
+                "--session-id",
+                SESSION_ID,
+                "--owner-id",
+                OWNER_ID,
+                "--queue",
+                "held",
+                "--",
+                "true",
+            ])
+            .output()
+            .expect("run");
+        assert!(output.status.success(), "{output:?}");
+        let launched: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        assert_eq!(launched["state"], "queued", "{launched}");
+        let run = launched["runId"].as_str().expect("runId").to_string();
+        expected.insert(run.clone(), "queued");
+        queued.push(run);
+    }
     // Our reconciler closes the killed runner's run, and makes sure every projection is
     // written before pi-subagents looks.
     runjournal(&root).arg("reconcile").assert().success();
@@ -437,13 +467,13 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         assert_eq!(seen["read"]["runId"], run.as_str(), "{run}: {seen}");
         assert_eq!(seen["read"]["state"], *state, "{run}: {seen}");
         assert_eq!(seen["read"]["sessionId"], SESSION_ID, "{run}: {seen}");
-        assert_eq!(seen["read"]["hasPid"], true, "{run}: {seen}");
+        assert_eq!(seen["read"]["hasPid"], *state != "queued", "{run}: {seen}");
         assert_eq!(seen["repaired"], false, "{run} was repaired: {seen}");
         assert_eq!(seen["reconciledState"], *state, "{run}: {seen}");
         let result = root
             .join("async-subagent-results")
             .join(format!("{run}.json"));
-        if *state == "running" {
+        if *state == "running" || *state == "queued" {
             assert_eq!(seen["resultPath"], serde_json::Value::Null, "{run}: {seen}");
         } else {
             assert_eq!(
@@ -540,9 +570,11 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         all,
         "a full scan of the run directories"
     );
+    let mut active = BTreeMap::from([(running.clone(), "running".to_string())]);
+    active.extend(queued.iter().map(|run| (run.clone(), "queued".to_string())));
     assert_eq!(
         listed("activeForSession"),
-        BTreeMap::from([(running.clone(), "running".to_string())]),
+        active,
         "what a restarted host restores"
     );
     let changed: Vec<&PathBuf> = before

@@ -68,6 +68,11 @@ pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
                 "run {run} has already ended ({state}); nothing to stop"
             ))?;
         }
+        StopOutcome::StoppedWaiting { queue } => {
+            print_line(&format!(
+                "run {run}: stopped while it waited in queue {queue}; it never started"
+            ))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -98,6 +103,10 @@ pub fn interrupt(home: Home, text: &str, reason: &str) -> CliResult {
         }
         StopOutcome::AlreadyEnded { state } => print_line(&format!(
             "run {run} has already ended ({state}); nothing to interrupt"
+        ))?,
+        // Only a stop ends a waiting run; an interrupt is recorded for when it starts.
+        StopOutcome::StoppedWaiting { queue } => print_line(&format!(
+            "run {run}: stopped while it waited in queue {queue}"
         ))?,
     }
     Ok(ExitCode::SUCCESS)

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use runjournal::launch::{self, WaitEnd};
+use runjournal::launch::{self, WaitEnd, queue};
 use runjournal::logs::CopyError;
 use runjournal::projection::documents;
-use runjournal::resolve::{ListOptions, Listed};
+use runjournal::resolve::ListOptions;
 use runjournal::show::{self, Cell, RunView};
 use runjournal::{Home, RunId, RunState, RunStatus, Store};
 
@@ -20,7 +20,9 @@ use crate::{
     print, print_line, reconcile_before_reading, resolve, resolve_named, stdout_failure,
 };
 use runjournal::journal::prune::Tombstone;
-use runjournal::json::{CapacityDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, StatusCommandDoc};
+use runjournal::json::{
+    CapacityDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, QueueUseDoc, StatusCommandDoc,
+};
 
 /// The longest `logs --follow` sleeps between two looks for new output; a watch of the run's
 /// directory wakes it sooner when a file there is written.
@@ -87,6 +89,7 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
             None
         }
     };
+    let queue_use = QueueUseDoc::of(&store, &state).context("reading the run's queue")?;
     if json {
         let mut document = documents::status_doc(home, &state, &links);
         document.runner_heard_at = heard_at;
@@ -95,11 +98,16 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
             journal_capacity: CapacityDoc::of(home),
             resources,
             shipping: shipping_lag,
+            queue_use: queue_use.clone(),
         };
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
     let mut view = RunView::of(&state, show::look_at_runner(&state));
+    if let Some(queue) = &queue_use {
+        view.fields
+            .push(("queue".to_string(), Cell::plain(queue.line())));
+    }
     for (label, link) in [
         ("resumed from", links.resumed_from),
         ("resumed by", links.resumed_by),
@@ -178,10 +186,7 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     let store = open_store(home)?;
     reconcile_before_reading(&store);
     let view = store.journal().view().context("reading the journal")?;
-    let Listed {
-        runs: states,
-        pruned,
-    } = runjournal::resolve::listed(
+    let listed = runjournal::resolve::listed(
         &view,
         ListOptions {
             all,
@@ -189,6 +194,8 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
         },
     )
     .context("listing runs")?;
+    let place_of = |state: &RunState| listed.place_of(state);
+    let (states, pruned, queues) = (&listed.runs, &listed.pruned, &listed.queues);
     let notices: Vec<String> = show::capacity_notice(store.home(), runjournal::event::now_ms())
         .into_iter()
         .chain(runjournal::retention::space_notices(&store))
@@ -199,7 +206,12 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
     if json {
         let rows: Vec<ListedDoc> = states
             .iter()
-            .map(|state| ListedDoc::Run(ListedRunDoc::of(state)))
+            .map(|state| {
+                ListedDoc::Run(ListedRunDoc::of(
+                    state,
+                    place_of(state).map(|(_, place)| place),
+                ))
+            })
             .chain(
                 pruned
                     .iter()
@@ -218,11 +230,14 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
             text.push_str(notice);
             text.push('\n');
         }
-        let mut rows = list_rows(&states, now_ms);
+        let mut rows = list_rows(states, now_ms, &place_of);
         rows.extend(pruned.iter().map(|tombstone| pruned_row(tombstone, now_ms)));
         for line in show::table_lines(&rows, &show::no_colour) {
             text.push_str(&line);
             text.push('\n');
+        }
+        for (name, (_, usage)) in queues {
+            text.push_str(&format!("queue {name}: {}\n", queue::usage_text(usage)));
         }
         print(&text)?;
     }
@@ -230,7 +245,11 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
 }
 
 /// `list` without `--json`: a header, then a row per run.
-fn list_rows(states: &[RunState], now_ms: runjournal::event::UnixMs) -> Vec<Vec<Cell>> {
+fn list_rows(
+    states: &[RunState],
+    now_ms: runjournal::event::UnixMs,
+    place_of: &dyn Fn(&RunState) -> Option<(String, u64)>,
+) -> Vec<Vec<Cell>> {
     let mut rows = vec![show::header(&[
         "RUN", "STATE", "MODE", "STEPS", "EXIT", "AGE", "NAME",
     ])];
@@ -249,7 +268,10 @@ fn list_rows(states: &[RunState], now_ms: runjournal::event::UnixMs) -> Vec<Vec<
         });
         rows.push(vec![
             Cell::plain(state.run_id.to_string()),
-            Cell::plain(state.status.as_str()),
+            Cell::plain(match place_of(state) {
+                Some((queue, place)) => format!("queued ({queue} #{place})"),
+                None => state.status.as_str().to_string(),
+            }),
             Cell::plain(state.spec.mode.as_str()),
             Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),
             Cell::plain(exit),

@@ -13,7 +13,9 @@ use runjournal::duration::format_duration;
 use runjournal::event::{Mode, StepAction};
 use runjournal::exit::describe_exit;
 use runjournal::json::{EndedDoc, LaunchedDoc};
-use runjournal::launch::{self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart};
+use runjournal::launch::{
+    self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart, queue,
+};
 use runjournal::runner::{self, RunnerConfig, RunnerOutcome};
 use runjournal::show;
 use runjournal::spec::{self, RunDraft, RunRequest, SpecFile};
@@ -55,6 +57,10 @@ pub struct RunArgs {
     /// status for this long.
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     idle_timeout: Option<Duration>,
+    /// Put the run in this queue: it starts once the queue has a free slot (first in, first
+    /// out); until then it is `queued` and `run` returns at once saying so.
+    #[arg(long, value_name = "NAME")]
+    queue: Option<String>,
     /// Follow the run to its end, printing each transition; exit with the run's exit code.
     #[arg(long)]
     wait: bool,
@@ -194,6 +200,9 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     if args.idle_timeout.is_some() {
         draft.idle_timeout = args.idle_timeout;
     }
+    if args.queue.is_some() {
+        draft.queue = args.queue.clone();
+    }
     let hosts = &mut draft.hosts;
     for (field, flag) in [
         (&mut hosts.session_id, &args.session_id),
@@ -311,9 +320,28 @@ fn report_resume(store: &Store, resumed: &launch::Resumed) -> CliResult {
 
 /// `runjournal run`.
 pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
-    let request = request(&args, order)?;
+    let mut request = request(&args, order)?;
+    request.heartbeat = args.heartbeat;
     let store = open_store(home)?;
-    let program = runner_program(args.heartbeat, request.idle_timeout)?;
+    if let Some(queue) = &request.queue {
+        let limit = store
+            .journal()
+            .view()
+            .and_then(|view| view.queue_limit(queue))
+            .context("reading the queue")?;
+        if limit.is_none() {
+            return Err(bad_input(format!(
+                "queue {queue} has no limit set; set one first with `runjournal queue {queue} --max-active N`"
+            )));
+        }
+    }
+    // A queued run keeps its runner settings in the journal: its runner may be started by
+    // another process, which adds them to the base program.
+    let program = if request.queue.is_some() {
+        runner_base()?
+    } else {
+        runner_program(args.heartbeat, request.idle_timeout)?
+    };
     let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
         .context("launching the run")?;
     if args.wait {
@@ -323,12 +351,87 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     }
 }
 
+/// The runner program with no setting of its own: `runjournal __runner`, for runs whose
+/// settings the journal keeps (queued runs).
+pub fn runner_base() -> anyhow::Result<RunnerProgram> {
+    Ok(RunnerProgram {
+        program: std::env::current_exe().context("finding this program to start the runner")?,
+        leading_args: vec!["__runner".into()],
+    })
+}
+
+/// `runjournal queue NAME [--max-active N] [--json]`.
+pub fn queue(home: Home, name: &str, max_active: Option<u64>, json: bool) -> CliResult {
+    runjournal::event::check_queue_name(name).map_err(bad_input)?;
+    let store = open_store(home)?;
+    if let Some(max_active) = max_active {
+        queue::set_limit(&store, name, max_active).context("setting the queue's limit")?;
+        // A raised limit frees slots now.
+        crate::reconcile::admit_pass(&store)?;
+    }
+    let view = queue::view(&store, name, QUEUE_SHOWN_RUNS).context("reading the queue")?;
+    if json {
+        let text = serde_json::to_string(&queue::QueueReport::of(&view)).context("writing JSON")?;
+        print_line(&text)?;
+    } else {
+        let mut text = format!("queue {name}: {}\n", queue::usage_text(&view.usage));
+        for run in &view.active {
+            text.push_str(&format!("  active   {run}\n"));
+        }
+        for (index, run) in view.first_waiting.iter().enumerate() {
+            text.push_str(&format!("  queued   {run}  place {}\n", index + 1));
+        }
+        if view.usage.waiting > view.first_waiting.len() as u64 {
+            text.push_str(&format!(
+                "  ... and {} more queued\n",
+                view.usage.waiting - view.first_waiting.len() as u64
+            ));
+        }
+        print(&text)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Most waiting runs `queue NAME` names.
+const QUEUE_SHOWN_RUNS: usize = 20;
+
 fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
     let run = launched.run;
     let home = store.home();
+    if let RunnerStart::Queued {
+        queue,
+        place,
+        usage,
+    } = &launched.start
+    {
+        if json {
+            let report = queue::QueuedLaunchReport {
+                run_id: run.to_string(),
+                state: "queued",
+                queue: queue.clone(),
+                place: *place,
+                active: usage.active,
+                max_active: usage.max_active,
+                waiting: usage.waiting,
+                status_path: home.status_path(run),
+                result_path: home.result_path(run),
+            };
+            print_line(&serde_json::to_string(&report).context("writing JSON")?)?;
+        } else {
+            let place = place.map_or_else(String::new, |place| format!("place {place}, "));
+            print(&format!(
+                "run {run} queued in {queue} ({place}{})\nstatus: {}\nresult: {}\n",
+                queue::usage_text(usage),
+                show::escape_control(&home.status_path(run).display().to_string()),
+                show::escape_control(&home.result_path(run).display().to_string())
+            ))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let runner = match &launched.start {
         RunnerStart::Started { pid, .. } => Ok(*pid),
         RunnerStart::NotStarted { error } => Err(error.clone()),
+        RunnerStart::Queued { .. } => unreachable!("a queued launch was reported above"),
     };
     let runner_pid = runner.as_ref().ok().copied();
     let error = runner.as_ref().err().cloned();
@@ -464,10 +567,40 @@ pub fn runner(
         config.heartbeat = heartbeat;
     }
     config.idle_timeout = idle_timeout;
-    match runner::run_in_process(home, run, config) {
+    let outcome = runner::run_in_process(home.clone(), run, config);
+    // Its last act: the slot its run held is free, so its queue's next run starts now.
+    start_next_in_queue(home, run);
+    match outcome {
         Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
             Ok(ExitCode::SUCCESS)
         }
         Err(_) => Ok(ExitCode::from(EXIT_ERROR)),
+    }
+}
+
+/// After a runner's run ended: admits what the run's queue now allows and starts those runs'
+/// runners. Best effort: a failure is written to runner.log's stream (stderr), and the next
+/// reconcile pass admits them.
+fn start_next_in_queue(home: Home, run: RunId) {
+    let started = (|| -> anyhow::Result<()> {
+        let store = Store::open(home)?;
+        let queue = store
+            .journal()
+            .view()?
+            .snapshot(run)?
+            .and_then(|state| state.queue.map(|queue| queue.name));
+        if let Some(queue) = queue {
+            let by = format!("runner of {run} (pid {})", std::process::id());
+            queue::start_admissible(&store, &runner_base()?, &by, Some(&queue))?;
+        }
+        Ok(())
+    })();
+    if let Err(error) = started {
+        use std::io::Write;
+        // Its stderr is runner.log, or /dev/null: a failed write changes nothing.
+        let _ = writeln!(
+            std::io::stderr(),
+            "runjournal runner: starting its queue's next run: {error:#}"
+        );
     }
 }

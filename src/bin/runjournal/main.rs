@@ -154,6 +154,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show a queue (its limit and what it holds), or set its limit: at most N of its runs
+    /// are active at once; the others wait, first in first (`run --queue NAME`).
+    Queue {
+        /// The queue's name: letters, digits, '.', '_' and '-'.
+        name: String,
+        /// Most runs of the queue active at once. Kept in the journal.
+        #[arg(long, value_name = "N")]
+        max_active: Option<u64>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the retention policy, or set it: how long ended runs are kept, how many, and how
     /// much room the home may take. Kept in the journal: every process of the home applies
     /// it, at each reconcile pass.
@@ -323,6 +335,11 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),
         Command::Reconcile { json } => reconcile::command(home, json),
+        Command::Queue {
+            name,
+            max_active,
+            json,
+        } => launch::queue(home, &name, max_active, json),
         Command::Ship(args) => ship::command(home, args),
         Command::Retention(args) => retention::retention(home, args),
         Command::Prune(args) => retention::prune(home, args),

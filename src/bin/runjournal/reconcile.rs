@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use runjournal::json::{PrunedDoc, ReconcileLine};
+use runjournal::launch::queue;
 use runjournal::reconcile::{self, Report};
 use runjournal::retention::{self, PassOptions, PassReport};
 use runjournal::{Home, Store};
@@ -29,6 +30,9 @@ pub fn prune_pass(store: &Store) -> Result<PassReport, retention::PassError> {
 /// of either does not stop the reading.
 pub fn before_reading(store: &Store) {
     report_reconciled(&pass(store));
+    if let Err(error) = admit_pass(store) {
+        note(&format!("starting queued runs: {error:#}"));
+    }
     match prune_pass(store) {
         Ok(report) => {
             for line in unconsumed_lines(&report) {
@@ -36,6 +40,34 @@ pub fn before_reading(store: &Store) {
             }
         }
         Err(error) => note(&format!("pruning: {error}")),
+    }
+}
+
+/// The admissions that follow a reconcile pass: every queue's free slots go to its first
+/// waiting runs, whose runners are started (the runner program is this one).
+pub fn admit_pass(store: &Store) -> anyhow::Result<Vec<queue::Admitted>> {
+    let program = crate::launch::runner_base()?;
+    Ok(queue::start_admissible(
+        store,
+        &program,
+        &format!("reconciler (pid {})", std::process::id()),
+        None,
+    )?)
+}
+
+/// One line per run a pass admitted.
+fn admitted_line(admitted: &queue::Admitted) -> String {
+    match &admitted.runner {
+        Ok(pid) => format!(
+            "{}  admitted by queue {}  runner pid {pid}",
+            admitted.run, admitted.queue
+        ),
+        Err(error) => format!(
+            "{}  admitted by queue {}  its runner did not start: {}",
+            admitted.run,
+            admitted.queue,
+            runjournal::show::escape_control(error)
+        ),
     }
 }
 
@@ -76,6 +108,24 @@ pub fn command(home: Home, json: bool) -> CliResult {
         };
         text.push_str(&line);
         text.push('\n');
+    }
+    match admit_pass(&store) {
+        Ok(admitted) => {
+            for admitted in &admitted {
+                let line = if json {
+                    serde_json::to_string(&queue::AdmittedReport::of(admitted))
+                        .context("writing JSON")?
+                } else {
+                    admitted_line(admitted)
+                };
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        Err(error) => {
+            errors += 1;
+            note(&format!("starting queued runs: {error:#}"));
+        }
     }
     let pruning = prune_pass(&store);
     let pruned = match &pruning {

@@ -563,6 +563,10 @@ impl Sharing {
                     )))),
                 }
             }
+            WireAnswer::QueueRefused { refusal } => Some(answer(Err(AppendError::Queue {
+                run: batch.run,
+                refusal,
+            }))),
             WireAnswer::SeqReused { was_retried } => {
                 let is_rejudged =
                     (was_retried || pending.may_have_landed) && pending.rejudges < MAX_REJUDGES;

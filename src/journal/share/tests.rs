@@ -669,3 +669,146 @@ fn a_stopped_leader_that_runs_again_commits_nothing_its_client_has_since_judged(
         .expect("records");
     assert_eq!(records.len(), 2, "nothing landed twice or late");
 }
+
+// Queues: the admission is judged where the batch is committed, so sharing commits cannot let
+// two handles take the same last slot.
+
+fn joined() -> Event {
+    Event::QueueJoined {
+        queue: "q".to_string(),
+        idle_timeout_ms: None,
+        heartbeat_ms: None,
+    }
+}
+
+fn admitted() -> Event {
+    Event::QueueAdmitted {
+        by: "test".to_string(),
+    }
+}
+
+fn create_waiting(journal: &Journal) -> RunId {
+    journal
+        .append(
+            RunId::generate(),
+            vec![created(), joined()],
+            Condition::expect_head(0),
+        )
+        .expect("a run joins the queue")
+        .run
+}
+
+#[test]
+fn a_queue_refusal_through_the_leader_is_the_refusal_of_committing_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (leader, client) = leader_and_client(&dir);
+    let no_queue = client
+        .append(
+            RunId::generate(),
+            vec![created(), joined()],
+            Condition::expect_head(0),
+        )
+        .expect_err("a queue without a limit is refused");
+    assert!(matches!(
+        no_queue,
+        AppendError::Queue {
+            refusal: crate::journal::QueueRefusal::NoSuchQueue { .. },
+            ..
+        }
+    ));
+    leader.set_queue_limit("q", 1).expect("limit set");
+    let first = create_waiting(&leader);
+    let second = create_waiting(&leader);
+    let third = create_waiting(&leader);
+    let not_first = client
+        .append(second, vec![admitted()], Condition::none())
+        .expect_err("only the first waiting run is admitted");
+    assert!(
+        matches!(
+            &not_first,
+            AppendError::Queue {
+                refusal: crate::journal::QueueRefusal::NotFirst { first: found, .. },
+                ..
+            } if *found == first
+        ),
+        "{not_first:?}"
+    );
+    client
+        .append(first, vec![admitted()], Condition::none())
+        .expect("the first takes the free slot through the leader");
+    let alone = leader
+        .append(second, vec![admitted()], Condition::none())
+        .expect_err("full");
+    let shared = client
+        .append(second, vec![admitted()], Condition::none())
+        .expect_err("full through the leader");
+    assert_eq!(format!("{shared:?}"), format!("{alone:?}"));
+    assert!(matches!(
+        shared,
+        AppendError::Queue {
+            refusal: crate::journal::QueueRefusal::Full {
+                active: 1,
+                max_active: 1,
+                ..
+            },
+            ..
+        }
+    ));
+    assert!(
+        through_leader(&client) >= 4,
+        "every case went to the leader"
+    );
+    let view = leader.view().expect("view");
+    assert_eq!(view.queue_active("q").expect("active"), vec![first]);
+    assert_eq!(
+        view.queue_waiting("q", 10).expect("waiting"),
+        vec![second, third]
+    );
+}
+
+/// Many threads of many handles (sharing commits through one leader) race to admit a
+/// queue's first waiting run while two slots are free: exactly two runs are ever admitted,
+/// and the journal's indexes agree.
+#[test]
+fn handles_racing_for_the_last_slots_through_the_leader_take_each_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let handles: Vec<Journal> = (0..4).map(|_| open(&journal_in(dir.path()))).collect();
+    handles[0].set_queue_limit("q", 2).expect("limit set");
+    let waiting: Vec<RunId> = (0..12).map(|_| create_waiting(&handles[0])).collect();
+    let barrier = std::sync::Barrier::new(16);
+    let wins = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for handle in &handles {
+            for _ in 0..4 {
+                let (barrier, wins) = (&barrier, &wins);
+                scope.spawn(move || {
+                    barrier.wait();
+                    for _ in 0..8 {
+                        let view = handle.view().expect("view");
+                        let Some(first) = view.queue_waiting("q", 1).expect("waiting").pop() else {
+                            return;
+                        };
+                        drop(view);
+                        match handle.append(first, vec![admitted()], Condition::none()) {
+                            Ok(_) => {
+                                wins.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(AppendError::Queue { .. } | AppendError::Transition { .. }) => {}
+                            Err(error) => panic!("unexpected: {error}"),
+                        }
+                    }
+                });
+            }
+        }
+    });
+    assert_eq!(wins.load(Ordering::Relaxed), 2, "two slots, two admissions");
+    let shared: u64 = handles.iter().map(through_leader).sum();
+    assert!(shared > 0, "handles had a leader to hand batches to");
+    let view = handles[0].view().expect("view");
+    let mut active = view.queue_active("q").expect("active");
+    active.sort_unstable();
+    let mut expected = waiting[..2].to_vec();
+    expected.sort_unstable();
+    assert_eq!(active, expected, "the first two in, first in first");
+    assert_eq!(view.queue_waiting("q", 100).expect("waiting"), waiting[2..]);
+}

@@ -21,8 +21,9 @@ use crate::journal::snapshot::SNAPSHOT_LAYOUT;
 /// The version of this protocol. Version 1 is the first; version 2 added
 /// [`WireBatch::pid_namespaces`] (version 1 lost a process identity's PID namespace on the
 /// way to the leader); version 3 added [`Hello::journal_file`], [`Hello::answer_timeout_ms`]
-/// and [`ToClient::Working`], so that a client can tell a stopped leader from a busy one.
-pub(crate) const PROTOCOL_VERSION: u16 = 3;
+/// and [`ToClient::Working`], so that a client can tell a stopped leader from a busy one;
+/// version 4 added [`WireAnswer::QueueRefused`] and the queue events.
+pub(crate) const PROTOCOL_VERSION: u16 = 4;
 
 /// The largest frame either side sends or reads: room for the largest snapshot (an answer
 /// carries one) and then some. A batch whose frame would be larger is committed by its own
@@ -206,6 +207,12 @@ pub(crate) enum WireAnswer {
     /// snapshot bytes (`None`: the run did not exist): the client words the refusal itself
     /// by judging its batch against it, exactly as the leader did.
     Refused { against: Option<Vec<u8>> },
+    /// Refused by its queue (full, another run first, no limit): judged against the journal's
+    /// queue indexes, which the client cannot judge again itself, so the leader sends the
+    /// refusal whole. Nothing was written.
+    QueueRefused {
+        refusal: crate::journal::error::QueueRefusal,
+    },
     /// The writer seq is at or below the writer's mark, and the run holds no batch of these
     /// events under it. After a retry (`was_retried`) or a resend, the batch was refused in a
     /// commit that landed unacknowledged: the client judges it again under a fresh seq.
@@ -366,7 +373,7 @@ mod tests {
 
     /// The bytes of a hello are pinned: a change to them is a new protocol version.
     #[test]
-    fn the_hello_of_protocol_three_is_these_bytes() {
+    fn the_hello_of_protocol_four_is_these_bytes() {
         let bytes = frame(&ToLeader::Hello(Hello {
             build: "b".to_string(),
             journal_id: [1; 16],
@@ -377,7 +384,7 @@ mod tests {
         }))
         .expect("frames");
         let body = &bytes[4..bytes.len() - 4];
-        let mut expected = vec![3, 0, 1, b'b'];
+        let mut expected = vec![4, 0, 1, b'b'];
         expected.extend([1; 16]);
         expected.extend([2, 3, 4, 5, 6]);
         assert_eq!(body, expected.as_slice());

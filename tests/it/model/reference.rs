@@ -115,6 +115,8 @@ pub struct Run {
     pub ending: Option<Ending>,
     pub observed: Option<Observed>,
     pub dismissed_at_ms: Option<UnixMs>,
+    /// "Queues": the queue the run waits in, and whether it was admitted.
+    pub queue: Option<(String, bool)>,
 }
 
 impl Run {
@@ -188,11 +190,19 @@ pub enum Rule {
     ResumedAtCreation,
     /// "... naming the paused run it carries on": another run than itself.
     ResumesAnotherRun,
+    /// "Queues": a run joins a queue only in its creation batch, right after `RunCreated`.
+    QueueJoinedAtCreation,
+    /// "Queues": a queue's name is 1 to 64 letters, digits, '.', '_' or '-'.
+    QueueNameValid,
+    /// "Queues": only a run in a queue is admitted, and once.
+    AdmittedOnceInQueue,
+    /// "Queues": a run in a queue starts its runner only once admitted.
+    RunnerAfterAdmission,
 }
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 24] = [
+    pub const ALL: [Rule; 28] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -217,7 +227,19 @@ impl Rule {
         Rule::DismissedOnce,
         Rule::ResumedAtCreation,
         Rule::ResumesAnotherRun,
+        Rule::QueueJoinedAtCreation,
+        Rule::QueueNameValid,
+        Rule::AdmittedOnceInQueue,
+        Rule::RunnerAfterAdmission,
     ];
+}
+
+/// "Queues": the names a queue may have.
+fn is_valid_queue_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
 }
 
 /// Whether a spec is one the design accepts (`RunSpec::check`), as far as the model's specs go: steps to run, one
@@ -273,6 +295,8 @@ fn texts(event: &Event) -> Vec<&str> {
         }
         Event::ProcessTerminalObserved { instance_id, .. } => texts.push(instance_id),
         Event::Dismissed { .. } | Event::Resumed { .. } => {}
+        Event::QueueJoined { queue, .. } => texts.push(queue),
+        Event::QueueAdmitted { by } => texts.push(by),
     }
     texts
 }
@@ -318,6 +342,9 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             }
             if run.observed.is_some() {
                 broken.push(Rule::RunnerNotAfterGivenUp);
+            }
+            if matches!(run.queue, Some((_, false))) {
+                broken.push(Rule::RunnerAfterAdmission);
             }
             next.status = Status::Running;
             next.runner = Some((runner.clone(), instance_id.clone()));
@@ -471,6 +498,19 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
                 broken.push(Rule::ResumesAnotherRun);
             }
         }
+        Event::QueueJoined { queue, .. } => {
+            if run.head != 1 {
+                broken.push(Rule::QueueJoinedAtCreation);
+            }
+            if !is_valid_queue_name(queue) {
+                broken.push(Rule::QueueNameValid);
+            }
+            next.queue = Some((queue.clone(), false));
+        }
+        Event::QueueAdmitted { .. } => match &run.queue {
+            Some((name, false)) => next.queue = Some((name.clone(), true)),
+            _ => broken.push(Rule::AdmittedOnceInQueue),
+        },
     }
     if broken.is_empty() {
         Ok(next)
@@ -523,6 +563,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         ending: None,
         observed: None,
         dismissed_at_ms: None,
+        queue: None,
     })
 }
 
@@ -596,6 +637,10 @@ pub fn reconcile(run: &Run, runner: Runner, is_past_start_grace: bool) -> Vec<Re
         ]
     };
     let is_terminal = run.status.is_terminal();
+    // "Queues": a run waiting for a slot has no runner due, however long it waits.
+    if !is_terminal && run.observed.is_none() && matches!(run.queue, Some((_, false))) {
+        return Vec::new();
+    }
     match (is_terminal, &run.observed, runner) {
         // "Rules": a process terminal "allowed before `Terminal` (the runner died first — the
         // run is then *stale* until the reconciler records `Terminal`)": failed, with what was
