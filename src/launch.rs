@@ -498,10 +498,13 @@ pub fn resume(
         });
     }
     let plan = resume_plan(&state)?;
+    // A resumed run starts at once: it takes no queue (its paused run held no slot).
     let request = RunRequest {
         spec: plan.spec.clone(),
         hosts: plan.hosts.clone(),
         idle_timeout,
+        heartbeat: None,
+        queue: None,
     };
     let more = vec![Event::Resumed { from: run }];
     match launch_with(store, request, more, program, start_timeout) {
@@ -554,6 +557,7 @@ impl ResumeReport {
         let (state, runner_pid, error) = match &resumed.launched.start {
             RunnerStart::Started { pid, .. } => ("running", Some(*pid), None),
             RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
+            RunnerStart::Queued { .. } => ("queued", None, None),
         };
         ResumeReport {
             run_id: run.to_string(),

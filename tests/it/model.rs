@@ -1349,13 +1349,13 @@ fn the_queue_rules_of_the_reducer_agree_with_the_reference() {
             event: event.clone(),
         };
         let mut library = runjournal::state::apply(None, &record(1, &first)).expect("created");
-        let mut reference_run = reference::apply(None, &first).expect("created");
+        let mut reference_run = reference::apply(run, None, &first).expect("created");
         for &pick in sequence {
             let event = &pool[pick];
             let seq = library.head_seq + 1;
             match (
                 runjournal::state::apply(Some(&library), &record(seq, event)),
-                reference::apply(Some(&reference_run), event),
+                reference::apply(run, Some(&reference_run), event),
             ) {
                 (Ok(next), Ok(reference_next)) => {
                     assert_eq!(view_of(&next), reference_next, "{sequence:?}");
