@@ -501,3 +501,53 @@ fn every_json_line_keeps_the_one_key_convention() {
         }
     }
 }
+
+/// Each queue in the stats: its limit, its active runs and its waiting ones; a home without
+/// queues shows no line for them.
+#[test]
+fn inspect_stats_shows_each_queue() {
+    let fixture = fixture();
+    let ran = run(tool_at(&fixture, &["inspect", "stats"]));
+    assert!(!ran.stdout.contains("queues"), "{}", ran.stdout);
+    {
+        let store = runjournal::Store::open(fixture.home.clone()).expect("the home opens");
+        store.journal().set_queue_limit("gpu", 0).expect("a limit");
+        let spec = runjournal::spec::RunDraft {
+            steps: vec![runjournal::spec::named_step(
+                runjournal::event::StepAction::Shell {
+                    script: "true".to_string(),
+                },
+            )],
+            ..runjournal::spec::RunDraft::default()
+        }
+        .finish()
+        .expect("a valid run")
+        .spec;
+        for _ in 0..3 {
+            store
+                .create_queued_run(
+                    spec.clone(),
+                    runjournal::HostIds::default(),
+                    runjournal::Event::QueueJoined {
+                        queue: "gpu".to_string(),
+                        idle_timeout_ms: None,
+                        heartbeat_ms: None,
+                    },
+                )
+                .expect("a run waits in the queue");
+        }
+    }
+    let ran = run(tool_at(&fixture, &["inspect", "stats"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("queues       gpu 0/0 active, 3 queued"),
+        "{}",
+        ran.stdout
+    );
+    let ran = run(tool_at(&fixture, &["inspect", "stats", "--json"]));
+    let stats = &json_lines(&ran.stdout)[0];
+    assert_eq!(
+        stats["queues"],
+        serde_json::json!([{"name": "gpu", "maxActive": 0, "active": 0, "waiting": 3}])
+    );
+}

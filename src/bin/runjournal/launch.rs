@@ -568,8 +568,12 @@ pub fn runner(
     }
     config.idle_timeout = idle_timeout;
     let outcome = runner::run_in_process(home.clone(), run, config);
-    // Its last act: the slot its run held is free, so its queue's next run starts now.
-    start_next_in_queue(home, run);
+    // Its last act: the run ended, so the slot it held is free, and its queue's next run
+    // starts now. A runner that could not record its run's end freed no slot (the reconciler
+    // fails the run, and its pass admits the next).
+    if outcome.is_ok() {
+        start_next_in_queue(home, run);
+    }
     match outcome {
         Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
             Ok(ExitCode::SUCCESS)
