@@ -274,6 +274,47 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     check_private(dir, Expect::Directory).map(|_| ())
 }
 
+/// [`ensure_private_dir`], and each directory it makes durable: a new directory's entry
+/// survives a power cut only once the directory holding it is synced (`fsync(2)` promises
+/// nothing more), so the parent of each one made is synced, outermost first. For the
+/// directories that hold the journal: a commit acknowledged in a journal whose directory entry
+/// was lost would be lost with it.
+pub fn ensure_private_dir_durable(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut cursor = Some(dir);
+    while let Some(path) = cursor {
+        if path.as_os_str().is_empty() || path.symlink_metadata().is_ok() {
+            break;
+        }
+        missing.push(path);
+        cursor = path.parent();
+    }
+    ensure_private_dir(dir)?;
+    for made in missing.iter().rev() {
+        sync_parent(made)?;
+    }
+    Ok(())
+}
+
+/// Syncs the directory holding `path`, making its entry (a create, a rename, an unlink there)
+/// durable.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+        _ => sync_dir(Path::new(".")),
+    }
+}
+
+/// Syncs a directory: the entries in it become durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    // O_DIRECTORY: anything but a directory is refused at the open, a FIFO without waiting.
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY)
+        .open(dir)?
+        .sync_all()
+}
+
 /// Creates `dir` (0700) if it does not exist, and checks that it is private; its parent must
 /// exist. For a directory that belongs in an existing home (a run's): a home that was removed
 /// is not made again from below.

@@ -225,7 +225,8 @@ impl Store {
         ];
         for dir in dirs {
             let existed = dir.exists();
-            durable_fs::ensure_private_dir(&dir)
+            // Durable: a journal whose directory's entry a power cut loses is lost whole.
+            durable_fs::ensure_private_dir_durable(&dir)
                 .map_err(|source| OpenError::from_io(&dir, source))?;
             if !existed {
                 created.push(dir);
