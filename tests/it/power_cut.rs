@@ -12,11 +12,14 @@
 //! * `runjournal reconcile` exits 0 and leaves no run running;
 //! * every run's records are gap-free with at most one `Terminal` and a snapshot equal to their
 //!   replay, and `verify` (what `journal-tools inspect verify` runs) finds nothing, the runs'
-//!   projections included.
+//!   projections included;
+//! * where PostgreSQL is installed, a shipper followed the journal until the cut; `ship --once`
+//!   after it leaves the server with every record of the journal once, with the same content,
+//!   shipped through the journal's head.
 //!
 //! The workload mixes chains, parallel runs, external jobs fed by `job update`, `stop`, several
-//! launchers at once (so commits are shared through a commit leader), concurrent reconcilers
-//! and `prune`. Several cuts fall on one disk in turn, so each workload also starts on what the
+//! launchers at once (so commits are shared through a commit leader), concurrent reconcilers,
+//! `prune` and the shipper. Not in it: `journal-tools recover` (it needs a lost journal). Several cuts fall on one disk in turn, so each workload also starts on what the
 //! last cut left (a stale leader socket, a half-made run directory).
 //!
 //! Root and `/dev/fuse` are needed (a FUSE mount, a cgroup); without them the test skips, and
@@ -44,6 +47,7 @@ use runjournal::store::StoreOptions;
 use runjournal::{Home, Journal, RunId, Store};
 
 use crate::support;
+use crate::support::pg_cluster::PgCluster;
 
 const CUTS_ENV: &str = "RUNJOURNAL_POWER_CUTS";
 const SEED_ENV: &str = "RUNJOURNAL_POWER_SEED";
@@ -231,6 +235,10 @@ impl Cut<'_> {
             .args(args)
             .env_remove("RUNJOURNAL_HOME")
             .env_remove("RUNJOURNAL_LAYOUT")
+            .env_remove("RUNJOURNAL_SHIP_URL")
+            // No password from the environment of whoever runs the tests.
+            .env_remove("PGPASSWORD")
+            .env("PGPASSFILE", self.out.join("no-password-file"))
             .current_dir(self.out)
             .stdin(Stdio::null())
             .stderr(Stdio::null());
@@ -499,6 +507,32 @@ fn printed_run_id(stdout: &Path) -> Option<RunId> {
     object["runId"].as_str()?.parse().ok()
 }
 
+/// After a cut and `ship --once`: the server holds every record of the journal, each global
+/// seq once and with the same content, and the journal's head as shipped (records of runs
+/// pruned since they were shipped stay on the server).
+fn check_shipped(cluster: &PgCluster, home: &Home, seed: u64) {
+    let id = crate::ship::journal_id(home);
+    let local = crate::ship::local_hashes(home);
+    let (server, rows) = crate::ship::server_hashes(cluster, &id);
+    assert_eq!(
+        rows,
+        server.len() as i64,
+        "seed {seed}: a global seq is on the server twice"
+    );
+    for (global, hash) in &local {
+        assert_eq!(
+            server.get(global),
+            Some(hash),
+            "seed {seed}: the record at global seq {global} on the server"
+        );
+    }
+    assert_eq!(
+        crate::ship::shipped_through(cluster, &id),
+        Some(crate::ship::global_head(home)),
+        "seed {seed}: shipped through the journal's head"
+    );
+}
+
 /// After `runjournal reconcile`, the only runs left open may be those whose runner never
 /// started (created within the reconciler's start grace, which a launcher may still be in):
 /// every process is dead, so a pass without the grace closes them.
@@ -696,6 +730,10 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
         .unwrap_or_else(rand::random);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_runjournal"));
     let freezer = Freezer::new(&format!("runjournal-power-cut-{}", std::process::id()));
+    // A shipper follows each home's journal to a throwaway PostgreSQL, where it is installed.
+    let cluster = PgCluster::start("power_cuts_of_the_real_binaries_lose_nothing_acknowledged");
+    let ship_url_text = cluster.as_ref().map(PgCluster::url);
+    let ship_url = ship_url_text.as_deref();
 
     let mut totals: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut acknowledged_total = 0;
@@ -741,7 +779,7 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
             let at_fsync = cut
                 .rng
                 .random_bool(0.5)
-                .then(|| cut.rng.random_range(1..120));
+                .then(|| cut.rng.random_range(1..300));
             let at_round = cut.rng.random_range(5..MAX_ROUNDS);
             if let Some(k) = at_fsync {
                 disk.cut_after_fsync("journal.redb", k, tear);
@@ -750,6 +788,10 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
                 "cut at fsync {at_fsync:?} or round {at_round}, {tear:?}"
             ));
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some(url) = ship_url {
+                    // Following the journal until the cut.
+                    cut.other("shipper", &["ship", "--to", url]);
+                }
                 let mut rounds = 0;
                 while !disk.is_cut() && rounds < at_round {
                     cut.round();
@@ -778,6 +820,19 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
                 );
                 close_unstarted(&home, seed);
                 let runs = check(&home, &acknowledged, seed);
+                if let (Some(cluster), Some(url)) = (&cluster, ship_url) {
+                    let shipper = cut.command(
+                        &["ship".into(), "--once".into(), "--to".into(), url.into()],
+                        None,
+                    );
+                    let output = shipper.wait_with_output().expect("the shipper runs");
+                    assert!(
+                        exited_zero(output.status),
+                        "seed {seed}: ship --once after the cut: {:?}",
+                        output.status
+                    );
+                    check_shipped(cluster, &home, seed);
+                }
                 (was_cut_at_sync, runs)
             }));
             match outcome {
@@ -789,6 +844,19 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
                     eprintln!("seed {seed}: what happened:");
                     for line in &cut.log {
                         eprintln!("  {line}");
+                    }
+                    // What the cut left, kept for a look (the disk goes with the test).
+                    if !disk.is_cut() {
+                        let kept = std::env::temp_dir().join(format!("power-cut-{seed}"));
+                        let _ = Command::new("cp")
+                            .arg("-a")
+                            .arg(home.root())
+                            .arg(&kept)
+                            .status();
+                        eprintln!(
+                            "seed {seed}: the home after the cut is copied to {}",
+                            kept.display()
+                        );
                     }
                     std::panic::resume_unwind(panic);
                 }
