@@ -306,6 +306,34 @@ fn what_a_home_needs_works_on_it() {
     drop(holder);
     other.try_lock().expect("free once the holder closed");
 
+    // Byte-range locks of open file descriptions (redb's): a range one description holds
+    // exclusively cannot be taken by another.
+    let ofd_lock = |file: &File, start: i64| {
+        // SAFETY: `flock` is plain data; zeroed is a valid value, every field used is set.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as i16;
+        lock.l_whence = libc::SEEK_SET as i16;
+        lock.l_start = start;
+        lock.l_len = 16;
+        nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLK(&lock))
+    };
+    let first = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(root.join("data"))
+        .expect("open");
+    let second = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(root.join("data"))
+        .expect("open");
+    ofd_lock(&first, 0).expect("a range lock");
+    assert!(
+        ofd_lock(&second, 8).is_err(),
+        "an overlapping range is held"
+    );
+    ofd_lock(&second, 16).expect("a range beside it is free");
+
     // statvfs.
     let stat = nix::sys::statvfs::statvfs(&root).expect("statvfs");
     assert!(stat.blocks_available() > 0);
