@@ -185,13 +185,16 @@ impl Reserve {
         self.path.is_file()
     }
 
-    /// Makes the reserve if it is missing. `Ok(false)` when there is no room for it (or its
-    /// size is 0); nothing half made is left behind.
+    /// Makes the reserve if it is missing, or shorter than its size (a power cut can keep its
+    /// name but not its blocks, which are never synced). `Ok(false)` when there is no room for
+    /// it (or its size is 0); nothing half made is left behind.
     pub fn ensure(&self) -> io::Result<bool> {
         if self.bytes == 0 {
             return Ok(false);
         }
-        if self.exists() {
+        if self.exists()
+            && fs::metadata(&self.path).is_ok_and(|metadata| metadata.len() >= self.bytes)
+        {
             return Ok(true);
         }
         let temp = self.path.with_extension("making");
@@ -828,6 +831,12 @@ mod tests {
             !reserve.release().expect("nothing to release"),
             "it was not there"
         );
+
+        // Short, as a power cut may leave it: made again at its size.
+        fs::write(reserve.path(), b"short").expect("a short reserve");
+        assert!(reserve.ensure().expect("made again"));
+        let made = fs::metadata(reserve.path()).expect("the reserve file");
+        assert_eq!(made.len(), 4096);
 
         let none = Reserve::new(dir.path().join("none.reserve"), 0);
         assert!(!none.ensure().expect("nothing to make"));

@@ -274,6 +274,59 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     check_private(dir, Expect::Directory).map(|_| ())
 }
 
+/// [`ensure_private_dir`], and each directory it makes durable: a new directory's entry
+/// survives a power cut only once the directory holding it is synced (`fsync(2)` promises
+/// nothing more), so the parent of each one made is synced, outermost first. For the
+/// directories that hold the journal: a commit acknowledged in a journal whose directory entry
+/// was lost would be lost with it. True when this call made `dir` itself (not another process
+/// at the same moment).
+pub fn ensure_private_dir_durable(dir: &Path) -> io::Result<bool> {
+    let mut missing = Vec::new();
+    let mut cursor = Some(dir);
+    while let Some(path) = cursor {
+        if path.as_os_str().is_empty() || path.symlink_metadata().is_ok() {
+            break;
+        }
+        missing.push(path);
+        cursor = path.parent();
+    }
+    if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
+    }
+    let made = match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => true,
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => false,
+        Err(error) => return Err(error),
+    };
+    check_private(dir, Expect::Directory)?;
+    for path in missing.iter().rev() {
+        sync_parent(path)?;
+    }
+    Ok(made)
+}
+
+/// Syncs the directory holding `path`, making its entry (a create, a rename, an unlink there)
+/// durable.
+pub fn sync_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+        _ => sync_dir(Path::new(".")),
+    }
+}
+
+/// Syncs a directory: the entries in it become durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    // O_DIRECTORY: anything but a directory is refused at the open, a FIFO without waiting.
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY)
+        .open(dir)?
+        .sync_all()
+}
+
 /// Creates `dir` (0700) if it does not exist, and checks that it is private; its parent must
 /// exist. For a directory that belongs in an existing home (a run's): a home that was removed
 /// is not made again from below.
@@ -813,6 +866,21 @@ mod tests {
 
     /// The permission rule, case by case: who owns the entry, who may write it, what it is,
     /// and whether it is reached through a link.
+    #[test]
+    fn a_durable_private_dir_says_whether_this_call_made_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let nested = dir.path().join("a").join("b");
+        assert!(ensure_private_dir_durable(&nested).expect("made with its parent"));
+        assert!(nested.is_dir());
+        assert!(
+            !ensure_private_dir_durable(&nested).expect("there already"),
+            "a directory that was there (another process's) is not this call's"
+        );
+        assert!(!ensure_private_dir_durable(&dir.path().join("a")).expect("made above"));
+        let mode = fs::metadata(&nested).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
     #[test]
     fn the_permission_rule_accepts_only_private_entries_of_this_user() {
         use EntryKind::{Directory, File, Other, Symlink};

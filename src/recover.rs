@@ -207,7 +207,7 @@ pub fn recover_from_projections(home: &Home) -> Result<Recovery, RecoverError> {
         "putting the rebuilt journal in place at",
         path.clone(),
     ))?;
-    sync_dir(&home.state_dir()).map_err(io_error("syncing", home.state_dir()))?;
+    durable_fs::sync_dir(&home.state_dir()).map_err(io_error("syncing", home.state_dir()))?;
     // The reconciler's cursor counts the lost journal's log; the next pass looks back instead.
     durable_fs::remove_if_present(&home.reconcile_cursor_path())
         .map_err(io_error("removing", home.reconcile_cursor_path()))?;
@@ -297,16 +297,6 @@ fn aside_path(path: &Path, at_ms: UnixMs) -> PathBuf {
         counter += 1;
     }
     candidate
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    // O_DIRECTORY: anything but a directory is refused at the open, a FIFO without waiting.
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY)
-        .open(dir)?
-        .sync_all()
 }
 
 /// A run's records from its `events.jsonl`, checked: each line a record of this run, seqs

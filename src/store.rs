@@ -223,17 +223,28 @@ impl Store {
             home.results_dir(),
             capacity::blocked_dir(&home),
         ];
+        // Only what this call made itself is listed for removal: a directory or a journal
+        // another process made at the same moment is that process's (removing a journal it
+        // has begun to commit to would lose its commits, and make the next process start an
+        // empty one).
         for dir in dirs {
-            let existed = dir.exists();
-            durable_fs::ensure_private_dir(&dir)
+            // Durable: a journal whose directory's entry a power cut loses is lost whole.
+            let made = durable_fs::ensure_private_dir_durable(&dir)
                 .map_err(|source| OpenError::from_io(&dir, source))?;
-            if !existed {
+            if made {
                 created.push(dir);
             }
         }
         let journal_path = home.journal_path();
-        if !journal_path.exists() {
-            created.push(journal_path.clone());
+        match durable_fs::create_exclusive(&journal_path) {
+            Ok(_) => {
+                created.push(journal_path.clone());
+                // The file's entry durable before any commit to it is acknowledged.
+                durable_fs::sync_parent(&journal_path)
+                    .map_err(|source| OpenError::from_io(&journal_path, source))?;
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(OpenError::from_io(&journal_path, source)),
         }
         let writer = WriterOptions {
             reserve: (options.reserve_bytes > 0)

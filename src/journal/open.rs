@@ -255,10 +255,15 @@ pub(super) fn check_journal_file(path: &Path) -> Result<(), OpenError> {
 }
 
 /// Creates `path` empty and 0600 if it does not exist, so redb initializes a file only its
-/// owner can read.
+/// owner can read; a file it creates has its directory synced, so that the file's entry is
+/// durable before any commit to it is acknowledged (the commits' own syncs make only the
+/// file's content durable).
 fn create_private_file(path: &Path) -> Result<(), OpenError> {
     match durable_fs::create_exclusive(path) {
-        Ok(_) => Ok(()),
+        Ok(_) => durable_fs::sync_parent(path).map_err(|source| OpenError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(source) => Err(OpenError::Io {
             path: path.to_path_buf(),

@@ -24,6 +24,8 @@ mod layers;
 mod lost_journal;
 mod model;
 mod pi_subagents_compat;
+#[cfg(target_os = "linux")]
+mod power_cut;
 mod power_loss;
 mod projection_incremental;
 mod projection_repair;

@@ -162,7 +162,7 @@ fn record_hash(run: &str, seq: i64, time_ms: i64, kind: &str, event: &Value) -> 
 }
 
 /// Every record of the home's journal by global seq, hashed.
-fn local_hashes(home: &Home) -> BTreeMap<i64, String> {
+pub(crate) fn local_hashes(home: &Home) -> BTreeMap<i64, String> {
     let reader = runjournal::JournalReader::open(home.journal_path()).expect("the journal opens");
     let view = reader.view().expect("a view");
     let mut out = BTreeMap::new();
@@ -190,7 +190,7 @@ fn local_hashes(home: &Home) -> BTreeMap<i64, String> {
 
 /// What the server holds of the home's journal: global seq → hash, and the count of rows
 /// (equal to the map's size unless a global seq appears twice).
-fn server_hashes(cluster: &PgCluster, journal_id: &str) -> (BTreeMap<i64, String>, i64) {
+pub(crate) fn server_hashes(cluster: &PgCluster, journal_id: &str) -> (BTreeMap<i64, String>, i64) {
     let mut client = cluster.client();
     let rows = client
         .query(
@@ -213,13 +213,13 @@ fn server_hashes(cluster: &PgCluster, journal_id: &str) -> (BTreeMap<i64, String
     (map, count)
 }
 
-fn journal_id(home: &Home) -> String {
+pub(crate) fn journal_id(home: &Home) -> String {
     let reader = runjournal::JournalReader::open(home.journal_path()).expect("the journal opens");
     let meta = reader.view().expect("a view").meta().expect("meta");
     runjournal::ship::journal_id_text(&meta.journal_id)
 }
 
-fn shipped_through(cluster: &PgCluster, journal_id: &str) -> Option<i64> {
+pub(crate) fn shipped_through(cluster: &PgCluster, journal_id: &str) -> Option<i64> {
     let mut client = cluster.client();
     let row = client
         .query_opt(
@@ -230,7 +230,7 @@ fn shipped_through(cluster: &PgCluster, journal_id: &str) -> Option<i64> {
     Some(row.get(0))
 }
 
-fn global_head(home: &Home) -> i64 {
+pub(crate) fn global_head(home: &Home) -> i64 {
     let reader = runjournal::JournalReader::open(home.journal_path()).expect("the journal opens");
     reader.view().expect("a view").global_head().expect("head") as i64
 }

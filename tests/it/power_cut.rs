@@ -1,0 +1,909 @@
+//! Power cuts of the real binaries: a workload of `runjournal` processes on a home on the lazy
+//! disk (`lazy-disk`, a FUSE file system that forgets every write and directory change no fsync
+//! made durable), all of them in a freezer cgroup. At a random moment, or right after the k-th
+//! fsync of `journal.redb`, every process is frozen at once, the disk is cut (optionally
+//! tearing the last unsynced write at a sector), the processes are SIGKILLed and thawed, and the
+//! disk is remounted from what was durable. Then:
+//!
+//! * every acknowledged transition is there: a launch that printed its run id (the run, with
+//!   its runner started), each record a `run --wait` printed (`#N ...`: at least N records,
+//!   and the end it printed), a `job update` and a `stop` that exited 0 (their records); a run
+//!   later pruned has its tombstone instead;
+//! * `runjournal reconcile` exits 0 and leaves no run running;
+//! * every run's records are gap-free with at most one `Terminal` and a snapshot equal to their
+//!   replay, and `verify` (what `journal-tools inspect verify` runs) finds nothing, the runs'
+//!   projections included;
+//! * where PostgreSQL is installed, a shipper followed the journal until the cut; `ship --once`
+//!   after it leaves the server with every record of the journal once, with the same content,
+//!   shipped through the journal's head.
+//!
+//! The workload mixes chains, parallel runs, external jobs fed by `job update`, `stop`, several
+//! launchers at once (so commits are shared through a commit leader), concurrent reconcilers,
+//! `prune` and the shipper. Not in it: `journal-tools recover` (it needs a lost journal). Several cuts fall on one disk in turn, so each workload also starts on what the
+//! last cut left (a stale leader socket, a half-made run directory).
+//!
+//! Root and `/dev/fuse` are needed (a FUSE mount, a cgroup); without them the test skips, and
+//! with `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets) it fails instead. `RUNJOURNAL_POWER_CUTS`
+//! sets the number of cuts (20 by default); `RUNJOURNAL_POWER_SEED` the first seed (each cut
+//! prints its own; `RUNJOURNAL_POWER_SEED=<seed> RUNJOURNAL_POWER_CUTS=1` replays its choices,
+//! not its timing).
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use lazy_disk::{LazyDisk, Tear};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use runjournal::event::{ControlAction, Event};
+use runjournal::journal::name_alias;
+use runjournal::reconcile;
+use runjournal::store::StoreOptions;
+use runjournal::{Home, Journal, RunId, Store};
+
+use crate::support;
+use crate::support::pg_cluster::PgCluster;
+
+const CUTS_ENV: &str = "RUNJOURNAL_POWER_CUTS";
+const SEED_ENV: &str = "RUNJOURNAL_POWER_SEED";
+const REQUIRE_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
+const DEFAULT_CUTS: usize = 20;
+/// Cuts that fall on one disk in turn before a fresh one is mounted.
+const CUTS_PER_DISK: usize = 5;
+const FREEZER: &str = "/sys/fs/cgroup/freezer";
+
+/// The longest a workload runs before its cut: a count of rounds, not a time.
+const MAX_ROUNDS: usize = 150;
+/// Bounds of the harness's own waits (freezing, emptying the cgroup): past them it is stuck.
+const SETTLE_BOUND: Duration = Duration::from_secs(30);
+
+/// A cgroup (v1 freezer) holding every process of the workload.
+struct Freezer {
+    dir: PathBuf,
+}
+
+impl Freezer {
+    fn new(name: &str) -> Freezer {
+        let dir = Path::new(FREEZER).join(name);
+        std::fs::create_dir_all(&dir).expect("a freezer cgroup");
+        Freezer { dir }
+    }
+
+    fn procs(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .expect("the cgroup's processes")
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect()
+    }
+
+    fn set_state(&self, state: &str) {
+        std::fs::write(self.dir.join("freezer.state"), state).expect("the freezer's state");
+    }
+
+    fn state(&self) -> String {
+        std::fs::read_to_string(self.dir.join("freezer.state"))
+            .expect("the freezer's state")
+            .trim()
+            .to_string()
+    }
+
+    /// Freezes every process at once, and waits until they all are.
+    fn freeze(&self) {
+        self.set_state("FROZEN");
+        let started = Instant::now();
+        while self.state() != "FROZEN" {
+            assert!(
+                started.elapsed() < SETTLE_BOUND,
+                "the workload did not freeze ({})",
+                self.state()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// SIGKILLs every process, thaws them so they die, and waits until none is left.
+    fn kill_all(&self) {
+        for pid in self.procs() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        self.set_state("THAWED");
+        let started = Instant::now();
+        loop {
+            let left = self.procs();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                started.elapsed() < SETTLE_BOUND,
+                "processes outlive SIGKILL: {left:?}"
+            );
+            // A process forked while the others were being killed.
+            for pid in left {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Leave nothing frozen or running behind a failed test.
+            for pid in self.procs() {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            self.set_state("THAWED");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Shape {
+    Chain,
+    Parallel,
+    ExternalJob,
+}
+
+/// A launch, and where its output goes (outside the lazy disk).
+struct Launch {
+    name: String,
+    shape: Shape,
+    is_wait: bool,
+    child: Child,
+    stdout: PathBuf,
+    /// The run id, once a detached launch printed it.
+    run: Option<RunId>,
+}
+
+/// A command whose exit 0 acknowledges a record: `job update` or `stop`.
+struct Request {
+    what: Acknowledged,
+    child: Child,
+    /// What it printed (outside the lazy disk): a stop says what it found.
+    stdout: PathBuf,
+}
+
+/// What a process acknowledged, to be found after the cut.
+#[derive(Debug, Clone)]
+enum Acknowledged {
+    /// A detached launch printed the run id: the run with its runner started.
+    Launched {
+        run: RunId,
+    },
+    /// `run --wait` printed records 1..=seq of the run named so; `end` the last line when it
+    /// printed the run's end.
+    Followed {
+        name: String,
+        seq: u64,
+        end: Option<String>,
+    },
+    JobUpdate {
+        run: RunId,
+        message: String,
+    },
+    /// `stop` recorded this request.
+    Stop {
+        run: RunId,
+        reason: String,
+    },
+    /// `stop` found a stop already recorded.
+    Stopped {
+        run: RunId,
+    },
+    /// `stop` found the run ended.
+    Ended {
+        run: RunId,
+    },
+}
+
+struct Cut<'a> {
+    rng: StdRng,
+    seed: u64,
+    bin: &'a Path,
+    home: Home,
+    out: &'a Path,
+    freezer: &'a Freezer,
+    launches: Vec<Launch>,
+    requests: Vec<Request>,
+    /// Reconcilers and prunes: nothing is checked of them but the journal they leave.
+    others: Vec<Child>,
+    counts: BTreeMap<&'static str, usize>,
+    log: Vec<String>,
+}
+
+impl Cut<'_> {
+    /// `runjournal --home HOME ARGS`, placed in the freezer cgroup before it runs anything
+    /// (`sh` moves itself there and `exec`s it), its output into `stdout`.
+    fn command(&self, args: &[String], stdout: Option<&Path>) -> Child {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(r#"echo $$ > "$0" && exec "$@""#)
+            .arg(self.freezer.dir.join("cgroup.procs"))
+            .arg(self.bin)
+            .arg("--home")
+            .arg(self.home.root())
+            .args(args)
+            .env_remove("RUNJOURNAL_HOME")
+            .env_remove("RUNJOURNAL_LAYOUT")
+            .env_remove("RUNJOURNAL_SHIP_URL")
+            // No password from the environment of whoever runs the tests.
+            .env_remove("PGPASSWORD")
+            .env("PGPASSFILE", self.out.join("no-password-file"))
+            .current_dir(self.out)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        match stdout {
+            Some(path) => command.stdout(std::fs::File::create(path).expect("an output file")),
+            None => command.stdout(Stdio::null()),
+        };
+        command.spawn().expect("spawn runjournal")
+    }
+
+    fn count(&mut self, what: &'static str) {
+        *self.counts.entry(what).or_default() += 1;
+    }
+
+    fn launch(&mut self) {
+        let shape = match self.rng.random_range(0..3) {
+            0 => Shape::Chain,
+            1 => Shape::Parallel,
+            _ => Shape::ExternalJob,
+        };
+        // An external job's run is fed and ended by `job update`: it needs its id, which a
+        // detached launch prints.
+        let is_wait = shape != Shape::ExternalJob && self.rng.random_bool(0.5);
+        let name = format!("cut-{}-{}", self.seed, self.launches.len());
+        let mut step =
+            |text: &str| format!("sleep 0.0{}; echo {text}", self.rng.random_range(1..9));
+        let mut args: Vec<String> = vec!["run".into(), "--name".into(), name.clone()];
+        match shape {
+            Shape::Chain => {
+                for index in 0..3 {
+                    args.extend(["--step".into(), step(&format!("chain-{index}"))]);
+                }
+            }
+            Shape::Parallel => {
+                args.extend(["--mode".into(), "parallel".into()]);
+                for index in 0..3 {
+                    args.extend(["--step".into(), step(&format!("parallel-{index}"))]);
+                }
+            }
+            Shape::ExternalJob => {
+                args.extend(["--external-job".into(), "exec sleep 120".into()]);
+            }
+        }
+        args.push(if is_wait { "--wait" } else { "--json" }.into());
+        let stdout = self.out.join(format!("{name}.out"));
+        let child = self.command(&args, Some(&stdout));
+        self.log.push(format!(
+            "launch {name} {shape:?} {} (pid {})",
+            if is_wait { "--wait" } else { "--json" },
+            child.id()
+        ));
+        self.count(match shape {
+            Shape::Chain => "chain",
+            Shape::Parallel => "parallel",
+            Shape::ExternalJob => "external job",
+        });
+        self.launches.push(Launch {
+            name,
+            shape,
+            is_wait,
+            child,
+            stdout,
+            run: None,
+        });
+    }
+
+    /// Reads the run ids detached launches have printed so far.
+    fn learn_run_ids(&mut self) {
+        for launch in &mut self.launches {
+            if launch.is_wait || launch.run.is_some() {
+                continue;
+            }
+            launch.run = printed_run_id(&launch.stdout);
+        }
+    }
+
+    fn known_runs(&self, shape: Option<Shape>) -> Vec<RunId> {
+        self.launches
+            .iter()
+            .filter(|launch| shape.is_none_or(|shape| launch.shape == shape))
+            .filter_map(|launch| launch.run)
+            .collect()
+    }
+
+    fn job_update(&mut self) {
+        let runs = self.known_runs(Some(Shape::ExternalJob));
+        if runs.is_empty() {
+            return;
+        }
+        let run = runs[self.rng.random_range(0..runs.len())];
+        let message = format!("update-{}-{}", self.seed, self.requests.len());
+        // Mostly progress; now and then the job's end.
+        let state = if self.rng.random_bool(0.2) {
+            "succeeded"
+        } else {
+            "running"
+        };
+        let args: Vec<String> = [
+            "job",
+            "update",
+            &run.to_string(),
+            "0",
+            "--state",
+            state,
+            "--message",
+            &message,
+        ]
+        .map(String::from)
+        .to_vec();
+        let stdout = self
+            .out
+            .join(format!("request-{}-{}.out", self.seed, self.requests.len()));
+        let child = self.command(&args, Some(&stdout));
+        self.log.push(format!(
+            "job update {run} {state} {message} (pid {})",
+            child.id()
+        ));
+        self.count("job update");
+        self.requests.push(Request {
+            what: Acknowledged::JobUpdate { run, message },
+            child,
+            stdout,
+        });
+    }
+
+    fn stop(&mut self) {
+        let runs = self.known_runs(None);
+        if runs.is_empty() {
+            return;
+        }
+        let run = runs[self.rng.random_range(0..runs.len())];
+        let reason = format!("stop-{}-{}", self.seed, self.requests.len());
+        let args: Vec<String> = ["stop", &run.to_string(), "--reason", &reason]
+            .map(String::from)
+            .to_vec();
+        let stdout = self
+            .out
+            .join(format!("request-{}-{}.out", self.seed, self.requests.len()));
+        let child = self.command(&args, Some(&stdout));
+        self.log
+            .push(format!("stop {run} {reason} (pid {})", child.id()));
+        self.count("stop");
+        self.requests.push(Request {
+            what: Acknowledged::Stop { run, reason },
+            child,
+            stdout,
+        });
+    }
+
+    fn other(&mut self, what: &'static str, args: &[&str]) {
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        let child = self.command(&args, None);
+        self.log.push(format!("{what} (pid {})", child.id()));
+        self.count(what);
+        self.others.push(child);
+    }
+
+    /// One round of the workload: a few launches at once (they share commits through a
+    /// leader), or a request, or a reconciler or a prune beside them.
+    fn round(&mut self) {
+        self.learn_run_ids();
+        match self.rng.random_range(0..20) {
+            0..=5 => self.launch(),
+            6..=7 => {
+                for _ in 0..self.rng.random_range(2..5) {
+                    self.launch();
+                }
+            }
+            8..=11 => self.job_update(),
+            12..=13 => self.stop(),
+            14 => self.other("reconcile", &["reconcile"]),
+            15 => self.other("prune", &["prune", "--keep-runs", "4"]),
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(self.rng.random_range(5..60)));
+    }
+
+    /// Every process is dead: reaps them, and gathers what they acknowledged.
+    fn acknowledged(&mut self) -> Vec<Acknowledged> {
+        let mut acknowledged = Vec::new();
+        for launch in &mut self.launches {
+            let status = launch.child.wait().expect("reap a launcher");
+            let printed = std::fs::read_to_string(&launch.stdout).unwrap_or_default();
+            if launch.is_wait {
+                let lines: Vec<&str> = printed
+                    .lines()
+                    .filter(|line| line.starts_with('#') && is_whole_line(&printed, line))
+                    .collect();
+                let Some(last) = lines.last() else {
+                    continue;
+                };
+                let seq = record_seq(last);
+                let end = last
+                    .split_once(' ')
+                    .is_some_and(|(_, event)| event.starts_with("run "))
+                    .then(|| last.to_string());
+                self.log.push(format!(
+                    "{} --wait printed {} records ({status:?}): last {last:?}",
+                    launch.name,
+                    lines.len()
+                ));
+                acknowledged.push(Acknowledged::Followed {
+                    name: launch.name.clone(),
+                    seq,
+                    end,
+                });
+            } else if let Some(run) = printed_run_id(&launch.stdout) {
+                self.log.push(format!(
+                    "{} printed its run id {run} ({status:?})",
+                    launch.name
+                ));
+                acknowledged.push(Acknowledged::Launched { run });
+            }
+        }
+        for request in &mut self.requests {
+            let status = request.child.wait().expect("reap a request");
+            if !exited_zero(status) {
+                continue;
+            }
+            let printed = std::fs::read_to_string(&request.stdout).unwrap_or_default();
+            let what = match &request.what {
+                Acknowledged::Stop { run, .. } if printed.contains("(already requested)") => {
+                    Acknowledged::Stopped { run: *run }
+                }
+                Acknowledged::Stop { run, .. } if printed.contains("has already ended") => {
+                    Acknowledged::Ended { run: *run }
+                }
+                what => what.clone(),
+            };
+            self.log
+                .push(format!("acknowledged {what:?}: {}", printed.trim()));
+            acknowledged.push(what);
+        }
+        for other in &mut self.others {
+            let _ = other.wait();
+        }
+        acknowledged
+    }
+}
+
+fn exited_zero(status: ExitStatus) -> bool {
+    status.code() == Some(0) && status.signal().is_none()
+}
+
+/// Whether `line` of `text` ended with a newline (a line cut by the kill is not a whole one).
+fn is_whole_line(text: &str, line: &str) -> bool {
+    text.contains(&format!("{line}\n"))
+}
+
+/// `#12 step 0 (...) complete (exit 0)` → 12.
+fn record_seq(line: &str) -> u64 {
+    line.trim_start_matches('#')
+        .split_whitespace()
+        .next()
+        .and_then(|seq| seq.parse().ok())
+        .unwrap_or_else(|| panic!("a --wait line starts with its record's seq: {line:?}"))
+}
+
+fn printed_run_id(stdout: &Path) -> Option<RunId> {
+    let text = std::fs::read_to_string(stdout).ok()?;
+    let line = text.lines().next()?;
+    if !text.contains('\n') {
+        return None;
+    }
+    let object: serde_json::Value = serde_json::from_str(line).ok()?;
+    object["runId"].as_str()?.parse().ok()
+}
+
+/// After a cut and `ship --once`: the server holds every record of the journal, each global
+/// seq once and with the same content, and the journal's head as shipped (records of runs
+/// pruned since they were shipped stay on the server).
+fn check_shipped(cluster: &PgCluster, home: &Home, seed: u64) {
+    let id = crate::ship::journal_id(home);
+    let local = crate::ship::local_hashes(home);
+    let (server, rows) = crate::ship::server_hashes(cluster, &id);
+    assert_eq!(
+        rows,
+        server.len() as i64,
+        "seed {seed}: a global seq is on the server twice"
+    );
+    for (global, hash) in &local {
+        assert_eq!(
+            server.get(global),
+            Some(hash),
+            "seed {seed}: the record at global seq {global} on the server"
+        );
+    }
+    assert_eq!(
+        crate::ship::shipped_through(cluster, &id),
+        Some(crate::ship::global_head(home)),
+        "seed {seed}: shipped through the journal's head"
+    );
+}
+
+/// After `runjournal reconcile`, the only runs left open may be those whose runner never
+/// started (created within the reconciler's start grace, which a launcher may still be in):
+/// every process is dead, so a pass without the grace closes them.
+fn close_unstarted(home: &Home, seed: u64) {
+    let store = Store::open_with(home.clone(), StoreOptions::default()).expect("the home opens");
+    let view = store.journal().view().expect("a read view");
+    let mut unstarted = 0;
+    for run in view.all_runs().expect("the runs") {
+        let state = view.snapshot(run).expect("a snapshot").expect("the run");
+        if state.is_terminal() {
+            continue;
+        }
+        assert!(
+            state.runner.is_none(),
+            "seed {seed}: run {run} is left {} after reconcile, its runner started",
+            state.status
+        );
+        unstarted += 1;
+    }
+    drop(view);
+    if unstarted > 0 {
+        let options = reconcile::Options {
+            start_grace_ms: 0,
+            ..reconcile::Options::default()
+        };
+        reconcile::reconcile(&store, &options).expect("a reconcile pass");
+    }
+}
+
+/// The checks after the remount and `runjournal reconcile`; panics naming what is missing.
+fn check(home: &Home, acknowledged: &[Acknowledged], seed: u64) -> usize {
+    let journal = Journal::open(home.journal_path()).expect("the journal opens after the cut");
+    let view = journal.view().expect("a read view");
+    let runs = support::check_journal(&view, Some(home));
+    for (state, _) in &runs {
+        assert!(
+            state.is_terminal(),
+            "seed {seed}: run {} is left {} after reconcile",
+            state.run_id,
+            state.status
+        );
+    }
+    let records_of = |run: RunId| view.records(run).expect("records read");
+    let is_pruned = |run: RunId| view.tombstone(run).expect("tombstones read").is_some();
+    for ack in acknowledged {
+        let lost = |what: &str| -> ! { lost(seed, what, ack) };
+        match ack {
+            Acknowledged::Launched { run } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                let records = records_of(*run);
+                if !records
+                    .iter()
+                    .any(|record| matches!(record.event, Event::RunnerStarted { .. }))
+                {
+                    eprintln!(
+                        "run {run}: records {:?}; record count {}",
+                        support::events(&records),
+                        view.record_count().expect("records count")
+                    );
+                    lost("a launched run with its runner started");
+                }
+            }
+            Acknowledged::Followed { name, seq, end } => {
+                let Some(run) = view.lookup_alias(&name_alias(name)).expect("aliases read") else {
+                    // Pruned runs keep no alias; a pruned run ended, so its end is what its
+                    // tombstone holds.
+                    if view
+                        .tombstones()
+                        .expect("tombstones read")
+                        .iter()
+                        .any(|tombstone| tombstone.name.as_deref() == Some(name.as_str()))
+                    {
+                        continue;
+                    }
+                    lost("a followed run");
+                };
+                if is_pruned(run) {
+                    continue;
+                }
+                let records = records_of(run);
+                if (records.len() as u64) < *seq {
+                    lost("records a --wait printed");
+                }
+                if end.is_some()
+                    && !records
+                        .iter()
+                        .any(|record| matches!(record.event, Event::Terminal { .. }))
+                {
+                    lost("the end a --wait printed");
+                }
+            }
+            Acknowledged::JobUpdate { run, message } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                if !records_of(*run).iter().any(|record| {
+                    matches!(&record.event, Event::ExternalJobUpdated { job, .. }
+                        if job.message.as_deref() == Some(message.as_str()))
+                }) {
+                    lost("a job update that exited 0");
+                }
+            }
+            Acknowledged::Stop { run, reason } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                if !records_of(*run).iter().any(|record| {
+                    matches!(&record.event, Event::ControlRequested { action: ControlAction::Stop, reason: recorded, .. }
+                        if recorded == reason)
+                }) {
+                    lost("a stop that exited 0");
+                }
+            }
+            Acknowledged::Stopped { run } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                if !records_of(*run).iter().any(|record| {
+                    matches!(
+                        &record.event,
+                        Event::ControlRequested {
+                            action: ControlAction::Stop,
+                            ..
+                        }
+                    )
+                }) {
+                    lost("the stop a later stop found recorded");
+                }
+            }
+            Acknowledged::Ended { run } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                if !records_of(*run)
+                    .iter()
+                    .any(|record| matches!(record.event, Event::Terminal { .. }))
+                {
+                    lost("the end a stop found recorded");
+                }
+            }
+        }
+    }
+    runs.len()
+}
+
+fn lost(seed: u64, what: &str, ack: &Acknowledged) -> ! {
+    panic!("seed {seed}: lost at the cut: {what} ({ack:?})")
+}
+
+/// Whether this machine can run the test; skips (or fails, where root tests are required).
+fn can_run() -> bool {
+    let required = std::env::var(REQUIRE_ENV).as_deref() == Ok("1");
+    let missing = if !nix::unistd::geteuid().is_root() {
+        Some("root")
+    } else if !Path::new("/dev/fuse").exists() {
+        Some("/dev/fuse")
+    } else if !Path::new(FREEZER).join("freezer.state").exists()
+        && !Path::new(FREEZER).join("cgroup.procs").exists()
+    {
+        Some("the cgroup v1 freezer")
+    } else {
+        None
+    };
+    let Some(missing) = missing else {
+        return true;
+    };
+    assert!(
+        !required,
+        "power cuts need {missing}, and {REQUIRE_ENV}=1 says root tests must run"
+    );
+    eprintln!("skipped power cuts: no {missing}");
+    false
+}
+
+#[test]
+fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
+    if !can_run() {
+        return;
+    }
+    let cuts = std::env::var(CUTS_ENV)
+        .ok()
+        .map(|text| {
+            text.parse::<usize>()
+                .unwrap_or_else(|_| panic!("{CUTS_ENV}={text:?} is not a count"))
+        })
+        .unwrap_or(DEFAULT_CUTS);
+    let base_seed = std::env::var(SEED_ENV)
+        .ok()
+        .map(|text| {
+            text.parse::<u64>()
+                .unwrap_or_else(|_| panic!("{SEED_ENV}={text:?} is not a number"))
+        })
+        .unwrap_or_else(rand::random);
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_runjournal"));
+    let freezer = Freezer::new(&format!("runjournal-power-cut-{}", std::process::id()));
+    // A shipper follows each home's journal to a throwaway PostgreSQL, where it is installed.
+    let cluster = PgCluster::start("power_cuts_of_the_real_binaries_lose_nothing_acknowledged");
+    let ship_url_text = cluster.as_ref().map(PgCluster::url);
+    let ship_url = ship_url_text.as_deref();
+
+    let mut totals: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut acknowledged_total = 0;
+    let mut runs_total = 0;
+    let mut at_sync = 0;
+    let started = Instant::now();
+    let mut index = 0;
+    while index < cuts {
+        let base = tempfile::tempdir().expect("a temporary directory");
+        let mount_point = base.path().join("disk");
+        let out = base.path().join("out");
+        std::fs::create_dir_all(&mount_point).expect("a mount point");
+        std::fs::create_dir_all(&out).expect("an output directory");
+        let mut disk = LazyDisk::mount(&mount_point).expect("the lazy disk mounts");
+        let home = Home::at(mount_point.join("home"));
+        // What every cut on this disk acknowledged: still there after the later cuts.
+        let mut acknowledged: Vec<Acknowledged> = Vec::new();
+        for _ in 0..CUTS_PER_DISK.min(cuts - index) {
+            let seed = base_seed.wrapping_add(index as u64);
+            index += 1;
+            eprintln!(
+                "power cut {index}/{cuts}: seed {seed} (replay: {SEED_ENV}={seed} {CUTS_ENV}=1)"
+            );
+            let mut cut = Cut {
+                rng: StdRng::seed_from_u64(seed),
+                seed,
+                bin: &bin,
+                home: home.clone(),
+                out: &out,
+                freezer: &freezer,
+                launches: Vec::new(),
+                requests: Vec::new(),
+                others: Vec::new(),
+                counts: BTreeMap::new(),
+                log: Vec::new(),
+            };
+            let tear = if cut.rng.random_bool(0.5) {
+                Tear::Sectors(cut.rng.random_range(1..16))
+            } else {
+                Tear::None
+            };
+            // At a chosen sync point of the journal, or at a random round.
+            let at_fsync = cut
+                .rng
+                .random_bool(0.5)
+                .then(|| cut.rng.random_range(1..300));
+            let at_round = cut.rng.random_range(5..MAX_ROUNDS);
+            if let Some(k) = at_fsync {
+                disk.cut_after_fsync("journal.redb", k, tear);
+            }
+            cut.log.push(format!(
+                "cut at fsync {at_fsync:?} or round {at_round}, {tear:?}"
+            ));
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some(url) = ship_url {
+                    // Following the journal until the cut.
+                    cut.other("shipper", &["ship", "--to", url]);
+                }
+                let mut rounds = 0;
+                while !disk.is_cut() && rounds < at_round {
+                    cut.round();
+                    rounds += 1;
+                }
+                let was_cut_at_sync = disk.is_cut();
+                cut.freezer.freeze();
+                disk.cut(tear);
+                cut.freezer.kill_all();
+                cut.log.push(format!(
+                    "cut after {rounds} rounds{}",
+                    if was_cut_at_sync {
+                        " (at the sync)"
+                    } else {
+                        ""
+                    }
+                ));
+                acknowledged.extend(cut.acknowledged());
+                disk.remount().expect("the disk mounts again");
+                let reconcile = cut.command(&["reconcile".to_string()], None);
+                let output = reconcile.wait_with_output().expect("reconcile runs");
+                assert!(
+                    exited_zero(output.status),
+                    "seed {seed}: runjournal reconcile after the cut: {:?}",
+                    output.status
+                );
+                close_unstarted(&home, seed);
+                let runs = check(&home, &acknowledged, seed);
+                if let (Some(cluster), Some(url)) = (&cluster, ship_url) {
+                    let shipper = cut.command(
+                        &["ship".into(), "--once".into(), "--to".into(), url.into()],
+                        None,
+                    );
+                    let output = shipper.wait_with_output().expect("the shipper runs");
+                    assert!(
+                        exited_zero(output.status),
+                        "seed {seed}: ship --once after the cut: {:?}",
+                        output.status
+                    );
+                    check_shipped(cluster, &home, seed);
+                }
+                (was_cut_at_sync, runs)
+            }));
+            match outcome {
+                Ok((was_cut_at_sync, runs)) => {
+                    at_sync += usize::from(was_cut_at_sync);
+                    runs_total = runs_total.max(runs);
+                }
+                Err(panic) => {
+                    eprintln!("seed {seed}: what happened:");
+                    for line in &cut.log {
+                        eprintln!("  {line}");
+                    }
+                    // What the cut left, kept for a look (the disk goes with the test).
+                    if !disk.is_cut() {
+                        let kept = std::env::temp_dir().join(format!("power-cut-{seed}"));
+                        let _ = Command::new("cp")
+                            .arg("-a")
+                            .arg(home.root())
+                            .arg(&kept)
+                            .status();
+                        eprintln!(
+                            "seed {seed}: the home after the cut is copied to {}",
+                            kept.display()
+                        );
+                    }
+                    std::panic::resume_unwind(panic);
+                }
+            }
+            for (what, count) in &cut.counts {
+                *totals.entry(what).or_default() += count;
+            }
+        }
+        acknowledged_total += acknowledged.len();
+        drop(disk);
+    }
+    eprintln!(
+        "power cuts: {cuts} ({at_sync} at a sync of the journal), {acknowledged_total} acknowledgments checked, workload {totals:?}, in {:?}",
+        started.elapsed()
+    );
+    assert!(runs_total > 0, "the workload made runs");
+}
+
+/// A home made on a disk that forgets unsynced directory entries: the first commit is
+/// acknowledged only once the home's directories and the journal's entry are durable, so a
+/// cut right after it keeps the journal and the run (before, the whole home vanished with its
+/// unsynced entries, and the next command made an empty one).
+#[test]
+fn a_new_home_and_its_journal_survive_a_cut_after_the_first_commit() {
+    if !can_run() {
+        return;
+    }
+    let base = tempfile::tempdir().expect("a temporary directory");
+    let mount_point = base.path().join("disk");
+    std::fs::create_dir_all(&mount_point).expect("a mount point");
+    let mut disk = LazyDisk::mount(&mount_point).expect("the lazy disk mounts");
+    // Nested, so that directories are made below the home as well as the home itself.
+    let home = Home::at(mount_point.join("state").join("home"));
+    let run = {
+        let store =
+            Store::open_with(home.clone(), StoreOptions::default()).expect("the home opens");
+        store
+            .create_run(
+                support::lifecycle::chain_spec(2),
+                runjournal::HostIds::default(),
+            )
+            .expect("the run is created")
+            .run
+    };
+    assert!(disk.cut(Tear::None));
+    disk.remount().expect("the disk mounts again");
+    let journal = Journal::open(home.journal_path()).expect("the journal is there");
+    let view = journal.view().expect("a read view");
+    assert_eq!(view.all_runs().expect("the runs"), vec![run]);
+}
