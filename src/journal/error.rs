@@ -234,7 +234,6 @@ pub enum AppendError {
     Queue { run: RunId, refusal: QueueRefusal },
 }
 
-
 /// Why a run cannot be resumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -246,7 +245,6 @@ pub enum ResumeRefusal {
     #[error("it was already resumed by run {by}")]
     AlreadyResumed { by: RunId },
 }
-
 
 /// Why a queue refused a run: judged inside the write transaction, against the journal's
 /// queue indexes, so two processes racing for the last slot cannot both win.
