@@ -1315,8 +1315,8 @@ pub(crate) mod tests {
             ("ProcessTerminalObserved", "070169010001120102a5049a1f"),
             ("Dismissed", "08078310debb"),
             ("Resumed", "0902020202020202020202020202020202aeffd00f"),
-            ("QueueJoined", "0901710105010680ea9004"),
-            ("QueueAdmitted", "0a016267a53d65"),
+            ("QueueJoined", "0a017101050106d89f95bc"),
+            ("QueueAdmitted", "0b016219377cc0"),
         ];
         let variants = every_variant();
         assert_eq!(

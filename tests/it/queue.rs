@@ -651,3 +651,57 @@ fn admitting_writes_as_much_with_ten_thousand_waiting_as_with_ten() {
         "10 waiting: {small:?} bytes; 10,000 waiting: {big:?} bytes"
     );
 }
+
+/// `run --wait` of a run that finds its queue full says it is queued, follows it through its
+/// admission and start, and exits as the run did; a waiting run that is stopped ends `stopped`
+/// without a runner ever starting for it.
+#[test]
+fn run_wait_follows_a_queued_run_through_its_start_and_a_stopped_waiting_run_never_starts() {
+    let home = TestHome::new();
+    set_limit(&home, 1);
+    let gate = home.file("gate");
+    let holder = launch_at_once(
+        &home,
+        1,
+        &format!("while [ ! -e '{}' ]; do sleep 0.05; done", gate.display()),
+    );
+    assert_eq!(holder[0].1, "running");
+    let waiter = Command::new(env!("CARGO_BIN_EXE_runjournal"))
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", "--wait", "--queue", "q", "--", "sh", "-c", "exit 3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a waiting launcher starts");
+    let stopped = launch_at_once(&home, 1, "true");
+    assert_eq!(stopped[0].1, "queued");
+    let journal = home.journal();
+    // The waiter's run joined the queue before the stopped one: it is first in it.
+    wait_for(&journal, stopped[0].0, "the second waiting run", |state| {
+        state.queue.is_some()
+    });
+    home.cmd()
+        .args(["stop", &stopped[0].0.to_string()])
+        .assert()
+        .success();
+    std::fs::write(&gate, b"").expect("the gate opens");
+    let output = waiter.wait_with_output().expect("the waiter ends");
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("queued"), "{printed}");
+    // The stopped run is closed by a reconcile pass; no runner ever took it.
+    home.cmd().arg("reconcile").assert();
+    let state = wait_terminal(&journal, stopped[0].0);
+    assert_eq!(state.status, RunStatus::Stopped);
+    assert!(
+        state.runner.is_none(),
+        "no runner started for a stopped waiting run"
+    );
+    assert_eq!(
+        wait_terminal(&journal, holder[0].0).status,
+        RunStatus::Complete
+    );
+}

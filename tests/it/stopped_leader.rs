@@ -55,8 +55,15 @@ fn launch_leading_runner(
     assert!(output.status.success(), "{output:?}");
     let run = run_id_of(&output.stdout);
     let journal = home.journal();
-    let state = wait_for(&journal, run, "the runner to start", |state| {
-        state.runner.is_some() && state.status == RunStatus::Running
+    // Its step running, so that its runner has no commit left to make while the step runs:
+    // stopped then, it is idle, not inside a commit.
+    let state = wait_for(&journal, run, "the runner to start its step", |state| {
+        state.runner.is_some()
+            && state.status == RunStatus::Running
+            && state
+                .steps
+                .iter()
+                .any(|step| step.status == runjournal::state::StepStatus::Running)
     });
     let pid = state.runner.expect("a runner").identity.pid;
     poll("the runner to lead", || leader_pid(home) == Some(pid));
