@@ -693,7 +693,7 @@ fn run_wait_follows_a_queued_run_through_its_start_and_a_stopped_waiting_run_nev
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(printed.contains("queued"), "{printed}");
     // The stopped run is closed by a reconcile pass; no runner ever took it.
-    home.cmd().arg("reconcile").assert();
+    home.cmd().arg("reconcile").assert().success();
     let state = wait_terminal(&journal, stopped[0].0);
     assert_eq!(state.status, RunStatus::Stopped);
     assert!(
