@@ -653,6 +653,39 @@ fn a_run_not_yet_shipped_is_kept_until_the_shipper_has_it() {
     verify_clean(&home);
 }
 
+/// `runjournal --home ROOT` for a home on a small file system of the test's own, with no space
+/// reserve (so that the file system fills exactly as the test fills it).
+fn small_home_cmd(root: &std::path::Path) -> assert_cmd::Command {
+    let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
+    command
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .env("RUNJOURNAL_RESERVE_BYTES", "0")
+        .arg("--home")
+        .arg(root)
+        .timeout(Duration::from_secs(120));
+    command
+}
+
+/// Makes reconcile passes until every one of `runs` is closed (its runner seen gone).
+fn reconcile_until_closed(root: &std::path::Path, runs: &[RunId]) {
+    for _ in 0..600 {
+        small_home_cmd(root).arg("reconcile").assert().success();
+        let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
+        let view = journal.view().expect("a view");
+        let all_closed = runs.iter().all(|&run| {
+            view.snapshot(run)
+                .expect("reads")
+                .is_some_and(|state| state.is_closed())
+        });
+        if all_closed {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the runs were never all closed");
+}
+
 #[test]
 fn a_prune_on_a_full_disk_waits_for_room_and_completes() {
     if !crate::full_disk::can_mount("a_prune_on_a_full_disk_waits_for_room_and_completes") {
@@ -660,17 +693,7 @@ fn a_prune_on_a_full_disk_waits_for_room_and_completes() {
     }
     let fs = crate::full_disk::SmallFs::tmpfs("24M");
     let root = fs.path().join("home");
-    let cmd = || {
-        let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
-        command
-            .env_remove("RUNJOURNAL_HOME")
-            .env_remove("RUNJOURNAL_LAYOUT")
-            .env("RUNJOURNAL_RESERVE_BYTES", "0")
-            .arg("--home")
-            .arg(&root)
-            .timeout(Duration::from_secs(120));
-        command
-    };
+    let cmd = || small_home_cmd(&root);
     let mut runs = Vec::new();
     for _ in 0..4 {
         let output = cmd()
@@ -684,20 +707,7 @@ fn a_prune_on_a_full_disk_waits_for_room_and_completes() {
         let _ = cmd().args(["wait", &run.to_string()]).output();
         runs.push(run);
     }
-    for _ in 0..600 {
-        let _ = cmd().arg("reconcile").output();
-        let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
-        let view = journal.view().expect("a view");
-        let all_closed = runs.iter().all(|&run| {
-            view.snapshot(run)
-                .expect("reads")
-                .is_some_and(|state| state.is_closed())
-        });
-        if all_closed {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    reconcile_until_closed(&root, &runs);
     for &run in &runs {
         std::fs::remove_file(root.join(format!("results/{run}.json"))).expect("consumed");
     }
@@ -753,17 +763,7 @@ fn the_free_space_floor_prunes_the_oldest_first_and_status_and_list_warn_under_i
     }
     let fs = crate::full_disk::SmallFs::tmpfs("24M");
     let root = fs.path().join("home");
-    let cmd = || {
-        let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
-        command
-            .env_remove("RUNJOURNAL_HOME")
-            .env_remove("RUNJOURNAL_LAYOUT")
-            .env("RUNJOURNAL_RESERVE_BYTES", "0")
-            .arg("--home")
-            .arg(&root)
-            .timeout(Duration::from_secs(120));
-        command
-    };
+    let cmd = || small_home_cmd(&root);
     // Four ended runs of about 100 KiB of output each.
     let mut runs = Vec::new();
     for _ in 0..4 {
@@ -776,20 +776,7 @@ fn the_free_space_floor_prunes_the_oldest_first_and_status_and_list_warn_under_i
             .clone();
         runs.push(run_id_of(&output));
     }
-    for _ in 0..600 {
-        cmd().arg("reconcile").assert().success();
-        let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
-        let view = journal.view().expect("a view");
-        let all_closed = runs.iter().all(|&run| {
-            view.snapshot(run)
-                .expect("reads")
-                .is_some_and(|state| state.is_closed())
-        });
-        if all_closed {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    reconcile_until_closed(&root, &runs);
     // The last one's result is never consumed: with the age bound off, it stays.
     let unconsumed = runs.pop().expect("four runs");
     for &run in &runs {
