@@ -34,7 +34,21 @@ fn every_json_output_keeps_the_one_key_convention() {
     let _ = home.cmd().arg("reconcile").output();
     // The first run's result consumed, so that it can be pruned and listed as pruned.
     let _ = std::fs::remove_file(home.file(&format!("results/{pruned}.json")));
+    // A queue that admits nothing: a run launched into it waits.
     let mut documents = vec![launched, ended];
+    documents.push(json_of(
+        &home,
+        &["queue", "q", "--max-active", "0", "--json"],
+    ));
+    documents.push(json_of(
+        &home,
+        &["run", "--queue", "q", "--json", "--", "true"],
+    ));
+    assert_eq!(
+        documents[3][0]["state"], "queued",
+        "a run in a queue that admits nothing waits: {:?}",
+        documents[3]
+    );
     for args in [
         &["retention", "--json"][..],
         &["prune", "--keep-runs", "1", "--dry-run", "--json"],
@@ -45,7 +59,7 @@ fn every_json_output_keeps_the_one_key_convention() {
     ] {
         documents.push(json_of(&home, args));
     }
-    let listed = &documents[5];
+    let listed = &documents[7];
     assert!(
         listed
             .iter()
