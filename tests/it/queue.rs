@@ -145,8 +145,10 @@ fn twenty_runs_launched_at_once_run_at_most_two_at_a_time_first_in_first() {
         .iter()
         .filter(|(_, state)| state == "running")
         .count();
+    // A launcher may start another launcher's run (the first waiting) and say its own is
+    // queued, so as few as none may say `running`; never more than the two slots.
     assert!(
-        (1..=2).contains(&started),
+        started <= 2,
         "at most two launchers found a free slot: {started}"
     );
 }
@@ -156,19 +158,25 @@ fn launchers_racing_for_the_last_slot_take_it_once() {
     let home = TestHome::new();
     set_limit(&home, 1);
     let launched = launch_at_once(&home, 8, "sleep 30");
-    let running: Vec<RunId> = launched
+    // A launcher admits the queue's first waiting run, which may be another launcher's: that
+    // launcher then finds its run admitted but not yet started, and says `queued`. So at most
+    // one says `running`; the journal says which run holds the slot.
+    let said_running: Vec<RunId> = launched
         .iter()
         .filter(|(_, state)| state == "running")
         .map(|(run, _)| *run)
         .collect();
-    let queued = launched
+    let said_queued = launched
         .iter()
         .filter(|(_, state)| state == "queued")
         .count();
-    assert_eq!((running.len(), queued), (1, 7), "{launched:?}");
+    assert!(said_running.len() <= 1, "{launched:?}");
+    assert_eq!(said_running.len() + said_queued, 8, "{launched:?}");
     let journal = home.journal();
     let view = journal.view().expect("view");
-    assert_eq!(view.queue_active("q").expect("active"), running);
+    let running = view.queue_active("q").expect("active");
+    assert_eq!(running.len(), 1, "one run holds the one slot: {launched:?}");
+    assert!(said_running.iter().all(|run| running.contains(run)));
     assert_eq!(view.queue_usage("q").expect("usage").waiting, 7);
     drop(view);
     // `list` and `status` show a waiting run's place and the queue's use.
@@ -189,8 +197,8 @@ fn launchers_racing_for_the_last_slot_take_it_once() {
     assert!(text.contains("queued (q #7)"), "{text}");
     assert!(text.contains("queue q: 1/1 active, 7 queued"), "{text}");
     // Stop every waiting run (they end without a runner), then the running one.
-    for (run, state) in &launched {
-        if state == "queued" {
+    for (run, _) in &launched {
+        if *run != running[0] {
             home.cmd()
                 .args(["stop", &run.to_string()])
                 .assert()
