@@ -10,8 +10,9 @@
 //! * a result the host has not consumed keeps its run until the age bound passes: neither the
 //!   count bound nor space pressure takes it earlier;
 //! * the oldest ended runs go first, and a pass with nothing to prune reads one entry of the
-//!   terminal index (and, with a space bound, asks the file system once): its cost does not
-//!   grow with the ended runs;
+//!   terminal index (and, with `keep_free`, makes one `statvfs`): its cost does not grow with
+//!   the ended runs. `max_size` is the exception: [`home_bytes`] walks the home, so with it a
+//!   pass costs what the kept runs' files hold;
 //! * the files of a pruned run go after its journal transaction; a pass cut short leaves the
 //!   run listed as pruning, and the next pass removes what is left before anything else.
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::common;
 
-use common::{TestHome, records, run_id_of, wait_terminal};
+use common::{TestHome, records, run_id_of, wait_output, wait_terminal};
 use runjournal::projection::{self, FileKind};
 use runjournal::{Home, RunId};
 
@@ -326,22 +326,6 @@ fn a_step_quiet_for_its_idle_timeout_is_ended_timed_out_and_a_busy_one_is_not() 
 /// A step that says when it got SIGINT (and only then exits by itself).
 const TRAPS_SIGINT: &str =
     "trap 'echo got-sigint; exit 0' INT; echo ready; while true; do sleep 0.1; done";
-
-/// Waits until step `index`'s log holds `text`.
-fn wait_output(home: &TestHome, run: RunId, index: usize, text: &str) {
-    let path = home
-        .path()
-        .join("runs")
-        .join(run.to_string())
-        .join(format!("output-{index}.log"));
-    for _ in 0..FILE_POLLS {
-        if std::fs::read_to_string(&path).is_ok_and(|log| log.contains(text)) {
-            return;
-        }
-        std::thread::sleep(FILE_POLL_INTERVAL);
-    }
-    panic!("run {run}: step {index} never printed {text:?}");
-}
 
 #[test]
 fn interrupt_sends_the_running_step_sigint_and_the_run_ends_paused() {

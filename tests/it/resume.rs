@@ -3,17 +3,14 @@
 //! status.json; what cannot be resumed is refused with exit 2.
 
 use std::path::Path;
-use std::time::Duration;
 
 use crate::common;
 
-use common::{TestHome, run_id_of};
+use common::{TestHome, run_id_of, wait_output};
 use runjournal::event::Event;
 use runjournal::state::StepStatus;
 use runjournal::{RunId, RunStatus};
 
-const FILE_POLLS: u32 = 1200;
-const FILE_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// A step that, the first time, says `ready` and waits to be interrupted (its SIGINT trap
 /// exits); run again (its marker file there), it prints `carried-on` and ends with `code`.
@@ -45,22 +42,6 @@ fn launch(home: &TestHome, args: &[&str]) -> RunId {
         .stdout
         .clone();
     run_id_of(&output)
-}
-
-/// Waits until step `index`'s log holds `text`.
-fn wait_output(home: &TestHome, run: RunId, index: usize, text: &str) {
-    let path = home
-        .path()
-        .join("runs")
-        .join(run.to_string())
-        .join(format!("output-{index}.log"));
-    for _ in 0..FILE_POLLS {
-        if std::fs::read_to_string(&path).is_ok_and(|log| log.contains(text)) {
-            return;
-        }
-        std::thread::sleep(FILE_POLL_INTERVAL);
-    }
-    panic!("run {run}: step {index} never printed {text:?}");
 }
 
 fn output_of(home: &TestHome, run: RunId, index: usize) -> String {

@@ -125,3 +125,19 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
 pub fn event_names(records: &[Record]) -> Vec<&'static str> {
     records.iter().map(|record| record.event.name()).collect()
 }
+
+/// Waits until step `index`'s log (in runjournal's layout) holds `text`; a minute at most.
+pub fn wait_output(home: &TestHome, run: RunId, index: usize, text: &str) {
+    let path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join(format!("output-{index}.log"));
+    for _ in 0..1200 {
+        if std::fs::read_to_string(&path).is_ok_and(|log| log.contains(text)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("run {run}: step {index} never printed {text:?}");
+}
