@@ -11,7 +11,6 @@ use runjournal::event::Event;
 use runjournal::state::StepStatus;
 use runjournal::{RunId, RunStatus};
 
-
 /// A step that, the first time, says `ready` and waits to be interrupted (its SIGINT trap
 /// exits); run again (its marker file there), it prints `carried-on` and ends with `code`.
 fn pausing_step(marker: &Path, code: u8) -> String {
