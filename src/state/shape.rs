@@ -88,8 +88,10 @@ shape_rules! {
     QueueNameValid,
     /// A run in a queue has a runner only once admitted.
     RunnerOnlyAfterAdmission,
-    /// A run joined its queue at its creation, and was admitted no earlier.
-    QueueTimesInOrder,
+    /// A run joined its queue at its creation: a queued state holds at least the creation
+    /// batch's two records. Times are not ordered: they are writers' clocks, which may step back
+    /// between the join and the admission, and the reducer takes each record's time as given.
+    QueueJoinedAtCreation,
 }
 
 impl ShapeRule {
@@ -135,8 +137,8 @@ impl ShapeRule {
             ShapeRule::RunnerOnlyAfterAdmission => {
                 "it has a runner while it waits in its queue unadmitted"
             }
-            ShapeRule::QueueTimesInOrder => {
-                "it joined its queue before its creation, or was admitted before it joined"
+            ShapeRule::QueueJoinedAtCreation => {
+                "it is in a queue but holds fewer records than its creation batch"
             }
         }
     }
@@ -278,13 +280,7 @@ impl ShapeRule {
                         .as_ref()
                         .is_none_or(|queue| queue.admitted.is_some())
             }
-            ShapeRule::QueueTimesInOrder => state.queue.as_ref().is_none_or(|queue| {
-                state.head_seq >= 2
-                    && queue
-                        .admitted
-                        .as_ref()
-                        .is_none_or(|admitted| admitted.at_ms >= queue.joined_at_ms)
-            }),
+            ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
         };
         if holds {
             Ok(())
@@ -425,7 +421,7 @@ impl TransitionError {
             TransitionError::ResumedFromItself { .. } => RecordsOnly(
                 "a state does not hold its resume link; the journal's resume index does",
             ),
-            TransitionError::QueueJoinedLate { .. } => Rules(&[R::QueueTimesInOrder]),
+            TransitionError::QueueJoinedLate { .. } => Rules(&[R::QueueJoinedAtCreation]),
             TransitionError::InvalidQueueName { .. } => Rules(&[R::QueueNameValid]),
             TransitionError::NotInQueue { .. } => {
                 RecordsOnly("a state holds an admission only inside its queue, by its type")
