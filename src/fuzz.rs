@@ -44,7 +44,7 @@ pub fn decode_record(data: &[u8]) {
 /// projection. The bytes are read as they are and, so that the fuzzer gets past the checksum,
 /// as a payload with a CRC-32C made to match.
 pub fn decode_snapshot(data: &[u8]) {
-    use crate::journal::snapshot::{decode_snapshot, encode_snapshot};
+    use crate::journal::format::snapshot::{decode_snapshot, encode_snapshot};
     for bytes in [data.to_vec(), crate::event::with_checksum(data)] {
         let Ok(state) = decode_snapshot(FUZZ_RUN, &bytes) else {
             continue;
@@ -372,10 +372,11 @@ pub fn fold_events(data: &[u8]) {
                         .expect("apply_mut accepts what apply accepts");
                     assert_eq!(in_place, next, "apply_mut and apply agree");
                 }
-                let snapshot = crate::journal::snapshot::encode_snapshot(&next)
+                let snapshot = crate::journal::format::snapshot::encode_snapshot(&next)
                     .expect("the snapshot of a legal state encodes");
-                let decoded = crate::journal::snapshot::decode_snapshot(next.run_id, &snapshot)
-                    .expect("a snapshot decodes");
+                let decoded =
+                    crate::journal::format::snapshot::decode_snapshot(next.run_id, &snapshot)
+                        .expect("a snapshot decodes");
                 assert_eq!(decoded, next, "a snapshot round-trips");
                 if let Ok(bytes) = record.encode() {
                     assert_eq!(

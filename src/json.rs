@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use crate::capacity::{BlockCause, CapacityStatus};
 use crate::event::{Record, RunId, UnixMs};
 use crate::home::Home;
-use crate::journal::prune::{KeepFree, Retention, Tombstone};
+use crate::journal::{KeepFree, Retention, Tombstone};
 use crate::reconcile::Outcome;
 use crate::retention::{Chosen, Kept, PassReport};
 use crate::show;

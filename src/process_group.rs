@@ -1,6 +1,6 @@
 //! Signalling recorded processes and ending a step's process group, and knowing it is gone:
 //! the one implementation, used by the runner for its own steps (through a thin async
-//! wrapper, `runner::process_group`), by the reconciler for the steps a dead runner left
+//! wrapper, `runner::step_process`), by the reconciler for the steps a dead runner left
 //! behind, and by `stop` for a runner ([`signal_process`]).
 //!
 //! Each step runs in its own process group, whose id is the pid of its leader, the step's

@@ -13,7 +13,7 @@
 //! * paths are built only from the [`RunId`] returned, never from the text.
 
 use crate::event::{MAX_TEXT_BYTES, RunId, RunIdError};
-use crate::journal::prune::Tombstone;
+use crate::journal::Tombstone;
 use std::collections::BTreeMap;
 
 use crate::journal::{QueueUsage, ReadError, ResolveError, View, name_alias, tool_call_alias};

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 
 use crate::event::{RunId, UnixMs, now_ms};
 use crate::home::{Home, Layout};
-use crate::journal::prune::{KeepFree, Pruned, Retention, Tombstone};
+use crate::journal::prune::Pruned;
 use crate::journal::{AppendError, ReadError, View};
+use crate::journal::{KeepFree, Retention, Tombstone};
 use crate::platform::space::{Space, room_of, space_of};
 use crate::state::RunState;
 use crate::store::Store;

@@ -1088,7 +1088,7 @@ pub fn repairs_line(report: &crate::reconcile::Report) -> Option<String> {
 
 /// What is left to say of a pruned run: `run X was pruned on T; it ended complete (exit 0) at
 /// T'`.
-pub fn pruned_line(tombstone: &crate::journal::prune::Tombstone) -> String {
+pub fn pruned_line(tombstone: &crate::journal::Tombstone) -> String {
     let state = RunStatus::from(tombstone.state);
     format!(
         "run {} was pruned on {}; it ended {state} (exit {}) at {}",

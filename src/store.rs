@@ -23,11 +23,11 @@ use crate::durable_fs;
 use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
 use crate::journal::lock_wait::LockWait;
-use crate::journal::share::{DEFAULT_LEADER_TIMEOUT, leader_timeout_from_env};
 use crate::journal::{
-    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, OpenError, Source,
-    WriterOptions,
+    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, Location,
+    OpenError, WriterOptions,
 };
+use crate::journal::{DEFAULT_LEADER_TIMEOUT, leader_timeout_from_env};
 use crate::projection::incremental::Projector;
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
@@ -125,7 +125,7 @@ impl std::fmt::Debug for Store {
 /// another process is stopped inside a write transaction.
 fn open_journal(path: PathBuf, writer: WriterOptions) -> Result<Journal, OpenError> {
     let Some(bound) = writer.lock_wait.give_up_after else {
-        return Journal::open_with(Source::Path(path), writer);
+        return Journal::open_with(Location::Path(path), writer);
     };
     let since_ms = crate::event::now_ms();
     let (sender, receiver) = std::sync::mpsc::sync_channel(1);
@@ -134,19 +134,17 @@ fn open_journal(path: PathBuf, writer: WriterOptions) -> Result<Journal, OpenErr
         .name("runjournal-open".to_string())
         .spawn(move || {
             // Nobody left to take it (the caller gave up): the handle is closed here.
-            let _ = sender.send(Journal::open_with(Source::Path(opening), writer));
+            let _ = sender.send(Journal::open_with(Location::Path(opening), writer));
         });
     if let Err(error) = spawned {
         return Err(OpenError::from_io(&path, error));
     }
     match receiver.recv_timeout(bound) {
         Ok(opened) => opened,
-        Err(_) => Err(OpenError::WriteLockHeld(
-            crate::journal::lock_wait::LockHeld {
-                since_ms,
-                holder: crate::platform::journal_write_lock_holder(&path),
-            },
-        )),
+        Err(_) => Err(OpenError::WriteLockHeld(crate::journal::LockHeld {
+            since_ms,
+            holder: crate::platform::journal_write_lock_holder(&path),
+        })),
     }
 }
 

@@ -17,7 +17,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use runjournal::journal::{CommitSharing, Condition, Source, WriterOptions};
+use runjournal::journal::{CommitSharing, Condition, Location, WriterOptions};
 use runjournal::{Journal, RunId};
 
 use crate::fixture;
@@ -44,7 +44,7 @@ pub fn child_main_if_asked() -> bool {
         commit_sharing: sharing,
         ..WriterOptions::default()
     };
-    let journal = Journal::open_with(Source::Path(PathBuf::from(journal)), options)
+    let journal = Journal::open_with(Location::Path(PathBuf::from(journal)), options)
         .expect("an appender opens the journal");
     let run = RunId::generate();
     let identity = runjournal::liveness::current().expect("an identity");

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use runjournal::journal::Condition;
-use runjournal::journal::prune::{KeepFree, Retention};
+use runjournal::journal::{KeepFree, Retention};
 use runjournal::retention::{self, PassOptions};
 use runjournal::store::StoreOptions;
 use runjournal::{Home, RunId, Store, reconcile};

@@ -10,51 +10,47 @@
 //! * a batch carries (writer id, writer seq); a batch whose writer seq is not above the writer's
 //!   committed mark was already applied and is answered from the records, never applied twice.
 //!
-//! Parts: [`Journal`] (`handle`: a read-write handle and its writer thread, `queue` and
-//! `writer`: group commit; `share`: commits shared across processes through a commit
-//! leader), `append` (one write transaction of batches), `read` ([`View`]: one
-//! read transaction), `reader` ([`JournalReader`], [`ReadJournal`]), `open` (opening, format
-//! checks, an unfinished creation), `examine` (what a journal file holds, before opening it), `snapshot` (the snapshot codec), `compact` (shrinking the file), `prune` (pruning ended runs, tombstones, the retention policy), `tables` (tables and key
-//! encoding), `copy` ([`copy_consistent`]), `error` (the error families), `backend` (a boxed
-//! redb backend), `instrumented` (a counting backend for tests and benchmarks).
+//! Laid out by job, each folder using only those before it (`tests/it/layers.rs` checks it):
+//! * `format`: the tables and their keys, the encodings of snapshots, the retention policy and
+//!   tombstones, and the error families;
+//! * `file`: where the bytes live ([`Location`]), opening, examining, copying and compacting
+//!   the file, redb's write lock, storage backends;
+//! * `read`: [`View`] (one read transaction) and [`JournalReader`];
+//! * `write`: judging and applying batches in a write transaction, the queue of appends, the
+//!   commit step, a handle's options, pruning and rebuilding;
+//! * `share`: commits shared across processes through a commit leader;
+//! * `handle`: [`Journal`], a read-write handle, and its writer thread.
 
-mod append;
-mod backend;
-pub mod compact;
-mod copy;
-mod error;
-pub mod examine;
-mod handle;
-#[doc(hidden)]
-pub mod instrumented;
-pub mod lock_wait;
-mod open;
-pub mod prune;
-mod queue;
-mod read;
-mod reader;
-pub mod rebuild;
+pub(crate) mod file;
+pub(crate) mod format;
+pub(crate) mod handle;
+pub(crate) mod read;
 pub mod share;
-pub(crate) mod snapshot;
-pub(crate) mod tables;
-pub mod writer;
+pub(crate) mod write;
 
-pub use append::{Appended, Batch, Condition};
-pub use copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
-pub use error::{
-    AppendError, CorruptError, OpenError, QueueRefusal, ReadError, ResumeRefusal, StorageFailure,
+pub use file::copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
+pub use file::examine::{check_home_journal, examine};
+pub use file::{BackendFactory, Location, compact, examine, instrumented, lock_wait};
+pub use format::error::{
+    AppendError, CorruptError, FileFinding, LockHeld, OpenError, QueueRefusal, ReadError,
+    ResumeRefusal, StorageFailure,
 };
-pub use examine::{FileFinding, check_home_journal, examine};
-pub use handle::Journal;
-pub use read::{JournalMeta, QueueEntry, QueueUsage, ResolveError, ResumeLinks, View};
-pub use reader::{JournalReader, ReadJournal};
-pub use share::CommitSharing;
-pub use snapshot::{
+pub use format::retention::{KeepFree, MAX_TOMBSTONES, Retention, Tombstone};
+pub use format::snapshot::{
     SNAPSHOT_LAYOUT, SnapshotError, decode_snapshot_for_tests, encode_snapshot_for_tests,
     snapshot_of_layout_two_for_tests, with_checksum_for_tests,
 };
-pub use tables::{name_alias, tool_call_alias};
-pub use writer::{CapacityEvent, CapacityListener, Source, WriterOptions, WriterStats};
+pub use format::tables::{name_alias, tool_call_alias};
+pub use handle::Journal;
+pub use read::reader::{JournalReader, ReadJournal};
+pub use read::view::{JournalMeta, QueueEntry, QueueUsage, ResolveError, ResumeLinks, View};
+pub use write::append::{Appended, Batch, Condition};
+pub use write::commit::{RETRY_DELAYS_MS, STOP_IN_COMMIT_ENV, WriterStats};
+pub use write::options::{
+    CapacityEvent, CapacityListener, CommitSharing, DEFAULT_LEADER_TIMEOUT, LEADER_TIMEOUT_ENV,
+    WriterOptions, leader_timeout_from_env,
+};
+pub use write::{prune, rebuild};
 
 #[cfg(test)]
 mod tests;

@@ -334,7 +334,7 @@ fn write_zeros(file: &File, bytes: u64) -> io::Result<()> {
 pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     // macOS has no pipe2, so the ends are made close-on-exec just after: a child forked by
     // another thread in between would keep them across its exec. The one caller,
-    // `runner::process_group::spawn_gated`, makes pipes and forks one spawn at a time, and no
+    // `runner::step_process::spawn_gated`, makes pipes and forks one spawn at a time, and no
     // other thread of the runner forks, so nothing can fork in that window.
     let (read_end, write_end) = nix::unistd::pipe().map_err(io::Error::from)?;
     for end in [&read_end, &write_end] {

@@ -11,7 +11,7 @@
 //! Invariants:
 //! * a step's program runs only after its `StepRunning` is durable, and that append is
 //!   conditional on the head the runner last checked for control requests, so a stop recorded
-//!   before a step starts is honoured: the step never runs ([`process_group`]);
+//!   before a step starts is honoured: the step never runs ([`step_process`]);
 //! * every step's process group is verified empty (or reported with survivors) before its
 //!   `StepFinished`, and every `StepFinished` before the `Terminal`;
 //! * once no step runs, nothing a step started is left below the runner: the descendant
@@ -34,10 +34,10 @@
 pub mod external_job;
 pub mod outcome;
 pub mod output;
-pub mod process_group;
 pub mod ready;
 mod recorder;
 pub mod step;
+pub mod step_process;
 pub mod sweep;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -683,7 +683,7 @@ impl RunLoop {
         Ok(())
     }
 
-    /// The gated start (see [`process_group`]): fork, record `StepRunning` conditionally on the
+    /// The gated start (see [`step_process`]): fork, record `StepRunning` conditionally on the
     /// head at which no control request was seen, then let the program run.
     async fn start_gated(&mut self, index: usize, step_number: u32) -> Result<Start, RunnerError> {
         let run = self.recorder.run();
@@ -716,7 +716,7 @@ impl RunLoop {
         };
         // From here, every return before `release` drops `gated`, which aborts the child: it
         // never runs its program.
-        let gated = match process_group::spawn_gated(command).await {
+        let gated = match step_process::spawn_gated(command).await {
             Ok(gated) => gated,
             Err(error) => {
                 return Ok(Start::Unstartable(format!(
@@ -842,7 +842,7 @@ impl RunLoop {
             }
             None => None,
         };
-        let outcome = self.outcome(index, &report, ending, &swept);
+        let outcome = self.step_outcome(index, &report, ending, &swept);
         self.record_finished(index, outcome, Vec::new()).await
     }
 
@@ -886,7 +886,7 @@ impl RunLoop {
     }
 
     /// Turns a process report (and what the sweep after it ended) into the step's outcome.
-    fn outcome(
+    fn step_outcome(
         &self,
         index: usize,
         report: &ProcessReport,
@@ -902,7 +902,7 @@ impl RunLoop {
             Some(ended) if ended.has_survivors => format!(
                 " (members of the step's process group were still alive {} after SIGKILL)",
                 crate::duration::format_duration_ms(
-                    u64::try_from(process_group::KILL_VERIFY_TIMEOUT.as_millis())
+                    u64::try_from(step_process::KILL_VERIFY_TIMEOUT.as_millis())
                         .unwrap_or(u64::MAX)
                 )
             ),

@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::external_job::{self, MAX_PROVIDER_LINE_BYTES};
 use super::output::LogSink;
-use super::process_group::{self, Ended, Leader, ProcessGroup};
 use super::recorder::Recorder;
+use super::step_process::{self, Ended, Leader, ProcessGroup};
 use crate::event::{Event, ExternalJobStatus, RunId, StepAction, StepSpec};
 use crate::home::Home;
 use crate::journal::Condition;
@@ -134,11 +134,11 @@ pub async fn run_process(
     let was_leader_signalled = leader.status().is_none();
     let is_interrupt = *terminate.borrow() == Ending::Interrupt;
     let ended = if was_terminated && is_interrupt {
-        Some(process_group::interrupt(group, &mut leader, grace).await)
+        Some(step_process::interrupt(group, &mut leader, grace).await)
     } else if was_terminated {
-        Some(process_group::terminate(group, &mut leader, grace).await)
+        Some(step_process::terminate(group, &mut leader, grace).await)
     } else {
-        process_group::end_leftovers(group, &mut leader, grace).await
+        step_process::end_leftovers(group, &mut leader, grace).await
     };
     ProcessReport {
         status: leader.status().cloned(),
@@ -270,18 +270,18 @@ pub async fn run_external_job(
     let mut was_leader_signalled = false;
     let ended = if was_terminated && *terminate.borrow() == Ending::Interrupt {
         was_leader_signalled = leader.status().is_none();
-        Some(process_group::interrupt(group, &mut leader, grace).await)
+        Some(step_process::interrupt(group, &mut leader, grace).await)
     } else if was_terminated || append_error.is_some() || is_provider_broken {
         was_leader_signalled = leader.status().is_none();
-        Some(process_group::terminate(group, &mut leader, grace).await)
+        Some(step_process::terminate(group, &mut leader, grace).await)
     } else {
         // The job has ended; the provider gets the grace period to exit by itself.
         let deadline = tokio::time::Instant::now() + grace;
         if leader.exited_by(deadline).await {
-            process_group::end_leftovers(group, &mut leader, grace).await
+            step_process::end_leftovers(group, &mut leader, grace).await
         } else {
             was_leader_signalled = true;
-            Some(process_group::terminate(group, &mut leader, grace).await)
+            Some(step_process::terminate(group, &mut leader, grace).await)
         }
     };
     ProcessReport {

@@ -226,7 +226,7 @@ pub struct AdmissionInfo {
 /// A run's state: the fold of its records.
 ///
 /// The domain type, never stored as it is: the journal stores it as a snapshot of a wire type
-/// of its own (`journal::snapshot::SnapshotV1`), converted explicitly, so this type can change
+/// of its own (`journal::format::snapshot::SnapshotV1`), converted explicitly, so this type can change
 /// freely. It (and its parts) serializes only to be shown as JSON (`verify`'s differences,
 /// `journal-tools inspect run --json`), and deserializes from nothing.
 #[derive(Debug, Clone, PartialEq, Serialize)]

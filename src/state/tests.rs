@@ -2371,7 +2371,8 @@ fn a_nan_progress_and_a_running_step_that_ended_are_refused_as_shapes() {
 /// (the admitting writer's clock was behind the creating one's). The reducer takes each
 /// record's time as given, so it accepts that; the shape check once refused it, so the
 /// reducer made a state its own snapshot check called impossible. The fuzz input is kept as
-/// `fuzz/corpus/fold_events/queue_admitted_before_it_joined_by_the_clock`.
+/// `fuzz/corpus/fold_events/queue_admitted_before_it_joined_by_the_clock`, which
+/// `tests/it/fuzz_corpus.rs` replays.
 #[test]
 fn queue_admitted_before_it_joined_by_the_clock() {
     let created = Story::new(chain_spec(1)).then(joined("q"));
@@ -2379,8 +2380,4 @@ fn queue_admitted_before_it_joined_by_the_clock() {
     admitted.time_ms = created.state.queue.as_ref().expect("queued").joined_at_ms - 1_000;
     let state = apply(Some(&created.state), &admitted).expect("a clock behind is no refusal");
     assert_eq!(state.check_shape(), Ok(()));
-    #[cfg(feature = "fuzz")]
-    crate::fuzz::fold_events(include_bytes!(
-        "../../fuzz/corpus/fold_events/queue_admitted_before_it_joined_by_the_clock"
-    ));
 }

@@ -23,7 +23,7 @@ use rand::{RngExt, SeedableRng};
 use crate::support::lifecycle::{self, chain_lifecycle, chain_spec};
 use runjournal::event::{Event, StepAction};
 use runjournal::journal::{
-    Appended, CommitSharing, Journal, JournalReader, Source, View, WriterOptions,
+    Appended, CommitSharing, Journal, JournalReader, Location, View, WriterOptions,
 };
 use runjournal::{Condition, Home, RunId, Store, capacity, state};
 
@@ -90,7 +90,7 @@ fn child_main(job: &Job) {
         },
         ..WriterOptions::default()
     };
-    let journal = Journal::open_with(Source::Path(job.journal.clone()), options)
+    let journal = Journal::open_with(Location::Path(job.journal.clone()), options)
         .expect("child opens the journal");
     let mut acks = std::fs::File::create(&job.acks).expect("child creates its ack file");
     let writer = journal.writer().0;

@@ -59,7 +59,7 @@ fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file of `src/` belongs to (`src/journal/read.rs` → `journal`);
+/// The top-level module a file of `src/` belongs to (`src/journal/read/view.rs` → `journal`);
 /// `None` for the crate root.
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let relative = file.strip_prefix(src).expect("the file is under src");
@@ -198,4 +198,162 @@ fn the_binaries_build_no_json_object_of_their_own() {
         }
     }
     assert!(found.is_empty(), "json! in the binaries: {found:?}");
+}
+
+/// The journal's folders, lowest first: a file of one uses only the folders before its own
+/// (through `crate::journal::<folder>::…`) and the files of its own folder (through `super::`).
+const JOURNAL_LAYERS: &[&str] = &["format", "file", "read", "write", "share", "handle"];
+
+/// Each `crate::journal::<folder>[::<file>]` in `code`, as (folder, file), the file empty when
+/// the path names only the folder or an item of its `mod.rs`.
+fn journal_paths(code: &str) -> Vec<(String, String)> {
+    let identifier = |text: &str| -> String {
+        text.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::journal::") {
+        rest = &rest[at + "crate::journal::".len()..];
+        let folder = identifier(rest);
+        let after = &rest[folder.len()..];
+        let file = after.strip_prefix("::").map(identifier).unwrap_or_default();
+        out.push((folder, file));
+    }
+    out
+}
+
+/// A file's code without its `//` comments and without its inline `#[cfg(test)] mod tests`
+/// (tests may reach anywhere).
+fn production_code_of(text: &str) -> String {
+    let end = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    code_of(&text[..end])
+}
+
+#[test]
+fn the_journals_folders_form_layers_and_no_two_of_its_files_use_each_other() {
+    let journal = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/journal");
+    let mut files = Vec::new();
+    source_files(&journal, &mut files);
+    files.sort();
+    let mut violations = Vec::new();
+    // (folder/file) -> the journal files it uses, for the circle check.
+    let mut uses: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    for file in &files {
+        let relative = file.strip_prefix(&journal).expect("under src/journal");
+        let parts: Vec<&str> = relative
+            .iter()
+            .map(|part| part.to_str().expect("a UTF-8 path"))
+            .collect();
+        if parts.contains(&"tests") || parts.contains(&"tests.rs") {
+            continue;
+        }
+        let [folder, name] = parts.as_slice() else {
+            if parts != ["mod.rs"] {
+                violations.push(format!(
+                    "{}: every journal file lives in a folder",
+                    relative.display()
+                ));
+            }
+            continue;
+        };
+        let name = name.strip_suffix(".rs").unwrap_or(name);
+        let Some(layer) = JOURNAL_LAYERS.iter().position(|known| known == folder) else {
+            violations.push(format!(
+                "src/journal/{folder}: a folder not in JOURNAL_LAYERS"
+            ));
+            continue;
+        };
+        let me = format!("{folder}/{name}");
+        let code = production_code_of(&std::fs::read_to_string(file).expect("a source file reads"));
+        if code.contains("super::super::") {
+            violations.push(format!("{me}: names another folder through super::super"));
+        }
+        let used = uses.entry(me.clone()).or_default();
+        for (used_folder, used_file) in journal_paths(&code) {
+            match JOURNAL_LAYERS.iter().position(|known| *known == used_folder) {
+                Some(used_layer) if used_layer < layer || (used_layer == layer && !used_file.is_empty()) => {
+                    if !used_file.is_empty() {
+                        used.insert(format!("{used_folder}/{used_file}"));
+                    }
+                }
+                Some(_) => violations.push(format!(
+                    "{me}: `{folder}` uses `{used_folder}`, which is not below it"
+                )),
+                None => violations.push(format!(
+                    "{me}: uses `crate::journal::{used_folder}`, a re-export or no folder: name the folder that owns it"
+                )),
+            }
+        }
+        if name != "mod" {
+            let mut rest = code.as_str();
+            while let Some(at) = rest.find("super::") {
+                let is_path_start = rest[..at]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'));
+                rest = &rest[at + "super::".len()..];
+                let sibling: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if is_path_start
+                    && sibling
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_lowercase())
+                {
+                    used.insert(format!("{folder}/{sibling}"));
+                }
+            }
+        }
+    }
+    assert!(uses.len() > 20, "found only {} journal files", uses.len());
+    // No circle among the files: a depth-first walk meets no file twice on one path.
+    fn walk(
+        at: &str,
+        uses: &std::collections::BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        circles: &mut Vec<String>,
+    ) {
+        if let Some(start) = path.iter().position(|seen| seen == at) {
+            circles.push(format!("{} -> {at}", path[start..].join(" -> ")));
+            return;
+        }
+        if !done.insert(at.to_string()) {
+            return;
+        }
+        path.push(at.to_string());
+        for next in uses.get(at).into_iter().flatten() {
+            walk(next, uses, path, done, circles);
+        }
+        path.pop();
+    }
+    let mut circles = Vec::new();
+    let mut done = BTreeSet::new();
+    for start in uses.keys() {
+        walk(start, &uses, &mut Vec::new(), &mut done, &mut circles);
+    }
+    violations.extend(
+        circles
+            .into_iter()
+            .map(|circle| format!("a circle: {circle}")),
+    );
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[test]
+fn the_journal_path_scanner_reads_folder_and_file() {
+    let found = journal_paths(&code_of(
+        "use crate::journal::format::error::X;\nuse crate::journal::Journal; // crate::journal::file",
+    ));
+    assert_eq!(
+        found,
+        [
+            ("format".to_string(), "error".to_string()),
+            ("Journal".to_string(), String::new()),
+        ]
+    );
 }

@@ -19,7 +19,7 @@ use crate::{
     CliResult, EXIT_WAIT_TIMEOUT, Failure, Named, bad_input, check_run_text, note, open_store,
     print, print_line, reconcile_before_reading, resolve, resolve_named, stdout_failure,
 };
-use runjournal::journal::prune::Tombstone;
+use runjournal::journal::Tombstone;
 use runjournal::json::{
     CapacityDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, QueueUseDoc, StatusCommandDoc,
 };

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use runjournal::home::Layout;
-use runjournal::journal::prune::Tombstone;
+use runjournal::journal::Tombstone;
 use runjournal::journal::{CommitSharing, ResolveError};
 use runjournal::store::StoreOptions;
 use runjournal::{Home, RunId, Store};

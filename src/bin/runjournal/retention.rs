@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use runjournal::Home;
-use runjournal::journal::prune::KeepFree;
+use runjournal::journal::KeepFree;
 use runjournal::json::{PolicyDoc, PruneDoc};
 use runjournal::retention::{self, PassOptions, PassReport};
 

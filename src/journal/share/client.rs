@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::Rendezvous;
 use super::wire::{self, Hello, ToClient, ToLeader, WireAnswer, WireBatch};
 use crate::durable_fs::{self, FileLock, SocketPath};
-use crate::journal::append::Batch;
+use crate::journal::write::append::Batch;
 use crate::platform;
 
 /// Why no connection to a leader was made.

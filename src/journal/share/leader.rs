@@ -35,11 +35,11 @@ use super::Rendezvous;
 use super::wire::{self, Hello, Refusal, ToClient, ToLeader, WireAnswer};
 use crate::durable_fs::{self, FileLock, SocketPath};
 use crate::event::WriterId;
-use crate::journal::append::Batch;
-use crate::journal::error::AppendError;
-use crate::journal::queue::{Queue, Ticket};
-use crate::journal::snapshot::encode_snapshot;
-use crate::journal::writer::{Answer, Origin, Request, Shared};
+use crate::journal::format::error::AppendError;
+use crate::journal::format::snapshot::encode_snapshot;
+use crate::journal::write::append::Batch;
+use crate::journal::write::commit::{Answer, Origin, Request, Shared};
+use crate::journal::write::queue::{Queue, Ticket};
 use crate::platform;
 
 /// The most clients served at once; a client past it is refused as busy and commits alone.

@@ -30,7 +30,7 @@
 //!   that runs again finds every seq its client has since judged at or below the mark, and
 //!   commits none of them;
 //! * a leader refuses a client's batch by sending the state it judged it against; the client
-//!   judges its batch against that state itself ([`super::append::judge`]) and so words the
+//!   judges its batch against that state itself ([`crate::journal::write::append::judge`]) and so words the
 //!   very refusal its caller would have had alone.
 //!
 //! Full and flaky disks are the leader's writer's to ride out, as for its own batches: its
@@ -38,7 +38,7 @@
 //! user, in its own user namespace, is served; a process whose uid is the overflow uid shares
 //! nothing ([`platform::may_share_commits`]).
 //!
-//! [`WriterOptions::leader_timeout`]: super::writer::WriterOptions::leader_timeout A process with a controlling terminal does
+//! [`WriterOptions::leader_timeout`]: super::commit::WriterOptions::leader_timeout A process with a controlling terminal does
 //! not lead (job control could stop it while its clients wait), unless opened with
 //! [`CommitSharing::Lead`]; runners, in sessions of their own, do. A handle opened with
 //! [`CommitSharing::Alone`], or a journal that is not a file, commits alone.
@@ -55,12 +55,14 @@ use std::time::{Duration, Instant};
 use redb::ReadableDatabase;
 use sha2::{Digest, Sha256};
 
-use super::append::{self, Appended, Batch};
-use super::error::{AppendError, ReadError, StorageFailure};
-use super::queue::Queue;
-use super::read::View;
-use super::snapshot::decode_snapshot;
-use super::writer::{self, Answer, CapacityState, Request, Shared, Source};
+use crate::journal::file::Location;
+use crate::journal::format::error::{AppendError, ReadError, StorageFailure};
+use crate::journal::format::snapshot::decode_snapshot;
+use crate::journal::read::view::View;
+use crate::journal::write::append::{self, Appended, Batch};
+use crate::journal::write::commit::{self, Answer, CapacityState, Request, Shared};
+use crate::journal::write::options::CommitSharing;
+use crate::journal::write::queue::Queue;
 use crate::platform;
 use client::{Connection, ExchangeError, Unreachable};
 use leader::Leadership;
@@ -68,61 +70,6 @@ use wire::{Hello, WireAnswer};
 
 #[cfg(test)]
 mod tests;
-
-/// Whether a journal handle shares its commits with other processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CommitSharing {
-    /// Hand groups to the journal's commit leader when there is one; when there is none, lead
-    /// unless this process has a controlling terminal (the default). Job control (Ctrl-Z)
-    /// stops a process of a terminal, and a stopped leader would hold up every client until
-    /// it is resumed; a runner, in a session of its own, has no terminal and leads.
-    #[default]
-    Shared,
-    /// As `Shared`, and lead even with a controlling terminal: for a process that knows it will
-    /// not be stopped (tests, benchmarks).
-    Lead,
-    /// Hand groups to the leader when there is one, never lead: for short-lived commands (the
-    /// `runjournal` CLI's own), whose leadership would pass on at once, and which a user may
-    /// stop; the runners they start lead.
-    Join,
-    /// Commit every group in a write transaction of this handle's own.
-    Alone,
-}
-
-impl CommitSharing {
-    /// The environment variable that turns sharing off for a process: `off` (or `on`).
-    pub const ENV: &'static str = "RUNJOURNAL_COMMIT_SHARING";
-
-    /// From [`CommitSharing::ENV`]: `on` (or unset) shares, `lead` shares and leads even
-    /// from a terminal, `join` shares without leading, `off` commits alone.
-    pub fn from_env() -> Result<CommitSharing, String> {
-        match std::env::var(Self::ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(CommitSharing::Shared),
-            Ok(value) if value == "on" => Ok(CommitSharing::Shared),
-            Ok(value) if value == "lead" => Ok(CommitSharing::Lead),
-            Ok(value) if value == "join" => Ok(CommitSharing::Join),
-            Ok(value) if value == "off" => Ok(CommitSharing::Alone),
-            Ok(value) => Err(format!(
-                "{}={value:?}: expected on, lead, join or off",
-                Self::ENV
-            )),
-            Err(std::env::VarError::NotUnicode(value)) => Err(format!(
-                "{}={value:?}: expected on, lead, join or off",
-                Self::ENV
-            )),
-        }
-    }
-
-    /// The value of [`CommitSharing::ENV`] that means this.
-    pub fn as_env_value(self) -> &'static str {
-        match self {
-            CommitSharing::Shared => "on",
-            CommitSharing::Lead => "lead",
-            CommitSharing::Join => "join",
-            CommitSharing::Alone => "off",
-        }
-    }
-}
 
 /// Where a journal's commit leader is found.
 #[derive(Debug, Clone)]
@@ -208,33 +155,6 @@ pub(crate) fn private_socket_dir() -> Option<PathBuf> {
     is_private.then_some(dir)
 }
 
-/// How long a client waits for a word from its leader (the hello's answer, or any frame while
-/// a group is out) before it takes the leader for stopped and commits alone, by default. A
-/// leader at work says so four times within it.
-pub const DEFAULT_LEADER_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The environment variable that sets [`WriterOptions::leader_timeout`] (a duration: `2s`,
-/// `500ms`).
-///
-/// [`WriterOptions::leader_timeout`]: super::writer::WriterOptions::leader_timeout
-pub const LEADER_TIMEOUT_ENV: &str = "RUNJOURNAL_LEADER_TIMEOUT";
-
-/// The leader timeout from [`LEADER_TIMEOUT_ENV`]; unset or blank, the default. At least a
-/// millisecond.
-pub fn leader_timeout_from_env() -> Result<Duration, String> {
-    match std::env::var(LEADER_TIMEOUT_ENV) {
-        Ok(text) if !text.trim().is_empty() => match crate::duration::parse_duration(&text) {
-            Ok(timeout) if timeout >= Duration::from_millis(1) => Ok(timeout),
-            Ok(_) => Err(format!("{LEADER_TIMEOUT_ENV}={text:?}: at least 1ms")),
-            Err(error) => Err(format!("{LEADER_TIMEOUT_ENV}={text:?}: {error}")),
-        },
-        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(DEFAULT_LEADER_TIMEOUT),
-        Err(std::env::VarError::NotUnicode(text)) => {
-            Err(format!("{LEADER_TIMEOUT_ENV}={text:?}: not UTF-8"))
-        }
-    }
-}
-
 /// How long a handle that held the lock but could not serve, or found the leader stopped,
 /// commits alone before it looks for a leader again.
 const LEAD_AGAIN_AFTER: Duration = Duration::from_secs(5);
@@ -268,10 +188,10 @@ pub(crate) struct Sharing {
 
 impl Sharing {
     pub(crate) fn new(shared: &Arc<Shared>, queue: &Arc<Queue<Request, Answer>>) -> Sharing {
-        let rendezvous = match (&shared.options.commit_sharing, &shared.source) {
+        let rendezvous = match (&shared.options.commit_sharing, &shared.location) {
             (
                 CommitSharing::Shared | CommitSharing::Lead | CommitSharing::Join,
-                Source::Path(path),
+                Location::Path(path),
             ) => Rendezvous::of(path),
             _ => None,
         };
@@ -316,7 +236,7 @@ impl Sharing {
                 rejudges: 0,
             })
             .collect();
-        self.settle(todo, batches.len(), capacity, renumber)
+        self.answer_every_pending(todo, batches.len(), capacity, renumber)
     }
 
     /// Stops leading (once the queue is drained) or disconnects.
@@ -425,7 +345,7 @@ impl Sharing {
     /// seq reused, which only this handle, which still holds the caller, judges again under a
     /// fresh seq. So a batch lands at most once, and its caller learns its fate from the one
     /// judgement that counted.
-    fn settle(
+    fn answer_every_pending(
         &mut self,
         mut todo: Vec<Pending>,
         count: usize,
@@ -486,7 +406,7 @@ impl Sharing {
             let rest = todo.split_off(replies.len());
             let mut next = Vec::new();
             for (mut pending, reply) in todo.into_iter().zip(replies) {
-                match self.settle_one(&mut pending, reply, renumber) {
+                match self.final_answer(&mut pending, reply, renumber) {
                     Some(answer) => {
                         self.shared
                             .stats
@@ -512,7 +432,7 @@ impl Sharing {
 
     /// The final answer of one batch from its leader's reply, or `None` when it must be sent
     /// again (not taken, or judged again under a fresh seq).
-    fn settle_one(
+    fn final_answer(
         &self,
         pending: &mut Pending,
         reply: WireAnswer,
@@ -623,7 +543,7 @@ impl Sharing {
 
     /// Commits the pending batches here, as the leader or alone; a batch that may have landed
     /// through a leader and is found reused is judged again (see
-    /// [`writer::commit_and_rejudge`]).
+    /// [`commit::commit_and_rejudge`]).
     fn commit_here(
         &self,
         todo: Vec<Pending>,
@@ -635,7 +555,7 @@ impl Sharing {
         let slots: Vec<usize> = todo.iter().map(|pending| pending.slot).collect();
         let batches = todo.into_iter().map(|pending| pending.batch).collect();
         let committed =
-            writer::commit_and_rejudge(&self.shared, batches, capacity, may_have_landed, renumber);
+            commit::commit_and_rejudge(&self.shared, batches, capacity, may_have_landed, renumber);
         for (slot, answer) in slots.into_iter().zip(committed) {
             answers[slot] = Some(answer);
         }

@@ -84,7 +84,8 @@ fn open(path: &Path) -> Journal {
         commit_sharing: CommitSharing::Lead,
         ..WriterOptions::default()
     };
-    Journal::open_with(super::Source::Path(path.to_path_buf()), options).expect("the journal opens")
+    Journal::open_with(super::Location::Path(path.to_path_buf()), options)
+        .expect("the journal opens")
 }
 
 fn create(journal: &Journal) -> Appended {
@@ -359,7 +360,7 @@ fn a_handle_that_opts_out_commits_alone_and_leads_nobody() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = journal_in(dir.path());
     let alone = Journal::open_with(
-        super::Source::Path(path.clone()),
+        super::Location::Path(path.clone()),
         WriterOptions {
             commit_sharing: CommitSharing::Alone,
             ..WriterOptions::default()
@@ -497,7 +498,7 @@ fn a_batch_committed_through_the_leader_is_recorded_as_the_client_made_it() {
 /// A handle of the test's own that never shares, to commit as a fake leader would.
 fn alone(path: &Path) -> Journal {
     Journal::open_with(
-        super::Source::Path(path.to_path_buf()),
+        super::Location::Path(path.to_path_buf()),
         WriterOptions {
             commit_sharing: CommitSharing::Alone,
             ..WriterOptions::default()
@@ -621,7 +622,7 @@ fn a_stopped_leader_that_runs_again_commits_nothing_its_client_has_since_judged(
         copies
     });
     let client = Journal::open_with(
-        super::Source::Path(path.clone()),
+        super::Location::Path(path.clone()),
         WriterOptions {
             commit_sharing: CommitSharing::Lead,
             leader_timeout: std::time::Duration::from_millis(200),

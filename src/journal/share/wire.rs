@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{self, Event, FORMAT_VERSION, MAX_SNAPSHOT_BYTES, RunId, UnixMs, WriterId};
-use crate::journal::append::{Batch, Condition};
-use crate::journal::snapshot::SNAPSHOT_LAYOUT;
+use crate::journal::format::snapshot::SNAPSHOT_LAYOUT;
+use crate::journal::write::append::{Batch, Condition};
 
 /// The version of this protocol. Version 1 is the first; version 2 added
 /// [`WireBatch::pid_namespaces`] (version 1 lost a process identity's PID namespace on the
@@ -211,7 +211,7 @@ pub(crate) enum WireAnswer {
     /// queue indexes, which the client cannot judge again itself, so the leader sends the
     /// refusal whole. Nothing was written.
     QueueRefused {
-        refusal: crate::journal::error::QueueRefusal,
+        refusal: crate::journal::format::error::QueueRefusal,
     },
     /// The writer seq is at or below the writer's mark, and the run holds no batch of these
     /// events under it. After a retry (`was_retried`) or a resend, the batch was refused in a

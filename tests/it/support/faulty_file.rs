@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
-use runjournal::journal::Source;
+use runjournal::journal::Location;
 
 use super::mem_disk::Call;
 
@@ -91,10 +91,10 @@ impl Faults {
 
     /// A journal source over the file at `path` whose every (re)open is a backend of these
     /// faults.
-    pub fn source(self: &Arc<Faults>, path: &Path) -> Source {
+    pub fn source(self: &Arc<Faults>, path: &Path) -> Location {
         let faults = Arc::clone(self);
         let file = path.to_path_buf();
-        Source::Backend {
+        Location::Backend {
             name: path.to_path_buf(),
             factory: Arc::new(move || {
                 if let Some(error) = faults.count(Call::Open) {

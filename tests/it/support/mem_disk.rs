@@ -16,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redb::{BackendError, StorageBackend};
-use runjournal::journal::Source;
+use runjournal::journal::Location;
 
 /// A write or a length change that has not been synced yet, in the order it was made.
 #[derive(Debug, Clone)]
@@ -220,9 +220,9 @@ impl MemDisk {
 
     /// The journal source over this disk: each (re)open is a new file handle, and counts as
     /// a [`Call::Open`], which a fault may fail.
-    pub fn source(self: &Arc<MemDisk>) -> Source {
+    pub fn source(self: &Arc<MemDisk>) -> Location {
         let disk = Arc::clone(self);
-        Source::Backend {
+        Location::Backend {
             name: "mem-disk/journal.redb".into(),
             factory: Arc::new(move || {
                 {

@@ -2,7 +2,7 @@
 
 /// A boxed backend, as redb takes backends by value.
 #[derive(Debug)]
-pub(super) struct BoxedBackend(pub(super) Box<dyn redb::StorageBackend>);
+pub(crate) struct BoxedBackend(pub(crate) Box<dyn redb::StorageBackend>);
 
 impl redb::StorageBackend for BoxedBackend {
     fn len(&self) -> Result<u64, std::io::Error> {

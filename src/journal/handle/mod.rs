@@ -1,19 +1,26 @@
-//! [`Journal`]: a journal opened for reading and writing, with its writer thread.
+//! [`Journal`]: a journal opened for reading and writing, with its writer thread (`writer`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
-use super::append::{self, Appended, Batch, Condition};
-use super::error::{AppendError, OpenError, ReadError, StorageFailure};
-use super::open::{open_source, reopen_source};
-use super::prune;
-use super::queue::{self, Queue};
-use super::read::{JournalMeta, View};
-use super::reader::JournalReader;
-use super::writer::{self, Source, WriterOptions, WriterStats};
+use crate::journal::read::reader::ReadJournal;
+
+mod writer;
+
 use crate::event::{self, Event, HostIds, RunId, RunSpec, WriterId};
+use crate::journal::file::Location;
+use crate::journal::file::open::{open_location, reopen_location};
+use crate::journal::format::error::{AppendError, OpenError, ReadError, StorageFailure};
+use crate::journal::format::retention::Retention;
+use crate::journal::read::reader::JournalReader;
+use crate::journal::read::view::{JournalMeta, View};
+use crate::journal::write::append::{self, Appended, Batch, Condition};
+use crate::journal::write::commit::{self, WriterStats};
+use crate::journal::write::options::WriterOptions;
+use crate::journal::write::prune;
+use crate::journal::write::queue::{self, Queue};
 
 /// A journal opened for reading and writing. Any number of processes may hold one at once.
 ///
@@ -21,15 +28,15 @@ use crate::event::{self, Event, HostIds, RunId, RunSpec, WriterId};
 /// which commits everything waiting as one durable write transaction (group commit) and
 /// answers each caller with its own result. Reads run beside it on snapshots.
 pub struct Journal {
-    shared: Arc<writer::Shared>,
-    queue: Arc<Queue<writer::Request, writer::Answer>>,
+    shared: Arc<commit::Shared>,
+    queue: Arc<Queue<commit::Request, commit::Answer>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
-            .field("path", &self.shared.source.path())
+            .field("path", &self.shared.location.path())
             .field("writer", &self.shared.writer)
             .finish()
     }
@@ -42,19 +49,19 @@ impl Journal {
     /// writing anything. A journal file this call created is removed again if the open fails.
     pub fn open(path: impl AsRef<Path>) -> Result<Journal, OpenError> {
         Journal::open_with(
-            Source::Path(path.as_ref().to_path_buf()),
+            Location::Path(path.as_ref().to_path_buf()),
             WriterOptions::default(),
         )
     }
 
     /// Opens a journal from `source` with these writer options.
-    pub fn open_with(source: Source, options: WriterOptions) -> Result<Journal, OpenError> {
-        let db = open_source(&source)?;
+    pub fn open_with(source: Location, options: WriterOptions) -> Result<Journal, OpenError> {
+        let db = open_location(&source)?;
         if let Some(reserve) = &options.reserve {
             // Best effort: without room for it, the journal still works, only without slack.
             let _ = reserve.ensure();
         }
-        let shared = Arc::new(writer::Shared::new(source, db, options));
+        let shared = Arc::new(commit::Shared::new(source, db, options));
         let queue = Arc::new(Queue::new(shared.options.queue_capacity));
         let thread = std::thread::Builder::new()
             .name("runjournal-writer".to_string())
@@ -76,7 +83,7 @@ impl Journal {
 
     /// The file this journal lives in.
     pub fn path(&self) -> &Path {
-        self.shared.source.path()
+        self.shared.location.path()
     }
 
     /// This handle's writer id.
@@ -132,7 +139,7 @@ impl Journal {
             if !crate::capacity::is_retried(failure.class(), failing_for, window) {
                 return Err(ReadError::Storage(failure));
             }
-            let delay = writer::RETRY_DELAYS_MS[attempt.min(writer::RETRY_DELAYS_MS.len() - 1)];
+            let delay = commit::RETRY_DELAYS_MS[attempt.min(commit::RETRY_DELAYS_MS.len() - 1)];
             std::thread::sleep(
                 std::time::Duration::from_millis(delay).min(window.saturating_sub(failing_for)),
             );
@@ -153,7 +160,7 @@ impl Journal {
         match db.begin_read() {
             Ok(txn) => Ok(View::new(txn)),
             // The shared handle failed under a write; read through a handle of our own.
-            Err(_) if matches!(self.shared.source, Source::Path(_)) => {
+            Err(_) if matches!(self.shared.location, Location::Path(_)) => {
                 let reader = JournalReader::open(self.path()).map_err(|error| {
                     StorageFailure::new(
                         "opening a read-only handle",
@@ -205,14 +212,14 @@ impl Journal {
         run: RunId,
         events: Vec<Event>,
         condition: Condition,
-    ) -> Result<queue::Ticket<writer::Answer>, AppendError> {
+    ) -> Result<queue::Ticket<commit::Answer>, AppendError> {
         let ticket = self
             .queue
-            .submit(writer::Request {
+            .submit(commit::Request {
                 run,
                 events,
                 condition,
-                origin: writer::Origin::Local,
+                origin: commit::Origin::Local,
             })
             .map_err(|_| {
                 AppendError::Storage(StorageFailure::new(
@@ -270,7 +277,7 @@ impl Journal {
     }
 
     /// Creates a new run waiting in a queue: `RunCreated` and `QueueJoined` in one batch. The
-    /// journal refuses it when the queue has no limit ([`super::QueueRefusal::NoSuchQueue`]).
+    /// journal refuses it when the queue has no limit ([`crate::journal::QueueRefusal::NoSuchQueue`]).
     pub fn create_queued_run(
         &self,
         spec: RunSpec,
@@ -297,21 +304,21 @@ impl Journal {
         finished: &[RunId],
         now_ms: event::UnixMs,
     ) -> Result<Vec<(RunId, prune::Pruned)>, AppendError> {
-        writer::commit_upkeep(&self.shared, |txn| {
+        commit::commit_upkeep(&self.shared, |txn| {
             prune::prune_in(txn, runs, finished, now_ms)
         })
     }
 
     /// Sets the home's retention policy.
-    pub fn set_retention(&self, policy: &prune::Retention) -> Result<(), AppendError> {
-        writer::commit_upkeep(&self.shared, |txn| prune::set_retention_in(txn, policy))
+    pub fn set_retention(&self, policy: &Retention) -> Result<(), AppendError> {
+        commit::commit_upkeep(&self.shared, |txn| prune::set_retention_in(txn, policy))
     }
 
     /// Sets `queue`'s limit of active runs (docs/design.md, "Queues"), durable on return. The
     /// name must pass [`crate::event::check_queue_name`]; the caller checks it.
     pub fn set_queue_limit(&self, queue: &str, max_active: u64) -> Result<(), AppendError> {
-        writer::commit_upkeep(&self.shared, |txn| {
-            super::append::set_queue_limit_in(txn, queue, max_active)
+        commit::commit_upkeep(&self.shared, |txn| {
+            crate::journal::write::append::set_queue_limit_in(txn, queue, max_active)
         })
     }
 
@@ -323,7 +330,7 @@ impl Journal {
     /// Runs redb's own integrity check (every page checksum, the allocator state) through a
     /// handle of its own. The journal must be a file.
     pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
-        let mut db = reopen_source(&self.shared.source).map_err(|error| {
+        let mut db = reopen_location(&self.shared.location).map_err(|error| {
             // An open that failed is not damage: keep its I/O error (ENOSPC, say).
             let source = match error {
                 OpenError::Io { source, .. } => redb::Error::Io(source),
@@ -359,5 +366,11 @@ impl Drop for Journal {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl ReadJournal for Journal {
+    fn view(&self) -> Result<View, ReadError> {
+        Journal::view(self)
     }
 }

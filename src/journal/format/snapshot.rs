@@ -3,7 +3,8 @@
 //!
 //! A snapshot is a cache of the fold of the run's records. One that does not decode — damaged
 //! bytes, another layout (written by a later version, say), a state of another run — is never an
-//! error for whoever reads or appends: the state is re-derived from the records ([`state_of`]).
+//! error for whoever reads or appends: the state is re-derived from the records
+//! (`read::view::state_of`).
 //! An append rewrites the snapshot in the layout of this build, in its own write transaction;
 //! a reader re-derives in memory. Only records that do not decode or fold are errors.
 //!
@@ -14,18 +15,15 @@
 
 use std::sync::Arc;
 
-use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
-use super::error::{CorruptError, ReadError};
-use super::read::run_records;
 use crate::event::{
     self, ControlAction, EncodeError, ExternalJobStatus, MAX_SNAPSHOT_BYTES, Observer, ProcessExit,
     ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs, encode_checked,
 };
 use crate::state::{
-    self, AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus,
-    RunnerInfo, StepState, StepStatus, TerminalInfo,
+    AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo,
+    StepState, StepStatus, TerminalInfo,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -555,43 +553,6 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
     }
 }
 
-/// The state of `run` whose stored snapshot is `bytes`: the snapshot, or, when it does not
-/// decode, the fold of the run's records read from `records` (the table of the same
-/// transaction).
-pub(super) fn state_of(
-    run: RunId,
-    bytes: &[u8],
-    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
-) -> Result<RunState, ReadError> {
-    match decode_snapshot(run, bytes) {
-        Ok(state) => Ok(state),
-        Err(why) => rederive(run, why, records),
-    }
-}
-
-/// Folds the run's records through [`state::apply`], in place of a snapshot that did not decode.
-fn rederive(
-    run: RunId,
-    why: SnapshotError,
-    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
-) -> Result<RunState, ReadError> {
-    let records = run_records(records, run, u64::MAX)?;
-    let mut folded: Option<RunState> = None;
-    for record in &records {
-        let applied = match &mut folded {
-            None => state::apply(None, record).map(|state| folded = Some(state)),
-            Some(state) => state.apply_mut(record),
-        };
-        applied.map_err(|source| CorruptError::Unfoldable {
-            run,
-            seq: record.seq,
-            snapshot: why.clone(),
-            source: Box::new(source),
-        })?;
-    }
-    folded.ok_or_else(|| CorruptError::NoRecords { run, snapshot: why }.into())
-}
-
 /// Snapshot bytes in a layout this build does not read, as a later version might write them:
 /// `layout_one` (snapshot bytes of layout 1) relabelled as layout 2, with one field added at the
 /// end (`last_heartbeat_ms: Option<u64>`), under a checksum that matches. For tests of what
@@ -641,6 +602,7 @@ mod tests {
     use crate::event::{
         Event, FORMAT_VERSION, JobState, Mode, Record, StepAction, StepSpec, WriterId,
     };
+    use crate::state;
 
     const RUN: RunId = RunId::from_bytes([3; 16]);
 

@@ -17,8 +17,8 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::error::OpenError;
 use crate::home::Home;
+use crate::journal::format::error::{FileFinding, OpenError};
 
 /// redb's magic number, the first bytes of every database it finished creating.
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
@@ -29,59 +29,6 @@ const LAYOUT_HEADER_BYTES: usize = 32;
 
 /// Reads of the header around the length before the examination settles for "plausible".
 const HEADER_READS: usize = 5;
-
-/// What a journal file was found to be.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FileFinding {
-    Missing,
-    Empty,
-    /// Every byte is zero.
-    Zeroed {
-        bytes: u64,
-    },
-    /// Bytes that do not start with redb's magic number (another program's file, a creation
-    /// cut short, or damage).
-    NotRedb {
-        bytes: u64,
-    },
-    /// redb's magic number, but fewer bytes than its header describes.
-    Truncated {
-        bytes: u64,
-        expected_bytes: u64,
-    },
-    /// A redb database as far as its length and header tell; redb judges the rest.
-    Plausible,
-}
-
-impl FileFinding {
-    /// Whether the file is certainly not a journal that can be opened: everything but
-    /// [`FileFinding::Plausible`].
-    pub fn is_lost(&self) -> bool {
-        !matches!(self, FileFinding::Plausible)
-    }
-}
-
-impl std::fmt::Display for FileFinding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FileFinding::Missing => f.write_str("missing"),
-            FileFinding::Empty => f.write_str("empty (0 bytes)"),
-            FileFinding::Zeroed { bytes } => write!(f, "zero-filled ({bytes} bytes, all zero)"),
-            FileFinding::NotRedb { bytes } => write!(
-                f,
-                "not a redb database ({bytes} bytes that do not start with redb's magic number)"
-            ),
-            FileFinding::Truncated {
-                bytes,
-                expected_bytes,
-            } => write!(
-                f,
-                "truncated ({bytes} bytes of the {expected_bytes} its header describes)"
-            ),
-            FileFinding::Plausible => f.write_str("a redb database"),
-        }
-    }
-}
 
 /// Refuses the journal of a home that holds runs or results when the file is lost (missing,
 /// empty, zeroed, cut short, not a database): [`OpenError::Lost`], naming what was found.

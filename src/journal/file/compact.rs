@@ -8,8 +8,8 @@ use std::path::Path;
 
 use redb::Database;
 
-use super::error::StorageFailure;
 use crate::durable_fs;
+use crate::journal::format::error::StorageFailure;
 
 /// What a compaction did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

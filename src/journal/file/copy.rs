@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 /// Bytes at the start of a redb file that hold its header (the commit slots), with room to
 /// spare: redb's header is 320 bytes, in its first page.
-pub(super) const REDB_HEADER_BYTES: usize = 4096;
+pub(crate) const REDB_HEADER_BYTES: usize = 4096;
 
 /// How many times [`copy_consistent`] copies a journal that changed while it was copied
 /// before it gives up.

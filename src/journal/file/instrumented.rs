@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
-use super::writer::Source;
+use super::location::Location;
 
 /// What redb asked of the file, counted since the counters were made.
 #[derive(Debug, Default)]
@@ -153,9 +153,9 @@ impl InstrumentedFile {
         path: PathBuf,
         counters: Arc<DiskCounters>,
         gate: Option<Arc<SyncGate>>,
-    ) -> Source {
+    ) -> Location {
         let name = path.clone();
-        Source::Backend {
+        Location::Backend {
             name,
             factory: Arc::new(move || {
                 let backend = InstrumentedFile::open(&path, Arc::clone(&counters), gate.clone())?;

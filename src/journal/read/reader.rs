@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 
 use redb::ReadableDatabase;
 
-use super::error::{OpenError, ReadError, StorageFailure};
-use super::handle::Journal;
-use super::open::{check_format_version, check_journal_file, open_read_only, read_format_version};
-use super::read::View;
+use super::view::View;
+use crate::journal::file::open::{
+    check_format_version, check_journal_file, open_read_only, read_format_version,
+};
+use crate::journal::format::error::{OpenError, ReadError, StorageFailure};
 
 /// A journal opened read-only: sees the commits of live writers, never writes.
 pub struct JournalReader {
@@ -66,12 +67,6 @@ impl JournalReader {
 /// own source of views. Projections and verification read through it.
 pub trait ReadJournal {
     fn view(&self) -> Result<View, ReadError>;
-}
-
-impl ReadJournal for Journal {
-    fn view(&self) -> Result<View, ReadError> {
-        Journal::view(self)
-    }
 }
 
 impl ReadJournal for JournalReader {

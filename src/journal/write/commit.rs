@@ -1,6 +1,6 @@
-//! The journal's writer: one thread per journal handle that takes every append waiting in the
-//! queue as one group, commits the group in one durable write transaction, and answers each
-//! caller with its own result; and that rides out a full disk and flaky storage.
+//! The commit step: a group of batches committed in one durable write transaction, each
+//! caller answered with its own result, riding out a full disk and flaky storage. The writer
+//! thread (`handle::writer`) and a commit leader (`share`) both commit through it.
 //!
 //! Invariants:
 //! * a caller is answered only after the commit holding its batch returned, or once its batch
@@ -15,113 +15,21 @@
 //! * on a capacity error the reserve file is released first, so the retry has room.
 
 use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use redb::{Database, StorageBackend};
+use redb::Database;
 
-use super::append::{self, Appended, Batch, Condition};
-use super::error::{AppendError, OpenError, StorageFailure};
-use super::lock_wait::{self, BeginError, LockWait};
-use super::open::reopen_source;
-use super::queue::{Queue, Reply};
-use super::share::{CommitSharing, Sharing};
 use crate::capacity::{self, BlockCause, FailureClass, Reserve};
 use crate::event::{Event, RunId, UnixMs, WriterId, now_ms};
+use crate::journal::file::Location;
+use crate::journal::file::lock_wait::{self, BeginError};
+use crate::journal::file::open::reopen_location;
+use crate::journal::format::error::{AppendError, LockHeld, OpenError, StorageFailure};
+use crate::journal::write::append::{self, Appended, Batch, Condition};
+use crate::journal::write::options::{CapacityEvent, WriterOptions};
 use crate::state::RunState;
-
-/// Makes a fresh storage backend for each (re)open of a journal that does not live in a file.
-pub type BackendFactory = Arc<dyn Fn() -> io::Result<Box<dyn StorageBackend>> + Send + Sync>;
-
-/// Where the journal's bytes live.
-#[derive(Clone)]
-pub enum Source {
-    Path(PathBuf),
-    /// Tests: a backend that keeps only synced bytes, or fails on cue.
-    Backend {
-        name: PathBuf,
-        factory: BackendFactory,
-    },
-}
-
-impl Source {
-    /// The path to name in messages.
-    pub fn path(&self) -> &Path {
-        match self {
-            Source::Path(path) => path,
-            Source::Backend { name, .. } => name,
-        }
-    }
-}
-
-/// What the writer reports while it fights a full disk or flaky storage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CapacityEvent {
-    /// A commit failed for lack of space (or file handles), or on a storage error; the writer
-    /// keeps trying (for a storage error, until its retry window ends). Reported again when
-    /// the cause changes.
-    Blocked {
-        since_ms: u64,
-        error: String,
-        cause: BlockCause,
-    },
-    /// The reserve file was deleted to make room.
-    ReserveReleased { bytes: u64 },
-    /// A commit landed again after being blocked.
-    Unblocked { blocked_ms: u64 },
-    /// The reserve file is back.
-    ReserveRestored { bytes: u64 },
-    /// Storage errors outlasted the retry window: the waiting callers get the error, and until
-    /// a commit lands again each group is tried once.
-    GaveUp { blocked_ms: u64, error: String },
-}
-
-/// Receives [`CapacityEvent`]s, e.g. to write a line to the runner's log.
-pub type CapacityListener = Arc<dyn Fn(&CapacityEvent) + Send + Sync>;
-
-/// How a journal handle writes.
-#[derive(Clone)]
-pub struct WriterOptions {
-    /// Most appends waiting in the queue before callers wait to submit.
-    pub queue_capacity: usize,
-    /// Most events committed in one write transaction (a single larger batch goes alone).
-    pub max_group_events: usize,
-    /// The space reserve released on a capacity error.
-    pub reserve: Option<Reserve>,
-    /// Where to mark this writer blocked for other processes to see (a home's root).
-    pub blocked_markers: Option<crate::home::Home>,
-    pub listener: Option<CapacityListener>,
-    /// How long storage errors that are not about capacity (EIO, EROFS, ETIMEDOUT, ...) are
-    /// retried, from the first failure of a streak, before the waiting callers get the error.
-    /// Zero: one attempt.
-    pub io_retry_window: Duration,
-    /// Whether this handle's commits are shared with the other processes that have the same
-    /// journal open (through a commit leader: see `share`), or made alone.
-    pub commit_sharing: CommitSharing,
-    /// How long this handle, as a client, waits for a word from the commit leader before it
-    /// takes it for stopped and commits alone.
-    pub leader_timeout: Duration,
-    /// How long a commit waits for the journal's write lock held by another process.
-    pub lock_wait: LockWait,
-}
-
-impl Default for WriterOptions {
-    fn default() -> WriterOptions {
-        WriterOptions {
-            queue_capacity: 1024,
-            max_group_events: 4096,
-            reserve: None,
-            blocked_markers: None,
-            listener: None,
-            io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
-            commit_sharing: CommitSharing::default(),
-            leader_timeout: super::share::DEFAULT_LEADER_TIMEOUT,
-            lock_wait: LockWait::default(),
-        }
-    }
-}
 
 /// Delays between attempts while the disk stays full or the storage keeps failing: short at
 /// first, then every 2 s.
@@ -187,7 +95,7 @@ pub struct WriterStats {
 
 /// What the journal handle and its writer thread share.
 pub(crate) struct Shared {
-    pub(crate) source: Source,
+    pub(crate) location: Location,
     pub(crate) writer: WriterId,
     db: RwLock<Option<Arc<Database>>>,
     pub(crate) options: WriterOptions,
@@ -197,9 +105,9 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(source: Source, db: Database, options: WriterOptions) -> Shared {
+    pub(crate) fn new(location: Location, db: Database, options: WriterOptions) -> Shared {
         Shared {
-            source,
+            location,
             writer: WriterId::generate(),
             db: RwLock::new(Some(Arc::new(db))),
             options,
@@ -239,7 +147,7 @@ impl Shared {
 
     /// A fresh handle, made the shared one if none is (the writer may have reopened first).
     pub(crate) fn reopen_database(&self) -> Result<Arc<Database>, OpenError> {
-        let db = Arc::new(reopen_source(&self.source)?);
+        let db = Arc::new(reopen_location(&self.location)?);
         let mut slot = self
             .db
             .write()
@@ -262,84 +170,6 @@ impl Shared {
     }
 }
 
-/// The writer thread: runs until the queue is closed and drained.
-pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
-    let mut next_writer_seq = 1u64;
-    let mut capacity = CapacityState {
-        is_reserve_missing: shared.options.reserve.is_some() && !shared.has_reserve(),
-        ..CapacityState::default()
-    };
-    let mut sharing = Sharing::new(&shared, &queue);
-    loop {
-        let group = queue.take_group(shared.options.max_group_events, |request| {
-            request.events.len()
-        });
-        if group.is_empty() {
-            sharing.finish();
-            clear_marker_at_exit(&shared, &mut capacity);
-            return;
-        }
-        let time_ms = now_ms();
-        let mut replies: Vec<Reply<Answer>> = Vec::with_capacity(group.len());
-        let mut batches = Vec::with_capacity(group.len());
-        for (request, reply) in group {
-            let (writer, writer_seq, time_ms) = match request.origin {
-                Origin::Local => {
-                    next_writer_seq += 1;
-                    (shared.writer, next_writer_seq - 1, time_ms)
-                }
-                Origin::Remote {
-                    writer,
-                    writer_seq,
-                    time_ms,
-                } => (writer, writer_seq, time_ms),
-            };
-            batches.push(Batch {
-                run: request.run,
-                events: request.events,
-                condition: request.condition,
-                writer,
-                writer_seq,
-                time_ms,
-            });
-            replies.push(reply);
-        }
-        let batch_count = batches.len() as u64;
-        let mut renumber = |batch: Batch| {
-            let writer_seq = next_writer_seq;
-            next_writer_seq += 1;
-            Batch {
-                writer_seq,
-                time_ms: now_ms(),
-                ..batch
-            }
-        };
-        // Through another process's commit leader when there is one to hand the group to;
-        // otherwise committed here, as the leader or alone.
-        let answers = match sharing.commit_through_leader(&batches, &mut capacity, &mut renumber) {
-            Some(answers) => answers,
-            None => commit_and_rejudge(&shared, batches, &mut capacity, false, &mut renumber),
-        };
-        shared
-            .stats
-            .batches
-            .fetch_add(batch_count, Ordering::Relaxed);
-        for (reply, answer) in replies.into_iter().zip(answers) {
-            reply.answer(answer);
-        }
-    }
-}
-
-/// A writer that stops (its journal handle closed) is no longer blocked: its marker goes.
-fn clear_marker_at_exit(shared: &Shared, capacity: &mut CapacityState) {
-    if let (Some(home), Some(blocked)) = (
-        &shared.options.blocked_markers,
-        capacity.blocked_marker.take(),
-    ) {
-        let _ = capacity::clear_blocked(home, &blocked);
-    }
-}
-
 /// What the writer knows of its fight with a full disk or flaky storage.
 #[derive(Default)]
 pub(crate) struct CapacityState {
@@ -357,6 +187,26 @@ pub(crate) struct CapacityState {
     /// The reserve is (believed) missing and should be made again when space allows.
     is_reserve_missing: bool,
     last_reserve_attempt: Option<Instant>,
+}
+
+impl CapacityState {
+    /// A writer's state before its first commit: the reserve is missing if it should be there
+    /// and is not.
+    pub(crate) fn of(shared: &Shared) -> CapacityState {
+        CapacityState {
+            is_reserve_missing: shared.options.reserve.is_some() && !shared.has_reserve(),
+            ..CapacityState::default()
+        }
+    }
+
+    /// A writer that stops (its journal handle closed) is no longer blocked: its marker goes.
+    pub(crate) fn clear_marker_at_exit(&mut self, shared: &Shared) {
+        if let (Some(home), Some(blocked)) =
+            (&shared.options.blocked_markers, self.blocked_marker.take())
+        {
+            let _ = capacity::clear_blocked(home, &blocked);
+        }
+    }
 }
 
 /// Most times the refused batches of a group are judged again (see [`commit_and_rejudge`]);
@@ -490,7 +340,7 @@ enum Attempted<T> {
     },
     /// The wait for another process's write lock was given up; nothing was begun.
     Held {
-        held: Box<lock_wait::LockHeld>,
+        held: Box<LockHeld>,
         was_retried: bool,
     },
     /// A failure that is not retried, or retried past its window.
@@ -591,10 +441,7 @@ pub(crate) fn commit_upkeep<T>(
     once: impl FnMut(&redb::WriteTransaction) -> Result<T, StorageFailure>,
 ) -> Result<T, AppendError> {
     let mut once = once;
-    let mut capacity = CapacityState {
-        is_reserve_missing: shared.options.reserve.is_some() && !shared.has_reserve(),
-        ..CapacityState::default()
-    };
+    let mut capacity = CapacityState::of(shared);
     let attempted = commit_retrying(shared, &mut capacity, |mut txn| {
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StorageFailure::new("setting durability", redb::Error::from(e)))?;
@@ -603,7 +450,7 @@ pub(crate) fn commit_upkeep<T>(
             .map_err(|e| StorageFailure::new("committing", e))?;
         Ok(value)
     });
-    clear_marker_at_exit(shared, &mut capacity);
+    capacity.clear_marker_at_exit(shared);
     match attempted {
         Attempted::Landed { value, .. } => Ok(value),
         Attempted::Held { held, .. } => Err(AppendError::WriteLockHeld(*held)),
@@ -639,7 +486,7 @@ struct Failed {
     failure: StorageFailure,
     class: FailureClass,
     /// The wait for another process's write lock was given up (see [`LockWait`]).
-    held: Option<Box<lock_wait::LockHeld>>,
+    held: Option<Box<LockHeld>>,
 }
 
 impl From<StorageFailure> for Failed {
@@ -661,11 +508,11 @@ fn begin_write(
     capacity: &mut CapacityState,
     db: &Arc<Database>,
 ) -> Result<redb::WriteTransaction, Failed> {
-    let path = match &shared.source {
-        Source::Path(path) => Some(path.as_path()),
-        Source::Backend { .. } => None,
+    let path = match &shared.location {
+        Location::Path(path) => Some(path.as_path()),
+        Location::Backend { .. } => None,
     };
-    let mut on_notice = |held: &lock_wait::LockHeld| {
+    let mut on_notice = |held: &LockHeld| {
         let failure = StorageFailure::new(
             "waiting for the journal's write lock",
             redb::Error::Io(io::Error::other(held.to_string())),
@@ -698,7 +545,7 @@ fn current_or_reopened(shared: &Shared) -> Result<Arc<Database>, Failed> {
     if let Some(db) = shared.database() {
         return Ok(db);
     }
-    let db = Arc::new(reopen_source(&shared.source).map_err(open_failure)?);
+    let db = Arc::new(reopen_location(&shared.location).map_err(open_failure)?);
     shared.set_database(Some(Arc::clone(&db)));
     Ok(db)
 }

@@ -1,18 +1,17 @@
-//! Reading: a [`View`] is one redb read transaction, so everything read through it is from
+//! A [`View`] is one redb read transaction, so everything read through it is from
 //! the same commit.
 
 use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use super::append::storage;
-use super::error::{CorruptError, ReadError, StorageFailure};
-use super::prune::{self, Retention, Tombstone};
-use super::snapshot::{SnapshotError, decode_snapshot, state_of};
-use super::tables::{
+use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
+use crate::journal::format::error::{CorruptError, ReadError, StorageFailure, storage};
+use crate::journal::format::retention::{self, Retention, Tombstone};
+use crate::journal::format::snapshot::{SnapshotError, decode_snapshot};
+use crate::journal::format::tables::{
     self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, QUEUE_ACTIVE, QUEUE_WAITING,
     QUEUES, RECORDS, RESUMES, RUNS, TERMINAL, WRITERS,
 };
-use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
-use crate::state::RunState;
+use crate::state::{self, RunState};
 
 /// Facts about the journal file itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,7 +296,7 @@ impl View {
         else {
             return Ok(None);
         };
-        prune::decode_retention(value.value())
+        retention::decode_retention(value.value())
             .map(Some)
             .map_err(|error| {
                 CorruptError::Meta {
@@ -777,7 +776,7 @@ impl View {
         Ok(())
     }
 
-    /// The run an alias points to (see [`super::tool_call_alias`], [`super::name_alias`]).
+    /// The run an alias points to (see [`crate::journal::tool_call_alias`], [`crate::journal::name_alias`]).
     pub fn lookup_alias(&self, alias: &str) -> Result<Option<RunId>, ReadError> {
         let aliases = self.table(ALIASES)?;
         let value = aliases.get(alias).map_err(storage("reading an alias"))?;
@@ -887,9 +886,46 @@ impl View {
     }
 }
 
+/// The state of `run` whose stored snapshot is `bytes`: the snapshot, or, when it does not
+/// decode, the fold of the run's records read from `records` (the table of the same
+/// transaction).
+pub(crate) fn state_of(
+    run: RunId,
+    bytes: &[u8],
+    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
+) -> Result<RunState, ReadError> {
+    match decode_snapshot(run, bytes) {
+        Ok(state) => Ok(state),
+        Err(why) => rederive(run, why, records),
+    }
+}
+
+/// Folds the run's records through [`state::apply`], in place of a snapshot that did not decode.
+fn rederive(
+    run: RunId,
+    why: SnapshotError,
+    records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
+) -> Result<RunState, ReadError> {
+    let records = run_records(records, run, u64::MAX)?;
+    let mut folded: Option<RunState> = None;
+    for record in &records {
+        let applied = match &mut folded {
+            None => state::apply(None, record).map(|state| folded = Some(state)),
+            Some(state) => state.apply_mut(record),
+        };
+        applied.map_err(|source| CorruptError::Unfoldable {
+            run,
+            seq: record.seq,
+            snapshot: why.clone(),
+            source: Box::new(source),
+        })?;
+    }
+    folded.ok_or_else(|| CorruptError::NoRecords { run, snapshot: why }.into())
+}
+
 /// The run's records with seq at most `until_seq`, in seq order, from the `records` table of a
 /// read or a write transaction.
-pub(super) fn run_records(
+pub(crate) fn run_records(
     records: &impl ReadableTable<&'static [u8; 24], &'static [u8]>,
     run: RunId,
     until_seq: u64,

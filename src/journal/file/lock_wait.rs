@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use redb::{Database, TransactionError, WriteTransaction};
 
-use crate::event::{UnixMs, now_ms};
+use crate::event::now_ms;
+use crate::journal::format::error::LockHeld;
 
 /// How long a commit waits for the journal's write lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,35 +73,6 @@ pub fn command_bound_from_env() -> Result<Duration, String> {
         Ok(_) | Err(std::env::VarError::NotPresent) => Ok(DEFAULT_COMMAND_BOUND),
         Err(std::env::VarError::NotUnicode(text)) => {
             Err(format!("{LOCK_TIMEOUT_ENV}={text:?}: not UTF-8"))
-        }
-    }
-}
-
-/// Another process has held the journal's write lock for a while.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockHeld {
-    /// Since when this process has waited.
-    pub since_ms: UnixMs,
-    /// The process holding the lock, where it could be found: its pid and command name.
-    pub holder: Option<(u32, String)>,
-}
-
-impl std::fmt::Display for LockHeld {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let since = jiff::Timestamp::from_millisecond(self.since_ms as i64)
-            .map(|at| at.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
-            .unwrap_or_else(|_| format!("{} ms", self.since_ms));
-        match &self.holder {
-            Some((pid, name)) => write!(
-                f,
-                "the journal's write lock is held by process {pid} ({name}), which has not \
-                 let it go since {since} (is it stopped?)"
-            ),
-            None => write!(
-                f,
-                "the journal's write lock is held by another process, which has not let it go \
-                 since {since} (is it stopped?)"
-            ),
         }
     }
 }

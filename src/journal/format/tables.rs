@@ -4,9 +4,10 @@
 //! order we want (run, then seq; time, then run). Values are postcard with a CRC-32C, except
 //! where noted. docs/journal-format.md describes the same layout for readers of the file.
 
-use redb::TableDefinition;
+use redb::{Key, TableDefinition, Value, WriteTransaction};
 
 use crate::event::{RunId, UnixMs};
+use crate::journal::format::error::StorageFailure;
 
 /// (run id, seq) → record ([`crate::event::RecordEnvelope::encode`]).
 pub(crate) const RECORDS: TableDefinition<&[u8; 24], &[u8]> = TableDefinition::new("records");
@@ -28,9 +29,9 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 
 /// (run id, seq) → global seq: where each record sits in `log`, so a pruned run's log entries
 /// are found without a scan. Written beside `log`; records committed before it existed are
-/// indexed once, by the first prune ([`super::prune`]).
+/// indexed once, by the first prune ([`crate::journal::write::prune`]).
 pub(crate) const GLOBALS: TableDefinition<&[u8; 24], u64> = TableDefinition::new("globals");
-/// run id → tombstone ([`super::prune::Tombstone`]): what stays of a pruned run.
+/// run id → tombstone ([`crate::journal::write::prune::Tombstone`]): what stays of a pruned run.
 pub(crate) const PRUNED: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pruned");
 /// (pruned at ms, run id) → (): tombstones, oldest first, so that they stay bounded.
 pub(crate) const PRUNED_AT: TableDefinition<&[u8; 24], ()> = TableDefinition::new("pruned_at");
@@ -53,7 +54,7 @@ pub(crate) const QUEUE_WAITING: TableDefinition<&[u8], &[u8; 16]> =
 pub(crate) const QUEUE_ACTIVE: TableDefinition<&[u8], ()> = TableDefinition::new("queue_active");
 
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
-/// The retention policy ([`super::prune::Retention`]); absent: the defaults.
+/// The retention policy ([`crate::journal::write::prune::Retention`]); absent: the defaults.
 pub(crate) const META_RETENTION: &str = "retention";
 /// The highest global seq a prune removed from `log` (u64 BE): global seqs are never issued
 /// again, even when the newest log entries were pruned.
@@ -173,4 +174,33 @@ mod tests {
         assert!(terminal_key(255, run) < terminal_key(256, earlier_run));
         assert_eq!(split_terminal_key(&terminal_key(42, run)), (42, run));
     }
+}
+
+/// Creates every table, so that read transactions never meet a missing one.
+pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure> {
+    fn create<K: Key + 'static, V: Value + 'static>(
+        txn: &WriteTransaction,
+        table: TableDefinition<K, V>,
+    ) -> Result<(), StorageFailure> {
+        txn.open_table(table)
+            .map(drop)
+            .map_err(|error| StorageFailure::new("creating tables", error))
+    }
+    create(txn, RECORDS)?;
+    create(txn, LOG)?;
+    create(txn, RUNS)?;
+    create(txn, ACTIVE)?;
+    create(txn, TERMINAL)?;
+    create(txn, ALIASES)?;
+    create(txn, WRITERS)?;
+    create(txn, META)?;
+    create(txn, GLOBALS)?;
+    create(txn, PRUNED)?;
+    create(txn, PRUNED_AT)?;
+    create(txn, PRUNING)?;
+    create(txn, RESUMES)?;
+    create(txn, QUEUES)?;
+    create(txn, QUEUE_WAITING)?;
+    create(txn, QUEUE_ACTIVE)?;
+    Ok(())
 }

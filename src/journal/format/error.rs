@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::snapshot::SnapshotError;
-use crate::event::{DecodeError, EncodeError, FORMAT_VERSION, RunId, WriterId};
+use crate::event::{DecodeError, EncodeError, FORMAT_VERSION, RunId, UnixMs, WriterId};
 use crate::state::{RunStatus, TransitionError};
 
 /// A redb failure, with what we were doing when it happened.
@@ -62,7 +62,7 @@ pub enum OpenError {
     /// Another process held the journal's write lock (which opening takes for a moment) for
     /// longer than this handle waits (a command's bound).
     #[error("cannot open the journal: {0}")]
-    WriteLockHeld(super::lock_wait::LockHeld),
+    WriteLockHeld(LockHeld),
     #[error("cannot open journal {path}: {source}")]
     Io {
         path: PathBuf,
@@ -94,7 +94,7 @@ pub enum OpenError {
     )]
     Lost {
         path: PathBuf,
-        found: super::examine::FileFinding,
+        found: FileFinding,
         /// Run directories in the home.
         runs: usize,
         /// Result files in the home.
@@ -136,7 +136,7 @@ impl OpenError {
         }
     }
 
-    pub(super) fn from_database(path: &Path, error: redb::DatabaseError) -> OpenError {
+    pub(crate) fn from_database(path: &Path, error: redb::DatabaseError) -> OpenError {
         let path = path.to_path_buf();
         match error {
             // redb reports a file that is not a database as InvalidData ("Not a redb
@@ -218,7 +218,7 @@ pub enum AppendError {
     /// Another process held the journal's write lock for longer than this handle waits (a
     /// command's bound): nothing was written.
     #[error("{0}; nothing was written")]
-    WriteLockHeld(super::lock_wait::LockHeld),
+    WriteLockHeld(LockHeld),
     /// The batch records that `run` resumes `from`, which the journal does not allow as it
     /// stands in the transaction that would link them (another run's state: not judged from
     /// the batch's run alone).
@@ -328,4 +328,91 @@ pub enum ReadError {
     Corrupt(#[from] CorruptError),
     #[error(transparent)]
     Storage(#[from] StorageFailure),
+}
+
+/// Wraps a redb error with what we were doing, for `map_err`.
+pub(crate) fn storage<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) -> StorageFailure {
+    move |error| StorageFailure::new(op, error)
+}
+
+/// What a journal file was found to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileFinding {
+    Missing,
+    Empty,
+    /// Every byte is zero.
+    Zeroed {
+        bytes: u64,
+    },
+    /// Bytes that do not start with redb's magic number (another program's file, a creation
+    /// cut short, or damage).
+    NotRedb {
+        bytes: u64,
+    },
+    /// redb's magic number, but fewer bytes than its header describes.
+    Truncated {
+        bytes: u64,
+        expected_bytes: u64,
+    },
+    /// A redb database as far as its length and header tell; redb judges the rest.
+    Plausible,
+}
+
+impl FileFinding {
+    /// Whether the file is certainly not a journal that can be opened: everything but
+    /// [`FileFinding::Plausible`].
+    pub fn is_lost(&self) -> bool {
+        !matches!(self, FileFinding::Plausible)
+    }
+}
+
+impl std::fmt::Display for FileFinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileFinding::Missing => f.write_str("missing"),
+            FileFinding::Empty => f.write_str("empty (0 bytes)"),
+            FileFinding::Zeroed { bytes } => write!(f, "zero-filled ({bytes} bytes, all zero)"),
+            FileFinding::NotRedb { bytes } => write!(
+                f,
+                "not a redb database ({bytes} bytes that do not start with redb's magic number)"
+            ),
+            FileFinding::Truncated {
+                bytes,
+                expected_bytes,
+            } => write!(
+                f,
+                "truncated ({bytes} bytes of the {expected_bytes} its header describes)"
+            ),
+            FileFinding::Plausible => f.write_str("a redb database"),
+        }
+    }
+}
+
+/// Another process has held the journal's write lock for a while.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHeld {
+    /// Since when this process has waited.
+    pub since_ms: UnixMs,
+    /// The process holding the lock, where it could be found: its pid and command name.
+    pub holder: Option<(u32, String)>,
+}
+
+impl std::fmt::Display for LockHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let since = jiff::Timestamp::from_millisecond(self.since_ms as i64)
+            .map(|at| at.strftime("%Y-%m-%d %H:%M:%S UTC").to_string())
+            .unwrap_or_else(|_| format!("{} ms", self.since_ms));
+        match &self.holder {
+            Some((pid, name)) => write!(
+                f,
+                "the journal's write lock is held by process {pid} ({name}), which has not \
+                 let it go since {since} (is it stopped?)"
+            ),
+            None => write!(
+                f,
+                "the journal's write lock is held by another process, which has not let it go \
+                 since {since} (is it stopped?)"
+            ),
+        }
+    }
 }

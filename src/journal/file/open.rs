@@ -5,20 +5,19 @@ use std::path::Path;
 
 use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableHandle};
 
-use super::append;
 use super::backend::BoxedBackend;
 use super::copy::REDB_HEADER_BYTES;
-use super::error::{OpenError, StorageFailure};
-use super::tables;
-use super::writer::Source;
+use super::location::Location;
 use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
+use crate::journal::format::error::{OpenError, StorageFailure};
+use crate::journal::format::tables;
 
 /// redb's page cache for one journal handle. Runners, launchers and tools each open their own
 /// handle, so this stays small.
 const CACHE_BYTES: usize = 16 << 20;
 
-pub(super) fn builder() -> redb::Builder {
+pub(crate) fn builder() -> redb::Builder {
     let mut builder = Database::builder();
     builder
         .set_concurrency_mode(ConcurrencyMode::MultiWriter)
@@ -27,10 +26,10 @@ pub(super) fn builder() -> redb::Builder {
 }
 
 /// Opens (or creates) the database of a source.
-pub(crate) fn open_source(source: &Source) -> Result<Database, OpenError> {
+pub(crate) fn open_location(source: &Location) -> Result<Database, OpenError> {
     match source {
-        Source::Path(path) => open_database(path),
-        Source::Backend { name, factory } => {
+        Location::Path(path) => open_database(path),
+        Location::Backend { name, factory } => {
             let io_error = |source| OpenError::Io {
                 path: name.clone(),
                 source,
@@ -50,13 +49,13 @@ pub(crate) fn open_source(source: &Source) -> Result<Database, OpenError> {
 /// storage failure, or beside the writer): it must be there and be a journal. Nothing is
 /// created or initialised, so a journal file that was emptied, removed or replaced meanwhile
 /// is refused rather than made anew.
-pub(crate) fn reopen_source(source: &Source) -> Result<Database, OpenError> {
+pub(crate) fn reopen_location(source: &Location) -> Result<Database, OpenError> {
     let refuse_empty = |path: &Path| OpenError::NotAJournal {
         path: path.to_path_buf(),
         reason: "the file is empty (it held a journal when this process opened it)".to_string(),
     };
     match source {
-        Source::Path(path) => {
+        Location::Path(path) => {
             // The first open's rules: no link followed, a regular file of this user that
             // nobody else can write, opened by us and handed to redb as a backend, so redb
             // never opens the path itself.
@@ -79,7 +78,7 @@ pub(crate) fn reopen_source(source: &Source) -> Result<Database, OpenError> {
             initialize(path, &db, Creation::Refused)?;
             Ok(db)
         }
-        Source::Backend { name, factory } => {
+        Location::Backend { name, factory } => {
             let io_error = |source| OpenError::Io {
                 path: name.clone(),
                 source,
@@ -239,7 +238,7 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
 
 /// Opens the journal at `path` read-only, without following a link in its place, and only a
 /// regular file of this user that nobody else can write, judged on the file opened.
-pub(super) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
+pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
     let file = durable_fs::open_existing_read_only(path)?;
     durable_fs::check_opened_private(&file, path)?;
     let backend = redb::backends::FileBackend::new(file)?;
@@ -248,7 +247,7 @@ pub(super) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb
 
 /// Refuses a journal file that another user owns or could write, or a link in its place
 /// ([`durable_fs::judge_private`]): its records are what runjournal acts on.
-pub(super) fn check_journal_file(path: &Path) -> Result<(), OpenError> {
+pub(crate) fn check_journal_file(path: &Path) -> Result<(), OpenError> {
     durable_fs::check_private(path, durable_fs::Expect::File)
         .map(|_| ())
         .map_err(|error| OpenError::from_io(path, error))
@@ -333,13 +332,13 @@ fn initialize(path: &Path, db: &Database, creation: Creation) -> Result<(), Open
             }
         }
     }
-    append::create_tables(&txn)?;
+    tables::create_tables(&txn)?;
     txn.commit()
         .map_err(|error| StorageFailure::new("committing the set-up", error))?;
     Ok(())
 }
 
-pub(super) fn read_format_version(
+pub(crate) fn read_format_version(
     path: &Path,
     txn: &redb::ReadTransaction,
 ) -> Result<Option<u16>, OpenError> {
@@ -365,7 +364,7 @@ fn parse_format_version(path: &Path, bytes: &[u8]) -> Result<u16, OpenError> {
     Ok(u16::from_be_bytes(bytes))
 }
 
-pub(super) fn check_format_version(path: &Path, version: u16) -> Result<(), OpenError> {
+pub(crate) fn check_format_version(path: &Path, version: u16) -> Result<(), OpenError> {
     if version > FORMAT_VERSION {
         return Err(OpenError::NewerFormat {
             path: path.to_path_buf(),
@@ -400,7 +399,7 @@ mod tests {
     #[test]
     fn a_reopen_after_a_storage_failure_opens_the_journal_it_had() {
         let (_dir, path) = closed_journal();
-        let db = reopen_source(&Source::Path(path.clone())).expect("the journal reopens");
+        let db = reopen_location(&Location::Path(path.clone())).expect("the journal reopens");
         let txn = db.begin_read().expect("a read");
         assert_eq!(
             read_format_version(&path, &txn).expect("meta"),
@@ -418,7 +417,7 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, &path).expect("a link in its place");
         let before = std::fs::read(&elsewhere).expect("read the target");
 
-        let error = reopen_source(&Source::Path(path.clone())).expect_err("a link is refused");
+        let error = reopen_location(&Location::Path(path.clone())).expect_err("a link is refused");
         assert!(
             matches!(&error, OpenError::Unsafe(UnsafePath::LinkedFile { path: named }) if *named == path),
             "{error:?}"
@@ -435,7 +434,7 @@ mod tests {
     fn a_journal_made_writable_by_others_before_a_reopen_is_refused() {
         let (_dir, path) = closed_journal();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o622)).expect("chmod");
-        let error = reopen_source(&Source::Path(path.clone())).expect_err("refused");
+        let error = reopen_location(&Location::Path(path.clone())).expect_err("refused");
         assert!(
             matches!(&error, OpenError::Unsafe(UnsafePath::Writable { .. })),
             "{error:?}"

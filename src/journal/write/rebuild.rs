@@ -9,10 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use super::append::{self, Batch, Marks};
-use super::error::{AppendError, OpenError, StorageFailure};
-use super::open::open_source;
-use super::writer::Source;
 use crate::event::RunId;
+use crate::journal::file::Location;
+use crate::journal::file::open::open_location;
+use crate::journal::format::error::{AppendError, OpenError, StorageFailure};
 
 /// Most events committed in one durable transaction of a rebuild.
 const EVENTS_PER_COMMIT: usize = 4096;
@@ -46,7 +46,7 @@ pub fn rebuild(path: &Path, batches: &[Batch]) -> Result<u64, RebuildError> {
             path: path.to_path_buf(),
         });
     }
-    let db = open_source(&Source::Path(path.to_path_buf()))?;
+    let db = open_location(&Location::Path(path.to_path_buf()))?;
     let mut written = 0u64;
     let mut start = 0;
     while start < batches.len() {

@@ -3,13 +3,16 @@
 
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
-use super::error::{AppendError, CorruptError, QueueRefusal, ResumeRefusal, StorageFailure};
-use super::snapshot::{encode_snapshot, state_of};
-use super::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, QUEUE_ACTIVE,
-    QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUNS, TERMINAL, WRITERS,
-};
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
+use crate::journal::format::error::{
+    AppendError, CorruptError, QueueRefusal, ResumeRefusal, StorageFailure, storage,
+};
+use crate::journal::format::snapshot::encode_snapshot;
+use crate::journal::format::tables::{
+    self, ACTIVE, ALIASES, GLOBALS, LOG, META, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS,
+    RESUMES, RUNS, TERMINAL, WRITERS,
+};
+use crate::journal::read::view::state_of;
 use crate::state::{self, RunState, RunStatus};
 
 /// What must hold for an append to go ahead; checked inside the write transaction, so it
@@ -77,49 +80,6 @@ pub struct Appended {
     pub state: RunState,
     /// The batch had been committed before, by an earlier attempt; nothing was written now.
     pub was_duplicate: bool,
-}
-
-/// Wraps a redb error with what we were doing, for `map_err`.
-pub(crate) fn storage<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) -> StorageFailure {
-    move |error| StorageFailure::new(op, error)
-}
-
-/// Creates every table, so that read transactions never meet a missing one.
-pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure> {
-    let op = "creating tables";
-    txn.open_table(RECORDS)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(LOG)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(RUNS)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(ACTIVE)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(TERMINAL)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(ALIASES)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(WRITERS)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(META)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(GLOBALS)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(PRUNED)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(PRUNED_AT)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(PRUNING)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(RESUMES)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(QUEUES)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(QUEUE_WAITING)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    txn.open_table(QUEUE_ACTIVE)
-        .map_err(|e| StorageFailure::new(op, e))?;
-    Ok(())
 }
 
 struct Tables<'txn> {

@@ -1,0 +1,15 @@
+//! The journal file: where its bytes live, opening it (format checks, an unfinished creation,
+//! the safe-open rules under a home), examining a file before opening it, consistent copies,
+//! compaction, waiting for redb's write lock, and the storage backends redb is handed.
+
+pub(crate) mod backend;
+pub mod compact;
+pub(crate) mod copy;
+pub mod examine;
+#[doc(hidden)]
+pub mod instrumented;
+mod location;
+pub mod lock_wait;
+pub(crate) mod open;
+
+pub use location::{BackendFactory, Location};
