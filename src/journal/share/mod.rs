@@ -166,11 +166,44 @@ const MAX_EXCHANGES: usize = 16;
 /// Most times a batch found "reused" is judged again under a fresh seq.
 const MAX_REJUDGES: usize = 8;
 
+/// What a handle is to the journal's commit leader. The moves between them are the ones
+/// [`Role::may_move`] lists, asserted on every change ([`Sharing::set_role`]).
 enum Role {
     /// Neither leading nor connected: each group looks for a leader, or leads.
     Undecided,
+    /// Commits every group alone until then, without looking for a leader: the last one was
+    /// silent (stopped or frozen), or this handle held the lock but could not serve.
+    Alone {
+        until: Instant,
+    },
     Leader(Leadership),
     Client(Connection),
+}
+
+impl Role {
+    /// Whether a handle may go from `from` to `to`: a handle decides only from `Undecided` (or
+    /// from `Alone`, once it looks again); a client or a leader becomes `Undecided` first, when
+    /// its connection breaks or the handle closes.
+    fn may_move(from: &Role, to: &Role) -> bool {
+        matches!(
+            (from, to),
+            (Role::Undecided, _)
+                | (
+                    Role::Alone { .. },
+                    Role::Undecided | Role::Alone { .. } | Role::Client(_)
+                )
+                | (Role::Client(_) | Role::Leader(_), Role::Undecided)
+        )
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Role::Undecided => "undecided",
+            Role::Alone { .. } => "alone",
+            Role::Leader(_) => "leader",
+            Role::Client(_) => "client",
+        }
+    }
 }
 
 /// A writer thread's view of sharing: its role, and the way to a leader.
@@ -181,7 +214,6 @@ pub(crate) struct Sharing {
     rendezvous: Option<Rendezvous>,
     journal_id: Option<[u8; 16]>,
     role: Role,
-    lead_again_at: Option<Instant>,
     /// Whether this handle may lead, once looked at (see [`CommitSharing::Shared`]).
     may_lead: Option<bool>,
 }
@@ -201,7 +233,6 @@ impl Sharing {
             rendezvous,
             journal_id: None,
             role: Role::Undecided,
-            lead_again_at: None,
             may_lead: None,
         }
     }
@@ -241,7 +272,7 @@ impl Sharing {
 
     /// Stops leading (once the queue is drained) or disconnects.
     pub(crate) fn finish(&mut self) {
-        if let Role::Leader(leadership) = std::mem::replace(&mut self.role, Role::Undecided) {
+        if let Role::Leader(leadership) = self.set_role(Role::Undecided) {
             leadership.stop();
         }
     }
@@ -252,13 +283,11 @@ impl Sharing {
         match self.role {
             Role::Client(_) => return true,
             Role::Leader(_) => return false,
+            Role::Alone { until } if Instant::now() < until => return false,
+            Role::Alone { .. } => {
+                self.set_role(Role::Undecided);
+            }
             Role::Undecided => {}
-        }
-        if self
-            .lead_again_at
-            .is_some_and(|again| Instant::now() < again)
-        {
-            return false;
         }
         match self.connect() {
             Ok(()) => true,
@@ -292,7 +321,7 @@ impl Sharing {
                 .max(1),
         };
         let connection = Connection::open(&rendezvous, &hello)?;
-        self.role = Role::Client(connection);
+        self.set_role(Role::Client(connection));
         Ok(())
     }
 
@@ -306,21 +335,26 @@ impl Sharing {
                     CommitSharing::Shared => !has_controlling_terminal(),
                     CommitSharing::Join | CommitSharing::Alone => false,
                 });
-        if !may_lead
-            || self
-                .lead_again_at
-                .is_some_and(|again| Instant::now() < again)
-        {
+        if !may_lead {
             return;
+        }
+        match self.role {
+            Role::Alone { until } if Instant::now() < until => return,
+            Role::Alone { .. } => {
+                self.set_role(Role::Undecided);
+            }
+            _ => {}
         }
         let (Some(rendezvous), Some(journal_id)) = (self.rendezvous.clone(), self.journal_id())
         else {
             return;
         };
         match Leadership::start(&rendezvous, &self.shared, &self.queue, journal_id) {
-            Ok(Some(leadership)) => self.role = Role::Leader(leadership),
+            Ok(Some(leadership)) => {
+                self.set_role(Role::Leader(leadership));
+            }
             Ok(None) => {}
-            Err(_) => self.lead_again_at = Some(Instant::now() + LEAD_AGAIN_AFTER),
+            Err(_) => self.stay_alone(),
         }
     }
 
@@ -359,6 +393,10 @@ impl Sharing {
                 self.commit_here(todo, &mut answers, capacity, renumber);
                 break;
             }
+            debug_assert!(
+                !matches!(self.role, Role::Leader(_)),
+                "a leader commits its own groups; it never hands them over"
+            );
             if !matches!(self.role, Role::Client(_)) {
                 match self.connect() {
                     Ok(()) => {}
@@ -391,7 +429,7 @@ impl Sharing {
                     for pending in &mut todo {
                         pending.may_have_landed = true;
                     }
-                    self.role = Role::Undecided;
+                    self.set_role(Role::Undecided);
                     match error {
                         // Sent again to whoever leads now, or committed here.
                         ExchangeError::Broken => continue,
@@ -427,7 +465,20 @@ impl Sharing {
 
     /// Commits alone, without looking for a leader, for [`LEAD_AGAIN_AFTER`].
     fn stay_alone(&mut self) {
-        self.lead_again_at = Some(Instant::now() + LEAD_AGAIN_AFTER);
+        self.set_role(Role::Alone {
+            until: Instant::now() + LEAD_AGAIN_AFTER,
+        });
+    }
+
+    /// Changes the role, asserting the move is one [`Role::may_move`] allows; returns the old.
+    fn set_role(&mut self, next: Role) -> Role {
+        debug_assert!(
+            Role::may_move(&self.role, &next),
+            "a handle moved from {} to {}",
+            self.role.name(),
+            next.name()
+        );
+        std::mem::replace(&mut self.role, next)
     }
 
     /// The final answer of one batch from its leader's reply, or `None` when it must be sent
