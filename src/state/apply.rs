@@ -69,7 +69,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         .event
         .check_text_limits()
         .map_err(|source| TransitionError::TextTooLong { run, source })?;
-    Ok(RunState {
+    let state = RunState {
         run_id: run,
         spec: Arc::clone(spec),
         created_at_ms: *created_at_ms,
@@ -86,7 +86,13 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         queue: None,
         head_seq: 1,
         updated_at_ms: record.time_ms,
-    })
+    };
+    debug_assert_eq!(
+        state.check_shape(),
+        Ok(()),
+        "a created run has a snapshot's shape"
+    );
+    Ok(state)
 }
 
 impl RunState {
@@ -177,6 +183,11 @@ impl RunState {
         }?;
         self.head_seq = record.seq;
         self.updated_at_ms = at_ms;
+        debug_assert_eq!(
+            self.check_shape(),
+            Ok(()),
+            "every state a fold makes has the shape a stored snapshot is checked for"
+        );
         Ok(())
     }
 

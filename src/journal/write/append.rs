@@ -626,6 +626,11 @@ fn write(
     let global_seq = &mut group.global_seq;
     let first_seq = prepared.records[0].0;
     let last_seq = prepared.after.head_seq;
+    debug_assert!(
+        prepared.records.len() == batch.events.len()
+            && (first_seq..=last_seq).eq(prepared.records.iter().map(|(seq, _)| *seq)),
+        "a batch's records take consecutive seqs, one each, up to the stored state's head"
+    );
     for (seq, bytes) in &prepared.records {
         let key = tables::record_key(run, *seq);
         tables
@@ -709,6 +714,15 @@ fn write_queue_indexes(
         return Ok(());
     };
     let is_waiting = after.is_waiting_for_slot();
+    let holds_slot = after.holds_slot();
+    debug_assert!(
+        !(is_waiting && holds_slot),
+        "a run either waits for a slot or holds one"
+    );
+    debug_assert!(
+        prepared.held_slot || !holds_slot || (!prepared.was_admitted && queue.admitted.is_some()),
+        "a slot is taken only by an admission judged in this batch (check_queue)"
+    );
     if prepared.was_waiting != is_waiting {
         let joined = tables
             .globals
@@ -732,7 +746,6 @@ fn write_queue_indexes(
             }
         }
     }
-    let holds_slot = after.holds_slot();
     if prepared.held_slot != holds_slot {
         let key = tables::queue_active_key(&queue.name, run);
         if holds_slot {

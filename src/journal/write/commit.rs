@@ -233,6 +233,7 @@ pub(crate) fn commit_and_rejudge(
     was_uncertain: bool,
     renumber: &mut dyn FnMut(Batch) -> Batch,
 ) -> Vec<Answer> {
+    let count = batches.len();
     let (mut answers, mut was_retried) = commit_group(shared, &batches, capacity);
     was_retried |= was_uncertain;
     // Positions in `answers` of the batches being judged again.
@@ -267,6 +268,7 @@ pub(crate) fn commit_and_rejudge(
         batches = again;
         was_retried = retried;
     }
+    debug_assert_eq!(answers.len(), count, "one answer per batch of the group");
     answers
 }
 
