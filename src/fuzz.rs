@@ -193,39 +193,11 @@ impl Choices<'_> {
             },
             3 => Event::ExternalJobUpdated {
                 step: u32::from(self.below(6)),
-                job: ExternalJobStatus {
-                    state: self.pick(&[
-                        JobState::Queued,
-                        JobState::Running,
-                        JobState::Succeeded,
-                        JobState::Failed,
-                        JobState::Cancelled,
-                    ]),
-                    id: self.optional(Self::text),
-                    progress: self.pick(&[
-                        None,
-                        Some(0.5),
-                        Some(-1.0),
-                        Some(1e308),
-                        Some(f64::INFINITY),
-                        Some(f64::NAN),
-                    ]),
-                    message: self.optional(Self::text),
-                    url: self.optional(Self::text),
-                },
+                job: self.job_status(),
             },
             4 => Event::StepFinished {
                 step: u32::from(self.below(6)),
-                outcome: StepOutcome {
-                    end: self.pick(&[
-                        StepEnd::Complete,
-                        StepEnd::Failed,
-                        StepEnd::Stopped,
-                        StepEnd::Skipped,
-                    ]),
-                    exit_code: self.optional(|choices| i32::from(choices.byte() as i8)),
-                    error: self.optional(Self::text),
-                },
+                outcome: self.step_outcome(),
             },
             5 => Event::ControlRequested {
                 action: self.pick(&[
@@ -236,19 +208,7 @@ impl Choices<'_> {
                 by: self.text(),
                 reason: self.text(),
             },
-            6 => Event::Terminal {
-                state: self.pick(&[
-                    TerminalState::Complete,
-                    TerminalState::Failed,
-                    TerminalState::Stopped,
-                    TerminalState::Paused,
-                ]),
-                error: self.optional(Self::text),
-                summary: self.text(),
-                exit_code: i32::from(self.byte() as i8),
-                repaired_by: self
-                    .optional(|choices| choices.pick(&[Repairer::Reconciler, Repairer::Launcher])),
-            },
+            6 => self.terminal(),
             7 => Event::ProcessTerminalObserved {
                 instance_id: self.text(),
                 exit: self.optional(|choices| ProcessExit {
@@ -281,25 +241,66 @@ impl Choices<'_> {
             _ => Event::QueueAdmitted { by: self.text() },
         }
     }
+
+    fn job_status(&mut self) -> ExternalJobStatus {
+        ExternalJobStatus {
+            state: self.pick(&[
+                JobState::Queued,
+                JobState::Running,
+                JobState::Succeeded,
+                JobState::Failed,
+                JobState::Cancelled,
+            ]),
+            id: self.optional(Self::text),
+            progress: self.pick(&[
+                None,
+                Some(0.5),
+                Some(-1.0),
+                Some(1e308),
+                Some(f64::INFINITY),
+                Some(f64::NAN),
+            ]),
+            message: self.optional(Self::text),
+            url: self.optional(Self::text),
+        }
+    }
+
+    fn step_outcome(&mut self) -> StepOutcome {
+        StepOutcome {
+            end: self.pick(&[
+                StepEnd::Complete,
+                StepEnd::Failed,
+                StepEnd::Stopped,
+                StepEnd::Skipped,
+            ]),
+            exit_code: self.optional(|choices| i32::from(choices.byte() as i8)),
+            error: self.optional(Self::text),
+        }
+    }
+
+    fn terminal(&mut self) -> Event {
+        Event::Terminal {
+            state: self.pick(&[
+                TerminalState::Complete,
+                TerminalState::Failed,
+                TerminalState::Stopped,
+                TerminalState::Paused,
+            ]),
+            error: self.optional(Self::text),
+            summary: self.text(),
+            exit_code: i32::from(self.byte() as i8),
+            repaired_by: self
+                .optional(|choices| choices.pick(&[Repairer::Reconciler, Repairer::Launcher])),
+        }
+    }
 }
 
 const FUZZ_RUN: RunId = RunId::from_bytes([0x42; 16]);
 const OTHER_RUN: RunId = RunId::from_bytes([0x43; 16]);
 
-/// Arbitrary bytes as a run's life: a sequence of records folded one by one with
-/// [`state::apply`], as the journal folds them.
-///
-/// The first byte picks how events are made: from small choices (mostly legal, so runs get
-/// deep into their lives, with the odd wrong seq, wrong run or odd time), or decoded as raw
-/// postcard `Event`s (any field values at all). Properties: nothing panics; an accepted record
-/// advances the head by one and the in-place fold agrees; a refused record leaves the state
-/// exactly as it was; the accepted records replay to the same state; every state's snapshot
-/// encoding and every accepted record's encoding round-trip; and the run's projection renders,
-/// its status.json and result file reading back as what was rendered.
-pub fn fold_events(data: &[u8]) {
-    let Some((&mode, rest)) = data.split_first() else {
-        return;
-    };
+/// The events of a fuzzed run's life, with each one's run, seq skew and time: from small
+/// choices when `mode` is even, else decoded as raw postcard `Event`s.
+fn fuzzed_events(mode: u8, rest: &[u8]) -> Vec<(RunId, u64, UnixMs, Event)> {
     let mut events: Vec<(RunId, u64, UnixMs, Event)> = Vec::new();
     if mode & 1 == 0 {
         let mut choices = Choices { bytes: rest };
@@ -334,6 +335,63 @@ pub fn fold_events(data: &[u8]) {
             }
         }
     }
+    events
+}
+
+/// The properties of a record `apply` accepted: `next` follows `before` (whose head was
+/// `head`) by one record, has a snapshot's shape, agrees with the in-place fold, and its
+/// snapshot and the record round-trip.
+fn check_accepted(before: Option<&RunState>, head: u64, record: &RecordEnvelope, next: &RunState) {
+    assert_eq!(next.head_seq, record.seq, "the head is the record's seq");
+    assert_eq!(
+        next.head_seq,
+        head + 1,
+        "an accepted record follows the head"
+    );
+    assert_eq!(next.run_id, record.run_id);
+    assert_eq!(
+        next.steps.len(),
+        next.spec.steps.len(),
+        "one step state per step"
+    );
+    next.check_shape()
+        .expect("every state the reducer makes has the shape a snapshot is checked for");
+    if let Some(before) = before {
+        let mut in_place = before.clone();
+        in_place
+            .apply_mut(record)
+            .expect("apply_mut accepts what apply accepts");
+        assert_eq!(&in_place, next, "apply_mut and apply agree");
+    }
+    let snapshot = crate::journal::format::snapshot::encode_snapshot(next)
+        .expect("the snapshot of a legal state encodes");
+    let decoded = crate::journal::format::snapshot::decode_snapshot(next.run_id, &snapshot)
+        .expect("a snapshot decodes");
+    assert_eq!(&decoded, next, "a snapshot round-trips");
+    if let Ok(bytes) = record.encode() {
+        assert_eq!(
+            RecordEnvelope::decode(&bytes).as_ref(),
+            Ok(record),
+            "an accepted record round-trips"
+        );
+    }
+}
+
+/// Arbitrary bytes as a run's life: a sequence of records folded one by one with
+/// [`state::apply`], as the journal folds them.
+///
+/// The first byte picks how events are made: from small choices (mostly legal, so runs get
+/// deep into their lives, with the odd wrong seq, wrong run or odd time), or decoded as raw
+/// postcard `Event`s (any field values at all). Properties: nothing panics; an accepted record
+/// advances the head by one and the in-place fold agrees; a refused record leaves the state
+/// exactly as it was; the accepted records replay to the same state; every state's snapshot
+/// encoding and every accepted record's encoding round-trip; and the run's projection renders,
+/// its status.json and result file reading back as what was rendered.
+pub fn fold_events(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let events = fuzzed_events(mode, rest);
 
     let mut state: Option<RunState> = None;
     let mut accepted: Vec<RecordEnvelope> = Vec::new();
@@ -350,41 +408,7 @@ pub fn fold_events(data: &[u8]) {
         };
         match state::apply(state.as_ref(), &record) {
             Ok(next) => {
-                assert_eq!(next.head_seq, record.seq, "the head is the record's seq");
-                assert_eq!(
-                    next.head_seq,
-                    head + 1,
-                    "an accepted record follows the head"
-                );
-                assert_eq!(next.run_id, record.run_id);
-                assert_eq!(
-                    next.steps.len(),
-                    next.spec.steps.len(),
-                    "one step state per step"
-                );
-                next.check_shape().expect(
-                    "every state the reducer makes has the shape a snapshot is checked for",
-                );
-                if let Some(before) = &state {
-                    let mut in_place = before.clone();
-                    in_place
-                        .apply_mut(&record)
-                        .expect("apply_mut accepts what apply accepts");
-                    assert_eq!(in_place, next, "apply_mut and apply agree");
-                }
-                let snapshot = crate::journal::format::snapshot::encode_snapshot(&next)
-                    .expect("the snapshot of a legal state encodes");
-                let decoded =
-                    crate::journal::format::snapshot::decode_snapshot(next.run_id, &snapshot)
-                        .expect("a snapshot decodes");
-                assert_eq!(decoded, next, "a snapshot round-trips");
-                if let Ok(bytes) = record.encode() {
-                    assert_eq!(
-                        RecordEnvelope::decode(&bytes).as_ref(),
-                        Ok(&record),
-                        "an accepted record round-trips"
-                    );
-                }
+                check_accepted(state.as_ref(), head, &record, &next);
                 accepted.push(record);
                 state = Some(next);
             }

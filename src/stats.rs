@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 
 use crate::capacity;
 use crate::duration::format_time_s;
-use crate::journal::{CorruptError, ReadError, StorageFailure};
+use crate::home::Home;
+use crate::journal::{CorruptError, ReadError, Retention, StorageFailure, View};
 use crate::json::{BlockedDoc, FleetJournalDoc, FleetSummary, PolicyDoc, blocked_docs};
 use crate::launch::queue::QueueUsageReport;
 use crate::retention::HomeBytes;
@@ -102,28 +103,63 @@ pub struct ShippingDoc {
     pub lag: Option<String>,
 }
 
+/// Each run's status counted from its snapshot (one read of `runs`), in the order of
+/// [`RunStatus::ALL`], and the snapshots that neither decode nor re-derive.
+#[allow(clippy::type_complexity)]
+fn count_by_state(view: &View) -> Result<(Vec<(RunStatus, u64)>, Vec<CorruptError>), StatsError> {
+    let mut by_state: Vec<(RunStatus, u64)> =
+        RunStatus::ALL.iter().map(|status| (*status, 0)).collect();
+    let mut damaged = Vec::new();
+    view.scan_snapshots(|_, snapshot| {
+        match snapshot {
+            Ok(state) => {
+                if let Some((_, count)) = by_state
+                    .iter_mut()
+                    .find(|(status, _)| *status == state.status)
+                {
+                    *count += 1;
+                }
+            }
+            Err(error) => damaged.push(error),
+        }
+        true
+    })?;
+    Ok((by_state, damaged))
+}
+
+impl HomeBytesDoc {
+    fn of(bytes: HomeBytes) -> HomeBytesDoc {
+        HomeBytesDoc {
+            journal: bytes.journal,
+            runs: bytes.runs,
+            results: bytes.results,
+            reserve: bytes.reserve,
+        }
+    }
+}
+
+impl FileSystemDoc {
+    /// The file system of `home`, and what `policy` keeps free of it; `None` when it cannot be
+    /// read (a report, not a failure).
+    fn of(home: &Home, policy: &Retention) -> Option<FileSystemDoc> {
+        let space = crate::platform::space::space_of(home.root()).ok()?;
+        Some(FileSystemDoc {
+            mount_point: space.mount_point.display().to_string(),
+            total_bytes: space.total_bytes,
+            available_bytes: space.available_bytes,
+            keep_free_bytes: policy
+                .keep_free
+                .map(|keep_free| keep_free.bytes_of(space.total_bytes)),
+        })
+    }
+}
+
 impl Stats {
     /// Reads the journal (one view) and the home's files.
     pub fn gather(source: &JournalSource) -> Result<Stats, StatsError> {
         let view = source.view()?;
         let meta = view.meta()?;
-        let mut by_state: Vec<(RunStatus, u64)> =
-            RunStatus::ALL.iter().map(|status| (*status, 0)).collect();
-        let mut damaged = Vec::new();
-        view.scan_snapshots(|_, snapshot| {
-            match snapshot {
-                Ok(state) => {
-                    if let Some((_, count)) = by_state
-                        .iter_mut()
-                        .find(|(status, _)| *status == state.status)
-                    {
-                        *count += 1;
-                    }
-                }
-                Err(error) => damaged.push(error),
-            }
-            true
-        })?;
+        let (by_state, damaged) = count_by_state(&view)?;
         let runs = by_state.iter().map(|(_, count)| count).sum::<u64>() + damaged.len() as u64;
         let active_runs = view.active_runs()?.len();
         let records = view.record_count()?;
@@ -159,24 +195,8 @@ impl Stats {
             ),
             None => None,
         };
-        let bytes = home
-            .map(crate::retention::home_bytes)
-            .map(|bytes: HomeBytes| HomeBytesDoc {
-                journal: bytes.journal,
-                runs: bytes.runs,
-                results: bytes.results,
-                reserve: bytes.reserve,
-            });
-        let file_system = home
-            .and_then(|home| crate::platform::space::space_of(home.root()).ok())
-            .map(|space| FileSystemDoc {
-                mount_point: space.mount_point.display().to_string(),
-                total_bytes: space.total_bytes,
-                available_bytes: space.available_bytes,
-                keep_free_bytes: policy
-                    .keep_free
-                    .map(|keep_free| keep_free.bytes_of(space.total_bytes)),
-            });
+        let bytes = home.map(|home| HomeBytesDoc::of(crate::retention::home_bytes(home)));
+        let file_system = home.and_then(|home| FileSystemDoc::of(home, &policy));
         let shipping = ship.as_ref().map(|(state, lag)| ShippingDoc {
             target: state.target.clone(),
             shipped_through: state.shipped_through,
@@ -234,15 +254,9 @@ impl Stats {
         })
     }
 
-    /// The table of `inspect stats`: a label and a value per row.
-    pub fn lines(&self) -> Vec<(&'static str, String)> {
-        let states = self
-            .by_state
-            .iter()
-            .map(|(status, count)| format!("{status} {count}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let (reserve, blocked) = match &self.capacity {
+    /// The reserve's and the blocked writers' rows of [`Stats::lines`].
+    fn capacity_texts(&self) -> (String, String) {
+        match &self.capacity {
             None => (
                 "unknown (no home: --journal without --home)".to_string(),
                 "unknown (no home)".to_string(),
@@ -272,8 +286,11 @@ impl Stats {
                         .join("; ")
                 },
             ),
-        };
-        let home_bytes = self.bytes.map_or_else(
+        }
+    }
+
+    fn home_bytes_text(&self) -> String {
+        self.bytes.map_or_else(
             || "unknown (no home)".to_string(),
             |bytes| {
                 format!(
@@ -284,8 +301,11 @@ impl Stats {
                     format_bytes(bytes.reserve)
                 )
             },
-        );
-        let file_system = self.file_system.as_ref().map_or_else(
+        )
+    }
+
+    fn file_system_text(&self) -> String {
+        self.file_system.as_ref().map_or_else(
             || "unknown".to_string(),
             |space| {
                 let mut text = format!(
@@ -299,7 +319,20 @@ impl Stats {
                 }
                 text
             },
-        );
+        )
+    }
+
+    /// The table of `inspect stats`: a label and a value per row.
+    pub fn lines(&self) -> Vec<(&'static str, String)> {
+        let states = self
+            .by_state
+            .iter()
+            .map(|(status, count)| format!("{status} {count}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (reserve, blocked) = self.capacity_texts();
+        let home_bytes = self.home_bytes_text();
+        let file_system = self.file_system_text();
         let mut lines = vec![
             ("journal", self.journal.clone()),
             ("format", format!("version {}", self.format_version)),

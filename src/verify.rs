@@ -298,15 +298,9 @@ impl IndexFacts {
     }
 }
 
-/// Checks everything the journal holds, as of `view`, and, with a home, every run's
-/// projection there. redb's own integrity check is separate ([`check_integrity_of_copy`]):
-/// it needs a file, not a view.
-pub fn verify(view: &View, home: Option<&Home>) -> Report {
-    let mut report = Report::default();
-    if let Err(error) = view.meta() {
-        report.problems.push(Problem::read(&error));
-    }
-
+/// Each run with a stored snapshot, and the index facts of those that decode; a snapshot that
+/// does not is a problem.
+fn snapshot_facts(view: &View, report: &mut Report) -> BTreeMap<RunId, RunFacts> {
     let mut runs: BTreeMap<RunId, RunFacts> = BTreeMap::new();
     let scanned = view.scan_stored_snapshots(|run, snapshot| {
         let facts = runs.entry(run).or_default();
@@ -320,6 +314,47 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     if let Err(failure) = scanned {
         report.problems.push(Problem::storage(&failure));
     }
+    runs
+}
+
+/// Every run has both records and a snapshot.
+fn check_snapshot_presence(runs: &BTreeMap<RunId, RunFacts>, report: &mut Report) {
+    for (run, facts) in runs {
+        if facts.has_snapshot && facts.record_count == 0 {
+            report.problems.push(
+                Problem::new(
+                    Severity::Inconsistent,
+                    ProblemKind::Snapshot,
+                    format!("run {run} has a snapshot but no records"),
+                )
+                .of_run(*run),
+            );
+        } else if !facts.has_snapshot {
+            report.problems.push(
+                Problem::new(
+                    Severity::Inconsistent,
+                    ProblemKind::Snapshot,
+                    format!(
+                        "run {run} has {} records but no snapshot",
+                        facts.record_count
+                    ),
+                )
+                .of_run(*run),
+            );
+        }
+    }
+}
+
+/// Checks everything the journal holds, as of `view`, and, with a home, every run's
+/// projection there. redb's own integrity check is separate ([`check_integrity_of_copy`]):
+/// it needs a file, not a view.
+pub fn verify(view: &View, home: Option<&Home>) -> Report {
+    let mut report = Report::default();
+    if let Err(error) = view.meta() {
+        report.problems.push(Problem::read(&error));
+    }
+
+    let mut runs = snapshot_facts(view, &mut report);
 
     let resumes: BTreeMap<RunId, RunId> = match view.resumes() {
         Ok(listed) => listed.into_iter().collect(),
@@ -399,30 +434,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     }
     report.runs = runs.len() as u64;
 
-    for (run, facts) in &runs {
-        if facts.has_snapshot && facts.record_count == 0 {
-            report.problems.push(
-                Problem::new(
-                    Severity::Inconsistent,
-                    ProblemKind::Snapshot,
-                    format!("run {run} has a snapshot but no records"),
-                )
-                .of_run(*run),
-            );
-        } else if !facts.has_snapshot {
-            report.problems.push(
-                Problem::new(
-                    Severity::Inconsistent,
-                    ProblemKind::Snapshot,
-                    format!(
-                        "run {run} has {} records but no snapshot",
-                        facts.record_count
-                    ),
-                )
-                .of_run(*run),
-            );
-        }
-    }
+    check_snapshot_presence(&runs, &mut report);
 
     check_log(view, &mut runs, &mut report);
     check_active(view, &runs, &mut report);

@@ -735,6 +735,39 @@ impl RunLoop {
                 None
             }
         };
+        if let Some(not_started) = self
+            .record_step_running(index, step_number, process.as_ref())
+            .await?
+        {
+            return Ok(not_started);
+        }
+        match gated.release().await {
+            Ok(child) => Ok(Start::Started(child, output)),
+            Err(error) => {
+                let exit_code = if error.kind() == io::ErrorKind::NotFound {
+                    EXIT_NOT_FOUND
+                } else {
+                    EXIT_CANNOT_EXECUTE
+                };
+                Ok(Start::ExecFailed {
+                    exit_code,
+                    error: format!("cannot run the step's program: {error}"),
+                })
+            }
+        }
+    }
+
+    /// Records `StepRunning` of the step with its forked, gated `process`, conditionally on the
+    /// head at which no control request was seen; tried again when another append moved the
+    /// head. `Ok(None)` once it is recorded; otherwise why the step must not start (the run
+    /// ended, or a control request came first).
+    async fn record_step_running(
+        &mut self,
+        index: usize,
+        step_number: u32,
+        process: Option<&event::ProcessIdentity>,
+    ) -> Result<Option<Start>, RunnerError> {
+        let run = self.recorder.run();
         let mut attempts = 0;
         // The last attempt's refusal, judged against the state read again.
         let mut refused: Option<AppendError> = None;
@@ -749,11 +782,11 @@ impl RunLoop {
                 // lost (a commit leader that died between its commit and its answer) is
                 // refused when tried again, by the head or the step it moved itself. The step
                 // running with the very process just forked is that attempt's record.
-                if is_start_recorded(&state, index, process.as_ref()) {
+                if is_start_recorded(&state, index, process) {
                     log(&format!(
                         "step {index}: its start is recorded (an earlier attempt landed unanswered; this one was answered: {refusal})"
                     ));
-                    break;
+                    return Ok(None);
                 }
                 match refusal {
                     AppendError::HeadMismatch { .. } if attempts < MAX_HEAD_RETRIES => {
@@ -763,7 +796,7 @@ impl RunLoop {
                 }
             }
             if state.is_terminal() {
-                return Ok(Start::Lost(state.status));
+                return Ok(Some(Start::Lost(state.status)));
             }
             if let Some(control) = state.controls.first() {
                 log(&format!(
@@ -771,40 +804,26 @@ impl RunLoop {
                     control.action.as_str(),
                     control.by
                 ));
-                return Ok(Start::Halted(control.clone()));
+                return Ok(Some(Start::Halted(control.clone())));
             }
             let appended = self
                 .recorder
                 .append(
                     vec![Event::StepRunning {
                         step: step_number,
-                        process: process.clone(),
+                        process: process.cloned(),
                     }],
                     Condition::expect_head(state.head_seq),
                 )
                 .await;
             match appended {
-                Ok(_) => break,
+                Ok(_) => return Ok(None),
                 Err(
                     refusal @ (AppendError::HeadMismatch { .. }
                     | AppendError::Transition { .. }
                     | AppendError::WriterSeqReused { .. }),
                 ) => refused = Some(refusal),
                 Err(error) => return Err(error.into()),
-            }
-        }
-        match gated.release().await {
-            Ok(child) => Ok(Start::Started(child, output)),
-            Err(error) => {
-                let exit_code = if error.kind() == io::ErrorKind::NotFound {
-                    EXIT_NOT_FOUND
-                } else {
-                    EXIT_CANNOT_EXECUTE
-                };
-                Ok(Start::ExecFailed {
-                    exit_code,
-                    error: format!("cannot run the step's program: {error}"),
-                })
             }
         }
     }

@@ -210,20 +210,11 @@ pub async fn run_external_job(
             }
             continue;
         };
-        let line = match read {
-            None => break,
-            Some(ProviderRead::Line(line)) => line,
-            Some(ProviderRead::TooLong { head, bytes }) => {
-                job = Some(JobEnd::ProviderError(format!(
-                    "provider line is over {bytes} bytes, over the limit of {MAX_PROVIDER_LINE_BYTES}: {}",
-                    external_job::quote_line(&head)
-                )));
-                break;
-            }
-            Some(ProviderRead::Failed(error)) => {
-                job = Some(JobEnd::ProviderError(format!(
-                    "reading the provider's output failed: {error}"
-                )));
+        let line = match line_of(read) {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(end) => {
+                job = Some(end);
                 break;
             }
         };
@@ -266,24 +257,17 @@ pub async fn run_external_job(
             job = Some(JobEnd::NoTerminalStatus { last_line });
         }
     }
-    let is_provider_broken = matches!(job, Some(JobEnd::ProviderError(_)));
-    let mut was_leader_signalled = false;
-    let ended = if was_terminated && *terminate.borrow() == Ending::Interrupt {
-        was_leader_signalled = leader.status().is_none();
-        Some(step_process::interrupt(group, &mut leader, grace).await)
-    } else if was_terminated || append_error.is_some() || is_provider_broken {
-        was_leader_signalled = leader.status().is_none();
-        Some(step_process::terminate(group, &mut leader, grace).await)
+    let ending = if was_terminated && *terminate.borrow() == Ending::Interrupt {
+        Ending::Interrupt
+    } else if was_terminated
+        || append_error.is_some()
+        || matches!(job, Some(JobEnd::ProviderError(_)))
+    {
+        Ending::Terminate
     } else {
-        // The job has ended; the provider gets the grace period to exit by itself.
-        let deadline = tokio::time::Instant::now() + grace;
-        if leader.exited_by(deadline).await {
-            step_process::end_leftovers(group, &mut leader, grace).await
-        } else {
-            was_leader_signalled = true;
-            Some(step_process::terminate(group, &mut leader, grace).await)
-        }
+        Ending::Running
     };
+    let (ended, was_leader_signalled) = end_provider(group, &mut leader, grace, ending).await;
     ProcessReport {
         status: leader.status().cloned(),
         was_terminated,
@@ -291,6 +275,60 @@ pub async fn run_external_job(
         ended,
         job,
         append_error,
+    }
+}
+
+/// What a read from the provider's stdout means: a line, the end of its output (`None`), or a
+/// broken report that ends the job.
+fn line_of(read: Option<ProviderRead>) -> Result<Option<Vec<u8>>, JobEnd> {
+    match read {
+        None => Ok(None),
+        Some(ProviderRead::Line(line)) => Ok(Some(line)),
+        Some(ProviderRead::TooLong { head, bytes }) => Err(JobEnd::ProviderError(format!(
+            "provider line is over {bytes} bytes, over the limit of {MAX_PROVIDER_LINE_BYTES}: {}",
+            external_job::quote_line(&head)
+        ))),
+        Some(ProviderRead::Failed(error)) => Err(JobEnd::ProviderError(format!(
+            "reading the provider's output failed: {error}"
+        ))),
+    }
+}
+
+/// Ends the provider's group: interrupted or terminated as `ending` says, or, for a job that
+/// ended (`Ending::Running`: nobody asked to end it), given the grace period to exit by itself
+/// first. Returns how ending the group went, and whether its leader was still running when the
+/// runner began to end it.
+async fn end_provider(
+    group: ProcessGroup,
+    leader: &mut Leader,
+    grace: Duration,
+    ending: Ending,
+) -> (Option<Ended>, bool) {
+    match ending {
+        Ending::Interrupt => {
+            let was_leader_signalled = leader.status().is_none();
+            let ended = step_process::interrupt(group, leader, grace).await;
+            (Some(ended), was_leader_signalled)
+        }
+        Ending::Terminate => {
+            let was_leader_signalled = leader.status().is_none();
+            let ended = step_process::terminate(group, leader, grace).await;
+            (Some(ended), was_leader_signalled)
+        }
+        Ending::Running => {
+            let deadline = tokio::time::Instant::now() + grace;
+            if leader.exited_by(deadline).await {
+                (
+                    step_process::end_leftovers(group, leader, grace).await,
+                    false,
+                )
+            } else {
+                (
+                    Some(step_process::terminate(group, leader, grace).await),
+                    true,
+                )
+            }
+        }
     }
 }
 

@@ -113,32 +113,7 @@ impl Target {
             Some((base, query)) => (base, Some(query)),
             None => (url, None),
         };
-        let mut kept: Vec<&str> = Vec::new();
-        let mut mode: Option<String> = None;
-        let mut root_file: Option<PathBuf> = None;
-        for pair in query
-            .unwrap_or_default()
-            .split('&')
-            .filter(|pair| !pair.is_empty())
-        {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_decode_str(value)
-                .decode_utf8()
-                .map_err(|_| ShipError::Url {
-                    reason: format!("option {key} is not UTF-8"),
-                })?
-                .into_owned();
-            match key {
-                "sslmode" => mode = Some(value),
-                "sslrootcert" => root_file = Some(PathBuf::from(value)),
-                "sslcert" | "sslkey" | "sslpassword" | "sslcrl" => {
-                    return Err(ShipError::Url {
-                        reason: format!("{key} is not supported (no client certificates)"),
-                    });
-                }
-                _ => kept.push(pair),
-            }
-        }
+        let (mut kept, mode, root_file) = split_tls_options(query)?;
         // Parsed once without the TLS options, to learn whether every host is a Unix socket.
         let bare: postgres::Config =
             format!("{base}?{}", kept.join("&"))
@@ -152,25 +127,7 @@ impl Target {
                 .get_hosts()
                 .iter()
                 .all(|host| !matches!(host, postgres::config::Host::Tcp(_)));
-        let (mode_for_client, tls) = match mode.as_deref() {
-            Some("disable") => ("disable", Tls::Disabled),
-            // PostgreSQL serves no TLS on a Unix socket, and nothing on it crosses a network.
-            None if is_socket_only => ("disable", Tls::Disabled),
-            Some("prefer") => ("prefer", preferred_tls(root_file)?),
-            None | Some("require") | Some("verify-full") => ("require", required_tls(root_file)?),
-            Some("verify-ca") => {
-                return Err(ShipError::Url {
-                    reason: "sslmode=verify-ca is not supported: certificates are always checked against the host name too (use verify-full or require)".to_string(),
-                });
-            }
-            Some(other) => {
-                return Err(ShipError::Url {
-                    reason: format!(
-                        "sslmode={other:?} is not one of disable, prefer, require, verify-full"
-                    ),
-                });
-            }
-        };
+        let (mode_for_client, tls) = tls_of(mode.as_deref(), is_socket_only, root_file)?;
         kept.push(match mode_for_client {
             "disable" => "sslmode=disable",
             "require" => "sslmode=require",
@@ -294,6 +251,70 @@ fn rustls_connector(
 
 /// What libpq matches a password file's lines against: the first host (a Unix socket
 /// directory as it is; none as `localhost`), its port, the database and the user (each
+/// The URL's options split into those the client library is given (`kept`) and the TLS ones
+/// this module handles itself: `sslmode` and `sslrootcert`. Client certificates are refused.
+#[allow(clippy::type_complexity)]
+fn split_tls_options(
+    query: Option<&str>,
+) -> Result<(Vec<&str>, Option<String>, Option<PathBuf>), ShipError> {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut mode: Option<String> = None;
+    let mut root_file: Option<PathBuf> = None;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode_str(value)
+            .decode_utf8()
+            .map_err(|_| ShipError::Url {
+                reason: format!("option {key} is not UTF-8"),
+            })?
+            .into_owned();
+        match key {
+            "sslmode" => mode = Some(value),
+            "sslrootcert" => root_file = Some(PathBuf::from(value)),
+            "sslcert" | "sslkey" | "sslpassword" | "sslcrl" => {
+                return Err(ShipError::Url {
+                    reason: format!("{key} is not supported (no client certificates)"),
+                });
+            }
+            _ => kept.push(pair),
+        }
+    }
+    Ok((kept, mode, root_file))
+}
+
+/// The `sslmode` handed to the client library and the TLS to connect with, for the URL's
+/// `sslmode` (`None`: not given). Without one, TCP requires TLS and a Unix socket has none.
+fn tls_of(
+    mode: Option<&str>,
+    is_socket_only: bool,
+    root_file: Option<PathBuf>,
+) -> Result<(&'static str, Tls), ShipError> {
+    let chosen = match mode {
+        Some("disable") => ("disable", Tls::Disabled),
+        // PostgreSQL serves no TLS on a Unix socket, and nothing on it crosses a network.
+        None if is_socket_only => ("disable", Tls::Disabled),
+        Some("prefer") => ("prefer", preferred_tls(root_file)?),
+        None | Some("require") | Some("verify-full") => ("require", required_tls(root_file)?),
+        Some("verify-ca") => {
+            return Err(ShipError::Url {
+                reason: "sslmode=verify-ca is not supported: certificates are always checked against the host name too (use verify-full or require)".to_string(),
+            });
+        }
+        Some(other) => {
+            return Err(ShipError::Url {
+                reason: format!(
+                    "sslmode={other:?} is not one of disable, prefer, require, verify-full"
+                ),
+            });
+        }
+    };
+    Ok(chosen)
+}
+
 /// defaulted as the client defaults it).
 fn password_lookup(config: &postgres::Config) -> (String, u16, String, String) {
     use postgres::config::Host;

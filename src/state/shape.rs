@@ -146,17 +146,34 @@ impl ShapeRule {
     /// Checks the rule of `state`. Pure. The step rules read the spec's steps beside the
     /// states, so a state of the wrong step count is judged by [`ShapeRule::StepPerSpecStep`].
     pub fn check(self, state: &RunState) -> Result<(), ShapeError> {
-        let holds = match self {
-            ShapeRule::SpecChecks => return state.spec.check().map_err(ShapeError::Spec),
-            ShapeRule::StepPerSpecStep => {
-                if state.steps.len() != state.spec.steps.len() {
-                    return Err(ShapeError::StepCount {
-                        states: state.steps.len(),
-                        steps: state.spec.steps.len(),
-                    });
-                }
-                true
+        match self {
+            ShapeRule::SpecChecks => state.spec.check().map_err(ShapeError::Spec),
+            ShapeRule::StepPerSpecStep if state.steps.len() != state.spec.steps.len() => {
+                Err(ShapeError::StepCount {
+                    states: state.steps.len(),
+                    steps: state.spec.steps.len(),
+                })
             }
+            _ if self.holds(state) => Ok(()),
+            _ => Err(ShapeError::Broken(self)),
+        }
+    }
+
+    /// Whether `state` keeps this rule: the rules about the run as a whole here, those about
+    /// its steps in [`ShapeRule::steps_hold`]. The spec's own checks and the step count are
+    /// judged by [`ShapeRule::check`] first, with errors of their own.
+    fn holds(self, state: &RunState) -> bool {
+        match self {
+            ShapeRule::SpecChecks | ShapeRule::StepPerSpecStep => true,
+            ShapeRule::PendingStepUntouched
+            | ShapeRule::RunningStepStartedNotEnded
+            | ShapeRule::RanStepStartedAndEnded
+            | ShapeRule::SkippedStepNeverStarted
+            | ShapeRule::JobOnlyOnExternalJobStep
+            | ShapeRule::JobHasItsTime
+            | ShapeRule::JobProgressFinite
+            | ShapeRule::ChainStepsInOrder
+            | ShapeRule::ParallelWithinConcurrency => self.steps_hold(state),
             ShapeRule::HasHead => state.head_seq >= 1,
             ShapeRule::TextsWithinLimits => texts(state).all(|text| text.len() <= MAX_TEXT_BYTES),
             ShapeRule::TerminalHasEnd => !state.is_terminal() || state.terminal.is_some(),
@@ -188,6 +205,42 @@ impl ShapeRule {
                         .iter()
                         .all(|step| step.status == StepStatus::Complete)
             }
+            ShapeRule::ControlActionsDistinct => {
+                state.controls.iter().enumerate().all(|(index, control)| {
+                    state.controls[..index]
+                        .iter()
+                        .all(|earlier| earlier.action != control.action)
+                })
+            }
+            ShapeRule::ProcessTerminalOfTheRunner => {
+                match (&state.runner, &state.process_terminal) {
+                    (Some(runner), Some(observed)) => runner.instance_id == observed.instance_id,
+                    _ => true,
+                }
+            }
+            ShapeRule::ProcessTerminalProofFitsRunner => {
+                state.process_terminal.as_ref().is_none_or(|observed| {
+                    (observed.proof == Proof::NotStarted) == state.runner.is_none()
+                })
+            }
+            ShapeRule::QueueNameValid => state
+                .queue
+                .as_ref()
+                .is_none_or(|queue| check_queue_name(&queue.name).is_ok()),
+            ShapeRule::RunnerOnlyAfterAdmission => {
+                state.runner.is_none()
+                    || state
+                        .queue
+                        .as_ref()
+                        .is_none_or(|queue| queue.admitted.is_some())
+            }
+            ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
+        }
+    }
+
+    /// Whether `state`'s steps keep this rule, one of those about steps.
+    fn steps_hold(self, state: &RunState) -> bool {
+        match self {
             ShapeRule::PendingStepUntouched => steps_with(state, StepStatus::Pending).all(|step| {
                 step.process.is_none()
                     && step.started_at_ms.is_none()
@@ -251,41 +304,7 @@ impl ShapeRule {
                     || steps_with(state, StepStatus::Running).count()
                         <= state.spec.concurrency as usize
             }
-            ShapeRule::ControlActionsDistinct => {
-                state.controls.iter().enumerate().all(|(index, control)| {
-                    state.controls[..index]
-                        .iter()
-                        .all(|earlier| earlier.action != control.action)
-                })
-            }
-            ShapeRule::ProcessTerminalOfTheRunner => {
-                match (&state.runner, &state.process_terminal) {
-                    (Some(runner), Some(observed)) => runner.instance_id == observed.instance_id,
-                    _ => true,
-                }
-            }
-            ShapeRule::ProcessTerminalProofFitsRunner => {
-                state.process_terminal.as_ref().is_none_or(|observed| {
-                    (observed.proof == Proof::NotStarted) == state.runner.is_none()
-                })
-            }
-            ShapeRule::QueueNameValid => state
-                .queue
-                .as_ref()
-                .is_none_or(|queue| check_queue_name(&queue.name).is_ok()),
-            ShapeRule::RunnerOnlyAfterAdmission => {
-                state.runner.is_none()
-                    || state
-                        .queue
-                        .as_ref()
-                        .is_none_or(|queue| queue.admitted.is_some())
-            }
-            ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
-        };
-        if holds {
-            Ok(())
-        } else {
-            Err(ShapeError::Broken(self))
+            _ => unreachable!("{self:?} is not a rule about steps; holds() judges it"),
         }
     }
 }

@@ -104,7 +104,45 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         return print_line(&text).map(|()| ExitCode::SUCCESS);
     }
     let mut view = RunView::of(&state, show::look_at_runner(&state));
-    if let Some(queue) = &queue_use {
+    add_live_fields(
+        &mut view,
+        queue_use.as_ref(),
+        &links,
+        heard_at,
+        resources.as_deref(),
+    );
+    for (label, path) in [
+        ("status", home.status_path(run)),
+        ("result", home.result_path(run)),
+        ("output", home.run_dir(run)),
+    ] {
+        view.fields
+            .push((label.to_string(), Cell::plain(path.display().to_string())));
+    }
+    let mut text = view.lines(&show::no_colour).join("\n");
+    text.push('\n');
+    let notices = show::capacity_notice(home, runjournal::event::now_ms())
+        .into_iter()
+        .chain(runjournal::retention::space_notices(&store))
+        .chain(shipping_lag.map(|lag| lag.line()));
+    for notice in notices {
+        text.push_str(&notice);
+        text.push('\n');
+    }
+    print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The fields of `status` beyond the run's own state: its queue's use, its resume links, the
+/// runner's last heartbeat and what its steps' processes use now.
+fn add_live_fields(
+    view: &mut RunView,
+    queue_use: Option<&QueueUseDoc>,
+    links: &runjournal::journal::ResumeLinks,
+    heard_at: Option<runjournal::event::UnixMs>,
+    resources: Option<&[show::StepResources]>,
+) {
+    if let Some(queue) = queue_use {
         view.fields
             .push(("queue".to_string(), Cell::plain(queue.line())));
     }
@@ -128,7 +166,7 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
             )),
         ));
     }
-    for step in resources.iter().flatten() {
+    for step in resources.into_iter().flatten() {
         view.fields.push((
             format!("step {}", step.step),
             Cell::plain(format!(
@@ -144,26 +182,6 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
             )),
         ));
     }
-    for (label, path) in [
-        ("status", home.status_path(run)),
-        ("result", home.result_path(run)),
-        ("output", home.run_dir(run)),
-    ] {
-        view.fields
-            .push((label.to_string(), Cell::plain(path.display().to_string())));
-    }
-    let mut text = view.lines(&show::no_colour).join("\n");
-    text.push('\n');
-    let notices = show::capacity_notice(home, runjournal::event::now_ms())
-        .into_iter()
-        .chain(runjournal::retention::space_notices(&store))
-        .chain(shipping_lag.map(|lag| lag.line()));
-    for notice in notices {
-        text.push_str(&notice);
-        text.push('\n');
-    }
-    print(&text)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `status` of a pruned run: what its tombstone says.

@@ -154,28 +154,6 @@ pub fn name_alias(name: &str) -> String {
     format!("name:{name}")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn record_keys_sort_by_run_then_seq() {
-        let run = RunId::from_bytes([7; 16]);
-        let later_run = RunId::from_bytes([8; 16]);
-        assert!(record_key(run, 255) < record_key(run, 256));
-        assert!(record_key(run, u64::MAX) < record_key(later_run, 1));
-        assert_eq!(split_record_key(&record_key(run, 300)), (run, 300));
-    }
-
-    #[test]
-    fn terminal_keys_sort_by_time_then_run() {
-        let run = RunId::from_bytes([9; 16]);
-        let earlier_run = RunId::from_bytes([1; 16]);
-        assert!(terminal_key(255, run) < terminal_key(256, earlier_run));
-        assert_eq!(split_terminal_key(&terminal_key(42, run)), (42, run));
-    }
-}
-
 /// Creates every table, so that read transactions never meet a missing one.
 pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure> {
     fn create<K: Key + 'static, V: Value + 'static>(
@@ -203,4 +181,26 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
     create(txn, QUEUE_WAITING)?;
     create(txn, QUEUE_ACTIVE)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_keys_sort_by_run_then_seq() {
+        let run = RunId::from_bytes([7; 16]);
+        let later_run = RunId::from_bytes([8; 16]);
+        assert!(record_key(run, 255) < record_key(run, 256));
+        assert!(record_key(run, u64::MAX) < record_key(later_run, 1));
+        assert_eq!(split_record_key(&record_key(run, 300)), (run, 300));
+    }
+
+    #[test]
+    fn terminal_keys_sort_by_time_then_run() {
+        let run = RunId::from_bytes([9; 16]);
+        let earlier_run = RunId::from_bytes([1; 16]);
+        assert!(terminal_key(255, run) < terminal_key(256, earlier_run));
+        assert_eq!(split_terminal_key(&terminal_key(42, run)), (42, run));
+    }
 }
