@@ -1,13 +1,13 @@
 //! Bad input: one line on stderr saying what is wrong, exit code 2, and nothing written (the
 //! journal's record count is the same before and after).
 
-use crate::common;
+use crate::support;
 
 use std::sync::Arc;
 
-use common::{TestHome, record_count, run_id_of, wait_terminal};
 use runjournal::event::{Event, Mode, RunId, RunSpec, StepAction, StepSpec, now_ms};
 use runjournal::{Condition, Journal};
+use support::{TestHome, record_count, run_id_of, wait_terminal};
 
 /// Runs `args` and checks the bad-input contract; returns the stderr line.
 fn refuse(home: &TestHome, journal: &Journal, args: &[&str], expected: &str) -> String {

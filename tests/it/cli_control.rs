@@ -1,16 +1,16 @@
 //! Control with real processes: stop (grandchildren included), timeout, a stop recorded before
 //! the runner starts, pushed external-job updates.
 
-use crate::common;
+use crate::support;
 
 use std::sync::Arc;
 
-use common::{TestHome, group_members, records, run_id_of, state, wait_for, wait_terminal};
 use predicates::prelude::*;
 use runjournal::HostIds;
 use runjournal::event::{ControlAction, Event, JobState, Mode, RunSpec, StepAction, StepSpec};
 use runjournal::state::StepStatus;
 use runjournal::{Condition, Home, RunStatus, Store};
+use support::{TestHome, group_members, records, run_id_of, state, wait_for, wait_terminal};
 
 #[test]
 fn stop_ends_the_whole_process_group_of_a_step() {

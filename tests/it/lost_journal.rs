@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use runjournal::{Home, RunId};
 
-use crate::common::{self, TestHome};
+use crate::support::{self, TestHome};
 
 #[derive(Debug, Clone, Copy)]
 enum Damage {
@@ -75,7 +75,7 @@ fn home_with_runs() -> (TestHome, [RunId; 2]) {
             .args(["run", "--wait", "--json", "--name", name, "--step", step])
             .output()
             .expect("run");
-        runs.push(common::run_id_of(&output.stdout));
+        runs.push(support::run_id_of(&output.stdout));
     }
     (home, [runs[0], runs[1]])
 }
@@ -189,7 +189,7 @@ fn a_journal_rebuilt_from_events_jsonl_serves_the_same_runs_again() {
     assert!(String::from_utf8_lossy(&status.stdout).contains("failed"));
     let journal = home.journal();
     for run in runs {
-        assert!(common::state(&journal, run).is_closed());
+        assert!(support::state(&journal, run).is_closed());
     }
     // New runs go into the rebuilt journal.
     let again = home

@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use crate::common;
+use crate::support;
 
-use common::{TestHome, run_id_of, wait_output};
 use runjournal::event::Event;
 use runjournal::state::StepStatus;
 use runjournal::{RunId, RunStatus};
+use support::{TestHome, run_id_of, wait_output};
 
 /// A step that, the first time, says `ready` and waits to be interrupted (its SIGINT trap
 /// exits); run again (its marker file there), it prints `carried-on` and ends with `code`.
@@ -106,9 +106,9 @@ fn resume_and_wait(home: &TestHome, run: RunId) -> (serde_json::Value, i32) {
 /// journal's index and both status.json files say so, and `verify` finds nothing wrong.
 fn assert_linked(home: &TestHome, old: RunId, new: RunId) {
     let journal = home.journal();
-    let records = common::records(&journal, new);
+    let records = support::records(&journal, new);
     assert_eq!(
-        common::event_names(&records[..2]),
+        support::event_names(&records[..2]),
         ["RunCreated", "Resumed"],
         "the link is in the new run's creation batch"
     );
@@ -127,13 +127,13 @@ fn assert_linked(home: &TestHome, old: RunId, new: RunId) {
     );
     drop(view);
     // The paused run's history is closed: it holds no link, and it is still paused.
-    let old_records = common::records(&journal, old);
+    let old_records = support::records(&journal, old);
     assert!(
-        !common::event_names(&old_records).contains(&"Resumed"),
+        !support::event_names(&old_records).contains(&"Resumed"),
         "{:?}",
-        common::event_names(&old_records)
+        support::event_names(&old_records)
     );
-    assert_eq!(common::state(&journal, old).status, RunStatus::Paused);
+    assert_eq!(support::state(&journal, old).status, RunStatus::Paused);
     assert_eq!(
         status_json(home, old)["resumedBy"],
         new.to_string(),
@@ -227,8 +227,8 @@ fn a_paused_chain_resumes_at_its_interrupted_step_and_completes() {
     assert_ne!(new, old);
 
     let journal = home.journal();
-    let state = common::state(&journal, new);
-    let old_state = common::state(&journal, old);
+    let state = support::state(&journal, new);
+    let old_state = support::state(&journal, old);
     assert_eq!(state.status, RunStatus::Complete);
     // The interrupted step and the rest, and nothing before them.
     let names: Vec<&str> = state
@@ -284,7 +284,7 @@ fn a_paused_chain_resumes_at_its_interrupted_step_and_completes() {
         "{refused}"
     );
     assert_eq!(
-        common::state(&journal, old).status,
+        support::state(&journal, old).status,
         RunStatus::Paused,
         "a refusal writes nothing"
     );
@@ -316,13 +316,13 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
     wait_output(&home, old, 0, "ready");
     wait_output(&home, old, 2, "ready");
     let journal = home.journal();
-    common::wait_for(&journal, old, "the quick step to complete", |state| {
+    support::wait_for(&journal, old, "the quick step to complete", |state| {
         state.steps[1].status == StepStatus::Complete
     });
     pause(&home, old);
     // Closed (its runner's end recorded by a reconcile pass), and a pass after that: from
     // here only a change of another run can make a pass look at the paused run's files.
-    common::wait_for(&journal, old, "the paused run to be closed", |state| {
+    support::wait_for(&journal, old, "the paused run to be closed", |state| {
         let _ = home.cmd().arg("reconcile").output();
         state.is_closed()
     });
@@ -367,7 +367,7 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
     home.cmd().arg("reconcile").assert().success();
     assert_eq!(status_json(&home, old)["resumedBy"], new.to_string());
     home.cmd().args(["wait", &new.to_string()]).assert().code(0);
-    let state = common::state(&journal, new);
+    let state = support::state(&journal, new);
     assert_eq!(state.status, RunStatus::Complete);
     assert_eq!(state.spec.steps.len(), 2);
     assert_eq!(runs_of(&quick), 1, "the completed step did not run again");
@@ -397,7 +397,7 @@ fn only_a_paused_run_is_resumed_and_a_refusal_writes_nothing() {
             .code(code);
     }
     let journal = home.journal();
-    let before = common::record_count(&journal);
+    let before = support::record_count(&journal);
     for (run, state) in [
         (running, "running"),
         (complete, "complete"),
@@ -422,7 +422,7 @@ fn only_a_paused_run_is_resumed_and_a_refusal_writes_nothing() {
         .assert()
         .code(2);
     assert_eq!(
-        common::record_count(&journal),
+        support::record_count(&journal),
         before,
         "nothing was written"
     );

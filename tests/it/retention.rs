@@ -13,8 +13,8 @@ use runjournal::store::StoreOptions;
 use runjournal::{Home, RunId, Store};
 use serde_json::Value;
 
-use crate::common::{TestHome, run_id_of};
 use crate::support::lifecycle::{chain_lifecycle, chain_spec};
+use crate::support::{TestHome, run_id_of};
 
 /// Launches a run of `step` and returns its id once the run is closed (its runner seen gone).
 fn run_to_end(home: &TestHome, step: &str) -> RunId {

@@ -1,13 +1,18 @@
-//! Helpers shared by the crash tests (`crash_kill`, `power_loss`, `fault_sweep`): the checks
-//! every recovered journal must pass, an in-memory disk with faults, and a scripted lifecycle.
+//! The one home of the helpers these tests share: a fresh home per test with the `runjournal`
+//! command bound to it and bounded polls of its journal (`home`, re-exported here); the checks
+//! every recovered journal must pass; an in-memory disk with faults, a faulty file, and a
+//! scripted lifecycle for the crash sweeps; the standard lifecycle; a PostgreSQL cluster.
 
 #![allow(dead_code)]
 
 pub mod faulty_file;
+mod home;
 pub mod lifecycle;
 pub mod mem_disk;
 pub mod pg_cluster;
 pub mod script;
+
+pub use home::*;
 
 use runjournal::event::{Event, Record};
 use runjournal::journal::View;

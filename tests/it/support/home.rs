@@ -1,7 +1,5 @@
-//! Helpers shared by the CLI tests: a fresh home per test, the `runjournal` command bound to
-//! it, and bounded polls of the journal.
-
-#![allow(dead_code)]
+//! A fresh home per test, the `runjournal` command bound to it, and bounded polls of the
+//! journal.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
