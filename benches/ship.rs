@@ -7,9 +7,6 @@
 //! `cargo bench --bench ship` prints the table and writes `target/bench-ship-report.md`.
 //! Without PostgreSQL's server binaries it says so and exits 0.
 
-#[path = "../tests/it/support/pg_cluster.rs"]
-mod pg_cluster;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +18,7 @@ use runjournal::event::{
 use runjournal::journal::Condition;
 use runjournal::ship::rows::{self, RecordRow};
 use runjournal::ship::{ShipOptions, Shipper, Target};
+use runjournal::testkit::pg_cluster::PgCluster;
 use runjournal::{Home, Journal, JournalReader};
 
 /// Runs of ten records each: 100,000 records.
@@ -194,7 +192,7 @@ fn insert_baseline(client: &mut postgres::Client, rows: &[RecordRow]) -> Duratio
     started.elapsed()
 }
 
-fn ship_into(cluster: &pg_cluster::PgCluster, home: &Home, database: &str) -> (Duration, u64) {
+fn ship_into(cluster: &PgCluster, home: &Home, database: &str) -> (Duration, u64) {
     cluster.create_database(database);
     let target = Target::parse(&cluster.url_of(database)).expect("the URL parses");
     let mut options = ShipOptions::new(target, "bench-host");
@@ -214,7 +212,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 fn main() {
     // `cargo bench` passes filters and `--bench`; this bench has one workload and takes none.
-    let Some(cluster) = pg_cluster::PgCluster::start_durable("bench ship") else {
+    let Some(cluster) = PgCluster::start_durable("bench ship") else {
         return;
     };
     let target_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

@@ -234,8 +234,8 @@ impl Journal {
     /// It exists for tests: the model test (`tests/it/model.rs`) commits batches of its own
     /// writer and commits them again under the same writer seq, to check that a retry is
     /// recognised. A program appends with [`Journal::append`], which numbers its batches itself.
-    #[doc(hidden)]
-    pub fn commit_batches_for_tests(
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn commit_batches_for_tests(
         &self,
         batches: &[Batch],
     ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {

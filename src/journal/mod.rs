@@ -49,10 +49,7 @@ pub use handle::Journal;
 pub use read::{JournalMeta, QueueEntry, QueueUsage, ResolveError, ResumeLinks, View};
 pub use reader::{JournalReader, ReadJournal};
 pub use share::CommitSharing;
-pub use snapshot::{
-    SNAPSHOT_LAYOUT, SnapshotError, decode_snapshot_for_tests, encode_snapshot_for_tests,
-    snapshot_of_layout_two_for_tests, with_checksum_for_tests,
-};
+pub use snapshot::{SNAPSHOT_LAYOUT, SnapshotError};
 pub use tables::{name_alias, tool_call_alias};
 pub use writer::{CapacityEvent, CapacityListener, Source, WriterOptions, WriterStats};
 

@@ -12,13 +12,14 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::lifecycle::{self, chain_lifecycle};
 use runjournal::HostIds;
 use runjournal::capacity;
 use runjournal::event::{Event, Mode, RunSpec, StepAction, StepSpec};
 use runjournal::journal::CapacityEvent;
 use runjournal::projection;
 use runjournal::store::StoreOptions;
+use runjournal::testkit::lifecycle::chain_lifecycle;
+use runjournal::testkit::namespaced_identity;
 use runjournal::{Condition, Home, RunId, RunStatus, Store, state};
 
 const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
@@ -543,7 +544,7 @@ fn emfile_child(home_dir: &Path) {
         .append(
             run,
             vec![Event::RunnerStarted {
-                runner: lifecycle::identity(1),
+                runner: namespaced_identity(1),
                 instance_id: "r".to_string(),
             }],
             Condition::none(),

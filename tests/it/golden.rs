@@ -20,6 +20,7 @@ use runjournal::event::{
 };
 use runjournal::journal::{Batch, name_alias, tool_call_alias};
 use runjournal::state::{self, RunStatus};
+use runjournal::testkit::commit_batches;
 use runjournal::{Condition, Journal, JournalReader, RunId};
 
 const WRITER: WriterId = WriterId(0x0060_1de2_0001);
@@ -364,9 +365,8 @@ fn write_the_golden_journal() {
             writer_seq: *writer_seq,
             time_ms: T0 + offset_ms,
         };
-        let answers = journal
-            .commit_batches_for_tests(std::slice::from_ref(&batch))
-            .expect("the storage works");
+        let answers =
+            commit_batches(&journal, std::slice::from_ref(&batch)).expect("the storage works");
         for answer in answers {
             answer.unwrap_or_else(|error| panic!("{batch:?} is refused: {error}"));
         }
@@ -521,19 +521,21 @@ fn this_version_appends_to_the_golden_journal() {
         .into_iter()
         .find(|(writer, ..)| *writer == RECONCILER)
         .expect("the reconciler's batch");
-    let retried = journal
-        .commit_batches_for_tests(&[Batch {
+    let retried = commit_batches(
+        &journal,
+        &[Batch {
             run: run(2),
             events: reconciler_events,
             condition: Condition::none(),
             writer: RECONCILER,
             writer_seq: 1,
             time_ms: T0 + 30_000,
-        }])
-        .expect("the storage works")
-        .pop()
-        .expect("one answer")
-        .expect("a retry is answered");
+        }],
+    )
+    .expect("the storage works")
+    .pop()
+    .expect("one answer")
+    .expect("a retry is answered");
     assert!(retried.was_duplicate);
     assert_eq!((retried.first_seq, retried.last_seq), (10, 10));
 }

@@ -1,5 +1,5 @@
 //! The integration tests, one crate so they link once. Each module is one file of tests;
-//! `support` holds the helpers they share.
+//! `support` holds the helpers they share, beside the library's `testkit`.
 
 mod architecture_map;
 mod cli_bad_input;

@@ -52,6 +52,7 @@ use runjournal::journal::{
 use runjournal::reconcile;
 use runjournal::state::{self, RunState, RunStatus, StepStatus, TransitionError};
 use runjournal::store::{Store, StoreOptions};
+use runjournal::testkit::commit_batches;
 use runjournal::{Condition, Home, Journal, RunId, liveness};
 
 use crate::support::faulty_file::{Fault, Faults};
@@ -1754,7 +1755,7 @@ impl Sut {
         let batches: Vec<Batch> = answers.iter().map(|(batch, _)| batch.clone()).collect();
         let writers = self.writers();
         self.faults.arm(fault);
-        let first = self.journal(0).commit_batches_for_tests(&batches);
+        let first = commit_batches(self.journal(0), &batches);
         let has_fired = self.faults.disarm();
         let failure = match first {
             Ok(results) => {
@@ -1798,10 +1799,7 @@ impl Sut {
                 }
             }
         }
-        let results = self
-            .journal(0)
-            .commit_batches_for_tests(&batches)
-            .expect("the storage works again");
+        let results = commit_batches(self.journal(0), &batches).expect("the storage works again");
         // What landed is answered from its records; a refused batch (but an empty one, refused
         // before anything is looked up) at or before the last judged one finds its writer seq
         // at or below the mark.
@@ -1997,10 +1995,8 @@ impl StateMachineTest for JournalTest {
                 Expected::Batches { answers, .. },
             ) => {
                 let batches: Vec<Batch> = answers.iter().map(|(batch, _)| batch.clone()).collect();
-                let results = sut
-                    .journal(0)
-                    .commit_batches_for_tests(&batches)
-                    .expect("the storage does not fail");
+                let results =
+                    commit_batches(sut.journal(0), &batches).expect("the storage does not fail");
                 assert_eq!(results.len(), batches.len(), "one answer per batch");
                 for ((batch, expected), result) in answers.iter().zip(&results) {
                     sut.check_answer(

@@ -1,5 +1,5 @@
 //! `runjournal ship` against a real PostgreSQL (a throwaway cluster per test, see
-//! `support::pg_cluster`): exactly the journal's records on the server, whatever kills the
+//! `runjournal::testkit::pg_cluster`): exactly the journal's records on the server, whatever kills the
 //! shipper and whenever the server goes away; local work never waits for it.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use runjournal::{Condition, Home, RunId, Store};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::support::pg_cluster::PgCluster;
+use runjournal::testkit::pg_cluster::PgCluster;
 
 mod fake_pg;
 mod secrets;

@@ -569,7 +569,7 @@ fn a_forged_snapshot_is_not_what_the_runner_runs() {
     let marker = home.file("ran");
     let run = queued_run(&home, &format!("echo real > '{}'", marker.display()));
     let forged = forged_state(&home, run);
-    let bytes = runjournal::journal::encode_snapshot_for_tests(&forged).expect("encodes");
+    let bytes = runjournal::testkit::encode_snapshot(&forged).expect("encodes");
     forge(&home, RUNS_TABLE, &run.to_bytes(), &bytes);
 
     let output = run_the_runner(&home, run);
@@ -624,7 +624,7 @@ fn a_forged_record_fails_the_runner_cleanly() {
         &key,
         &forged_record.encode().expect("encodes"),
     );
-    let bytes = runjournal::journal::encode_snapshot_for_tests(&forged).expect("encodes");
+    let bytes = runjournal::testkit::encode_snapshot(&forged).expect("encodes");
     forge(&home, RUNS_TABLE, &run.to_bytes(), &bytes);
 
     let output = run_the_runner(&home, run);

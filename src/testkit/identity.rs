@@ -1,0 +1,30 @@
+//! Made-up process identities: recorded as a runner's or a step's, they name no process of
+//! this machine, so nothing a test records is ever taken for alive or signalled.
+
+use crate::event::ProcessIdentity;
+
+/// The boot of every made-up identity: no machine has it.
+pub const BOOT_ID: &str = "test-boot";
+
+/// The PID namespace of a [`namespaced_identity`] (Linux's initial one), as a runner records
+/// its processes: it must reach the journal as it was sent, through a commit leader too.
+pub const PID_NAMESPACE: u64 = 4_026_531_836;
+
+/// Process `pid` of a boot no machine has ([`BOOT_ID`]), without a PID namespace: never
+/// alive, never signalled.
+pub fn identity(pid: u32) -> ProcessIdentity {
+    ProcessIdentity {
+        pid,
+        start_time: 7,
+        boot_id: BOOT_ID.to_string(),
+        pid_namespace: None,
+    }
+}
+
+/// [`identity`] recorded in [`PID_NAMESPACE`].
+pub fn namespaced_identity(pid: u32) -> ProcessIdentity {
+    ProcessIdentity {
+        pid_namespace: Some(PID_NAMESPACE),
+        ..identity(pid)
+    }
+}
