@@ -7,9 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 
 use common::{run, tool, tool_at};
 use runjournal::event::{
-    Event, ExternalJobStatus, HostIds, JobState, Mode, ProcessIdentity, RunSpec, StepAction,
-    StepSpec,
+    Event, ExternalJobStatus, HostIds, JobState, Mode, RunSpec, StepAction, StepSpec,
 };
+use runjournal::testkit::identity;
 use runjournal::{Condition, Home, Store};
 
 #[test]
@@ -79,12 +79,7 @@ fn hostile_text_is_shown_escaped() {
         )
         .expect("create")
         .run;
-    let identity = ProcessIdentity {
-        pid: 7,
-        start_time: 7,
-        boot_id: "test-boot".to_string(),
-        pid_namespace: None,
-    };
+    let identity = identity(7);
     store
         .append(
             run,
