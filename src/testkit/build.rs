@@ -44,6 +44,21 @@ pub fn shell(name: &str, script: &str) -> StepSpec {
     step(name, sh(script))
 }
 
+/// A command step running `make <name>`.
+pub fn make_step(name: &str) -> StepSpec {
+    step(name, argv(&["make", name]))
+}
+
+/// A shell step echoing its name.
+pub fn echo_step(name: &str) -> StepSpec {
+    shell(name, &format!("echo {name}"))
+}
+
+/// An external-job step of the provider `render-farm`.
+pub fn farm_step(name: &str) -> StepSpec {
+    step(name, provider("render-farm"))
+}
+
 /// `count` steps named `step-0`, `step-1`, …, each doing `action`.
 pub fn numbered(count: usize, action: &StepAction) -> Vec<StepSpec> {
     (0..count)

@@ -5,7 +5,8 @@ use crate::support;
 
 use std::sync::Arc;
 
-use runjournal::event::{Event, Mode, RunId, RunSpec, StepAction, StepSpec, now_ms};
+use runjournal::event::{Event, Mode, RunId, RunSpec, now_ms};
+use runjournal::testkit as kit;
 use runjournal::{Condition, Journal};
 use support::{TestHome, record_count, run_id_of, wait_terminal};
 
@@ -48,19 +49,7 @@ fn home_with_a_run() -> (TestHome, Journal, RunId) {
 }
 
 fn spec() -> Arc<RunSpec> {
-    Arc::new(RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "s".to_string(),
-            action: StepAction::Shell {
-                script: "true".to_string(),
-            },
-        }],
-    })
+    Arc::new(kit::spec(Mode::Single, vec![kit::shell("s", "true")]))
 }
 
 #[test]

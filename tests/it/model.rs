@@ -43,8 +43,8 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state
 
 use runjournal::event::{
     ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode,
-    Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, StepAction, StepEnd,
-    StepOutcome, StepSpec, TerminalState, UnixMs, WriterId,
+    Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, StepEnd, StepOutcome,
+    TerminalState, UnixMs, WriterId,
 };
 use runjournal::journal::{
     AppendError, Appended, Batch, View, WriterOptions, name_alias, tool_call_alias,
@@ -52,7 +52,7 @@ use runjournal::journal::{
 use runjournal::reconcile;
 use runjournal::state::{self, RunState, RunStatus, StepStatus, TransitionError};
 use runjournal::store::{Store, StoreOptions};
-use runjournal::testkit::commit_batches;
+use runjournal::testkit::{self as kit, commit_batches};
 use runjournal::{Condition, Home, Journal, RunId, liveness};
 
 use crate::support::faulty_file::{Fault, Faults};
@@ -174,76 +174,55 @@ fn runner_found(run: &Run) -> Runner {
 // Events
 // ---------------------------------------------------------------------------------------------
 
-fn command(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Command {
-            argv: vec!["make".to_string(), name.to_string()],
-        },
-    }
-}
-
-fn shell(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Shell {
-            script: format!("echo {name}"),
-        },
-    }
-}
-
-fn external(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::ExternalJob {
-            provider: "render-farm".to_string(),
-        },
-    }
-}
-
 /// Specs of every mode, named and unnamed (two share a name, so the later run takes the
 /// alias), and one that `RunSpec::check` refuses.
 fn spec_pool() -> [RunSpec; 5] {
     let spec = |name: Option<&str>, mode, concurrency, steps| RunSpec {
         name: name.map(str::to_string),
-        mode,
         concurrency,
-        timeout_ms: None,
-        cwd: None,
-        steps,
+        ..kit::spec(mode, steps)
     };
     [
-        spec(Some("nightly"), Mode::Single, 1, vec![command("build")]),
+        spec(
+            Some("nightly"),
+            Mode::Single,
+            1,
+            vec![kit::make_step("build")],
+        ),
         spec(
             Some("deploy"),
             Mode::Chain,
             1,
-            vec![command("fetch"), shell("build"), external("ship")],
+            vec![
+                kit::make_step("fetch"),
+                kit::echo_step("build"),
+                kit::farm_step("ship"),
+            ],
         ),
         spec(
             None,
             Mode::Parallel,
             2,
-            vec![external("render"), shell("test"), command("lint")],
+            vec![
+                kit::farm_step("render"),
+                kit::echo_step("test"),
+                kit::make_step("lint"),
+            ],
         ),
         spec(
             Some("nightly"),
             Mode::Chain,
             1,
-            vec![external("wait"), command("report")],
+            vec![kit::farm_step("wait"), kit::make_step("report")],
         ),
         spec(None, Mode::Chain, 1, vec![]),
     ]
 }
 
 fn created(spec_index: usize, created_at_ms: UnixMs, tool_call: Option<u8>) -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec_pool()[spec_index].clone()),
-        created_at_ms,
-        session_id: tool_call.map(|_| "session-1".to_string()),
-        completion_owner_id: None,
-        tool_call_id: tool_call.map(|call| format!("call-{call}")),
-    }
+    let call = tool_call.map(|call| format!("call-{call}"));
+    let hosts = kit::hosts(tool_call.map(|_| "session-1"), None, call.as_deref());
+    kit::created(spec_pool()[spec_index].clone(), created_at_ms, hosts)
 }
 
 fn arb_created() -> BoxedStrategy<Event> {
