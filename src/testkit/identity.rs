@@ -21,6 +21,17 @@ pub fn identity(pid: u32) -> ProcessIdentity {
     }
 }
 
+/// Process `pid` of a boot whose id has the shape of a real one (a UUID, as Linux reports it),
+/// for what measures the size of records: never alive, never signalled all the same.
+pub fn uuid_boot_identity(pid: u32) -> ProcessIdentity {
+    ProcessIdentity {
+        pid,
+        start_time: 1_234_567,
+        boot_id: "6f1c9b52-3d4e-4a8b-9c1d-2e3f4a5b6c7d".to_string(),
+        pid_namespace: None,
+    }
+}
+
 /// [`identity`] recorded in [`PID_NAMESPACE`].
 pub fn namespaced_identity(pid: u32) -> ProcessIdentity {
     ProcessIdentity {
