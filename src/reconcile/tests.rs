@@ -2,11 +2,10 @@ use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 
 use super::*;
-use crate::event::{
-    ControlAction, HostIds, Mode, ProcessExit, ProcessIdentity, RunSpec, StepAction, StepSpec,
-};
+use crate::event::{ControlAction, HostIds, ProcessExit, ProcessIdentity};
 use crate::home::Home;
 use crate::state::RunStatus;
+use crate::testkit::chain_spec;
 
 const LIVENESSES: [RunnerLiveness; 5] = [
     RunnerLiveness::None,
@@ -89,24 +88,6 @@ fn store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
-fn spec(steps: usize) -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Chain,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: (0..steps)
-            .map(|index| StepSpec {
-                name: format!("step-{index}"),
-                action: StepAction::Shell {
-                    script: "true".to_string(),
-                },
-            })
-            .collect(),
-    }
-}
-
 /// The identity of a process that has exited.
 fn dead_identity() -> ProcessIdentity {
     let mut child = std::process::Command::new("true").spawn().expect("spawn");
@@ -119,7 +100,7 @@ fn dead_identity() -> ProcessIdentity {
 
 fn started_run(store: &Store, runner: ProcessIdentity) -> RunId {
     let run = store
-        .create_run(spec(2), HostIds::default())
+        .create_run(chain_spec(2), HostIds::default())
         .expect("create")
         .run;
     store
@@ -456,7 +437,7 @@ fn a_runner_of_another_boot_fails_the_run_without_signalling_its_steps() {
 fn a_queued_run_is_failed_only_after_the_start_grace() {
     let (_dir, store) = store();
     let run = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     let patient = Options {
@@ -748,7 +729,7 @@ fn a_pass_reports_as_changed_exactly_the_runs_it_appended_to_or_reprojected() {
     let dead = started_run(&store, dead_identity());
     let alive = started_run(&store, liveness::current().expect("me"));
     let closed = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     store
@@ -786,7 +767,7 @@ fn a_pass_reports_as_changed_exactly_the_runs_it_appended_to_or_reprojected() {
 fn a_queued_run_is_past_its_start_grace_only_once_more_than_the_grace_has_passed() {
     let (_dir, store) = store();
     let run = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     let state = snapshot(&store, run);
@@ -802,7 +783,7 @@ fn a_queued_run_is_past_its_start_grace_only_once_more_than_the_grace_has_passed
 /// A run closed and projected, for the cursor tests: it leaves the `active` table at once.
 fn closed_run(store: &Store) -> RunId {
     let run = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     store
@@ -950,7 +931,7 @@ fn a_run_waiting_for_a_slot_is_left_alone_and_its_grace_counts_from_its_admissio
         heartbeat_ms: None,
     };
     let run = store
-        .create_queued_run(spec(1), HostIds::default(), joined)
+        .create_queued_run(chain_spec(1), HostIds::default(), joined)
         .expect("create")
         .run;
     let options = Options::default();

@@ -180,15 +180,31 @@ pub fn completed(summary: &str) -> Event {
     terminal(TerminalState::Complete, 0, summary, None)
 }
 
-/// The runner `instance` seen exiting with `code` by its parent.
-pub fn runner_exited(instance: &str, code: i32) -> Event {
+/// The runner `instance` seen gone by `observer`: it exited with `exit_code` (`None`: how is
+/// not known), which `proof` shows.
+pub fn process_terminal(
+    instance: &str,
+    exit_code: Option<i32>,
+    proof: Proof,
+    observer: Observer,
+) -> Event {
     Event::ProcessTerminalObserved {
         instance_id: instance.to_string(),
-        exit: Some(ProcessExit {
+        exit: exit_code.map(|code| ProcessExit {
             code: Some(code),
             signal: None,
         }),
-        proof: Proof::Observed,
-        observer: Observer::RunnerParent,
+        proof,
+        observer,
     }
+}
+
+/// The runner `instance` seen exiting with `code` by its parent.
+pub fn runner_exited(instance: &str, code: i32) -> Event {
+    process_terminal(
+        instance,
+        Some(code),
+        Proof::Observed,
+        Observer::RunnerParent,
+    )
 }
