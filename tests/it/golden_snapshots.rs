@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-use runjournal::event::{Event, ProcessIdentity};
+use runjournal::event::Event;
 use runjournal::journal::{AppendError, SNAPSHOT_LAYOUT, SnapshotError};
 use runjournal::reconcile::{self, Options};
 use runjournal::state::{self, RunState, RunStatus};
 use runjournal::store::StoreOptions;
-use runjournal::testkit::{encode_snapshot, snapshot_of_layout_two};
+use runjournal::testkit::{self as kit, encode_snapshot, snapshot_of_layout_two};
 use runjournal::verify::{self, ProblemKind, Severity};
 use runjournal::{Condition, Home, Journal, JournalReader, RunId, Store};
 
@@ -230,15 +230,7 @@ fn appends_and_a_reconcile_pass_rewrite_snapshots_of_another_layout_in_this_layo
         // re-derived state.
         let refused = journal.append(
             queued,
-            vec![Event::RunnerStarted {
-                runner: ProcessIdentity {
-                    pid: 7000,
-                    start_time: 1,
-                    boot_id: "b".to_string(),
-                    pid_namespace: None,
-                },
-                instance_id: "r".to_string(),
-            }],
+            vec![kit::runner_started(kit::identity(7000), "r")],
             Condition::expect_head(5),
         );
         assert!(

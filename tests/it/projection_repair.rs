@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use runjournal::HostIds;
 use runjournal::event::{
-    Event, ExternalJobStatus, JobState, Mode, RunSpec, StepAction, StepEnd, StepSpec, TerminalState,
+    Event, ExternalJobStatus, JobState, Mode, RunSpec, StepEnd, TerminalState,
 };
 use runjournal::projection::{
     self, Content, FileKind, Problem, ResultPolicy, documents::StatusDoc,
@@ -268,23 +268,8 @@ fn status_json_reads_as_the_pi_subagents_format() {
 fn an_active_run_has_its_markers_and_a_pending_process_terminal() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = Store::open(Home::at(dir.path())).expect("open");
-    let spec = RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "only".to_string(),
-            action: StepAction::Shell {
-                script: "sleep 1".to_string(),
-            },
-        }],
-    };
-    let hosts = HostIds {
-        tool_call_id: Some("call-1".to_string()),
-        ..HostIds::default()
-    };
+    let spec = kit::spec(Mode::Single, vec![kit::shell("only", "sleep 1")]);
+    let hosts = kit::hosts(None, None, Some("call-1"));
     let run = store.create_run(spec, hosts).expect("create").run;
     assert!(store.home().active_marker_path(run).exists());
     assert!(store.home().tool_call_marker_path("call-1", run).exists());

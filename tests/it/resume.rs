@@ -8,6 +8,7 @@ use crate::support;
 
 use runjournal::event::Event;
 use runjournal::state::StepStatus;
+use runjournal::testkit as kit;
 use runjournal::{RunId, RunStatus};
 use support::{TestHome, run_id_of, wait_output};
 
@@ -474,32 +475,12 @@ fn resume_wait_exits_as_the_resumed_run_does() {
 /// another, and `verify` checks the resume index against the records.
 #[test]
 fn verify_checks_the_resume_index_against_the_records() {
-    use runjournal::event::{
-        HostIds, Mode, Observer, Proof, Repairer, RunSpec, StepAction, StepSpec, TerminalState,
-    };
+    use runjournal::event::{HostIds, Mode, Observer, Proof, Repairer, TerminalState};
     use runjournal::journal::Condition;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("journal.redb");
     let journal = runjournal::Journal::open(&path).expect("a journal");
-    let spec = RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "work".to_string(),
-            action: StepAction::Shell {
-                script: "true".to_string(),
-            },
-        }],
-    };
-    let identity = runjournal::event::ProcessIdentity {
-        pid: 4242,
-        start_time: 1,
-        boot_id: "boot".to_string(),
-        pid_namespace: None,
-    };
+    let spec = kit::spec(Mode::Single, vec![kit::shell("work", "true")]);
     let old = journal
         .create_run(spec.clone(), HostIds::default())
         .expect("created")
@@ -508,17 +489,8 @@ fn verify_checks_the_resume_index_against_the_records() {
         .append(
             old,
             vec![
-                Event::RunnerStarted {
-                    runner: identity,
-                    instance_id: "i1".to_string(),
-                },
-                Event::Terminal {
-                    state: TerminalState::Paused,
-                    error: None,
-                    summary: "paused".to_string(),
-                    exit_code: 130,
-                    repaired_by: None,
-                },
+                kit::runner_started(kit::identity(4242), "i1"),
+                kit::terminal(TerminalState::Paused, 130, "paused", None),
             ],
             Condition::expect_head(1),
         )
@@ -545,12 +517,7 @@ fn verify_checks_the_resume_index_against_the_records() {
                     exit_code: 1,
                     repaired_by: Some(Repairer::Launcher),
                 },
-                Event::ProcessTerminalObserved {
-                    instance_id: String::new(),
-                    exit: None,
-                    proof: Proof::NotStarted,
-                    observer: Observer::Launcher,
-                },
+                kit::process_terminal("", None, Proof::NotStarted, Observer::Launcher),
             ],
             Condition::expect_head(2),
         )
