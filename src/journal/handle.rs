@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase};
 
-use super::append::{self, Appended, Batch, Condition};
+use super::append::{Appended, Condition};
 use super::error::{AppendError, OpenError, ReadError, StorageFailure};
 use super::open::{open_source, reopen_source};
 use super::prune;
@@ -237,10 +237,10 @@ impl Journal {
     #[cfg(any(test, feature = "testkit"))]
     pub(crate) fn commit_batches_for_tests(
         &self,
-        batches: &[Batch],
+        batches: &[super::append::Batch],
     ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
         let db = self.database()?;
-        append::commit_batches(&db, batches)
+        super::append::commit_batches(&db, batches)
     }
 
     /// Creates a run: appends its `RunCreated` under a fresh id.
