@@ -1,5 +1,5 @@
 //! The integration tests, one crate so they link once. Each module is one file of tests;
-//! `common` (and `support`) hold helpers they share.
+//! `common` holds the helpers they share, beside the library's `testkit`.
 
 mod cli;
 mod common;
