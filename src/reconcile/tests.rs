@@ -5,7 +5,7 @@ use super::*;
 use crate::event::{ControlAction, HostIds, ProcessExit, ProcessIdentity};
 use crate::home::Home;
 use crate::state::RunStatus;
-use crate::testkit::chain_spec;
+use crate::testkit::{chain_spec, exited_identity};
 
 const LIVENESSES: [RunnerLiveness; 5] = [
     RunnerLiveness::None,
@@ -88,16 +88,6 @@ fn store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
-/// The identity of a process that has exited.
-fn dead_identity() -> ProcessIdentity {
-    let mut child = std::process::Command::new("true").spawn().expect("spawn");
-    let identity = liveness::identity_of(child.id())
-        .expect("read /proc")
-        .expect("alive until reaped");
-    child.wait().expect("reap");
-    identity
-}
-
 fn started_run(store: &Store, runner: ProcessIdentity) -> RunId {
     let run = store
         .create_run(chain_spec(2), HostIds::default())
@@ -145,7 +135,7 @@ fn is_active(store: &Store, run: RunId) -> bool {
 #[test]
 fn a_dead_runner_fails_the_run_naming_its_pid_and_log_tail() {
     let (_dir, store) = store();
-    let runner = dead_identity();
+    let runner = exited_identity();
     let run = started_run(&store, runner.clone());
     let log: String = (0..200)
         .map(|line| format!("runner line {line}\n"))
@@ -201,7 +191,7 @@ fn a_dead_runner_fails_the_run_naming_its_pid_and_log_tail() {
 fn many_stale_runs_are_closed_in_fewer_commits_than_runs() {
     const RUNS: usize = 64;
     let (_dir, store) = store();
-    let runner = dead_identity();
+    let runner = exited_identity();
     let runs: Vec<RunId> = (0..RUNS)
         .map(|_| started_run(&store, runner.clone()))
         .collect();
@@ -242,7 +232,7 @@ fn many_stale_runs_are_closed_in_fewer_commits_than_runs() {
 #[test]
 fn a_decision_gone_stale_is_refused_and_the_next_pass_decides_again() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     let mut outcome = new_outcome(run);
     let decision = decide_run(&store, run, &Options::default(), &mut outcome).expect("to fail");
     // Someone else records the end first, between the pass's decision and its append.
@@ -322,7 +312,7 @@ fn has_ended_soon(step: &mut std::process::Child, process: &ProcessIdentity) -> 
 #[test]
 fn the_orphaned_steps_of_a_dead_runner_are_ended() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     let (mut step, process) = spawn_group("sleep 60 & sleep 60 & wait");
     store
         .append(
@@ -357,7 +347,7 @@ fn the_orphaned_steps_of_a_dead_runner_are_ended() {
 #[test]
 fn the_orphaned_steps_of_a_runner_whose_exit_was_observed_are_ended() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     let (mut step, process) = spawn_group("sleep 60 & sleep 60 & wait");
     store
         .append(
@@ -471,7 +461,7 @@ fn a_queued_run_is_failed_only_after_the_start_grace() {
 #[test]
 fn a_terminal_run_whose_runner_is_gone_is_closed() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     store
         .append(
             run,
@@ -501,7 +491,7 @@ fn a_terminal_run_whose_runner_is_gone_is_closed() {
 #[test]
 fn a_stale_run_is_failed_with_the_observed_exit() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     store
         .append(
             run,
@@ -537,7 +527,7 @@ fn concurrent_reconcilers_record_one_terminal() {
     let home = Home::at(dir.path());
     let setup = Store::open(home.clone()).expect("open");
     let runs: Vec<RunId> = (0..6)
-        .map(|_| started_run(&setup, dead_identity()))
+        .map(|_| started_run(&setup, exited_identity()))
         .collect();
     drop(setup);
     let threads: Vec<_> = (0..3)
@@ -634,7 +624,7 @@ fn a_result_a_host_consumed_is_not_published_again() {
 #[test]
 fn a_result_never_published_is_published_by_the_reconciler() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     // The runner committed Terminal and died before projecting: no result on disk.
     store
         .journal()
@@ -726,7 +716,7 @@ fn a_run_closed_by_a_writer_that_died_before_projecting_is_reprojected() {
 #[test]
 fn a_pass_reports_as_changed_exactly_the_runs_it_appended_to_or_reprojected() {
     let (_dir, store) = store();
-    let dead = started_run(&store, dead_identity());
+    let dead = started_run(&store, exited_identity());
     let alive = started_run(&store, liveness::current().expect("me"));
     let closed = store
         .create_run(chain_spec(1), HostIds::default())

@@ -2,6 +2,7 @@
 //! this machine, so nothing a test records is ever taken for alive or signalled.
 
 use crate::event::ProcessIdentity;
+use crate::liveness;
 
 /// The boot of every made-up identity: no machine has it.
 pub const BOOT_ID: &str = "test-boot";
@@ -38,4 +39,17 @@ pub fn namespaced_identity(pid: u32) -> ProcessIdentity {
         pid_namespace: Some(PID_NAMESPACE),
         ..identity(pid)
     }
+}
+
+/// The identity of a real process of this machine that has exited and been reaped (a `true`
+/// this function ran): whoever looks finds it dead.
+pub fn exited_identity() -> ProcessIdentity {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("`true` starts");
+    let identity = liveness::identity_of(child.id())
+        .expect("/proc reads")
+        .expect("the child is in /proc until it is reaped");
+    child.wait().expect("the child is reaped");
+    identity
 }

@@ -116,24 +116,15 @@ struct Identities {
 
 fn identities() -> &'static Identities {
     static IDENTITIES: OnceLock<Identities> = OnceLock::new();
-    IDENTITIES.get_or_init(|| {
-        let mut child = std::process::Command::new("true")
-            .spawn()
-            .expect("`true` starts");
-        let dead = liveness::identity_of(child.id())
-            .expect("/proc reads")
-            .expect("the child is in /proc until it is reaped");
-        child.wait().expect("the child is reaped");
-        Identities {
-            dead,
-            alive: liveness::current().expect("this process is in /proc"),
-            other_boot: ProcessIdentity {
-                pid: 4242,
-                start_time: 17,
-                boot_id: "another-boot".to_string(),
-                pid_namespace: None,
-            },
-        }
+    IDENTITIES.get_or_init(|| Identities {
+        dead: kit::exited_identity(),
+        alive: liveness::current().expect("this process is in /proc"),
+        other_boot: ProcessIdentity {
+            pid: 4242,
+            start_time: 17,
+            boot_id: "another-boot".to_string(),
+            pid_namespace: None,
+        },
     })
 }
 
