@@ -33,16 +33,10 @@ fn refuse(home: &TestHome, journal: &Journal, args: &[&str], expected: &str) -> 
     stderr
 }
 
-/// A home holding one finished run of one shell step; its id.
+/// A home holding one finished run of one shell step, a journal handle of the test's, and the
+/// run's id.
 fn home_with_a_run() -> (TestHome, Journal, RunId) {
-    let home = TestHome::new();
-    let output = home
-        .cmd()
-        .args(["run", "--wait", "--json", "--step", "true"])
-        .output()
-        .expect("runs");
-    assert!(output.status.success());
-    let run = run_id_of(&output.stdout);
+    let (home, run) = support::home_with_a_run();
     let journal = home.journal();
     wait_terminal(&journal, run);
     (home, journal, run)

@@ -7,7 +7,7 @@ use crate::support;
 
 use runjournal::projection::{self, FileKind};
 use runjournal::{Home, RunId};
-use support::{TestHome, records, run_id_of, wait_output, wait_terminal};
+use support::{TestHome, launch, records, wait_output, wait_terminal};
 
 /// How many times a file is looked at before a test gives up on it.
 const FILE_POLLS: u32 = 1200;
@@ -42,20 +42,6 @@ fn wait_status(
         "run {run}: gave up waiting for {what}; status.json: {:?}",
         status_json(home, run)
     );
-}
-
-/// Starts `args` (after `run --json`) and returns the run's id.
-fn launch(home: &TestHome, args: &[&str]) -> RunId {
-    let output = home
-        .cmd()
-        .args(["run", "--json"])
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    run_id_of(&output)
 }
 
 /// Stops a run left running, whatever the test's outcome.

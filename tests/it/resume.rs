@@ -10,7 +10,7 @@ use runjournal::event::Event;
 use runjournal::state::StepStatus;
 use runjournal::testkit as kit;
 use runjournal::{RunId, RunStatus};
-use support::{TestHome, run_id_of, wait_output};
+use support::{TestHome, launch, wait_output};
 
 /// A step that, the first time, says `ready` and waits to be interrupted (its SIGINT trap
 /// exits); run again (its marker file there), it prints `carried-on` and ends with `code`.
@@ -29,19 +29,6 @@ fn counting_step(counter: &Path) -> String {
 
 fn runs_of(counter: &Path) -> usize {
     std::fs::read_to_string(counter).map_or(0, |text| text.lines().count())
-}
-
-fn launch(home: &TestHome, args: &[&str]) -> RunId {
-    let output = home
-        .cmd()
-        .args(["run", "--json"])
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    run_id_of(&output)
 }
 
 fn output_of(home: &TestHome, run: RunId, index: usize) -> String {

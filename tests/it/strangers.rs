@@ -33,14 +33,7 @@ fn chmod(path: &Path, mode: u32) {
 
 /// A home with one finished run.
 fn home_with_a_run() -> TestHome {
-    let home = TestHome::new();
-    let output = home
-        .cmd()
-        .args(["run", "--wait", "--json", "--step", "true"])
-        .output()
-        .expect("runs");
-    assert!(output.status.success(), "{output:?}");
-    home
+    support::home_with_a_run().0
 }
 
 /// Every command that opens the home refuses it with exit 1 and one line naming `path` and

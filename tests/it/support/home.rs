@@ -100,6 +100,33 @@ pub fn wait_terminal(journal: &Journal, run: RunId) -> RunState {
     wait_for(journal, run, "the run to end", RunState::is_terminal)
 }
 
+/// A home holding one finished run of one shell step (`run --wait -- true`); its id.
+pub fn home_with_a_run() -> (TestHome, RunId) {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--step", "true"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let run = run_id_of(&output.stdout);
+    (home, run)
+}
+
+/// Starts `args` (after `run --json`) in `home` and returns the run's id.
+pub fn launch(home: &TestHome, args: &[&str]) -> RunId {
+    let output = home
+        .cmd()
+        .args(["run", "--json"])
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    run_id_of(&output)
+}
+
 /// The run id printed by `run --json`.
 pub fn run_id_of(stdout: &[u8]) -> RunId {
     let object: serde_json::Value = serde_json::from_slice(stdout).expect("run --json prints JSON");
