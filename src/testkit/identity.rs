@@ -1,10 +1,11 @@
-//! Made-up process identities: recorded as a runner's or a step's, they name no process of
-//! this machine, so nothing a test records is ever taken for alive or signalled.
+//! Process identities for tests to record as a runner's or a step's: made-up ones of a boot no
+//! machine has, and the identity of a real process that has exited. None of them is ever
+//! taken for alive or signalled.
 
 use crate::event::ProcessIdentity;
 use crate::liveness;
 
-/// The boot of every made-up identity: no machine has it.
+/// The boot of an [`identity`]: no machine has it.
 pub const BOOT_ID: &str = "test-boot";
 
 /// The PID namespace of a [`namespaced_identity`] (Linux's initial one), as a runner records

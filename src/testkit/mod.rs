@@ -4,7 +4,7 @@
 //! package turn on; never in an ordinary build.
 //!
 //! * `build`: builders of specs and events (re-exported here);
-//! * `identity`: made-up process identities (re-exported here);
+//! * `identity`: made-up process identities, and one of an exited process (re-exported here);
 //! * `lifecycle`: the standard lifecycle of a chain run;
 //! * `damage`: the ways a journal file is found lost, and a picture of a directory;
 //! * `pg_cluster`: a throwaway PostgreSQL cluster;
