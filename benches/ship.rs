@@ -11,20 +11,14 @@
 // is for the library.
 #![allow(clippy::too_many_lines)]
 
-#[path = "../tests/it/support/pg_cluster.rs"]
-mod pg_cluster;
-
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runjournal::event::{
-    Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RunId,
-    RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, now_ms,
-};
+use runjournal::event::{Event, ExternalJobStatus, JobState, Mode, RunId, RunSpec, now_ms};
 use runjournal::journal::Condition;
 use runjournal::ship::rows::{self, RecordRow};
 use runjournal::ship::{ShipOptions, Shipper, Target};
+use runjournal::testkit::{self as kit, pg_cluster::PgCluster};
 use runjournal::{Home, Journal, JournalReader};
 
 /// Runs of ten records each: 100,000 records.
@@ -33,84 +27,39 @@ const RECORDS_PER_RUN: usize = 10;
 const BATCH_RECORDS: usize = 1_000;
 const ROUNDS: usize = 3;
 
-fn identity(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 1_234_567,
-        boot_id: "6f1c9b52-3d4e-4a8b-9c1d-2e3f4a5b6c7d".to_string(),
-        pid_namespace: None,
-    }
-}
-
 /// A run's ten records: created, started, step running, four job updates, finished, terminal,
 /// seen gone.
 fn lifecycle() -> Vec<Event> {
+    let spec = RunSpec {
+        name: Some("deploy-staging".to_string()),
+        timeout_ms: Some(600_000),
+        cwd: Some("/srv/app".to_string()),
+        ..kit::spec(
+            Mode::Single,
+            vec![kit::step(
+                "deploy",
+                kit::provider("./deploy-provider.sh --env staging"),
+            )],
+        )
+    };
+    let hosts = kit::hosts(Some("session-7f3a9c"), None, None);
     let mut events = vec![
-        Event::RunCreated {
-            spec: Arc::new(RunSpec {
-                name: Some("deploy-staging".to_string()),
-                mode: Mode::Single,
-                concurrency: 1,
-                timeout_ms: Some(600_000),
-                cwd: Some("/srv/app".to_string()),
-                steps: vec![StepSpec {
-                    name: "deploy".to_string(),
-                    action: StepAction::ExternalJob {
-                        provider: "./deploy-provider.sh --env staging".to_string(),
-                    },
-                }],
-            }),
-            created_at_ms: now_ms(),
-            session_id: Some("session-7f3a9c".to_string()),
-            completion_owner_id: None,
-            tool_call_id: None,
-        },
-        Event::RunnerStarted {
-            runner: identity(4242),
-            instance_id: "runner-4242-1".to_string(),
-        },
-        Event::StepRunning {
-            step: 0,
-            process: Some(identity(4243)),
-        },
+        kit::created(spec, now_ms(), hosts),
+        kit::runner_started(kit::uuid_boot_identity(4242), "runner-4242-1"),
+        kit::step_running(0, Some(kit::uuid_boot_identity(4243))),
     ];
     for progress in [10.0, 40.0, 70.0, 95.0] {
-        events.push(Event::ExternalJobUpdated {
-            step: 0,
-            job: ExternalJobStatus {
-                state: JobState::Running,
-                id: Some("job-5f2e8a61".to_string()),
-                progress: Some(progress),
-                message: Some("uploading artifacts to the staging bucket".to_string()),
-                url: Some("https://ci.example.com/jobs/5f2e8a61".to_string()),
-            },
-        });
+        let job = ExternalJobStatus {
+            message: Some("uploading artifacts to the staging bucket".to_string()),
+            url: Some("https://ci.example.com/jobs/5f2e8a61".to_string()),
+            ..kit::job(JobState::Running, "job-5f2e8a61", Some(progress))
+        };
+        events.push(kit::job_updated(0, job));
     }
     events.extend([
-        Event::StepFinished {
-            step: 0,
-            outcome: StepOutcome {
-                end: StepEnd::Complete,
-                exit_code: Some(0),
-                error: None,
-            },
-        },
-        Event::Terminal {
-            state: TerminalState::Complete,
-            error: None,
-            summary: "deployed".to_string(),
-            exit_code: 0,
-            repaired_by: None,
-        },
-        Event::ProcessTerminalObserved {
-            instance_id: "runner-4242-1".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(0),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        },
+        kit::step_complete(0),
+        kit::completed("deployed"),
+        kit::runner_exited("runner-4242-1", 0),
     ]);
     assert_eq!(events.len(), RECORDS_PER_RUN);
     events
@@ -198,7 +147,7 @@ fn insert_baseline(client: &mut postgres::Client, rows: &[RecordRow]) -> Duratio
     started.elapsed()
 }
 
-fn ship_into(cluster: &pg_cluster::PgCluster, home: &Home, database: &str) -> (Duration, u64) {
+fn ship_into(cluster: &PgCluster, home: &Home, database: &str) -> (Duration, u64) {
     cluster.create_database(database);
     let target = Target::parse(&cluster.url_of(database)).expect("the URL parses");
     let mut options = ShipOptions::new(target, "bench-host");
@@ -218,7 +167,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 fn main() {
     // `cargo bench` passes filters and `--bench`; this bench has one workload and takes none.
-    let Some(cluster) = pg_cluster::PgCluster::start_durable("bench ship") else {
+    let Some(cluster) = PgCluster::start_durable("bench ship") else {
         return;
     };
     let target_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

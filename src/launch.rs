@@ -1078,80 +1078,41 @@ pub fn wait_for_end(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
-    use crate::event::{
-        FORMAT_VERSION, ProcessIdentity, StepAction, StepEnd, StepOutcome, StepSpec, WriterId,
-    };
+    use crate::event::{FORMAT_VERSION, StepEnd, WriterId};
+    use crate::testkit as kit;
 
     const RUN: RunId = RunId::from_bytes([4; 16]);
 
     fn spec(mode: Mode, steps: usize, timeout_ms: Option<u64>) -> RunSpec {
         RunSpec {
             name: Some("nightly".to_string()),
-            mode,
             concurrency: 2,
             timeout_ms,
             cwd: Some("/work".to_string()),
-            steps: (0..steps)
-                .map(|index| StepSpec {
-                    name: format!("step-{index}"),
-                    action: StepAction::Shell {
-                        script: "true".to_string(),
-                    },
-                })
-                .collect(),
+            ..kit::spec(mode, kit::numbered(steps, &kit::sh("true")))
         }
     }
 
     /// A run of `spec` that started at 1 000 ms, whose steps ended as `ends` says (`None`:
     /// still running, or never started when `started` is false), then was paused at `paused_at`.
     fn paused(spec: RunSpec, ends: &[(bool, Option<StepEnd>)], paused_at: u64) -> RunState {
+        let hosts = kit::hosts(Some("s"), Some("o"), Some("t"));
         let mut events = vec![
-            Event::RunCreated {
-                spec: Arc::new(spec),
-                created_at_ms: 900,
-                session_id: Some("s".to_string()),
-                completion_owner_id: Some("o".to_string()),
-                tool_call_id: Some("t".to_string()),
-            },
-            Event::RunnerStarted {
-                runner: ProcessIdentity {
-                    pid: 1,
-                    start_time: 1,
-                    boot_id: "b".to_string(),
-                    pid_namespace: None,
-                },
-                instance_id: "i".to_string(),
-            },
+            kit::created(spec, 900, hosts),
+            kit::runner_started(kit::identity(1), "i"),
         ];
         for (step, (started, end)) in ends.iter().enumerate() {
             let step = u32::try_from(step).expect("a few steps");
             if *started {
-                events.push(Event::StepRunning {
-                    step,
-                    process: None,
-                });
+                events.push(kit::step_running(step, None));
             }
             if let Some(end) = end {
-                events.push(Event::StepFinished {
-                    step,
-                    outcome: StepOutcome {
-                        end: *end,
-                        exit_code: Some(0),
-                        error: None,
-                    },
-                });
+                events.push(kit::step_finished(step, *end, Some(0), None));
             }
         }
-        events.push(Event::Terminal {
-            state: TerminalState::Paused,
-            error: None,
-            summary: "paused".to_string(),
-            exit_code: 130,
-            repaired_by: None,
-        });
+        events.push(kit::terminal(TerminalState::Paused, 130, "paused", None));
         let count = events.len();
         let mut state: Option<RunState> = None;
         for (index, event) in events.into_iter().enumerate() {

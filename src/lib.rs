@@ -38,6 +38,8 @@ pub mod state;
 pub mod stats;
 pub mod store;
 mod sync;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod text;
 pub mod verify;
 

@@ -290,13 +290,7 @@ mod tests {
 
     #[test]
     fn an_exited_process_is_dead() {
-        let mut child = std::process::Command::new("true")
-            .spawn()
-            .expect("spawn true");
-        let identity = identity_of(child.id())
-            .expect("read /proc")
-            .expect("child exists until reaped");
-        child.wait().expect("wait");
+        let identity = crate::testkit::exited_identity();
         assert_eq!(check(&identity).expect("check"), Liveness::Dead);
     }
 }

@@ -210,22 +210,14 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::event::{Event, Mode, RunSpec, StepAction, StepSpec, now_ms};
+    use crate::event::{Mode, RunSpec, now_ms};
     use crate::journal::{Condition, Journal};
+    use crate::testkit as kit;
 
     fn spec(name: Option<&str>) -> Arc<RunSpec> {
         Arc::new(RunSpec {
             name: name.map(str::to_string),
-            mode: Mode::Single,
-            concurrency: 1,
-            timeout_ms: None,
-            cwd: None,
-            steps: vec![StepSpec {
-                name: "s".to_string(),
-                action: StepAction::Shell {
-                    script: "true".to_string(),
-                },
-            }],
+            ..kit::spec(Mode::Single, vec![kit::shell("s", "true")])
         })
     }
 
@@ -233,13 +225,11 @@ mod tests {
         journal
             .append(
                 run,
-                vec![Event::RunCreated {
-                    spec: spec(name),
-                    created_at_ms: now_ms(),
-                    session_id: None,
-                    completion_owner_id: None,
-                    tool_call_id: tool_call.map(str::to_string),
-                }],
+                vec![kit::created(
+                    spec(name),
+                    now_ms(),
+                    kit::hosts(None, None, tool_call),
+                )],
                 Condition::expect_head(0),
             )
             .expect("the run is created");

@@ -2,14 +2,14 @@
 //! ones, and the cache that keeps the 100,000-run journal between bench runs.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use runjournal::event::{
-    self, Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    Record, RunId, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, WriterId,
+    self, Event, ExternalJobStatus, JobState, Mode, ProcessIdentity, Record, RunId, RunSpec,
+    WriterId,
 };
 use runjournal::journal::Condition;
 use runjournal::store::StoreOptions;
+use runjournal::testkit as kit;
 use runjournal::{Home, Journal, JournalReader, Store};
 
 /// Bump when the runs the fixtures hold change, so a cached journal is built again.
@@ -19,84 +19,50 @@ const FIXTURE_VERSION: u32 = 1;
 /// to `max_group_events`, so 100,000 runs cost a few hundred commits, not 100,000.
 const BUILD_CHUNK: usize = 5_000;
 
+/// The instance id of every benchmark run's runner.
+const RUNNER_INSTANCE: &str = "runner-4242-1";
+
 /// The spec of a run with one external-job step: job updates are its transitions.
 pub fn job_spec() -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "deploy".to_string(),
-            action: StepAction::ExternalJob {
-                provider: "./deploy-provider.sh --env staging".to_string(),
-            },
-        }],
-    }
+    let provider = kit::provider("./deploy-provider.sh --env staging");
+    kit::spec(Mode::Single, vec![kit::step("deploy", provider)])
 }
 
 /// The spec of an ordinary one-command run.
 fn command_spec() -> RunSpec {
+    let build = kit::argv(&["cargo", "build", "--release", "--locked"]);
     RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
         timeout_ms: Some(600_000),
         cwd: Some("/srv/app".to_string()),
-        steps: vec![StepSpec {
-            name: "build".to_string(),
-            action: StepAction::Command {
-                argv: ["cargo", "build", "--release", "--locked"]
-                    .map(str::to_string)
-                    .to_vec(),
-            },
-        }],
+        ..kit::spec(Mode::Single, vec![kit::step("build", build)])
     }
 }
 
 pub fn created(spec: RunSpec) -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec),
-        created_at_ms: event::now_ms(),
-        session_id: Some("session-7f3a9c".to_string()),
-        completion_owner_id: None,
-        tool_call_id: None,
-    }
-}
-
-fn process(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 1_234_567,
-        boot_id: "6f1c9b52-3d4e-4a8b-9c1d-2e3f4a5b6c7d".to_string(),
-        pid_namespace: None,
-    }
+    let hosts = kit::hosts(Some("session-7f3a9c"), None, None);
+    kit::created(spec, event::now_ms(), hosts)
 }
 
 pub fn runner_started(runner: ProcessIdentity) -> Event {
-    Event::RunnerStarted {
-        runner,
-        instance_id: "runner-4242-1".to_string(),
-    }
+    kit::runner_started(runner, RUNNER_INSTANCE)
 }
 
 pub fn step_running(process: Option<ProcessIdentity>) -> Event {
-    Event::StepRunning { step: 0, process }
+    kit::step_running(0, process)
 }
 
 /// One transition of a long external job: a progress report of about the size a real
 /// provider prints (its encoded record is printed in the report).
 pub fn job_update(progress: u32) -> Event {
-    Event::ExternalJobUpdated {
-        step: 0,
-        job: ExternalJobStatus {
-            state: JobState::Running,
-            id: Some("job-5f2e8a61".to_string()),
-            progress: Some(f64::from(progress % 100)),
-            message: Some("uploading artifacts to the staging bucket".to_string()),
-            url: Some("https://ci.example.com/jobs/5f2e8a61".to_string()),
-        },
+    kit::job_updated(0, job_status(f64::from(progress % 100)))
+}
+
+/// The status of the long external job at `progress`.
+fn job_status(progress: f64) -> ExternalJobStatus {
+    ExternalJobStatus {
+        message: Some("uploading artifacts to the staging bucket".to_string()),
+        url: Some("https://ci.example.com/jobs/5f2e8a61".to_string()),
+        ..kit::job(JobState::Running, "job-5f2e8a61", Some(progress))
     }
 }
 
@@ -104,32 +70,11 @@ pub fn job_update(progress: u32) -> Event {
 pub fn closed_lifecycle() -> Vec<Event> {
     vec![
         created(command_spec()),
-        runner_started(process(4242)),
-        step_running(Some(process(4243))),
-        Event::StepFinished {
-            step: 0,
-            outcome: StepOutcome {
-                end: StepEnd::Complete,
-                exit_code: Some(0),
-                error: None,
-            },
-        },
-        Event::Terminal {
-            state: TerminalState::Complete,
-            error: None,
-            summary: "Finished release [optimized] target(s) in 41.2s".to_string(),
-            exit_code: 0,
-            repaired_by: None,
-        },
-        Event::ProcessTerminalObserved {
-            instance_id: "runner-4242-1".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(0),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        },
+        runner_started(kit::uuid_boot_identity(4242)),
+        step_running(Some(kit::uuid_boot_identity(4243))),
+        kit::step_complete(0),
+        kit::completed("Finished release [optimized] target(s) in 41.2s"),
+        kit::runner_exited(RUNNER_INSTANCE, 0),
     ]
 }
 

@@ -36,10 +36,7 @@ pub use format::error::{
     ResumeRefusal, StorageFailure,
 };
 pub use format::retention::{KeepFree, MAX_TOMBSTONES, Retention, Tombstone};
-pub use format::snapshot::{
-    SNAPSHOT_LAYOUT, SnapshotError, decode_snapshot_for_tests, encode_snapshot_for_tests,
-    snapshot_of_layout_two_for_tests, with_checksum_for_tests,
-};
+pub use format::snapshot::{SNAPSHOT_LAYOUT, SnapshotError};
 pub use format::tables::{name_alias, tool_call_alias};
 pub use handle::Journal;
 pub use read::reader::{JournalReader, ReadJournal};

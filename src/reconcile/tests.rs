@@ -2,11 +2,10 @@ use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 
 use super::*;
-use crate::event::{
-    ControlAction, HostIds, Mode, ProcessExit, ProcessIdentity, RunSpec, StepAction, StepSpec,
-};
+use crate::event::{ControlAction, HostIds, ProcessExit, ProcessIdentity};
 use crate::home::Home;
 use crate::state::RunStatus;
+use crate::testkit::{chain_spec, exited_identity};
 
 const LIVENESSES: [RunnerLiveness; 5] = [
     RunnerLiveness::None,
@@ -89,37 +88,9 @@ fn store() -> (tempfile::TempDir, Store) {
     (dir, store)
 }
 
-fn spec(steps: usize) -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Chain,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: (0..steps)
-            .map(|index| StepSpec {
-                name: format!("step-{index}"),
-                action: StepAction::Shell {
-                    script: "true".to_string(),
-                },
-            })
-            .collect(),
-    }
-}
-
-/// The identity of a process that has exited.
-fn dead_identity() -> ProcessIdentity {
-    let mut child = std::process::Command::new("true").spawn().expect("spawn");
-    let identity = liveness::identity_of(child.id())
-        .expect("read /proc")
-        .expect("alive until reaped");
-    child.wait().expect("reap");
-    identity
-}
-
 fn started_run(store: &Store, runner: ProcessIdentity) -> RunId {
     let run = store
-        .create_run(spec(2), HostIds::default())
+        .create_run(chain_spec(2), HostIds::default())
         .expect("create")
         .run;
     store
@@ -164,7 +135,7 @@ fn is_active(store: &Store, run: RunId) -> bool {
 #[test]
 fn a_dead_runner_fails_the_run_naming_its_pid_and_log_tail() {
     let (_dir, store) = store();
-    let runner = dead_identity();
+    let runner = exited_identity();
     let run = started_run(&store, runner.clone());
     let log: String = (0..200)
         .map(|line| format!("runner line {line}\n"))
@@ -220,7 +191,7 @@ fn a_dead_runner_fails_the_run_naming_its_pid_and_log_tail() {
 fn many_stale_runs_are_closed_in_fewer_commits_than_runs() {
     const RUNS: usize = 64;
     let (_dir, store) = store();
-    let runner = dead_identity();
+    let runner = exited_identity();
     let runs: Vec<RunId> = (0..RUNS)
         .map(|_| started_run(&store, runner.clone()))
         .collect();
@@ -261,7 +232,7 @@ fn many_stale_runs_are_closed_in_fewer_commits_than_runs() {
 #[test]
 fn a_decision_gone_stale_is_refused_and_the_next_pass_decides_again() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     let mut outcome = new_outcome(run);
     let decision = decide_run(&store, run, &Options::default(), &mut outcome).expect("to fail");
     // Someone else records the end first, between the pass's decision and its append.
@@ -341,7 +312,7 @@ fn has_ended_soon(step: &mut std::process::Child, process: &ProcessIdentity) -> 
 #[test]
 fn the_orphaned_steps_of_a_dead_runner_are_ended() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     let (mut step, process) = spawn_group("sleep 60 & sleep 60 & wait");
     store
         .append(
@@ -376,7 +347,7 @@ fn the_orphaned_steps_of_a_dead_runner_are_ended() {
 #[test]
 fn the_orphaned_steps_of_a_runner_whose_exit_was_observed_are_ended() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     let (mut step, process) = spawn_group("sleep 60 & sleep 60 & wait");
     store
         .append(
@@ -456,7 +427,7 @@ fn a_runner_of_another_boot_fails_the_run_without_signalling_its_steps() {
 fn a_queued_run_is_failed_only_after_the_start_grace() {
     let (_dir, store) = store();
     let run = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     let patient = Options {
@@ -490,7 +461,7 @@ fn a_queued_run_is_failed_only_after_the_start_grace() {
 #[test]
 fn a_terminal_run_whose_runner_is_gone_is_closed() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     store
         .append(
             run,
@@ -520,7 +491,7 @@ fn a_terminal_run_whose_runner_is_gone_is_closed() {
 #[test]
 fn a_stale_run_is_failed_with_the_observed_exit() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     store
         .append(
             run,
@@ -556,7 +527,7 @@ fn concurrent_reconcilers_record_one_terminal() {
     let home = Home::at(dir.path());
     let setup = Store::open(home.clone()).expect("open");
     let runs: Vec<RunId> = (0..6)
-        .map(|_| started_run(&setup, dead_identity()))
+        .map(|_| started_run(&setup, exited_identity()))
         .collect();
     drop(setup);
     let threads: Vec<_> = (0..3)
@@ -653,7 +624,7 @@ fn a_result_a_host_consumed_is_not_published_again() {
 #[test]
 fn a_result_never_published_is_published_by_the_reconciler() {
     let (_dir, store) = store();
-    let run = started_run(&store, dead_identity());
+    let run = started_run(&store, exited_identity());
     // The runner committed Terminal and died before projecting: no result on disk.
     store
         .journal()
@@ -745,10 +716,10 @@ fn a_run_closed_by_a_writer_that_died_before_projecting_is_reprojected() {
 #[test]
 fn a_pass_reports_as_changed_exactly_the_runs_it_appended_to_or_reprojected() {
     let (_dir, store) = store();
-    let dead = started_run(&store, dead_identity());
+    let dead = started_run(&store, exited_identity());
     let alive = started_run(&store, liveness::current().expect("me"));
     let closed = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     store
@@ -786,7 +757,7 @@ fn a_pass_reports_as_changed_exactly_the_runs_it_appended_to_or_reprojected() {
 fn a_queued_run_is_past_its_start_grace_only_once_more_than_the_grace_has_passed() {
     let (_dir, store) = store();
     let run = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     let state = snapshot(&store, run);
@@ -802,7 +773,7 @@ fn a_queued_run_is_past_its_start_grace_only_once_more_than_the_grace_has_passed
 /// A run closed and projected, for the cursor tests: it leaves the `active` table at once.
 fn closed_run(store: &Store) -> RunId {
     let run = store
-        .create_run(spec(1), HostIds::default())
+        .create_run(chain_spec(1), HostIds::default())
         .expect("create")
         .run;
     store
@@ -950,7 +921,7 @@ fn a_run_waiting_for_a_slot_is_left_alone_and_its_grace_counts_from_its_admissio
         heartbeat_ms: None,
     };
     let run = store
-        .create_queued_run(spec(1), HostIds::default(), joined)
+        .create_queued_run(chain_spec(1), HostIds::default(), joined)
         .expect("create")
         .run;
     let options = Options::default();

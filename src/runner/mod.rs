@@ -1272,49 +1272,17 @@ fn log(message: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
-    use crate::event::{FORMAT_VERSION, ProcessIdentity, Record, StepAction, StepSpec, WriterId};
-
-    fn identity(pid: u32) -> ProcessIdentity {
-        ProcessIdentity {
-            pid,
-            start_time: 77,
-            boot_id: "boot".to_string(),
-            pid_namespace: Some(4_026_531_836),
-        }
-    }
+    use crate::event::{FORMAT_VERSION, HostIds, ProcessIdentity, Record, WriterId};
+    use crate::testkit::{self as kit, namespaced_identity as identity, step_running};
 
     /// A running chain of two steps after `events`.
     fn state_after(events: Vec<Event>) -> RunState {
-        let spec = RunSpec {
-            name: None,
-            mode: Mode::Chain,
-            concurrency: 1,
-            timeout_ms: None,
-            cwd: None,
-            steps: (0..2)
-                .map(|index| StepSpec {
-                    name: format!("step-{index}"),
-                    action: StepAction::Command {
-                        argv: vec!["true".to_string()],
-                    },
-                })
-                .collect(),
-        };
+        let spec = kit::spec(Mode::Chain, kit::numbered(2, &kit::argv(&["true"])));
         let mut all = vec![
-            Event::RunCreated {
-                spec: Arc::new(spec),
-                created_at_ms: 1_700_000_000_000,
-                session_id: None,
-                completion_owner_id: None,
-                tool_call_id: None,
-            },
-            Event::RunnerStarted {
-                runner: identity(1),
-                instance_id: "instance".to_string(),
-            },
+            kit::created(spec, 1_700_000_000_000, HostIds::default()),
+            kit::runner_started(identity(1), "instance"),
         ];
         all.extend(events);
         let mut state: Option<RunState> = None;
@@ -1332,10 +1300,6 @@ mod tests {
             state = Some(crate::state::apply(state.as_ref(), &record).expect("a legal event"));
         }
         state.expect("a run")
-    }
-
-    fn step_running(step: u32, process: Option<ProcessIdentity>) -> Event {
-        Event::StepRunning { step, process }
     }
 
     /// A refused `StepRunning` whose record is there, with the process just forked, landed
@@ -1390,14 +1354,7 @@ mod tests {
         assert!(!is_start_recorded(&pending, 0, Some(&ours)));
         let finished = state_after(vec![
             step_running(0, Some(ours.clone())),
-            Event::StepFinished {
-                step: 0,
-                outcome: StepOutcome {
-                    end: StepEnd::Complete,
-                    exit_code: Some(0),
-                    error: None,
-                },
-            },
+            kit::step_complete(0),
         ]);
         assert!(
             !is_start_recorded(&finished, 0, Some(&ours)),

@@ -251,7 +251,8 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::event::{Mode, StepAction, StepSpec};
+    use crate::event::Mode;
+    use crate::testkit as kit;
 
     #[test]
     fn every_combination_of_inputs_matches_exactly_one_row_and_every_row_is_used() {
@@ -274,21 +275,7 @@ mod tests {
     }
 
     fn spec(steps: usize) -> RunSpec {
-        RunSpec {
-            name: None,
-            mode: Mode::Chain,
-            concurrency: 1,
-            timeout_ms: None,
-            cwd: None,
-            steps: (0..steps)
-                .map(|index| StepSpec {
-                    name: format!("step-{index}"),
-                    action: StepAction::Command {
-                        argv: vec!["true".to_string()],
-                    },
-                })
-                .collect(),
-        }
+        kit::spec(Mode::Chain, kit::numbered(steps, &kit::argv(&["true"])))
     }
 
     fn control(action: ControlAction) -> ControlInfo {

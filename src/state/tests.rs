@@ -10,6 +10,9 @@ use crate::event::{
     Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode, Record, StepAction,
     StepOutcome, StepSpec, WriterId,
 };
+use crate::testkit::{
+    self as kit, echo_step as shell, farm_step as external, job_updated, make_step as command,
+};
 
 const RUN: RunId = RunId::from_bytes([7; 16]);
 const OTHER_RUN: RunId = RunId::from_bytes([8; 16]);
@@ -35,41 +38,11 @@ fn record(seq: u64, event: Event) -> Record {
     }
 }
 
-fn command(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Command {
-            argv: vec!["make".to_string(), name.to_string()],
-        },
-    }
-}
-
-fn shell(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Shell {
-            script: format!("echo {name}"),
-        },
-    }
-}
-
-fn external(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::ExternalJob {
-            provider: "render-farm".to_string(),
-        },
-    }
-}
-
 fn spec(mode: Mode, concurrency: u32, steps: Vec<StepSpec>) -> RunSpec {
     RunSpec {
         name: Some("story".to_string()),
-        mode,
         concurrency,
-        timeout_ms: None,
-        cwd: None,
-        steps,
+        ..kit::spec(mode, steps)
     }
 }
 
@@ -94,106 +67,57 @@ fn parallel_spec(concurrency: u32, step_count: usize) -> RunSpec {
 }
 
 fn created(spec: RunSpec) -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec),
-        created_at_ms: CREATED_AT_MS,
-        session_id: Some("session".to_string()),
-        completion_owner_id: Some("owner".to_string()),
-        tool_call_id: Some("tool-call".to_string()),
-    }
+    let hosts = kit::hosts(Some("session"), Some("owner"), Some("tool-call"));
+    kit::created(spec, CREATED_AT_MS, hosts)
 }
 
 fn runner_identity() -> ProcessIdentity {
-    ProcessIdentity {
-        pid: 4242,
-        start_time: 987_654,
-        boot_id: "boot-a".to_string(),
-        pid_namespace: None,
-    }
+    kit::identity(4242)
 }
 
 fn runner_started(instance_id: &str) -> Event {
-    Event::RunnerStarted {
-        runner: runner_identity(),
-        instance_id: instance_id.to_string(),
-    }
+    kit::runner_started(runner_identity(), instance_id)
 }
 
 fn step_running(step: u32) -> Event {
-    Event::StepRunning {
-        step,
-        process: Some(ProcessIdentity {
-            pid: 5000 + step,
-            start_time: 1,
-            boot_id: "boot-a".to_string(),
-            pid_namespace: None,
-        }),
-    }
+    kit::step_running(step, Some(kit::identity(5000 + step)))
 }
 
 fn step_finished(step: u32, end: StepEnd) -> Event {
-    let (exit_code, error) = match end {
-        StepEnd::Complete => (Some(0), None),
-        StepEnd::Failed => (Some(1), Some(format!("step {step} exited 1"))),
-        StepEnd::Stopped => (None, Some("stopped".to_string())),
-        StepEnd::Skipped => (None, None),
-    };
-    Event::StepFinished {
-        step,
-        outcome: StepOutcome {
-            end,
-            exit_code,
-            error,
-        },
+    match end {
+        StepEnd::Complete => kit::step_complete(step),
+        StepEnd::Failed => {
+            let error = format!("step {step} exited 1");
+            kit::step_finished(step, end, Some(1), Some(&error))
+        }
+        StepEnd::Stopped => kit::step_finished(step, end, None, Some("stopped")),
+        StepEnd::Skipped => kit::step_finished(step, end, None, None),
     }
 }
 
 fn job(state: JobState, progress: Option<f64>, message: Option<&str>) -> ExternalJobStatus {
     ExternalJobStatus {
-        state,
-        id: Some("job-1".to_string()),
-        progress,
         message: message.map(str::to_string),
         url: Some("https://farm.example/job-1".to_string()),
+        ..kit::job(state, "job-1", progress)
     }
-}
-
-fn job_updated(step: u32, job: ExternalJobStatus) -> Event {
-    Event::ExternalJobUpdated { step, job }
 }
 
 fn control(action: ControlAction) -> Event {
-    Event::ControlRequested {
-        action,
-        by: "user".to_string(),
-        reason: "asked to".to_string(),
-    }
+    kit::control(action, "user", "asked to")
 }
 
 fn terminal(state: TerminalState, error: Option<&str>) -> Event {
-    Event::Terminal {
-        state,
-        error: error.map(str::to_string),
-        summary: format!("run {}", state.as_str()),
-        exit_code: if state == TerminalState::Complete {
-            0
-        } else {
-            1
-        },
-        repaired_by: None,
-    }
+    let exit_code = if state == TerminalState::Complete {
+        0
+    } else {
+        1
+    };
+    kit::terminal(state, exit_code, &format!("run {}", state.as_str()), error)
 }
 
 fn process_terminal(instance_id: &str, proof: Proof) -> Event {
-    Event::ProcessTerminalObserved {
-        instance_id: instance_id.to_string(),
-        exit: Some(ProcessExit {
-            code: Some(0),
-            signal: None,
-        }),
-        proof,
-        observer: Observer::RunnerParent,
-    }
+    kit::process_terminal(instance_id, Some(0), proof, Observer::RunnerParent)
 }
 
 fn joined(queue: &str) -> Event {

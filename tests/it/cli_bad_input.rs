@@ -1,13 +1,14 @@
 //! Bad input: one line on stderr saying what is wrong, exit code 2, and nothing written (the
 //! journal's record count is the same before and after).
 
-use crate::common;
+use crate::support;
 
 use std::sync::Arc;
 
-use common::{TestHome, record_count, run_id_of, wait_terminal};
-use runjournal::event::{Event, Mode, RunId, RunSpec, StepAction, StepSpec, now_ms};
+use runjournal::event::{Event, Mode, RunId, RunSpec, now_ms};
+use runjournal::testkit as kit;
 use runjournal::{Condition, Journal};
+use support::{TestHome, record_count, run_id_of, wait_terminal};
 
 /// Runs `args` and checks the bad-input contract; returns the stderr line.
 fn refuse(home: &TestHome, journal: &Journal, args: &[&str], expected: &str) -> String {
@@ -32,35 +33,17 @@ fn refuse(home: &TestHome, journal: &Journal, args: &[&str], expected: &str) -> 
     stderr
 }
 
-/// A home holding one finished run of one shell step; its id.
+/// A home holding one finished run of one shell step, a journal handle of the test's, and the
+/// run's id.
 fn home_with_a_run() -> (TestHome, Journal, RunId) {
-    let home = TestHome::new();
-    let output = home
-        .cmd()
-        .args(["run", "--wait", "--json", "--step", "true"])
-        .output()
-        .expect("runs");
-    assert!(output.status.success());
-    let run = run_id_of(&output.stdout);
+    let (home, run) = support::home_with_a_run();
     let journal = home.journal();
     wait_terminal(&journal, run);
     (home, journal, run)
 }
 
 fn spec() -> Arc<RunSpec> {
-    Arc::new(RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "s".to_string(),
-            action: StepAction::Shell {
-                script: "true".to_string(),
-            },
-        }],
-    })
+    Arc::new(kit::spec(Mode::Single, vec![kit::shell("s", "true")]))
 }
 
 #[test]

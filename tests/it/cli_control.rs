@@ -1,16 +1,17 @@
 //! Control with real processes: stop (grandchildren included), timeout, a stop recorded before
 //! the runner starts, pushed external-job updates.
 
-use crate::common;
+use crate::support;
 
 use std::sync::Arc;
 
-use common::{TestHome, group_members, records, run_id_of, state, wait_for, wait_terminal};
 use predicates::prelude::*;
 use runjournal::HostIds;
-use runjournal::event::{ControlAction, Event, JobState, Mode, RunSpec, StepAction, StepSpec};
+use runjournal::event::{ControlAction, Event, JobState, Mode};
 use runjournal::state::StepStatus;
+use runjournal::testkit as kit;
 use runjournal::{Condition, Home, RunStatus, Store};
+use support::{TestHome, group_members, records, run_id_of, state, wait_for, wait_terminal};
 
 #[test]
 fn stop_ends_the_whole_process_group_of_a_step() {
@@ -112,19 +113,8 @@ fn a_stop_recorded_before_the_runner_starts_a_step_is_honoured() {
     let home = TestHome::new();
     let marker = home.file("ran");
     let store = Arc::new(Store::open(Home::at(home.path())).expect("open the home"));
-    let spec = RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "touch".to_string(),
-            action: StepAction::Command {
-                argv: vec!["touch".to_string(), marker.display().to_string()],
-            },
-        }],
-    };
+    let touch = kit::argv(&["touch", &marker.display().to_string()]);
+    let spec = kit::spec(Mode::Single, vec![kit::step("touch", touch)]);
     let run = store
         .create_run(spec, HostIds::default())
         .expect("create")
@@ -132,11 +122,11 @@ fn a_stop_recorded_before_the_runner_starts_a_step_is_honoured() {
     store
         .append(
             run,
-            vec![Event::ControlRequested {
-                action: ControlAction::Stop,
-                by: "test".to_string(),
-                reason: "before the runner".to_string(),
-            }],
+            vec![kit::control(
+                ControlAction::Stop,
+                "test",
+                "before the runner",
+            )],
             Condition::expect_head(1),
         )
         .expect("record the stop");

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::common::{TestHome, run_id_of};
+use crate::support::{TestHome, run_id_of};
 
 fn json_of(home: &TestHome, args: &[&str]) -> Vec<Value> {
     let output = home.cmd().args(args).output().expect("runjournal runs");

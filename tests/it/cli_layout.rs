@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::TestHome;
+use crate::support::TestHome;
 
 /// `runjournal` with no home or layout from the outside.
 fn runjournal() -> assert_cmd::Command {

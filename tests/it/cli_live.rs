@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use crate::common;
+use crate::support;
 
-use common::{TestHome, records, run_id_of, wait_output, wait_terminal};
 use runjournal::projection::{self, FileKind};
 use runjournal::{Home, RunId};
+use support::{TestHome, launch, records, wait_output, wait_terminal};
 
 /// How many times a file is looked at before a test gives up on it.
 const FILE_POLLS: u32 = 1200;
@@ -42,20 +42,6 @@ fn wait_status(
         "run {run}: gave up waiting for {what}; status.json: {:?}",
         status_json(home, run)
     );
-}
-
-/// Starts `args` (after `run --json`) and returns the run's id.
-fn launch(home: &TestHome, args: &[&str]) -> RunId {
-    let output = home
-        .cmd()
-        .args(["run", "--json"])
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    run_id_of(&output)
 }
 
 /// Stops a run left running, whatever the test's outcome.
@@ -110,7 +96,7 @@ fn a_quiet_steps_runner_refreshes_last_update_without_a_record() {
         .join("runs")
         .join(run.to_string())
         .join("status.json");
-    let state = common::state(&journal, run);
+    let state = support::state(&journal, run);
     let check = || {
         let plan = projection::plan(
             &Home::at(home.path()),
@@ -290,7 +276,7 @@ fn a_step_quiet_for_its_idle_timeout_is_ended_timed_out_and_a_busy_one_is_not() 
         .assert()
         .code(124);
     let runs = journal.view().expect("view").all_runs().expect("runs");
-    let state = common::state(&journal, runs[0]);
+    let state = support::state(&journal, runs[0]);
     assert_eq!(state.status, runjournal::RunStatus::Failed);
     assert_eq!(state.steps[0].exit_code, Some(124));
     let error = state.steps[0].error.clone().unwrap_or_default();
@@ -357,7 +343,7 @@ fn interrupt_sends_the_running_step_sigint_and_the_run_ends_paused() {
         .assert()
         .code(130);
     let journal = home.journal();
-    let state = common::state(&journal, run);
+    let state = support::state(&journal, run);
     assert_eq!(state.status, runjournal::RunStatus::Paused);
     let steps: Vec<runjournal::state::StepStatus> =
         state.steps.iter().map(|step| step.status).collect();

@@ -1,13 +1,13 @@
 //! `runjournal run` with real processes: modes, exit codes, external jobs, the spec form, and a
 //! runner that outlives its launcher.
 
-use crate::common;
+use crate::support;
 
-use common::{TestHome, event_names, records, run_id_of, state, wait_for, wait_terminal};
 use predicates::prelude::*;
 use runjournal::RunStatus;
 use runjournal::event::{Event, JobState, Observer, Proof, StepEnd};
 use runjournal::state::StepStatus;
+use support::{TestHome, event_names, records, run_id_of, state, wait_for, wait_terminal};
 
 #[test]
 fn the_readme_command_runs_and_prints_where_status_and_result_are() {

@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::support::lifecycle::{self, chain_lifecycle, chain_spec};
 use runjournal::event::{Event, StepAction};
 use runjournal::journal::{
     Appended, CommitSharing, Journal, JournalReader, Location, View, WriterOptions,
 };
+use runjournal::testkit::PID_NAMESPACE;
+use runjournal::testkit::lifecycle::{chain_lifecycle, chain_spec};
 use runjournal::{Condition, Home, RunId, Store, capacity, state};
 
 const CHILD_ENV: &str = "RUNJOURNAL_TEST_SHARED_APPENDER";
@@ -334,7 +335,7 @@ fn check_runs(seed: u64, view: &View) {
             if let Some(process) = record.event.process_identity() {
                 assert_eq!(
                     process.pid_namespace,
-                    Some(lifecycle::PID_NAMESPACE),
+                    Some(PID_NAMESPACE),
                     "seed {seed}: run {run} seq {}: the identity is recorded as sent",
                     record.seq
                 );

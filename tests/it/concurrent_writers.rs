@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::lifecycle::{chain_lifecycle, chain_spec};
 use runjournal::HostIds;
 use runjournal::journal::{Journal, JournalReader, View};
+use runjournal::testkit::lifecycle::{chain_lifecycle, chain_spec};
 use runjournal::{Condition, RunId, state};
 
 const CHILD_ENV: &str = "RUNJOURNAL_TEST_WRITER";

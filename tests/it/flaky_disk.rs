@@ -19,7 +19,7 @@ use runjournal::event::{Event, ProcessIdentity, Record};
 use runjournal::liveness::{self, Liveness};
 use runjournal::{Home, Journal, RunId, RunState, RunStatus};
 
-use crate::common::{self, TestHome};
+use crate::support::{self, TestHome};
 
 const SHIM_SOURCE: &str = include_str!("support/eio_shim.c");
 
@@ -145,7 +145,7 @@ fn run_named(journal: &Journal, name: &str) -> RunId {
 
 /// Waits until step `step` of `run` is running.
 fn wait_step_running(journal: &Journal, run: RunId, step: usize) -> RunState {
-    common::wait_for(journal, run, "the step to run", |state| {
+    support::wait_for(journal, run, "the step to run", |state| {
         state.steps[step].status == runjournal::state::StepStatus::Running
     })
 }
@@ -238,10 +238,10 @@ fn chain(
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    let state = common::state(&journal, run);
+    let state = support::state(&journal, run);
     assert_eq!(state.status, RunStatus::Complete);
     assert!(state.is_closed(), "the launcher recorded the runner's exit");
-    common::records(&journal, run)
+    support::records(&journal, run)
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn a_window_of_eio_on_the_journal_in_the_middle_of_a_chain_changes_none_of_its_r
     let scene = Scene::new();
     let faulted = chain(&scene, true, |scene, run| {
         // The chain waits: step 0's end is not durable, so step 1 has not started.
-        let state = common::state(&scene.journal(), run);
+        let state = support::state(&scene.journal(), run);
         assert_eq!(
             state.steps[0].status,
             runjournal::state::StepStatus::Running,
@@ -340,7 +340,7 @@ fn a_runner_whose_journal_fails_past_its_retry_window_ends_its_steps_and_the_run
         "{}",
         String::from_utf8_lossy(&launched.stderr)
     );
-    let run = common::run_id_of(&launched.stdout);
+    let run = support::run_id_of(&launched.stdout);
     let journal = scene.journal();
     wait_step_running(&journal, run, 0);
     let state = wait_step_running(&journal, run, 1);
@@ -368,7 +368,7 @@ fn a_runner_whose_journal_fails_past_its_retry_window_ends_its_steps_and_the_run
     ] {
         assert!(log.contains(said), "runner.log says {said:?}: {log}");
     }
-    let state = common::state(&journal, run);
+    let state = support::state(&journal, run);
     assert_eq!(
         state.status,
         RunStatus::Running,
@@ -379,7 +379,7 @@ fn a_runner_whose_journal_fails_past_its_retry_window_ends_its_steps_and_the_run
     std::fs::remove_file(&scene.control).expect("the disk works again");
     let shown = String::from_utf8_lossy(&scene.look(&["status", "given-up"]).stdout).into_owned();
     assert!(shown.contains("failed"), "{shown}");
-    let state = common::state(&journal, run);
+    let state = support::state(&journal, run);
     assert_eq!(state.status, RunStatus::Failed);
     assert!(state.is_closed());
     let error = state

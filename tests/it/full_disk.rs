@@ -12,13 +12,14 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::lifecycle::{self, chain_lifecycle};
 use runjournal::HostIds;
 use runjournal::capacity;
-use runjournal::event::{Event, Mode, RunSpec, StepAction, StepSpec};
+use runjournal::event::{Event, Mode, RunSpec};
 use runjournal::journal::CapacityEvent;
 use runjournal::projection;
 use runjournal::store::StoreOptions;
+use runjournal::testkit::lifecycle::chain_lifecycle;
+use runjournal::testkit::{self as kit, namespaced_identity};
 use runjournal::{Condition, Home, RunId, RunStatus, Store, state};
 
 const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
@@ -167,21 +168,8 @@ pub(crate) fn fill(path: &Path) {
 
 /// A chain with large step texts, so each RunCreated takes real space.
 fn big_spec(steps: usize) -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Chain,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: (0..steps)
-            .map(|index| StepSpec {
-                name: format!("step-{index}"),
-                action: StepAction::Shell {
-                    script: format!("echo {}", "x".repeat(3000)),
-                },
-            })
-            .collect(),
-    }
+    let script = format!("echo {}", "x".repeat(3000));
+    kit::spec(Mode::Chain, kit::numbered(steps, &kit::sh(&script)))
 }
 
 /// An acknowledged batch: run, first seq, last seq, and the events (empty for a create).
@@ -543,7 +531,7 @@ fn emfile_child(home_dir: &Path) {
         .append(
             run,
             vec![Event::RunnerStarted {
-                runner: lifecycle::identity(1),
+                runner: namespaced_identity(1),
                 instance_id: "r".to_string(),
             }],
             Condition::none(),

@@ -78,8 +78,8 @@ fn write_the_decode_snapshot_seeds() {
         Event, FORMAT_VERSION, HostIds, Mode, ProcessIdentity, RecordEnvelope, RunId, RunSpec,
         StepAction, StepSpec, WriterId,
     };
-    use runjournal::journal::{encode_snapshot_for_tests, snapshot_of_layout_two_for_tests};
     use runjournal::state::{RunStatus, StepStatus};
+    use runjournal::testkit::{encode_snapshot, snapshot_of_layout_two};
     use std::sync::Arc;
 
     if std::env::var("RUNJOURNAL_WRITE_CORPUS").as_deref() != Ok("1") {
@@ -162,8 +162,7 @@ fn write_the_decode_snapshot_seeds() {
     complete_without_an_end.status = RunStatus::Complete;
 
     let payload = |bytes: Vec<u8>| bytes[..bytes.len() - 4].to_vec();
-    let encode =
-        |state: &runjournal::RunState| encode_snapshot_for_tests(state).expect("a state encodes");
+    let encode = |state: &runjournal::RunState| encode_snapshot(state).expect("a state encodes");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_snapshot");
     std::fs::create_dir_all(&dir).expect("the corpus directory");
     let seeds: Vec<(&str, Vec<u8>)> = vec![
@@ -175,7 +174,7 @@ fn write_the_decode_snapshot_seeds() {
         ("running_parallel_with_its_checksum", encode(&running)),
         (
             "layout_two",
-            snapshot_of_layout_two_for_tests(&encode(&queued), Some(5)).expect("layout 1"),
+            snapshot_of_layout_two(&encode(&queued), Some(5)).expect("layout 1"),
         ),
         ("forged_empty_argv", payload(encode(&empty_argv))),
         (
@@ -216,8 +215,8 @@ fn forged_snapshots_are_refused() {
             .to_string_lossy()
             .into_owned();
         let bytes = std::fs::read(&path).expect("a seed");
-        let with_checksum = runjournal::journal::with_checksum_for_tests(&bytes);
-        let decoded = runjournal::journal::decode_snapshot_for_tests(run, &with_checksum);
+        let with_checksum = runjournal::testkit::with_checksum(&bytes);
+        let decoded = runjournal::testkit::decode_snapshot(run, &with_checksum);
         if name.starts_with("forged_") {
             forged += 1;
             assert!(
@@ -241,8 +240,8 @@ fn forged_running_job_with_nan_progress_and_a_running_step_that_ended() {
     );
     let bytes = std::fs::read(&path).expect("the corpus file");
     let run = runjournal::RunId::from_bytes([0x42; 16]);
-    let with_checksum = runjournal::journal::with_checksum_for_tests(&bytes);
-    let decoded = runjournal::journal::decode_snapshot_for_tests(run, &with_checksum);
+    let with_checksum = runjournal::testkit::with_checksum(&bytes);
+    let decoded = runjournal::testkit::decode_snapshot(run, &with_checksum);
     match decoded {
         Err(runjournal::journal::SnapshotError::Invalid(error)) => assert!(
             matches!(

@@ -9,17 +9,16 @@
 //! `RUNJOURNAL_WRITE_GOLDEN=1 cargo test --test it -- --ignored golden::write_the_golden_journal`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use runjournal::event::{
-    ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, Mode, Observer, ProcessExit,
-    ProcessIdentity, Proof, Record, Repairer, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec,
-    TerminalState, UnixMs, WriterId,
+    ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, Mode, Observer,
+    ProcessIdentity, Proof, Record, Repairer, RunSpec, StepEnd, TerminalState, UnixMs, WriterId,
 };
 use runjournal::journal::{Batch, name_alias, tool_call_alias};
 use runjournal::state::{self, RunStatus};
+use runjournal::testkit::{self as kit, commit_batches};
 use runjournal::{Condition, Journal, JournalReader, RunId};
 
 const WRITER: WriterId = WriterId(0x0060_1de2_0001);
@@ -47,61 +46,31 @@ fn identity(pid: u32) -> ProcessIdentity {
     }
 }
 
-fn command(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Command {
-            argv: vec!["make".to_string(), name.to_string()],
-        },
-    }
-}
-
+/// A run created at `offset_ms`; with a tool call, in session `session-1` for `owner-1`.
 fn created(spec: RunSpec, tool_call_id: Option<&str>, offset_ms: u64) -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec),
-        created_at_ms: T0 + offset_ms,
-        session_id: tool_call_id.map(|_| "session-1".to_string()),
-        completion_owner_id: tool_call_id.map(|_| "owner-1".to_string()),
-        tool_call_id: tool_call_id.map(str::to_string),
-    }
+    let hosts = kit::hosts(
+        tool_call_id.map(|_| "session-1"),
+        tool_call_id.map(|_| "owner-1"),
+        tool_call_id,
+    );
+    kit::created(spec, T0 + offset_ms, hosts)
 }
 
 fn runner_started(pid: u32, instance: &str) -> Event {
-    Event::RunnerStarted {
-        runner: identity(pid),
-        instance_id: instance.to_string(),
-    }
+    kit::runner_started(identity(pid), instance)
 }
 
 fn step_running(step: u32, pid: u32) -> Event {
-    Event::StepRunning {
-        step,
-        process: Some(identity(pid)),
-    }
-}
-
-fn step_finished(step: u32, end: StepEnd, exit_code: Option<i32>, error: Option<&str>) -> Event {
-    Event::StepFinished {
-        step,
-        outcome: StepOutcome {
-            end,
-            exit_code,
-            error: error.map(str::to_string),
-        },
-    }
+    kit::step_running(step, Some(identity(pid)))
 }
 
 fn job(step: u32, state: JobState, progress: Option<f64>) -> Event {
-    Event::ExternalJobUpdated {
-        step,
-        job: ExternalJobStatus {
-            state,
-            id: Some("job-7".to_string()),
-            progress,
-            message: Some(format!("job is {}", state.as_str())),
-            url: Some("https://ci.example/jobs/7".to_string()),
-        },
-    }
+    let job = ExternalJobStatus {
+        message: Some(format!("job is {}", state.as_str())),
+        url: Some("https://ci.example/jobs/7".to_string()),
+        ..kit::job(state, "job-7", progress)
+    };
+    kit::job_updated(step, job)
 }
 
 /// Every batch of the golden journal, in commit order: (writer, time offset, run, events).
@@ -110,49 +79,33 @@ fn job(step: u32, state: JobState, progress: Option<f64>) -> Event {
 fn batches() -> Vec<(WriterId, u64, RunId, Vec<Event>)> {
     let nightly = RunSpec {
         name: Some("nightly".to_string()),
-        mode: Mode::Single,
-        concurrency: 1,
         timeout_ms: Some(600_000),
         cwd: Some("/srv/app".to_string()),
-        steps: vec![command("build")],
+        ..kit::spec(Mode::Single, vec![kit::make_step("build")])
     };
     let deploy = RunSpec {
         name: Some("deploy".to_string()),
-        mode: Mode::Chain,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![
-            StepSpec {
-                name: "test".to_string(),
-                action: StepAction::Shell {
-                    script: "make test".to_string(),
-                },
-            },
-            StepSpec {
-                name: "ship".to_string(),
-                action: StepAction::ExternalJob {
-                    provider: "./deploy-provider.sh".to_string(),
-                },
-            },
-        ],
+        ..kit::spec(
+            Mode::Chain,
+            vec![
+                kit::shell("test", "make test"),
+                kit::step("ship", kit::provider("./deploy-provider.sh")),
+            ],
+        )
     };
     let render = RunSpec {
         name: Some("nightly".to_string()),
-        mode: Mode::Parallel,
         concurrency: 2,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![command("left"), command("right"), command("merge")],
+        ..kit::spec(
+            Mode::Parallel,
+            vec![
+                kit::make_step("left"),
+                kit::make_step("right"),
+                kit::make_step("merge"),
+            ],
+        )
     };
-    let lonely = RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![command("never")],
-    };
+    let lonely = kit::spec(Mode::Single, vec![kit::make_step("never")]);
     vec![
         // Run 1: complete, closed by its parent, dismissed.
         (WRITER, 0, run(1), vec![created(nightly, Some("call-1"), 0)]),
@@ -168,23 +121,9 @@ fn batches() -> Vec<(WriterId, u64, RunId, Vec<Event>)> {
             9_000,
             run(1),
             vec![
-                step_finished(0, StepEnd::Complete, Some(0), None),
-                Event::Terminal {
-                    state: TerminalState::Complete,
-                    error: None,
-                    summary: "1 of 1 steps complete".to_string(),
-                    exit_code: 0,
-                    repaired_by: None,
-                },
-                Event::ProcessTerminalObserved {
-                    instance_id: "runner-1".to_string(),
-                    exit: Some(ProcessExit {
-                        code: Some(0),
-                        signal: None,
-                    }),
-                    proof: Proof::Observed,
-                    observer: Observer::RunnerParent,
-                },
+                kit::step_complete(0),
+                kit::completed("1 of 1 steps complete"),
+                kit::runner_exited("runner-1", 0),
             ],
         ),
         // Run 2: a chain whose external job is stopped; its runner dies, the reconciler closes it.
@@ -206,7 +145,7 @@ fn batches() -> Vec<(WriterId, u64, RunId, Vec<Event>)> {
             run(2),
             vec![
                 step_running(0, 5001),
-                step_finished(0, StepEnd::Complete, Some(0), None),
+                kit::step_complete(0),
                 step_running(1, 5002),
             ],
         ),
@@ -221,23 +160,22 @@ fn batches() -> Vec<(WriterId, u64, RunId, Vec<Event>)> {
             WRITER,
             15_000,
             run(2),
-            vec![Event::ControlRequested {
-                action: ControlAction::Stop,
-                by: "cli".to_string(),
-                reason: "deploy window closed".to_string(),
-            }],
+            vec![kit::control(
+                ControlAction::Stop,
+                "cli",
+                "deploy window closed",
+            )],
         ),
         (
             WRITER,
             16_000,
             run(2),
-            vec![Event::Terminal {
-                state: TerminalState::Stopped,
-                error: Some("stopped: deploy window closed".to_string()),
-                summary: "stopped by cli".to_string(),
-                exit_code: 143,
-                repaired_by: None,
-            }],
+            vec![kit::terminal(
+                TerminalState::Stopped,
+                143,
+                "stopped by cli",
+                Some("stopped: deploy window closed"),
+            )],
         ),
         (
             WRITER,
@@ -272,7 +210,7 @@ fn batches() -> Vec<(WriterId, u64, RunId, Vec<Event>)> {
             WRITER,
             42_000,
             run(3),
-            vec![step_finished(
+            vec![kit::step_finished(
                 1,
                 StepEnd::Failed,
                 Some(2),
@@ -364,9 +302,8 @@ fn write_the_golden_journal() {
             writer_seq: *writer_seq,
             time_ms: T0 + offset_ms,
         };
-        let answers = journal
-            .commit_batches_for_tests(std::slice::from_ref(&batch))
-            .expect("the storage works");
+        let answers =
+            commit_batches(&journal, std::slice::from_ref(&batch)).expect("the storage works");
         for answer in answers {
             answer.unwrap_or_else(|error| panic!("{batch:?} is refused: {error}"));
         }
@@ -521,19 +458,21 @@ fn this_version_appends_to_the_golden_journal() {
         .into_iter()
         .find(|(writer, ..)| *writer == RECONCILER)
         .expect("the reconciler's batch");
-    let retried = journal
-        .commit_batches_for_tests(&[Batch {
+    let retried = commit_batches(
+        &journal,
+        &[Batch {
             run: run(2),
             events: reconciler_events,
             condition: Condition::none(),
             writer: RECONCILER,
             writer_seq: 1,
             time_ms: T0 + 30_000,
-        }])
-        .expect("the storage works")
-        .pop()
-        .expect("one answer")
-        .expect("a retry is answered");
+        }],
+    )
+    .expect("the storage works")
+    .pop()
+    .expect("one answer")
+    .expect("a retry is answered");
     assert!(retried.was_duplicate);
     assert_eq!((retried.first_seq, retried.last_seq), (10, 10));
 }

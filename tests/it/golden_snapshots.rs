@@ -15,14 +15,12 @@ use std::path::{Path, PathBuf};
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-use runjournal::event::{Event, ProcessIdentity};
-use runjournal::journal::{
-    AppendError, SNAPSHOT_LAYOUT, SnapshotError, encode_snapshot_for_tests,
-    snapshot_of_layout_two_for_tests,
-};
+use runjournal::event::Event;
+use runjournal::journal::{AppendError, SNAPSHOT_LAYOUT, SnapshotError};
 use runjournal::reconcile::{self, Options};
 use runjournal::state::{self, RunState, RunStatus};
 use runjournal::store::StoreOptions;
+use runjournal::testkit::{self as kit, encode_snapshot, snapshot_of_layout_two};
 use runjournal::verify::{self, ProblemKind, Severity};
 use runjournal::{Condition, Home, Journal, JournalReader, RunId, Store};
 
@@ -96,7 +94,7 @@ fn write_the_golden_journal_with_snapshots_of_another_layout() {
             let mut runs = txn.open_table(RUNS).expect("the runs table");
             for (index, (run, bytes)) in snapshots.iter().enumerate() {
                 let heartbeat_ms = T0 + 1_000 * index as u64;
-                let layout_two = snapshot_of_layout_two_for_tests(bytes, Some(heartbeat_ms))
+                let layout_two = snapshot_of_layout_two(bytes, Some(heartbeat_ms))
                     .expect("the golden snapshots are of layout 1");
                 runs.insert(&run.to_bytes(), layout_two.as_slice())
                     .expect("a snapshot is written");
@@ -127,7 +125,7 @@ fn the_golden_snapshots_are_layout_one_and_encode_to_the_bytes_stored() {
             "run {run}: the snapshot is the fold"
         );
         assert_eq!(
-            encode_snapshot_for_tests(&state).expect("encodes"),
+            encode_snapshot(&state).expect("encodes"),
             bytes,
             "run {run}: this build writes the bytes the first release wrote"
         );
@@ -232,15 +230,7 @@ fn appends_and_a_reconcile_pass_rewrite_snapshots_of_another_layout_in_this_layo
         // re-derived state.
         let refused = journal.append(
             queued,
-            vec![Event::RunnerStarted {
-                runner: ProcessIdentity {
-                    pid: 7000,
-                    start_time: 1,
-                    boot_id: "b".to_string(),
-                    pid_namespace: None,
-                },
-                instance_id: "r".to_string(),
-            }],
+            vec![kit::runner_started(kit::identity(7000), "r")],
             Condition::expect_head(5),
         );
         assert!(

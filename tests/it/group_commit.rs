@@ -18,78 +18,46 @@ use runjournal::event::{
 use runjournal::journal::instrumented::{DiskCounters, InstrumentedFile, SyncGate};
 use runjournal::journal::{AppendError, Appended, Condition, WriterOptions};
 use runjournal::state::TransitionError;
-use runjournal::{Journal, state};
+use runjournal::testkit as kit;
+use runjournal::{HostIds, Journal, state};
 
 /// Bounds only the wait for callers to reach the gate, so a broken test fails instead of
 /// hanging; nothing is asserted about how long anything takes.
 const GATE_PATIENCE: Duration = Duration::from_secs(120);
 
 fn spec() -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "deploy".to_string(),
-            action: StepAction::ExternalJob {
-                provider: "./provider.sh".to_string(),
-            },
-        }],
-    }
+    kit::spec(
+        Mode::Single,
+        vec![kit::step("deploy", kit::provider("./provider.sh"))],
+    )
 }
 
 fn created() -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec()),
-        created_at_ms: runjournal::event::now_ms(),
-        session_id: None,
-        completion_owner_id: None,
-        tool_call_id: None,
-    }
+    kit::created(spec(), runjournal::event::now_ms(), HostIds::default())
 }
 
 fn runner_started() -> Event {
-    Event::RunnerStarted {
-        runner: ProcessIdentity {
-            pid: 4242,
-            start_time: 1,
-            boot_id: "boot-a".to_string(),
-            pid_namespace: None,
-        },
-        instance_id: "instance-1".to_string(),
-    }
+    kit::runner_started(kit::identity(4242), "instance-1")
 }
 
 fn step_running() -> Event {
-    Event::StepRunning {
-        step: 0,
-        process: None,
-    }
+    kit::step_running(0, None)
 }
 
 fn job_update(progress: u32) -> Event {
-    Event::ExternalJobUpdated {
-        step: 0,
-        job: ExternalJobStatus {
-            state: JobState::Running,
-            id: Some("job-1".to_string()),
-            progress: Some(f64::from(progress)),
-            message: None,
-            url: None,
-        },
-    }
+    kit::job_updated(
+        0,
+        kit::job(JobState::Running, "job-1", Some(f64::from(progress))),
+    )
 }
 
 fn terminal() -> Event {
-    Event::Terminal {
-        state: TerminalState::Failed,
-        error: Some("stopped by the test".to_string()),
-        summary: "stopped".to_string(),
-        exit_code: 1,
-        repaired_by: None,
-    }
+    kit::terminal(
+        TerminalState::Failed,
+        1,
+        "stopped",
+        Some("stopped by the test"),
+    )
 }
 
 /// A journal in `dir` whose syncs pass `gate`, with these writer options.

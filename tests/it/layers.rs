@@ -3,7 +3,9 @@
 //! This test reads every file of `src/` (not `src/bin/`), finds each `crate::<module>` path in
 //! its code (comments are skipped; `use crate::{a, b::c}` counts `a` and `b`) and checks it
 //! against [`LAYERS`]. A module that is not in [`LAYERS`] fails the test: place it there, and
-//! in ARCHITECTURE.md.
+//! in ARCHITECTURE.md. A module's unit tests (a `tests.rs` file, or what follows
+//! `#[cfg(test)]` and `mod tests` in a file) may also use the test kit, `testkit`, which sits
+//! above everything.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -35,8 +37,12 @@ const LAYERS: &[&[&str]] = &[
     &["json"],
     // A journal's statistics, its document one of them.
     &["stats"],
-    &["fuzz"],
+    // Built only for tests, benchmarks and fuzzing.
+    &["fuzz", "testkit"],
 ];
+
+/// The module every module's unit tests may use.
+const TEST_KIT: &str = "testkit";
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
@@ -115,6 +121,24 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
     out
 }
 
+/// `code` split into what ships and its unit tests: the whole of a `tests.rs` is tests, and
+/// elsewhere the tests begin at a `#[cfg(test)]` followed by `mod tests`.
+fn split_tests<'a>(file: &Path, code: &'a str) -> (&'a str, &'a str) {
+    if file.file_name().is_some_and(|name| name == "tests.rs") {
+        return ("", code);
+    }
+    let mut offset = 0;
+    while let Some(at) = code[offset..].find("#[cfg(test)]") {
+        let start = offset + at;
+        let after = code[start + "#[cfg(test)]".len()..].trim_start();
+        if after.starts_with("mod tests") || after.starts_with("pub(crate) mod tests") {
+            return code.split_at(start);
+        }
+        offset = start + 1;
+    }
+    (code, "")
+}
+
 /// `text` without its `//` comments (line, doc and trailing).
 fn code_of(text: &str) -> String {
     text.lines()
@@ -130,6 +154,16 @@ fn the_path_scanner_finds_grouped_and_inline_paths_and_skips_comments() {
     );
     let found: Vec<_> = crate_paths(&code).into_iter().collect();
     assert_eq!(found, ["event", "home", "journal"]);
+}
+
+#[test]
+fn unit_tests_are_told_from_the_code_that_ships() {
+    let code = "use crate::event;\n#[cfg(test)]\nfn helper() {}\n#[cfg(test)]\nmod tests {\n    use crate::testkit;\n}";
+    let (ships, tests) = split_tests(Path::new("src/state/mod.rs"), code);
+    assert!(ships.contains("crate::event") && ships.contains("fn helper"));
+    assert!(tests.starts_with("#[cfg(test)]\nmod tests") && tests.contains("crate::testkit"));
+    let (ships, tests) = split_tests(Path::new("src/state/tests.rs"), code);
+    assert_eq!((ships, tests), ("", code));
 }
 
 #[test]
@@ -155,7 +189,15 @@ fn no_module_uses_a_module_of_its_own_layer_or_above() {
             continue;
         };
         let text = std::fs::read_to_string(file).expect("a source file reads");
-        for used in crate_paths(&code_of(&text)) {
+        let code = code_of(&text);
+        let (ships, tests) = split_tests(file, &code);
+        let mut uses = crate_paths(ships);
+        uses.extend(
+            crate_paths(tests)
+                .into_iter()
+                .filter(|used| used != TEST_KIT),
+        );
+        for used in uses {
             if used == module {
                 continue;
             }

@@ -5,64 +5,24 @@
 //! prints; its own tests run the tool), the commands work again on the same runs. In a home
 //! without runs, an empty journal file is still made a journal, as before.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
+use runjournal::testkit::damage::{Damage, tree};
 use runjournal::{Home, RunId};
 
-use crate::common::{self, TestHome};
+use crate::support::{self, TestHome};
 
-#[derive(Debug, Clone, Copy)]
-enum Damage {
-    Missing,
-    Emptied,
-    ZeroFilled,
-    Truncated,
-}
+/// A truncated journal here keeps its first third.
+const TRUNCATED_TO: u64 = 3;
 
-impl Damage {
-    fn apply(self, path: &Path) {
-        let bytes = std::fs::metadata(path).expect("the journal").len();
-        match self {
-            Damage::Missing => std::fs::remove_file(path).expect("remove"),
-            Damage::Emptied => std::fs::write(path, b"").expect("empty"),
-            Damage::ZeroFilled => {
-                std::fs::write(path, vec![0u8; bytes as usize]).expect("zero-fill")
-            }
-            Damage::Truncated => std::fs::OpenOptions::new()
-                .write(true)
-                .open(path)
-                .and_then(|file| file.set_len(bytes / 3))
-                .expect("truncate"),
-        }
+/// How the refusal names `damage`: a journal missing or empty beside runs is said to be so
+/// with the runs and results the home holds.
+fn named(damage: Damage) -> String {
+    match damage {
+        Damage::Missing | Damage::Emptied => format!(
+            "{}, but the home holds 2 runs and 2 results",
+            damage.named()
+        ),
+        Damage::ZeroFilled | Damage::Truncated => damage.named().to_string(),
     }
-
-    fn named(self) -> &'static str {
-        match self {
-            Damage::Missing => "is missing, but the home holds 2 runs and 2 results",
-            Damage::Emptied => "is empty (0 bytes), but the home holds 2 runs and 2 results",
-            Damage::ZeroFilled => "is zero-filled",
-            Damage::Truncated => "is truncated",
-        }
-    }
-}
-
-/// Every file under `dir` with its bytes (directories as `None`).
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                out.insert(path.clone(), None);
-                stack.push(path);
-            } else {
-                out.insert(path.clone(), Some(std::fs::read(&path).expect("read")));
-            }
-        }
-    }
-    out
 }
 
 /// A home with two ended runs made by the binary; returns the runs' ids.
@@ -75,21 +35,16 @@ fn home_with_runs() -> (TestHome, [RunId; 2]) {
             .args(["run", "--wait", "--json", "--name", name, "--step", step])
             .output()
             .expect("run");
-        runs.push(common::run_id_of(&output.stdout));
+        runs.push(support::run_id_of(&output.stdout));
     }
     (home, [runs[0], runs[1]])
 }
 
 #[test]
 fn every_runjournal_command_refuses_a_lost_journal_beside_runs_and_changes_nothing() {
-    for damage in [
-        Damage::Missing,
-        Damage::Emptied,
-        Damage::ZeroFilled,
-        Damage::Truncated,
-    ] {
+    for damage in Damage::ALL {
         let (home, [first, _]) = home_with_runs();
-        damage.apply(&home.file("journal.redb"));
+        damage.apply_keeping(&home.file("journal.redb"), TRUNCATED_TO);
         let before = tree(home.path());
         let id = first.to_string();
         for args in [
@@ -114,7 +69,7 @@ fn every_runjournal_command_refuses_a_lost_journal_beside_runs_and_changes_nothi
                 "{damage:?} {args:?}: {stderr}"
             );
             assert!(
-                stderr.contains(damage.named())
+                stderr.contains(&named(damage))
                     && stderr.contains("nothing was changed")
                     && stderr.contains("journal-tools recover --from-projections"),
                 "{damage:?} {args:?} names what it found: {stderr}"
@@ -129,7 +84,7 @@ fn every_runjournal_command_refuses_a_lost_journal_beside_runs_and_changes_nothi
         assert_eq!(output.status.code(), Some(1), "{damage:?} __runner");
         let log = std::fs::read_to_string(&runner_log).expect("runner.log");
         assert!(
-            log.contains(damage.named()) && log.contains("nothing was changed"),
+            log.contains(&named(damage)) && log.contains("nothing was changed"),
             "{damage:?} __runner names what it found in runner.log: {log}"
         );
         let mut after = tree(home.path());
@@ -150,7 +105,7 @@ fn a_journal_rebuilt_from_events_jsonl_serves_the_same_runs_again() {
         .output()
         .expect("list");
     assert!(listed.status.success());
-    Damage::Truncated.apply(&home.file("journal.redb"));
+    Damage::Truncated.apply_keeping(&home.file("journal.redb"), TRUNCATED_TO);
     assert_eq!(
         home.cmd().arg("list").output().expect("list").status.code(),
         Some(1)
@@ -189,7 +144,7 @@ fn a_journal_rebuilt_from_events_jsonl_serves_the_same_runs_again() {
     assert!(String::from_utf8_lossy(&status.stdout).contains("failed"));
     let journal = home.journal();
     for run in runs {
-        assert!(common::state(&journal, run).is_closed());
+        assert!(support::state(&journal, run).is_closed());
     }
     // New runs go into the rebuilt journal.
     let again = home

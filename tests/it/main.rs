@@ -1,5 +1,5 @@
 //! The integration tests, one crate so they link once. Each module is one file of tests;
-//! `common` and `support` are helpers they share.
+//! `support` holds the helpers they share, beside the library's `testkit`.
 
 // Tests are scenarios read top to bottom: the bound on a function's length is for the library.
 #![allow(clippy::too_many_lines)]
@@ -12,7 +12,6 @@ mod cli_layout;
 mod cli_live;
 mod cli_run;
 mod commit_leader;
-mod common;
 mod concurrent_writers;
 mod crash_kill;
 mod fault_sweep;

@@ -43,8 +43,8 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state
 
 use runjournal::event::{
     ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode,
-    Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, StepAction, StepEnd,
-    StepOutcome, StepSpec, TerminalState, UnixMs, WriterId,
+    Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, StepEnd, StepOutcome,
+    TerminalState, UnixMs, WriterId,
 };
 use runjournal::journal::{
     AppendError, Appended, Batch, View, WriterOptions, name_alias, tool_call_alias,
@@ -52,6 +52,7 @@ use runjournal::journal::{
 use runjournal::reconcile;
 use runjournal::state::{self, RunState, RunStatus, StepStatus, TransitionError};
 use runjournal::store::{Store, StoreOptions};
+use runjournal::testkit::{self as kit, commit_batches};
 use runjournal::{Condition, Home, Journal, RunId, liveness};
 
 use crate::support::faulty_file::{Fault, Faults};
@@ -115,24 +116,15 @@ struct Identities {
 
 fn identities() -> &'static Identities {
     static IDENTITIES: OnceLock<Identities> = OnceLock::new();
-    IDENTITIES.get_or_init(|| {
-        let mut child = std::process::Command::new("true")
-            .spawn()
-            .expect("`true` starts");
-        let dead = liveness::identity_of(child.id())
-            .expect("/proc reads")
-            .expect("the child is in /proc until it is reaped");
-        child.wait().expect("the child is reaped");
-        Identities {
-            dead,
-            alive: liveness::current().expect("this process is in /proc"),
-            other_boot: ProcessIdentity {
-                pid: 4242,
-                start_time: 17,
-                boot_id: "another-boot".to_string(),
-                pid_namespace: None,
-            },
-        }
+    IDENTITIES.get_or_init(|| Identities {
+        dead: kit::exited_identity(),
+        alive: liveness::current().expect("this process is in /proc"),
+        other_boot: ProcessIdentity {
+            pid: 4242,
+            start_time: 17,
+            boot_id: "another-boot".to_string(),
+            pid_namespace: None,
+        },
     })
 }
 
@@ -173,76 +165,55 @@ fn runner_found(run: &Run) -> Runner {
 // Events
 // ---------------------------------------------------------------------------------------------
 
-fn command(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Command {
-            argv: vec!["make".to_string(), name.to_string()],
-        },
-    }
-}
-
-fn shell(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Shell {
-            script: format!("echo {name}"),
-        },
-    }
-}
-
-fn external(name: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::ExternalJob {
-            provider: "render-farm".to_string(),
-        },
-    }
-}
-
 /// Specs of every mode, named and unnamed (two share a name, so the later run takes the
 /// alias), and one that `RunSpec::check` refuses.
 fn spec_pool() -> [RunSpec; 5] {
     let spec = |name: Option<&str>, mode, concurrency, steps| RunSpec {
         name: name.map(str::to_string),
-        mode,
         concurrency,
-        timeout_ms: None,
-        cwd: None,
-        steps,
+        ..kit::spec(mode, steps)
     };
     [
-        spec(Some("nightly"), Mode::Single, 1, vec![command("build")]),
+        spec(
+            Some("nightly"),
+            Mode::Single,
+            1,
+            vec![kit::make_step("build")],
+        ),
         spec(
             Some("deploy"),
             Mode::Chain,
             1,
-            vec![command("fetch"), shell("build"), external("ship")],
+            vec![
+                kit::make_step("fetch"),
+                kit::echo_step("build"),
+                kit::farm_step("ship"),
+            ],
         ),
         spec(
             None,
             Mode::Parallel,
             2,
-            vec![external("render"), shell("test"), command("lint")],
+            vec![
+                kit::farm_step("render"),
+                kit::echo_step("test"),
+                kit::make_step("lint"),
+            ],
         ),
         spec(
             Some("nightly"),
             Mode::Chain,
             1,
-            vec![external("wait"), command("report")],
+            vec![kit::farm_step("wait"), kit::make_step("report")],
         ),
         spec(None, Mode::Chain, 1, vec![]),
     ]
 }
 
 fn created(spec_index: usize, created_at_ms: UnixMs, tool_call: Option<u8>) -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec_pool()[spec_index].clone()),
-        created_at_ms,
-        session_id: tool_call.map(|_| "session-1".to_string()),
-        completion_owner_id: None,
-        tool_call_id: tool_call.map(|call| format!("call-{call}")),
-    }
+    let call = tool_call.map(|call| format!("call-{call}"));
+    let hosts = kit::hosts(tool_call.map(|_| "session-1"), None, call.as_deref());
+    kit::created(spec_pool()[spec_index].clone(), created_at_ms, hosts)
 }
 
 fn arb_created() -> BoxedStrategy<Event> {
@@ -1754,7 +1725,7 @@ impl Sut {
         let batches: Vec<Batch> = answers.iter().map(|(batch, _)| batch.clone()).collect();
         let writers = self.writers();
         self.faults.arm(fault);
-        let first = self.journal(0).commit_batches_for_tests(&batches);
+        let first = commit_batches(self.journal(0), &batches);
         let has_fired = self.faults.disarm();
         let failure = match first {
             Ok(results) => {
@@ -1798,10 +1769,7 @@ impl Sut {
                 }
             }
         }
-        let results = self
-            .journal(0)
-            .commit_batches_for_tests(&batches)
-            .expect("the storage works again");
+        let results = commit_batches(self.journal(0), &batches).expect("the storage works again");
         // What landed is answered from its records; a refused batch (but an empty one, refused
         // before anything is looked up) at or before the last judged one finds its writer seq
         // at or below the mark.
@@ -1997,10 +1965,8 @@ impl StateMachineTest for JournalTest {
                 Expected::Batches { answers, .. },
             ) => {
                 let batches: Vec<Batch> = answers.iter().map(|(batch, _)| batch.clone()).collect();
-                let results = sut
-                    .journal(0)
-                    .commit_batches_for_tests(&batches)
-                    .expect("the storage does not fail");
+                let results =
+                    commit_batches(sut.journal(0), &batches).expect("the storage does not fail");
                 assert_eq!(results.len(), batches.len(), "one answer per batch");
                 for ((batch, expected), result) in answers.iter().zip(&results) {
                     sut.check_answer(

@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use runjournal::HostIds;
-use runjournal::event::{Event, Mode, RunSpec, StepAction, StepSpec};
+use runjournal::event::{Event, Mode};
 use runjournal::journal::WriterOptions;
 use runjournal::reconcile;
 use runjournal::store::StoreOptions;
+use runjournal::testkit as kit;
 use runjournal::{Home, Journal, RunId, Store};
 use support::mem_disk::{Fault, MemDisk};
 use support::script::{self, Attempt};
@@ -229,19 +230,7 @@ fn a_journal_whose_creation_a_power_cut_interrupted_is_created_anew() {
     let path = dir.path().join("journal.redb");
     std::fs::write(&path, &image).expect("write the image");
     let journal = Journal::open(&path).expect("a creation cut short is created anew");
-    let spec = RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "one".to_string(),
-            action: StepAction::Shell {
-                script: "true".to_string(),
-            },
-        }],
-    };
+    let spec = kit::spec(Mode::Single, vec![kit::shell("one", "true")]);
     let created = journal
         .create_run(spec, HostIds::default())
         .expect("the new journal takes appends");

@@ -6,40 +6,26 @@
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-use runjournal::event::{
-    Event, ExternalJobStatus, JobState, Mode, ProcessIdentity, RunSpec, StepAction, StepSpec,
-};
+use runjournal::event::{Event, ExternalJobStatus, JobState, Mode, RunSpec};
 use runjournal::projection::incremental::{Projector, STATUS_COALESCE};
 use runjournal::projection::{self, documents::StatusDoc};
+use runjournal::testkit as kit;
 use runjournal::{Condition, Home, HostIds, RunId, Store};
 
 fn job_spec() -> RunSpec {
+    let render = kit::step("render", kit::provider("render-farm --watch"));
     RunSpec {
         name: Some("chatty".to_string()),
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "render".to_string(),
-            action: StepAction::ExternalJob {
-                provider: "render-farm --watch".to_string(),
-            },
-        }],
+        ..kit::spec(Mode::Single, vec![render])
     }
 }
 
 fn update(state: JobState, progress: f64) -> Event {
-    Event::ExternalJobUpdated {
-        step: 0,
-        job: ExternalJobStatus {
-            state,
-            id: Some("job-1".to_string()),
-            progress: Some(progress),
-            message: Some(format!("{progress} done")),
-            url: None,
-        },
-    }
+    let job = ExternalJobStatus {
+        message: Some(format!("{progress} done")),
+        ..kit::job(state, "job-1", Some(progress))
+    };
+    kit::job_updated(0, job)
 }
 
 /// A store, and a run whose external-job step is running and has reported once, appended to the journal alone (the
@@ -51,19 +37,8 @@ fn running_run(store: &Store) -> RunId {
         .expect("create")
         .run;
     let events = vec![
-        Event::RunnerStarted {
-            runner: ProcessIdentity {
-                pid: 1,
-                start_time: 1,
-                boot_id: "boot".to_string(),
-                pid_namespace: None,
-            },
-            instance_id: "runner-1".to_string(),
-        },
-        Event::StepRunning {
-            step: 0,
-            process: None,
-        },
+        kit::runner_started(kit::identity(1), "runner-1"),
+        kit::step_running(0, None),
         // The job's first status is a change of shape (the step had none); what follows are
         // samples.
         update(JobState::Running, 0.0),

@@ -8,22 +8,13 @@ use std::path::{Path, PathBuf};
 
 use runjournal::HostIds;
 use runjournal::event::{
-    Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
+    Event, ExternalJobStatus, JobState, Mode, RunSpec, StepEnd, TerminalState,
 };
 use runjournal::projection::{
     self, Content, FileKind, Problem, ResultPolicy, documents::StatusDoc,
 };
+use runjournal::testkit as kit;
 use runjournal::{Condition, Home, RunId, Store};
-
-fn identity(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 7,
-        boot_id: "boot".to_string(),
-        pid_namespace: None,
-    }
-}
 
 /// A chain whose second step (an external job) fails: status, events, result, result index,
 /// tool-call and terminal markers all exist.
@@ -43,98 +34,53 @@ fn finished_run(store: &Store) -> RunId {
 fn spec_and_hosts() -> (RunSpec, HostIds) {
     let spec = RunSpec {
         name: Some("repair".to_string()),
-        mode: Mode::Chain,
-        concurrency: 1,
         timeout_ms: Some(60_000),
-        cwd: None,
-        steps: vec![
-            StepSpec {
-                name: "build".to_string(),
-                action: StepAction::Shell {
-                    script: "make".to_string(),
-                },
-            },
-            StepSpec {
-                name: "deploy".to_string(),
-                action: StepAction::ExternalJob {
-                    provider: "deployer --watch".to_string(),
-                },
-            },
-            StepSpec {
-                name: "notify".to_string(),
-                action: StepAction::Command {
-                    argv: vec!["true".to_string()],
-                },
-            },
-        ],
+        ..kit::spec(
+            Mode::Chain,
+            vec![
+                kit::shell("build", "make"),
+                kit::step("deploy", kit::provider("deployer --watch")),
+                kit::step("notify", kit::argv(&["true"])),
+            ],
+        )
     };
-    let hosts = HostIds {
-        session_id: Some("session/with odd chars".to_string()),
-        completion_owner_id: Some("owner-1".to_string()),
-        tool_call_id: Some("call-9".to_string()),
-    };
+    let hosts = kit::hosts(
+        Some("session/with odd chars"),
+        Some("owner-1"),
+        Some("call-9"),
+    );
     (spec, hosts)
 }
 
 /// The batches of [`finished_run`] after `RunCreated`: the last but one ends the run.
 fn lifecycle() -> Vec<Vec<Event>> {
+    let failed = ExternalJobStatus {
+        progress: Some(0.5),
+        message: Some("quota exceeded".to_string()),
+        url: Some("https://jobs.example/7".to_string()),
+        ..kit::job(JobState::Failed, "job-7", None)
+    };
     vec![
-        vec![Event::RunnerStarted {
-            runner: identity(100),
-            instance_id: "runner-a".to_string(),
-        }],
-        vec![Event::StepRunning {
-            step: 0,
-            process: Some(identity(101)),
-        }],
-        vec![Event::StepFinished {
-            step: 0,
-            outcome: StepOutcome {
-                end: StepEnd::Complete,
-                exit_code: Some(0),
-                error: None,
-            },
-        }],
-        vec![Event::StepRunning {
-            step: 1,
-            process: Some(identity(102)),
-        }],
-        vec![Event::ExternalJobUpdated {
-            step: 1,
-            job: ExternalJobStatus {
-                state: JobState::Failed,
-                id: Some("job-7".to_string()),
-                progress: Some(0.5),
-                message: Some("quota exceeded".to_string()),
-                url: Some("https://jobs.example/7".to_string()),
-            },
-        }],
+        vec![kit::runner_started(kit::identity(100), "runner-a")],
+        vec![kit::step_running(0, Some(kit::identity(101)))],
+        vec![kit::step_complete(0)],
+        vec![kit::step_running(1, Some(kit::identity(102)))],
+        vec![kit::job_updated(1, failed)],
         vec![
-            Event::StepFinished {
-                step: 1,
-                outcome: StepOutcome {
-                    end: StepEnd::Failed,
-                    exit_code: Some(1),
-                    error: Some("external job failed: quota exceeded".to_string()),
-                },
-            },
-            Event::Terminal {
-                state: TerminalState::Failed,
-                error: Some("step 1 (deploy) failed".to_string()),
-                summary: "deploy failed".to_string(),
-                exit_code: 1,
-                repaired_by: None,
-            },
+            kit::step_finished(
+                1,
+                StepEnd::Failed,
+                Some(1),
+                Some("external job failed: quota exceeded"),
+            ),
+            kit::terminal(
+                TerminalState::Failed,
+                1,
+                "deploy failed",
+                Some("step 1 (deploy) failed"),
+            ),
         ],
-        vec![Event::ProcessTerminalObserved {
-            instance_id: "runner-a".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(1),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        }],
+        vec![kit::runner_exited("runner-a", 1)],
     ]
 }
 
@@ -322,23 +268,8 @@ fn status_json_reads_as_the_pi_subagents_format() {
 fn an_active_run_has_its_markers_and_a_pending_process_terminal() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = Store::open(Home::at(dir.path())).expect("open");
-    let spec = RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "only".to_string(),
-            action: StepAction::Shell {
-                script: "sleep 1".to_string(),
-            },
-        }],
-    };
-    let hosts = HostIds {
-        tool_call_id: Some("call-1".to_string()),
-        ..HostIds::default()
-    };
+    let spec = kit::spec(Mode::Single, vec![kit::shell("only", "sleep 1")]);
+    let hosts = kit::hosts(None, None, Some("call-1"));
     let run = store.create_run(spec, hosts).expect("create").run;
     assert!(store.home().active_marker_path(run).exists());
     assert!(store.home().tool_call_marker_path("call-1", run).exists());

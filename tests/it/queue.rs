@@ -12,7 +12,7 @@ use runjournal::journal::Condition;
 use runjournal::spec::{RunDraft, named_step};
 use runjournal::{Home, Journal, RunStatus, Store};
 
-use crate::common::{TestHome, state, wait_for, wait_terminal};
+use crate::support::{TestHome, state, wait_for, wait_terminal};
 
 /// What the journal's log says of one queue: for each commit of a `QueueAdmitted` or of a
 /// `Terminal` of one of its admitted runs, how many of its runs were active after it; and the

@@ -4,12 +4,13 @@
 
 use std::path::Path;
 
-use crate::common;
+use crate::support;
 
-use common::{TestHome, run_id_of, wait_output};
 use runjournal::event::Event;
 use runjournal::state::StepStatus;
+use runjournal::testkit as kit;
 use runjournal::{RunId, RunStatus};
+use support::{TestHome, launch, wait_output};
 
 /// A step that, the first time, says `ready` and waits to be interrupted (its SIGINT trap
 /// exits); run again (its marker file there), it prints `carried-on` and ends with `code`.
@@ -28,19 +29,6 @@ fn counting_step(counter: &Path) -> String {
 
 fn runs_of(counter: &Path) -> usize {
     std::fs::read_to_string(counter).map_or(0, |text| text.lines().count())
-}
-
-fn launch(home: &TestHome, args: &[&str]) -> RunId {
-    let output = home
-        .cmd()
-        .args(["run", "--json"])
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    run_id_of(&output)
 }
 
 fn output_of(home: &TestHome, run: RunId, index: usize) -> String {
@@ -106,9 +94,9 @@ fn resume_and_wait(home: &TestHome, run: RunId) -> (serde_json::Value, i32) {
 /// journal's index and both status.json files say so, and `verify` finds nothing wrong.
 fn assert_linked(home: &TestHome, old: RunId, new: RunId) {
     let journal = home.journal();
-    let records = common::records(&journal, new);
+    let records = support::records(&journal, new);
     assert_eq!(
-        common::event_names(&records[..2]),
+        support::event_names(&records[..2]),
         ["RunCreated", "Resumed"],
         "the link is in the new run's creation batch"
     );
@@ -127,13 +115,13 @@ fn assert_linked(home: &TestHome, old: RunId, new: RunId) {
     );
     drop(view);
     // The paused run's history is closed: it holds no link, and it is still paused.
-    let old_records = common::records(&journal, old);
+    let old_records = support::records(&journal, old);
     assert!(
-        !common::event_names(&old_records).contains(&"Resumed"),
+        !support::event_names(&old_records).contains(&"Resumed"),
         "{:?}",
-        common::event_names(&old_records)
+        support::event_names(&old_records)
     );
-    assert_eq!(common::state(&journal, old).status, RunStatus::Paused);
+    assert_eq!(support::state(&journal, old).status, RunStatus::Paused);
     assert_eq!(
         status_json(home, old)["resumedBy"],
         new.to_string(),
@@ -227,8 +215,8 @@ fn a_paused_chain_resumes_at_its_interrupted_step_and_completes() {
     assert_ne!(new, old);
 
     let journal = home.journal();
-    let state = common::state(&journal, new);
-    let old_state = common::state(&journal, old);
+    let state = support::state(&journal, new);
+    let old_state = support::state(&journal, old);
     assert_eq!(state.status, RunStatus::Complete);
     // The interrupted step and the rest, and nothing before them.
     let names: Vec<&str> = state
@@ -284,7 +272,7 @@ fn a_paused_chain_resumes_at_its_interrupted_step_and_completes() {
         "{refused}"
     );
     assert_eq!(
-        common::state(&journal, old).status,
+        support::state(&journal, old).status,
         RunStatus::Paused,
         "a refusal writes nothing"
     );
@@ -316,13 +304,13 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
     wait_output(&home, old, 0, "ready");
     wait_output(&home, old, 2, "ready");
     let journal = home.journal();
-    common::wait_for(&journal, old, "the quick step to complete", |state| {
+    support::wait_for(&journal, old, "the quick step to complete", |state| {
         state.steps[1].status == StepStatus::Complete
     });
     pause(&home, old);
     // Closed (its runner's end recorded by a reconcile pass), and a pass after that: from
     // here only a change of another run can make a pass look at the paused run's files.
-    common::wait_for(&journal, old, "the paused run to be closed", |state| {
+    support::wait_for(&journal, old, "the paused run to be closed", |state| {
         let _ = home.cmd().arg("reconcile").output();
         state.is_closed()
     });
@@ -367,7 +355,7 @@ fn a_paused_parallel_run_resumes_only_the_steps_that_did_not_complete() {
     home.cmd().arg("reconcile").assert().success();
     assert_eq!(status_json(&home, old)["resumedBy"], new.to_string());
     home.cmd().args(["wait", &new.to_string()]).assert().code(0);
-    let state = common::state(&journal, new);
+    let state = support::state(&journal, new);
     assert_eq!(state.status, RunStatus::Complete);
     assert_eq!(state.spec.steps.len(), 2);
     assert_eq!(runs_of(&quick), 1, "the completed step did not run again");
@@ -397,7 +385,7 @@ fn only_a_paused_run_is_resumed_and_a_refusal_writes_nothing() {
             .code(code);
     }
     let journal = home.journal();
-    let before = common::record_count(&journal);
+    let before = support::record_count(&journal);
     for (run, state) in [
         (running, "running"),
         (complete, "complete"),
@@ -422,7 +410,7 @@ fn only_a_paused_run_is_resumed_and_a_refusal_writes_nothing() {
         .assert()
         .code(2);
     assert_eq!(
-        common::record_count(&journal),
+        support::record_count(&journal),
         before,
         "nothing was written"
     );
@@ -474,32 +462,12 @@ fn resume_wait_exits_as_the_resumed_run_does() {
 /// another, and `verify` checks the resume index against the records.
 #[test]
 fn verify_checks_the_resume_index_against_the_records() {
-    use runjournal::event::{
-        HostIds, Mode, Observer, Proof, Repairer, RunSpec, StepAction, StepSpec, TerminalState,
-    };
+    use runjournal::event::{HostIds, Mode, Observer, Proof, Repairer, TerminalState};
     use runjournal::journal::Condition;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("journal.redb");
     let journal = runjournal::Journal::open(&path).expect("a journal");
-    let spec = RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "work".to_string(),
-            action: StepAction::Shell {
-                script: "true".to_string(),
-            },
-        }],
-    };
-    let identity = runjournal::event::ProcessIdentity {
-        pid: 4242,
-        start_time: 1,
-        boot_id: "boot".to_string(),
-        pid_namespace: None,
-    };
+    let spec = kit::spec(Mode::Single, vec![kit::shell("work", "true")]);
     let old = journal
         .create_run(spec.clone(), HostIds::default())
         .expect("created")
@@ -508,17 +476,8 @@ fn verify_checks_the_resume_index_against_the_records() {
         .append(
             old,
             vec![
-                Event::RunnerStarted {
-                    runner: identity,
-                    instance_id: "i1".to_string(),
-                },
-                Event::Terminal {
-                    state: TerminalState::Paused,
-                    error: None,
-                    summary: "paused".to_string(),
-                    exit_code: 130,
-                    repaired_by: None,
-                },
+                kit::runner_started(kit::identity(4242), "i1"),
+                kit::terminal(TerminalState::Paused, 130, "paused", None),
             ],
             Condition::expect_head(1),
         )
@@ -545,12 +504,7 @@ fn verify_checks_the_resume_index_against_the_records() {
                     exit_code: 1,
                     repaired_by: Some(Repairer::Launcher),
                 },
-                Event::ProcessTerminalObserved {
-                    instance_id: String::new(),
-                    exit: None,
-                    proof: Proof::NotStarted,
-                    observer: Observer::Launcher,
-                },
+                kit::process_terminal("", None, Proof::NotStarted, Observer::Launcher),
             ],
             Condition::expect_head(2),
         )

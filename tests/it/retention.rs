@@ -13,8 +13,8 @@ use runjournal::store::StoreOptions;
 use runjournal::{Home, RunId, Store};
 use serde_json::Value;
 
-use crate::common::{TestHome, run_id_of};
-use crate::support::lifecycle::{chain_lifecycle, chain_spec};
+use crate::support::{TestHome, run_id_of};
+use runjournal::testkit::lifecycle::{chain_lifecycle, chain_spec};
 
 /// Launches a run of `step` and returns its id once the run is closed (its runner seen gone).
 fn run_to_end(home: &TestHome, step: &str) -> RunId {
@@ -593,7 +593,8 @@ fn prunes_killed_at_random_moments_leave_no_run_half_pruned_and_the_next_pass_fi
 
 #[test]
 fn a_run_not_yet_shipped_is_kept_until_the_shipper_has_it() {
-    let Some(cluster) = crate::support::pg_cluster::PgCluster::start("retention_unshipped") else {
+    let Some(cluster) = runjournal::testkit::pg_cluster::PgCluster::start("retention_unshipped")
+    else {
         return;
     };
     let home = TestHome::new();

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use runjournal::state::StepStatus;
 use runjournal::{RunId, RunState, RunStatus};
 
-use crate::common::{self, TestHome};
 use crate::full_disk::{can_mount, fill, run_command};
+use crate::support::{self, TestHome};
 
 const BIN: &str = env!("CARGO_BIN_EXE_runjournal");
 
@@ -67,7 +67,7 @@ fn launch(home: &TestHome, args: &[&str]) -> RunId {
     command.arg("run").arg("--json").args(args);
     let output = output_of(command);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    common::run_id_of(&output.stdout)
+    support::run_id_of(&output.stdout)
 }
 
 /// Opens the FIFO `gate` for writing and closes it: its reader (a step's `cat`) sees its end.
@@ -111,7 +111,7 @@ fn an_inherited_descriptor_reaches_neither_the_runner_nor_its_steps() {
     let output = output_of(command);
     drop(write_end);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let run = common::run_id_of(&output.stdout);
+    let run = support::run_id_of(&output.stdout);
 
     // `| cat` ends when every write end is closed: the launcher's went with it, and the run's
     // processes must never have had one. The read is bounded by a thread and a deadline.
@@ -127,7 +127,7 @@ fn an_inherited_descriptor_reaches_neither_the_runner_nor_its_steps() {
     assert_eq!(read.expect("read"), 0);
 
     let journal = home.journal();
-    let state = common::wait_for(&journal, run, "the step to run", |state| {
+    let state = support::wait_for(&journal, run, "the step to run", |state| {
         state.steps[0].status == StepStatus::Running
     });
     assert_eq!(state.status, RunStatus::Running, "the run was still going");
@@ -164,7 +164,7 @@ fn an_inherited_descriptor_reaches_neither_the_runner_nor_its_steps() {
         command
     });
     assert!(stopped.status.success(), "{}", text(&stopped.stderr));
-    common::wait_terminal(&journal, run);
+    support::wait_terminal(&journal, run);
 }
 
 /// The processes a step sent out of its group, by pid and start time, killed on drop if a
@@ -255,7 +255,7 @@ fn escapees_are_ended_and_named(
         let info = runjournal::platform::process(pid)
             .expect("read")
             .expect("alive");
-        let step_group = common::state(&home.journal(), run).steps[0]
+        let step_group = support::state(&home.journal(), run).steps[0]
             .process
             .as_ref()
             .expect("the step's process")
@@ -266,7 +266,7 @@ fn escapees_are_ended_and_named(
         );
     }
     end(&home, run, gates.path());
-    let state = common::wait_terminal(&home.journal(), run);
+    let state = support::wait_terminal(&home.journal(), run);
     let error = state.steps[0].error.clone().unwrap_or_default();
     assert!(
         error.contains("ended 2 processes it left outside its process group"),
@@ -375,7 +375,7 @@ fn run_wait_into_a_closed_pipe_ends_quietly_with_0() {
         .lookup_alias(&runjournal::journal::name_alias("piped"))
         .expect("alias")
         .expect("the run exists");
-    let state = common::wait_terminal(&journal, run);
+    let state = support::wait_terminal(&journal, run);
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.terminal.expect("terminal").exit_code, 3);
 }
@@ -404,7 +404,7 @@ fn logs_streams_a_log_larger_than_its_buffer_whole() {
         .arg(format!("head -c {BYTES} /dev/zero | tr '\\0' x"));
     let output = output_of(command);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let run = common::run_id_of(&output.stdout);
+    let run = support::run_id_of(&output.stdout);
     let mut command = runjournal(home.path());
     command.args(["logs", &run.to_string()]);
     let logs = output_of(command);
@@ -554,7 +554,7 @@ echo after"#
         .lookup_alias(&runjournal::journal::name_alias("on-full-runs"))
         .expect("alias")
         .expect("the run exists");
-    let state = common::state(&journal, run);
+    let state = support::state(&journal, run);
     assert_eq!(state.status, RunStatus::Complete);
     assert_eq!(
         state.steps[0].exit_code,

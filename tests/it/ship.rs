@@ -1,5 +1,5 @@
 //! `runjournal ship` against a real PostgreSQL (a throwaway cluster per test, see
-//! `support::pg_cluster`): exactly the journal's records on the server, whatever kills the
+//! `runjournal::testkit::pg_cluster`): exactly the journal's records on the server, whatever kills the
 //! shipper and whenever the server goes away; local work never waits for it.
 
 use std::collections::BTreeMap;
@@ -10,17 +10,14 @@ use std::time::Duration;
 
 use rand::{RngExt, SeedableRng};
 use runjournal::HostIds;
-use runjournal::event::{
-    Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
-};
+use runjournal::event::{Event, ExternalJobStatus, JobState, Mode, RunSpec};
 use runjournal::projection::documents;
 use runjournal::ship::state;
 use runjournal::{Condition, Home, RunId, Store};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::support::pg_cluster::PgCluster;
+use runjournal::testkit::{self as kit, pg_cluster::PgCluster};
 
 mod fake_pg;
 mod secrets;
@@ -40,30 +37,15 @@ fn poll_until(what: &str, mut is_done: impl FnMut() -> bool) {
     panic!("gave up waiting until {what}");
 }
 
-fn identity(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 7,
-        boot_id: "test-boot".to_string(),
-        pid_namespace: None,
-    }
-}
-
 /// Records one whole run life: created, started, `updates` job updates in batches of one to
 /// three, finished, closed. Returns the number of records it appended.
 fn record_run(store: &Store, updates: u32, rng: &mut impl RngExt) -> u64 {
     let spec = RunSpec {
         name: Some(format!("job-{}", rng.random_range(0..1000))),
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "deploy".to_string(),
-            action: StepAction::ExternalJob {
-                provider: "deployer --watch".to_string(),
-            },
-        }],
+        ..kit::spec(
+            Mode::Single,
+            vec![kit::step("deploy", kit::provider("deployer --watch"))],
+        )
     };
     let run = store
         .create_run(spec, HostIds::default())
@@ -77,58 +59,32 @@ fn record_run(store: &Store, updates: u32, rng: &mut impl RngExt) -> u64 {
             .expect("a legal batch is appended");
     };
     append(vec![
-        Event::RunnerStarted {
-            runner: identity(100),
-            instance_id: "runner".to_string(),
-        },
-        Event::StepRunning {
-            step: 0,
-            process: Some(identity(101)),
-        },
+        kit::runner_started(kit::identity(100), "runner"),
+        kit::step_running(0, Some(kit::identity(101))),
     ]);
     let mut done = 0;
     while done < updates {
         let count = rng.random_range(1..=3).min(updates - done);
         let events = (done..done + count)
-            .map(|index| Event::ExternalJobUpdated {
-                step: 0,
-                job: ExternalJobStatus {
-                    state: JobState::Running,
-                    id: Some("job".to_string()),
-                    progress: Some(f64::from(index) / f64::from(updates)),
+            .map(|index| {
+                let job = ExternalJobStatus {
                     message: Some(format!("step {index} \"quoted\" \u{e9}")),
-                    url: None,
-                },
+                    ..kit::job(
+                        JobState::Running,
+                        "job",
+                        Some(f64::from(index) / f64::from(updates)),
+                    )
+                };
+                kit::job_updated(0, job)
             })
             .collect();
         append(events);
         done += count;
     }
     append(vec![
-        Event::StepFinished {
-            step: 0,
-            outcome: StepOutcome {
-                end: StepEnd::Complete,
-                exit_code: Some(0),
-                error: None,
-            },
-        },
-        Event::Terminal {
-            state: TerminalState::Complete,
-            error: None,
-            summary: "done".to_string(),
-            exit_code: 0,
-            repaired_by: None,
-        },
-        Event::ProcessTerminalObserved {
-            instance_id: "runner".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(0),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        },
+        kit::step_complete(0),
+        kit::completed("done"),
+        kit::runner_exited("runner", 0),
     ]);
     appended
 }

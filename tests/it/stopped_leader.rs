@@ -10,7 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::{TestHome, run_id_of, wait_for, wait_terminal};
+use crate::support::{TestHome, run_id_of, wait_for, wait_terminal};
 use runjournal::RunId;
 use runjournal::state::RunStatus;
 
@@ -200,7 +200,7 @@ fn a_leader_stopped_inside_a_commit_fails_a_launch_naming_it_and_then_everything
         std::fs::read_to_string(&log).is_ok_and(|text| text.contains("write lock"))
     });
     assert!(
-        !crate::common::state(&journal, other).is_terminal(),
+        !crate::support::state(&journal, other).is_terminal(),
         "it waits on"
     );
 
@@ -208,8 +208,8 @@ fn a_leader_stopped_inside_a_commit_fails_a_launch_naming_it_and_then_everything
     let state = wait_terminal(&journal, first);
     assert_eq!(state.status, RunStatus::Complete);
     assert_eq!(wait_terminal(&journal, other).status, RunStatus::Complete);
-    let records = crate::common::records(&journal, first);
-    let names = crate::common::event_names(&records);
+    let records = crate::support::records(&journal, first);
+    let names = crate::support::event_names(&records);
     let finished = names.iter().filter(|name| **name == "StepFinished").count();
     assert_eq!(finished, 2, "each step's end landed once: {names:?}");
     let seqs: Vec<u64> = records.iter().map(|record| record.seq).collect();

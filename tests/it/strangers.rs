@@ -2,13 +2,13 @@
 //! planted where runjournal writes, an empty `--home`. Tests that need root (a home of
 //! another user) skip without it, and fail instead where `RUNJOURNAL_REQUIRE_ROOT_TESTS=1`.
 
-use crate::common;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{TestHome, run_id_of, wait_for, wait_terminal};
 use runjournal::state::StepStatus;
+use support::{TestHome, run_id_of, wait_for, wait_terminal};
 
 const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
 
@@ -33,14 +33,7 @@ fn chmod(path: &Path, mode: u32) {
 
 /// A home with one finished run.
 fn home_with_a_run() -> TestHome {
-    let home = TestHome::new();
-    let output = home
-        .cmd()
-        .args(["run", "--wait", "--json", "--step", "true"])
-        .output()
-        .expect("runs");
-    assert!(output.status.success(), "{output:?}");
-    home
+    support::home_with_a_run().0
 }
 
 /// Every command that opens the home refuses it with exit 1 and one line naming `path` and
@@ -176,7 +169,7 @@ fn a_link_planted_as_a_step_log_is_not_written_through() {
         "the victim's content is not quoted: {:?}",
         terminal.summary
     );
-    let records = common::records(&journal, run);
+    let records = support::records(&journal, run);
     assert!(
         !format!("{records:?}").contains("precious"),
         "nor recorded anywhere"
@@ -262,7 +255,7 @@ fn a_reader_in_another_pid_namespace_leaves_a_live_run_alone() {
     }
     let home = TestHome::new();
     let (journal, run) = running_run(&home, "sleep 3");
-    let head = common::state(&journal, run).head_seq;
+    let head = support::state(&journal, run).head_seq;
     let run_text = run.to_string();
     for args in [&["list"][..], &["status", &run_text], &["reconcile"]] {
         let output = in_new_pid_namespace(&home, args);
@@ -280,7 +273,7 @@ fn a_reader_in_another_pid_namespace_leaves_a_live_run_alone() {
             _ => {}
         }
     }
-    let state = common::state(&journal, run);
+    let state = support::state(&journal, run);
     assert_eq!(state.head_seq, head, "nothing was recorded: {state:?}");
     assert!(!state.is_terminal());
     let state = wait_terminal(&journal, run);
@@ -545,7 +538,7 @@ fn queued_run(home: &TestHome, script: &str) -> runjournal::RunId {
 /// The same run's state with a spec no runner can run: no program, and a parallel run of
 /// concurrency 0 (a runner given it would panic, or wait forever for a step it never starts).
 fn forged_state(home: &TestHome, run: runjournal::RunId) -> runjournal::RunState {
-    let mut state = common::state(&home.journal(), run);
+    let mut state = support::state(&home.journal(), run);
     let spec = std::sync::Arc::make_mut(&mut state.spec);
     spec.concurrency = 0;
     spec.steps[0].action = runjournal::event::StepAction::Command { argv: vec![] };
@@ -569,7 +562,7 @@ fn a_forged_snapshot_is_not_what_the_runner_runs() {
     let marker = home.file("ran");
     let run = queued_run(&home, &format!("echo real > '{}'", marker.display()));
     let forged = forged_state(&home, run);
-    let bytes = runjournal::journal::encode_snapshot_for_tests(&forged).expect("encodes");
+    let bytes = runjournal::testkit::encode_snapshot(&forged).expect("encodes");
     forge(&home, RUNS_TABLE, &run.to_bytes(), &bytes);
 
     let output = run_the_runner(&home, run);
@@ -578,7 +571,7 @@ fn a_forged_snapshot_is_not_what_the_runner_runs() {
         std::fs::read_to_string(&marker).expect("the step ran"),
         "real\n"
     );
-    let state = common::state(&home.journal(), run);
+    let state = support::state(&home.journal(), run);
     assert_eq!(state.status, runjournal::RunStatus::Complete, "{state:?}");
     assert_eq!(state.spec.concurrency, 1, "the records' spec");
 }
@@ -591,7 +584,7 @@ fn a_forged_record_fails_the_runner_cleanly() {
     let home = TestHome::new();
     let run = queued_run(&home, "true");
     let forged = forged_state(&home, run);
-    let record = common::records(&home.journal(), run)
+    let record = support::records(&home.journal(), run)
         .into_iter()
         .next()
         .expect("RunCreated");
@@ -624,7 +617,7 @@ fn a_forged_record_fails_the_runner_cleanly() {
         &key,
         &forged_record.encode().expect("encodes"),
     );
-    let bytes = runjournal::journal::encode_snapshot_for_tests(&forged).expect("encodes");
+    let bytes = runjournal::testkit::encode_snapshot(&forged).expect("encodes");
     forge(&home, RUNS_TABLE, &run.to_bytes(), &bytes);
 
     let output = run_the_runner(&home, run);

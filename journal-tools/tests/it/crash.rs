@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{identity, json_lines, run, tool};
+use common::{json_lines, run, tool};
 use runjournal::HostIds;
-use runjournal::event::{
-    Event, Mode, Observer, ProcessExit, Proof, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec,
-    TerminalState,
+use runjournal::event::{Event, Mode, RunSpec};
+use runjournal::testkit::{
+    completed, identity, runner_exited, runner_started, shell, spec, step_complete, step_running,
 };
 use runjournal::{Condition, Home, RunId, Store};
 
@@ -27,40 +27,10 @@ const MAX_BATCHES: usize = 20_000;
 /// A run's lifecycle as batches after its creation.
 fn lifecycle() -> Vec<Vec<Event>> {
     vec![
-        vec![Event::RunnerStarted {
-            runner: identity(4000),
-            instance_id: "writer".to_string(),
-        }],
-        vec![Event::StepRunning {
-            step: 0,
-            process: None,
-        }],
-        vec![
-            Event::StepFinished {
-                step: 0,
-                outcome: StepOutcome {
-                    end: StepEnd::Complete,
-                    exit_code: Some(0),
-                    error: None,
-                },
-            },
-            Event::Terminal {
-                state: TerminalState::Complete,
-                error: None,
-                summary: "done".to_string(),
-                exit_code: 0,
-                repaired_by: None,
-            },
-        ],
-        vec![Event::ProcessTerminalObserved {
-            instance_id: "writer".to_string(),
-            exit: Some(ProcessExit {
-                code: Some(0),
-                signal: None,
-            }),
-            proof: Proof::Observed,
-            observer: Observer::RunnerParent,
-        }],
+        vec![runner_started(identity(4000), "writer")],
+        vec![step_running(0, None)],
+        vec![step_complete(0), completed("done")],
+        vec![runner_exited("writer", 0)],
     ]
 }
 
@@ -73,16 +43,7 @@ fn writer_main(home: &Path, acks: &Path, stop: &Path) {
     while batches < MAX_BATCHES && !stop.exists() {
         let spec = RunSpec {
             name: Some(format!("run-{batches}")),
-            mode: Mode::Single,
-            concurrency: 1,
-            timeout_ms: None,
-            cwd: None,
-            steps: vec![StepSpec {
-                name: "work".to_string(),
-                action: StepAction::Shell {
-                    script: "true".to_string(),
-                },
-            }],
+            ..spec(Mode::Single, vec![shell("work", "true")])
         };
         let created = store
             .create_run(spec, HostIds::default())

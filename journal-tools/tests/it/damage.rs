@@ -12,9 +12,8 @@ use std::path::Path;
 use common::{Fixture, fixture, json_lines, run, tool, tool_at};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use runjournal::RunId;
-use runjournal::journal::{
-    JournalReader, encode_snapshot_for_tests, snapshot_of_layout_two_for_tests,
-};
+use runjournal::journal::JournalReader;
+use runjournal::testkit::{encode_snapshot, snapshot_of_layout_two};
 
 const RECORDS: TableDefinition<&[u8; 24], &[u8]> = TableDefinition::new("records");
 const RUNS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("runs");
@@ -157,7 +156,7 @@ fn an_edited_snapshot_is_reported_as_differing_from_the_fold() {
         terminal.summary = "said goodbye".to_string();
     }
     state.head_seq = 5;
-    let bytes = encode_snapshot_for_tests(&state).expect("encodes");
+    let bytes = encode_snapshot(&state).expect("encodes");
     {
         let db = open_raw(&fixture.journal_path());
         let txn = db.begin_write().expect("write");
@@ -252,7 +251,7 @@ fn a_snapshot_of_another_layout_or_with_damaged_bytes_is_an_inconsistent_cache()
             .value()
             .to_vec()
     };
-    let layout_two = snapshot_of_layout_two_for_tests(&stored(fixture.complete), Some(1))
+    let layout_two = snapshot_of_layout_two(&stored(fixture.complete), Some(1))
         .expect("the stored snapshot is of layout 1");
     overwrite_snapshot(&fixture, fixture.complete, &layout_two);
     let mut flipped = stored(fixture.failed);

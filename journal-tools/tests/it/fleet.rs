@@ -6,17 +6,16 @@ use std::collections::BTreeMap;
 
 use runjournal::Home;
 use runjournal::HostIds;
-use runjournal::event::{Event, ExternalJobStatus, JobState, Mode, RunSpec, StepAction, StepSpec};
+use runjournal::event::{Event, JobState, Mode, RunSpec};
 use runjournal::ship::{ShipOptions, Shipper, Target};
+use runjournal::testkit::pg_cluster::PgCluster;
+use runjournal::testkit::{
+    identity, job, job_updated, provider, runner_started, spec, step, step_running,
+};
 use runjournal::{Condition, Store};
 use serde_json::Value;
 
-use crate::common::{Fixture, fixture, identity, json_lines, run, tool, tool_at};
-
-#[path = "../../../tests/it/support/pg_cluster.rs"]
-mod pg_cluster;
-
-use pg_cluster::PgCluster;
+use crate::common::{Fixture, fixture, json_lines, run, tool, tool_at};
 
 fn ship(home: &Home, url: &str, host: &str) -> u64 {
     let target = Target::parse(url).expect("the test URL parses");
@@ -55,16 +54,7 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
         .create_run(
             RunSpec {
                 name: Some("long".to_string()),
-                mode: Mode::Single,
-                concurrency: 1,
-                timeout_ms: None,
-                cwd: None,
-                steps: vec![StepSpec {
-                    name: "upload".to_string(),
-                    action: StepAction::ExternalJob {
-                        provider: "uploader".to_string(),
-                    },
-                }],
+                ..spec(Mode::Single, vec![step("upload", provider("uploader"))])
             },
             HostIds::default(),
         )
@@ -74,29 +64,23 @@ fn two_hosts_shipping_into_one_database_are_listed_together() {
         .append(
             long,
             vec![
-                Event::RunnerStarted {
-                    runner: identity(400),
-                    instance_id: "runner-d".to_string(),
-                },
-                Event::StepRunning {
-                    step: 0,
-                    process: None,
-                },
+                runner_started(identity(400), "runner-d"),
+                step_running(0, None),
             ],
             Condition::none(),
         )
         .unwrap();
     for batch in 0..11 {
         let updates = (0..100)
-            .map(|index| Event::ExternalJobUpdated {
-                step: 0,
-                job: ExternalJobStatus {
-                    state: JobState::Running,
-                    id: Some("job".to_string()),
-                    progress: Some(f64::from(batch * 100 + index)),
-                    message: None,
-                    url: None,
-                },
+            .map(|index| {
+                job_updated(
+                    0,
+                    job(
+                        JobState::Running,
+                        "job",
+                        Some(f64::from(batch * 100 + index)),
+                    ),
+                )
             })
             .collect();
         store.append(long, updates, Condition::none()).unwrap();

@@ -8,71 +8,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use runjournal::event::Record;
+use runjournal::testkit::damage::{Damage, tree};
 use runjournal::{JournalReader, RunId};
 
 use crate::common::{Fixture, fixture, json_lines, run, tool_at};
-
-#[derive(Debug, Clone, Copy)]
-enum Damage {
-    Missing,
-    Emptied,
-    ZeroFilled,
-    Truncated,
-}
-
-const DAMAGES: [Damage; 4] = [
-    Damage::Missing,
-    Damage::Emptied,
-    Damage::ZeroFilled,
-    Damage::Truncated,
-];
-
-impl Damage {
-    /// Does it to the journal file.
-    fn apply(self, path: &Path) {
-        let bytes = std::fs::metadata(path).expect("the journal").len();
-        match self {
-            Damage::Missing => std::fs::remove_file(path).expect("remove"),
-            Damage::Emptied => std::fs::write(path, b"").expect("empty"),
-            Damage::ZeroFilled => {
-                std::fs::write(path, vec![0u8; bytes as usize]).expect("zero-fill")
-            }
-            Damage::Truncated => std::fs::OpenOptions::new()
-                .write(true)
-                .open(path)
-                .and_then(|file| file.set_len(bytes / 2))
-                .expect("truncate"),
-        }
-    }
-
-    /// How the refusal names it.
-    fn named(self) -> &'static str {
-        match self {
-            Damage::Missing => "is missing",
-            Damage::Emptied => "is empty (0 bytes)",
-            Damage::ZeroFilled => "is zero-filled",
-            Damage::Truncated => "is truncated",
-        }
-    }
-}
-
-/// Every file under `dir` with its bytes (directories as empty entries).
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                out.insert(path.clone(), None);
-                stack.push(path);
-            } else {
-                out.insert(path.clone(), Some(std::fs::read(&path).expect("read")));
-            }
-        }
-    }
-    out
-}
 
 /// Every record of the journal by run, and the global log as (run, seq) in commit order.
 type Contents = (BTreeMap<RunId, Vec<Record>>, Vec<(RunId, u64)>);
@@ -97,7 +36,7 @@ fn contents(journal: &Path) -> Contents {
 
 #[test]
 fn every_command_refuses_a_lost_journal_beside_runs_and_changes_nothing() {
-    for damage in DAMAGES {
+    for damage in Damage::ALL {
         let fixture = fixture();
         damage.apply(&fixture.journal_path());
         let before = tree(fixture.root());
@@ -195,7 +134,7 @@ fn recovered(fixture: &Fixture, damage: Damage) {
 
 #[test]
 fn recover_from_projections_gives_back_the_same_journal_that_verify_accepts() {
-    for damage in DAMAGES {
+    for damage in Damage::ALL {
         recovered(&fixture(), damage);
     }
 }

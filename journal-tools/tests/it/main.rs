@@ -1,5 +1,5 @@
 //! The integration tests, one crate so they link once. Each module is one file of tests;
-//! `common` (and `support`) hold helpers they share.
+//! `common` holds the helpers they share, beside the library's `testkit`.
 
 // Tests are scenarios read top to bottom: the bound on a function's length is for the library.
 #![allow(clippy::too_many_lines)]

@@ -6,10 +6,8 @@ use crate::common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::{run, tool, tool_at};
-use runjournal::event::{
-    Event, ExternalJobStatus, HostIds, JobState, Mode, ProcessIdentity, RunSpec, StepAction,
-    StepSpec,
-};
+use runjournal::event::{Event, ExternalJobStatus, HostIds, JobState, Mode, RunSpec};
+use runjournal::testkit::{identity, provider, runner_started, spec, step, step_running};
 use runjournal::{Condition, Home, Store};
 
 #[test]
@@ -64,39 +62,21 @@ fn hostile_text_is_shown_escaped() {
         .create_run(
             RunSpec {
                 name: Some("\u{1b}]2;owned\u{7}".to_string()),
-                mode: Mode::Single,
-                concurrency: 1,
-                timeout_ms: None,
-                cwd: None,
-                steps: vec![StepSpec {
-                    name: "\u{1b}[2J wipe".to_string(),
-                    action: StepAction::ExternalJob {
-                        provider: "deployer".to_string(),
-                    },
-                }],
+                ..spec(
+                    Mode::Single,
+                    vec![step("\u{1b}[2J wipe", provider("deployer"))],
+                )
             },
             HostIds::default(),
         )
         .expect("create")
         .run;
-    let identity = ProcessIdentity {
-        pid: 7,
-        start_time: 7,
-        boot_id: "test-boot".to_string(),
-        pid_namespace: None,
-    };
     store
         .append(
             run,
             vec![
-                Event::RunnerStarted {
-                    runner: identity.clone(),
-                    instance_id: "i".to_string(),
-                },
-                Event::StepRunning {
-                    step: 0,
-                    process: Some(identity),
-                },
+                runner_started(identity(7), "i"),
+                step_running(0, Some(identity(7))),
                 Event::ExternalJobUpdated {
                     step: 0,
                     job: ExternalJobStatus {

@@ -106,8 +106,8 @@ impl Tombstone {
     }
 
     /// A tombstone for tests and fixtures.
-    #[doc(hidden)]
-    pub fn for_tests(run_id: RunId, state: TerminalState, exit_code: i32) -> Tombstone {
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn for_tests(run_id: RunId, state: TerminalState, exit_code: i32) -> Tombstone {
         Tombstone {
             format_version: FORMAT_VERSION,
             run_id,

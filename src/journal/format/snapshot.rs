@@ -558,8 +558,8 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
 /// end (`last_heartbeat_ms: Option<u64>`), under a checksum that matches. For tests of what
 /// readers and appenders do with a snapshot of another layout; `None` if `layout_one` is not a
 /// layout-1 snapshot.
-#[doc(hidden)]
-pub fn snapshot_of_layout_two_for_tests(
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) fn snapshot_of_layout_two_for_tests(
     layout_one: &[u8],
     last_heartbeat_ms: Option<u64>,
 ) -> Option<Vec<u8>> {
@@ -578,21 +578,24 @@ pub fn snapshot_of_layout_two_for_tests(
 }
 
 /// [`decode_snapshot`], for tests that check what a forged snapshot decodes to.
-#[doc(hidden)]
-pub fn decode_snapshot_for_tests(run: RunId, bytes: &[u8]) -> Result<RunState, SnapshotError> {
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) fn decode_snapshot_for_tests(
+    run: RunId,
+    bytes: &[u8],
+) -> Result<RunState, SnapshotError> {
     decode_snapshot(run, bytes)
 }
 
 /// `payload` followed by its CRC-32C, as snapshots and records end: for tests that forge them.
-#[doc(hidden)]
-pub fn with_checksum_for_tests(payload: &[u8]) -> Vec<u8> {
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) fn with_checksum_for_tests(payload: &[u8]) -> Vec<u8> {
     event::with_checksum(payload)
 }
 
 /// The snapshot bytes of `state`, as the `runs` table stores them. For tests that edit a
 /// journal behind the library's back (to check that `verify` notices); never needed otherwise.
-#[doc(hidden)]
-pub fn encode_snapshot_for_tests(state: &RunState) -> Result<Vec<u8>, EncodeError> {
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) fn encode_snapshot_for_tests(state: &RunState) -> Result<Vec<u8>, EncodeError> {
     encode_snapshot(state)
 }
 

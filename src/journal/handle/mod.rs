@@ -16,7 +16,7 @@ use crate::journal::format::error::{AppendError, OpenError, ReadError, StorageFa
 use crate::journal::format::retention::Retention;
 use crate::journal::read::reader::JournalReader;
 use crate::journal::read::view::{JournalMeta, View};
-use crate::journal::write::append::{self, Appended, Batch, Condition};
+use crate::journal::write::append::{self, Appended, Condition};
 use crate::journal::write::commit::{self, WriterStats};
 use crate::journal::write::options::WriterOptions;
 use crate::journal::write::prune;
@@ -241,10 +241,10 @@ impl Journal {
     /// It exists for tests: the model test (`tests/it/model.rs`) commits batches of its own
     /// writer and commits them again under the same writer seq, to check that a retry is
     /// recognised. A program appends with [`Journal::append`], which numbers its batches itself.
-    #[doc(hidden)]
-    pub fn commit_batches_for_tests(
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn commit_batches_for_tests(
         &self,
-        batches: &[Batch],
+        batches: &[append::Batch],
     ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
         let db = self.database()?;
         append::commit_batches(&db, batches)
@@ -318,7 +318,7 @@ impl Journal {
     /// name must pass [`crate::event::check_queue_name`]; the caller checks it.
     pub fn set_queue_limit(&self, queue: &str, max_active: u64) -> Result<(), AppendError> {
         commit::commit_upkeep(&self.shared, |txn| {
-            crate::journal::write::append::set_queue_limit_in(txn, queue, max_active)
+            append::set_queue_limit_in(txn, queue, max_active)
         })
     }
 

@@ -158,6 +158,7 @@ pub(crate) enum Marks {
 /// Commits `batches` in one durable write transaction, in order. Each batch is validated on its
 /// own against the state left by the batches before it: a refused batch writes nothing and
 /// fails only itself. A storage failure fails them all, and none of them is committed.
+#[cfg(any(test, feature = "testkit"))]
 pub(crate) fn commit_batches(
     db: &Database,
     batches: &[Batch],

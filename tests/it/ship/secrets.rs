@@ -10,7 +10,7 @@ use runjournal::{Home, Store};
 
 use super::fake_pg::{Answer, FakePg};
 use super::{ChildGuard, global_head, journal_id, poll_until, record_run, runjournal};
-use crate::support::pg_cluster::PgCluster;
+use runjournal::testkit::pg_cluster::PgCluster;
 
 const SECRET: &str = "hunter2-not-for-impostors";
 

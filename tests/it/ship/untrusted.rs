@@ -7,7 +7,7 @@ use runjournal::{Home, Store};
 
 use super::fake_pg::{Answer, FakePg};
 use super::{record_run, runjournal, ship_once};
-use crate::support::pg_cluster::PgCluster;
+use runjournal::testkit::pg_cluster::PgCluster;
 
 fn home_with_a_run(dir: &tempfile::TempDir) -> Home {
     let home = Home::at(dir.path().join("home"));

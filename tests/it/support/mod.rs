@@ -1,13 +1,19 @@
-//! Helpers shared by the crash tests (`crash_kill`, `power_loss`, `fault_sweep`): the checks
-//! every recovered journal must pass, an in-memory disk with faults, and a scripted lifecycle.
+//! The one home of the helpers these tests share that no other crate needs (what other crates
+//! share too is in `runjournal::testkit`): a fresh home per test with the `runjournal` command
+//! bound to it and bounded polls of its journal (`home`, re-exported here); the checks every
+//! recovered journal must pass; an in-memory disk with faults, a faulty file, and a scripted
+//! lifecycle for the crash sweeps.
 
 #![allow(dead_code)]
 
 pub mod faulty_file;
-pub mod lifecycle;
+mod home;
 pub mod mem_disk;
-pub mod pg_cluster;
 pub mod script;
+
+pub use home::*;
+// Where `power_cut` finds the standard lifecycle and the PostgreSQL cluster of the kit.
+pub use runjournal::testkit::{lifecycle, pg_cluster};
 
 use runjournal::event::{Event, Record};
 use runjournal::journal::View;

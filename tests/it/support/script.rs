@@ -6,10 +6,11 @@
 use std::sync::Arc;
 
 use runjournal::event::{
-    ControlAction, Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit,
-    ProcessIdentity, Proof, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
+    ControlAction, Event, ExternalJobStatus, JobState, Mode, ProcessIdentity, RunSpec, StepAction,
+    StepEnd, TerminalState,
 };
 use runjournal::journal::{AppendError, Appended};
+use runjournal::testkit as kit;
 use runjournal::{Condition, Journal, RunId};
 
 /// Creation time of every scripted run: long past, so the reconciler's start grace is over.
@@ -60,37 +61,24 @@ pub fn run_id(n: u8) -> RunId {
 }
 
 fn spec(name: &str, mode: Mode, actions: Vec<StepAction>) -> Arc<RunSpec> {
+    let steps = actions
+        .into_iter()
+        .enumerate()
+        .map(|(index, action)| kit::step(&format!("{name}-{index}"), action))
+        .collect();
     Arc::new(RunSpec {
         name: Some(name.to_string()),
-        mode,
         concurrency: 2,
-        timeout_ms: None,
-        cwd: None,
-        steps: actions
-            .into_iter()
-            .enumerate()
-            .map(|(index, action)| StepSpec {
-                name: format!("{name}-{index}"),
-                action,
-            })
-            .collect(),
+        ..kit::spec(mode, steps)
     })
 }
 
-fn shell(script: &str) -> StepAction {
-    StepAction::Shell {
-        script: script.to_string(),
-    }
-}
-
 fn created(spec: Arc<RunSpec>, tool_call_id: Option<&str>) -> Event {
-    Event::RunCreated {
+    kit::created(
         spec,
-        created_at_ms: CREATED_AT_MS,
-        session_id: Some("session-1".to_string()),
-        completion_owner_id: None,
-        tool_call_id: tool_call_id.map(str::to_string),
-    }
+        CREATED_AT_MS,
+        kit::hosts(Some("session-1"), None, tool_call_id),
+    )
 }
 
 /// An identity that is certainly not a live process, nor a group anyone may signal: this
@@ -112,66 +100,36 @@ pub fn other_boot_identity() -> ProcessIdentity {
 }
 
 fn runner_started(instance: &str) -> Event {
-    Event::RunnerStarted {
-        runner: dead_identity(),
-        instance_id: instance.to_string(),
-    }
+    kit::runner_started(dead_identity(), instance)
 }
 
 fn step_running(step: u32) -> Event {
-    Event::StepRunning {
-        step,
-        process: Some(dead_identity()),
-    }
+    kit::step_running(step, Some(dead_identity()))
 }
 
 fn step_finished(step: u32, end: StepEnd) -> Event {
-    Event::StepFinished {
-        step,
-        outcome: StepOutcome {
-            end,
-            exit_code: (end == StepEnd::Complete).then_some(0),
-            error: (end != StepEnd::Complete).then(|| format!("step {step} {end:?}")),
-        },
-    }
+    let is_complete = end == StepEnd::Complete;
+    let error = (!is_complete).then(|| format!("step {step} {end:?}"));
+    kit::step_finished(step, end, is_complete.then_some(0), error.as_deref())
 }
 
 fn terminal(state: TerminalState, exit_code: i32) -> Event {
-    Event::Terminal {
-        state,
-        error: (state != TerminalState::Complete).then(|| format!("{state:?}")),
-        summary: "scripted".to_string(),
-        exit_code,
-        repaired_by: None,
-    }
+    let error = (state != TerminalState::Complete).then(|| format!("{state:?}"));
+    kit::terminal(state, exit_code, "scripted", error.as_deref())
 }
 
-fn observed(instance: &str, code: i32) -> Event {
-    Event::ProcessTerminalObserved {
-        instance_id: instance.to_string(),
-        exit: Some(ProcessExit {
-            code: Some(code),
-            signal: None,
-        }),
-        proof: Proof::Observed,
-        observer: Observer::RunnerParent,
-    }
-}
-
-fn job(state: JobState, progress: Option<f64>) -> ExternalJobStatus {
-    ExternalJobStatus {
-        state,
-        id: Some("job-1".to_string()),
-        progress,
+fn job(state: JobState, progress: Option<f64>) -> Event {
+    let job = ExternalJobStatus {
         message: Some(format!("{state:?}")),
-        url: None,
-    }
+        ..kit::job(state, "job-1", progress)
+    };
+    kit::job_updated(0, job)
 }
 
 /// A `RunCreated` of a one-step run named after `run`.
 pub fn created_event(run: RunId) -> Event {
     created(
-        spec(&format!("run-{run}"), Mode::Single, vec![shell("true")]),
+        spec(&format!("run-{run}"), Mode::Single, vec![kit::sh("true")]),
         None,
     )
 }
@@ -201,7 +159,7 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
     let a_spec = spec(
         "alpha",
         Mode::Chain,
-        vec![shell("true"), shell("true"), shell("true")],
+        vec![kit::sh("true"), kit::sh("true"), kit::sh("true")],
     );
     append(a, vec![created(a_spec, Some("tool-a"))], head(0));
     append(a, vec![runner_started("a-1")], head(1));
@@ -211,7 +169,10 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
     }
     append(
         a,
-        vec![terminal(TerminalState::Complete, 0), observed("a-1", 0)],
+        vec![
+            terminal(TerminalState::Complete, 0),
+            kit::runner_exited("a-1", 0),
+        ],
         alive(),
     );
     append(
@@ -224,45 +185,28 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
 
     // B: an external job, stopped by a control request.
     let b = run_id(2);
-    let b_spec = spec(
-        "bravo",
-        Mode::Single,
-        vec![StepAction::ExternalJob {
-            provider: "provider".to_string(),
-        }],
-    );
+    let b_spec = spec("bravo", Mode::Single, vec![kit::provider("provider")]);
     append(b, vec![created(b_spec, None)], head(0));
     append(b, vec![runner_started("b-1")], head(1));
     append(b, vec![step_running(0)], head(2));
+    append(b, vec![job(JobState::Queued, None)], alive());
+    append(b, vec![job(JobState::Running, Some(0.5))], alive());
     append(
         b,
-        vec![Event::ExternalJobUpdated {
-            step: 0,
-            job: job(JobState::Queued, None),
-        }],
-        alive(),
-    );
-    append(
-        b,
-        vec![Event::ExternalJobUpdated {
-            step: 0,
-            job: job(JobState::Running, Some(0.5)),
-        }],
-        alive(),
-    );
-    append(
-        b,
-        vec![Event::ControlRequested {
-            action: ControlAction::Stop,
-            by: "script".to_string(),
-            reason: "a scripted stop".to_string(),
-        }],
+        vec![kit::control(
+            ControlAction::Stop,
+            "script",
+            "a scripted stop",
+        )],
         alive(),
     );
     append(b, vec![step_finished(0, StepEnd::Stopped)], alive());
     append(
         b,
-        vec![terminal(TerminalState::Stopped, 143), observed("b-1", 143)],
+        vec![
+            terminal(TerminalState::Stopped, 143),
+            kit::runner_exited("b-1", 143),
+        ],
         alive(),
     );
 
@@ -276,7 +220,7 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
     let c_spec = spec(
         "charlie",
         Mode::Parallel,
-        vec![shell("sleep 1"), shell("sleep 1")],
+        vec![kit::sh("sleep 1"), kit::sh("sleep 1")],
     );
     append(c, vec![created(c_spec, Some("tool-c"))], head(0));
     append(c, vec![runner_started("c-1")], head(1));
@@ -291,7 +235,7 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
     append(
         d,
         vec![created(
-            spec("delta", Mode::Single, vec![shell("true")]),
+            spec("delta", Mode::Single, vec![kit::sh("true")]),
             None,
         )],
         head(0),
@@ -302,17 +246,14 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
     append(
         e,
         vec![created(
-            spec("echo", Mode::Single, vec![shell("true")]),
+            spec("echo", Mode::Single, vec![kit::sh("true")]),
             None,
         )],
         head(0),
     );
     append(
         e,
-        vec![Event::RunnerStarted {
-            runner: other_boot_identity(),
-            instance_id: "e-1".to_string(),
-        }],
+        vec![kit::runner_started(other_boot_identity(), "e-1")],
         head(1),
     );
 
@@ -321,7 +262,7 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
     append(
         f,
         vec![created(
-            spec("foxtrot", Mode::Single, vec![shell("false")]),
+            spec("foxtrot", Mode::Single, vec![kit::sh("false")]),
             None,
         )],
         head(0),
@@ -336,13 +277,13 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
     append(
         g,
         vec![created(
-            spec("golf", Mode::Single, vec![shell("true")]),
+            spec("golf", Mode::Single, vec![kit::sh("true")]),
             None,
         )],
         head(0),
     );
     append(g, vec![runner_started("g-1")], head(1));
-    append(g, vec![observed("g-1", 137)], Condition::none());
+    append(g, vec![kit::runner_exited("g-1", 137)], Condition::none());
 
     // A burst from three threads at once: some commits hold several batches.
     let burst: Vec<Vec<Attempt>> = std::thread::scope(|scope| {
@@ -354,7 +295,7 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
                     let batches = vec![
                         (
                             vec![created(
-                                spec(&name, Mode::Single, vec![shell("true")]),
+                                spec(&name, Mode::Single, vec![kit::sh("true")]),
                                 None,
                             )],
                             head(0),
@@ -363,7 +304,10 @@ pub fn run(journal: &Journal) -> Vec<Attempt> {
                         (vec![step_running(0)], alive()),
                         (vec![step_finished(0, StepEnd::Complete)], alive()),
                         (
-                            vec![terminal(TerminalState::Complete, 0), observed(&name, 0)],
+                            vec![
+                                terminal(TerminalState::Complete, 0),
+                                kit::runner_exited(&name, 0),
+                            ],
                             alive(),
                         ),
                     ];

@@ -9,10 +9,13 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use runjournal::HostIds;
 use runjournal::event::{
-    Event, ExternalJobStatus, JobState, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
+    ControlAction, Event, ExternalJobStatus, JobState, Mode, RunSpec, StepEnd, TerminalState,
 };
 use runjournal::home::Layout;
+use runjournal::testkit::{
+    completed, control, hosts, identity, job, job_updated, provider, runner_exited, runner_started,
+    shell, spec, step, step_complete, step_finished, step_running, terminal,
+};
 use runjournal::{Condition, Home, RunId, Store};
 
 /// The test's home and the runs in it.
@@ -50,36 +53,6 @@ impl Fixture {
     }
 }
 
-/// A recorded process that cannot be alive here: its boot is not this one.
-pub fn identity(pid: u32) -> ProcessIdentity {
-    ProcessIdentity {
-        pid,
-        start_time: 7,
-        boot_id: "test-boot".to_string(),
-        pid_namespace: None,
-    }
-}
-
-fn shell(name: &str, script: &str) -> StepSpec {
-    StepSpec {
-        name: name.to_string(),
-        action: StepAction::Shell {
-            script: script.to_string(),
-        },
-    }
-}
-
-fn finished(step: u32, end: StepEnd, exit_code: i32, error: Option<&str>) -> Event {
-    Event::StepFinished {
-        step,
-        outcome: StepOutcome {
-            end,
-            exit_code: Some(exit_code),
-            error: error.map(str::to_string),
-        },
-    }
-}
-
 fn append(store: &Store, run: RunId, batches: Vec<Vec<Event>>) {
     for events in batches {
         store
@@ -103,26 +76,16 @@ pub fn fixture_in(layout: Layout) -> Fixture {
         .create_run(
             RunSpec {
                 name: Some("deploy".to_string()),
-                mode: Mode::Chain,
-                concurrency: 1,
-                timeout_ms: None,
-                cwd: None,
-                steps: vec![
-                    shell("build", "make"),
-                    StepSpec {
-                        name: "ship".to_string(),
-                        action: StepAction::ExternalJob {
-                            provider: "deployer --watch".to_string(),
-                        },
-                    },
-                    shell("notify", "true"),
-                ],
+                ..spec(
+                    Mode::Chain,
+                    vec![
+                        shell("build", "make"),
+                        step("ship", provider("deployer --watch")),
+                        shell("notify", "true"),
+                    ],
+                )
             },
-            HostIds {
-                session_id: Some("session-1".to_string()),
-                completion_owner_id: None,
-                tool_call_id: Some("call-1".to_string()),
-            },
+            hosts(Some("session-1"), None, Some("call-1")),
         )
         .expect("created")
         .run;
@@ -130,47 +93,27 @@ pub fn fixture_in(layout: Layout) -> Fixture {
         &store,
         failed,
         vec![
-            vec![Event::RunnerStarted {
-                runner: identity(100),
-                instance_id: "runner-a".to_string(),
-            }],
-            vec![Event::StepRunning {
-                step: 0,
-                process: Some(identity(101)),
-            }],
-            vec![finished(0, StepEnd::Complete, 0, None)],
-            vec![Event::StepRunning {
-                step: 1,
-                process: Some(identity(102)),
-            }],
-            vec![Event::ExternalJobUpdated {
-                step: 1,
-                job: ExternalJobStatus {
-                    state: JobState::Failed,
-                    id: Some("job-7".to_string()),
+            vec![runner_started(identity(100), "runner-a")],
+            vec![step_running(0, Some(identity(101)))],
+            vec![step_complete(0)],
+            vec![step_running(1, Some(identity(102)))],
+            vec![job_updated(
+                1,
+                ExternalJobStatus {
                     progress: Some(0.5),
                     message: Some("quota exceeded".to_string()),
-                    url: None,
+                    ..job(JobState::Failed, "job-7", None)
                 },
-            }],
+            )],
             vec![
-                finished(1, StepEnd::Failed, 1, Some("external job failed")),
-                Event::Terminal {
-                    state: TerminalState::Failed,
-                    error: Some("step 1 (ship) failed".to_string()),
-                    summary: "ship failed".to_string(),
-                    exit_code: 1,
-                    repaired_by: None,
-                },
-                Event::ProcessTerminalObserved {
-                    instance_id: "runner-a".to_string(),
-                    exit: Some(ProcessExit {
-                        code: Some(1),
-                        signal: None,
-                    }),
-                    proof: Proof::Observed,
-                    observer: Observer::RunnerParent,
-                },
+                step_finished(1, StepEnd::Failed, Some(1), Some("external job failed")),
+                terminal(
+                    TerminalState::Failed,
+                    1,
+                    "ship failed",
+                    Some("step 1 (ship) failed"),
+                ),
+                runner_exited("runner-a", 1),
             ],
         ],
     );
@@ -179,11 +122,7 @@ pub fn fixture_in(layout: Layout) -> Fixture {
         .create_run(
             RunSpec {
                 name: Some("hello".to_string()),
-                mode: Mode::Single,
-                concurrency: 1,
-                timeout_ms: None,
-                cwd: None,
-                steps: vec![shell("greet", "echo hello")],
+                ..spec(Mode::Single, vec![shell("greet", "echo hello")])
             },
             HostIds::default(),
         )
@@ -193,32 +132,12 @@ pub fn fixture_in(layout: Layout) -> Fixture {
         &store,
         complete,
         vec![
-            vec![Event::RunnerStarted {
-                runner: identity(200),
-                instance_id: "runner-b".to_string(),
-            }],
-            vec![Event::StepRunning {
-                step: 0,
-                process: Some(identity(201)),
-            }],
+            vec![runner_started(identity(200), "runner-b")],
+            vec![step_running(0, Some(identity(201)))],
             vec![
-                finished(0, StepEnd::Complete, 0, None),
-                Event::Terminal {
-                    state: TerminalState::Complete,
-                    error: None,
-                    summary: "said hello".to_string(),
-                    exit_code: 0,
-                    repaired_by: None,
-                },
-                Event::ProcessTerminalObserved {
-                    instance_id: "runner-b".to_string(),
-                    exit: Some(ProcessExit {
-                        code: Some(0),
-                        signal: None,
-                    }),
-                    proof: Proof::Observed,
-                    observer: Observer::RunnerParent,
-                },
+                step_complete(0),
+                completed("said hello"),
+                runner_exited("runner-b", 0),
             ],
         ],
     );
@@ -226,18 +145,14 @@ pub fn fixture_in(layout: Layout) -> Fixture {
     let running = store
         .create_run(
             RunSpec {
-                name: None,
-                mode: Mode::Parallel,
                 concurrency: 2,
                 timeout_ms: Some(60_000),
-                cwd: None,
-                steps: vec![shell("left", "sleep 100"), shell("right", "sleep 100")],
+                ..spec(
+                    Mode::Parallel,
+                    vec![shell("left", "sleep 100"), shell("right", "sleep 100")],
+                )
             },
-            HostIds {
-                session_id: None,
-                completion_owner_id: None,
-                tool_call_id: Some("call-3".to_string()),
-            },
+            hosts(None, None, Some("call-3")),
         )
         .expect("created")
         .run;
@@ -245,25 +160,9 @@ pub fn fixture_in(layout: Layout) -> Fixture {
         &store,
         running,
         vec![
-            vec![Event::RunnerStarted {
-                runner: identity(300),
-                instance_id: "runner-c".to_string(),
-            }],
-            vec![
-                Event::StepRunning {
-                    step: 0,
-                    process: Some(identity(301)),
-                },
-                Event::StepRunning {
-                    step: 1,
-                    process: None,
-                },
-            ],
-            vec![Event::ControlRequested {
-                action: runjournal::event::ControlAction::Stop,
-                by: "tester".to_string(),
-                reason: "enough".to_string(),
-            }],
+            vec![runner_started(identity(300), "runner-c")],
+            vec![step_running(0, Some(identity(301))), step_running(1, None)],
+            vec![control(ControlAction::Stop, "tester", "enough")],
         ],
     );
     assert!(

@@ -3,11 +3,9 @@
 //! serving only a Unix socket inside that directory (no TCP port, so tests never collide and
 //! never touch a shared server), stopped and deleted on drop even when the test fails.
 //!
-//! Shared by `tests/it`, `journal-tools/tests/it` and the benchmark (included by path).
-//! Without PostgreSQL's server binaries a test prints that it skipped; with
+//! Used by `tests/it`, `journal-tools/tests/it` and the shipping benchmark. Without
+//! PostgreSQL's server binaries a test prints that it skipped; with
 //! `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets, after installing them) it fails instead.
-
-#![allow(dead_code)]
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,5 @@
-//! Helpers shared by the CLI tests: a fresh home per test, the `runjournal` command bound to
-//! it, and bounded polls of the journal.
-
-#![allow(dead_code)]
+//! A fresh home per test, the `runjournal` command bound to it, and bounded polls of the
+//! journal.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -100,6 +98,33 @@ pub fn wait_for(
 /// Polls until the run is terminal.
 pub fn wait_terminal(journal: &Journal, run: RunId) -> RunState {
     wait_for(journal, run, "the run to end", RunState::is_terminal)
+}
+
+/// A home holding one finished run of one shell step (`run --wait -- true`); its id.
+pub fn home_with_a_run() -> (TestHome, RunId) {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--step", "true"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let run = run_id_of(&output.stdout);
+    (home, run)
+}
+
+/// Starts `args` (after `run --json`) in `home` and returns the run's id.
+pub fn launch(home: &TestHome, args: &[&str]) -> RunId {
+    let output = home
+        .cmd()
+        .args(["run", "--json"])
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    run_id_of(&output)
 }
 
 /// The run id printed by `run --json`.
