@@ -3,75 +3,36 @@
 //! processes, with kills and a full disk: `tests/it/commit_leader.rs`.)
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tempfile::TempDir;
 
-use crate::event::{
-    Event, Mode, ProcessIdentity, RunId, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec,
-    TerminalState, now_ms,
-};
+use crate::event::{Event, HostIds, Mode, RunId, TerminalState, now_ms};
 use crate::journal::{AppendError, Appended, CommitSharing, Condition, Journal, WriterOptions};
 use crate::state::TransitionError;
-
-fn spec() -> RunSpec {
-    RunSpec {
-        name: None,
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "build".to_string(),
-            action: StepAction::Command {
-                argv: vec!["true".to_string()],
-            },
-        }],
-    }
-}
+use crate::testkit;
 
 fn created() -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec()),
-        created_at_ms: now_ms(),
-        session_id: None,
-        completion_owner_id: None,
-        tool_call_id: None,
-    }
+    testkit::created(
+        testkit::spec(
+            Mode::Single,
+            vec![testkit::step("build", testkit::argv(&["true"]))],
+        ),
+        now_ms(),
+        HostIds::default(),
+    )
 }
 
 fn runner_started() -> Event {
-    Event::RunnerStarted {
-        runner: ProcessIdentity {
-            pid: 4242,
-            start_time: 1,
-            boot_id: "boot".to_string(),
-            pid_namespace: None,
-        },
-        instance_id: "instance".to_string(),
-    }
+    testkit::runner_started(testkit::identity(4242), "instance")
 }
 
 fn step_finished() -> Event {
-    Event::StepFinished {
-        step: 0,
-        outcome: StepOutcome {
-            end: StepEnd::Complete,
-            exit_code: Some(0),
-            error: None,
-        },
-    }
+    testkit::step_complete(0)
 }
 
 fn failed() -> Event {
-    Event::Terminal {
-        state: TerminalState::Failed,
-        error: Some("gave up".to_string()),
-        summary: String::new(),
-        exit_code: 1,
-        repaired_by: None,
-    }
+    testkit::terminal(TerminalState::Failed, 1, "", Some("gave up"))
 }
 
 fn journal_in(dir: &Path) -> PathBuf {
@@ -456,15 +417,7 @@ fn by_default_a_process_without_a_terminal_leads_and_one_with_a_terminal_does_no
 
 /// A step's process as a runner records it on Linux: with the PID namespace its pid was read in.
 fn step_running_in_a_namespace() -> Event {
-    Event::StepRunning {
-        step: 0,
-        process: Some(ProcessIdentity {
-            pid: 4343,
-            start_time: 2,
-            boot_id: "boot".to_string(),
-            pid_namespace: Some(4_026_531_836),
-        }),
-    }
+    testkit::step_running(0, Some(testkit::namespaced_identity(4343)))
 }
 
 /// What a client hands a leader is what the leader commits: a process identity keeps its PID

@@ -3,21 +3,21 @@
 //! directory.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 
 use redb::{ReadableDatabase, TableDefinition, TableHandle};
 use tempfile::TempDir;
 
 use super::*;
 use crate::event::{
-    Event, HostIds, Mode, Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunId,
-    RunIdError, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, UnixMs,
-    WriterId, now_ms,
+    Event, HostIds, Mode, Observer, ProcessIdentity, Proof, Record, Repairer, RunId, RunIdError,
+    RunSpec, StepEnd, TerminalState, UnixMs, WriterId, now_ms,
 };
 use crate::journal::format::snapshot::{SnapshotError, snapshot_of_layout_two_for_tests};
 use crate::journal::format::tables::{self, META, RECORDS};
 use crate::journal::write::append::commit_batches;
 use crate::state::{self, RunState, RunStatus, TransitionError};
+use crate::testkit;
 
 mod aliases;
 mod corruption;
@@ -41,28 +41,19 @@ fn new_journal() -> (TempDir, Journal) {
     (dir, journal)
 }
 
+/// A run of one step, `build`, running `true`.
 fn spec(name: Option<&str>) -> RunSpec {
     RunSpec {
         name: name.map(str::to_string),
-        mode: Mode::Single,
-        concurrency: 1,
-        timeout_ms: None,
-        cwd: None,
-        steps: vec![StepSpec {
-            name: "build".to_string(),
-            action: StepAction::Command {
-                argv: vec!["true".to_string()],
-            },
-        }],
+        ..testkit::spec(
+            Mode::Single,
+            vec![testkit::step("build", testkit::argv(&["true"]))],
+        )
     }
 }
 
 fn host_ids(tool_call_id: Option<&str>) -> HostIds {
-    HostIds {
-        session_id: Some("session-1".to_string()),
-        completion_owner_id: None,
-        tool_call_id: tool_call_id.map(str::to_string),
-    }
+    testkit::hosts(Some("session-1"), None, tool_call_id)
 }
 
 fn create(journal: &Journal, name: Option<&str>, tool_call_id: Option<&str>) -> RunId {
@@ -75,62 +66,28 @@ fn create(journal: &Journal, name: Option<&str>, tool_call_id: Option<&str>) -> 
 }
 
 fn run_created(name: Option<&str>) -> Event {
-    Event::RunCreated {
-        spec: Arc::new(spec(name)),
-        created_at_ms: now_ms(),
-        session_id: None,
-        completion_owner_id: None,
-        tool_call_id: None,
-    }
+    testkit::created(spec(name), now_ms(), HostIds::default())
 }
 
+/// The runner's process: pid 4242, which `repaired_failure`'s words name.
 fn runner_identity() -> ProcessIdentity {
-    ProcessIdentity {
-        pid: 4242,
-        start_time: 987_654,
-        boot_id: "boot-a".to_string(),
-        pid_namespace: None,
-    }
+    testkit::identity(4242)
 }
 
 fn runner_started(instance: &str) -> Event {
-    Event::RunnerStarted {
-        runner: runner_identity(),
-        instance_id: instance.to_string(),
-    }
+    testkit::runner_started(runner_identity(), instance)
 }
 
 fn step_running(step: u32) -> Event {
-    Event::StepRunning {
-        step,
-        process: Some(ProcessIdentity {
-            pid: 4243,
-            start_time: 987_700,
-            boot_id: "boot-a".to_string(),
-            pid_namespace: None,
-        }),
-    }
+    testkit::step_running(step, Some(testkit::identity(4243)))
 }
 
 fn step_finished(step: u32, end: StepEnd) -> Event {
-    Event::StepFinished {
-        step,
-        outcome: StepOutcome {
-            end,
-            exit_code: Some(0),
-            error: None,
-        },
-    }
+    testkit::step_finished(step, end, Some(0), None)
 }
 
 fn terminal(state: TerminalState) -> Event {
-    Event::Terminal {
-        state,
-        error: None,
-        summary: format!("run ended {}", state.as_str()),
-        exit_code: 0,
-        repaired_by: None,
-    }
+    testkit::terminal(state, 0, &format!("run ended {}", state.as_str()), None)
 }
 
 fn repaired_failure() -> Event {
@@ -144,15 +101,7 @@ fn repaired_failure() -> Event {
 }
 
 fn process_gone(instance: &str, proof: Proof, observer: Observer) -> Event {
-    Event::ProcessTerminalObserved {
-        instance_id: instance.to_string(),
-        exit: Some(ProcessExit {
-            code: Some(0),
-            signal: None,
-        }),
-        proof,
-        observer,
-    }
+    testkit::process_terminal(instance, Some(0), proof, observer)
 }
 
 /// The five transitions after `RunCreated` of a run that succeeds and is then seen gone.
