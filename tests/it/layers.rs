@@ -121,10 +121,18 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
     out
 }
 
-/// `code` split into what ships and its unit tests: the whole of a `tests.rs` is tests, and
-/// elsewhere the tests begin at a `#[cfg(test)]` followed by `mod tests`.
+/// `code` split into what ships and its unit tests: the whole of a `tests.rs`, or of a file
+/// under a `tests` folder, is tests, and elsewhere the tests begin at a `#[cfg(test)]` followed
+/// by `mod tests`.
 fn split_tests<'a>(file: &Path, code: &'a str) -> (&'a str, &'a str) {
-    if file.file_name().is_some_and(|name| name == "tests.rs") {
+    let is_tests_file = file.file_name().is_some_and(|name| name == "tests.rs")
+        || file
+            .parent()
+            .into_iter()
+            .flat_map(Path::iter)
+            .skip_while(|part| *part != "src")
+            .any(|part| part == "tests");
+    if is_tests_file {
         return ("", code);
     }
     let mut offset = 0;
@@ -163,6 +171,8 @@ fn unit_tests_are_told_from_the_code_that_ships() {
     assert!(ships.contains("crate::event") && ships.contains("fn helper"));
     assert!(tests.starts_with("#[cfg(test)]\nmod tests") && tests.contains("crate::testkit"));
     let (ships, tests) = split_tests(Path::new("src/state/tests.rs"), code);
+    assert_eq!((ships, tests), ("", code));
+    let (ships, tests) = split_tests(Path::new("src/journal/tests/queues.rs"), code);
     assert_eq!((ships, tests), ("", code));
 }
 
