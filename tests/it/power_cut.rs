@@ -907,3 +907,129 @@ fn a_new_home_and_its_journal_survive_a_cut_after_the_first_commit() {
     let view = journal.view().expect("a read view");
     assert_eq!(view.all_runs().expect("the runs"), vec![run]);
 }
+
+/// `/proc/<pid>/stat`'s state letter (`T` for a stopped process).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces: the state follows the last `)`.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// The race behind a journal that went back to older records while the workload ran: a process
+/// that found no journal, and then failed its open after another process had created the
+/// journal and committed to it, removed that journal as if it were its own (the next process
+/// made an empty one, and the first went on committing to a file no path reached). A failed
+/// open now removes a journal only when its own exclusive create made it.
+///
+/// The failing process is stopped (a debug build's hook) after it made the home's directories
+/// and before it creates the journal; meanwhile another handle creates the journal and commits
+/// a run; the journal is then made group-writable, so that the stopped process's open refuses
+/// it once resumed. Its failure must leave the journal, and the run, in place.
+#[test]
+fn a_failed_open_never_removes_a_journal_another_process_created() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    let base = tempfile::tempdir().expect("a temporary directory");
+    let home = Home::at(base.path().join("home"));
+    let hook = base.path().join("stop-in-open");
+    std::fs::write(&hook, b"").expect("the hook's file");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_runjournal"));
+    let mut late = Command::new(&bin)
+        .arg("--home")
+        .arg(home.root())
+        .arg("reconcile")
+        .env(runjournal::store::STOP_IN_OPEN_ENV, &hook)
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn runjournal reconcile");
+    let pid = late.id();
+    let started = Instant::now();
+    while hook.exists() || process_state(pid) != Some('T') {
+        assert!(
+            started.elapsed() < SETTLE_BOUND,
+            "the late open never stopped in its open ({:?})",
+            process_state(pid)
+        );
+        assert!(
+            late.try_wait().expect("a wait").is_none(),
+            "the late open exited before its hook"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        !home.journal_path().exists(),
+        "the late open stopped before the journal was made"
+    );
+
+    // Another process's open, meanwhile: it creates the journal and commits a run.
+    let store = Store::open_with(home.clone(), StoreOptions::default()).expect("the home opens");
+    let run = store
+        .create_run(
+            support::lifecycle::chain_spec(1),
+            runjournal::HostIds::default(),
+        )
+        .expect("the run is created")
+        .run;
+    let inode = std::fs::metadata(home.journal_path())
+        .expect("the journal")
+        .ino();
+    std::fs::set_permissions(home.journal_path(), std::fs::Permissions::from_mode(0o660))
+        .expect("the journal made group-writable");
+
+    kill(Pid::from_raw(pid as i32), Signal::SIGCONT).expect("SIGCONT");
+    let output = late.wait_with_output().expect("the late open ends");
+    assert!(
+        !exited_zero(output.status),
+        "the late open refuses a group-writable journal: {:?}",
+        output.status
+    );
+    let kept = std::fs::metadata(home.journal_path()).unwrap_or_else(|error| {
+        panic!(
+            "the journal is gone after another process's failed open ({error}); it said: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert_eq!(
+        kept.ino(),
+        inode,
+        "the journal at the path is the one the run was committed to"
+    );
+    std::fs::set_permissions(home.journal_path(), std::fs::Permissions::from_mode(0o600))
+        .expect("the journal private again");
+    // The first handle's later commits reach the same file a new open reads.
+    store
+        .append(
+            run,
+            vec![Event::ControlRequested {
+                action: ControlAction::Stop,
+                by: "a test".to_string(),
+                reason: "after the failed open".to_string(),
+            }],
+            runjournal::journal::Condition::none(),
+        )
+        .expect("the first handle commits again");
+    drop(store);
+    let journal = Journal::open(home.journal_path()).expect("the journal opens");
+    let records = journal
+        .view()
+        .expect("a view")
+        .records(run)
+        .expect("records");
+    assert!(
+        records.iter().any(|record| matches!(
+            &record.event,
+            Event::ControlRequested { reason, .. } if reason == "after the failed open"
+        )),
+        "the run and its later record are in the journal at the path: {:?}",
+        support::events(&records)
+    );
+}
