@@ -188,9 +188,7 @@ struct Request {
 #[derive(Debug, Clone)]
 enum Acknowledged {
     /// A detached launch printed the run id: the run with its runner started.
-    Launched {
-        run: RunId,
-    },
+    Launched { run: RunId },
     /// `run --wait` printed records 1..=seq of the run named so; `end` the last line when it
     /// printed the run's end.
     Followed {
@@ -198,23 +196,18 @@ enum Acknowledged {
         seq: u64,
         end: Option<String>,
     },
+    /// `job update` recorded this message, at the record it printed (`seq`, once it exited).
     JobUpdate {
         run: RunId,
         message: String,
+        seq: Option<u64>,
     },
     /// `stop` recorded this request.
-    Stop {
-        run: RunId,
-        reason: String,
-    },
+    Stop { run: RunId, reason: String },
     /// `stop` found a stop already recorded.
-    Stopped {
-        run: RunId,
-    },
+    Stopped { run: RunId },
     /// `stop` found the run ended.
-    Ended {
-        run: RunId,
-    },
+    Ended { run: RunId },
 }
 
 struct Cut<'a> {
@@ -375,7 +368,11 @@ impl Cut<'_> {
         ));
         self.count("job update");
         self.requests.push(Request {
-            what: Acknowledged::JobUpdate { run, message },
+            what: Acknowledged::JobUpdate {
+                run,
+                message,
+                seq: None,
+            },
             child,
             stdout,
         });
@@ -483,6 +480,11 @@ impl Cut<'_> {
                 Acknowledged::Stop { run, .. } if printed.contains("has already ended") => {
                     Acknowledged::Ended { run: *run }
                 }
+                Acknowledged::JobUpdate { run, message, .. } => Acknowledged::JobUpdate {
+                    run: *run,
+                    message: message.clone(),
+                    seq: Some(printed_record(&printed)),
+                },
                 what => what.clone(),
             };
             self.log
@@ -511,6 +513,16 @@ fn exited_zero(status: ExitStatus) -> bool {
 /// Whether `line` of `text` ended with a newline (a line cut by the kill is not a whole one).
 fn is_whole_line(text: &str, line: &str) -> bool {
     text.contains(&format!("{line}\n"))
+}
+
+/// `run 01J...: step 0 job running (record 7)` → 7.
+fn printed_record(printed: &str) -> u64 {
+    printed
+        .trim()
+        .strip_suffix(')')
+        .and_then(|text| text.rsplit_once("(record "))
+        .and_then(|(_, seq)| seq.parse().ok())
+        .unwrap_or_else(|| panic!("a job update that exited 0 printed its record: {printed:?}"))
 }
 
 /// `#12 step 0 (...) complete (exit 0)` → 12.
@@ -651,15 +663,23 @@ fn check(home: &Home, acknowledged: &[Acknowledged], seed: u64) -> usize {
                     lost("the end a --wait printed");
                 }
             }
-            Acknowledged::JobUpdate { run, message } => {
+            Acknowledged::JobUpdate { run, message, seq } => {
                 if is_pruned(*run) {
                     continue;
                 }
-                if !records_of(*run).iter().any(|record| {
-                    matches!(&record.event, Event::ExternalJobUpdated { job, .. }
-                        if job.message.as_deref() == Some(message.as_str()))
-                }) {
-                    lost("a job update that exited 0");
+                // At the seq it printed: a journal that went back to older records and on from
+                // there would hold another record at that seq, or this one at another.
+                let is_there = records_of(*run).iter().any(|record| {
+                    seq.is_none_or(|seq| record.seq == seq)
+                        && matches!(&record.event, Event::ExternalJobUpdated { job, .. }
+                            if job.message.as_deref() == Some(message.as_str()))
+                });
+                if !is_there {
+                    eprintln!(
+                        "run {run}: records {:?}",
+                        support::events(&records_of(*run))
+                    );
+                    lost("a job update that exited 0, at the record it printed");
                 }
             }
             Acknowledged::Stop { run, reason } => {
