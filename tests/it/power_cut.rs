@@ -105,18 +105,23 @@ impl Freezer {
             .to_string()
     }
 
-    /// Freezes every process at once, and waits until they all are.
-    fn freeze(&self) {
+    /// Freezes every process at once, and waits until they all are. Returns `None` once they
+    /// are, or, when some still are not after the bound, what each process is doing: the
+    /// legacy freezer freezes no task asleep in the kernel uninterruptibly (in a FUSE request
+    /// past its interruptible part, say) until it wakes. The cut may go ahead then: the disk's
+    /// cut is one instant in the order of its requests whoever still runs, nothing a process
+    /// does after it reaches what the disk keeps, and what a process prints after it is
+    /// checked like anything else it printed.
+    fn freeze(&self) -> Option<Vec<String>> {
         self.set_state("FROZEN");
         let started = Instant::now();
         while self.state() != "FROZEN" {
-            assert!(
-                started.elapsed() < SETTLE_BOUND,
-                "the workload did not freeze ({})",
-                self.state()
-            );
+            if started.elapsed() > SETTLE_BOUND {
+                return Some(self.procs().into_iter().map(doing).collect());
+            }
             std::thread::sleep(Duration::from_millis(2));
         }
+        None
     }
 
     /// SIGKILLs every process, thaws them so they die, and waits until none is left.
@@ -133,7 +138,8 @@ impl Freezer {
             }
             assert!(
                 started.elapsed() < SETTLE_BOUND,
-                "processes outlive SIGKILL: {left:?}"
+                "processes outlive SIGKILL: {:#?}",
+                left.iter().map(|pid| doing(*pid)).collect::<Vec<_>>()
             );
             // A process forked while the others were being killed.
             for pid in left {
@@ -142,6 +148,31 @@ impl Freezer {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// What process `pid` is doing: its state, where it sleeps in the kernel, its kernel stack's
+/// functions and its command line. (A frozen task shows as asleep where it slept: nothing
+/// per process tells it from one the freezer is still waiting for.)
+fn doing(pid: i32) -> String {
+    let proc_file = |name: &str| std::fs::read_to_string(format!("/proc/{pid}/{name}")).ok();
+    let state = u32::try_from(pid)
+        .ok()
+        .and_then(process_state)
+        .unwrap_or('?');
+    let stack_text = proc_file("stack").unwrap_or_default();
+    let stack: Vec<&str> = stack_text
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .collect();
+    format!(
+        "pid {pid} {state} wchan {} [{}] stack {}",
+        proc_file("wchan").unwrap_or_default(),
+        proc_file("cmdline")
+            .unwrap_or_default()
+            .replace('\0', " ")
+            .trim(),
+        stack.join(" < ")
+    )
 }
 
 impl Drop for Freezer {
@@ -858,7 +889,14 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
                     rounds += 1;
                 }
                 let was_cut_at_sync = disk.is_cut();
-                cut.freezer.freeze();
+                if let Some(unfrozen) = cut.freezer.freeze() {
+                    // Reported with the test's totals; the cut goes ahead (see `freeze`).
+                    eprintln!(
+                        "seed {seed}: the workload did not freeze within {SETTLE_BOUND:?}; its processes: {unfrozen:#?}"
+                    );
+                    cut.log.push(format!("not all frozen: {unfrozen:?}"));
+                    cut.count("freeze that did not complete");
+                }
                 disk.cut(tear);
                 cut.freezer.kill_all();
                 cut.log.push(format!(
