@@ -106,12 +106,15 @@ impl Freezer {
     }
 
     /// Freezes every process at once, and waits until they all are. Returns `None` once they
-    /// are, or, when some still are not after the bound, what each process is doing: the
-    /// legacy freezer freezes no task asleep in the kernel uninterruptibly (in a FUSE request
-    /// past its interruptible part, say) until it wakes. The cut may go ahead then: the disk's
-    /// cut is one instant in the order of its requests whoever still runs, nothing a process
-    /// does after it reaches what the disk keeps, and what a process prints after it is
-    /// checked like anything else it printed.
+    /// are, or, when some still are not after the bound, what each process is doing. The
+    /// legacy freezer can stay `FREEZING` for good: a shell that `vfork`ed waits in the kernel
+    /// for its child to exec, the freezer froze the child right after the fork, and it never
+    /// counts the waiting parent as frozen (twice in a soak of 500 cuts on Linux 6.18, every
+    /// other process frozen each time; probably also the undiagnosed stall that ended an
+    /// earlier soak). The cut may go ahead then: the disk's cut is one instant in the order of
+    /// its requests whoever still runs, nothing a process does after it reaches what the disk
+    /// keeps, what a process prints after it is checked like anything else it printed, and
+    /// SIGKILL ends the parent's wait.
     fn freeze(&self) -> Option<Vec<String>> {
         self.set_state("FROZEN");
         let started = Instant::now();
