@@ -32,6 +32,25 @@ use crate::projection::incremental::Projector;
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
 
+/// The environment variable of a test hook of debug builds: while a file exists at the path it
+/// names, an open that has made the home's directories removes it and stops this whole process
+/// (SIGSTOP) before it creates or opens the journal, so that a test can have another process
+/// make the journal meanwhile and then fail this open.
+pub const STOP_IN_OPEN_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_OPEN";
+
+#[cfg(debug_assertions)]
+fn stop_in_open_if_asked() {
+    let Some(path) = std::env::var_os(STOP_IN_OPEN_ENV) else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn stop_in_open_if_asked() {}
+
 /// How a store is opened.
 #[derive(Clone)]
 pub struct StoreOptions {
@@ -233,6 +252,7 @@ impl Store {
                 created.push(dir);
             }
         }
+        stop_in_open_if_asked();
         let journal_path = home.journal_path();
         match durable_fs::create_exclusive(&journal_path) {
             Ok(_) => {

@@ -51,6 +51,17 @@
 //! by this file system: FUSE then keeps them in the kernel, which is enough while every process
 //! runs on this machine, as they do in a test; a remount starts without any.
 //!
+//! # What processes see of each other while it runs
+//!
+//! Every process reaches the disk through the one kernel, whose page cache and file sizes are
+//! per inode: a write one process makes is what another reads next, whatever the kernel
+//! caches. The file system answers entries and attributes with no time to live and opens
+//! files without keeping the kernel's cache, and its content changes only through requests;
+//! at a cut it answers every request `EIO` instead of serving anything older. So no process
+//! reads older data than the last write before its read: `tests/cut.rs` checks it with
+//! processes that take turns under a lock appending to one file (a disk that served durable
+//! instead of current bytes fails it).
+//!
 //! # Counting hooks
 //!
 //! [`LazyDisk::cut_after_fsync`] cuts right after the k-th `fsync` of a file of a given name

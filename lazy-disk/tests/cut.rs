@@ -350,3 +350,112 @@ fn libc_eloop() -> i32 {
 fn libc_o_nofollow() -> i32 {
     nix::fcntl::OFlag::O_NOFOLLOW.bits()
 }
+
+/// The environment variable a child process of
+/// [`processes_see_each_others_writes_at_once_under_a_lock`] finds its file in.
+const LOG_CHILD_ENV: &str = "LAZY_DISK_TEST_LOG_CHILD";
+const LOG_CHILD_ROUNDS: u64 = 150;
+const LOG_CHILDREN: usize = 4;
+
+/// `fcntl(F_OFD_SETLKW)` over the whole file: `F_WRLCK` to take it, `F_UNLCK` to let it go.
+fn ofd_lock(file: &File, kind: i32) {
+    let lock = libc::flock {
+        l_type: kind as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLKW(&lock)).expect("the lock");
+}
+
+/// One child's rounds: under the lock, it reads the whole log (its length from `fstat`, as redb
+/// takes it), checks that slot `i` holds `i` in every slot, and appends the next slot; now and
+/// then it syncs, and now and then it opens the file again (a new open drops the kernel's cached
+/// pages of a FUSE file). A stale length or a stale page fails the check.
+fn log_child(path: &Path) {
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("the log opens")
+    };
+    let mut file = open();
+    let mut last_written = None;
+    for round in 0..LOG_CHILD_ROUNDS {
+        if round % 7 == 3 {
+            file = open();
+        }
+        ofd_lock(&file, libc::F_WRLCK);
+        let len = file.metadata().expect("fstat").len();
+        assert_eq!(len % 8, 0, "whole slots only: {len} bytes");
+        let mut bytes = vec![0u8; usize::try_from(len).expect("a length")];
+        file.read_exact_at(&mut bytes, 0).expect("the log reads");
+        for (index, slot) in bytes.chunks_exact(8).enumerate() {
+            let value = u64::from_le_bytes(slot.try_into().expect("8 bytes"));
+            assert_eq!(value, index as u64, "slot {index} of {}", len / 8);
+        }
+        let next = len / 8;
+        if let Some(last) = last_written {
+            assert!(
+                next > last,
+                "this process wrote slot {last}, and then read a log of {next} slots"
+            );
+        }
+        file.write_all_at(&next.to_le_bytes(), len)
+            .expect("the slot writes");
+        if round % 5 == 0 {
+            file.sync_data().expect("fdatasync");
+        }
+        last_written = Some(next);
+        ofd_lock(&file, libc::F_UNLCK);
+    }
+}
+
+/// Processes that take turns under a lock see each other's writes at once: the kernel's cache
+/// of a file on this FUSE disk (its pages, its length) never serves one process what another
+/// has since overwritten or appended. redb's processes sharing a journal rely on it; so does
+/// the power-cut test, which would otherwise see a journal go back to older records while the
+/// processes run.
+#[test]
+fn processes_see_each_others_writes_at_once_under_a_lock() {
+    if let Some(path) = std::env::var_os(LOG_CHILD_ENV) {
+        log_child(Path::new(&path));
+        return;
+    }
+    let Some((_dir, disk)) = disk("processes_see_each_others_writes_at_once_under_a_lock") else {
+        return;
+    };
+    let path = disk.path().join("log");
+    File::create(&path).expect("the log");
+    let children: Vec<std::process::Child> = (0..LOG_CHILDREN)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().expect("this test's binary"))
+                .args([
+                    "--exact",
+                    "processes_see_each_others_writes_at_once_under_a_lock",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(LOG_CHILD_ENV, &path)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("a child")
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().expect("the child ends");
+        assert!(
+            output.status.success(),
+            "a child saw a stale log: {output:?}"
+        );
+    }
+    let bytes = fs::read(&path).expect("the log reads");
+    assert_eq!(
+        bytes.len() as u64,
+        8 * LOG_CHILD_ROUNDS * LOG_CHILDREN as u64,
+        "every slot of every child"
+    );
+}

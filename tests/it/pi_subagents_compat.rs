@@ -41,8 +41,9 @@ fn runs_ok(program: &str) -> bool {
 }
 
 /// The directory pi-subagents is installed in (with its dependencies, jiti among them),
-/// installed now if the cache does not hold it.
-fn pi_subagents() -> Option<PathBuf> {
+/// installed now if the cache does not hold it. Shared with the power-cut test, which reads
+/// its homes of the pi-subagents layout with the same readers after each cut.
+pub(crate) fn pi_subagents() -> Option<PathBuf> {
     // One install at a time in this process: both tests need it.
     static INSTALLING: Mutex<()> = Mutex::new(());
     let _installing = INSTALLING
@@ -103,7 +104,7 @@ fn pi_subagents() -> Option<PathBuf> {
 }
 
 /// Runs the reader script; returns its JSON report.
-fn read_with_pi_subagents(
+pub(crate) fn read_with_pi_subagents(
     install: &Path,
     env: &[(&str, &Path)],
     args: &[&str],
@@ -187,7 +188,7 @@ fn wait(root: &Path, run: &str) {
 }
 
 /// Every file under `dir`, by path, with its bytes.
-fn files_under(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
+pub(crate) fn files_under(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
     for entry in std::fs::read_dir(dir).expect("read dir") {
         let path = entry.expect("entry").path();
         if path.is_dir() {
