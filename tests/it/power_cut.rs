@@ -57,7 +57,7 @@ use runjournal::{Home, Journal, RunId, Store};
 
 use crate::pi_subagents_compat::{files_under, pi_subagents, read_with_pi_subagents};
 use crate::support;
-use crate::support::pg_cluster::PgCluster;
+use runjournal::testkit::pg_cluster::PgCluster;
 
 const CUTS_ENV: &str = "RUNJOURNAL_POWER_CUTS";
 const SEED_ENV: &str = "RUNJOURNAL_POWER_SEED";
@@ -1014,7 +1014,7 @@ fn a_new_home_and_its_journal_survive_a_cut_after_the_first_commit() {
             Store::open_with(home.clone(), StoreOptions::default()).expect("the home opens");
         store
             .create_run(
-                support::lifecycle::chain_spec(2),
+                runjournal::testkit::chain_spec(2),
                 runjournal::HostIds::default(),
             )
             .expect("the run is created")
@@ -1093,7 +1093,7 @@ fn a_failed_open_never_removes_a_journal_another_process_created() {
     let store = Store::open_with(home.clone(), StoreOptions::default()).expect("the home opens");
     let run = store
         .create_run(
-            support::lifecycle::chain_spec(1),
+            runjournal::testkit::chain_spec(1),
             runjournal::HostIds::default(),
         )
         .expect("the run is created")

@@ -12,8 +12,6 @@ pub mod mem_disk;
 pub mod script;
 
 pub use home::*;
-// Where `power_cut` finds the standard lifecycle and the PostgreSQL cluster of the kit.
-pub use runjournal::testkit::{lifecycle, pg_cluster};
 
 use runjournal::event::{Event, Record};
 use runjournal::journal::View;
