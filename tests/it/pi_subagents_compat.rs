@@ -199,6 +199,19 @@ pub(crate) fn files_under(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
     }
 }
 
+/// The files that differ between two pictures taken by [`files_under`]: made, removed or
+/// rewritten.
+pub(crate) fn changed_files<'a>(
+    before: &'a BTreeMap<PathBuf, Vec<u8>>,
+    after: &'a BTreeMap<PathBuf, Vec<u8>>,
+) -> Vec<&'a PathBuf> {
+    before
+        .keys()
+        .chain(after.keys())
+        .filter(|path| before.get(*path) != after.get(*path))
+        .collect()
+}
+
 /// Stops the run left running, whatever the test's outcome.
 struct StopOnDrop<'a> {
     root: &'a Path,
@@ -578,11 +591,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         active,
         "what a restarted host restores"
     );
-    let changed: Vec<&PathBuf> = before
-        .keys()
-        .chain(after.keys())
-        .filter(|path| before.get(*path) != after.get(*path))
-        .collect();
+    let changed = changed_files(&before, &after);
     assert!(
         changed.is_empty(),
         "pi-subagents changed files, so it repaired something: {changed:?}"

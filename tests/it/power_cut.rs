@@ -55,7 +55,9 @@ use runjournal::reconcile;
 use runjournal::store::StoreOptions;
 use runjournal::{Home, Journal, RunId, Store};
 
-use crate::pi_subagents_compat::{files_under, pi_subagents, read_with_pi_subagents};
+use crate::pi_subagents_compat::{
+    changed_files, files_under, pi_subagents, read_with_pi_subagents,
+};
 use crate::support;
 use runjournal::testkit::pg_cluster::PgCluster;
 
@@ -1182,11 +1184,7 @@ fn check_pi_readers(install: &Path, home: &Home, seed: u64) -> usize {
     let mut after = BTreeMap::new();
     files_under(&home.runs_dir(), &mut after);
     files_under(&home.results_dir(), &mut after);
-    let changed: Vec<&PathBuf> = before
-        .keys()
-        .chain(after.keys())
-        .filter(|path| before.get(*path) != after.get(*path))
-        .collect();
+    let changed = changed_files(&before, &after);
     assert!(
         changed.is_empty(),
         "seed {seed}: pi-subagents' readers changed files, so they repaired something: {changed:?}"
