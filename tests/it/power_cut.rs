@@ -1288,7 +1288,7 @@ fn sync_tree(dir: &Path) {
 /// cut and checks (nothing is checked of it afterwards): with every file of the home synced,
 /// its journal is lost (removed, cut to half its length, or zero-filled, durably), and
 /// `recover` rebuilds it while the disk is cut at a random moment (or not at all). What the
-/// README promises is checked:
+/// design promises is checked:
 ///
 /// * a `recover` that returned is durable: the rebuilt journal is there after the cut, and a
 ///   lost file that was not missing is kept aside;
