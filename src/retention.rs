@@ -201,15 +201,9 @@ pub fn files_of(home: &Home, tombstone: &Tombstone) -> Vec<PathBuf> {
 /// Removes a pruned run's files; what is already gone is no error.
 fn remove_files(home: &Home, tombstone: &Tombstone, errors: &mut Vec<String>) {
     for path in files_of(home, tombstone) {
-        let removed = match std::fs::symlink_metadata(&path) {
-            Ok(metadata) if metadata.is_dir() => std::fs::remove_dir_all(&path),
-            Ok(_) => std::fs::remove_file(&path),
-            Err(error) => Err(error),
-        };
-        match removed {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => errors.push(format!("removing {}: {error}", path.display())),
+        // Relative to the home's directory while the store holds it, never through a link.
+        if let Err(error) = crate::durable_fs::remove_tree(&path) {
+            errors.push(format!("removing {}: {error}", path.display()));
         }
     }
 }

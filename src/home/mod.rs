@@ -63,6 +63,35 @@ impl Layout {
         }
     }
 
+    /// Whether an entry of a home's root named `name` is one this layout makes (or, in the
+    /// pi-subagents layout, one pi-subagents makes in its temp root).
+    fn makes(self, name: &str) -> bool {
+        match self {
+            Layout::Runjournal => {
+                matches!(name, "runs" | "results" | "blocked")
+                    || [
+                        "journal.redb",
+                        "reserve",
+                        "shipping.json",
+                        ".shipping.json.",
+                    ]
+                    .iter()
+                    .any(|prefix| name.starts_with(prefix))
+            }
+            Layout::PiSubagents => {
+                matches!(
+                    name,
+                    "runjournal"
+                        | "async-subagent-runs"
+                        | "async-subagent-results"
+                        | "chain-runs"
+                        | "artifacts"
+                        | "nested-subagent-runs"
+                ) || name.starts_with("async-cfg-")
+            }
+        }
+    }
+
     /// Where a journal of this layout is, under `root`.
     fn journal_path(self, root: &Path) -> PathBuf {
         match self {
@@ -123,6 +152,42 @@ pub struct LayoutMismatch {
     pub journal: PathBuf,
     pub found: Layout,
     pub asked: Layout,
+}
+
+/// A directory where no new home is made: the file system's root, or one that holds files of
+/// something else and no journal. An existing home (its journal is there) is always opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotAHomePlace {
+    #[error(
+        "{} is the root of the file system, which is never made a home: pass --home with a directory of its own",
+        root.display()
+    )]
+    FileSystemRoot { root: PathBuf },
+    #[error(
+        "{} holds no journal but other files ({}): a home is made only in a missing or empty directory; pass --home with a new directory, or the home you meant",
+        root.display(),
+        listed_names(found, *more)
+    )]
+    Occupied {
+        root: PathBuf,
+        /// The first few names found, sorted.
+        found: Vec<String>,
+        /// How many more there are.
+        more: usize,
+    },
+}
+
+/// Names shown when a directory is refused as a new home.
+const SHOWN_NAMES: usize = 3;
+
+/// `a, b, c and 4 more`.
+fn listed_names(found: &[String], more: usize) -> String {
+    let mut text = found.join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
 }
 
 /// The lock file that the commit leader of the journal at `journal` holds while it takes
@@ -262,6 +327,51 @@ impl Home {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Refuses to make a new home where something else lives: at the root of the file
+    /// system, or in a directory that holds no journal (of this layout) but entries this
+    /// layout does not make. A missing or empty directory, or one that holds only what this
+    /// layout makes (in the pi-subagents layout, also what pi-subagents itself keeps in its
+    /// temp root), may become a home; a directory with a journal, or with runs, is a home
+    /// already and passes, whatever else it holds.
+    pub fn check_place(&self) -> Result<(), NotAHomePlace> {
+        if std::fs::canonicalize(&self.root).is_ok_and(|real| real == Path::new("/")) {
+            return Err(NotAHomePlace::FileSystemRoot {
+                root: self.root.clone(),
+            });
+        }
+        // A journal, or runs and results without one (a home whose journal was lost, which
+        // the journal's own checks refuse as such), is a home already.
+        let has_runs = || {
+            self.run_dirs_on_disk().is_ok_and(|runs| !runs.is_empty())
+                || self
+                    .result_files_on_disk()
+                    .is_ok_and(|results| !results.is_empty())
+        };
+        if std::fs::symlink_metadata(self.journal_path()).is_ok() || has_runs() {
+            return Ok(());
+        }
+        // A directory that cannot be listed is judged by the checks that open it.
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Ok(());
+        };
+        let mut foreign: Vec<String> = entries
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| !self.layout.makes(name))
+            .collect();
+        if foreign.is_empty() {
+            return Ok(());
+        }
+        foreign.sort();
+        let more = foreign.len().saturating_sub(SHOWN_NAMES);
+        foreign.truncate(SHOWN_NAMES);
+        Err(NotAHomePlace::Occupied {
+            root: self.root.clone(),
+            found: foreign,
+            more,
+        })
     }
 
     /// The directories that must be private to this user (owned by it, writable by nobody

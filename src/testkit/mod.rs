@@ -8,6 +8,8 @@
 //! * `lifecycle`: the standard lifecycle of a chain run;
 //! * `damage`: the ways a journal file is found lost, and a picture of a directory;
 //! * `pg_cluster`: a throwaway PostgreSQL cluster;
+//! * `skip`: how a test that cannot run here says so, and fails instead where every test must
+//!   run (CI);
 //! * `hooks`: the journal's test hooks — the snapshot codec, a commit of batches as they are,
 //!   a tombstone (re-exported here).
 //!
@@ -20,6 +22,7 @@ mod hooks;
 mod identity;
 pub mod lifecycle;
 pub mod pg_cluster;
+pub mod skip;
 
 pub use build::*;
 pub use hooks::*;
