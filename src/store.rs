@@ -32,13 +32,14 @@ use crate::projection::incremental::Projector;
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
 
-/// The environment variable of a test hook of debug builds: while a file exists at the path it
-/// names, an open that has made the home's directories removes it and stops this whole process
-/// (SIGSTOP) before it creates or opens the journal, so that a test can have another process
-/// make the journal meanwhile and then fail this open.
+/// The environment variable of a test hook, built only with the `testkit` feature (which the
+/// tests turn on, in every profile): while a file exists at the path it names, an open that has
+/// made the home's directories removes it and stops this whole process (SIGSTOP) before it
+/// creates or opens the journal, so that a test can have another process make the journal
+/// meanwhile and then fail this open.
 pub const STOP_IN_OPEN_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_OPEN";
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "testkit")]
 fn stop_in_open_if_asked() {
     let Some(path) = std::env::var_os(STOP_IN_OPEN_ENV) else {
         return;
@@ -48,7 +49,7 @@ fn stop_in_open_if_asked() {
     }
 }
 
-#[cfg(not(debug_assertions))]
+#[cfg(not(feature = "testkit"))]
 fn stop_in_open_if_asked() {}
 
 /// How a store is opened.
