@@ -110,7 +110,10 @@ const PROJECTION_RETRY_DELAYS_MS: [u64; 6] = [50, 100, 250, 500, 1000, 2000];
 struct Inner {
     home: Home,
     /// The home's directory, held open while the store lives (see [`durable_fs::HomeDir`]).
-    #[allow(dead_code)]
+    #[expect(
+        dead_code,
+        reason = "held, never read: paths under the home resolve from it"
+    )]
     home_dir: Arc<durable_fs::HomeDir>,
     journal: Journal,
     projector: Projector,

@@ -766,4 +766,72 @@ mod tests {
             .expect_err("a runjournal-layout journal is there");
         assert_eq!(mismatch.found, Layout::Runjournal);
     }
+
+    #[test]
+    fn a_new_home_is_made_only_where_nothing_else_lives() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("home");
+        assert_eq!(Home::at(&root).check_place(), Ok(()), "a missing directory");
+        std::fs::create_dir(&root).expect("mkdir");
+        assert_eq!(Home::at(&root).check_place(), Ok(()), "an empty directory");
+        for name in [
+            "runs",
+            "results",
+            "blocked",
+            "reserve",
+            "journal.redb.commit.lock",
+        ] {
+            std::fs::write(root.join(name), b"").expect("what the layout makes");
+        }
+        assert_eq!(
+            Home::at(&root).check_place(),
+            Ok(()),
+            "only the layout's own"
+        );
+        for name in ["a", "b", "c", "d", "e"] {
+            std::fs::write(root.join(name), b"").expect("something else");
+        }
+        match Home::at(&root).check_place() {
+            Err(NotAHomePlace::Occupied { found, more, .. }) => {
+                assert_eq!(found, ["a", "b", "c"]);
+                assert_eq!(more, 2);
+            }
+            other => panic!("a directory of other files: {other:?}"),
+        }
+        let refusal = Home::at(&root).check_place().expect_err("refused");
+        assert!(
+            refusal.to_string().contains("(a, b, c and 2 more)"),
+            "{refusal}"
+        );
+        // A journal there: a home already, whatever else it holds.
+        std::fs::write(root.join("journal.redb"), b"").expect("a journal");
+        assert_eq!(Home::at(&root).check_place(), Ok(()));
+        // The pi-subagents layout takes a temp root pi-subagents already uses.
+        let temp_root = dir.path().join("pi");
+        for name in ["async-subagent-runs", "chain-runs", "artifacts"] {
+            std::fs::create_dir_all(temp_root.join(name)).expect("pi-subagents' own");
+        }
+        std::fs::write(temp_root.join("async-cfg-1.json"), b"{}").expect("a runner config");
+        let pi = Home::in_layout(&temp_root, Layout::PiSubagents);
+        assert_eq!(pi.check_place(), Ok(()));
+        assert!(
+            Home::at(&temp_root).check_place().is_err(),
+            "not in runjournal's own layout"
+        );
+        assert!(matches!(
+            Home::at("/").check_place(),
+            Err(NotAHomePlace::FileSystemRoot { .. })
+        ));
+    }
+
+    /// A directory that holds runs but no journal is a home whose journal was lost: the
+    /// journal's own check says so, not this one.
+    #[test]
+    fn a_home_with_runs_and_no_journal_is_left_to_the_lost_journal_check() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = Home::at(dir.path());
+        std::fs::create_dir_all(home.run_dir(run())).expect("a run's directory");
+        std::fs::write(dir.path().join("notes.txt"), b"mine").expect("a file of the user's");
+        assert_eq!(home.check_place(), Ok(()));
+    }
 }
