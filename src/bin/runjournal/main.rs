@@ -363,11 +363,13 @@ pub fn check_run_text(text: &str) -> Result<(), Failure> {
     runjournal::resolve::check_text(text).map_err(bad_input)
 }
 
-/// Opens the home's store. A home whose journal is of the other layout is bad input: nothing
-/// is made in it. A command hands its commits to the journal's commit leader (a runner) when
+/// Opens the home's store. A home whose journal is of the other layout, or a new home where
+/// something else lives (`/`, a directory of other files), is bad input: nothing is made in
+/// it. A command hands its commits to the journal's commit leader (a runner) when
 /// there is one, but never leads: it is short-lived, and may be stopped from its terminal.
 pub fn open_store(home: Home) -> Result<Store, Failure> {
     home.check_layout().map_err(bad_input)?;
+    home.check_place().map_err(bad_input)?;
     let root = home.root().display().to_string();
     let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
     let mut options =

@@ -464,13 +464,14 @@ fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The environment variable of a test hook of debug builds: while a file exists at the path it
-/// names, the next write transaction that begins removes it and stops this whole process
-/// (SIGSTOP) inside the transaction, holding the journal's write lock, as a process stopped by
-/// a debugger or a frozen cgroup would.
+/// The environment variable of a test hook, built only with the `testkit` feature (which the
+/// tests turn on, in every profile): while a file exists at the path it names, the next write
+/// transaction that begins removes it and stops this whole process (SIGSTOP) inside the
+/// transaction, holding the journal's write lock, as a process stopped by a debugger or a
+/// frozen cgroup would.
 pub const STOP_IN_COMMIT_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_COMMIT";
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "testkit")]
 fn stop_here_if_asked() {
     let Some(path) = std::env::var_os(STOP_IN_COMMIT_ENV) else {
         return;
@@ -480,7 +481,7 @@ fn stop_here_if_asked() {
     }
 }
 
-#[cfg(not(debug_assertions))]
+#[cfg(not(feature = "testkit"))]
 fn stop_here_if_asked() {}
 
 /// A failed attempt: what failed, and how it is ridden out.
