@@ -59,8 +59,6 @@ pub const SHIP_URL_ENV: &str = "RUNJOURNAL_SHIP_URL";
 
 #[cfg(feature = "ship")]
 mod error {
-    use std::path::PathBuf;
-
     use crate::journal::{AppendError, OpenError, ReadError, ResolveError};
 
     /// Why shipping, or reading the fleet, failed.
@@ -155,13 +153,6 @@ mod error {
         /// A run's records in the local journal do not fold.
         #[error("the journal's run {run} does not fold: {reason}")]
         Fold { run: String, reason: String },
-        /// The shipper's state file could not be written.
-        #[error("writing {}", path.display())]
-        State {
-            path: PathBuf,
-            #[source]
-            source: std::io::Error,
-        },
     }
 
     impl ShipError {
