@@ -720,6 +720,7 @@ pub struct FleetRunDoc {
     pub host_silent_since_ms: Option<UnixMs>,
 }
 
+#[cfg(feature = "ship")]
 impl FleetRunDoc {
     pub fn of(run: &crate::ship::fleet::FleetRun, silent_since_ms: Option<UnixMs>) -> FleetRunDoc {
         FleetRunDoc {

@@ -5,8 +5,10 @@
 //! left to prune.
 //!
 //! Invariants:
-//! * never pruned: a run not closed (its runner not seen to end); a run whose records a shipper
-//!   has not shipped, when the home ships (its `shipping.json` says how far); damaged records;
+//! * never pruned: a run not closed (its runner not seen to end); a run with a record above the
+//!   journal's shipping mark, when the home ships (the mark, not the shipper's report file or
+//!   the server, says what is proven shipped: see [`crate::ship::state::shipped_through`]);
+//!   damaged records;
 //! * a result the host has not consumed keeps its run until the age bound passes: neither the
 //!   count bound nor space pressure takes it earlier;
 //! * the oldest ended runs go first, and a pass with nothing to prune reads one entry of the
@@ -224,16 +226,6 @@ fn run_bytes(home: &Home, state: &RunState) -> u64 {
     bytes
 }
 
-/// How far shipping got, when the home ships: `Some(0)` for a state file that does not read
-/// (nothing counts as shipped), `None` when the home never shipped.
-fn shipped_through(home: &Home) -> Option<u64> {
-    let path = crate::ship::state::state_path(home);
-    if std::fs::symlink_metadata(&path).is_err() {
-        return None;
-    }
-    Some(crate::ship::state::read(home).map_or(0, |state| state.shipped_through))
-}
-
 /// The bytes the space bounds want freed now, and the file system asked (if one was).
 pub fn pressure(home: &Home, policy: &Retention) -> (u64, Option<Space>) {
     let mut short = 0u64;
@@ -264,7 +256,7 @@ fn choose(
     };
     let (mut short, space) = pressure(home, policy);
     report.space = space;
-    let shipped = shipped_through(home);
+    let shipped = crate::ship::state::shipped_through(home, view)?;
     let head = view.global_head()?;
     for (ended_at, run) in view.oldest_terminal(SCAN_LIMIT)? {
         if report.chosen.len() >= limit {

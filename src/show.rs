@@ -29,6 +29,7 @@ use crate::exit::describe_exit;
 use crate::home::Home;
 use crate::journal::View;
 use crate::liveness::{self, Liveness};
+#[cfg(feature = "ship")]
 use crate::ship::fleet::FleetRun;
 use crate::ship::state::{Lag, ShipState};
 use crate::state::{RunState, RunStatus};
@@ -436,6 +437,7 @@ impl RunRow {
     }
 
     /// A run of the fleet; `silent_since_ms` is [`FleetRun::host_silent_since`].
+    #[cfg(feature = "ship")]
     pub fn of_shipped(run: &FleetRun, silent_since_ms: Option<UnixMs>) -> RunRow {
         RunRow {
             origin: Some(Origin {
@@ -535,7 +537,7 @@ impl RunView {
 
     /// The view of `state` as shipped by another host (`journal-tools --from`): its host and
     /// journal first, and its runner not looked at here; `silent_since_ms` is
-    /// [`FleetRun::host_silent_since`].
+    /// `FleetRun::host_silent_since`.
     pub fn of_shipped(
         state: &RunState,
         origin: &Origin,
@@ -1014,18 +1016,27 @@ pub fn shipping_lag(home: &Home, view: &View) -> Option<Lag> {
     crate::ship::state::lag(home, view).ok().flatten()
 }
 
-/// The `shipping` row of `inspect stats`: where the home ships and how far, or how far behind
+/// The `shipping` row of `inspect stats`: where the home ships and how far its records are
+/// proven shipped (the journal's mark, `through`; `None`: it does not ship), or how far behind
 /// and why.
-pub fn shipping_text(state: Option<&ShipState>, lag: Option<&Lag>, global_head: u64) -> String {
-    match (state, lag) {
-        (None, _) => "not shipped (no runjournal ship from this home)".to_string(),
-        (Some(_), Some(lag)) => lag.summary(),
+pub fn shipping_text(
+    report: Option<&ShipState>,
+    through: Option<u64>,
+    lag: Option<&Lag>,
+    global_head: u64,
+) -> String {
+    match (through, lag, report) {
+        (None, _, _) => "not shipped (no runjournal ship from this home)".to_string(),
+        (Some(_), Some(lag), _) => lag.summary(),
         // The target is read from a file of the home.
-        (Some(state), None) => escape_control(&format!(
-            "to {}, shipped through global seq {} of {global_head}",
-            state.target, state.shipped_through
+        (Some(through), None, Some(report)) => escape_control(&format!(
+            "to {}, proven shipped through global seq {through} of {global_head}",
+            report.target
         ))
         .into_owned(),
+        (Some(through), None, None) => format!(
+            "proven shipped through global seq {through} of {global_head} (no report from a shipper)"
+        ),
     }
 }
 
@@ -1185,6 +1196,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "ship")]
     fn fleet_run(is_closed: bool) -> FleetRun {
         FleetRun {
             journal_id: "0123456789abcdef0123456789abcdef".into(),
@@ -1207,6 +1219,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "ship")]
     #[test]
     fn the_fleet_runs_table_has_host_and_journal_columns_and_says_a_host_is_silent() {
         let run = fleet_run(false);

@@ -17,7 +17,9 @@ use crate::journal::{CorruptError, ReadError, Retention, StorageFailure, View};
 use crate::json::{BlockedDoc, FleetJournalDoc, FleetSummary, PolicyDoc, blocked_docs};
 use crate::launch::queue::QueueUsageReport;
 use crate::retention::HomeBytes;
+#[cfg(feature = "ship")]
 use crate::ship::ShipError;
+#[cfg(feature = "ship")]
 use crate::ship::fleet::Fleet;
 use crate::ship::state::{self as ship_state, Lag, ShipState};
 use crate::show::{Cell, Origin, Tone};
@@ -66,7 +68,49 @@ pub struct Stats {
     #[serde(skip)]
     policy_lines: String,
     #[serde(skip)]
-    ship: Option<(ShipState, Option<Lag>)>,
+    ship: Option<Shipping>,
+}
+
+/// Shipping as the journal's mark and the shipper's report show it.
+#[derive(Debug)]
+struct Shipping {
+    report: Option<ShipState>,
+    /// The journal's mark: the global seq proven shipped.
+    through: u64,
+    lag: Option<Lag>,
+}
+
+impl Shipping {
+    /// `None` when the home does not ship. The report file needs a home; the mark is the
+    /// journal's own.
+    fn gather(home: Option<&Home>, view: &View) -> Result<Option<Shipping>, ReadError> {
+        let through = match home {
+            Some(home) => ship_state::shipped_through(home, view)?,
+            None => view.shipped_through()?,
+        };
+        Ok(through.map(|through| Shipping {
+            report: home.and_then(ship_state::read),
+            through,
+            // The lag is a report: when it cannot be read, there is no line rather than a
+            // failed command.
+            lag: home.and_then(|home| ship_state::lag(home, view).ok().flatten()),
+        }))
+    }
+
+    fn doc(&self, global_head: u64) -> ShippingDoc {
+        let report = self.report.as_ref();
+        ShippingDoc {
+            target: report
+                .map(|report| report.target.clone())
+                .unwrap_or_default(),
+            shipped_through: report.map_or(0, |report| report.shipped_through),
+            proven_shipped_through: self.through,
+            records_behind: global_head.saturating_sub(self.through),
+            failing_since_ms: report.and_then(|report| report.failing_since_ms),
+            last_error: report.and_then(|report| report.last_error.clone()),
+            lag: self.lag.as_ref().map(Lag::line),
+        }
+    }
 }
 
 /// The bytes of a home, by part.
@@ -90,12 +134,18 @@ pub struct FileSystemDoc {
     pub keep_free_bytes: Option<u64>,
 }
 
-/// How far shipping got.
+/// How far shipping got: present when the home ships (the journal's mark says so).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShippingDoc {
+    /// The server, as the shipper's report names it; empty without a report.
     pub target: String,
+    /// The server's cursor as the shipper last reported it (0 without a report).
     pub shipped_through: u64,
+    /// The journal's own mark: every record at or below it is proven shipped, and retention
+    /// keeps every record above it.
+    pub proven_shipped_through: u64,
+    /// The journal's log head minus its mark.
     pub records_behind: u64,
     pub failing_since_ms: Option<u64>,
     pub last_error: Option<String>,
@@ -170,14 +220,7 @@ impl Stats {
         let pruned_records = view.pruned_records()?;
         let queues = view.queues()?;
         let home = source.home();
-        let ship = home.and_then(|home| {
-            ship_state::read(home).map(|state| {
-                // The lag is a report: when it cannot be read, there is no line rather than a
-                // failed command.
-                let lag = ship_state::lag(home, &view).ok().flatten();
-                (state, lag)
-            })
-        });
+        let ship = Shipping::gather(home, &view)?;
         drop(view);
         let journal_path = source.journal_path();
         let file_bytes = std::fs::metadata(journal_path)
@@ -197,14 +240,7 @@ impl Stats {
         };
         let bytes = home.map(|home| HomeBytesDoc::of(crate::retention::home_bytes(home)));
         let file_system = home.and_then(|home| FileSystemDoc::of(home, &policy));
-        let shipping = ship.as_ref().map(|(state, lag)| ShippingDoc {
-            target: state.target.clone(),
-            shipped_through: state.shipped_through,
-            records_behind: global_head.saturating_sub(state.shipped_through),
-            failing_since_ms: state.failing_since_ms,
-            last_error: state.last_error.clone(),
-            lag: lag.as_ref().map(Lag::line),
-        });
+        let shipping = ship.as_ref().map(|ship| ship.doc(global_head));
         let policy_lines = crate::retention::policy_lines(&policy)
             .into_iter()
             .map(|(bound, value)| format!("{bound} {value}"))
@@ -367,8 +403,9 @@ impl Stats {
             (
                 "shipping",
                 crate::show::shipping_text(
-                    self.ship.as_ref().map(|(state, _)| state),
-                    self.ship.as_ref().and_then(|(_, lag)| lag.as_ref()),
+                    self.ship.as_ref().and_then(|ship| ship.report.as_ref()),
+                    self.ship.as_ref().map(|ship| ship.through),
+                    self.ship.as_ref().and_then(|ship| ship.lag.as_ref()),
                     self.global_head,
                 ),
             ),
@@ -417,6 +454,7 @@ pub struct FleetStats {
 }
 
 /// Runs by state, in lifecycle order, of one journal or (`None`) of the whole fleet.
+#[cfg(feature = "ship")]
 fn fleet_by_state(
     counts: &[(String, RunStatus, u64)],
     journal: Option<&str>,
@@ -439,6 +477,7 @@ fn fleet_by_state(
 impl FleetStats {
     /// Reads the fleet; a journal whose last heartbeat is more than `silent_after_ms` old (by
     /// the server's clock) is silent.
+    #[cfg(feature = "ship")]
     pub fn gather(fleet: &mut Fleet, silent_after_ms: u64) -> Result<FleetStats, ShipError> {
         let server_now = fleet.server_now_ms()?;
         let journals = fleet.journals()?;

@@ -149,7 +149,7 @@ impl std::fmt::Debug for Store {
 /// Opens the journal; with a bound on the lock wait (a command's), gives up opening after it.
 /// Opening a journal for writing takes its write lock for a moment, and so waits while
 /// another process is stopped inside a write transaction.
-fn open_journal(path: PathBuf, writer: WriterOptions) -> Result<Journal, OpenError> {
+pub(crate) fn open_journal(path: PathBuf, writer: WriterOptions) -> Result<Journal, OpenError> {
     let Some(bound) = writer.lock_wait.give_up_after else {
         return Journal::open_with(Location::Path(path), writer);
     };

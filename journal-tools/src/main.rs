@@ -7,6 +7,11 @@
 //! journal that is damaged or of an unknown format. When several apply, the
 //! most serious wins (4, then 2, then 1). A closed stdout (`| head`) exits 0 quietly.
 
+#[cfg(feature = "ship")]
+mod fleet;
+// A build without the fleet: the same options, each refused as a usage error.
+#[cfg(not(feature = "ship"))]
+#[path = "no_fleet.rs"]
 mod fleet;
 mod inspect;
 mod output;
@@ -400,6 +405,7 @@ fn is_damage(error: &anyhow::Error) -> bool {
 /// Whether an error is a home (or journal) refused as unsafe: exit 1, as `runjournal` does.
 /// Whether the fleet's tables hold what no shipper wrote (a NULL, a column of another type, a
 /// value out of range): exit 1, as for a journal that differs, not 2 (usage or server error).
+#[cfg(feature = "ship")]
 fn is_bad_fleet_data(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         matches!(
@@ -407,6 +413,11 @@ fn is_bad_fleet_data(error: &anyhow::Error) -> bool {
             Some(runjournal::ship::ShipError::BadData { .. })
         )
     })
+}
+
+#[cfg(not(feature = "ship"))]
+fn is_bad_fleet_data(_: &anyhow::Error) -> bool {
+    false
 }
 
 fn is_unsafe_home(error: &anyhow::Error) -> bool {

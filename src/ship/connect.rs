@@ -14,6 +14,14 @@
 //! A URL without a password gets one as libpq finds it (`super::password`: `PGPASSWORD`, then
 //! `PGPASSFILE` or `~/.pgpass`), so the password need not be on a command line.
 //!
+//! Every wait on the server is bounded ([`super::session`]): `connect_timeout` (default
+//! [`CONNECT_TIMEOUT_DEFAULT`]) bounds the whole connection to each host, TLS and
+//! authentication included; `statement_timeout` and `lock_timeout` (defaults
+//! [`STATEMENT_TIMEOUT_DEFAULT`], [`LOCK_TIMEOUT_DEFAULT`]) are set on the server, read from the
+//! URL's options of those names or from `options=-c statement_timeout=...` as libpq passes
+//! them, and a statement the server has not answered [`DEADLINE_MARGIN`] after its timeout is
+//! given up by the client.
+//!
 //! TLS is rustls (ring provider), so nothing links a system library; it is the cargo feature
 //! `tls`, on by default (ring compiles C for its target: a build for a target without a C
 //! toolchain, such as CI's lint of the macOS targets, turns it off, and then only
@@ -35,18 +43,31 @@ use percent_encoding::percent_decode_str;
 
 use super::ShipError;
 use super::password::{self, Lookup, Sources};
+use super::session::Session;
 
-/// How long a connection attempt may take when the URL does not say (`connect_timeout`).
+/// How long a connection to one host may take when the URL does not say (`connect_timeout`):
+/// TCP, TLS, startup and authentication.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// How long a statement may run when the URL does not say (`statement_timeout`).
+pub const STATEMENT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+/// How long a statement may wait for a lock when the URL does not say (`lock_timeout`).
+pub const LOCK_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// How long past a statement's timeout the client still waits for the server's own
+/// cancellation before it gives the server up as silent.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+/// The longest timeout PostgreSQL takes (`INT_MAX` milliseconds).
+const TIMEOUT_MAX_MS: u64 = i32::MAX as u64;
 
 /// A server to connect to.
 #[derive(Clone)]
 pub struct Target {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     tls: Tls,
     shown: String,
     is_password_in_url: bool,
     warnings: Vec<String>,
+    statement_timeout: Duration,
+    lock_timeout: Duration,
 }
 
 #[derive(Clone)]
@@ -113,20 +134,21 @@ impl Target {
             Some((base, query)) => (base, Some(query)),
             None => (url, None),
         };
-        let (mut kept, mode, root_file) = split_tls_options(query)?;
+        let ours = split_our_options(query)?;
+        let mut kept = ours.kept;
+        let (mode, root_file) = (ours.sslmode, ours.root_file);
         // Parsed once without the TLS options, to learn whether every host is a Unix socket.
-        let bare: postgres::Config =
-            format!("{base}?{}", kept.join("&"))
-                .parse()
-                .map_err(|error: postgres::Error| ShipError::Url {
-                    reason: error.to_string(),
-                })?;
+        let bare: tokio_postgres::Config = format!("{base}?{}", kept.join("&")).parse().map_err(
+            |error: tokio_postgres::Error| ShipError::Url {
+                reason: error.to_string(),
+            },
+        )?;
         let is_socket_only = bare.get_hostaddrs().is_empty()
             && !bare.get_hosts().is_empty()
             && bare
                 .get_hosts()
                 .iter()
-                .all(|host| !matches!(host, postgres::config::Host::Tcp(_)));
+                .all(|host| !matches!(host, tokio_postgres::config::Host::Tcp(_)));
         let (mode_for_client, tls) = tls_of(mode.as_deref(), is_socket_only, root_file)?;
         kept.push(match mode_for_client {
             "disable" => "sslmode=disable",
@@ -134,15 +156,31 @@ impl Target {
             _ => "sslmode=prefer",
         });
         let rebuilt = format!("{base}?{}", kept.join("&"));
-        let mut config: postgres::Config =
+        let mut config: tokio_postgres::Config =
             rebuilt
                 .parse()
-                .map_err(|error: postgres::Error| ShipError::Url {
+                .map_err(|error: tokio_postgres::Error| ShipError::Url {
                     reason: error.to_string(),
                 })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT_DEFAULT);
         }
+        let from_options = |name: &str| {
+            config
+                .get_options()
+                .and_then(|options| server_option(options, name))
+        };
+        let statement_timeout = timeout_option(
+            "statement_timeout",
+            ours.statement_timeout
+                .or_else(|| from_options("statement_timeout")),
+            STATEMENT_TIMEOUT_DEFAULT,
+        )?;
+        let lock_timeout = timeout_option(
+            "lock_timeout",
+            ours.lock_timeout.or_else(|| from_options("lock_timeout")),
+            LOCK_TIMEOUT_DEFAULT,
+        )?;
         // A server that stops answering mid-transaction is noticed, not waited on forever.
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
@@ -170,7 +208,41 @@ impl Target {
             shown,
             is_password_in_url,
             warnings,
+            statement_timeout,
+            lock_timeout,
         })
+    }
+
+    /// How long the whole connection may take: `connect_timeout` for each host the URL names.
+    pub fn connect_deadline(&self) -> Duration {
+        let per_host = self
+            .config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(CONNECT_TIMEOUT_DEFAULT);
+        let hosts = self
+            .config
+            .get_hosts()
+            .len()
+            .max(self.config.get_hostaddrs().len())
+            .max(1);
+        per_host.saturating_mul(u32::try_from(hosts).unwrap_or(u32::MAX))
+    }
+
+    /// The `statement_timeout` the server is told to keep.
+    pub fn statement_timeout(&self) -> Duration {
+        self.statement_timeout
+    }
+
+    /// The `lock_timeout` the server is told to keep.
+    pub fn lock_timeout(&self) -> Duration {
+        self.lock_timeout
+    }
+
+    /// How long the client waits for a statement's answer, its last row included: the
+    /// statement timeout and a margin for the server's own cancellation to arrive first.
+    pub fn statement_deadline(&self) -> Duration {
+        self.statement_timeout.saturating_add(DEADLINE_MARGIN)
     }
 
     /// Whether the URL itself holds a password (which then sits wherever the URL was given:
@@ -190,14 +262,11 @@ impl Target {
         &self.shown
     }
 
-    /// Connects (one attempt, bounded by the connect timeout).
-    pub fn connect(&self) -> Result<postgres::Client, ShipError> {
-        let server = |source| ShipError::Server {
-            target: self.shown.clone(),
-            error: source,
-        };
+    /// Connects (one attempt, bounded by [`Target::connect_deadline`]), and sets the
+    /// statement and lock timeouts on the server.
+    pub fn connect(&self) -> Result<Session, ShipError> {
         match &self.tls {
-            Tls::Disabled => self.config.connect(postgres::NoTls).map_err(server),
+            Tls::Disabled => Session::open(self, &self.config, tokio_postgres::NoTls),
             #[cfg(feature = "tls")]
             Tls::Rustls { root_file } => {
                 let tls =
@@ -205,7 +274,7 @@ impl Target {
                         target: self.shown.clone(),
                         reason,
                     })?;
-                self.config.connect(tls).map_err(server)
+                Session::open(self, &self.config, tls)
             }
         }
     }
@@ -249,17 +318,25 @@ fn rustls_connector(
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
-/// What libpq matches a password file's lines against: the first host (a Unix socket
-/// directory as it is; none as `localhost`), its port, the database and the user (each
-/// The URL's options split into those the client library is given (`kept`) and the TLS ones
-/// this module handles itself: `sslmode` and `sslrootcert`. Client certificates are refused.
-#[allow(clippy::type_complexity)]
-fn split_tls_options(
-    query: Option<&str>,
-) -> Result<(Vec<&str>, Option<String>, Option<PathBuf>), ShipError> {
-    let mut kept: Vec<&str> = Vec::new();
-    let mut mode: Option<String> = None;
-    let mut root_file: Option<PathBuf> = None;
+/// The URL's options this module reads itself rather than the client library: the TLS ones
+/// (`sslmode`, `sslrootcert`) and the server's timeouts; the rest (`kept`) goes to the client
+/// library. Client certificates are refused.
+struct OurOptions<'u> {
+    kept: Vec<&'u str>,
+    sslmode: Option<String>,
+    root_file: Option<PathBuf>,
+    statement_timeout: Option<String>,
+    lock_timeout: Option<String>,
+}
+
+fn split_our_options(query: Option<&str>) -> Result<OurOptions<'_>, ShipError> {
+    let mut ours = OurOptions {
+        kept: Vec::new(),
+        sslmode: None,
+        root_file: None,
+        statement_timeout: None,
+        lock_timeout: None,
+    };
     for pair in query
         .unwrap_or_default()
         .split('&')
@@ -273,17 +350,97 @@ fn split_tls_options(
             })?
             .into_owned();
         match key {
-            "sslmode" => mode = Some(value),
-            "sslrootcert" => root_file = Some(PathBuf::from(value)),
+            "sslmode" => ours.sslmode = Some(value),
+            "sslrootcert" => ours.root_file = Some(PathBuf::from(value)),
+            "statement_timeout" => ours.statement_timeout = Some(value),
+            "lock_timeout" => ours.lock_timeout = Some(value),
+            // The client library takes 0 (libpq: wait for ever) as no bound at all.
+            "connect_timeout"
+                if value
+                    .trim()
+                    .parse::<i64>()
+                    .is_ok_and(|seconds| seconds <= 0) =>
+            {
+                return Err(ShipError::Url {
+                    reason: format!(
+                        "connect_timeout={value:?}: zero waits for ever, and runjournal bounds every wait: give a number of seconds above zero"
+                    ),
+                });
+            }
             "sslcert" | "sslkey" | "sslpassword" | "sslcrl" => {
                 return Err(ShipError::Url {
                     reason: format!("{key} is not supported (no client certificates)"),
                 });
             }
-            _ => kept.push(pair),
+            _ => ours.kept.push(pair),
         }
     }
-    Ok((kept, mode, root_file))
+    Ok(ours)
+}
+
+/// The value of server setting `name` in a libpq `options` string (`-c name=value`,
+/// `-cname=value` or `--name=value`, `-` and `_` alike in the name); the last one wins, as on
+/// the server.
+fn server_option(options: &str, name: &str) -> Option<String> {
+    let mut found = None;
+    let mut words = options.split_whitespace();
+    while let Some(word) = words.next() {
+        let setting = if word == "-c" {
+            words.next()
+        } else {
+            word.strip_prefix("-c").or_else(|| word.strip_prefix("--"))
+        };
+        let Some((key, value)) = setting.and_then(|setting| setting.split_once('=')) else {
+            continue;
+        };
+        if key.replace('-', "_") == name {
+            found = Some(value.to_string());
+        }
+    }
+    found
+}
+
+/// A timeout option as PostgreSQL reads it — a number, whole or not, then `us`, `ms`, `s`,
+/// `min`, `h` or `d` (milliseconds when none) — or `default` when absent. Zero, which turns
+/// the server's bound off, is refused: every statement here has a bound.
+fn timeout_option(
+    name: &str,
+    text: Option<String>,
+    default: Duration,
+) -> Result<Duration, ShipError> {
+    let Some(text) = text else {
+        return Ok(default);
+    };
+    let refused = |why: &str| ShipError::Url {
+        reason: format!("{name}={text:?}: {why}"),
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| refused("expected a duration such as 30s, 1500ms or 2min"))?;
+    let unit_ms = match unit.trim() {
+        "us" => 0.001,
+        "" | "ms" => 1.0,
+        "s" => 1_000.0,
+        "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        "d" => 86_400_000.0,
+        _ => return Err(refused("the unit is not one of us, ms, s, min, h, d")),
+    };
+    let ms = (number * unit_ms).ceil();
+    if !ms.is_finite() || ms <= 0.0 {
+        return Err(refused(
+            "zero turns the server's bound off, and runjournal bounds every statement: give a duration above zero",
+        ));
+    }
+    if ms > TIMEOUT_MAX_MS as f64 {
+        return Err(refused("PostgreSQL takes at most 2147483647ms"));
+    }
+    Ok(Duration::from_millis(ms as u64))
 }
 
 /// The `sslmode` handed to the client library and the TLS to connect with, for the URL's
@@ -315,9 +472,11 @@ fn tls_of(
     Ok(chosen)
 }
 
+/// What libpq matches a password file's lines against: the first host (a Unix socket
+/// directory as it is; none as `localhost`), its port, the database and the user (each
 /// defaulted as the client defaults it).
-fn password_lookup(config: &postgres::Config) -> (String, u16, String, String) {
-    use postgres::config::Host;
+fn password_lookup(config: &tokio_postgres::Config) -> (String, u16, String, String) {
+    use tokio_postgres::config::Host;
     let host = match (config.get_hosts().first(), config.get_hostaddrs().first()) {
         (Some(Host::Tcp(name)), _) => name.clone(),
         (Some(Host::Unix(path)), _) => path.display().to_string(),
@@ -338,8 +497,8 @@ fn password_lookup(config: &postgres::Config) -> (String, u16, String, String) {
     (host, port, database, user)
 }
 
-fn shown_target(config: &postgres::Config) -> String {
-    use postgres::config::Host;
+fn shown_target(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
     let user = config.get_user().unwrap_or("");
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(name)) => name.clone(),
@@ -369,7 +528,7 @@ mod tests {
     #[cfg(feature = "tls")]
     #[test]
     fn tcp_requires_tls_unless_told_otherwise_and_a_unix_socket_stays_plain() {
-        use postgres::config::SslMode;
+        use tokio_postgres::config::SslMode;
         for (url, mode) in [
             ("postgresql://ship@db.example/fleet", SslMode::Require),
             ("postgresql://ship@127.0.0.1:5432/fleet", SslMode::Require),
@@ -483,6 +642,78 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_come_from_the_url_or_its_server_options_else_the_defaults() {
+        let parse = |url: &str| Target::parse_with(url, &Sources::default());
+        let target = parse("postgresql://h/db?sslmode=disable").unwrap();
+        assert_eq!(target.statement_timeout(), STATEMENT_TIMEOUT_DEFAULT);
+        assert_eq!(target.lock_timeout(), LOCK_TIMEOUT_DEFAULT);
+        assert_eq!(target.connect_deadline(), CONNECT_TIMEOUT_DEFAULT);
+        assert_eq!(
+            target.statement_deadline(),
+            STATEMENT_TIMEOUT_DEFAULT + DEADLINE_MARGIN
+        );
+        let target = parse(
+            "postgresql://h/db?sslmode=disable&statement_timeout=1.5s&lock_timeout=2min&connect_timeout=3",
+        )
+        .unwrap();
+        assert_eq!(target.statement_timeout(), Duration::from_millis(1_500));
+        assert_eq!(target.lock_timeout(), Duration::from_secs(120));
+        assert_eq!(target.connect_deadline(), Duration::from_secs(3));
+        // As libpq passes them to the server; the URL's own option wins.
+        let target = parse(
+            "postgresql://h/db?sslmode=disable&options=-c%20statement_timeout%3D250%20--lock-timeout%3D4s&lock_timeout=5s",
+        )
+        .unwrap();
+        assert_eq!(target.statement_timeout(), Duration::from_millis(250));
+        assert_eq!(target.lock_timeout(), Duration::from_secs(5));
+        // Each host the URL names gets its connect timeout.
+        let target = parse("postgresql://a,b/db?sslmode=disable&connect_timeout=4").unwrap();
+        assert_eq!(target.connect_deadline(), Duration::from_secs(8));
+    }
+
+    #[test]
+    fn a_timeout_that_waits_for_ever_or_is_no_duration_is_refused() {
+        for query in [
+            "statement_timeout=0",
+            "lock_timeout=0s",
+            "statement_timeout=-5s",
+            "statement_timeout=soon",
+            "lock_timeout=3 weeks",
+            "statement_timeout=30d",
+            "connect_timeout=0",
+            "connect_timeout=-1",
+        ] {
+            let url = format!("postgresql://h/db?sslmode=disable&{query}");
+            let refused = Target::parse_with(&url, &Sources::default());
+            assert!(
+                refused.as_ref().is_err_and(ShipError::is_usage),
+                "{query}: {refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_setting_is_found_in_every_form_libpq_passes() {
+        for (options, found) in [
+            ("-c statement_timeout=5s", Some("5s")),
+            ("-cstatement_timeout=6s", Some("6s")),
+            ("--statement-timeout=7s -c search_path=x", Some("7s")),
+            (
+                "-c statement_timeout=1s -c statement_timeout=2s",
+                Some("2s"),
+            ),
+            ("-c search_path=x", None),
+            ("statement_timeout=9s", None),
+        ] {
+            assert_eq!(
+                server_option(options, "statement_timeout").as_deref(),
+                found,
+                "{options}"
+            );
+        }
+    }
+
+    #[test]
     fn a_unix_socket_directory_is_a_host() {
         let target = Target::parse("postgresql:///fleet?host=/tmp/pg&user=postgres").unwrap();
         assert_eq!(target.shown(), "postgres@/tmp/pg:5432/fleet");
@@ -520,7 +751,7 @@ mod tests {
         );
         assert_eq!(
             rooted.config.get_ssl_mode(),
-            postgres::config::SslMode::Require
+            tokio_postgres::config::SslMode::Require
         );
     }
 

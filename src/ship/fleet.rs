@@ -6,7 +6,6 @@
 //! server stamped (`now()`), so clock skew between hosts cannot make one look silent; and a
 //! silent host's runs are only shown as such — only that host's own reconciler closes them.
 
-use postgres::Client;
 use serde_json::Value;
 
 use crate::event::{Record, RunId, UnixMs};
@@ -16,7 +15,8 @@ use crate::state::{self as run_state, RunState, RunStatus};
 use crate::verify::{Problem, ProblemKind, Severity};
 
 use super::connect::Target;
-use super::rows::{self, RecordRow};
+use super::rows::{self, Columns, MAX_JSON_VALUE_BYTES, MAX_TEXT_VALUE_BYTES, RecordRow, capped};
+use super::session::Session;
 use super::{ShipError, schema};
 
 /// Records compared per page by [`compare`].
@@ -40,27 +40,27 @@ pub const FLEET_PAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// The wire size of a column value, of any type (to count a page's bytes as it arrives).
 struct WireBytes(usize);
 
-impl<'a> postgres::types::FromSql<'a> for WireBytes {
+impl<'a> tokio_postgres::types::FromSql<'a> for WireBytes {
     fn from_sql(
-        _: &postgres::types::Type,
+        _: &tokio_postgres::types::Type,
         raw: &'a [u8],
     ) -> Result<WireBytes, Box<dyn std::error::Error + Sync + Send>> {
         Ok(WireBytes(raw.len()))
     }
 
     fn from_sql_null(
-        _: &postgres::types::Type,
+        _: &tokio_postgres::types::Type,
     ) -> Result<WireBytes, Box<dyn std::error::Error + Sync + Send>> {
         Ok(WireBytes(0))
     }
 
-    fn accepts(_: &postgres::types::Type) -> bool {
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
         true
     }
 }
 
 /// The bytes of a row's values.
-fn row_bytes(row: &postgres::Row) -> usize {
+fn row_bytes(row: &tokio_postgres::Row) -> usize {
     (0..row.len())
         .map(|index| {
             row.try_get::<_, WireBytes>(index)
@@ -77,9 +77,10 @@ fn page_limit(limit: Option<usize>, read: usize) -> i64 {
     i64::try_from(left).unwrap_or(0)
 }
 
-/// The fleet database, opened for reading.
+/// The fleet database, opened for reading. Every value is read back with its size bounded
+/// ([`rows::capped`]): a row put there by hand cannot make a reader hold more than a page.
 pub struct Fleet {
-    client: Client,
+    session: Session,
     target: String,
 }
 
@@ -173,19 +174,29 @@ pub struct EventFilter {
     pub limit: Option<usize>,
 }
 
-const RUN_COLUMNS: &str = "r.journal_id, j.host_name,
-    (extract(epoch FROM j.heartbeat_at) * 1000)::bigint,
-    r.run_id, r.name, r.state, r.is_closed, r.is_stale, r.is_dismissed, r.steps_done,
-    r.steps_total, r.runner_pid, r.created_at_ms, r.updated_at_ms, r.ended_at_ms, r.head_seq,
-    r.status";
+/// The columns of a run of the fleet, read by [`Fleet::fleet_run`].
+fn run_columns() -> String {
+    let text = |column: &str| capped(column, MAX_TEXT_VALUE_BYTES);
+    format!(
+        "{}, {}, (extract(epoch FROM j.heartbeat_at) * 1000)::bigint, {}, {}, {},
+        r.is_closed, r.is_stale, r.is_dismissed, r.steps_done, r.steps_total, r.runner_pid,
+        r.created_at_ms, r.updated_at_ms, r.ended_at_ms, r.head_seq, {}",
+        text("r.journal_id"),
+        text("j.host_name"),
+        text("r.run_id"),
+        text("r.name"),
+        text("r.state"),
+        capped("r.status", MAX_JSON_VALUE_BYTES),
+    )
+}
 
 impl Fleet {
     /// Connects and checks that the database holds a schema this build reads.
     pub fn connect(target: &Target) -> Result<Fleet, ShipError> {
-        let mut client = target.connect()?;
-        schema::check_readable(&mut client, target.shown())?;
+        let session = target.connect()?;
+        schema::check_readable(&session, target.shown())?;
         Ok(Fleet {
-            client,
+            session,
             target: target.shown().to_string(),
         })
     }
@@ -193,13 +204,6 @@ impl Fleet {
     /// The server, as shown in messages.
     pub fn target(&self) -> &str {
         &self.target
-    }
-
-    fn server(&self) -> impl Fn(postgres::Error) -> ShipError + '_ {
-        |source| ShipError::Server {
-            target: self.target.clone(),
-            error: source,
-        }
     }
 
     fn bad(&self) -> impl Fn(String) -> ShipError + '_ {
@@ -214,36 +218,21 @@ impl Fleet {
     fn page(
         &mut self,
         sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<postgres::Row>, ShipError> {
-        use postgres::fallible_iterator::FallibleIterator;
-        let target = self.target.clone();
-        let server = |source| ShipError::Server {
-            target: target.clone(),
-            error: source,
-        };
-        let mut rows = Vec::new();
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, ShipError> {
         let mut bytes = 0usize;
-        let mut stream = self
-            .client
-            .query_raw(sql, params.iter().copied())
-            .map_err(server)?;
-        while let Some(row) = stream.next().map_err(server)? {
-            bytes = bytes.saturating_add(row_bytes(&row));
-            rows.push(row);
-            // The rest of the page is dropped unread; the caller's next page starts after
-            // the last row kept.
-            if bytes > FLEET_PAGE_BYTES_MAX || rows.len() >= FLEET_PAGE_ROWS {
-                break;
-            }
-        }
-        Ok(rows)
+        // The rest of the page is dropped unread; the caller's next page starts after the
+        // last row kept.
+        self.session.query_page(sql, params, |rows| {
+            bytes = bytes.saturating_add(rows.last().map_or(0, row_bytes));
+            bytes > FLEET_PAGE_BYTES_MAX || rows.len() >= FLEET_PAGE_ROWS
+        })
     }
 
     /// Column `index` of a row, checked ([`rows::column`]).
-    fn col<'a, T: postgres::types::FromSql<'a>>(
+    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
         &self,
-        row: &'a postgres::Row,
+        row: &'a tokio_postgres::Row,
         index: usize,
         table: &str,
         column: &str,
@@ -254,7 +243,7 @@ impl Fleet {
     /// A `bigint` column that holds a count, time or seq (never negative).
     fn unsigned_col(
         &self,
-        row: &postgres::Row,
+        row: &tokio_postgres::Row,
         index: usize,
         table: &str,
         column: &str,
@@ -263,15 +252,17 @@ impl Fleet {
         rows::unsigned(value, &format!("column {column} of {table}")).map_err(self.bad())
     }
 
+    /// The next column of `columns`, a count, time or seq (never negative).
+    fn unsigned_next(&self, columns: &mut Columns<'_>, column: &str) -> Result<u64, ShipError> {
+        let value: i64 = columns.value(column).map_err(self.bad())?;
+        rows::unsigned(value, &format!("column {column}")).map_err(self.bad())
+    }
+
     /// The server's clock, in Unix milliseconds.
     pub fn server_now_ms(&mut self) -> Result<UnixMs, ShipError> {
         let row = self
-            .client
-            .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
-            .map_err(|source| ShipError::Server {
-                target: self.target.clone(),
-                error: source,
-            })?;
+            .session
+            .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])?;
         self.unsigned_col(&row, 0, "the server", "now()")
     }
 
@@ -294,7 +285,8 @@ impl Fleet {
                 .map(|last| (last.host_name.clone(), last.journal_id.clone()));
             let (after_host, after_id) = after.unzip();
             let page = self.page(
-                "SELECT j.journal_id, j.host_name, j.home, j.journal_created_at_ms,
+                &format!(
+                    "SELECT {}, {}, {}, j.journal_created_at_ms,
                     j.shipped_through, (extract(epoch FROM j.shipped_at) * 1000)::bigint,
                     (extract(epoch FROM j.heartbeat_at) * 1000)::bigint,
                     (SELECT count(*) FROM runjournal_records x WHERE x.journal_id = j.journal_id),
@@ -306,6 +298,10 @@ impl Fleet {
                    AND ($2::text IS NULL OR (j.host_name, j.journal_id) > ($2, $3::text))
                  ORDER BY j.host_name, j.journal_id
                  LIMIT $4",
+                    capped("j.journal_id", MAX_TEXT_VALUE_BYTES),
+                    capped("j.host_name", MAX_TEXT_VALUE_BYTES),
+                    capped("j.home", MAX_TEXT_VALUE_BYTES),
+                ),
                 &[&only, &after_host, &after_id, &limit],
             )?;
             if page.is_empty() {
@@ -317,23 +313,33 @@ impl Fleet {
         }
     }
 
-    fn fleet_journal(&self, row: &postgres::Row) -> Result<FleetJournal, ShipError> {
-        const TABLE: &str = "runjournal_journals";
-        let shipped_at: Option<i64> = self.col(row, 5, TABLE, "shipped_at")?;
+    fn fleet_journal(&self, row: &tokio_postgres::Row) -> Result<FleetJournal, ShipError> {
+        let bad = self.bad();
+        let mut columns = Columns::new(row, "runjournal_journals");
+        let journal_id = columns
+            .capped("journal_id", MAX_TEXT_VALUE_BYTES)
+            .map_err(&bad)?;
+        let host_name = columns
+            .capped("host_name", MAX_TEXT_VALUE_BYTES)
+            .map_err(&bad)?;
+        let home = columns.capped("home", MAX_TEXT_VALUE_BYTES).map_err(&bad)?;
+        let journal_created_at_ms = self.unsigned_next(&mut columns, "journal_created_at_ms")?;
+        let shipped_through = self.unsigned_next(&mut columns, "shipped_through")?;
+        let shipped_at: Option<i64> = columns.value("shipped_at").map_err(&bad)?;
         Ok(FleetJournal {
-            journal_id: self.col(row, 0, TABLE, "journal_id")?,
-            host_name: self.col(row, 1, TABLE, "host_name")?,
-            home: self.col(row, 2, TABLE, "home")?,
-            journal_created_at_ms: self.unsigned_col(row, 3, TABLE, "journal_created_at_ms")?,
-            shipped_through: self.unsigned_col(row, 4, TABLE, "shipped_through")?,
+            journal_id,
+            host_name,
+            home,
+            journal_created_at_ms,
+            shipped_through,
             shipped_at_ms: shipped_at
                 .map(|at| rows::unsigned(at, "shipped_at"))
                 .transpose()
-                .map_err(self.bad())?,
-            heartbeat_at_ms: self.unsigned_col(row, 6, TABLE, "heartbeat_at")?,
-            records: self.unsigned_col(row, 7, "runjournal_records", "count(*)")?,
-            runs: self.unsigned_col(row, 8, "runjournal_runs", "count(*)")?,
-            runs_open: self.unsigned_col(row, 9, "runjournal_runs", "count(*)")?,
+                .map_err(&bad)?,
+            heartbeat_at_ms: self.unsigned_next(&mut columns, "heartbeat_at")?,
+            records: self.unsigned_next(columns.of("runjournal_records"), "count(*)")?,
+            runs: self.unsigned_next(columns.of("runjournal_runs"), "count(*)")?,
+            runs_open: self.unsigned_next(&mut columns, "count(*)")?,
         })
     }
 
@@ -368,7 +374,7 @@ impl Fleet {
             let after_journal = after.as_ref().map(|after| after.2.clone());
             let page = self.page(
                 &format!(
-                    "SELECT {RUN_COLUMNS}
+                    "SELECT {}
                      FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
                      WHERE (cardinality($1::text[]) = 0 OR r.state = ANY($1))
                        AND ($2::bigint IS NULL OR r.created_at_ms >= $2)
@@ -377,7 +383,8 @@ impl Fleet {
                             OR (r.created_at_ms = $5 AND (r.run_id < $6::text
                                 OR (r.run_id = $6::text AND r.journal_id > $7::text))))
                      ORDER BY r.created_at_ms DESC, r.run_id DESC, r.journal_id
-                     LIMIT $4"
+                     LIMIT $4",
+                    run_columns()
                 ),
                 &[
                     &states,
@@ -411,36 +418,32 @@ impl Fleet {
             .map(|_| format!("{}%", text.to_ascii_uppercase()));
         let mut found: Vec<(FleetRun, &str)> = Vec::new();
         if let Some(prefix) = &prefix {
-            let rows = self
-                .client
-                .query(
-                    &format!(
-                        "SELECT {RUN_COLUMNS}
-                         FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
-                         WHERE r.run_id LIKE $1
-                         ORDER BY r.created_at_ms DESC, r.journal_id
-                         LIMIT $2"
-                    ),
-                    &[prefix, &FIND_MATCHES_MAX],
-                )
-                .map_err(self.server())?;
+            let rows = self.session.query(
+                &format!(
+                    "SELECT {}
+                     FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
+                     WHERE r.run_id LIKE $1
+                     ORDER BY r.created_at_ms DESC, r.journal_id
+                     LIMIT $2",
+                    run_columns()
+                ),
+                &[prefix, &FIND_MATCHES_MAX],
+            )?;
             for row in &rows {
                 found.push((self.fleet_run(row)?, "by id prefix"));
             }
         }
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "SELECT DISTINCT ON (r.journal_id) {RUN_COLUMNS}
-                     FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
-                     WHERE r.name = $1 OR r.status ->> 'toolCallId' = $1
-                     ORDER BY r.journal_id, r.created_at_ms DESC, r.run_id DESC
-                     LIMIT $2"
-                ),
-                &[&text, &FIND_MATCHES_MAX],
-            )
-            .map_err(self.server())?;
+        let rows = self.session.query(
+            &format!(
+                "SELECT DISTINCT ON (r.journal_id) {}
+                 FROM runjournal_runs r JOIN runjournal_journals j USING (journal_id)
+                 WHERE r.name = $1 OR r.status ->> 'toolCallId' = $1
+                 ORDER BY r.journal_id, r.created_at_ms DESC, r.run_id DESC
+                 LIMIT $2",
+                run_columns()
+            ),
+            &[&text, &FIND_MATCHES_MAX],
+        )?;
         for row in &rows {
             found.push((self.fleet_run(row)?, "by name or tool-call id"));
         }
@@ -509,60 +512,75 @@ impl Fleet {
         Ok((state, records))
     }
 
-    fn fleet_run(&self, row: &postgres::Row) -> Result<FleetRun, ShipError> {
+    fn fleet_run(&self, row: &tokio_postgres::Row) -> Result<FleetRun, ShipError> {
         const TABLE: &str = "runjournal_runs";
         let bad = self.bad();
-        let run_text: String = self.col(row, 3, TABLE, "run_id")?;
-        let state_text: String = self.col(row, 5, TABLE, "state")?;
-        let count = |index: usize, column: &str| {
-            let count: i32 = self.col(row, index, TABLE, column)?;
+        let text = MAX_TEXT_VALUE_BYTES;
+        let mut columns = Columns::new(row, TABLE);
+        let journal_id: String = columns.capped("journal_id", text).map_err(&bad)?;
+        let host_name: String = columns
+            .of("runjournal_journals")
+            .capped("host_name", text)
+            .map_err(&bad)?;
+        let heartbeat_at_ms = self.unsigned_next(&mut columns, "heartbeat_at")?;
+        columns.of(TABLE);
+        let run_text: String = columns.capped("run_id", text).map_err(&bad)?;
+        let name: Option<String> = columns.capped("name", text).map_err(&bad)?;
+        let state_text: String = columns.capped("state", text).map_err(&bad)?;
+        let is_closed: bool = columns.value("is_closed").map_err(&bad)?;
+        let is_stale: bool = columns.value("is_stale").map_err(&bad)?;
+        let is_dismissed: bool = columns.value("is_dismissed").map_err(&bad)?;
+        let mut count = |column: &str| {
+            let count: i32 = columns.value(column).map_err(&bad)?;
             u32::try_from(count)
                 .map_err(|_| bad(format!("column {column} of {TABLE} is negative ({count})")))
         };
-        let runner_pid: Option<i64> = self.col(row, 11, TABLE, "runner_pid")?;
-        let ended_at: Option<i64> = self.col(row, 14, TABLE, "ended_at_ms")?;
+        let steps_done = count("steps_done")?;
+        let steps_total = count("steps_total")?;
+        let runner_pid: Option<i64> = columns.value("runner_pid").map_err(&bad)?;
+        let created_at_ms = self.unsigned_next(&mut columns, "created_at_ms")?;
+        let updated_at_ms = self.unsigned_next(&mut columns, "updated_at_ms")?;
+        let ended_at: Option<i64> = columns.value("ended_at_ms").map_err(&bad)?;
+        let head_seq = self.unsigned_next(&mut columns, "head_seq")?;
+        let status: Value = columns
+            .capped("status", MAX_JSON_VALUE_BYTES)
+            .map_err(|reason| bad(format!("run {run_text} of journal {journal_id}: {reason}")))?;
         Ok(FleetRun {
-            journal_id: self.col(row, 0, TABLE, "journal_id")?,
-            host_name: self.col(row, 1, "runjournal_journals", "host_name")?,
-            heartbeat_at_ms: self.unsigned_col(row, 2, "runjournal_journals", "heartbeat_at")?,
+            journal_id,
+            host_name,
+            heartbeat_at_ms,
             run_id: run_text
                 .parse()
                 .map_err(|error| bad(format!("run id {run_text:?}: {error}")))?,
-            name: self.col(row, 4, TABLE, "name")?,
+            name,
             state: state_text
                 .parse()
                 .map_err(|error| bad(format!("state {state_text:?}: {error}")))?,
-            is_closed: self.col(row, 6, TABLE, "is_closed")?,
-            is_stale: self.col(row, 7, TABLE, "is_stale")?,
-            is_dismissed: self.col(row, 8, TABLE, "is_dismissed")?,
-            steps_done: count(9, "steps_done")?,
-            steps_total: count(10, "steps_total")?,
+            is_closed,
+            is_stale,
+            is_dismissed,
+            steps_done,
+            steps_total,
             runner_pid: runner_pid
                 .map(|pid| u32::try_from(pid).map_err(|_| bad(format!("runner pid {pid}"))))
                 .transpose()?,
-            created_at_ms: self.unsigned_col(row, 12, TABLE, "created_at_ms")?,
-            updated_at_ms: self.unsigned_col(row, 13, TABLE, "updated_at_ms")?,
+            created_at_ms,
+            updated_at_ms,
             ended_at_ms: ended_at
                 .map(|at| rows::unsigned(at, "ended_at_ms"))
                 .transpose()
                 .map_err(&bad)?,
-            head_seq: self.unsigned_col(row, 15, TABLE, "head_seq")?,
-            status: self.col(row, 16, TABLE, "status")?,
+            head_seq,
+            status,
         })
     }
 
-    /// A row of `runjournal_records` as [`RecordRow`], its columns from `first` on
-    /// (global_seq, run_id, seq, time_ms, event_type, event).
-    fn record_row(&self, row: &postgres::Row, first: usize) -> Result<RecordRow, ShipError> {
-        const TABLE: &str = "runjournal_records";
-        Ok(RecordRow {
-            global_seq: self.col(row, first, TABLE, "global_seq")?,
-            run_id: self.col(row, first + 1, TABLE, "run_id")?,
-            seq: self.col(row, first + 2, TABLE, "seq")?,
-            time_ms: self.col(row, first + 3, TABLE, "time_ms")?,
-            event_type: self.col(row, first + 4, TABLE, "event_type")?,
-            event: self.col(row, first + 5, TABLE, "event")?,
-        })
+    /// A row of `runjournal_records` as [`RecordRow`]: the global seq, then the columns of
+    /// [`rows::record_value_columns`].
+    fn record_row(&self, row: &tokio_postgres::Row) -> Result<RecordRow, ShipError> {
+        let mut columns = Columns::new(row, "runjournal_records");
+        let global_seq: i64 = columns.value("global_seq").map_err(self.bad())?;
+        columns.record_row(global_seq).map_err(self.bad())
     }
 
     /// The shipped records of one run, in seq order, each read back into a record.
@@ -577,18 +595,24 @@ impl Fleet {
         let mut after: Option<i64> = None;
         loop {
             let page = self.page(
-                "SELECT global_seq, event, seq FROM runjournal_records
-                 WHERE journal_id = $1 AND run_id = $2 AND ($3::bigint IS NULL OR seq > $3)
-                 ORDER BY seq LIMIT $4",
+                &format!(
+                    "SELECT global_seq, {}, seq FROM runjournal_records
+                     WHERE journal_id = $1 AND run_id = $2 AND ($3::bigint IS NULL OR seq > $3)
+                     ORDER BY seq LIMIT $4",
+                    capped("event", MAX_JSON_VALUE_BYTES)
+                ),
                 &[&journal_id, &run_text, &after, &limit],
             )?;
             if page.is_empty() {
                 return Ok(records);
             }
             for row in &page {
-                let global = self.unsigned_col(row, 0, "runjournal_records", "global_seq")?;
-                let event: Value = self.col(row, 1, "runjournal_records", "event")?;
-                after = Some(self.col(row, 2, "runjournal_records", "seq")?);
+                let mut columns = Columns::new(row, "runjournal_records");
+                let global = self.unsigned_next(&mut columns, "global_seq")?;
+                let event: Value = columns
+                    .capped("event", MAX_JSON_VALUE_BYTES)
+                    .map_err(self.bad())?;
+                after = Some(columns.value("seq").map_err(self.bad())?);
                 let record = rows::record_from_event_line(&event).map_err(|reason| {
                     (self.bad())(format!("run {run}, global seq {global}: {reason}"))
                 })?;
@@ -611,8 +635,8 @@ impl Fleet {
             None => (None, None, None),
         };
         let page = self.page(
-            "SELECT x.journal_id, j.host_name, x.global_seq, x.run_id, x.seq, x.time_ms,
-                x.event_type, x.event
+            &format!(
+                "SELECT {}, {}, x.global_seq, {}
              FROM runjournal_records x JOIN runjournal_journals j USING (journal_id)
              WHERE x.global_seq > $1
                AND ($2::text IS NULL OR x.journal_id = $2)
@@ -621,6 +645,10 @@ impl Fleet {
                     OR (x.time_ms, x.journal_id, x.global_seq) > ($5, $6::text, $7::bigint))
              ORDER BY x.time_ms, x.journal_id, x.global_seq
              LIMIT $4",
+                capped("x.journal_id", MAX_TEXT_VALUE_BYTES),
+                capped("j.host_name", MAX_TEXT_VALUE_BYTES),
+                rows::record_value_columns("x"),
+            ),
             &[
                 &after,
                 &journal,
@@ -633,10 +661,23 @@ impl Fleet {
         )?;
         page.iter()
             .map(|row| {
+                let bad = self.bad();
+                let mut columns = Columns::new(row, "runjournal_records");
+                let journal_id = columns
+                    .capped("journal_id", MAX_TEXT_VALUE_BYTES)
+                    .map_err(&bad)?;
+                let host_name = columns
+                    .of("runjournal_journals")
+                    .capped("host_name", MAX_TEXT_VALUE_BYTES)
+                    .map_err(&bad)?;
+                let global_seq: i64 = columns
+                    .of("runjournal_records")
+                    .value("global_seq")
+                    .map_err(&bad)?;
                 Ok(ShippedRecord {
-                    journal_id: self.col(row, 0, "runjournal_records", "journal_id")?,
-                    host_name: self.col(row, 1, "runjournal_journals", "host_name")?,
-                    row: self.record_row(row, 2)?,
+                    journal_id,
+                    host_name,
+                    row: columns.record_row(global_seq).map_err(&bad)?,
                 })
             })
             .collect()
@@ -651,21 +692,30 @@ impl Fleet {
         loop {
             let (after_journal, after_state) = after.clone().unzip();
             let page = self.page(
-                "SELECT journal_id, state, count(*) FROM runjournal_runs
-                 WHERE $1::text IS NULL OR (journal_id, state) > ($1, $2::text)
-                 GROUP BY journal_id, state ORDER BY journal_id, state LIMIT $3",
+                &format!(
+                    "SELECT {}, {}, count(*) FROM runjournal_runs
+                     WHERE $1::text IS NULL OR (journal_id, state) > ($1, $2::text)
+                     GROUP BY journal_id, state ORDER BY journal_id, state LIMIT $3",
+                    capped("journal_id", MAX_TEXT_VALUE_BYTES),
+                    capped("state", MAX_TEXT_VALUE_BYTES),
+                ),
                 &[&after_journal, &after_state, &limit],
             )?;
             if page.is_empty() {
                 return Ok(counts);
             }
             for row in &page {
-                let journal: String = self.col(row, 0, TABLE, "journal_id")?;
-                let state: String = self.col(row, 1, TABLE, "state")?;
+                let mut columns = Columns::new(row, TABLE);
+                let journal: String = columns
+                    .capped("journal_id", MAX_TEXT_VALUE_BYTES)
+                    .map_err(self.bad())?;
+                let state: String = columns
+                    .capped("state", MAX_TEXT_VALUE_BYTES)
+                    .map_err(self.bad())?;
                 let status = state
                     .parse()
                     .map_err(|error| (self.bad())(format!("state {state:?}: {error}")))?;
-                let count = self.unsigned_col(row, 2, TABLE, "count(*)")?;
+                let count = self.unsigned_next(&mut columns, "count(*)")?;
                 after = Some((journal.clone(), state));
                 counts.push((journal, status, count));
             }
@@ -688,14 +738,17 @@ impl Fleet {
             .map_err(self.bad())?;
         let limit = page_limit(Some(limit), 0);
         let page = self.page(
-            "SELECT global_seq, run_id, seq, time_ms, event_type, event
-             FROM runjournal_records
-             WHERE journal_id = $1 AND global_seq > $2
-               AND ($3::bigint IS NULL OR global_seq <= $3)
-             ORDER BY global_seq LIMIT $4",
+            &format!(
+                "SELECT global_seq, {}
+                 FROM runjournal_records
+                 WHERE journal_id = $1 AND global_seq > $2
+                   AND ($3::bigint IS NULL OR global_seq <= $3)
+                 ORDER BY global_seq LIMIT $4",
+                rows::record_value_columns("")
+            ),
             &[&journal_id, &after, &through, &limit],
         )?;
-        page.iter().map(|row| self.record_row(row, 0)).collect()
+        page.iter().map(|row| self.record_row(row)).collect()
     }
 
     /// Every shipped record of a journal with `after < global seq <= through`, read in pages.

@@ -31,8 +31,8 @@ pub struct RecordRow {
 /// the answer, of a type this build does not read (someone altered the table), or NULL where a
 /// value is needed is an error naming the table and column, never a panic. `T` is an `Option`
 /// where NULL is allowed.
-pub fn column<'a, T: postgres::types::FromSql<'a>>(
-    row: &'a postgres::Row,
+pub fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a tokio_postgres::Row,
     index: usize,
     table: &str,
     column: &str,
@@ -50,13 +50,122 @@ pub fn column<'a, T: postgres::types::FromSql<'a>>(
     }
     row.try_get(index).map_err(|error| {
         let is_null = std::error::Error::source(&error)
-            .is_some_and(|cause| cause.is::<postgres::types::WasNull>());
+            .is_some_and(|cause| cause.is::<tokio_postgres::types::WasNull>());
         if is_null {
             format!("column {column} of {table} is NULL where a value is required")
         } else {
             format!("column {column} of {table}: {error}")
         }
     })
+}
+
+/// The most bytes of a text value read back from the server (a run id, a name, a host name, a
+/// home's path): far above what a shipper writes (names and paths are a few KiB at most).
+pub const MAX_TEXT_VALUE_BYTES: usize = 64 * 1024;
+
+/// The most bytes of a JSON value read back from the server (a record's event line, a run's
+/// status.json): above the largest a shipper writes (a record is at most
+/// [`crate::event::MAX_RECORD_BYTES`] and a snapshot [`crate::event::MAX_SNAPSHOT_BYTES`] in
+/// postcard; as JSON, with every character escaped, six times that), so that a value put
+/// there by hand cannot make a reader hold hundreds of megabytes.
+pub const MAX_JSON_VALUE_BYTES: usize = 32 << 20;
+
+/// SQL for `expr` (a text or jsonb column) read back only when its text is at most `max`
+/// bytes — else NULL, so the server never sends it — followed by its size: two columns, read
+/// with [`Columns::capped`].
+pub fn capped(expr: &str, max: usize) -> String {
+    format!(
+        "CASE WHEN octet_length(({expr})::text) <= {max} THEN {expr} END, octet_length(({expr})::text)"
+    )
+}
+
+/// SQL for a record's columns after its global seq (run id, seq, time, type, event), each
+/// text capped, from the table named `alias` (empty: unqualified); read with
+/// [`Columns::record_row`].
+pub fn record_value_columns(alias: &str) -> String {
+    let column = |name: &str| {
+        if alias.is_empty() {
+            name.to_string()
+        } else {
+            format!("{alias}.{name}")
+        }
+    };
+    format!(
+        "{}, {}, {}, {}, {}",
+        capped(&column("run_id"), MAX_TEXT_VALUE_BYTES),
+        column("seq"),
+        column("time_ms"),
+        capped(&column("event_type"), MAX_TEXT_VALUE_BYTES),
+        capped(&column("event"), MAX_JSON_VALUE_BYTES),
+    )
+}
+
+/// The columns of a row read in order, each with checked access ([`column`]); a capped one
+/// ([`capped`]) takes two.
+pub struct Columns<'r> {
+    row: &'r tokio_postgres::Row,
+    table: &'static str,
+    next: usize,
+}
+
+impl<'r> Columns<'r> {
+    /// Reads `row` from its first column, naming `table` in errors.
+    pub fn new(row: &'r tokio_postgres::Row, table: &'static str) -> Columns<'r> {
+        Columns {
+            row,
+            table,
+            next: 0,
+        }
+    }
+
+    /// The columns from now on are of `table` (a join's other side).
+    pub fn of(&mut self, table: &'static str) -> &mut Columns<'r> {
+        self.table = table;
+        self
+    }
+
+    /// The next column.
+    pub fn value<T: tokio_postgres::types::FromSql<'r>>(
+        &mut self,
+        name: &str,
+    ) -> Result<T, String> {
+        let value = column(self.row, self.next, self.table, name);
+        self.next += 1;
+        value
+    }
+
+    /// The next column selected with [`capped`] at `max`, and its size: a value over `max` is
+    /// refused, naming the column and its size.
+    pub fn capped<T: tokio_postgres::types::FromSql<'r>>(
+        &mut self,
+        name: &str,
+        max: usize,
+    ) -> Result<T, String> {
+        let bytes: Option<i32> = column(self.row, self.next + 1, self.table, name)?;
+        if let Some(bytes) =
+            bytes.filter(|bytes| usize::try_from(*bytes).is_ok_and(|bytes| bytes > max))
+        {
+            return Err(format!(
+                "column {name} of {} holds a value of {bytes} bytes, more than the {max} runjournal reads back (no shipper writes one so large: was it written by hand?)",
+                self.table
+            ));
+        }
+        let value = column(self.row, self.next, self.table, name);
+        self.next += 2;
+        value
+    }
+
+    /// The record row whose columns [`record_value_columns`] selected, at `global_seq`.
+    pub fn record_row(&mut self, global_seq: i64) -> Result<RecordRow, String> {
+        Ok(RecordRow {
+            global_seq,
+            run_id: self.capped("run_id", MAX_TEXT_VALUE_BYTES)?,
+            seq: self.value("seq")?,
+            time_ms: self.value("time_ms")?,
+            event_type: self.capped("event_type", MAX_TEXT_VALUE_BYTES)?,
+            event: self.capped("event", MAX_JSON_VALUE_BYTES)?,
+        })
+    }
 }
 
 /// A value for a PostgreSQL `bigint`.

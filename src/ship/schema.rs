@@ -4,8 +4,7 @@
 //! transaction with its version row, so a schema is never half migrated; a shipper that finds a
 //! later version than it knows refuses to write. Migrations are only ever appended.
 
-use postgres::Client;
-
+use super::session::Session;
 use super::{ShipError, rows};
 
 /// The schema version this build writes and reads.
@@ -67,11 +66,11 @@ const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS runjournal_schema
 const MIGRATE_ATTEMPTS: usize = 3;
 
 /// Brings the database to [`SCHEMA_VERSION`].
-pub fn migrate(client: &mut Client, target: &str) -> Result<(), ShipError> {
+pub fn migrate(session: &mut Session, target: &str) -> Result<(), ShipError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match migrate_once(client, target) {
+        match migrate_once(session, target) {
             // Two shippers creating the tables at once: one wins, the other's statement fails
             // on the catalog's unique index (or the version row); the next attempt finds the
             // work done.
@@ -83,13 +82,9 @@ pub fn migrate(client: &mut Client, target: &str) -> Result<(), ShipError> {
     }
 }
 
-fn migrate_once(client: &mut Client, target: &str) -> Result<(), ShipError> {
-    let server = |source| ShipError::Server {
-        target: target.to_string(),
-        error: source,
-    };
-    client.batch_execute(CREATE_VERSION_TABLE).map_err(server)?;
-    let current = current_version(client, target)?.unwrap_or(0);
+fn migrate_once(session: &mut Session, target: &str) -> Result<(), ShipError> {
+    session.batch_execute(CREATE_VERSION_TABLE)?;
+    let current = current_version(session, target)?.unwrap_or(0);
     if current > SCHEMA_VERSION {
         return Err(ShipError::SchemaNewer {
             target: target.to_string(),
@@ -98,55 +93,56 @@ fn migrate_once(client: &mut Client, target: &str) -> Result<(), ShipError> {
         });
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > current) {
-        let mut transaction = client.transaction().map_err(server)?;
-        let is_applied = transaction
-            .query_opt(
-                "SELECT 1 FROM runjournal_schema WHERE version = $1",
-                &[version],
-            )
-            .map_err(server)?
-            .is_some();
-        if is_applied {
-            continue;
-        }
-        transaction.batch_execute(sql).map_err(server)?;
-        transaction
-            .execute(
-                "INSERT INTO runjournal_schema (version) VALUES ($1)",
-                &[version],
-            )
-            .map_err(server)?;
-        transaction.commit().map_err(server)?;
+        session.transaction(async |transaction, bound| {
+            let is_applied = bound
+                .answer(
+                    "the schema's version",
+                    transaction.query_opt(
+                        "SELECT 1 FROM runjournal_schema WHERE version = $1",
+                        &[version],
+                    ),
+                )
+                .await?
+                .is_some();
+            if is_applied {
+                return Ok(());
+            }
+            bound
+                .answer("a migration", transaction.batch_execute(sql))
+                .await?;
+            bound
+                .answer(
+                    "a migration's version",
+                    transaction.execute(
+                        "INSERT INTO runjournal_schema (version) VALUES ($1)",
+                        &[version],
+                    ),
+                )
+                .await?;
+            Ok(())
+        })?;
     }
     Ok(())
 }
 
 /// The schema version the database holds; `None` when it holds no runjournal tables.
-pub fn current_version(client: &mut Client, target: &str) -> Result<Option<i32>, ShipError> {
-    let server = |source| ShipError::Server {
-        target: target.to_string(),
-        error: source,
-    };
+pub fn current_version(session: &Session, target: &str) -> Result<Option<i32>, ShipError> {
     let bad = |reason| ShipError::BadData {
         target: target.to_string(),
         reason,
     };
-    let row = client
-        .query_one("SELECT to_regclass('runjournal_schema') IS NOT NULL", &[])
-        .map_err(server)?;
+    let row = session.query_one("SELECT to_regclass('runjournal_schema') IS NOT NULL", &[])?;
     let exists: bool = rows::column(&row, 0, "the catalog", "to_regclass").map_err(bad)?;
     if !exists {
         return Ok(None);
     }
-    let row = client
-        .query_one("SELECT max(version) FROM runjournal_schema", &[])
-        .map_err(server)?;
+    let row = session.query_one("SELECT max(version) FROM runjournal_schema", &[])?;
     rows::column::<Option<i32>>(&row, 0, "runjournal_schema", "version").map_err(bad)
 }
 
 /// Checks, without changing anything, that the database holds a schema this build reads.
-pub fn check_readable(client: &mut Client, target: &str) -> Result<(), ShipError> {
-    match current_version(client, target)? {
+pub fn check_readable(session: &Session, target: &str) -> Result<(), ShipError> {
+    match current_version(session, target)? {
         None | Some(0) => Err(ShipError::NoSchema {
             target: target.to_string(),
         }),

@@ -10,25 +10,36 @@
 //! happen is sent again whole, one that did is never sent again, and a batch sent twice
 //! (two shippers of one journal) changes nothing.
 //!
-//! Never in the way: the journal is opened read-only ([`JournalReader`]), each batch is read
-//! in a short read transaction that ends before the server is contacted, and nothing here is
-//! on the path of an append. A failure (server down, slow, refusing) drops the connection,
-//! is written to the state file, and is retried with growing delays.
+//! Trusted only once checked: the cursor the server gives is judged against the journal
+//! ([`super::cursor`]) — not past its head, and the server's record there the journal's own —
+//! before anything is sent. What the server proved is then written to the journal's shipping
+//! mark ([`crate::journal::Journal::mark_shipped`]), in a write transaction of its own once per
+//! pass, after the server's transactions committed; retention keeps every record above the
+//! mark. A shipper that starts marks the home as shipping before it contacts the server.
+//!
+//! Never in the way: each batch is read in a short read transaction that ends before the
+//! server is contacted, and nothing here is on the path of an append. A failure (server down,
+//! slow, refusing) drops the connection, is written to the state file, and is retried with
+//! growing delays; a server refused as ahead of the journal or diverged from it is not
+//! retried by [`Shipper::follow`]: a person must look.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use postgres::{Client, Statement};
 use serde_json::Value;
+use tokio_postgres::Statement;
 
 use crate::event::{Record, RunId, now_ms};
 use crate::home::Home;
-use crate::journal::JournalReader;
+use crate::journal::lock_wait::{LockWait, command_bound_from_env};
+use crate::journal::{CommitSharing, Journal, OpenError, WriterOptions};
 use crate::liveness;
 use crate::state::{self as run_state, RunState};
 
 use super::connect::Target;
+use super::cursor::{self, Local, Refusal};
 use super::rows::{self, RecordRow, RunRow};
+use super::session::{Bound, Session};
 use super::state::{self, ShipState};
 use super::{ShipError, journal_id_text, schema};
 
@@ -43,8 +54,6 @@ pub const HEARTBEAT_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
 /// The first wait after a failure; it doubles up to the maximum.
 pub const RETRY_DELAY_FIRST: Duration = Duration::from_millis(250);
 pub const RETRY_DELAY_MAX_DEFAULT: Duration = Duration::from_secs(30);
-/// A statement the server has not answered in this long is abandoned (and retried).
-const STATEMENT_TIMEOUT: &str = "60s";
 
 /// How to ship.
 #[derive(Debug, Clone)]
@@ -105,7 +114,7 @@ pub enum FollowEvent<'a> {
 }
 
 struct Connection {
-    client: Client,
+    session: Session,
     lock_cursor: Statement,
     insert_records: Statement,
     upsert_runs: Statement,
@@ -136,7 +145,8 @@ enum Sent {
 pub struct Shipper {
     home: Home,
     options: ShipOptions,
-    reader: Option<JournalReader>,
+    /// The journal, opened for reading and for writing its shipping mark (never an append).
+    reader: Option<Journal>,
     journal: Option<JournalFacts>,
     connection: Option<Connection>,
     /// The server's `shipped_through`, as last learned from it.
@@ -194,12 +204,13 @@ impl Shipper {
     }
 
     /// Ships until `should_stop` says so, retrying failures with growing delays; reports what
-    /// happens through `on_event`.
+    /// happens through `on_event`. Returns the error of a server refused as ahead of the
+    /// journal or diverged from it ([`ShipError::is_refusal`]): retrying would not mend it.
     pub fn follow(
         &mut self,
         should_stop: &dyn Fn() -> bool,
         on_event: &mut dyn FnMut(FollowEvent<'_>),
-    ) {
+    ) -> Result<(), ShipError> {
         let mut retry_delay = RETRY_DELAY_FIRST;
         let mut last_error: Option<String> = None;
         while !should_stop() {
@@ -213,6 +224,7 @@ impl Shipper {
                     retry_delay = RETRY_DELAY_FIRST;
                     self.options.poll_interval
                 }
+                Err(error) if error.is_refusal() => return Err(error),
                 Err(error) => {
                     let text = error.to_string();
                     if last_error.as_deref() != Some(text.as_str()) {
@@ -226,6 +238,7 @@ impl Shipper {
             };
             sleep_unless_stopped(wait, should_stop);
         }
+        Ok(())
     }
 
     fn try_pass(&mut self) -> Result<PassReport, ShipError> {
@@ -277,12 +290,15 @@ impl Shipper {
                     prefetched = next.transpose()?.flatten();
                 }
                 Sent::CursorMoved(server) => {
+                    // Another shipper of this journal moved it: checked as at a connection.
                     self.folded.clear();
+                    self.check_cursor(server)?;
                     self.shipped_through = Some(server);
                 }
             }
         }
         report.shipped_through = self.shipped_through.unwrap_or(0);
+        self.mark_proven(report.shipped_through)?;
         let is_heartbeat_due = self
             .last_heartbeat
             .is_none_or(|at| at.elapsed() >= self.options.heartbeat_interval);
@@ -292,19 +308,111 @@ impl Shipper {
         Ok(report)
     }
 
+    /// Opens the journal (never creating one) and marks the home as shipping, before the
+    /// server is contacted: from now on retention keeps what is not proven shipped.
     fn ensure_reader(&mut self) -> Result<(), ShipError> {
         if self.reader.is_some() {
             return Ok(());
         }
-        // A home someone else owns or may write is refused, as every command refuses it.
+        // A home someone else owns or may write is refused, as every command refuses it; so
+        // is a journal lost beside runs, and a missing one is waited for, never made.
         crate::store::check_home(&self.home)?;
-        let reader = JournalReader::open(self.home.journal_path())?;
-        let meta = reader.view()?.meta()?;
+        crate::journal::check_home_journal(&self.home)?;
+        let path = self.home.journal_path();
+        if let Err(source) = std::fs::symlink_metadata(&path) {
+            return Err(ShipError::Open(OpenError::Io { path, source }));
+        }
+        let lock_bound = command_bound_from_env().map_err(|reason| {
+            ShipError::Open(OpenError::Io {
+                path: path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, reason),
+            })
+        })?;
+        // Its own commits only (the mark), each alone: a shipper never leads others' commits
+        // and gives up on a write lock another process keeps, as a command does.
+        let options = WriterOptions {
+            commit_sharing: CommitSharing::Alone,
+            lock_wait: LockWait::give_up_after(lock_bound),
+            ..WriterOptions::default()
+        };
+        let journal = crate::store::open_journal(path, options)?;
+        let view = journal.view()?;
+        let meta = view.meta()?;
+        let is_shipping = view.shipped_through()?.is_some();
+        drop(view);
+        if !is_shipping {
+            journal.mark_shipped(0)?;
+        }
         self.journal = Some(JournalFacts {
             id: journal_id_text(&meta.journal_id),
             created_at_ms: meta.created_at_ms,
         });
-        self.reader = Some(reader);
+        self.reader = Some(journal);
+        Ok(())
+    }
+
+    /// Judges the server's cursor against the journal ([`cursor::judge`]); a cursor proven
+    /// raises the journal's mark.
+    fn check_cursor(&mut self, server_through: u64) -> Result<(), ShipError> {
+        let target = self.options.target.shown().to_string();
+        let journal_id = self.journal().id.clone();
+        let bad = |reason| ShipError::BadData {
+            target: target.clone(),
+            reason,
+        };
+        let (journal_head, local, mark) = {
+            let reader = self.reader.as_ref().expect("ensure_reader ran");
+            let view = reader.view()?;
+            let local = match server_through.checked_sub(1) {
+                Some(before) => match view.records_after(before, 1)?.pop() {
+                    Some((global, record)) if global == server_through => {
+                        Local::Record(rows::record_row(global, &record).map_err(bad)?)
+                    }
+                    _ => Local::Gone,
+                },
+                None => Local::Gone,
+            };
+            (view.global_head()?, local, view.shipped_through()?)
+        };
+        let server_record = if server_through == 0 || server_through > journal_head {
+            None
+        } else {
+            let connection = self.connection.as_ref().expect("ensure_connection ran");
+            fetch_record(&connection.session, &target, &journal_id, server_through)?
+        };
+        match cursor::judge(
+            server_through,
+            server_record.as_ref(),
+            journal_head,
+            &local,
+            mark,
+        ) {
+            Ok(true) => self.mark_proven(server_through),
+            Ok(false) => Ok(()),
+            Err(Refusal::Ahead { journal_head }) => Err(ShipError::ServerAhead {
+                target,
+                journal_id,
+                server_through,
+                journal_head,
+            }),
+            Err(Refusal::Diverged { server, journal }) => Err(ShipError::Diverged {
+                target,
+                journal_id,
+                global_seq: server_through,
+                server,
+                journal,
+            }),
+        }
+    }
+
+    /// Raises the journal's shipping mark to `through` when it is below: a write transaction
+    /// of its own, made only after the server committed what it covers.
+    fn mark_proven(&self, through: u64) -> Result<(), ShipError> {
+        let journal = self.reader.as_ref().expect("ensure_reader ran");
+        let mark = journal.view()?.shipped_through()?;
+        if mark.is_none_or(|mark| mark < through) {
+            journal.mark_shipped(through)?;
+        }
         Ok(())
     }
 
@@ -319,27 +427,13 @@ impl Shipper {
         Ok(reader.view()?.global_head()?)
     }
 
-    fn server_error(&self) -> impl Fn(postgres::Error) -> ShipError + '_ {
-        |source| ShipError::Server {
-            target: self.options.target.shown().to_string(),
-            error: source,
-        }
-    }
-
     fn ensure_connection(&mut self) -> Result<(), ShipError> {
         if self.connection.is_some() {
             return Ok(());
         }
         let target = self.options.target.shown().to_string();
-        let server = |source| ShipError::Server {
-            target: target.clone(),
-            error: source,
-        };
-        let mut client = self.options.target.connect()?;
-        client
-            .batch_execute(&format!("SET statement_timeout = '{STATEMENT_TIMEOUT}'"))
-            .map_err(server)?;
-        schema::migrate(&mut client, &target)?;
+        let mut session = self.options.target.connect()?;
+        schema::migrate(&mut session, &target)?;
         let journal = self.journal();
         let created_at_ms =
             rows::bigint(journal.created_at_ms, "journal creation time").map_err(|reason| {
@@ -348,21 +442,19 @@ impl Shipper {
                     reason,
                 }
             })?;
-        let row = client
-            .query_one(
-                "INSERT INTO runjournal_journals (journal_id, host_name, home, journal_created_at_ms)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (journal_id) DO UPDATE
-                 SET host_name = EXCLUDED.host_name, home = EXCLUDED.home, heartbeat_at = now()
-                 RETURNING shipped_through",
-                &[
-                    &journal.id,
-                    &self.options.host_name,
-                    &self.home.root().display().to_string(),
-                    &created_at_ms,
-                ],
-            )
-            .map_err(server)?;
+        let row = session.query_one(
+            "INSERT INTO runjournal_journals (journal_id, host_name, home, journal_created_at_ms)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (journal_id) DO UPDATE
+             SET host_name = EXCLUDED.host_name, home = EXCLUDED.home, heartbeat_at = now()
+             RETURNING shipped_through",
+            &[
+                &journal.id,
+                &self.options.host_name,
+                &self.home.root().display().to_string(),
+                &created_at_ms,
+            ],
+        )?;
         let bad = |reason| ShipError::BadData {
             target: target.clone(),
             reason,
@@ -370,34 +462,31 @@ impl Shipper {
         let shipped_through = rows::column(&row, 0, "runjournal_journals", "shipped_through")
             .and_then(|through| rows::unsigned(through, "shipped_through"))
             .map_err(bad)?;
-        let prepare = |client: &mut Client, sql: &str| client.prepare(sql).map_err(server);
-        let lock_cursor = prepare(
-            &mut client,
+        let lock_cursor = session.prepare(
             "SELECT shipped_through FROM runjournal_journals WHERE journal_id = $1 FOR UPDATE",
         )?;
-        let insert_records = prepare(&mut client, INSERT_RECORDS)?;
-        let upsert_runs = prepare(&mut client, UPSERT_RUNS)?;
-        let move_cursor = prepare(
-            &mut client,
+        let insert_records = session.prepare(INSERT_RECORDS)?;
+        let upsert_runs = session.prepare(UPSERT_RUNS)?;
+        let move_cursor = session.prepare(
             "UPDATE runjournal_journals
              SET shipped_through = $2, shipped_at = now(), heartbeat_at = now()
              WHERE journal_id = $1",
         )?;
-        let heartbeat = prepare(
-            &mut client,
-            "UPDATE runjournal_journals SET heartbeat_at = now() WHERE journal_id = $1",
-        )?;
+        let heartbeat = session
+            .prepare("UPDATE runjournal_journals SET heartbeat_at = now() WHERE journal_id = $1")?;
         self.connection = Some(Connection {
-            client,
+            session,
             lock_cursor,
             insert_records,
             upsert_runs,
             move_cursor,
             heartbeat,
         });
+        self.folded.clear();
+        // Nothing is sent before the server's cursor is known to be this journal's.
+        self.check_cursor(shipped_through)?;
         self.shipped_through = Some(shipped_through);
         self.last_heartbeat = Some(Instant::now());
-        self.folded.clear();
         Ok(())
     }
 
@@ -483,10 +572,12 @@ impl Shipper {
     fn heartbeat(&mut self) -> Result<(), ShipError> {
         let journal_id = self.journal().id.clone();
         let connection = self.connection.as_mut().expect("ensure_connection ran");
-        let result = connection
-            .client
-            .execute(&connection.heartbeat, &[&journal_id]);
-        result.map_err(self.server_error())?;
+        let heartbeat = connection.heartbeat.clone();
+        connection.session.run(async |client, bound| {
+            bound
+                .answer("the heartbeat", client.execute(&heartbeat, &[&journal_id]))
+                .await
+        })?;
         self.last_heartbeat = Some(Instant::now());
         self.state.updated_at_ms = now_ms();
         self.save_state();
@@ -533,6 +624,35 @@ impl Shipper {
     }
 }
 
+/// The server's record of journal `journal_id` at `global_seq`, if it holds one.
+fn fetch_record(
+    session: &Session,
+    target: &str,
+    journal_id: &str,
+    global_seq: u64,
+) -> Result<Option<RecordRow>, ShipError> {
+    let bad = |reason: String| ShipError::BadData {
+        target: target.to_string(),
+        reason,
+    };
+    let global = rows::bigint(global_seq, "global seq").map_err(bad)?;
+    let row = session.query_opt(
+        &format!(
+            "SELECT global_seq, {} FROM runjournal_records
+             WHERE journal_id = $1 AND global_seq = $2",
+            rows::record_value_columns("")
+        ),
+        &[&journal_id, &global],
+    )?;
+    row.map(|row| {
+        let mut columns = rows::Columns::new(&row, "runjournal_records");
+        let global_seq: i64 = columns.value("global_seq")?;
+        columns.record_row(global_seq)
+    })
+    .transpose()
+    .map_err(bad)
+}
+
 /// Sends one batch in one transaction: the cursor checked and locked, the records, the runs,
 /// the cursor moved; all or nothing.
 fn send_batch(
@@ -546,38 +666,65 @@ fn send_batch(
         target: target.to_string(),
         reason,
     };
-    let server = |source| ShipError::Server {
-        target: target.to_string(),
-        error: source,
-    };
     let expected = rows::bigint(cursor, "cursor").map_err(bad)?;
     let last = rows::bigint(batch.last_global_seq, "global seq").map_err(bad)?;
     let Connection {
-        client,
+        session,
         lock_cursor,
         insert_records,
         upsert_runs,
         move_cursor,
         ..
     } = connection;
-    let mut transaction = client.transaction().map_err(server)?;
-    let Some(row) = transaction
-        .query_opt(&*lock_cursor, &[&journal_id])
-        .map_err(server)?
-    else {
-        // The journal's row was deleted behind our back: the failure drops the connection,
-        // and registering again on the next one starts over from 0 (the conflict rule
-        // skips what is there).
-        return Err(bad(format!(
-            "the row of journal {journal_id} vanished; registering it again"
-        )));
-    };
-    let through: i64 =
-        rows::column(&row, 0, "runjournal_journals", "shipped_through").map_err(bad)?;
-    if through != expected {
-        let through = rows::unsigned(through, "shipped_through").map_err(bad)?;
-        return Ok(Sent::CursorMoved(through));
-    }
+    session.transaction(async |transaction, bound| {
+        let Some(row) = bound
+            .answer(
+                "the cursor's lock",
+                transaction.query_opt(&*lock_cursor, &[&journal_id]),
+            )
+            .await?
+        else {
+            // The journal's row was deleted behind our back: the failure drops the
+            // connection, and registering again on the next one starts over from 0 (the
+            // conflict rule skips what is there).
+            return Err(bad(format!(
+                "the row of journal {journal_id} vanished; registering it again"
+            )));
+        };
+        let through: i64 =
+            rows::column(&row, 0, "runjournal_journals", "shipped_through").map_err(bad)?;
+        if through != expected {
+            let through = rows::unsigned(through, "shipped_through").map_err(bad)?;
+            return Ok(Sent::CursorMoved(through));
+        }
+        insert_batch(
+            transaction,
+            bound,
+            journal_id,
+            insert_records,
+            upsert_runs,
+            batch,
+        )
+        .await?;
+        bound
+            .answer(
+                "the cursor's move",
+                transaction.execute(&*move_cursor, &[&journal_id, &last]),
+            )
+            .await?;
+        Ok(Sent::Committed)
+    })
+}
+
+/// The batch's records and runs, inside its transaction.
+async fn insert_batch(
+    transaction: &tokio_postgres::Transaction<'_>,
+    bound: &Bound,
+    journal_id: &str,
+    insert_records: &Statement,
+    upsert_runs: &Statement,
+    batch: &Batch,
+) -> Result<(), ShipError> {
     let records = &batch.records;
     let column = |f: fn(&RecordRow) -> i64| records.iter().map(f).collect::<Vec<i64>>();
     let globals = column(|row| row.global_seq);
@@ -586,20 +733,23 @@ fn send_batch(
     let run_ids: Vec<&str> = records.iter().map(|row| row.run_id.as_str()).collect();
     let types: Vec<&str> = records.iter().map(|row| row.event_type.as_str()).collect();
     let events: Vec<&Value> = records.iter().map(|row| &row.event).collect();
-    transaction
-        .execute(
-            &*insert_records,
-            &[
-                &journal_id,
-                &globals,
-                &run_ids,
-                &seqs,
-                &times,
-                &types,
-                &events,
-            ],
+    bound
+        .answer(
+            "the records' insert",
+            transaction.execute(
+                insert_records,
+                &[
+                    &journal_id,
+                    &globals,
+                    &run_ids,
+                    &seqs,
+                    &times,
+                    &types,
+                    &events,
+                ],
+            ),
         )
-        .map_err(server)?;
+        .await?;
     let runs = &batch.runs;
     let run_ids: Vec<&str> = runs.iter().map(|row| row.run_id.as_str()).collect();
     let names: Vec<Option<&str>> = runs.iter().map(|row| row.name.as_deref()).collect();
@@ -615,33 +765,32 @@ fn send_batch(
     let ended: Vec<Option<i64>> = runs.iter().map(|row| row.ended_at_ms).collect();
     let heads: Vec<i64> = runs.iter().map(|row| row.head_seq).collect();
     let statuses: Vec<&Value> = runs.iter().map(|row| &row.status).collect();
-    transaction
-        .execute(
-            &*upsert_runs,
-            &[
-                &journal_id,
-                &run_ids,
-                &names,
-                &states,
-                &closed,
-                &stale,
-                &dismissed,
-                &steps_done,
-                &steps_total,
-                &pids,
-                &created,
-                &updated,
-                &ended,
-                &heads,
-                &statuses,
-            ],
+    bound
+        .answer(
+            "the runs' upsert",
+            transaction.execute(
+                upsert_runs,
+                &[
+                    &journal_id,
+                    &run_ids,
+                    &names,
+                    &states,
+                    &closed,
+                    &stale,
+                    &dismissed,
+                    &steps_done,
+                    &steps_total,
+                    &pids,
+                    &created,
+                    &updated,
+                    &ended,
+                    &heads,
+                    &statuses,
+                ],
+            ),
         )
-        .map_err(server)?;
-    transaction
-        .execute(&*move_cursor, &[&journal_id, &last])
-        .map_err(server)?;
-    transaction.commit().map_err(server)?;
-    Ok(Sent::Committed)
+        .await?;
+    Ok(())
 }
 
 const INSERT_RECORDS: &str = "

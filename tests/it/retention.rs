@@ -591,6 +591,8 @@ fn prunes_killed_at_random_moments_leave_no_run_half_pruned_and_the_next_pass_fi
     );
 }
 
+// Shipping is the cargo feature `ship`.
+#[cfg(feature = "ship")]
 #[test]
 fn a_run_not_yet_shipped_is_kept_until_the_shipper_has_it() {
     let Some(cluster) = runjournal::testkit::pg_cluster::PgCluster::start("retention_unshipped")

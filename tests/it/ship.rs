@@ -2,6 +2,8 @@
 //! `runjournal::testkit::pg_cluster`): exactly the journal's records on the server, whatever kills the
 //! shipper and whenever the server goes away; local work never waits for it.
 
+#![cfg_attr(not(feature = "ship"), allow(dead_code, unused_imports))]
+
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -19,8 +21,17 @@ use sha2::{Digest, Sha256};
 
 use runjournal::testkit::{self as kit, pg_cluster::PgCluster};
 
+// The tests need the `ship` subcommand, which is the cargo feature `ship`; the helpers here
+// also serve the power-cut test, which ships only when the feature is on.
+#[cfg(feature = "ship")]
+mod deadlines;
+#[cfg(feature = "ship")]
 mod fake_pg;
+#[cfg(feature = "ship")]
 mod secrets;
+#[cfg(feature = "ship")]
+mod trust;
+#[cfg(feature = "ship")]
 mod untrusted;
 
 /// Most polls of a bounded wait, and the pause between two.
@@ -277,6 +288,7 @@ impl Drop for ChildGuard {
     }
 }
 
+#[cfg(feature = "ship")]
 #[test]
 fn a_shipped_journal_is_on_the_server_exactly_and_shipping_again_changes_nothing() {
     let Some(cluster) = PgCluster::start("ship_once") else {
@@ -350,6 +362,7 @@ fn a_shipped_journal_is_on_the_server_exactly_and_shipping_again_changes_nothing
     assert_eq!(state.failing_since_ms, None);
 }
 
+#[cfg(feature = "ship")]
 #[test]
 fn a_shipper_killed_at_random_moments_ships_every_record_exactly_once() {
     let Some(cluster) = PgCluster::start("ship_crash") else {
@@ -425,6 +438,7 @@ fn a_shipper_killed_at_random_moments_ships_every_record_exactly_once() {
     assert_server_matches(&cluster, &home);
 }
 
+#[cfg(feature = "ship")]
 #[test]
 fn postgres_stopped_mid_ship_delays_shipping_and_says_so_but_local_work_goes_on() {
     let Some(cluster) = PgCluster::start("ship_server_restart") else {
@@ -508,6 +522,7 @@ fn postgres_stopped_mid_ship_delays_shipping_and_says_so_but_local_work_goes_on(
     );
 }
 
+#[cfg(feature = "ship")]
 #[test]
 fn a_bad_url_is_a_usage_error_and_no_url_is_one_too() {
     let dir = tempfile::tempdir().unwrap();
@@ -530,6 +545,7 @@ fn a_bad_url_is_a_usage_error_and_no_url_is_one_too() {
     assert!(!home.journal_path().exists(), "nothing was written");
 }
 
+#[cfg(feature = "ship")]
 #[test]
 fn a_schema_of_a_later_version_is_refused_with_a_clear_line_and_nothing_written() {
     let Some(cluster) = PgCluster::start("ship_schema_newer") else {

@@ -577,3 +577,129 @@ fn the_fleet_url_may_come_from_the_environment_and_a_password_on_the_command_lin
         ran.stderr
     );
 }
+
+/// How long a fleet command may take before the test calls it hung: far above its bounds.
+const HUNG_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[test]
+fn a_server_that_accepts_and_never_speaks_ends_inspect_runs_within_its_connect_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port on 127.0.0.1");
+    let port = listener.local_addr().expect("its address").port();
+    // Accepts every connection and keeps it open without a byte, as a hung server does.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    for url in [
+        format!("postgresql://reader@127.0.0.1:{port}/fleet?sslmode=disable&connect_timeout=2"),
+        // TLS asked for: the handshake's first step is what hangs.
+        format!("postgresql://reader@127.0.0.1:{port}/fleet?connect_timeout=2"),
+    ] {
+        let mut command = from(&url, &["inspect", "runs"]);
+        command.timeout(HUNG_AFTER);
+        let ran = run(command);
+        assert_eq!(ran.code, 2, "{url}: {}", ran.stderr);
+        assert!(
+            ran.stderr.contains("no answer to the connection") && ran.stderr.contains("within 2s"),
+            "{url}: {}",
+            ran.stderr
+        );
+    }
+}
+
+#[test]
+fn a_fleet_table_locked_by_another_session_ends_inspect_runs_with_the_lock_timeout() {
+    let Some(cluster) = PgCluster::start("fleet_locked_table") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    let mut holder = cluster.client();
+    let mut locked = holder.transaction().expect("a transaction");
+    locked
+        .batch_execute("LOCK TABLE runjournal_runs IN ACCESS EXCLUSIVE MODE")
+        .expect("the lock is taken");
+    // Its own bound from the URL, and the default one.
+    for (url, bound) in [
+        (format!("{url}&lock_timeout=1s"), "1s"),
+        (url.clone(), "10s"),
+    ] {
+        let mut command = from(&url, &["inspect", "runs"]);
+        command.timeout(HUNG_AFTER);
+        let ran = run(command);
+        assert_eq!(ran.code, 2, "{bound}: {}", ran.stderr);
+        assert!(
+            ran.stderr.contains("lock timeout") && ran.stderr.contains("SQLSTATE 55P03"),
+            "{bound}: {}",
+            ran.stderr
+        );
+    }
+    locked.rollback().expect("the lock is let go");
+    let ran = run(from(&url, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+}
+
+#[test]
+fn a_row_of_a_hundred_and_fifty_megabytes_is_refused_naming_it_and_read_in_bounded_memory() {
+    use std::os::unix::process::CommandExt;
+    let Some(cluster) = PgCluster::start("fleet_oversized_row") else {
+        return;
+    };
+    let url = cluster.url();
+    let a = fixture();
+    ship(&a.home, &url, "host-a");
+    // A run's row whose status document someone made 150 MB (jsonb takes up to 255 MB).
+    let mut client = cluster.client();
+    client
+        .execute(
+            "UPDATE runjournal_runs
+             SET status = jsonb_build_object('pad', repeat('x', 150000000))
+             WHERE run_id = $1",
+            &[&a.complete.to_string()],
+        )
+        .expect("the row is made large");
+    // The reader may use 256 MiB of data at most: reading that row whole took about four
+    // times its size.
+    const DATA_BYTES_MAX: u64 = 256 << 20;
+    let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin!("journal-tools"));
+    command
+        .env_remove("JOURNAL_TOOLS_FROM")
+        .env_remove("PGPASSWORD")
+        .args(["--from", &url, "inspect", "runs"]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_DATA,
+                DATA_BYTES_MAX,
+                DATA_BYTES_MAX,
+            )
+            .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("journal-tools starts");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("it is waited for").is_none() {
+        assert!(
+            started.elapsed() < HUNG_AFTER,
+            "still running after {HUNG_AFTER:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().expect("its output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("run {} of journal", a.complete))
+            && stderr.contains("column status of runjournal_runs holds a value of 150000")
+            && stderr.contains("bytes, more than the 33554432 runjournal reads back"),
+        "{stderr}"
+    );
+}

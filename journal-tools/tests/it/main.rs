@@ -8,6 +8,8 @@ mod cli;
 mod common;
 mod crash;
 mod damage;
+// The fleet needs the cargo feature `ship` (PostgreSQL).
+#[cfg(feature = "ship")]
 mod fleet;
 mod layout;
 mod lost;

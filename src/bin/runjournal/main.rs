@@ -11,6 +11,7 @@ mod inspect;
 mod launch;
 mod reconcile;
 mod retention;
+#[cfg(feature = "ship")]
 mod ship;
 
 use std::io::Write;
@@ -174,6 +175,7 @@ enum Command {
     Prune(retention::PruneArgs),
     /// Ship the journal's records to PostgreSQL, in commit order, exactly once; follows the
     /// journal unless --once.
+    #[cfg(feature = "ship")]
     Ship(ship::ShipArgs),
     /// External jobs.
     Job {
@@ -340,6 +342,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
             max_active,
             json,
         } => launch::queue(home, &name, max_active, json),
+        #[cfg(feature = "ship")]
         Command::Ship(args) => ship::command(home, args),
         Command::Retention(args) => retention::retention(home, args),
         Command::Prune(args) => retention::prune(home, args),

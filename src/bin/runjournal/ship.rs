@@ -16,9 +16,15 @@ use crate::{CliResult, Failure, bad_input, print_line};
 pub struct ShipArgs {
     /// PostgreSQL URL: postgresql://user@host[:port]/database[?sslmode=...]
     /// [default: $RUNJOURNAL_SHIP_URL]. The password is best left out of it: it is found as
-    /// libpq finds it ($PGPASSWORD, $PGPASSFILE or ~/.pgpass).
+    /// libpq finds it ($PGPASSWORD, $PGPASSFILE or ~/.pgpass). Bounds on the server's
+    /// answers: connect_timeout (seconds, default 10), statement_timeout (default 60s) and
+    /// lock_timeout (default 10s) among its options.
     #[arg(long, value_name = "URL")]
     to: Option<String>,
+    /// Stop shipping this home: the journal forgets what it proved shipped, and retention
+    /// keeps nothing for a shipper any more (stop the shipper first; `ship` starts it again).
+    #[arg(long, conflicts_with_all = ["to", "once", "host_name"])]
+    off: bool,
     /// Ship what the journal holds now, then exit (0 shipped, 1 failed); without it the
     /// shipper follows the journal and retries failures until it is stopped.
     #[arg(long)]
@@ -45,6 +51,13 @@ pub fn command(home: Home, args: ShipArgs) -> CliResult {
     // So is a home someone else owns or may write (exit 1, naming the fix).
     runjournal::store::check_home(&home)
         .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
+    if args.off {
+        let store = crate::open_store(home)?;
+        let stopped = runjournal::ship::state::stop(store.home(), store.journal())
+            .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
+        print_line(&stopped.to_string())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let (url, is_from_command_line) = match args.to {
         Some(url) => (url, true),
         None => (
@@ -93,8 +106,9 @@ pub fn command(home: Home, args: ShipArgs) -> CliResult {
     }
     note(&format!("following the journal into {shown}"));
     // Stopped by a signal: a shipper killed at any moment resumes exactly where the server's
-    // cursor says, so there is nothing to finish first.
-    shipper.follow(&|| false, &mut |event| match event {
+    // cursor says, so there is nothing to finish first. A server refused as ahead of the
+    // journal or diverged from it ends it: waiting will not mend that.
+    let followed = shipper.follow(&|| false, &mut |event| match event {
         FollowEvent::Failing(error) => {
             note(&format!("{error:#}; retrying"));
         }
@@ -104,6 +118,7 @@ pub fn command(home: Home, args: ShipArgs) -> CliResult {
         )),
         FollowEvent::Shipped(_) => {}
     });
+    followed.map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
     Ok(ExitCode::SUCCESS)
 }
 

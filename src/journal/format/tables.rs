@@ -63,6 +63,11 @@ pub(crate) const META_LOG_FLOOR: &str = "log_floor";
 pub(crate) const META_PRUNED_RECORDS: &str = "pruned_records";
 /// Present once every record written before `globals` existed is indexed there.
 pub(crate) const META_GLOBALS_INDEXED: &str = "globals_indexed";
+/// Present once the home ships (`runjournal ship`): the highest global seq proven shipped
+/// (u64 BE), that is, at or below the server's cursor when the shipper checked the server's
+/// record at that cursor against this journal's. It only ever rises; retention keeps every
+/// record above it ([`crate::journal::write::ship_mark`]).
+pub(crate) const META_SHIPPED_THROUGH: &str = "shipped_through";
 pub(crate) const META_JOURNAL_ID: &str = "journal_id";
 pub(crate) const META_CREATED_AT: &str = "created_at_ms";
 

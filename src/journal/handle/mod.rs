@@ -21,6 +21,7 @@ use crate::journal::write::commit::{self, WriterStats};
 use crate::journal::write::options::WriterOptions;
 use crate::journal::write::prune;
 use crate::journal::write::queue::{self, Queue};
+use crate::journal::write::ship_mark;
 
 /// A journal opened for reading and writing. Any number of processes may hold one at once.
 ///
@@ -320,6 +321,20 @@ impl Journal {
         commit::commit_upkeep(&self.shared, |txn| {
             append::set_queue_limit_in(txn, queue, max_active)
         })
+    }
+
+    /// Records that the home ships, and that every record at or below global seq `through`
+    /// is proven shipped (the shipper checked the server's record there against this
+    /// journal's). In a write transaction of its own, never with an append; the mark only
+    /// rises (a lower `through` leaves a higher mark as it is), and a home that did not ship
+    /// ships from now on. Durable on return.
+    pub fn mark_shipped(&self, through: u64) -> Result<(), AppendError> {
+        commit::commit_upkeep(&self.shared, |txn| ship_mark::mark_shipped_in(txn, through))
+    }
+
+    /// Records that the home no longer ships: retention stops keeping records for a shipper.
+    pub fn stop_shipping(&self) -> Result<(), AppendError> {
+        commit::commit_upkeep(&self.shared, ship_mark::stop_shipping_in)
     }
 
     /// Facts about the journal file.

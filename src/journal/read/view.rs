@@ -415,6 +415,17 @@ impl View {
         self.meta_u64(tables::META_LOG_FLOOR)
     }
 
+    /// Whether the home ships, and through which global seq its records are proven shipped
+    /// (`None`: it does not ship; `Some(0)`: it ships and nothing is proven yet). Retention
+    /// keeps every record above it.
+    pub fn shipped_through(&self) -> Result<Option<u64>, ReadError> {
+        let meta = self.table(META)?;
+        let value = meta
+            .get(tables::META_SHIPPED_THROUGH)
+            .map_err(storage("reading meta"))?;
+        Ok(value.map(|value| tables::meta_u64(Some(value.value())).unwrap_or(0)))
+    }
+
     /// How many log entries prunes removed in all.
     pub fn pruned_records(&self) -> Result<u64, ReadError> {
         self.meta_u64(tables::META_PRUNED_RECORDS)

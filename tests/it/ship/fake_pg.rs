@@ -1,6 +1,6 @@
 //! A fake PostgreSQL server on 127.0.0.1 that speaks just enough of the protocol to stand for
-//! an impostor or a hostile server: it declines TLS (`N` to an SSLRequest), then answers the
-//! startup message as told, and records what the client sent.
+//! an impostor, a hostile server or a hung one: it declines TLS (`N` to an SSLRequest), then
+//! answers the startup message as told, and records what the client sent.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,6 +17,9 @@ pub enum Answer {
     CleartextPassword,
     /// An ErrorResponse (severity FATAL) with this message.
     Error(String),
+    /// Authentication ok and ready for a query, then never another byte: a server hung
+    /// after the connection was made.
+    SilentAfterStartup,
 }
 
 /// What the clients sent, over every connection.
@@ -113,6 +116,15 @@ fn serve(mut stream: TcpStream, answer: &Answer, seen: &Mutex<Seen>) -> std::io:
         }
         Answer::CleartextPassword => {
             stream.write_all(&message(b'R', &3u32.to_be_bytes()))?;
+        }
+        Answer::SilentAfterStartup => {
+            stream.write_all(&message(b'R', &0u32.to_be_bytes()))?;
+            stream.write_all(&message(b'Z', b"I"))?;
+            // Reads what comes and says nothing, until the client goes away.
+            stream.set_read_timeout(None)?;
+            let mut sink = [0u8; 4096];
+            while stream.read(&mut sink)? > 0 {}
+            return Ok(());
         }
     }
     let mut kind = [0u8; 1];
