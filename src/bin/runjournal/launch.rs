@@ -78,7 +78,7 @@ pub struct RunArgs {
         conflicts_with = "command"
     )]
     external_jobs: Vec<String>,
-    /// The run as a JSON file (see the README); flags given as well override its fields.
+    /// The run as a JSON file (see docs/running.md, "Spec files"); flags given as well override its fields.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["steps", "external_jobs", "command"])]
     spec: Option<PathBuf>,
     /// A single command step: a program and its arguments, run without a shell.
