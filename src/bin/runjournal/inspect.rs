@@ -366,9 +366,15 @@ pub fn wait(home: Home, text: &str, timeout: Option<Duration>) -> CliResult {
 /// headed by the step it comes from, as `tail` heads files.
 pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResult {
     check_run_text(text)?;
-    let store = open_for_reading(home)?;
-    let run = resolve(&store, text)?;
-    let state = read_state(&store, run)?;
+    // It makes no pass before it reads: read-only from the start, as the store only when the
+    // journal cannot be opened so (a journal that needs the repair a writer's open makes).
+    let store: Box<dyn ReadHome> = match runjournal::store::ReadOnlyHome::open(home.clone()) {
+        Ok(reader) => Box::new(reader),
+        Err(_) => Box::new(open_for_reading(home)?),
+    };
+    let store = store.as_ref();
+    let run = resolve(store, text)?;
+    let state = read_state(store, run)?;
     let count = state.spec.steps.len();
     let steps: Vec<usize> = match step {
         Some(step) if (step as usize) < count => vec![step as usize],
@@ -393,7 +399,7 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
     let mut out = stdout.lock();
     loop {
         // Read the state first: output written before it ended is then surely drained below.
-        let is_over = !follow || read_state(&store, run)?.is_terminal();
+        let is_over = !follow || read_state(store, run)?.is_terminal();
         for (slot, &index) in steps.iter().enumerate() {
             let path = store.home().output_log_path(run, index);
             let reading = |error| {

@@ -355,19 +355,38 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
 /// "nothing was written".
 pub fn launch_failure(error: launch::LaunchError) -> Failure {
     use runjournal::journal::AppendError;
-    let run = match &error {
-        launch::LaunchError::Create(AppendError::Uncertain { run, .. }) => Some(*run),
+    match error {
+        launch::LaunchError::Create(AppendError::Uncertain { run, held }) => Failure::Unknown {
+            run,
+            error: anyhow::anyhow!(
+                "its creation was handed to the commit leader, which may still commit it once the \
+                 lock is let go ({held})"
+            ),
+        },
         // Created, and its runner may still take it: the give-up was not recorded.
         launch::LaunchError::RecordFailure {
             run,
-            source: AppendError::WriteLockHeld(_) | AppendError::Uncertain { .. },
-        } => Some(*run),
-        _ => None,
-    };
-    let error = anyhow::Error::new(error).context("launching the run");
-    match run {
-        Some(run) => Failure::Unknown { run, error },
-        None => Failure::Error(error),
+            source: AppendError::WriteLockHeld(held),
+        } => Failure::Unknown {
+            run,
+            error: anyhow::anyhow!(
+                "it was created, but its runner did not take it in time and the launch could \
+                 not record that it gave up on it: the runner may still take it once the lock is \
+                 let go ({held})"
+            ),
+        },
+        launch::LaunchError::RecordFailure {
+            run,
+            source: AppendError::Uncertain { held, .. },
+        } => Failure::Unknown {
+            run,
+            error: anyhow::anyhow!(
+                "it was created, but its runner did not take it in time, and the launch's giving \
+                 up on it was handed to the commit leader, which may still record it: either may \
+                 still come first ({held})"
+            ),
+        },
+        error => Failure::Error(anyhow::Error::new(error).context("launching the run")),
     }
 }
 

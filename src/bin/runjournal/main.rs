@@ -260,7 +260,13 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_BAD_INPUT)
         }
         Err(Failure::Error(error)) => match uncertain_run(&error) {
-            Some(run) => report_unknown(run, &error),
+            Some((run, held)) => report_unknown(
+                run,
+                &anyhow::anyhow!(
+                    "what it wrote was handed to the commit leader, which may still commit it \
+                     once the lock is let go ({held})"
+                ),
+            ),
             None => {
                 note(&one_line(&format!("{error:#}")));
                 ExitCode::from(EXIT_ERROR)
@@ -273,13 +279,21 @@ fn main() -> ExitCode {
 
 /// The run of an append in `error`'s chain whose fate is unknown
 /// ([`AppendError::Uncertain`]).
-fn uncertain_run(error: &anyhow::Error) -> Option<RunId> {
-    error
-        .chain()
-        .find_map(|cause| match cause.downcast_ref::<AppendError>() {
-            Some(AppendError::Uncertain { run, .. }) => Some(*run),
+fn uncertain_run(error: &anyhow::Error) -> Option<(RunId, runjournal::journal::LockHeld)> {
+    let uncertain = |error: &AppendError| match error {
+        AppendError::Uncertain { run, held } => Some((*run, held.clone())),
+        _ => None,
+    };
+    error.chain().find_map(|cause| {
+        if let Some(error) = cause.downcast_ref::<AppendError>() {
+            return uncertain(error);
+        }
+        // Transparent: the append's error is not in the chain of its own.
+        match cause.downcast_ref::<runjournal::control::ControlError>() {
+            Some(runjournal::control::ControlError::Append(error)) => uncertain(error),
             _ => None,
-        })
+        }
+    })
 }
 
 /// Says that `run` may or may not be recorded, and how to find out: exit [`EXIT_UNKNOWN`].

@@ -494,7 +494,8 @@ fn duration_ms(duration: Duration) -> u64 {
 /// The environment variable of a test hook of debug builds: while a file exists at the path it
 /// names, the next write transaction that begins removes it and stops this whole process
 /// (SIGSTOP) inside the transaction, holding the journal's write lock, as a process stopped by
-/// a debugger or a frozen cgroup would.
+/// a debugger or a frozen cgroup would. A file holding a number N above 0 lets N more write
+/// transactions (of any process with the variable) pass first, each counting it down.
 pub const STOP_IN_COMMIT_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_COMMIT";
 
 #[cfg(debug_assertions)]
@@ -502,6 +503,14 @@ fn stop_here_if_asked() {
     let Some(path) = std::env::var_os(STOP_IN_COMMIT_ENV) else {
         return;
     };
+    let to_pass = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    if to_pass > 0 {
+        let _ = std::fs::write(&path, (to_pass - 1).to_string());
+        return;
+    }
     if std::fs::remove_file(path).is_ok() {
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
     }
