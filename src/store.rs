@@ -11,7 +11,9 @@
 //!   files lack);
 //! * a status.json write put off is written when due, by [`Store::flush_projections`], or when
 //!   the store is dropped: an orderly exit loses none;
-//! * a failed open leaves nothing behind that it made.
+//! * a failed open leaves nothing behind that it made;
+//! * a home can be read while another process keeps the journal's write lock: a
+//!   [`ReadOnlyHome`] takes none of redb's writer locks.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};

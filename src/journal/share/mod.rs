@@ -16,11 +16,15 @@
 //!
 //! No process holds another hostage: a client waits on its leader only for a bound (the
 //! connect not at all, the hello's answer and each frame after it for
-//! [`WriterOptions::leader_timeout`]; a leader at work says `Working` meanwhile). A leader that
-//! is silent past it — stopped, frozen, swapped out — is left: the client commits the group
-//! itself at once, and alone for a while after. A batch it had handed over lands once all the
-//! same, whoever commits it, because every seq judged in a committed transaction raises its
-//! writer's mark, refused or not (see [`Sharing::settle`]):
+//! [`WriterOptions::leader_timeout`], each frame read whole within it; a leader at work says
+//! `Working` meanwhile, or `WaitingForLock` while another process keeps the write lock). A
+//! leader that is silent past it — stopped, frozen, swapped out — loses the lead: the client
+//! takes it over ([`lease`]) and commits the group itself at once, so that the processes after
+//! it do not wait for the silent one. A client with a bound of its own on the write lock (a
+//! command) leaves a leader still waiting for the lock past it, its batches uncertain
+//! ([`AppendError::Uncertain`]). A batch it had handed over lands once all the same, whoever
+//! commits it, because every seq judged in a committed transaction raises its writer's mark,
+//! refused or not:
 //! * a client hands over one group at a time and waits for all its answers;
 //! * a connection that fails part-way, or a leader that falls silent, leaves its batches
 //!   uncertain (the leader may have taken them): they are sent again, with the same seqs, to
@@ -28,7 +32,7 @@
 //!   recognised by its writer seq; one it refused in a commit that landed is found "reused"
 //!   and judged again under a fresh seq, as the writer does after a retry; a stopped leader
 //!   that runs again finds every seq its client has since judged at or below the mark, and
-//!   commits none of them;
+//!   commits none of them — whether or not it noticed yet that it was deposed;
 //! * a leader refuses a client's batch by sending the state it judged it against; the client
 //!   judges its batch against that state itself ([`crate::journal::write::append::judge`]) and so words the
 //!   very refusal its caller would have had alone.
