@@ -764,7 +764,7 @@ mod tests {
     }
 
     /// The values of the two variables, unset, blank, set and wrong; the defaults are the
-    /// README's (10 minutes, 8 MiB).
+    /// documented ones (10 minutes, 8 MiB).
     #[test]
     fn the_window_and_the_reserve_read_their_variables() {
         assert_eq!(DEFAULT_IO_RETRY_WINDOW, Duration::from_secs(600));

@@ -1,6 +1,7 @@
 //! File-system primitives: private directories, atomic replacement, the per-run lock, logs
-//! opened for appending, reads bounded in size, private Unix sockets, and the one rule of what
-//! a home's directories and files must look like (like OpenSSH's StrictModes).
+//! opened for appending, reads bounded in size, private Unix sockets, the one rule of what a
+//! home's directories and files must look like, and the one rule of what the directories above
+//! a home must look like (both like OpenSSH's StrictModes).
 //!
 //! Every file runjournal creates or opens for writing under a home is opened here, and none
 //! through a symbolic link in its last component: temp files and markers are created
@@ -13,6 +14,16 @@
 //! and checked to be this user's and writable by nobody else ([`judge_private`]), so nobody
 //! else can plant a link or a file in them.
 //!
+//! Above the home, every directory the path to it passes through — each parent, and the
+//! directories that hold a symbolic link on the way — must belong to root or to this user and
+//! be writable by nobody else unless it is sticky ([`judge_parent`], [`check_parents`]): whoever
+//! may rename an entry of one of them could swap the home for a directory of their choosing.
+//! And once a home is open for work, its directory is held open ([`HomeDir`]): while it is, a
+//! path under the home given to any function here is opened relative to that handle (the
+//! `openat` family), so a path swapped above the home after the check cannot redirect a
+//! write. Unix sockets are the exception: they are bound and connected by path, and their
+//! peers are checked instead.
+//!
 //! Invariants:
 //! * a file written here is either its old content or its new content, never a mix
 //!   (same-directory temp file, then rename); only [`append_existing`] grows a file in place,
@@ -22,20 +33,40 @@
 //! * no open here follows a symbolic link in the last component of its path;
 //! * no open for reading here waits for a FIFO's writer, and what it returns is a regular file;
 //! * a directory this module makes or hands out as private belongs to the effective user and is
-//!   not writable by group or others.
+//!   not writable by group or others;
+//! * while a [`HomeDir`] lives, every path under its root is resolved from its handle, never
+//!   again from the root's path.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::ffi::OsString;
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag};
+use nix::sys::stat::{FileStat, Mode};
+use nix::unistd::UnlinkatFlags;
 
 /// `O_NOFOLLOW`: the open fails (ELOOP) when the last component is a symbolic link.
-const NO_FOLLOW: i32 = nix::libc::O_NOFOLLOW;
+const NO_FOLLOW: OFlag = OFlag::O_NOFOLLOW;
 
 /// `O_NONBLOCK`: the open of a FIFO without a writer returns at once instead of waiting for
 /// one. It changes nothing for a regular file's reads and writes.
-const NON_BLOCK: i32 = nix::libc::O_NONBLOCK;
+const NON_BLOCK: OFlag = OFlag::O_NONBLOCK;
+
+/// The mode of every file made here (0600), before the umask.
+const FILE_MODE: Mode = Mode::S_IRUSR.union(Mode::S_IWUSR);
+
+/// The mode of every directory made here (0700), before the umask.
+const DIR_MODE: Mode = Mode::S_IRWXU;
+
+/// Most symbolic links followed while the path to a home is checked, as the kernel's own
+/// bound (`ELOOP`).
+const MAX_LINKS_FOLLOWED: usize = 40;
 
 /// What an entry of a home must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +84,8 @@ pub enum EntryKind {
     Other,
 }
 
-/// What the rule of [`judge_private`] looks at: an entry's kind, owner and permission bits.
+/// What the rules of [`judge_private`] and [`judge_parent`] look at: an entry's kind, owner
+/// and permission bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryFacts {
     pub kind: EntryKind,
@@ -80,9 +112,32 @@ impl EntryFacts {
             mode: metadata.mode() & 0o7777,
         }
     }
+
+    /// The facts of a `stat` or `lstat` answer.
+    fn of_stat(stat: &FileStat) -> EntryFacts {
+        let mode = mode_bits(stat.st_mode);
+        let kind = match mode & mode_bits(nix::libc::S_IFMT) {
+            format if format == mode_bits(nix::libc::S_IFLNK) => EntryKind::Symlink,
+            format if format == mode_bits(nix::libc::S_IFDIR) => EntryKind::Directory,
+            format if format == mode_bits(nix::libc::S_IFREG) => EntryKind::File,
+            _ => EntryKind::Other,
+        };
+        EntryFacts {
+            kind,
+            owner_uid: stat.st_uid,
+            mode: mode & 0o7777,
+        }
+    }
 }
 
-/// Why an entry of a home is not safe to use, with what to do about it.
+/// A `mode_t` as `u32`: it is `u16` on macOS.
+#[allow(clippy::useless_conversion)]
+fn mode_bits(mode: nix::libc::mode_t) -> u32 {
+    u32::from(mode)
+}
+
+/// Why an entry of a home, or a directory above it, is not safe to use, with what to do about
+/// it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UnsafePath {
@@ -123,6 +178,26 @@ pub enum UnsafePath {
         path: PathBuf,
         expected: &'static str,
     },
+    /// A directory on the way to the home belongs to someone else, who could swap the home.
+    #[error(
+        "{path}, a directory above the home, belongs to uid {owner}, neither root nor uid {euid} who runs runjournal: its owner could swap the home for a directory of their choosing; keep the home under directories of yours or root's",
+        path = path.display()
+    )]
+    ForeignParent {
+        path: PathBuf,
+        owner: u32,
+        euid: u32,
+    },
+    /// A directory on the way to the home may be written by others and is not sticky.
+    #[error(
+        "{path}, a directory above the home, is writable by {by} (mode {mode:o}) and not sticky: anyone who may write it could swap the home; `chmod go-w {path}` (or `chmod +t {path}`), or keep the home elsewhere",
+        path = path.display()
+    )]
+    WritableParent {
+        path: PathBuf,
+        by: &'static str,
+        mode: u32,
+    },
 }
 
 impl UnsafePath {
@@ -133,7 +208,9 @@ impl UnsafePath {
             | UnsafePath::Writable { path, .. }
             | UnsafePath::ForeignLink { path, .. }
             | UnsafePath::LinkedFile { path }
-            | UnsafePath::WrongKind { path, .. } => path,
+            | UnsafePath::WrongKind { path, .. }
+            | UnsafePath::ForeignParent { path, .. }
+            | UnsafePath::WritableParent { path, .. } => path,
         }
     }
 
@@ -146,6 +223,16 @@ impl UnsafePath {
 impl From<UnsafePath> for io::Error {
     fn from(unsafe_path: UnsafePath) -> io::Error {
         io::Error::new(io::ErrorKind::PermissionDenied, unsafe_path)
+    }
+}
+
+/// Who may write an entry with permission bits `mode`, besides its owner; `None` for nobody.
+fn writers_besides_owner(mode: u32) -> Option<&'static str> {
+    match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (false, false) => None,
+        (true, false) => Some("its group"),
+        (false, true) => Some("others"),
+        (true, true) => Some("its group and others"),
     }
 }
 
@@ -168,13 +255,7 @@ pub fn judge_private(
                 path: path.to_path_buf(),
             });
         }
-        if link.owner_uid != euid && link.owner_uid != 0 {
-            return Err(UnsafePath::ForeignLink {
-                path: path.to_path_buf(),
-                owner: link.owner_uid,
-                euid,
-            });
-        }
+        judge_link_owner(path, link, euid)?;
         // A link whose target is gone, or another link's target, is judged as what it is.
         target.unwrap_or(link)
     } else {
@@ -197,17 +278,119 @@ pub fn judge_private(
             euid,
         });
     }
-    let by = match (facts.mode & 0o020 != 0, facts.mode & 0o002 != 0) {
-        (false, false) => return Ok(()),
-        (true, false) => "its group",
-        (false, true) => "others",
-        (true, true) => "its group and others",
+    match writers_besides_owner(facts.mode) {
+        None => Ok(()),
+        Some(by) => Err(UnsafePath::Writable {
+            path: path.to_path_buf(),
+            by,
+            mode: facts.mode,
+        }),
+    }
+}
+
+/// A symbolic link on the way to a home, or in its place, must be this user's or root's:
+/// whoever owns a link may point it elsewhere.
+fn judge_link_owner(path: &Path, link: EntryFacts, euid: u32) -> Result<(), UnsafePath> {
+    if link.owner_uid != euid && link.owner_uid != 0 {
+        return Err(UnsafePath::ForeignLink {
+            path: path.to_path_buf(),
+            owner: link.owner_uid,
+            euid,
+        });
+    }
+    Ok(())
+}
+
+/// The one rule of what a directory above a home must look like (pure), as OpenSSH's
+/// StrictModes judges the directories above `~/.ssh`: the directory at `path` (as `stat` shows
+/// it) must belong to root or to `euid`, and not be writable by group or others unless it is
+/// sticky (`/tmp`: there nobody may rename or remove another user's entry).
+pub fn judge_parent(path: &Path, facts: EntryFacts, euid: u32) -> Result<(), UnsafePath> {
+    if facts.kind != EntryKind::Directory {
+        return Err(UnsafePath::WrongKind {
+            path: path.to_path_buf(),
+            expected: "directory",
+        });
+    }
+    if facts.owner_uid != 0 && facts.owner_uid != euid {
+        return Err(UnsafePath::ForeignParent {
+            path: path.to_path_buf(),
+            owner: facts.owner_uid,
+            euid,
+        });
+    }
+    let is_sticky = facts.mode & 0o1000 != 0;
+    match writers_besides_owner(facts.mode) {
+        Some(by) if !is_sticky => Err(UnsafePath::WritableParent {
+            path: path.to_path_buf(),
+            by,
+            mode: facts.mode,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks the directories above `home` by [`judge_parent`]: the path is walked as the kernel
+/// resolves it, from `/` (or the working directory, whose own path is walked), following each
+/// symbolic link on the way (each must be root's or this user's), and every directory in
+/// which a name is looked up is judged — so a link's own directory is judged as well as the
+/// directories of its target. The walk ends at the home itself (judged by
+/// [`check_private`]), or at the first name that does not exist yet: what is missing will be
+/// made by this user. An unsafe directory is an error carrying its [`UnsafePath`].
+pub fn check_parents(home: &Path) -> io::Result<()> {
+    let euid = effective_uid();
+    let absolute = if home.is_absolute() {
+        home.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(home)
     };
-    Err(UnsafePath::Writable {
-        path: path.to_path_buf(),
-        by,
-        mode: facts.mode,
-    })
+    let mut pending: Vec<OsString> = names_of(&absolute);
+    pending.reverse();
+    // The real path of the directory in which the next name is looked up.
+    let mut dir = PathBuf::from("/");
+    let mut links_followed = 0;
+    while let Some(name) = pending.pop() {
+        if name == ".." {
+            dir.pop();
+            continue;
+        }
+        let facts = EntryFacts::of(&fs::metadata(&dir)?);
+        judge_parent(&dir, facts, euid)?;
+        let next = dir.join(&name);
+        let link = match fs::symlink_metadata(&next) {
+            Ok(metadata) => EntryFacts::of(&metadata),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        if link.kind != EntryKind::Symlink {
+            dir = next;
+            continue;
+        }
+        judge_link_owner(&next, link, euid)?;
+        links_followed += 1;
+        if links_followed > MAX_LINKS_FOLLOWED {
+            return Err(io::Error::from_raw_os_error(nix::libc::ELOOP));
+        }
+        let target = fs::read_link(&next)?;
+        if target.is_absolute() {
+            dir = PathBuf::from("/");
+        }
+        let mut target_names = names_of(&target);
+        target_names.reverse();
+        pending.extend(target_names);
+    }
+    Ok(())
+}
+
+/// The names of a path's components, `..` kept as a name, `.` and the root left out.
+fn names_of(path: &Path) -> Vec<OsString> {
+    path.components()
+        .filter_map(|component| match component {
+            Component::Normal(name) => Some(name.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect()
 }
 
 /// The effective user id: the user whose home this process may use.
@@ -215,22 +398,181 @@ pub fn effective_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
+/// A home's directory, opened once after its parents and itself were checked, and held open
+/// while the home is used: a path under its root given to this module is resolved from this
+/// handle (see the module's docs), so renaming or swapping a directory above the home
+/// afterwards changes nothing of where runjournal writes. Dropping the last `Arc` of it ends
+/// that.
+#[derive(Debug)]
+pub struct HomeDir {
+    root: PathBuf,
+    fd: OwnedFd,
+}
+
+/// The homes this process holds open, newest last; a dropped one is skipped and pruned.
+static OPEN_HOMES: Mutex<Vec<Weak<HomeDir>>> = Mutex::new(Vec::new());
+
+impl HomeDir {
+    /// Checks the directories above `root` ([`check_parents`]), opens `root` (a directory,
+    /// which must exist) and checks what was opened to be a private directory of this user
+    /// ([`judge_private`], from the descriptor). From then on, until the returned value and its
+    /// clones are dropped, paths under `root` resolve from this handle. While this process
+    /// holds `root` open already, that same handle is returned: a second store of the process
+    /// (a runner admitting its queue's next run after its own ended) works in the directory the
+    /// first one checked, wherever the path leads now.
+    pub fn open(root: &Path) -> io::Result<Arc<HomeDir>> {
+        check_parents(root)?;
+        let held = OPEN_HOMES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .rev()
+            .filter_map(Weak::upgrade)
+            .find(|home| home.root == root);
+        if let Some(home) = held {
+            check_private(root, Expect::Directory)?;
+            return Ok(home);
+        }
+        check_private(root, Expect::Directory)?;
+        let fd = nix::fcntl::openat(
+            AT_FDCWD,
+            root,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        let directory = File::from(fd);
+        let facts = EntryFacts::of(&directory.metadata()?);
+        judge_private(root, facts, None, Expect::Directory, effective_uid())?;
+        let home = Arc::new(HomeDir {
+            root: root.to_path_buf(),
+            fd: OwnedFd::from(directory),
+        });
+        let mut open = OPEN_HOMES.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|held| held.strong_count() > 0);
+        open.push(Arc::downgrade(&home));
+        Ok(home)
+    }
+
+    /// The path the home was opened by.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// A path as the `*at` calls take it: relative to an open home's handle when it lies under
+/// one, else as it is (from the working directory).
+struct Resolved {
+    home: Option<Arc<HomeDir>>,
+    path: PathBuf,
+}
+
+impl Resolved {
+    fn of(path: &Path) -> Resolved {
+        let open = OPEN_HOMES.lock().unwrap_or_else(PoisonError::into_inner);
+        // The innermost open home whose root holds the path; a path climbing out with `..` is
+        // left as it is.
+        let mut best: Option<(Arc<HomeDir>, PathBuf)> = None;
+        for held in open.iter().rev() {
+            let Some(home) = held.upgrade() else {
+                continue;
+            };
+            let Ok(rest) = path.strip_prefix(&home.root) else {
+                continue;
+            };
+            if !rest
+                .components()
+                .all(|component| matches!(component, Component::Normal(_)))
+            {
+                continue;
+            }
+            let is_deeper = best.as_ref().is_none_or(|(current, _)| {
+                home.root.components().count() > current.root.components().count()
+            });
+            if is_deeper {
+                let rest = if rest.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    rest.to_path_buf()
+                };
+                best = Some((home, rest));
+            }
+        }
+        drop(open);
+        match best {
+            Some((home, rest)) => Resolved {
+                home: Some(home),
+                path: rest,
+            },
+            None => Resolved {
+                home: None,
+                path: path.to_path_buf(),
+            },
+        }
+    }
+
+    fn dirfd(&self) -> BorrowedFd<'_> {
+        self.home.as_ref().map_or(AT_FDCWD, |home| home.fd.as_fd())
+    }
+
+    fn open(&self, flags: OFlag, mode: Mode) -> io::Result<File> {
+        let fd = nix::fcntl::openat(
+            self.dirfd(),
+            self.path.as_path(),
+            flags | OFlag::O_CLOEXEC,
+            mode,
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// `lstat` (`follow` false) or `stat`; `None` when nothing is there.
+    fn stat(&self, follow: bool) -> io::Result<Option<FileStat>> {
+        let flags = if follow {
+            AtFlags::empty()
+        } else {
+            AtFlags::AT_SYMLINK_NOFOLLOW
+        };
+        match nix::sys::stat::fstatat(self.dirfd(), self.path.as_path(), flags) {
+            Ok(stat) => Ok(Some(stat)),
+            Err(nix::errno::Errno::ENOENT) => Ok(None),
+            Err(errno) => Err(errno.into()),
+        }
+    }
+
+    fn make_dir(&self) -> io::Result<()> {
+        nix::sys::stat::mkdirat(self.dirfd(), self.path.as_path(), DIR_MODE)
+            .map_err(io::Error::from)
+    }
+
+    fn unlink(&self, flags: UnlinkatFlags) -> io::Result<()> {
+        nix::unistd::unlinkat(self.dirfd(), self.path.as_path(), flags).map_err(io::Error::from)
+    }
+}
+
+/// Renames `from` to `to` (each resolved from its home's handle), replacing what is at `to`.
+fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    let (from, to) = (Resolved::of(from), Resolved::of(to));
+    nix::fcntl::renameat(
+        from.dirfd(),
+        from.path.as_path(),
+        to.dirfd(),
+        to.path.as_path(),
+    )
+    .map_err(io::Error::from)
+}
+
 /// Checks the entry at `path` by [`judge_private`]. `Ok(false)` when there is nothing there
 /// (it is made private when it is made); an unsafe entry is an error carrying its
 /// [`UnsafePath`] (see [`UnsafePath::of`]).
 pub fn check_private(path: &Path, expected: Expect) -> io::Result<bool> {
-    let link = match fs::symlink_metadata(path) {
-        Ok(metadata) => EntryFacts::of(&metadata),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(error) => return Err(error),
+    let resolved = Resolved::of(path);
+    let Some(link) = resolved.stat(false)? else {
+        return Ok(false);
     };
+    let link = EntryFacts::of_stat(&link);
     let target = if link.kind == EntryKind::Symlink {
-        match fs::metadata(path) {
-            Ok(metadata) => Some(EntryFacts::of(&metadata)),
-            // A dangling link: judged as a link, which is never the expected kind.
-            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
-            Err(error) => return Err(error),
-        }
+        // A dangling link: judged as a link, which is never the expected kind.
+        resolved.stat(true)?.map(|stat| EntryFacts::of_stat(&stat))
     } else {
         None
     };
@@ -267,10 +609,32 @@ fn judge_owned_file(path: &Path, facts: EntryFacts, is_fifo: bool) -> Result<(),
     Ok(())
 }
 
+/// Makes `dir` (0700) and its missing parents, as `mkdir -p` does; true when `dir` itself was
+/// made by this call.
+fn make_dirs(dir: &Path) -> io::Result<bool> {
+    match Resolved::of(dir).make_dir() {
+        Ok(()) => return Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            make_dirs(parent)?;
+        }
+        _ => return Err(io::Error::from(io::ErrorKind::NotFound)),
+    }
+    match Resolved::of(dir).make_dir() {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
 /// Creates `dir` and its missing parents, each 0700, and checks that `dir` is private
 /// ([`check_private`]): this user's, not writable by group or others.
 pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
-    DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    make_dirs(dir)?;
     check_private(dir, Expect::Directory).map(|_| ())
 }
 
@@ -284,23 +648,13 @@ pub fn ensure_private_dir_durable(dir: &Path) -> io::Result<bool> {
     let mut missing = Vec::new();
     let mut cursor = Some(dir);
     while let Some(path) = cursor {
-        if path.as_os_str().is_empty() || path.symlink_metadata().is_ok() {
+        if path.as_os_str().is_empty() || Resolved::of(path).stat(false)?.is_some() {
             break;
         }
         missing.push(path);
         cursor = path.parent();
     }
-    if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
-    }
-    let made = match DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => true,
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => false,
-        Err(error) => return Err(error),
-    };
+    let made = make_dirs(dir)?;
     check_private(dir, Expect::Directory)?;
     for path in missing.iter().rev() {
         sync_parent(path)?;
@@ -320,10 +674,8 @@ pub fn sync_parent(path: &Path) -> io::Result<()> {
 /// Syncs a directory: the entries in it become durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     // O_DIRECTORY: anything but a directory is refused at the open, a FIFO without waiting.
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY)
-        .open(dir)?
+    Resolved::of(dir)
+        .open(OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())?
         .sync_all()
 }
 
@@ -331,7 +683,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// exist. For a directory that belongs in an existing home (a run's): a home that was removed
 /// is not made again from below.
 pub fn make_private_dir(dir: &Path) -> io::Result<()> {
-    match DirBuilder::new().mode(0o700).create(dir) {
+    match Resolved::of(dir).make_dir() {
         Ok(()) => {}
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
         Err(error) => return Err(error),
@@ -342,36 +694,29 @@ pub fn make_private_dir(dir: &Path) -> io::Result<()> {
 /// Creates `path` as a new, empty 0600 file: fails if anything is there already, a symbolic
 /// link included (`O_CREAT | O_EXCL`).
 pub fn create_exclusive(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(NO_FOLLOW)
-        .open(path)
+    Resolved::of(path).open(
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | NO_FOLLOW,
+        FILE_MODE,
+    )
 }
 
 /// Opens `path` for appending, creating it 0600 if needed, without following a symbolic link;
 /// checked to be a regular file of this user. For logs (a step's output, the runner's log).
 pub fn open_append(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(NO_FOLLOW)
-        .open(path)?;
+    let file = Resolved::of(path).open(
+        OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | NO_FOLLOW,
+        FILE_MODE,
+    )?;
     check_opened(file, path)
 }
 
 /// Opens `path` for writing from empty, creating it 0600 if needed, without following a
 /// symbolic link; checked to be a regular file of this user.
 pub fn open_truncated(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(NO_FOLLOW)
-        .open(path)?;
+    let file = Resolved::of(path).open(
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | NO_FOLLOW,
+        FILE_MODE,
+    )?;
     check_opened(file, path)
 }
 
@@ -381,11 +726,8 @@ pub fn open_truncated(path: &Path) -> io::Result<File> {
 /// on: the check is made on the file opened, so a file swapped in after a check by path is
 /// judged too.
 pub fn open_existing_read_write(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(NO_FOLLOW | NON_BLOCK)
-        .open(path)
+    let file = Resolved::of(path)
+        .open(OFlag::O_RDWR | NO_FOLLOW | NON_BLOCK, Mode::empty())
         .map_err(|error| refused_link(path, error))?;
     check_opened_private(&file, path)?;
     Ok(file)
@@ -397,10 +739,8 @@ pub fn open_existing_read_write(path: &Path) -> io::Result<File> {
 /// is. For every file of a home that runjournal reads (the journal read-only, projections,
 /// the reconciler's cursor).
 pub fn open_existing_read_only(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(NO_FOLLOW | NON_BLOCK)
-        .open(path)
+    let file = Resolved::of(path)
+        .open(OFlag::O_RDONLY | NO_FOLLOW | NON_BLOCK, Mode::empty())
         .map_err(|error| refused_link(path, error))?;
     let file_type = file.metadata()?.file_type();
     if !file_type.is_file() {
@@ -456,11 +796,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         file.write_all(bytes)?;
         drop(file);
         // rename replaces whatever is at `path`, a link included, never what a link points to.
-        fs::rename(&temp, path)
+        rename(&temp, path)
     })();
     if result.is_err() {
         // The temp file is ours alone; a failure to remove it changes nothing for readers.
-        let _ = fs::remove_file(&temp);
+        let _ = remove_if_present(&temp);
     }
     result
 }
@@ -489,9 +829,9 @@ pub fn touch(path: &Path) -> io::Result<()> {
     }
 }
 
-/// Removes `path`; a file that is already gone is fine.
+/// Removes `path` (not a directory); a file that is already gone is fine.
 pub fn remove_if_present(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
+    match Resolved::of(path).unlink(UnlinkatFlags::NoRemoveDir) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),
@@ -501,7 +841,47 @@ pub fn remove_if_present(path: &Path) -> io::Result<()> {
 /// Removes `dir` if it is empty; a missing or non-empty directory is left alone.
 pub fn remove_dir_if_empty(dir: &Path) {
     // ENOTEMPTY and ENOENT are both fine outcomes here.
-    let _ = fs::remove_dir(dir);
+    let _ = Resolved::of(dir).unlink(UnlinkatFlags::RemoveDir);
+}
+
+/// Removes what is at `path`: a directory with everything in it, or any other entry (a
+/// symbolic link itself, never what it points to). Nothing there is fine.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let resolved = Resolved::of(path);
+    let Some(stat) = resolved.stat(false)? else {
+        return Ok(());
+    };
+    if EntryFacts::of_stat(&stat).kind != EntryKind::Directory {
+        return remove_if_present(path);
+    }
+    let mut names = Vec::new();
+    {
+        let opened = nix::dir::Dir::openat(
+            resolved.dirfd(),
+            resolved.path.as_path(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | NO_FOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        );
+        let mut dir = match opened {
+            Ok(dir) => dir,
+            // Removed meanwhile (another pass): what was asked is done.
+            Err(nix::errno::Errno::ENOENT) => return Ok(()),
+            Err(errno) => return Err(errno.into()),
+        };
+        for entry in dir.iter() {
+            let name = entry?.file_name().to_bytes().to_vec();
+            if name != b"." && name != b".." {
+                names.push(std::ffi::OsStr::from_bytes(&name).to_os_string());
+            }
+        }
+    }
+    for name in names {
+        remove_tree(&path.join(name))?;
+    }
+    match resolved.unlink(UnlinkatFlags::RemoveDir) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
 }
 
 /// What tells cheaply whether a file changed since we last wrote it: which file it is (device
@@ -516,7 +896,6 @@ pub struct FileStamp {
 
 impl FileStamp {
     fn of(metadata: &fs::Metadata) -> FileStamp {
-        use std::os::unix::fs::MetadataExt;
         FileStamp {
             device: metadata.dev(),
             inode: metadata.ino(),
@@ -525,19 +904,33 @@ impl FileStamp {
                 + i128::from(metadata.mtime_nsec()),
         }
     }
+
+    /// The stamp of an `lstat` answer, as [`FileStamp::of`] reads `std`'s (whose fields are
+    /// the same casts of the same `stat`: their widths differ between platforms).
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    fn of_stat(stat: &FileStat) -> FileStamp {
+        FileStamp {
+            device: stat.st_dev as u64,
+            inode: stat.st_ino as u64,
+            len: stat.st_size as u64,
+            modified_ns: i128::from(stat.st_mtime as i64) * 1_000_000_000
+                + i128::from(stat.st_mtime_nsec as i64),
+        }
+    }
 }
 
 /// The stamp of the regular file at `path` (not followed if it is a symlink); `None` when
 /// nothing is there. Anything but a regular file is an error.
 pub fn stamp(path: &Path) -> io::Result<Option<FileStamp>> {
-    match fs::symlink_metadata(path) {
-        Ok(metadata) if metadata.file_type().is_file() => Ok(Some(FileStamp::of(&metadata))),
-        Ok(_) => Err(io::Error::new(
+    match Resolved::of(path).stat(false)? {
+        Some(stat) if EntryFacts::of_stat(&stat).kind == EntryKind::File => {
+            Ok(Some(FileStamp::of_stat(&stat)))
+        }
+        Some(_) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("{} is not a regular file", path.display()),
         )),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(error),
+        None => Ok(None),
     }
 }
 
@@ -546,10 +939,10 @@ pub fn stamp(path: &Path) -> io::Result<Option<FileStamp>> {
 /// A failure may leave part of `bytes` written: the caller must not trust the file's tail then.
 pub fn append_existing(path: &Path, bytes: &[u8]) -> io::Result<FileStamp> {
     // Non-blocking: a FIFO without a reader fails the open (ENXIO) instead of hanging it.
-    let file = OpenOptions::new()
-        .append(true)
-        .custom_flags(NO_FOLLOW | NON_BLOCK)
-        .open(path)?;
+    let file = Resolved::of(path).open(
+        OFlag::O_WRONLY | OFlag::O_APPEND | NO_FOLLOW | NON_BLOCK,
+        Mode::empty(),
+    )?;
     let mut file = check_opened(file, path)?;
     if !file.metadata()?.file_type().is_file() {
         return Err(io::Error::new(
@@ -563,7 +956,7 @@ pub fn append_existing(path: &Path, bytes: &[u8]) -> io::Result<FileStamp> {
 
 /// The last `max_bytes` of the file at `path` (all of it if shorter), and the file's length.
 pub fn read_tail(path: &Path, max_bytes: u64) -> io::Result<(Vec<u8>, u64)> {
-    use std::io::{Seek, SeekFrom};
+    use std::io::SeekFrom;
     let mut file = open_existing_read_only(path)?;
     let len = file.metadata()?.len();
     file.seek(SeekFrom::Start(len.saturating_sub(max_bytes)))?;
@@ -611,18 +1004,18 @@ pub struct FileLock {
 }
 
 impl FileLock {
+    /// Opens the lock file at `path` for the lock, creating it (0600) if needed; a symbolic
+    /// link there is not followed.
+    fn open(path: &Path) -> io::Result<File> {
+        let file =
+            Resolved::of(path).open(OFlag::O_RDWR | OFlag::O_CREAT | NO_FOLLOW, FILE_MODE)?;
+        check_opened(file, path)
+    }
+
     /// Waits for the exclusive lock on `path`, creating the file (0600) if needed; a symbolic
     /// link there is not followed.
     pub fn acquire(path: &Path) -> io::Result<FileLock> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(NO_FOLLOW)
-            .open(path)?;
-        let file = check_opened(file, path)?;
+        let file = FileLock::open(path)?;
         file.lock()?;
         Ok(FileLock { file })
     }
@@ -630,15 +1023,7 @@ impl FileLock {
     /// Takes the exclusive lock on `path` if nobody holds it, creating the file (0600) if
     /// needed; `None` when another open file holds it. A symbolic link there is not followed.
     pub fn try_acquire(path: &Path) -> io::Result<Option<FileLock>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(NO_FOLLOW)
-            .open(path)?;
-        let file = check_opened(file, path)?;
+        let file = FileLock::open(path)?;
         match file.try_lock() {
             Ok(()) => Ok(Some(FileLock { file })),
             Err(fs::TryLockError::WouldBlock) => Ok(None),
@@ -669,7 +1054,8 @@ pub enum SocketPath {
     },
 }
 
-/// Looks at `path` without following a symlink there.
+/// Looks at `path` without following a symlink there. By path, as sockets are bound and
+/// connected (see the module's docs).
 pub fn inspect_socket_path(path: &Path) -> io::Result<SocketPath> {
     let metadata = match fs::symlink_metadata(path) {
         Ok(metadata) => metadata,
@@ -1058,6 +1444,7 @@ mod tests {
                 UnsafePath::ForeignLink { .. } => "ForeignLink",
                 UnsafePath::LinkedFile { .. } => "LinkedFile",
                 UnsafePath::WrongKind { .. } => "WrongKind",
+                other => panic!("{case}: not a refusal of judge_private: {other}"),
             });
             assert_eq!(got, want, "{case}");
         }
@@ -1136,5 +1523,179 @@ mod tests {
                 .file_type()
                 .is_symlink()
         );
+    }
+
+    /// The rule for the directories above a home, case by case: owner (root, me, another),
+    /// who may write it, and whether it is sticky.
+    #[test]
+    fn a_parent_directory_must_be_roots_or_mine_and_written_by_nobody_else_unless_sticky() {
+        use EntryKind::{Directory, File};
+        let me = 1000;
+        let cases: [(&str, EntryFacts, Result<(), &str>); 9] = [
+            ("root's 0755", facts(Directory, 0, 0o755), Ok(())),
+            ("my 0700", facts(Directory, me, 0o700), Ok(())),
+            ("my 0755", facts(Directory, me, 0o755), Ok(())),
+            (
+                "root's sticky 1777, as /tmp",
+                facts(Directory, 0, 0o1777),
+                Ok(()),
+            ),
+            (
+                "another user's 0755",
+                facts(Directory, 1001, 0o755),
+                Err("ForeignParent"),
+            ),
+            (
+                "another user's sticky 1777",
+                facts(Directory, 1001, 0o1777),
+                Err("ForeignParent"),
+            ),
+            (
+                "root's 0777, not sticky",
+                facts(Directory, 0, 0o777),
+                Err("WritableParent"),
+            ),
+            (
+                "my group-writable 0775",
+                facts(Directory, me, 0o775),
+                Err("WritableParent"),
+            ),
+            ("a file", facts(File, 0, 0o644), Err("WrongKind")),
+        ];
+        for (case, parent, want) in cases {
+            let got = judge_parent(Path::new("/p"), parent, me).map_err(|error| match error {
+                UnsafePath::ForeignParent { .. } => "ForeignParent",
+                UnsafePath::WritableParent { .. } => "WritableParent",
+                UnsafePath::WrongKind { .. } => "WrongKind",
+                other => panic!("{case}: not a refusal of judge_parent: {other}"),
+            });
+            assert_eq!(got, want, "{case}");
+        }
+        let refusal =
+            judge_parent(Path::new("/srv/p"), facts(Directory, 0, 0o777), me).expect_err("refused");
+        assert!(
+            refusal
+                .to_string()
+                .starts_with("/srv/p, a directory above the home, is writable")
+                && refusal.to_string().contains("`chmod go-w /srv/p`"),
+            "{refusal}"
+        );
+    }
+
+    /// The walk judges the directories the path really passes through: a non-sticky
+    /// world-writable directory is found whether it is named in the path or reached through a
+    /// link, and a missing tail is fine (runjournal will make it).
+    #[test]
+    fn the_parents_are_judged_along_the_path_and_through_its_links() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let open = dir.path().join("open");
+        fs::create_dir(&open).expect("mkdir");
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).expect("chmod");
+        let error = check_parents(&open.join("home")).expect_err("under a writable directory");
+        assert!(
+            matches!(UnsafePath::of(&error), Some(UnsafePath::WritableParent { path, .. }) if *path == open),
+            "{error}"
+        );
+        let error = check_parents(&open.join("a/b/home")).expect_err("above missing parents");
+        assert!(UnsafePath::of(&error).is_some(), "{error}");
+        // The link's own directory is private; its target's is not.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&open, &link).expect("symlink");
+        let error = check_parents(&link.join("home")).expect_err("through a link");
+        assert!(
+            matches!(UnsafePath::of(&error), Some(UnsafePath::WritableParent { path, .. }) if *path == open),
+            "{error}"
+        );
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).expect("sticky");
+        check_parents(&link.join("home")).expect("sticky, as /tmp");
+        check_parents(&dir.path().join("missing/home")).expect("a missing tail");
+        let relative = Path::new("relative-home-that-does-not-exist");
+        check_parents(relative).expect("the working directory's path is walked");
+    }
+
+    /// While a home's directory is held, a rename of a directory above it and a link in its
+    /// old place redirect none of this module's writes, reads or removals.
+    #[test]
+    fn writes_under_a_held_home_follow_its_directory_not_its_path() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let parent = dir.path().join("p");
+        let root = parent.join("home");
+        ensure_private_dir(&root).expect("home");
+        let held = HomeDir::open(&root).expect("held");
+        let moved = dir.path().join("p-moved");
+        fs::rename(&parent, &moved).expect("rename the parent");
+        let decoy = dir.path().join("decoy");
+        fs::create_dir_all(decoy.join("home")).expect("decoy");
+        std::os::unix::fs::symlink(&decoy, &parent).expect("a link in its place");
+
+        let run_dir = root.join("runs/r1");
+        ensure_private_dir(&run_dir).expect("mkdir -p under the home");
+        write_atomic(&run_dir.join("status.json"), b"{}").expect("write_atomic");
+        open_append(&run_dir.join("output-0.log"))
+            .and_then(|mut log| log.write_all(b"line\n"))
+            .expect("append");
+        touch(&root.join("marker")).expect("touch");
+        assert_eq!(
+            read_file_bounded(&run_dir.join("status.json"), 10).expect("read"),
+            Bounded::Whole(b"{}".to_vec())
+        );
+        assert!(
+            stamp(&run_dir.join("output-0.log"))
+                .expect("stamp")
+                .is_some()
+        );
+        assert!(check_private(&run_dir, Expect::Directory).expect("checked"));
+        let lock = FileLock::try_acquire(&root.join("commit.lock")).expect("lock");
+        drop(lock);
+
+        let moved_home = moved.join("home");
+        assert_eq!(
+            fs::read(moved_home.join("runs/r1/status.json")).expect("written in the home"),
+            b"{}"
+        );
+        assert_eq!(
+            fs::read(moved_home.join("runs/r1/output-0.log")).expect("appended in the home"),
+            b"line\n"
+        );
+        assert!(moved_home.join("marker").exists());
+        let strays: Vec<_> = fs::read_dir(decoy.join("home")).expect("list").collect();
+        assert!(strays.is_empty(), "nothing reached the decoy: {strays:?}");
+
+        remove_tree(&root.join("runs")).expect("remove_tree");
+        assert!(!moved_home.join("runs").exists(), "removed in the home");
+        drop(held);
+        // Released: the path is the path again, and now leads to the decoy.
+        touch(&root.join("after")).expect("touch");
+        assert!(decoy.join("home/after").exists());
+    }
+
+    #[test]
+    fn a_held_home_must_be_a_private_directory() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("home");
+        fs::create_dir(&root).expect("mkdir");
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o770)).expect("chmod");
+        let error = HomeDir::open(&root).expect_err("group-writable");
+        assert!(
+            matches!(UnsafePath::of(&error), Some(UnsafePath::Writable { .. })),
+            "{error}"
+        );
+        assert!(HomeDir::open(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn remove_tree_removes_a_directory_with_everything_in_it_and_never_follows_a_link() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let victim = dir.path().join("victim");
+        fs::create_dir(&victim).expect("mkdir");
+        fs::write(victim.join("keep"), b"x").expect("write");
+        let tree = dir.path().join("tree");
+        fs::create_dir_all(tree.join("a/b")).expect("mkdir");
+        fs::write(tree.join("a/b/f"), b"x").expect("write");
+        std::os::unix::fs::symlink(&victim, tree.join("a/link")).expect("symlink");
+        remove_tree(&tree).expect("removed");
+        assert!(!tree.exists());
+        assert!(victim.join("keep").exists(), "the link's target is left");
+        remove_tree(&tree).expect("nothing there is fine");
     }
 }

@@ -6,7 +6,9 @@
 //! `1w`, and combinations such as `1h30m` or `1h 30m` (jiff also reads `90 seconds` and ISO
 //! 8601's `PT90S`); a day is 24 hours. Refused, each with what to write instead: a bare number
 //! (seconds or milliseconds? write the unit), a fraction (`1.5s`: write `1s500ms`), a
-//! negative or zero duration, and months or years (their length varies).
+//! negative or zero duration, a part finer than a millisecond (`500us`, `1ns`: durations are
+//! kept as whole milliseconds, and would be cut to less than was written, even to none), and
+//! months or years (their length varies).
 //!
 //! Invariant: pure; nothing here reads a clock (a relative time is counted back from a `now`
 //! the caller passes).
@@ -46,6 +48,10 @@ pub enum DurationError {
     CalendarUnit { text: String },
     #[error("{text:?} is too long a duration")]
     Overflow { text: String },
+    #[error(
+        "{text:?} is finer than a millisecond; durations are whole milliseconds: write at least 1ms (such as 250ms or 1s500ms)"
+    )]
+    SubMillisecond { text: String },
 }
 
 fn quoted(text: &str) -> String {
@@ -82,6 +88,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         Duration::try_from(signed).map_err(|_| DurationError::Negative { text: text.clone() })?;
     if duration.is_zero() {
         return Err(DurationError::Zero { text });
+    }
+    // Kept as milliseconds: a finer part would be cut off, `1ns` to nothing at all.
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        return Err(DurationError::SubMillisecond { text });
     }
     // Durations are kept as milliseconds (a spec's `timeoutMs`): refuse what does not fit.
     if u64::try_from(duration.as_millis()).is_err() {
@@ -269,6 +279,26 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    /// Regression: `--timeout 1ns` was read as 1 ns and kept as 0 ms, and `--heartbeat 500us`
+    /// as a heartbeat of 0 ms its runner refused; each is refused where it is parsed.
+    #[test]
+    fn a_duration_finer_than_a_millisecond_is_refused() {
+        for text in ["1ns", "500us", "999us", "1s500us", "1ms1ns", "PT0.0001S"] {
+            let error = parse_duration(text).expect_err("finer than a millisecond");
+            assert!(
+                matches!(
+                    error,
+                    DurationError::SubMillisecond { .. } | DurationError::Fraction { .. }
+                ),
+                "{text}: {error:?}"
+            );
+        }
+        let error = parse_duration("500us").expect_err("refused");
+        assert!(error.to_string().contains("at least 1ms"), "{error}");
+        assert_eq!(parse_duration("1000us"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_duration("1ms"), Ok(Duration::from_millis(1)));
     }
 
     #[test]

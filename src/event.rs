@@ -486,6 +486,23 @@ pub struct HostIds {
     pub tool_call_id: Option<String>,
 }
 
+impl HostIds {
+    /// Checks each id against [`MAX_TEXT_BYTES`], as `RunCreated` will: an id over it is
+    /// refused as input, naming the id and the limit, before anything is written.
+    pub fn check(&self) -> Result<(), SpecError> {
+        for (field, text) in [
+            ("session id", &self.session_id),
+            ("owner id", &self.completion_owner_id),
+            ("tool-call id", &self.tool_call_id),
+        ] {
+            if let Some(text) = text {
+                check_text(text).map_err(|bytes| SpecError::TextTooLong { field, bytes })?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `Err(len)` when `text` is over [`MAX_TEXT_BYTES`].
 fn check_text(text: &str) -> Result<(), usize> {
     if text.len() > MAX_TEXT_BYTES {

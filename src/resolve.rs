@@ -104,6 +104,10 @@ pub fn listed(view: &View, options: ListOptions) -> Result<Listed, ReadError> {
     })
 }
 
+/// Why a text over [`MAX_TEXT_BYTES`] names no run, naming the limit.
+const TOO_LONG: &str = "it is over 4096 bytes, the limit of every name and tool-call id";
+const _: () = assert!(MAX_TEXT_BYTES == 4096, "TOO_LONG names the limit");
+
 /// Checks `text` before anything is looked up with it (see the module's invariants).
 pub fn check_text(text: &str) -> Result<(), ResolveError> {
     let unusable = |why| {
@@ -116,7 +120,7 @@ pub fn check_text(text: &str) -> Result<(), ResolveError> {
         return unusable("it is empty");
     }
     if text.len() > MAX_TEXT_BYTES {
-        return unusable("it is longer than any of them can be");
+        return unusable(TOO_LONG);
     }
     if text.contains(['/', '\\']) {
         return unusable("it contains a path separator");

@@ -201,15 +201,9 @@ pub fn files_of(home: &Home, tombstone: &Tombstone) -> Vec<PathBuf> {
 /// Removes a pruned run's files; what is already gone is no error.
 fn remove_files(home: &Home, tombstone: &Tombstone, errors: &mut Vec<String>) {
     for path in files_of(home, tombstone) {
-        let removed = match std::fs::symlink_metadata(&path) {
-            Ok(metadata) if metadata.is_dir() => std::fs::remove_dir_all(&path),
-            Ok(_) => std::fs::remove_file(&path),
-            Err(error) => Err(error),
-        };
-        match removed {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => errors.push(format!("removing {}: {error}", path.display())),
+        // Relative to the home's directory while the store holds it, never through a link.
+        if let Err(error) = crate::durable_fs::remove_tree(&path) {
+            errors.push(format!("removing {}: {error}", path.display()));
         }
     }
 }
@@ -368,13 +362,13 @@ pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassErro
     Ok(report)
 }
 
-/// The environment variable of a test hook of debug builds: while a file exists at the path it
-/// names, a pass that has just committed its prune removes it and stops this whole process
-/// (SIGSTOP) before it removes any file of the runs it pruned, so that a test can kill it
-/// exactly there.
+/// The environment variable of a test hook, built only with the `testkit` feature (which the
+/// tests turn on, in every profile): while a file exists at the path it names, a pass that has
+/// just committed its prune removes it and stops this whole process (SIGSTOP) before it removes
+/// any file of the runs it pruned, so that a test can kill it exactly there.
 pub const STOP_AFTER_PRUNE_ENV: &str = "RUNJOURNAL_TEST_STOP_AFTER_PRUNE";
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "testkit")]
 fn stop_here_if_asked() {
     let Some(path) = std::env::var_os(STOP_AFTER_PRUNE_ENV) else {
         return;
@@ -384,7 +378,7 @@ fn stop_here_if_asked() {
     }
 }
 
-#[cfg(not(debug_assertions))]
+#[cfg(not(feature = "testkit"))]
 fn stop_here_if_asked() {}
 
 /// Passes until one prunes fewer runs than it may, calling `progress` with the runs pruned so

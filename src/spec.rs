@@ -164,6 +164,7 @@ impl RunDraft {
             steps: self.steps,
         };
         spec.check()?;
+        self.hosts.check()?;
         if let Some(queue) = &self.queue {
             crate::event::check_queue_name(queue)?;
         }

@@ -34,13 +34,14 @@ use crate::projection::incremental::Projector;
 use crate::projection::pending::PendingProjections;
 use crate::projection::{self, ProjectionError, ResultPolicy};
 
-/// The environment variable of a test hook of debug builds: while a file exists at the path it
-/// names, an open that has made the home's directories removes it and stops this whole process
-/// (SIGSTOP) before it creates or opens the journal, so that a test can have another process
-/// make the journal meanwhile and then fail this open.
+/// The environment variable of a test hook, built only with the `testkit` feature (which the
+/// tests turn on, in every profile): while a file exists at the path it names, an open that has
+/// made the home's directories removes it and stops this whole process (SIGSTOP) before it
+/// creates or opens the journal, so that a test can have another process make the journal
+/// meanwhile and then fail this open.
 pub const STOP_IN_OPEN_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_OPEN";
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "testkit")]
 fn stop_in_open_if_asked() {
     let Some(path) = std::env::var_os(STOP_IN_OPEN_ENV) else {
         return;
@@ -50,7 +51,7 @@ fn stop_in_open_if_asked() {
     }
 }
 
-#[cfg(not(debug_assertions))]
+#[cfg(not(feature = "testkit"))]
 fn stop_in_open_if_asked() {}
 
 /// How a store is opened.
@@ -113,6 +114,12 @@ const PROJECTION_RETRY_DELAYS_MS: [u64; 6] = [50, 100, 250, 500, 1000, 2000];
 
 struct Inner {
     home: Home,
+    /// The home's directory, held open while the store lives (see [`durable_fs::HomeDir`]).
+    #[expect(
+        dead_code,
+        reason = "held, never read: paths under the home resolve from it"
+    )]
+    home_dir: Arc<durable_fs::HomeDir>,
     journal: Journal,
     projector: Projector,
     pending: PendingProjections,
@@ -145,14 +152,18 @@ impl std::fmt::Debug for Store {
 }
 
 /// Refuses a home that is not private to this user, as OpenSSH's StrictModes refuses a
-/// `~/.ssh` others can write: each of its [`Home::private_dirs`] that exists must be a
-/// directory of the effective user that neither group nor others may write (a link to one,
-/// of this user or root, will do), and its journal, if it exists, a regular file of the
-/// effective user that neither group nor others may write, and no link
-/// ([`durable_fs::judge_private`]). What is missing passes: it is made private when it is made.
-/// Anyone who could write there could plant links that runjournal would write through, forge
-/// records it would act on, or read its runs' argv and environment.
+/// `~/.ssh` others can write: each directory above it must be root's or this user's and
+/// writable by nobody else unless sticky ([`durable_fs::check_parents`]); each of its
+/// [`Home::private_dirs`] that exists must be a directory of the effective user that neither
+/// group nor others may write (a link to one, of this user or root, will do), and its journal,
+/// if it exists, a regular file of the effective user that neither group nor others may write,
+/// and no link ([`durable_fs::judge_private`]). What is missing passes: it is made private when
+/// it is made. Anyone who could write there could plant links that runjournal would write
+/// through, swap the home for another directory, forge records it would act on, or read its
+/// runs' argv and environment.
 pub fn check_home(home: &Home) -> Result<(), OpenError> {
+    durable_fs::check_parents(home.root())
+        .map_err(|source| OpenError::from_io(home.root(), source))?;
     for dir in home.private_dirs() {
         durable_fs::check_private(&dir, durable_fs::Expect::Directory)
             .map_err(|source| OpenError::from_io(&dir, source))?;
@@ -208,19 +219,33 @@ impl Store {
         check_home(&home)?;
         // Nor is a journal that was lost beside runs made anew: that would wipe the history.
         crate::journal::check_home_journal(&home)?;
+        // Nor is a new home made where something else lives (`/`, a directory of files).
+        home.check_place().map_err(|refusal| OpenError::Io {
+            path: home.root().to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, refusal),
+        })?;
+        // Only what this call made itself is listed for removal: a directory or a journal
+        // another process made at the same moment is that process's (removing a journal it
+        // has begun to commit to would lose its commits, and make the next process start an
+        // empty one).
+        let root = home.root().to_path_buf();
+        if durable_fs::ensure_private_dir_durable(&root)
+            .map_err(|source| OpenError::from_io(&root, source))?
+        {
+            created.push(root.clone());
+        }
+        // From here on every file of the home is opened relative to its directory, held open
+        // as long as the store: a directory above it swapped later redirects nothing.
+        let home_dir =
+            durable_fs::HomeDir::open(&root).map_err(|source| OpenError::from_io(&root, source))?;
         // `blocked/` is made now, while there is room: on a full ext4 a new directory needs a
         // block, but an empty marker file in an existing one does not.
         let dirs = [
-            home.root().to_path_buf(),
             home.state_dir(),
             home.runs_dir(),
             home.results_dir(),
             capacity::blocked_dir(&home),
         ];
-        // Only what this call made itself is listed for removal: a directory or a journal
-        // another process made at the same moment is that process's (removing a journal it
-        // has begun to commit to would lose its commits, and make the next process start an
-        // empty one).
         for dir in dirs {
             // Durable: a journal whose directory's entry a power cut loses is lost whole.
             let made = durable_fs::ensure_private_dir_durable(&dir)
@@ -255,6 +280,7 @@ impl Store {
         let journal = Journal::open_with(Location::Path(journal_path), writer)?;
         let inner = Arc::new(Inner {
             home,
+            home_dir,
             journal,
             projector: Projector::new(),
             pending: PendingProjections::new(),

@@ -63,6 +63,35 @@ impl Layout {
         }
     }
 
+    /// Whether an entry of a home's root named `name` is one this layout makes (or, in the
+    /// pi-subagents layout, one pi-subagents makes in its temp root).
+    fn makes(self, name: &str) -> bool {
+        match self {
+            Layout::Runjournal => {
+                matches!(name, "runs" | "results" | "blocked")
+                    || [
+                        "journal.redb",
+                        "reserve",
+                        "shipping.json",
+                        ".shipping.json.",
+                    ]
+                    .iter()
+                    .any(|prefix| name.starts_with(prefix))
+            }
+            Layout::PiSubagents => {
+                matches!(
+                    name,
+                    "runjournal"
+                        | "async-subagent-runs"
+                        | "async-subagent-results"
+                        | "chain-runs"
+                        | "artifacts"
+                        | "nested-subagent-runs"
+                ) || name.starts_with("async-cfg-")
+            }
+        }
+    }
+
     /// Where a journal of this layout is, under `root`.
     fn journal_path(self, root: &Path) -> PathBuf {
         match self {
@@ -123,6 +152,42 @@ pub struct LayoutMismatch {
     pub journal: PathBuf,
     pub found: Layout,
     pub asked: Layout,
+}
+
+/// A directory where no new home is made: the file system's root, or one that holds files of
+/// something else and no journal. An existing home (its journal is there) is always opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotAHomePlace {
+    #[error(
+        "{} is the root of the file system, which is never made a home: pass --home with a directory of its own",
+        root.display()
+    )]
+    FileSystemRoot { root: PathBuf },
+    #[error(
+        "{} holds no journal but other files ({}): a home is made only in a missing or empty directory; pass --home with a new directory, or the home you meant",
+        root.display(),
+        listed_names(found, *more)
+    )]
+    Occupied {
+        root: PathBuf,
+        /// The first few names found, sorted.
+        found: Vec<String>,
+        /// How many more there are.
+        more: usize,
+    },
+}
+
+/// Names shown when a directory is refused as a new home.
+const SHOWN_NAMES: usize = 3;
+
+/// `a, b, c and 4 more`.
+fn listed_names(found: &[String], more: usize) -> String {
+    let mut text = found.join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
 }
 
 /// The lock file that the commit leader of the journal at `journal` holds while it takes
@@ -262,6 +327,51 @@ impl Home {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Refuses to make a new home where something else lives: at the root of the file
+    /// system, or in a directory that holds no journal (of this layout) but entries this
+    /// layout does not make. A missing or empty directory, or one that holds only what this
+    /// layout makes (in the pi-subagents layout, also what pi-subagents itself keeps in its
+    /// temp root), may become a home; a directory with a journal, or with runs, is a home
+    /// already and passes, whatever else it holds.
+    pub fn check_place(&self) -> Result<(), NotAHomePlace> {
+        if std::fs::canonicalize(&self.root).is_ok_and(|real| real == Path::new("/")) {
+            return Err(NotAHomePlace::FileSystemRoot {
+                root: self.root.clone(),
+            });
+        }
+        // A journal, or runs and results without one (a home whose journal was lost, which
+        // the journal's own checks refuse as such), is a home already.
+        let has_runs = || {
+            self.run_dirs_on_disk().is_ok_and(|runs| !runs.is_empty())
+                || self
+                    .result_files_on_disk()
+                    .is_ok_and(|results| !results.is_empty())
+        };
+        if std::fs::symlink_metadata(self.journal_path()).is_ok() || has_runs() {
+            return Ok(());
+        }
+        // A directory that cannot be listed is judged by the checks that open it.
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Ok(());
+        };
+        let mut foreign: Vec<String> = entries
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| !self.layout.makes(name))
+            .collect();
+        if foreign.is_empty() {
+            return Ok(());
+        }
+        foreign.sort();
+        let more = foreign.len().saturating_sub(SHOWN_NAMES);
+        foreign.truncate(SHOWN_NAMES);
+        Err(NotAHomePlace::Occupied {
+            root: self.root.clone(),
+            found: foreign,
+            more,
+        })
     }
 
     /// The directories that must be private to this user (owned by it, writable by nobody
@@ -655,5 +765,73 @@ mod tests {
             .check_layout()
             .expect_err("a runjournal-layout journal is there");
         assert_eq!(mismatch.found, Layout::Runjournal);
+    }
+
+    #[test]
+    fn a_new_home_is_made_only_where_nothing_else_lives() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("home");
+        assert_eq!(Home::at(&root).check_place(), Ok(()), "a missing directory");
+        std::fs::create_dir(&root).expect("mkdir");
+        assert_eq!(Home::at(&root).check_place(), Ok(()), "an empty directory");
+        for name in [
+            "runs",
+            "results",
+            "blocked",
+            "reserve",
+            "journal.redb.commit.lock",
+        ] {
+            std::fs::write(root.join(name), b"").expect("what the layout makes");
+        }
+        assert_eq!(
+            Home::at(&root).check_place(),
+            Ok(()),
+            "only the layout's own"
+        );
+        for name in ["a", "b", "c", "d", "e"] {
+            std::fs::write(root.join(name), b"").expect("something else");
+        }
+        match Home::at(&root).check_place() {
+            Err(NotAHomePlace::Occupied { found, more, .. }) => {
+                assert_eq!(found, ["a", "b", "c"]);
+                assert_eq!(more, 2);
+            }
+            other => panic!("a directory of other files: {other:?}"),
+        }
+        let refusal = Home::at(&root).check_place().expect_err("refused");
+        assert!(
+            refusal.to_string().contains("(a, b, c and 2 more)"),
+            "{refusal}"
+        );
+        // A journal there: a home already, whatever else it holds.
+        std::fs::write(root.join("journal.redb"), b"").expect("a journal");
+        assert_eq!(Home::at(&root).check_place(), Ok(()));
+        // The pi-subagents layout takes a temp root pi-subagents already uses.
+        let temp_root = dir.path().join("pi");
+        for name in ["async-subagent-runs", "chain-runs", "artifacts"] {
+            std::fs::create_dir_all(temp_root.join(name)).expect("pi-subagents' own");
+        }
+        std::fs::write(temp_root.join("async-cfg-1.json"), b"{}").expect("a runner config");
+        let pi = Home::in_layout(&temp_root, Layout::PiSubagents);
+        assert_eq!(pi.check_place(), Ok(()));
+        assert!(
+            Home::at(&temp_root).check_place().is_err(),
+            "not in runjournal's own layout"
+        );
+        assert!(matches!(
+            Home::at("/").check_place(),
+            Err(NotAHomePlace::FileSystemRoot { .. })
+        ));
+    }
+
+    /// A directory that holds runs but no journal is a home whose journal was lost: the
+    /// journal's own check says so, not this one.
+    #[test]
+    fn a_home_with_runs_and_no_journal_is_left_to_the_lost_journal_check() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = Home::at(dir.path());
+        std::fs::create_dir_all(home.run_dir(run())).expect("a run's directory");
+        std::fs::write(dir.path().join("notes.txt"), b"mine").expect("a file of the user's");
+        assert_eq!(home.check_place(), Ok(()));
     }
 }

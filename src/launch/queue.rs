@@ -385,12 +385,20 @@ pub struct QueuedLaunchReport {
     pub result_path: std::path::PathBuf,
 }
 
-/// The words of a queue's use: `3/4 active, 12 queued`.
+/// The words of a queue's use: `3/4 active, 12 queued`. A queue whose limit is 0 is said to
+/// be held, and how to let it go: otherwise its runs would wait without a word of why.
 pub fn usage_text(usage: &QueueUsage) -> String {
     let limit = usage
         .max_active
         .map_or_else(|| "no limit".to_string(), |max| max.to_string());
-    format!("{}/{limit} active, {} queued", usage.active, usage.waiting)
+    let text = format!("{}/{limit} active, {} queued", usage.active, usage.waiting);
+    if usage.max_active == Some(0) {
+        return format!(
+            "{text}; held: a limit of 0 starts no run until `runjournal queue {} --max-active N` raises it",
+            usage.name
+        );
+    }
+    text
 }
 
 /// A queue's limit and use, as `journal-tools inspect stats --json` lists each queue.

@@ -174,7 +174,8 @@ pub enum RunnerOutcome {
 /// every descriptor above 2 it inherited (a runner holds nothing of its launcher's), sends its
 /// log lines to the run's `runner.log` (best effort, see [`output`]), makes this process the
 /// child subreaper of its steps' orphans (so that they can be reaped, a step's group verified
-/// empty and what steps left behind found), opens `home`, and runs `run` to its end on a
+/// empty and what steps left behind found), opens `home` (holding its directory until the
+/// process ends, see [`crate::durable_fs::HomeDir`]), and runs `run` to its end on a
 /// fresh tokio runtime. At every point where no step runs, and at its end, it ends every
 /// process left below this one: call it only in a process of its own (`runjournal __runner`).
 pub fn run_in_process(
@@ -196,6 +197,13 @@ pub fn run_in_process(
         log(&format!(
             "cannot close the descriptors it inherited: {error}"
         ));
+    }
+    // The home's directory, held for the rest of this process, which is the runner's alone:
+    // every file of the run — to its queue's next run, started as its last act — is written in
+    // the home checked here, wherever its path leads later. A home that fails the check is
+    // refused, with why, by the store's open below.
+    if let Ok(held) = crate::durable_fs::HomeDir::open(home.root()) {
+        std::mem::forget(held);
     }
     if let Err(error) = output::open_runner_log(home.runner_log_path(run)) {
         log(&format!(

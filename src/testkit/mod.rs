@@ -8,6 +8,10 @@
 //! * `lifecycle`: the standard lifecycle of a chain run;
 //! * `damage`: the ways a journal file is found lost, and a picture of a directory;
 //! * `pg_cluster`: a throwaway PostgreSQL cluster;
+//! * `other_user`: what a test acting as another user may hand that user (a copy of a program,
+//!   a directory) wherever the build tree is;
+//! * `skip`: how a test that cannot run here says so, and fails instead where every test must
+//!   run (CI);
 //! * `hooks`: the journal's test hooks — the snapshot codec, a commit of batches as they are,
 //!   a tombstone (re-exported here).
 //!
@@ -19,7 +23,9 @@ pub mod damage;
 mod hooks;
 mod identity;
 pub mod lifecycle;
+pub mod other_user;
 pub mod pg_cluster;
+pub mod skip;
 
 pub use build::*;
 pub use hooks::*;

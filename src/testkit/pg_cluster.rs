@@ -4,16 +4,12 @@
 //! never touch a shared server), stopped and deleted on drop even when the test fails.
 //!
 //! Used by `tests/it`, `journal-tools/tests/it` and the shipping benchmark. Without
-//! PostgreSQL's server binaries a test prints that it skipped; with
-//! `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets, after installing them) it fails instead.
+//! PostgreSQL's server binaries a test skips, saying so, or fails where every test must run
+//! ([`super::skip`]; CI installs them).
 
-use std::io::Write as _;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// The variable that turns a skip into a failure.
-pub const REQUIRE_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
 
 /// Where the server binaries are: `pg_config --bindir`, else the newest
 /// `/usr/lib/postgresql/<version>/bin`, else whatever `initdb` is on the PATH.
@@ -86,12 +82,22 @@ impl PgCluster {
         } else {
             None
         };
-        let dir = tempfile::Builder::new()
-            .prefix("runjournal-pg-")
-            .tempdir()
-            .expect("a temporary directory for the cluster");
+        // The server runs as `postgres` when this is root: its directory must be one that user
+        // can reach, wherever the build tree and the temporary directory are.
+        let dir = match owner {
+            Some(_) => super::other_user::reachable_dir(),
+            None => tempfile::Builder::new()
+                .prefix("runjournal-pg-")
+                .tempdir()
+                .expect("a temporary directory for the cluster"),
+        };
         if let Some((uid, gid)) = owner {
             nix::unistd::chown(dir.path(), Some(uid), Some(gid)).expect("chown the cluster dir");
+            std::fs::set_permissions(
+                dir.path(),
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            )
+            .expect("the cluster dir private to its server");
         }
         let cluster = PgCluster {
             dir,
@@ -237,11 +243,6 @@ impl Drop for PgCluster {
 }
 
 fn skip<T>(test: &str, why: &str) -> Option<T> {
-    assert!(
-        std::env::var(REQUIRE_ENV).as_deref() != Ok("1"),
-        "{test} needs PostgreSQL and {REQUIRE_ENV}=1 says such tests must run: {why}"
-    );
-    // A closed or full stderr must not fail the test that skips.
-    let _ = writeln!(std::io::stderr(), "skipped {test}: {why}");
+    super::skip::skip(test, why);
     None
 }

@@ -3,6 +3,7 @@
 
 use crate::support;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use runjournal::event::{Event, Mode, RunId, RunSpec, now_ms};
@@ -14,6 +15,11 @@ use support::{TestHome, record_count, run_id_of, wait_terminal};
 fn refuse(home: &TestHome, journal: &Journal, args: &[&str], expected: &str) -> String {
     let before = record_count(journal);
     let output = home.cmd().args(args).output().expect("runs");
+    // Arguments as long as the ones over a limit are shown cut.
+    let args: Vec<String> = args
+        .iter()
+        .map(|arg| arg.chars().take(80).collect())
+        .collect();
     let stderr = String::from_utf8(output.stderr).expect("utf-8 stderr");
     assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
     assert_eq!(
@@ -295,4 +301,217 @@ fn run_arguments_that_make_no_run_are_refused() {
         &["list", "--state", "sleeping"],
         "unknown run state",
     );
+}
+
+/// Regression: `--timeout 1ns` became a timeout of 0 ms, and `--heartbeat 500us` recorded a
+/// run whose runner then refused its heartbeat and exited 2. A duration finer than a
+/// millisecond is refused where it is parsed: a flag, a spec file, a `wait`.
+#[test]
+fn a_duration_finer_than_a_millisecond_is_refused_where_it_is_parsed() {
+    let (home, journal, run) = home_with_a_run();
+    for duration in ["1ns", "500us", "1s500us"] {
+        for flag in ["--timeout", "--heartbeat", "--idle-timeout"] {
+            let arg = format!("{flag}={duration}");
+            let stderr = refuse(&home, &journal, &["run", &arg, "--", "true"], flag);
+            assert!(stderr.contains("finer than a millisecond"), "{stderr}");
+        }
+        let arg = format!("--timeout={duration}");
+        refuse(
+            &home,
+            &journal,
+            &["wait", &run.to_string(), &arg],
+            "finer than a millisecond",
+        );
+        let spec = home.file("fine.json");
+        std::fs::write(
+            &spec,
+            format!(r#"{{"timeout": "{duration}", "steps": [{{"shell": "true"}}]}}"#),
+        )
+        .expect("write the spec");
+        refuse(
+            &home,
+            &journal,
+            &["run", "--spec", &spec.display().to_string()],
+            "finer than a millisecond",
+        );
+    }
+}
+
+/// Regression: a 120 KB `--session-id` went as far as the journal, whose lifecycle rule
+/// refused it: exit 1 with three copies of a lifecycle message. Every identifier over its limit
+/// is bad input, refused before the journal is touched, naming the limit.
+#[test]
+fn an_over_long_identifier_exits_2_naming_its_limit() {
+    let (home, journal, run) = home_with_a_run();
+    let long = "a".repeat(120 * 1024);
+    for flag in ["--session-id", "--owner-id", "--tool-call-id", "--name"] {
+        let stderr = refuse(&home, &journal, &["run", flag, &long, "--", "true"], "4096");
+        assert!(
+            stderr.contains("over the limit") && stderr.len() < 400,
+            "{flag}: one short line: {stderr}"
+        );
+    }
+    let spec = home.file("ids.json");
+    std::fs::write(
+        &spec,
+        format!(r#"{{"sessionId": "{long}", "steps": [{{"shell": "true"}}]}}"#),
+    )
+    .expect("write the spec");
+    refuse(
+        &home,
+        &journal,
+        &["run", "--spec", &spec.display().to_string()],
+        "session id is 122880 bytes, over the limit of 4096",
+    );
+    refuse(
+        &home,
+        &journal,
+        &["run", "--queue", &long, "--", "true"],
+        "1 to 64",
+    );
+    refuse(
+        &home,
+        &journal,
+        &["queue", &long, "--max-active", "1"],
+        "1 to 64",
+    );
+    for command in ["status", "wait", "logs", "stop", "dismiss"] {
+        refuse(&home, &journal, &[command, &long], "over 4096 bytes");
+    }
+    for command in ["stop", "interrupt"] {
+        refuse(
+            &home,
+            &journal,
+            &[command, &run.to_string(), "--reason", &long],
+            "over the limit of 4096",
+        );
+    }
+}
+
+/// The entries of `dir`, sorted, or none when it does not exist.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Runs `runjournal --home HOME ARGS` and checks it is refused as bad input, one line
+/// holding `expected`.
+fn refuse_home(home: &Path, args: &[&str], expected: &str) {
+    let output = assert_cmd::cargo::cargo_bin_cmd!("runjournal")
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+    assert!(
+        stderr.contains(expected),
+        "{args:?}: {stderr} should say {expected:?}"
+    );
+}
+
+/// Regression: `list --home /` made a full home at `/`, with its 8 MiB reserve. A home is
+/// made only where nothing else lives: never at `/`, never in a directory of other files;
+/// a missing or empty directory becomes one, and an existing home opens whatever else it
+/// holds.
+#[test]
+fn a_home_is_made_only_in_a_missing_or_empty_directory() {
+    let commands: [&[&str]; 4] = [
+        &["list"],
+        &["reconcile"],
+        &["queue", "q"],
+        &["run", "--", "true"],
+    ];
+    let root_before = entries(Path::new("/"));
+    for args in commands {
+        refuse_home(Path::new("/"), args, "root of the file system");
+    }
+    assert_eq!(
+        entries(Path::new("/")),
+        root_before,
+        "nothing was made at /"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).expect("mkdir");
+    std::fs::write(project.join("Cargo.toml"), b"[package]\n").expect("a file of something else");
+    std::fs::create_dir(project.join("src")).expect("mkdir");
+    for args in commands {
+        refuse_home(
+            &project,
+            args,
+            "holds no journal but other files (Cargo.toml, src)",
+        );
+    }
+    assert_eq!(
+        entries(&project),
+        ["Cargo.toml", "src"],
+        "nothing was made there"
+    );
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let missing = dir.path().join("missing/home");
+    for home in [&empty, &missing] {
+        assert_cmd::cargo::cargo_bin_cmd!("runjournal")
+            .env_remove("RUNJOURNAL_HOME")
+            .arg("--home")
+            .arg(home)
+            .arg("list")
+            .timeout(std::time::Duration::from_secs(120))
+            .assert()
+            .success();
+        assert!(home.join("journal.redb").is_file(), "{}", home.display());
+    }
+    // An existing home opens, whatever else was put in it.
+    let (home, _run) = support::home_with_a_run();
+    std::fs::write(home.file("notes.txt"), b"mine").expect("a file of the user's");
+    home.cmd().arg("list").assert().success();
+}
+
+/// A queue whose limit is 0 holds every run without starting one: `queue`, `run` and `list`
+/// each say it is held, and how to let it go.
+#[test]
+fn a_held_queue_says_so_in_queue_run_and_list() {
+    let home = TestHome::new();
+    let held =
+        "held: a limit of 0 starts no run until `runjournal queue q --max-active N` raises it";
+    let said = |args: &[&str]| {
+        let output = home
+            .cmd()
+            .args(args)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(output).expect("utf-8")
+    };
+    let text = said(&["queue", "q", "--max-active", "0"]);
+    assert!(text.contains(held), "queue: {text}");
+    let text = said(&["run", "--queue", "q", "--", "true"]);
+    assert!(
+        text.contains("queued in q") && text.contains(held),
+        "run: {text}"
+    );
+    let text = said(&["list"]);
+    assert!(text.contains(held), "list: {text}");
+    let text = said(&["queue", "q"]);
+    assert!(text.contains(held), "queue: {text}");
+    let text = said(&["queue", "q", "--max-active", "1"]);
+    assert!(!text.contains("held"), "let go: {text}");
 }

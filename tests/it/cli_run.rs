@@ -154,7 +154,7 @@ fn a_parallel_run_never_has_more_steps_running_than_its_concurrency() {
 #[test]
 fn an_external_job_provider_reports_three_statuses() {
     let home = TestHome::new();
-    let provider = home.file("provider.sh");
+    let provider = home.input("provider.sh");
     std::fs::write(
         &provider,
         r#"echo '{"state": "queued", "id": "job-1"}'
@@ -275,7 +275,7 @@ fn a_provider_line_that_is_not_a_status_fails_the_step_quoting_it() {
 #[test]
 fn the_spec_form_runs_the_steps_it_describes() {
     let home = TestHome::new();
-    let spec = home.file("spec.json");
+    let spec = home.input("spec.json");
     std::fs::write(
         &spec,
         r#"{

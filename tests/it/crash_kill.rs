@@ -22,7 +22,7 @@
 //! Not done: letting a step's main process end after its runner died (its gate opened, or the
 //! process killed). The rest of its group then has neither its leader's pid nor a live runner
 //! above it to prove it ours (`process_group::is_ours`), so no reconciler may signal it: that
-//! run's other step processes are left running, a limit the README states.
+//! run's other step processes are left running, a limit docs/design.md states.
 
 //!
 //! Seeded: every iteration prints its seed; `RUNJOURNAL_CRASH_SEED=<seed>

@@ -2,8 +2,8 @@
 //! a small loop-mounted ext4, and a btrfs subvolume whose quota runs out, EDQUOT, as home), and
 //! EMFILE through a low RLIMIT_NOFILE.
 //!
-//! These need root (to mount). Without root they print that they skipped; with
-//! `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets) a skip is a failure.
+//! These need root (to mount). Without root they print that they skipped; where every test
+//! must run (CI, `runjournal::testkit::skip`) a skip is a failure.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -22,19 +22,9 @@ use runjournal::testkit::lifecycle::chain_lifecycle;
 use runjournal::testkit::{self as kit, namespaced_identity};
 use runjournal::{Condition, Home, RunId, RunStatus, Store, state};
 
-const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
-
-/// Whether this test may run; prints why not, or fails when root tests are required.
+/// Whether this test may run; skips it, saying why, otherwise (`testkit::skip`).
 pub(crate) fn can_mount(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var(REQUIRE_ROOT_ENV).as_deref() != Ok("1"),
-        "{test} needs root and {REQUIRE_ROOT_ENV}=1 says root tests must run"
-    );
-    eprintln!("skipped {test}: needs root to mount a small file system");
-    false
+    kit::skip::needs_root(test, "mount a small file system")
 }
 
 pub(crate) fn run_command(program: &str, args: &[&str]) {
@@ -123,8 +113,8 @@ impl SmallFs {
     }
 }
 
-/// Whether `programs` are installed; prints why not, or fails when root tests are required
-/// (CI installs them).
+/// Whether `programs` are installed; skips the test, saying why, otherwise (CI installs
+/// them, and there a skip fails).
 fn has_programs(test: &str, programs: &[&str]) -> bool {
     let missing: Vec<&str> = programs
         .iter()
@@ -134,11 +124,7 @@ fn has_programs(test: &str, programs: &[&str]) -> bool {
     if missing.is_empty() {
         return true;
     }
-    assert!(
-        std::env::var(REQUIRE_ROOT_ENV).as_deref() != Ok("1"),
-        "{test} needs {missing:?} and {REQUIRE_ROOT_ENV}=1 says root tests must run"
-    );
-    eprintln!("skipped {test}: needs {missing:?}");
+    kit::skip::skip(test, &format!("needs {missing:?}"));
     false
 }
 

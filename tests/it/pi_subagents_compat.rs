@@ -4,8 +4,8 @@
 //! reconciler (`tests/it/pi_subagents_compat.mjs` calls them) — and must read every run, list
 //! each where pi-subagents lists it, and repair none (no file under the root changes).
 //!
-//! Needs node and npm and the registry. Without them the test fails under
-//! `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets) and otherwise skips, saying why.
+//! Needs node and npm and the registry. Without them the test skips, saying why, and fails
+//! instead where every test must run (CI, `runjournal::testkit::skip`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,8 +16,6 @@ use runjournal::home::pi_subagents_default_root;
 
 /// The version whose readers are checked.
 const PI_SUBAGENTS_VERSION: &str = "0.67.0";
-/// CI sets it: a test that cannot run fails instead of skipping.
-const REQUIRE_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
 const SESSION_ID: &str = "pi-session-1";
 const OWNER_ID: &str = "pi-owner-1";
 /// Bounds for the external commands: a hung install or reader fails the test.
@@ -26,10 +24,7 @@ const NODE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Skips (returns `None`) or, where CI requires the test, fails.
 fn cannot_run(reason: &str) -> Option<PathBuf> {
-    if std::env::var(REQUIRE_ENV).is_ok_and(|value| value == "1") {
-        panic!("the pi-subagents compatibility test cannot run: {reason}");
-    }
-    eprintln!("skipped: the pi-subagents compatibility test cannot run: {reason}");
+    runjournal::testkit::skip::skip("the pi-subagents compatibility test", reason);
     None
 }
 

@@ -29,8 +29,8 @@
 //! while the disk is cut once more at a random moment: a `recover` that returned is durable,
 //! one cut short runs again, and either way every run comes back with every record as it was.
 //!
-//! Root and `/dev/fuse` are needed (a FUSE mount, a cgroup); without them the test skips, and
-//! with `RUNJOURNAL_REQUIRE_ROOT_TESTS=1` (as CI sets) it fails instead. `RUNJOURNAL_POWER_CUTS`
+//! Root and `/dev/fuse` are needed (a FUSE mount, a cgroup); without them the test skips,
+//! saying so, and where every test must run (CI, `runjournal::testkit::skip`) it fails instead. `RUNJOURNAL_POWER_CUTS`
 //! sets the number of cuts (20 by default); `RUNJOURNAL_POWER_SEED` the first seed (each cut
 //! prints its own; `RUNJOURNAL_POWER_SEED=<seed> RUNJOURNAL_POWER_CUTS=1` replays its choices,
 //! not its timing).
@@ -63,7 +63,6 @@ use runjournal::testkit::pg_cluster::PgCluster;
 
 const CUTS_ENV: &str = "RUNJOURNAL_POWER_CUTS";
 const SEED_ENV: &str = "RUNJOURNAL_POWER_SEED";
-const REQUIRE_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
 const DEFAULT_CUTS: usize = 20;
 /// Cuts that fall on one disk in turn before a fresh one is mounted.
 const CUTS_PER_DISK: usize = 5;
@@ -765,9 +764,9 @@ fn lost(seed: u64, what: &str, ack: &Acknowledged) -> ! {
     panic!("seed {seed}: lost at the cut: {what} ({ack:?})")
 }
 
-/// Whether this machine can run the test; skips (or fails, where root tests are required).
+/// Whether this machine can run the test; skips it, saying why, otherwise (or fails, where
+/// every test must run).
 fn can_run() -> bool {
-    let required = std::env::var(REQUIRE_ENV).as_deref() == Ok("1");
     let missing = if !nix::unistd::geteuid().is_root() {
         Some("root")
     } else if !Path::new("/dev/fuse").exists() {
@@ -782,11 +781,7 @@ fn can_run() -> bool {
     let Some(missing) = missing else {
         return true;
     };
-    assert!(
-        !required,
-        "power cuts need {missing}, and {REQUIRE_ENV}=1 says root tests must run"
-    );
-    eprintln!("skipped power cuts: no {missing}");
+    runjournal::testkit::skip::skip("power cuts", &format!("no {missing}"));
     false
 }
 
@@ -1047,7 +1042,7 @@ fn process_state(pid: u32) -> Option<char> {
 /// made an empty one, and the first went on committing to a file no path reached). A failed
 /// open now removes a journal only when its own exclusive create made it.
 ///
-/// The failing process is stopped (a debug build's hook) after it made the home's directories
+/// The failing process is stopped (a test hook) after it made the home's directories
 /// and before it creates the journal; meanwhile another handle creates the journal and commits
 /// a run; the journal is then made group-writable, so that the stopped process's open refuses
 /// it once resumed. Its failure must leave the journal, and the run, in place.
@@ -1288,7 +1283,7 @@ fn sync_tree(dir: &Path) {
 /// cut and checks (nothing is checked of it afterwards): with every file of the home synced,
 /// its journal is lost (removed, cut to half its length, or zero-filled, durably), and
 /// `recover` rebuilds it while the disk is cut at a random moment (or not at all). What the
-/// README promises is checked:
+/// design promises is checked:
 ///
 /// * a `recover` that returned is durable: the rebuilt journal is there after the cut, and a
 ///   lost file that was not missing is kept aside;

@@ -144,10 +144,10 @@ fn a_runner_stopped_with_the_write_lock_before_taking_its_run_leaves_its_launche
     let home = TestHome::new();
     // A handle of the test's own, opened now: opening takes the write lock for a moment.
     let journal = home.journal();
-    let hook = home.file("stop-in-commit");
+    let hook = home.input("stop-in-commit");
     // The launcher's commit of the run passes; the next, its runner's RunnerStarted, stops.
     std::fs::write(&hook, "1").expect("arm the hook");
-    let ran = home.file("ran");
+    let ran = home.input("ran");
     let step = format!("echo ran >> {}", ran.display());
     let launcher = {
         let mut command = home.cmd();
@@ -254,12 +254,12 @@ fn leading_runner(home: &TestHome, hook: &Path, seconds: u32) -> (RunId, u32) {
 #[test]
 fn a_launch_handed_to_a_leader_stopped_inside_its_commit_is_unknown_and_lands_once() {
     let home = TestHome::new();
-    let hook = home.file("stop-in-commit");
+    let hook = home.input("stop-in-commit");
     let (first, leader) = leading_runner(&home, &hook, 60);
     let journal = home.journal();
     // The leader's next commit, the launch's creation, stops it holding the lock.
     std::fs::write(&hook, "").expect("arm the hook");
-    let ran = home.file("ran");
+    let ran = home.input("ran");
     let output = run(
         &home,
         &[("RUNJOURNAL_LOCK_TIMEOUT", "3s")],
@@ -341,7 +341,7 @@ fn a_launch_handed_to_a_leader_stopped_inside_its_commit_is_unknown_and_lands_on
 #[test]
 fn a_stopped_idle_leader_costs_only_the_first_waiter_its_timeout() {
     let home = TestHome::new();
-    let hook = home.file("unused-hook");
+    let hook = home.input("unused-hook");
     let (first, leader) = leading_runner(&home, &hook, 60);
     let journal = home.journal();
     kill(Pid::from_raw(leader as i32), Signal::SIGSTOP).expect("SIGSTOP");
@@ -391,7 +391,7 @@ fn a_socket_peer_that_sends_one_byte_and_stalls_holds_up_no_run_or_stop() {
     use std::io::{Read, Write};
     use std::os::unix::net::{UnixListener, UnixStream};
     let home = TestHome::new();
-    let hook = home.file("unused-hook");
+    let hook = home.input("unused-hook");
     let (first, _leader) = leading_runner(&home, &hook, 60);
     let journal = home.journal();
     let socket = home.file("journal.redb.commit.sock");
@@ -456,7 +456,7 @@ fn a_socket_peer_that_sends_one_byte_and_stalls_holds_up_no_run_or_stop() {
 #[test]
 fn a_runner_blocked_on_the_write_lock_past_its_bound_ends_its_steps_and_exits() {
     let home = TestHome::new();
-    let hook = home.file("stop-in-commit");
+    let hook = home.input("stop-in-commit");
     let (first, leader) = leading_runner(&home, &hook, 30);
     let journal = home.journal();
     // Another runner, whose step ends soon; its bound is short.

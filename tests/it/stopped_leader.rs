@@ -221,15 +221,7 @@ fn a_leader_stopped_inside_a_commit_fails_a_launch_naming_it_and_then_everything
 }
 
 fn is_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("RUNJOURNAL_REQUIRE_ROOT_TESTS").is_none(),
-        "{test} needs root"
-    );
-    eprintln!("skipped {test}: needs root");
-    false
+    runjournal::testkit::skip::needs_root(test, "act as another user")
 }
 
 /// A home whose socket path is too long to bind beside the journal.
@@ -325,9 +317,14 @@ fn a_process_of_the_overflow_uid_never_joins_a_leader_of_that_uid() {
     // Any unmapped process of the host shows as the overflow uid: one listens where this
     // home's leader would.
     let squatter = squat(&home.join("journal.redb.commit.sock"), overflow);
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_runjournal"));
+    // What the overflow uid executes must be where it can reach: the build tree may sit under a
+    // directory only its owner may enter.
+    let runjournal = crate::support::runjournal_for_another_user();
+    let mut command = std::process::Command::new(runjournal.path());
     std::os::unix::process::CommandExt::uid(&mut command, overflow);
+    // And it works in a directory it can enter: the test's own may be private.
     command
+        .current_dir(scratch.path())
         .env_remove("RUNJOURNAL_HOME")
         .env("RUNJOURNAL_RUNTIME_DIR", scratch.path())
         .arg("--home")
@@ -343,9 +340,10 @@ fn a_process_of_the_overflow_uid_never_joins_a_leader_of_that_uid() {
         "the overflow uid handed nothing to a peer of that uid"
     );
     // The run landed: its owner lists it, ended.
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_runjournal"));
+    let mut command = std::process::Command::new(runjournal.path());
     std::os::unix::process::CommandExt::uid(&mut command, overflow);
     command
+        .current_dir(scratch.path())
         .env_remove("RUNJOURNAL_HOME")
         .arg("--home")
         .arg(&home)

@@ -1,6 +1,7 @@
 //! Strangers, with the real binary: a home someone else owns or may write, links
 //! planted where runjournal writes, an empty `--home`. Tests that need root (a home of
-//! another user) skip without it, and fail instead where `RUNJOURNAL_REQUIRE_ROOT_TESTS=1`.
+//! another user) skip without it, saying so, and fail instead where every test must run
+//! (`runjournal::testkit::skip`).
 
 use crate::support;
 
@@ -10,21 +11,7 @@ use std::path::Path;
 use runjournal::state::StepStatus;
 use support::{TestHome, run_id_of, wait_for, wait_terminal};
 
-const REQUIRE_ROOT_ENV: &str = "RUNJOURNAL_REQUIRE_ROOT_TESTS";
-
-/// Whether this test may run as it needs root; prints why not, or fails when root tests are
-/// required.
-pub fn is_root(test: &str, why: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var(REQUIRE_ROOT_ENV).as_deref() != Ok("1"),
-        "{test} needs root and {REQUIRE_ROOT_ENV}=1 says root tests must run"
-    );
-    eprintln!("skipped {test}: needs root to {why}");
-    false
-}
+use runjournal::testkit::skip::needs_root as is_root;
 
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
@@ -132,7 +119,8 @@ fn a_journal_that_is_a_link_is_refused() {
 #[test]
 fn a_link_planted_as_a_step_log_is_not_written_through() {
     let home = TestHome::new();
-    let victim = home.file("victim");
+    let elsewhere = tempfile::tempdir().expect("a directory outside the home");
+    let victim = elsewhere.path().join("victim");
     std::fs::write(&victim, b"precious\n").expect("the victim file");
     let output = home
         .cmd()
@@ -728,5 +716,174 @@ fn hostile_text_reaches_the_terminal_escaped() {
     assert!(
         stdout.contains(r"\u001b[2J"),
         "serde's JSON escapes, unchanged: {stdout}"
+    );
+}
+
+/// `runjournal ARGS` with `home`, bounded.
+fn runjournal_at(home: &Path, args: &[&str]) -> std::process::Output {
+    assert_cmd::cargo::cargo_bin_cmd!("runjournal")
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("runs")
+}
+
+/// Every file under `dir`, links included, as paths relative to it.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("list").flatten() {
+            let path = entry.path();
+            if entry.file_type().expect("file type").is_dir() {
+                pending.push(path);
+            } else {
+                found.push(path.strip_prefix(dir).expect("under").display().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Regression: a home inside a directory another user owns was used, so that user could
+/// swap a link into its place mid-run and have root's runner write runs, results, status.json
+/// and events.jsonl into a directory of their choosing. The directories above a home are
+/// checked as OpenSSH's StrictModes checks them: a home under another user's directory is
+/// refused by every command, naming the directory, whether it exists yet or not.
+#[test]
+fn a_home_under_a_directory_another_user_owns_is_refused_naming_it() {
+    if !is_root(
+        "a_home_under_a_directory_another_user_owns_is_refused_naming_it",
+        "give a directory to another user",
+    ) {
+        return;
+    }
+    let scratch = tempfile::tempdir().expect("temp dir");
+    chmod(scratch.path(), 0o755);
+    let theirs = scratch.path().join("theirs");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    let home = theirs.join("home");
+    let made = runjournal_at(&home, &["run", "--wait", "--", "true"]);
+    assert!(
+        made.status.success(),
+        "while the directory is root's: {made:?}"
+    );
+    // nobody
+    nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
+    let new_home = theirs.join("new-home");
+    for home in [&home, &new_home] {
+        for args in [
+            &["list"][..],
+            &["status", "01ARZ3NDEKTSV4RRFFQ69G5FAV"],
+            &["reconcile"],
+            &["run", "--", "true"],
+        ] {
+            let output = runjournal_at(home, args);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+            assert!(
+                stderr.contains(&format!(
+                    "{}, a directory above the home, belongs to uid 65534",
+                    theirs.display()
+                )),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+    assert!(!new_home.exists(), "no home was made under their directory");
+    nix::unistd::chown(&theirs, Some(nix::unistd::geteuid()), None).expect("chown back");
+    assert!(
+        runjournal_at(&home, &["list"]).status.success(),
+        "ours again, accepted"
+    );
+}
+
+/// A directory above the home that others may write is refused unless it is sticky, as
+/// `/tmp` is: there nobody may rename or remove another user's entry.
+#[test]
+fn a_sticky_world_writable_parent_is_accepted_and_a_plain_one_refused() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let shared = scratch.path().join("shared");
+    std::fs::create_dir(&shared).expect("mkdir");
+    chmod(&shared, 0o777);
+    let home = shared.join("home");
+    let output = runjournal_at(&home, &["run", "--wait", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}, a directory above the home, is writable by its group and others (mode 777) and not sticky",
+            shared.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!home.exists(), "nothing was made");
+    chmod(&shared, 0o1777);
+    let output = runjournal_at(&home, &["run", "--wait", "--", "true"]);
+    assert!(output.status.success(), "sticky, accepted: {output:?}");
+}
+
+/// Regression for the swap itself: a directory above a home that passed its checks is renamed
+/// mid-run and a link to a decoy put in its place. The runner opened the home's directory once
+/// and checked it; every file it writes after the swap — the step's output, status.json,
+/// events.jsonl, the result — lands in the home it checked, and nothing reaches the decoy.
+#[test]
+fn a_directory_swapped_above_a_checked_home_mid_run_redirects_none_of_its_writes() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let parent = scratch.path().join("p");
+    std::fs::create_dir(&parent).expect("mkdir");
+    let home = parent.join("home");
+    let output = runjournal_at(
+        &home,
+        &["run", "--json", "--", "sh", "-c", "sleep 2; echo done"],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let run = run_id_of(&output.stdout);
+    let journal = runjournal::Journal::open(home.join("journal.redb")).expect("opens");
+    wait_for(&journal, run, "the step to run", |state| {
+        state.steps[0].status == StepStatus::Running
+    });
+
+    let moved = scratch.path().join("p-moved");
+    std::fs::rename(&parent, &moved).expect("move the parent away");
+    let decoy = scratch.path().join("decoy");
+    std::fs::create_dir(&decoy).expect("mkdir");
+    std::os::unix::fs::symlink(&decoy, &parent).expect("a link to the decoy in its place");
+
+    let state = wait_terminal(&journal, run);
+    assert_eq!(state.status, runjournal::RunStatus::Complete);
+    let real = moved.join("home");
+    let status_path = real.join(format!("runs/{run}/status.json"));
+    for _ in 0..600 {
+        let status = std::fs::read_to_string(&status_path).unwrap_or_default();
+        if status.contains("\"state\": \"complete\"") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = std::fs::read_to_string(&status_path).expect("status.json in the home");
+    assert!(status.contains("\"state\": \"complete\""), "{status}");
+    let output_log = std::fs::read_to_string(real.join(format!("runs/{run}/output-0.log")))
+        .expect("the step's output in the home");
+    assert_eq!(output_log, "done\n");
+    let events = std::fs::read_to_string(real.join(format!("runs/{run}/events.jsonl")))
+        .expect("events.jsonl in the home");
+    assert!(
+        events.contains("Terminal") || events.contains("\"complete\""),
+        "{events}"
+    );
+    assert!(
+        real.join(format!("results/{run}.json")).is_file(),
+        "the result in the home"
+    );
+    assert_eq!(
+        files_under(&decoy),
+        Vec::<String>::new(),
+        "nothing reached the decoy"
     );
 }

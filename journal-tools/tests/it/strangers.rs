@@ -41,6 +41,38 @@ fn a_home_others_may_write_is_refused_with_exit_1() {
     assert_eq!(ran.code, 0, "private again: {}", ran.stderr);
 }
 
+/// A directory above the home that others may write (and that is not sticky) is refused as
+/// the home itself would be: whoever may write it could swap the home.
+#[test]
+fn a_home_under_a_directory_others_may_write_is_refused_with_exit_1() {
+    let fixture = common::fixture();
+    let parent = fixture.dir.path();
+    let mode = std::fs::metadata(parent)
+        .expect("stat")
+        .permissions()
+        .mode();
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    for args in [
+        &["inspect", "runs"][..],
+        &["inspect", "verify"],
+        &["replay"],
+    ] {
+        let ran = run(tool_at(&fixture, args));
+        assert_eq!(ran.code, 1, "{args:?}: {}", ran.stderr);
+        assert!(
+            ran.stderr.contains(&format!(
+                "{}, a directory above the home, is writable by its group and others",
+                parent.display()
+            )),
+            "{args:?}: {}",
+            ran.stderr
+        );
+    }
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    let ran = run(tool_at(&fixture, &["inspect", "runs"]));
+    assert_eq!(ran.code, 0, "private again: {}", ran.stderr);
+}
+
 #[test]
 fn an_empty_home_is_a_usage_error() {
     let ran = run({

@@ -42,9 +42,22 @@ fn control_failure(error: ControlError) -> Failure {
     }
 }
 
+/// Refuses a `--reason` over the limit of a recorded text before anything is opened: a run
+/// that has already ended would never record it, and must not make it pass.
+fn check_reason(reason: &str) -> Result<(), Failure> {
+    if reason.len() > MAX_TEXT_BYTES {
+        return Err(bad_input(format!(
+            "--reason is {} bytes, over the limit of {MAX_TEXT_BYTES}",
+            reason.len()
+        )));
+    }
+    Ok(())
+}
+
 /// `runjournal stop RUN`.
 pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
     check_run_text(text)?;
+    check_reason(reason)?;
     let store = open_store(home)?;
     let run = resolve(&store, text)?;
     let by = format!("runjournal stop (pid {})", std::process::id());
@@ -80,6 +93,7 @@ pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
 /// `runjournal interrupt RUN [--reason TEXT]`.
 pub fn interrupt(home: Home, text: &str, reason: &str) -> CliResult {
     check_run_text(text)?;
+    check_reason(reason)?;
     let store = open_store(home)?;
     let run = resolve(&store, text)?;
     let by = format!("runjournal interrupt (pid {})", std::process::id());

@@ -427,6 +427,7 @@ const READING_LOCK_BOUND: std::time::Duration =
 /// the command's bound, if shorter), else read-only. Either way the command answers.
 pub fn open_for_reading(home: Home) -> Result<ForReading, Failure> {
     home.check_layout().map_err(bad_input)?;
+    home.check_place().map_err(bad_input)?;
     let root = home.root().display().to_string();
     let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
     let mut options = command_options().map_err(|reason| failure(anyhow::anyhow!(reason)))?;
@@ -452,11 +453,13 @@ fn command_options() -> Result<StoreOptions, String> {
     Ok(options)
 }
 
-/// Opens the home's store. A home whose journal is of the other layout is bad input: nothing
-/// is made in it. A command hands its commits to the journal's commit leader (a runner) when
+/// Opens the home's store. A home whose journal is of the other layout, or a new home where
+/// something else lives (`/`, a directory of other files), is bad input: nothing is made in
+/// it. A command hands its commits to the journal's commit leader (a runner) when
 /// there is one, but never leads: it is short-lived, and may be stopped from its terminal.
 pub fn open_store(home: Home) -> Result<Store, Failure> {
     home.check_layout().map_err(bad_input)?;
+    home.check_place().map_err(bad_input)?;
     let root = home.root().display().to_string();
     let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
     let options = command_options().map_err(|reason| failure(anyhow::anyhow!(reason)))?;

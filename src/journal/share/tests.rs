@@ -257,12 +257,10 @@ fn a_file_that_is_no_socket_at_the_path_is_left_alone_and_each_handle_commits_al
 
 #[test]
 fn a_socket_of_another_user_is_refused() {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("RUNJOURNAL_REQUIRE_ROOT_TESTS").is_none(),
-            "this test needs root"
-        );
-        eprintln!("skipped: needs root to give a socket to another user");
+    if !crate::testkit::skip::needs_root(
+        "a_socket_of_another_user_is_refused",
+        "give a socket to another user",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");

@@ -491,14 +491,15 @@ fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The environment variable of a test hook of debug builds: while a file exists at the path it
-/// names, the next write transaction that begins removes it and stops this whole process
-/// (SIGSTOP) inside the transaction, holding the journal's write lock, as a process stopped by
-/// a debugger or a frozen cgroup would. A file holding a number N above 0 lets N more write
-/// transactions (of any process with the variable) pass first, each counting it down.
+/// The environment variable of a test hook, built only with the `testkit` feature (which the
+/// tests turn on, in every profile): while a file exists at the path it names, the next write
+/// transaction that begins removes it and stops this whole process (SIGSTOP) inside the
+/// transaction, holding the journal's write lock, as a process stopped by a debugger or a
+/// frozen cgroup would. A file holding a number N above 0 lets N more write transactions (of
+/// any process with the variable) pass first, each counting it down.
 pub const STOP_IN_COMMIT_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_COMMIT";
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "testkit")]
 fn stop_here_if_asked() {
     let Some(path) = std::env::var_os(STOP_IN_COMMIT_ENV) else {
         return;
@@ -516,7 +517,7 @@ fn stop_here_if_asked() {
     }
 }
 
-#[cfg(not(debug_assertions))]
+#[cfg(not(feature = "testkit"))]
 fn stop_here_if_asked() {}
 
 /// A failed attempt: what failed, and how it is ridden out.

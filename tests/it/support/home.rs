@@ -11,16 +11,25 @@ use runjournal::{Journal, RunId, RunState};
 const POLL_ATTEMPTS: u32 = 1200;
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-/// A fresh home in a temporary directory.
+/// A fresh home in a temporary directory, and a directory beside it for the files a test
+/// hands to a command (a spec, a provider script): a new home is made only in an empty
+/// directory.
 pub struct TestHome {
     dir: tempfile::TempDir,
+    inputs: tempfile::TempDir,
 }
 
 impl TestHome {
     pub fn new() -> TestHome {
         TestHome {
             dir: tempfile::tempdir().expect("a temporary directory"),
+            inputs: tempfile::tempdir().expect("a temporary directory"),
         }
+    }
+
+    /// A path outside the home for a file the test writes and gives to a command.
+    pub fn input(&self, name: &str) -> PathBuf {
+        self.inputs.path().join(name)
     }
 
     pub fn path(&self) -> &Path {

@@ -68,6 +68,14 @@ pub fn check_journal(view: &View, home: Option<&Home>) -> Vec<(RunState, Vec<Rec
     checked
 }
 
+/// The `runjournal` binary under test, copied where another user can execute it (see
+/// `runjournal::testkit::other_user`): every test that runs it as another uid runs this copy.
+pub fn runjournal_for_another_user() -> runjournal::testkit::other_user::ReachableCopy {
+    runjournal::testkit::other_user::ReachableCopy::of(std::path::Path::new(env!(
+        "CARGO_BIN_EXE_runjournal"
+    )))
+}
+
 /// A temporary directory on a memory file system when there is one (`/dev/shm`), where an
 /// fsync costs nothing: sweeps that open hundreds of homes stay fast. Durability there is not
 /// what such a test checks.
