@@ -233,10 +233,19 @@ impl Leadership {
     /// batch a client handed over was answered: takes no new client, removes the socket, ends
     /// every connection, waits for their threads, then releases the lock.
     pub(super) fn stop(mut self) {
-        self.stop_now();
+        self.stop_now(true);
     }
 
-    fn stop_now(&mut self) {
+    /// Stops leading once the lead was taken over, from the writer thread while its handle
+    /// lives: takes no new client, removes its socket if it is still the one it bound, and ends
+    /// every connection's reads. A connection's thread that waits for the answers of batches it
+    /// queued is not waited for: the writer (the caller) answers them as it commits them, and
+    /// the thread then ends by itself. The lock, on a file no path names any more, goes at once.
+    pub(super) fn step_down(mut self) {
+        self.stop_now(false);
+    }
+
+    fn stop_now(&mut self, waits_for_connections: bool) {
         self.server.is_stopping.store(true, Ordering::Release);
         self.server.writers_changed.notify_all();
         let _ = (&self.wake).write_all(&[1]);
@@ -256,8 +265,10 @@ impl Leadership {
             }
             std::mem::take(&mut clients.threads)
         };
-        for thread in threads {
-            let _ = thread.join();
+        if waits_for_connections {
+            for thread in threads {
+                let _ = thread.join();
+            }
         }
         drop(self.lock.take());
     }
@@ -266,7 +277,7 @@ impl Leadership {
 impl Drop for Leadership {
     fn drop(&mut self) {
         if self.lock.is_some() {
-            self.stop_now();
+            self.stop_now(true);
         }
     }
 }

@@ -318,7 +318,7 @@ impl Sharing {
         if matches!(&self.role, Role::Leader(leadership) if leadership.is_deposed())
             && let Role::Leader(leadership) = self.set_role(Role::Undecided)
         {
-            leadership.stop();
+            leadership.step_down();
         }
     }
 
