@@ -463,12 +463,18 @@ fn a_runner_blocked_on_the_write_lock_past_its_bound_ends_its_steps_and_exits() 
     let output = run(
         &home,
         &[("RUNJOURNAL_IO_RETRY_WINDOW", "4s")],
-        &["run", "--json", "--step", "sleep 3"],
+        &["run", "--json", "--step", "sleep 6"],
     );
     assert!(output.status.success(), "{output:?}");
     let blocked = run_id_of(&output.stdout);
+    // Every commit of its start has landed, so the leader's next commit is the interrupt's.
     let runner = wait_for(&journal, blocked, "its step to run", |state| {
-        state.status == RunStatus::Running && state.runner.is_some()
+        state.status == RunStatus::Running
+            && state.runner.is_some()
+            && state
+                .steps
+                .iter()
+                .any(|step| step.status == runjournal::state::StepStatus::Running)
     })
     .runner
     .expect("a runner")
