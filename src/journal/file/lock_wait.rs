@@ -472,4 +472,87 @@ mod tests {
         );
         assert_eq!(told.load(Ordering::Relaxed), 1, "told once");
     }
+
+    /// A thread started for each contended wait cost more than the wait it bounded when many
+    /// processes commit alone: a wait (to begin a write, or an open's) polls on the waiting
+    /// thread and starts none. Counted in a child test process of its own, where no other test
+    /// starts threads meanwhile.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_contended_wait_starts_no_thread() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        const CHILD: &str = "RUNJOURNAL_TEST_LOCK_WAIT_THREADS";
+        let Some(report) = std::env::var_os(CHILD) else {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let report = dir.path().join("report");
+            let mut child =
+                std::process::Command::new(std::env::current_exe().expect("the binary"))
+                    .args([
+                        "--exact",
+                        "journal::file::lock_wait::tests::a_contended_wait_starts_no_thread",
+                        "--test-threads=1",
+                    ])
+                    .env(CHILD, &report)
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("runs");
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let status = loop {
+                if let Some(status) = child.try_wait().expect("waits") {
+                    break status;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("the child test overran its bound");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            assert!(status.success(), "the child test: {status}");
+            let counted = std::fs::read_to_string(&report).expect("the child counted");
+            assert_eq!(counted, "no thread started", "{counted}");
+            return;
+        };
+        let tasks = || std::fs::read_dir("/proc/self/task").map_or(0, |tasks| tasks.count());
+        let (_dir, path, db, _holder, _txn) = held_journal();
+        let waiting = Arc::new(AtomicBool::new(true));
+        let most = Arc::new(AtomicUsize::new(0));
+        let sampler = {
+            let (waiting, most) = (Arc::clone(&waiting), Arc::clone(&most));
+            std::thread::spawn(move || {
+                while waiting.load(Ordering::Acquire) {
+                    most.fetch_max(tasks(), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        };
+        // The sampler is running: every thread there is now is counted here.
+        std::thread::sleep(Duration::from_millis(20));
+        let before = tasks();
+        let begun = begin_write(
+            &db,
+            Some(&path),
+            &short(Duration::from_millis(300)),
+            &mut |_| {
+                most.fetch_max(tasks(), Ordering::Relaxed);
+            },
+        );
+        assert!(matches!(begun, Err(BeginError::GaveUp(_))), "given up");
+        let location = crate::journal::file::Location::Path(path.clone());
+        let opened = within(
+            &short(Duration::from_millis(300)),
+            Box::new(move |_| {}),
+            || crate::journal::file::open::reopen_location(&location),
+        );
+        assert!(matches!(opened, Err(Within::GaveUp(_))), "given up");
+        waiting.store(false, Ordering::Release);
+        sampler.join().expect("the sampler");
+        let most = most.load(Ordering::Relaxed);
+        let counted = if most <= before {
+            "no thread started".to_owned()
+        } else {
+            format!("{most} threads while waiting, {before} before")
+        };
+        std::fs::write(report, counted).expect("report");
+    }
 }
