@@ -277,7 +277,7 @@ pub struct QueueUseDoc {
 impl QueueUseDoc {
     /// Reads the run's queue; `None` for a run in no queue.
     pub fn of(
-        store: &crate::store::Store,
+        store: &dyn crate::store::ReadHome,
         state: &RunState,
     ) -> Result<Option<QueueUseDoc>, crate::launch::queue::QueueError> {
         let Some(queue) = &state.queue else {

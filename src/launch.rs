@@ -44,7 +44,7 @@ use crate::reconcile::{self, ReconcileError};
 use crate::runner;
 use crate::spec::RunRequest;
 use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
-use crate::store::Store;
+use crate::store::{ReadHome, Store};
 
 pub mod queue;
 
@@ -670,10 +670,9 @@ pub(crate) fn give_up(
     Err(LaunchError::HeadKeptMoving { run })
 }
 
-fn snapshot(store: &Store, run: RunId) -> Result<RunState, LaunchError> {
+fn snapshot(store: &dyn ReadHome, run: RunId) -> Result<RunState, LaunchError> {
     let read = |source| LaunchError::Read { run, source };
     store
-        .journal()
         .view()
         .map_err(read)?
         .snapshot(run)
@@ -780,7 +779,7 @@ pub enum FollowEnd {
 /// after a commit writes to, bounded by a poll that starts at a few milliseconds and backs off
 /// to [`POLL_INTERVAL`] while nothing changes.
 pub fn follow(
-    store: &Store,
+    store: &dyn ReadHome,
     run: RunId,
     mut after_seq: u64,
     mut runner: Option<&mut Child>,
@@ -793,7 +792,7 @@ pub fn follow(
     let watch = watch_run(store.home(), run);
     let mut sleep = FIRST_POLL_INTERVAL;
     loop {
-        let view = store.journal().view().map_err(read)?;
+        let view = store.view().map_err(read)?;
         let state = view
             .snapshot(run)
             .map_err(read)?
@@ -1041,14 +1040,15 @@ pub struct Waited {
 
 /// Waits until `run` is terminal or `deadline` passes (`runjournal wait`, or a host). A runner
 /// found gone without recording an outcome is reconciled at once, so the wait ends with the
-/// run's recorded end rather than hanging on a run that will never end by itself.
+/// run's recorded end rather than hanging on a run that will never end by itself; read
+/// through a home that is not open for writing, it is not, and the wait ends there.
 pub fn wait_for_end(
-    store: &Store,
+    reading: &dyn ReadHome,
     run: RunId,
     deadline: Option<Instant>,
 ) -> Result<Waited, LaunchError> {
-    let head_seq = snapshot(store, run)?.head_seq;
-    let end = follow(store, run, head_seq, None, deadline, |_| {
+    let head_seq = snapshot(reading, run)?.head_seq;
+    let end = follow(reading, run, head_seq, None, deadline, |_| {
         ControlFlow::Continue(())
     })?;
     Ok(match end {
@@ -1060,7 +1060,13 @@ pub fn wait_for_end(
             end: WaitEnd::TimedOut(state),
             reconciled: None,
         },
-        FollowEnd::RunnerGone(_) | FollowEnd::RunnerExited { .. } => {
+        FollowEnd::RunnerGone(state) | FollowEnd::RunnerExited { state, .. } => {
+            let Some(store) = reading.store() else {
+                return Ok(Waited {
+                    end: WaitEnd::RunnerGone(state),
+                    reconciled: None,
+                });
+            };
             let reconciled = reconcile::reconcile(store, &reconcile::Options::default());
             let state = snapshot(store, run)?;
             let end = if state.is_terminal() {

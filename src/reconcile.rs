@@ -303,6 +303,9 @@ pub struct Report {
     pub outcomes: Vec<Outcome>,
     /// How many active runs the pass decided.
     pub active: usize,
+    /// The pass's appends gave up on the journal's write lock, which another process kept past
+    /// the store's bound (a process stopped inside a commit): nothing more of it was written.
+    pub lock_held: Option<crate::journal::LockHeld>,
 }
 
 impl Report {
@@ -740,6 +743,7 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
             Condition::expect_head(decision.head_seq),
         )
     }));
+    let mut lock_held = None;
     for ((index, decision), result) in decided.into_iter().zip(results) {
         let outcome = &mut outcomes[index];
         match result {
@@ -747,7 +751,14 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
             Err(AppendError::HeadMismatch { .. }) => {
                 *outcome = reconcile_run(store, outcome.run, options);
             }
-            Err(error) => outcome.error = Some(error.to_string()),
+            Err(error) => {
+                if let AppendError::WriteLockHeld(held) | AppendError::Uncertain { held, .. } =
+                    &error
+                {
+                    lock_held.get_or_insert_with(|| held.clone());
+                }
+                outcome.error = Some(error.to_string());
+            }
         }
     }
 
@@ -783,6 +794,7 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
     Ok(Report {
         outcomes,
         active: active_count,
+        lock_held,
     })
 }
 

@@ -27,7 +27,7 @@ use crate::journal::{AppendError, ReadError, View};
 use crate::journal::{KeepFree, Retention, Tombstone};
 use crate::platform::space::{Space, room_of, space_of};
 use crate::state::RunState;
-use crate::store::Store;
+use crate::store::{ReadHome, Store};
 
 /// Most runs one reconcile pass prunes.
 pub const PASS_LIMIT: usize = 64;
@@ -431,9 +431,9 @@ pub fn pruned_line(chosen: &Chosen) -> String {
 /// its file system has less free than the policy keeps free, and, while journal writers wait
 /// on a full disk, what pruning could free. Nothing when all is well or nothing can be read
 /// (a report: a command does not fail for it).
-pub fn space_notices(store: &Store) -> Vec<String> {
-    let home = store.home();
-    let Ok(view) = store.journal().view() else {
+pub fn space_notices(reading: &dyn ReadHome) -> Vec<String> {
+    let home = reading.home();
+    let Ok(view) = reading.view() else {
         return Vec::new();
     };
     let Ok(policy) = view.retention() else {
@@ -459,7 +459,11 @@ pub fn space_notices(store: &Store) -> Vec<String> {
             .blocked_by(crate::capacity::BlockCause::Capacity)
             .is_empty()
     });
-    if is_full && let Ok(report) = could_free(store, &policy) {
+    // What pruning could free is judged by a pass, which needs the home open for writing.
+    if is_full
+        && let Some(store) = reading.store()
+        && let Ok(report) = could_free(store, &policy)
+    {
         lines.push(could_free_line(&report));
     }
     lines

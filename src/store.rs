@@ -11,7 +11,9 @@
 //!   files lack);
 //! * a status.json write put off is written when due, by [`Store::flush_projections`], or when
 //!   the store is dropped: an orderly exit loses none;
-//! * a failed open leaves nothing behind that it made.
+//! * a failed open leaves nothing behind that it made;
+//! * a home can be read while another process keeps the journal's write lock: a
+//!   [`ReadOnlyHome`] takes none of redb's writer locks.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -24,8 +26,8 @@ use crate::event::{Event, HostIds, RunId, RunSpec};
 use crate::home::Home;
 use crate::journal::lock_wait::LockWait;
 use crate::journal::{
-    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, Location,
-    OpenError, WriterOptions,
+    AppendError, Appended, CapacityListener, CommitSharing, Condition, Journal, JournalReader,
+    Location, LockHeld, OpenError, ReadError, View, WriterOptions,
 };
 use crate::journal::{DEFAULT_LEADER_TIMEOUT, leader_timeout_from_env};
 use crate::projection::incremental::Projector;
@@ -74,7 +76,8 @@ pub struct StoreOptions {
 }
 
 impl Default for StoreOptions {
-    /// No reserve, no listener, the default retry window, commits shared.
+    /// No reserve, no listener, the default retry window, commits shared, the lock waited
+    /// for as long as the retry window.
     fn default() -> StoreOptions {
         StoreOptions {
             reserve_bytes: 0,
@@ -82,7 +85,7 @@ impl Default for StoreOptions {
             io_retry_window: capacity::DEFAULT_IO_RETRY_WINDOW,
             commit_sharing: CommitSharing::default(),
             leader_timeout: DEFAULT_LEADER_TIMEOUT,
-            lock_wait: LockWait::WAIT_ON,
+            lock_wait: LockWait::default(),
         }
     }
 }
@@ -91,15 +94,17 @@ impl StoreOptions {
     /// The defaults, with the reserve size from `RUNJOURNAL_RESERVE_BYTES`, the retry window
     /// from `RUNJOURNAL_IO_RETRY_WINDOW`, commit sharing from `RUNJOURNAL_COMMIT_SHARING`
     /// (`on`, `lead` or `off`) and the leader timeout from `RUNJOURNAL_LEADER_TIMEOUT` if set.
-    /// The lock wait is a runner's (wait on); a command sets its own bound.
+    /// The lock wait is a runner's: it gives up after the retry window, as on flaky storage
+    /// (its transitions cannot be recorded either way); a command sets its own bound.
     pub fn from_env() -> Result<StoreOptions, String> {
+        let io_retry_window = capacity::io_retry_window_from_env()?;
         Ok(StoreOptions {
             reserve_bytes: capacity::reserve_bytes_from_env()?,
             listener: None,
-            io_retry_window: capacity::io_retry_window_from_env()?,
+            io_retry_window,
             commit_sharing: CommitSharing::from_env()?,
             leader_timeout: leader_timeout_from_env()?,
-            lock_wait: LockWait::WAIT_ON,
+            lock_wait: LockWait::give_up_after(io_retry_window),
         })
     }
 }
@@ -143,34 +148,6 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store")
             .field("home", &self.inner.home)
             .finish()
-    }
-}
-
-/// Opens the journal; with a bound on the lock wait (a command's), gives up opening after it.
-/// Opening a journal for writing takes its write lock for a moment, and so waits while
-/// another process is stopped inside a write transaction.
-pub(crate) fn open_journal(path: PathBuf, writer: WriterOptions) -> Result<Journal, OpenError> {
-    let Some(bound) = writer.lock_wait.give_up_after else {
-        return Journal::open_with(Location::Path(path), writer);
-    };
-    let since_ms = crate::event::now_ms();
-    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-    let opening = path.clone();
-    let spawned = std::thread::Builder::new()
-        .name("runjournal-open".to_string())
-        .spawn(move || {
-            // Nobody left to take it (the caller gave up): the handle is closed here.
-            let _ = sender.send(Journal::open_with(Location::Path(opening), writer));
-        });
-    if let Err(error) = spawned {
-        return Err(OpenError::from_io(&path, error));
-    }
-    match receiver.recv_timeout(bound) {
-        Ok(opened) => opened,
-        Err(_) => Err(OpenError::WriteLockHeld(crate::journal::LockHeld {
-            since_ms,
-            holder: crate::platform::journal_write_lock_holder(&path),
-        })),
     }
 }
 
@@ -300,7 +277,7 @@ impl Store {
             lock_wait: options.lock_wait,
             ..WriterOptions::default()
         };
-        let journal = open_journal(journal_path, writer)?;
+        let journal = Journal::open_with(Location::Path(journal_path), writer)?;
         let inner = Arc::new(Inner {
             home,
             home_dir,
@@ -596,6 +573,109 @@ fn retry_loop(inner: &Inner) {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             control.has_work = inner.pending.count() > 0;
+        }
+    }
+}
+
+/// A home to read: the home, and views of its journal. A [`Store`] is one; so is a
+/// [`ReadOnlyHome`], for a reader that could not open the journal for writing. What only reads
+/// (listing runs, a queue's use, following a run) takes one.
+pub trait ReadHome {
+    fn home(&self) -> &Home;
+    /// A consistent view of the journal as of now.
+    fn view(&self) -> Result<View, ReadError>;
+    /// The store, when the home is open for writing (a reader that is not cannot reconcile).
+    fn store(&self) -> Option<&Store> {
+        None
+    }
+}
+
+impl ReadHome for Store {
+    fn home(&self) -> &Home {
+        Store::home(self)
+    }
+    fn view(&self) -> Result<View, ReadError> {
+        self.journal().view()
+    }
+    fn store(&self) -> Option<&Store> {
+        Some(self)
+    }
+}
+
+/// A home whose journal is open read-only ([`JournalReader`]): it sees every commit of live
+/// writers and takes none of the journal's locks but a moment's hold of redb's header lock
+/// per view, so it reads while another process keeps the write lock.
+pub struct ReadOnlyHome {
+    home: Home,
+    reader: JournalReader,
+}
+
+impl ReadOnlyHome {
+    /// Opens `home`'s journal read-only, with the checks a store makes of the home first: its
+    /// layout, that it is private to this user, and that its journal is not lost.
+    pub fn open(home: Home) -> Result<ReadOnlyHome, OpenError> {
+        home.check_layout().map_err(|mismatch| OpenError::Io {
+            path: home.journal_path(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, mismatch),
+        })?;
+        check_home(&home)?;
+        crate::journal::check_home_journal(&home)?;
+        let reader = JournalReader::open(home.journal_path())?;
+        Ok(ReadOnlyHome { home, reader })
+    }
+}
+
+impl ReadHome for ReadOnlyHome {
+    fn home(&self) -> &Home {
+        &self.home
+    }
+    fn view(&self) -> Result<View, ReadError> {
+        self.reader.view()
+    }
+}
+
+/// A home opened by a command that reads it (`status`, `list`, `wait`, `logs`).
+pub enum ForReading {
+    /// Opened for writing as usual: the reconcile, admission and retention passes may run
+    /// before the read.
+    Store(Store),
+    /// Another process kept the journal's write lock, which opening for writing takes for a
+    /// moment, past the bound: the journal is read read-only, and no pass runs.
+    ReadOnly { home: ReadOnlyHome, held: LockHeld },
+}
+
+impl ForReading {
+    /// Opens `home` as a store with `options` (their lock wait is the bound); while another
+    /// process keeps the journal's write lock past it, read-only instead.
+    pub fn open(home: Home, options: StoreOptions) -> Result<ForReading, OpenError> {
+        match Store::open_with(home.clone(), options) {
+            Ok(store) => Ok(ForReading::Store(store)),
+            Err(OpenError::WriteLockHeld(held)) => Ok(ForReading::ReadOnly {
+                home: ReadOnlyHome::open(home)?,
+                held,
+            }),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+impl ReadHome for ForReading {
+    fn home(&self) -> &Home {
+        match self {
+            ForReading::Store(store) => Store::home(store),
+            ForReading::ReadOnly { home, .. } => home.home(),
+        }
+    }
+    fn view(&self) -> Result<View, ReadError> {
+        match self {
+            ForReading::Store(store) => store.journal().view(),
+            ForReading::ReadOnly { home, .. } => home.view(),
+        }
+    }
+    fn store(&self) -> Option<&Store> {
+        match self {
+            ForReading::Store(store) => Some(store),
+            ForReading::ReadOnly { .. } => None,
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::event::{Event, QueueNameError, RunId, check_queue_name};
 use crate::journal::{AppendError, Condition, QueueRefusal, QueueUsage, ReadError};
 use crate::reconcile::{self, ReconcileError};
 use crate::state::{RunState, TransitionError};
-use crate::store::Store;
+use crate::store::{ReadHome, Store};
 
 /// Most attempts to admit a queue's first run while other processes keep admitting or ending
 /// it first.
@@ -78,9 +78,9 @@ pub struct QueueView {
 }
 
 /// `queue` as the journal holds it now.
-pub fn view(store: &Store, queue: &str, first: usize) -> Result<QueueView, QueueError> {
+pub fn view(home: &dyn ReadHome, queue: &str, first: usize) -> Result<QueueView, QueueError> {
     check_queue_name(queue)?;
-    let view = store.journal().view()?;
+    let view = home.view()?;
     Ok(QueueView {
         usage: view.queue_usage(queue)?,
         active: view.queue_active(queue)?,
@@ -91,11 +91,11 @@ pub fn view(store: &Store, queue: &str, first: usize) -> Result<QueueView, Queue
 /// A waiting run's place in its queue (1: next to be admitted), or `None` when it does not
 /// wait. Reads the queue's waiting entries up to the run: for showing, never on an
 /// admission's path.
-pub fn place_of(store: &Store, state: &RunState) -> Result<Option<u64>, QueueError> {
+pub fn place_of(home: &dyn ReadHome, state: &RunState) -> Result<Option<u64>, QueueError> {
     let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) else {
         return Ok(None);
     };
-    let view = store.journal().view()?;
+    let view = home.view()?;
     let waiting = view.queue_waiting(&queue.name, usize::MAX)?;
     Ok(waiting
         .iter()

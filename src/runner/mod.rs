@@ -255,17 +255,35 @@ fn run_with_runtime(
         what: "reading the store's settings from the environment",
         source: io::Error::new(io::ErrorKind::InvalidInput, reason),
     })?;
-    // The runner's stderr is runner.log: a full disk shows there.
-    options.listener = Some(Arc::new(|event: &CapacityEvent| {
-        log(&describe_capacity(event))
+    // The runner's stderr is runner.log: a full disk shows there, and a wait for the
+    // journal's write lock with how long the runner waits for it.
+    let lock_bound = options.lock_wait.give_up_after;
+    options.listener = Some(Arc::new(move |event: &CapacityEvent| {
+        log(&describe_capacity(event, lock_bound))
     }));
     let store = Arc::new(Store::open_with(home, options)?);
     runtime.block_on(run_steps(store, run, config, ready))
 }
 
-/// A runner.log line for a capacity event.
-fn describe_capacity(event: &CapacityEvent) -> String {
+/// A runner.log line for a capacity event; `lock_bound` is how long the runner waits for the
+/// journal's write lock.
+fn describe_capacity(event: &CapacityEvent, lock_bound: Option<Duration>) -> String {
     match event {
+        CapacityEvent::Blocked {
+            since_ms,
+            error,
+            cause: cause @ crate::capacity::BlockCause::WriteLock,
+        } => format!(
+            "journal blocked on {} since {since_ms} (Unix ms): {error}; steps keep running, transitions wait{}",
+            cause.describe(),
+            match lock_bound {
+                Some(bound) => format!(
+                    " for at most {} (the I/O retry window): then the runner ends its steps and exits, and the reconciler fails the run",
+                    crate::duration::format_duration(bound)
+                ),
+                None => String::new(),
+            }
+        ),
         CapacityEvent::Blocked {
             since_ms,
             error,

@@ -32,7 +32,7 @@ use tokio_postgres::Statement;
 use crate::event::{Record, RunId, now_ms};
 use crate::home::Home;
 use crate::journal::lock_wait::{LockWait, command_bound_from_env};
-use crate::journal::{CommitSharing, Journal, OpenError, WriterOptions};
+use crate::journal::{CommitSharing, Journal, Location, OpenError, WriterOptions};
 use crate::liveness;
 use crate::state::{self as run_state, RunState};
 
@@ -335,7 +335,7 @@ impl Shipper {
             lock_wait: LockWait::give_up_after(lock_bound),
             ..WriterOptions::default()
         };
-        let journal = crate::store::open_journal(path, options)?;
+        let journal = Journal::open_with(Location::Path(path), options)?;
         let view = journal.view()?;
         let meta = view.meta()?;
         let is_shipping = view.shipped_through()?.is_some();

@@ -427,7 +427,8 @@ fn grouped_refusal(fail_sync: Option<u64>) -> (GroupedAnswers, u64) {
             )
         });
         let waited = Instant::now();
-        while disk.lock_waiters() == 0 {
+        let refused_before = disk.lock_refusals();
+        while disk.lock_waiters() == 0 && disk.lock_refusals() == refused_before {
             assert!(
                 waited.elapsed() < Duration::from_secs(10),
                 "the writer waits for the lock"

@@ -36,6 +36,7 @@ mod resume;
 mod retention;
 mod runner_hygiene;
 mod ship;
+mod stall;
 mod stopped_leader;
 mod strangers;
 mod support;

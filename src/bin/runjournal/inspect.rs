@@ -11,13 +11,15 @@ use runjournal::logs::CopyError;
 use runjournal::projection::documents;
 use runjournal::resolve::ListOptions;
 use runjournal::show::{self, Cell, RunView};
-use runjournal::{Home, RunId, RunState, RunStatus, Store};
+use runjournal::store::ReadHome;
+use runjournal::{Home, RunId, RunState, RunStatus};
 
 use crate::launch::exit_code_of;
 use crate::reconcile::report_reconciled;
 use crate::{
-    CliResult, EXIT_WAIT_TIMEOUT, Failure, Named, bad_input, check_run_text, note, open_store,
-    print, print_line, reconcile_before_reading, resolve, resolve_named, stdout_failure,
+    CliResult, EXIT_WAIT_TIMEOUT, Failure, Named, bad_input, check_run_text, note,
+    open_for_reading, print, print_line, reconcile_before_reading, resolve, resolve_named,
+    stdout_failure,
 };
 use runjournal::journal::Tombstone;
 use runjournal::json::{
@@ -28,9 +30,8 @@ use runjournal::json::{
 /// directory wakes it sooner when a file there is written.
 const LOGS_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-fn read_state(store: &Store, run: RunId) -> Result<RunState, Failure> {
+fn read_state(store: &dyn ReadHome, run: RunId) -> Result<RunState, Failure> {
     store
-        .journal()
         .view()
         .and_then(|view| view.snapshot(run))
         .context("reading the run")?
@@ -39,8 +40,8 @@ fn read_state(store: &Store, run: RunId) -> Result<RunState, Failure> {
 
 /// The run's tombstone when this command's own retention pass (or another process's) pruned it
 /// after it was named: an ended run may go at any pass.
-fn pruned_since(store: &Store, run: RunId) -> Result<Option<Tombstone>, Failure> {
-    let view = store.journal().view().context("reading the journal")?;
+fn pruned_since(store: &dyn ReadHome, run: RunId) -> Result<Option<Tombstone>, Failure> {
+    let view = store.view().context("reading the journal")?;
     if view.snapshot(run).context("reading the run")?.is_some() {
         return Ok(None);
     }
@@ -59,7 +60,7 @@ fn wait_pruned(tombstone: &Tombstone) -> CliResult {
 /// `runjournal status RUN [--json]`.
 pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     check_run_text(text)?;
-    let store = open_store(home)?;
+    let store = open_for_reading(home)?;
     let run = match resolve_named(&store, text)? {
         Named::Run(run) => run,
         Named::Pruned(tombstone) => return pruned_status(&tombstone, json),
@@ -71,7 +72,7 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     };
     let home = store.home();
     let (shipping_lag, links) = {
-        let view = store.journal().view().context("reading the journal")?;
+        let view = store.view().context("reading the journal")?;
         let links = view.resume_links(run).context("reading the run's links")?;
         (show::shipping_lag(home, &view), links)
     };
@@ -201,9 +202,9 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
         .map(str::parse)
         .transpose()
         .map_err(bad_input)?;
-    let store = open_store(home)?;
+    let store = open_for_reading(home)?;
     reconcile_before_reading(&store);
-    let view = store.journal().view().context("reading the journal")?;
+    let view = store.view().context("reading the journal")?;
     let listed = runjournal::resolve::listed(
         &view,
         ListOptions {
@@ -320,7 +321,7 @@ fn pruned_row(tombstone: &Tombstone, now_ms: runjournal::event::UnixMs) -> Vec<C
 /// `runjournal wait RUN [--timeout DURATION]`.
 pub fn wait(home: Home, text: &str, timeout: Option<Duration>) -> CliResult {
     check_run_text(text)?;
-    let store = open_store(home)?;
+    let store = open_for_reading(home)?;
     let run = match resolve_named(&store, text)? {
         Named::Run(run) => run,
         Named::Pruned(tombstone) => return wait_pruned(&tombstone),
@@ -365,9 +366,15 @@ pub fn wait(home: Home, text: &str, timeout: Option<Duration>) -> CliResult {
 /// headed by the step it comes from, as `tail` heads files.
 pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResult {
     check_run_text(text)?;
-    let store = open_store(home)?;
-    let run = resolve(&store, text)?;
-    let state = read_state(&store, run)?;
+    // It makes no pass before it reads: read-only from the start, as the store only when the
+    // journal cannot be opened so (a journal that needs the repair a writer's open makes).
+    let store: Box<dyn ReadHome> = match runjournal::store::ReadOnlyHome::open(home.clone()) {
+        Ok(reader) => Box::new(reader),
+        Err(_) => Box::new(open_for_reading(home)?),
+    };
+    let store = store.as_ref();
+    let run = resolve(store, text)?;
+    let state = read_state(store, run)?;
     let count = state.spec.steps.len();
     let steps: Vec<usize> = match step {
         Some(step) if (step as usize) < count => vec![step as usize],
@@ -392,7 +399,7 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
     let mut out = stdout.lock();
     loop {
         // Read the state first: output written before it ended is then surely drained below.
-        let is_over = !follow || read_state(&store, run)?.is_terminal();
+        let is_over = !follow || read_state(store, run)?.is_terminal();
         for (slot, &index) in steps.iter().enumerate() {
             let path = store.home().output_log_path(run, index);
             let reading = |error| {

@@ -276,12 +276,10 @@ pub fn resume(home: Home, args: ResumeArgs) -> CliResult {
         &program,
         launch::RUNNER_START_TIMEOUT,
     )
-    .map_err(|error| {
-        if error.is_bad_input() {
-            bad_input(error)
-        } else {
-            Failure::Error(error.into())
-        }
+    .map_err(|error| match error {
+        error if error.is_bad_input() => bad_input(error),
+        launch::ResumeError::Launch { source, .. } => launch_failure(*source),
+        error => Failure::Error(error.into()),
     })?;
     let new_run = resumed.launched.run;
     if !args.json {
@@ -343,11 +341,52 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
         runner_program(args.heartbeat, request.idle_timeout)?
     };
     let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
-        .context("launching the run")?;
+        .map_err(launch_failure)?;
     if args.wait {
         follow(&store, launched, args.json)
     } else {
         report_launch(&store, &launched, args.json)
+    }
+}
+
+/// A failed launch as the command reports it. A launch that gave up on the journal's write
+/// lock after its run was created, or whose creation was handed to a commit leader that may
+/// still commit it, cannot say whether its run will run: that is [`Failure::Unknown`], never
+/// "nothing was written".
+pub fn launch_failure(error: launch::LaunchError) -> Failure {
+    use runjournal::journal::AppendError;
+    match error {
+        launch::LaunchError::Create(AppendError::Uncertain { run, held }) => Failure::Unknown {
+            run,
+            error: anyhow::anyhow!(
+                "its creation was handed to the commit leader, which may still commit it once the \
+                 lock is let go ({held})"
+            ),
+        },
+        // Created, and its runner may still take it: the give-up was not recorded.
+        launch::LaunchError::RecordFailure {
+            run,
+            source: AppendError::WriteLockHeld(held),
+        } => Failure::Unknown {
+            run,
+            error: anyhow::anyhow!(
+                "it was created, but its runner did not take it in time and the launch could \
+                 not record that it gave up on it: the runner may still take it once the lock is \
+                 let go ({held})"
+            ),
+        },
+        launch::LaunchError::RecordFailure {
+            run,
+            source: AppendError::Uncertain { held, .. },
+        } => Failure::Unknown {
+            run,
+            error: anyhow::anyhow!(
+                "it was created, but its runner did not take it in time, and the launch's giving \
+                 up on it was handed to the commit leader, which may still record it: either may \
+                 still come first ({held})"
+            ),
+        },
+        error => Failure::Error(anyhow::Error::new(error).context("launching the run")),
     }
 }
 

@@ -22,8 +22,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use runjournal::home::Layout;
 use runjournal::journal::Tombstone;
-use runjournal::journal::{CommitSharing, ResolveError};
-use runjournal::store::StoreOptions;
+use runjournal::journal::{AppendError, CommitSharing, ResolveError};
+use runjournal::store::{ForReading, ReadHome, StoreOptions};
 use runjournal::{Home, RunId, Store};
 
 /// Exit code: success.
@@ -33,6 +33,11 @@ pub const EXIT_ERROR: u8 = 1;
 /// Exit code: bad input (usage, unknown or ambiguous run id, malformed spec, bad duration, ...).
 /// Nothing was written.
 pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code: the command gave up while what it wrote may still be recorded: its batch was
+/// handed to the journal's commit leader, which waited for the write lock of a stopped process
+/// past the command's bound (or, for `run`, its run was created but whether its runner takes it
+/// is unknown). Check with `runjournal status ID` before doing it again.
+pub const EXIT_UNKNOWN: u8 = 3;
 /// Exit code of `wait --timeout` when the run is still going (EX_TEMPFAIL).
 pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 
@@ -43,6 +48,9 @@ Exit codes:
        it or may write it); or a run failed with code 1, for run --wait and wait
   2    bad input: usage, unknown or ambiguous run id, malformed spec, bad duration, step out of
        range, an update of a step that is not an external job; nothing was written
+  3    unknown: the command gave up on a process that keeps the journal's write lock while
+       what it wrote may still land (run: its run may still be created or run); the message
+       names the run: check with `runjournal status ID` before trying again
   75   wait --timeout: the run is still going
   run --wait and wait exit with the run's own exit code: 0 complete; a failed run's failing
   step's code (128+N if killed by signal N, 127 if its program was not found), else 1;
@@ -205,6 +213,9 @@ pub enum Failure {
     Error(anyhow::Error),
     /// Stdout was closed by its reader: stop, quietly, exit 0.
     StdoutClosed,
+    /// The command gave up without knowing whether what it wrote on `run` was recorded: exit
+    /// [`EXIT_UNKNOWN`], naming the run to check.
+    Unknown { run: RunId, error: anyhow::Error },
 }
 
 impl From<anyhow::Error> for Failure {
@@ -250,12 +261,50 @@ fn main() -> ExitCode {
             note(&one_line(&format!("{error:#}")));
             ExitCode::from(EXIT_BAD_INPUT)
         }
-        Err(Failure::Error(error)) => {
-            note(&one_line(&format!("{error:#}")));
-            ExitCode::from(EXIT_ERROR)
-        }
+        Err(Failure::Error(error)) => match uncertain_run(&error) {
+            Some((run, held)) => report_unknown(
+                run,
+                &anyhow::anyhow!(
+                    "what it wrote was handed to the commit leader, which may still commit it \
+                     once the lock is let go ({held})"
+                ),
+            ),
+            None => {
+                note(&one_line(&format!("{error:#}")));
+                ExitCode::from(EXIT_ERROR)
+            }
+        },
+        Err(Failure::Unknown { run, error }) => report_unknown(run, &error),
         Err(Failure::StdoutClosed) => ExitCode::from(EXIT_OK),
     }
+}
+
+/// The run of an append in `error`'s chain whose fate is unknown
+/// ([`AppendError::Uncertain`]).
+fn uncertain_run(error: &anyhow::Error) -> Option<(RunId, runjournal::journal::LockHeld)> {
+    let uncertain = |error: &AppendError| match error {
+        AppendError::Uncertain { run, held } => Some((*run, held.clone())),
+        _ => None,
+    };
+    error.chain().find_map(|cause| {
+        if let Some(error) = cause.downcast_ref::<AppendError>() {
+            return uncertain(error);
+        }
+        // Transparent: the append's error is not in the chain of its own.
+        match cause.downcast_ref::<runjournal::control::ControlError>() {
+            Some(runjournal::control::ControlError::Append(error)) => uncertain(error),
+            _ => None,
+        }
+    })
+}
+
+/// Says that `run` may or may not be recorded, and how to find out: exit [`EXIT_UNKNOWN`].
+fn report_unknown(run: RunId, error: &anyhow::Error) -> ExitCode {
+    note(&format!(
+        "run {run}: unknown: check with `runjournal status {run}` before trying again ({})",
+        one_line(&format!("{error:#}"))
+    ));
+    ExitCode::from(EXIT_UNKNOWN)
 }
 
 /// `--layout`'s values.
@@ -355,15 +404,56 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
 }
 
 /// The reconciler (docs/design.md, "Reconciler"), run at the start of every command that reads state
-/// (`status`, `list`, `wait`) and when a waited-for runner is found gone.
-pub fn reconcile_before_reading(store: &Store) {
-    reconcile::before_reading(store);
+/// (`status`, `list`, `wait`) and when a waited-for runner is found gone; skipped, with one
+/// line saying who keeps the journal's write lock, when the home could only be read.
+pub fn reconcile_before_reading(home: &ForReading) {
+    match home {
+        ForReading::Store(store) => reconcile::before_reading(store),
+        ForReading::ReadOnly { held, .. } => reconcile::skipped(held),
+    }
 }
 
 /// Checks a run's text (id, prefix, name or tool-call id) before anything (a path, the
 /// journal) is touched with it.
 pub fn check_run_text(text: &str) -> Result<(), Failure> {
     runjournal::resolve::check_text(text).map_err(bad_input)
+}
+
+/// How long a reading command waits for the journal's write lock before it reads without
+/// it: the passes before a read are upkeep, and a live process lets the lock go within
+/// milliseconds.
+const READING_LOCK_BOUND: std::time::Duration =
+    runjournal::journal::lock_wait::DEFAULT_NOTICE_AFTER;
+
+/// Opens the home for a command that reads it (`status`, `list`, `wait`, `logs`): as a store
+/// ([`open_store`]) if the journal's write lock can be had within [`READING_LOCK_BOUND`] (or
+/// the command's bound, if shorter), else read-only. Either way the command answers.
+pub fn open_for_reading(home: Home) -> Result<ForReading, Failure> {
+    home.check_layout().map_err(bad_input)?;
+    home.check_place().map_err(bad_input)?;
+    let root = home.root().display().to_string();
+    let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
+    let mut options = command_options().map_err(|reason| failure(anyhow::anyhow!(reason)))?;
+    let bound = options
+        .lock_wait
+        .give_up_after
+        .map_or(READING_LOCK_BOUND, |bound| bound.min(READING_LOCK_BOUND));
+    options.lock_wait = runjournal::journal::lock_wait::LockWait::give_up_after(bound);
+    ForReading::open(home, options).map_err(|error| failure(anyhow::Error::new(error)))
+}
+
+/// A command's store options: from the environment, joining a commit leader but never
+/// leading, and giving up on the journal's write lock after the command's bound.
+fn command_options() -> Result<StoreOptions, String> {
+    let mut options = StoreOptions::from_env()?;
+    if options.commit_sharing == CommitSharing::Shared {
+        options.commit_sharing = CommitSharing::Join;
+    }
+    // A command gives up on a journal whose write lock another process keeps (one stopped
+    // inside a commit), rather than hang; a runner waits longer.
+    let bound = runjournal::journal::lock_wait::command_bound_from_env()?;
+    options.lock_wait = runjournal::journal::lock_wait::LockWait::give_up_after(bound);
+    Ok(options)
 }
 
 /// Opens the home's store. A home whose journal is of the other layout, or a new home where
@@ -375,16 +465,7 @@ pub fn open_store(home: Home) -> Result<Store, Failure> {
     home.check_place().map_err(bad_input)?;
     let root = home.root().display().to_string();
     let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
-    let mut options =
-        StoreOptions::from_env().map_err(|reason| failure(anyhow::anyhow!(reason)))?;
-    if options.commit_sharing == CommitSharing::Shared {
-        options.commit_sharing = CommitSharing::Join;
-    }
-    // A command gives up on a journal whose write lock another process keeps (one stopped
-    // inside a commit), rather than hang; a runner waits on.
-    let bound = runjournal::journal::lock_wait::command_bound_from_env()
-        .map_err(|reason| failure(anyhow::anyhow!(reason)))?;
-    options.lock_wait = runjournal::journal::lock_wait::LockWait::give_up_after(bound);
+    let options = command_options().map_err(|reason| failure(anyhow::anyhow!(reason)))?;
     Store::open_with(home, options).map_err(|error| failure(anyhow::Error::new(error)))
 }
 
@@ -396,11 +477,8 @@ pub enum Named {
 
 /// The run named by `text` (a full id, a unique prefix, its name or its tool-call id), in the
 /// journal or pruned from it.
-pub fn resolve_named(store: &Store, text: &str) -> Result<Named, Failure> {
-    let view = store
-        .journal()
-        .view()
-        .map_err(|error| Failure::Error(error.into()))?;
+pub fn resolve_named(store: &dyn ReadHome, text: &str) -> Result<Named, Failure> {
+    let view = store.view().map_err(|error| Failure::Error(error.into()))?;
     let run = runjournal::resolve::resolve_run(&view, text).map_err(|error| match error {
         ResolveError::Read(error) => Failure::Error(error.into()),
         other => bad_input(other),
@@ -423,7 +501,7 @@ pub fn resolve_named(store: &Store, text: &str) -> Result<Named, Failure> {
 
 /// The run named by `text`, which must still be in the journal: a pruned run is bad input,
 /// said as what is left of it.
-pub fn resolve(store: &Store, text: &str) -> Result<RunId, Failure> {
+pub fn resolve(store: &dyn ReadHome, text: &str) -> Result<RunId, Failure> {
     match resolve_named(store, text)? {
         Named::Run(run) => Ok(run),
         Named::Pruned(tombstone) => Err(bad_input(format!(

@@ -29,7 +29,16 @@ pub fn prune_pass(store: &Store) -> Result<PassReport, retention::PassError> {
 /// ([`report_reconciled`]), and so is a result pruned before its host consumed it. A failure
 /// of either does not stop the reading.
 pub fn before_reading(store: &Store) {
-    report_reconciled(&pass(store));
+    let reconciled = pass(store);
+    if let Some(held) = reconciled
+        .as_ref()
+        .ok()
+        .and_then(|report| report.lock_held.as_ref())
+    {
+        skipped(held);
+        return;
+    }
+    report_reconciled(&reconciled);
     if let Err(error) = admit_pass(store) {
         note(&format!("starting queued runs: {error:#}"));
     }
@@ -41,6 +50,14 @@ pub fn before_reading(store: &Store) {
         }
         Err(error) => note(&format!("pruning: {error}")),
     }
+}
+
+/// Says, in one line, that the passes before a read were skipped because `held` says who
+/// keeps the journal's write lock; the command reads the journal as it stands.
+pub fn skipped(held: &runjournal::journal::LockHeld) {
+    note(&format!(
+        "{held}: reconciling, starting queued runs and pruning skipped; read as the journal stands"
+    ));
 }
 
 /// The admissions that follow a reconcile pass: every queue's free slots go to its first

@@ -8,6 +8,7 @@ use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableHand
 use super::backend::BoxedBackend;
 use super::copy::REDB_HEADER_BYTES;
 use super::location::Location;
+use super::lock_wait::PatientLocks;
 use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
 use crate::journal::format::error::{OpenError, StorageFailure};
@@ -37,7 +38,7 @@ pub(crate) fn open_location(source: &Location) -> Result<Database, OpenError> {
             let backend = factory().map_err(io_error)?;
             discard_unfinished_creation(backend.as_ref()).map_err(io_error)?;
             let db = builder()
-                .create_with_backend(BoxedBackend(backend))
+                .create_with_backend(PatientLocks::new(BoxedBackend(backend), None))
                 .map_err(|error| OpenError::from_database(name, error))?;
             initialize(name, &db, Creation::Allowed)?;
             Ok(db)
@@ -73,7 +74,9 @@ pub(crate) fn reopen_location(source: &Location) -> Result<Database, OpenError> 
                 return Err(refuse_empty(path));
             }
             let db = redb::backends::FileBackend::new(file)
-                .and_then(|backend| builder().create_with_backend(backend))
+                .and_then(|backend| {
+                    builder().create_with_backend(PatientLocks::new(backend, Some(path)))
+                })
                 .map_err(|error| OpenError::from_database(path, error))?;
             initialize(path, &db, Creation::Refused)?;
             Ok(db)
@@ -88,7 +91,7 @@ pub(crate) fn reopen_location(source: &Location) -> Result<Database, OpenError> 
                 return Err(refuse_empty(name));
             }
             let db = builder()
-                .create_with_backend(BoxedBackend(backend))
+                .create_with_backend(PatientLocks::new(BoxedBackend(backend), None))
                 .map_err(|error| OpenError::from_database(name, error))?;
             initialize(name, &db, Creation::Refused)?;
             Ok(db)
@@ -113,7 +116,7 @@ fn open_database(path: &Path) -> Result<Database, OpenError> {
     let file = durable_fs::open_existing_read_write(path)
         .map_err(|source| OpenError::from_io(path, source))?;
     let db = redb::backends::FileBackend::new(file)
-        .and_then(|backend| builder().create_with_backend(backend))
+        .and_then(|backend| builder().create_with_backend(PatientLocks::new(backend, Some(path))))
         .map_err(|error| OpenError::from_database(path, error))?;
     initialize(path, &db, Creation::Allowed)?;
     Ok(db)
@@ -242,7 +245,7 @@ pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb
     let file = durable_fs::open_existing_read_only(path)?;
     durable_fs::check_opened_private(&file, path)?;
     let backend = redb::backends::FileBackend::new(file)?;
-    builder().open_read_only_with_backend(backend)
+    builder().open_read_only_with_backend(PatientLocks::new(backend, Some(path)))
 }
 
 /// Refuses a journal file that another user owns or could write, or a link in its place

@@ -219,6 +219,14 @@ pub enum AppendError {
     /// command's bound): nothing was written.
     #[error("{0}; nothing was written")]
     WriteLockHeld(LockHeld),
+    /// The batch was handed to the journal's commit leader, and this handle stopped waiting
+    /// for its answer at its bound, the journal's write lock being held all the while (by the
+    /// leader itself, or by another process the leader waits for): the leader may still commit
+    /// it once the lock is let go, or may not. Whether it was recorded is unknown.
+    #[error(
+        "run {run}: {held}; the batch was handed to the commit leader, which may still commit it: whether it was recorded is unknown"
+    )]
+    Uncertain { run: RunId, held: LockHeld },
     /// The batch records that `run` resumes `from`, which the journal does not allow as it
     /// stands in the transaction that would link them (another run's state: not judged from
     /// the batch's run alone).

@@ -11,6 +11,7 @@ mod writer;
 
 use crate::event::{self, Event, HostIds, RunId, RunSpec, WriterId};
 use crate::journal::file::Location;
+use crate::journal::file::lock_wait::{self, Within};
 use crate::journal::file::open::{open_location, reopen_location};
 use crate::journal::format::error::{AppendError, OpenError, ReadError, StorageFailure};
 use crate::journal::format::retention::Retention;
@@ -18,7 +19,7 @@ use crate::journal::read::reader::JournalReader;
 use crate::journal::read::view::{JournalMeta, View};
 use crate::journal::write::append::{self, Appended, Condition};
 use crate::journal::write::commit::{self, WriterStats};
-use crate::journal::write::options::WriterOptions;
+use crate::journal::write::options::{WriterOptions, open_lock_notice};
 use crate::journal::write::prune;
 use crate::journal::write::queue::{self, Queue};
 use crate::journal::write::ship_mark;
@@ -56,8 +57,18 @@ impl Journal {
     }
 
     /// Opens a journal from `source` with these writer options.
+    ///
+    /// Opening takes the journal's write lock for a moment: while another process holds it, the
+    /// open waits as `options.lock_wait` says, and past its bound fails with
+    /// [`OpenError::WriteLockHeld`].
     pub fn open_with(source: Location, options: WriterOptions) -> Result<Journal, OpenError> {
-        let db = open_location(&source)?;
+        let db = lock_wait::within(&options.lock_wait, open_lock_notice(&options), || {
+            open_location(&source)
+        })
+        .map_err(|within| match within {
+            Within::Failed(error) => error,
+            Within::GaveUp(held) => OpenError::WriteLockHeld(held),
+        })?;
         if let Some(reserve) = &options.reserve {
             // Best effort: without room for it, the journal still works, only without slack.
             let _ = reserve.ensure();

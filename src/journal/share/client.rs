@@ -2,10 +2,12 @@
 //! numbered by its own writer, and reads one answer per batch.
 //!
 //! Nothing here waits unbounded on the leader: the connect never waits (a full backlog is a
-//! leader that does not accept), the hello's answer and every word after it must come within
-//! the answer timeout, and a send that the leader does not read within it fails. A leader that
-//! is busy committing says [`ToClient::Working`] well within that time; one that says nothing
-//! is stopped, frozen or gone, and is treated as gone.
+//! leader that does not accept), the hello's answer and every word after it must begin within
+//! the answer timeout and arrive whole within it of its first byte, and a send that the leader
+//! does not read within it fails. A leader that is busy committing says [`ToClient::Working`]
+//! well within that time; one that says nothing is stopped, frozen or gone, and is treated as
+//! gone. A leader held up by the journal's write lock says [`ToClient::WaitingForLock`]
+//! instead: a client with a bound of its own stops waiting at it, its batches uncertain.
 
 use std::io::BufReader;
 use std::os::unix::net::UnixStream;
@@ -13,8 +15,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::Rendezvous;
-use super::wire::{self, Hello, ToClient, ToLeader, WireAnswer, WireBatch};
+use super::lease::{self, FileId};
+use super::wire::{self, Hello, TimedStream, ToClient, ToLeader, WireAnswer, WireBatch};
 use crate::durable_fs::{self, FileLock, SocketPath};
+use crate::journal::format::error::LockHeld;
 use crate::journal::write::append::Batch;
 use crate::platform;
 
@@ -24,8 +28,9 @@ pub(super) enum Unreachable {
     /// Nothing listens where the leader would: there may be no leader.
     NoLeader,
     /// Something listens there but does not answer in time: a leader that is stopped (or
-    /// whose backlog is full). Nothing was handed to it.
-    Unresponsive,
+    /// whose backlog is full). Nothing was handed to it. `lock` is the commit lock file the
+    /// lock path named before the connect: the one that leader holds, unless the lead moved.
+    Unresponsive { lock: Option<FileId> },
     /// Something listens or lies there that this process will not hand batches to (another
     /// user's socket, a file that is no socket), or a leader refused the hello (busy,
     /// closing, another build or journal).
@@ -45,32 +50,50 @@ pub(super) enum ExchangeError {
     /// No answer came, and the commit lock is free: the leader is gone (it releases the lock
     /// only after answering all it took, or dies), and judges nothing any more.
     LeaderGone,
+    /// The leader is alive but has waited for the journal's write lock past this client's own
+    /// bound ([`Connection::give_up_after`]): it holds the batches, and may commit them once
+    /// the lock is let go.
+    GaveUp(LockHeld),
 }
 
 /// A connection whose hello the leader accepted.
 pub(super) struct Connection {
     stream: UnixStream,
-    reader: BufReader<UnixStream>,
+    reader: BufReader<TimedStream>,
     /// The commit lock the leader holds while it leads.
     lock: PathBuf,
+    /// The lock file the lock path named before the connect (see [`Unreachable::Unresponsive`]).
+    pub(super) lock_id: Option<FileId>,
     /// The longest silence of the leader taken for work in progress.
     answer_timeout: Duration,
+    /// This client's own bound on a wait for the journal's write lock: past it, a group the
+    /// leader says is waiting for the lock is given up ([`ExchangeError::GaveUp`]).
+    give_up_after: Option<Duration>,
 }
 
 impl Connection {
     /// Connects to the leader at `rendezvous` and says hello; gives up on a leader that does
-    /// not answer within `hello.answer_timeout_ms`.
-    pub(super) fn open(rendezvous: &Rendezvous, hello: &Hello) -> Result<Connection, Unreachable> {
+    /// not answer within `hello.answer_timeout_ms`. `give_up_after` is this client's bound on
+    /// a wait for the journal's write lock.
+    pub(super) fn open(
+        rendezvous: &Rendezvous,
+        hello: &Hello,
+        give_up_after: Option<Duration>,
+    ) -> Result<Connection, Unreachable> {
         let path = &rendezvous.socket;
         match durable_fs::inspect_socket_path(path) {
             Ok(SocketPath::OurSocket) => {}
             Ok(SocketPath::Missing) => return Err(Unreachable::NoLeader),
             Ok(SocketPath::Other { .. }) | Err(_) => return Err(Unreachable::Refused),
         }
+        // Looked at before the connect: should the leader be silent, it is this lock file that
+        // is taken from it, unless the lead moved meanwhile.
+        let lock_id = lease::file_id(&rendezvous.lock).ok().flatten();
+        let unresponsive = Unreachable::Unresponsive { lock: lock_id };
         let stream = match platform::connect_without_waiting(path) {
             Ok(stream) => stream,
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                return Err(Unreachable::Unresponsive);
+                return Err(unresponsive);
             }
             Err(_) => return Err(Unreachable::NoLeader),
         };
@@ -88,38 +111,65 @@ impl Connection {
         let reader = stream.try_clone().map_err(|_| Unreachable::Refused)?;
         let mut connection = Connection {
             stream,
-            reader: BufReader::new(reader),
+            reader: BufReader::new(TimedStream::new(reader)),
             lock: rendezvous.lock.clone(),
+            lock_id,
             answer_timeout,
+            give_up_after,
         };
         let hello =
             wire::frame(&ToLeader::Hello(hello.clone())).map_err(|_| Unreachable::Refused)?;
         match platform::send_all(&connection.stream, &hello) {
             Ok(()) => {}
-            Err(error) if is_timeout(&error) => return Err(Unreachable::Unresponsive),
+            Err(error) if is_timeout(&error) => return Err(unresponsive),
             // A leader that goes away before it answers is no leader.
             Err(_) => return Err(Unreachable::NoLeader),
         }
         match connection.next_word() {
             Ok(()) => {}
-            Err(Silence::Timeout) => return Err(Unreachable::Unresponsive),
+            Err(Silence::Timeout) => return Err(unresponsive),
             Err(Silence::Gone | Silence::Failed) => return Err(Unreachable::NoLeader),
         }
-        match wire::read::<ToClient>(&mut connection.reader) {
+        match connection.read_frame() {
             Ok(Some(ToClient::Welcome { .. })) => Ok(connection),
+            // Stopped part-way through its answer.
+            Err(error) if wire::is_timeout(&error) => Err(unresponsive),
             Ok(None) | Err(wire::WireError::Io(_)) => Err(Unreachable::NoLeader),
             Ok(Some(_)) | Err(_) => Err(Unreachable::Refused),
         }
     }
 
+    /// Reads the leader's next frame, which must arrive whole within the answer timeout.
+    fn read_frame(&mut self) -> Result<Option<ToClient>, wire::WireError> {
+        self.reader
+            .get_mut()
+            .set_deadline(self.answer_timeout, None);
+        wire::read::<ToClient>(&mut self.reader)
+    }
+
     /// Hands the first of `batches` to the leader as one group — as many as fit
     /// [`wire::MAX_GROUP_BATCHES`] and [`wire::MAX_GROUP_BYTES`], at least one — and reads
     /// their answers, in order: one answer for each batch sent, the first ones of `batches`.
-    /// Returns when every answer is in, the connection failed, or the leader fell silent.
-    pub(super) fn exchange(
+    /// Returns when every answer is in, the connection failed, the leader fell silent, or it
+    /// waited for the write lock past this client's bound; then with the answers that came
+    /// before, and how many batches were sent.
+    pub(super) fn exchange(&mut self, batches: &[&Batch]) -> Exchanged {
+        let mut answers = Vec::new();
+        let mut sent = 0;
+        let error = self.exchange_into(batches, &mut answers, &mut sent).err();
+        Exchanged {
+            answers,
+            sent,
+            error,
+        }
+    }
+
+    fn exchange_into(
         &mut self,
         batches: &[&Batch],
-    ) -> Result<Vec<WireAnswer>, ExchangeError> {
+        answers: &mut Vec<WireAnswer>,
+        sent: &mut usize,
+    ) -> Result<(), ExchangeError> {
         assert!(!batches.is_empty(), "a group of at least one batch");
         let mut frames = Vec::new();
         let mut size = 0usize;
@@ -152,23 +202,34 @@ impl Connection {
             bytes.len() <= wire::MAX_GROUP_BYTES,
             "a group within its bound"
         );
+        *sent = count;
         platform::send_all(&self.stream, &bytes).map_err(|_| ExchangeError::Broken)?;
-        let mut answers = Vec::with_capacity(count);
+        let sent_at = Instant::now();
         while answers.len() < count {
             self.next_word().map_err(|silence| match silence {
                 Silence::Timeout => ExchangeError::Silent,
                 Silence::Gone => ExchangeError::LeaderGone,
                 Silence::Failed => ExchangeError::Broken,
             })?;
-            match wire::read::<ToClient>(&mut self.reader) {
+            match self.read_frame() {
                 Ok(Some(ToClient::Answer(answer))) => answers.push(answer),
                 Ok(Some(ToClient::Working)) => {}
+                Ok(Some(ToClient::WaitingForLock { since_ms, holder })) => {
+                    if self
+                        .give_up_after
+                        .is_some_and(|bound| sent_at.elapsed() >= bound)
+                    {
+                        return Err(ExchangeError::GaveUp(LockHeld { since_ms, holder }));
+                    }
+                }
+                // Stopped part-way through a frame.
+                Err(error) if wire::is_timeout(&error) => return Err(ExchangeError::Silent),
                 // Anything else, the end of the stream or a bad frame: the connection is
                 // broken, whatever the leader did with the group.
                 _ => return Err(ExchangeError::Broken),
             }
         }
-        Ok(answers)
+        Ok(())
     }
 
     /// Waits until the leader's next frame starts to arrive: `Timeout` when it says nothing
@@ -208,6 +269,17 @@ impl Connection {
             }
         }
     }
+}
+
+/// What came of an exchange ([`Connection::exchange`]).
+pub(super) struct Exchanged {
+    /// The answers of the first batches sent, in order.
+    pub(super) answers: Vec<WireAnswer>,
+    /// How many batches were sent (or were being sent when the connection failed): the first
+    /// `sent` of those given.
+    pub(super) sent: usize,
+    /// Why the rest of the sent batches have no answer; `None` when all have one.
+    pub(super) error: Option<ExchangeError>,
 }
 
 /// The most bytes of batch frames a client puts in one group: the group's bound less room for

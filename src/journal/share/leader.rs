@@ -7,21 +7,27 @@
 //! * the socket is bound, and a stale one removed, only while the lock is held; the lock is
 //!   released only after every client batch the leader took was answered (or the process died,
 //!   which commits nothing more);
+//! * a leader whose lead was taken over (see [`super::lease`]) takes no client and no group
+//!   once it has looked (at every wake of its accept loop, at least every
+//!   [`DEPOSED_CHECK_INTERVAL`], and before each group it takes), and removes no socket but
+//!   the one it bound;
 //! * a client's group is queued only once all of it has arrived: a group cut short is never
 //!   judged;
 //! * one writer has at most one connection served at a time: the hello of a writer's new
 //!   connection is answered only after its earlier connection's batches were all answered;
 //! * nothing of another user (or user namespace) is served, nor a client of another journal
 //!   file, and nothing that is not our socket is removed;
-//! * no client holds more than its share: a group is at most [`wire::MAX_GROUP_BYTES`], must
-//!   arrive whole within [`GROUP_ARRIVAL_TIMEOUT`] of its first byte, and a connection idle for
-//!   [`IDLE_TIMEOUT`] is closed;
-//! * while a client's group is being committed, the client hears [`ToClient::Working`] at
-//!   least four times per its answer timeout, so that it can tell this leader from a stopped
-//!   one.
+//! * no client holds more than its share: a hello must arrive whole within [`HELLO_TIMEOUT`]
+//!   of the connect, a group is at most [`wire::MAX_GROUP_BYTES`] and must arrive whole within
+//!   [`GROUP_ARRIVAL_TIMEOUT`] of its first byte, and a connection idle for [`IDLE_TIMEOUT`]
+//!   is closed: a client that sends one byte and stalls costs its own thread that long;
+//! * while a client's group is being committed, the client hears [`ToClient::Working`] (or
+//!   [`ToClient::WaitingForLock`], while the writer waits for another process's write lock)
+//!   at least four times per its answer timeout, so that it can tell this leader from a
+//!   stopped one.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -32,8 +38,9 @@ use std::time::Duration;
 use std::time::Instant;
 
 use super::Rendezvous;
-use super::wire::{self, Hello, Refusal, ToClient, ToLeader, WireAnswer};
-use crate::durable_fs::{self, FileLock, SocketPath};
+use super::lease::{self, FileId, Lease};
+use super::wire::{self, Hello, Refusal, TimedStream, ToClient, ToLeader, WireAnswer};
+use crate::durable_fs::{self, SocketPath};
 use crate::event::WriterId;
 use crate::journal::format::error::AppendError;
 use crate::journal::format::snapshot::encode_snapshot;
@@ -67,6 +74,10 @@ const MIN_WORKING_INTERVAL: Duration = Duration::from_millis(5);
 /// stopping.
 const CLAIM_POLL: Duration = Duration::from_millis(100);
 
+/// How often, at most, a leader with no connection to accept looks whether its lead was taken
+/// over (it looks at every connection too).
+pub(crate) const DEPOSED_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Why this process does not lead although it holds the lock.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ServeError {
@@ -82,10 +93,12 @@ pub(super) struct Leadership {
     accept_thread: Option<JoinHandle<()>>,
     /// Written to wake the accept thread when stopping.
     wake: UnixStream,
-    /// The socket file to remove on stopping.
+    /// The socket file to remove on stopping, and which file it was when bound: a socket put
+    /// in its place by a leader that took over is not ours to remove.
     socket_path: PathBuf,
+    socket_id: Option<FileId>,
     /// Held until everything the leader took was answered; released last.
-    lock: Option<FileLock>,
+    lock: Option<Lease>,
 }
 
 struct Server {
@@ -95,6 +108,12 @@ struct Server {
     /// The journal file, as (device, inode).
     journal_file: (u64, u64),
     is_stopping: AtomicBool,
+    /// The commit lock's path, and the lock file this leader holds: when the path names
+    /// another, the lead was taken over.
+    lock_path: PathBuf,
+    lock_id: FileId,
+    /// Set once this leader found its lead taken over.
+    is_deposed: AtomicBool,
     clients: Mutex<Clients>,
     /// Writers with a connection being served, and its change.
     writers: Mutex<HashSet<WriterId>>,
@@ -119,14 +138,41 @@ impl Leadership {
         queue: &Arc<Queue<Request, Answer>>,
         journal_id: [u8; 16],
     ) -> Result<Option<Leadership>, ServeError> {
-        let Some(lock) = FileLock::try_acquire(&rendezvous.lock)? else {
+        let Some(lock) = Lease::try_take(&rendezvous.lock)? else {
             return Ok(None);
         };
+        Leadership::serve(lock, rendezvous, shared, queue, journal_id).map(Some)
+    }
+
+    /// Takes the lead over from a leader found silent that held the lock file `from` (see
+    /// [`Lease::take_over`]), then listens in its place. `Ok(None)` when the lead moved
+    /// meanwhile.
+    pub(super) fn take_over(
+        rendezvous: &Rendezvous,
+        from: Option<FileId>,
+        shared: &Arc<Shared>,
+        queue: &Arc<Queue<Request, Answer>>,
+        journal_id: [u8; 16],
+    ) -> Result<Option<Leadership>, ServeError> {
+        let Some(lock) = Lease::take_over(&rendezvous.lock, from)? else {
+            return Ok(None);
+        };
+        Leadership::serve(lock, rendezvous, shared, queue, journal_id).map(Some)
+    }
+
+    /// Listens at the rendezvous's socket, holding `lock`.
+    fn serve(
+        lock: Lease,
+        rendezvous: &Rendezvous,
+        shared: &Arc<Shared>,
+        queue: &Arc<Queue<Request, Answer>>,
+        journal_id: [u8; 16],
+    ) -> Result<Leadership, ServeError> {
         let path = &rendezvous.socket;
         match durable_fs::inspect_socket_path(path)? {
             SocketPath::Missing => {}
-            // A socket of ours that nobody serves: the leader that made it is gone (the lock
-            // was free). Safe to remove while we hold the lock.
+            // A socket of ours that nobody serves, or that a leader whose lead this one took
+            // over serves: safe to remove while we hold the lock.
             SocketPath::OurSocket => durable_fs::remove_if_present(path)?,
             SocketPath::Other { what } => {
                 return Err(ServeError::Occupied {
@@ -137,6 +183,7 @@ impl Leadership {
         }
         let listener = durable_fs::bind_private_socket(path)?;
         let socket_path = path.clone();
+        let socket_id = lease::file_id(path).ok().flatten();
         listener.set_nonblocking(true)?;
         // Informational: who leads, for people and tests; nothing decides by it.
         let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
@@ -147,6 +194,9 @@ impl Leadership {
             journal_id,
             journal_file: rendezvous.file,
             is_stopping: AtomicBool::new(false),
+            lock_path: rendezvous.lock.clone(),
+            lock_id: lock.id(),
+            is_deposed: AtomicBool::new(false),
             clients: Mutex::new(Clients::default()),
             writers: Mutex::new(HashSet::new()),
             writers_changed: Condvar::new(),
@@ -164,30 +214,50 @@ impl Leadership {
                 return Err(error.into());
             }
         };
-        Ok(Some(Leadership {
+        Ok(Leadership {
             server,
             accept_thread: Some(accept_thread),
             wake,
             socket_path,
+            socket_id,
             lock: Some(lock),
-        }))
+        })
+    }
+
+    /// Whether this leader found its lead taken over: it serves nobody any more.
+    pub(super) fn is_deposed(&self) -> bool {
+        self.server.is_deposed.load(Ordering::Acquire)
     }
 
     /// Stops leading. Call it once the handle's queue is closed and drained, so that every
     /// batch a client handed over was answered: takes no new client, removes the socket, ends
     /// every connection, waits for their threads, then releases the lock.
     pub(super) fn stop(mut self) {
-        self.stop_now();
+        self.stop_now(true);
     }
 
-    fn stop_now(&mut self) {
+    /// Stops leading once the lead was taken over, from the writer thread while its handle
+    /// lives: takes no new client, removes its socket if it is still the one it bound, and ends
+    /// every connection's reads. A connection's thread that waits for the answers of batches it
+    /// queued is not waited for: the writer (the caller) answers them as it commits them, and
+    /// the thread then ends by itself. The lock, on a file no path names any more, goes at once.
+    pub(super) fn step_down(mut self) {
+        self.stop_now(false);
+    }
+
+    fn stop_now(&mut self, waits_for_connections: bool) {
         self.server.is_stopping.store(true, Ordering::Release);
         self.server.writers_changed.notify_all();
         let _ = (&self.wake).write_all(&[1]);
         if let Some(thread) = self.accept_thread.take() {
             let _ = thread.join();
         }
-        let _ = durable_fs::remove_if_present(&self.socket_path);
+        // Only the socket this leader bound: a leader that took over has its own there.
+        if self.socket_id.is_some()
+            && lease::file_id(&self.socket_path).ok().flatten() == self.socket_id
+        {
+            let _ = durable_fs::remove_if_present(&self.socket_path);
+        }
         let threads = {
             let mut clients = lock(&self.server.clients);
             for (_, stream) in &clients.live {
@@ -195,8 +265,10 @@ impl Leadership {
             }
             std::mem::take(&mut clients.threads)
         };
-        for thread in threads {
-            let _ = thread.join();
+        if waits_for_connections {
+            for thread in threads {
+                let _ = thread.join();
+            }
         }
         drop(self.lock.take());
     }
@@ -205,7 +277,7 @@ impl Leadership {
 impl Drop for Leadership {
     fn drop(&mut self) {
         if self.lock.is_some() {
-            self.stop_now();
+            self.stop_now(true);
         }
     }
 }
@@ -217,8 +289,22 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Server {
+    /// Whether the lead was taken over: the lock path names another lock file than this
+    /// leader's (a failure to look counts as not). Once found, it stays so.
+    fn check_deposed(&self) -> bool {
+        if self.is_deposed.load(Ordering::Acquire) {
+            return true;
+        }
+        let is_deposed = lease::is_deposed(&self.lock_path, self.lock_id);
+        if is_deposed {
+            self.is_deposed.store(true, Ordering::Release);
+        }
+        is_deposed
+    }
+
     fn accept_loop(self: &Arc<Server>, listener: &UnixListener, woken: &UnixStream) {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let check_every = PollTimeout::try_from(DEPOSED_CHECK_INTERVAL).unwrap_or(PollTimeout::MAX);
         loop {
             if self.is_stopping.load(Ordering::Acquire) {
                 return;
@@ -227,12 +313,16 @@ impl Server {
                 PollFd::new(listener.as_fd(), PollFlags::POLLIN),
                 PollFd::new(woken.as_fd(), PollFlags::POLLIN),
             ];
-            match poll(&mut fds, PollTimeout::NONE) {
+            match poll(&mut fds, check_every) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => std::thread::sleep(Duration::from_millis(10)),
             }
             if fds[1].any().unwrap_or(false) || self.is_stopping.load(Ordering::Acquire) {
+                return;
+            }
+            // A leader that ran again after a stop looks before it takes anyone.
+            if self.check_deposed() {
                 return;
             }
             match listener.accept() {
@@ -291,17 +381,19 @@ impl Server {
         }
     }
 
-    /// One client: its hello, then its groups until it goes away or the leader stops.
+    /// One client: its hello, then its groups until it goes away, the leader stops, or its
+    /// lead is taken over.
     fn serve(&self, stream: UnixStream) {
         let Ok(reader) = stream.try_clone() else {
             return;
         };
-        let mut reader = BufReader::new(reader);
-        let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+        let mut reader = BufReader::new(TimedStream::new(reader));
+        reader
+            .get_mut()
+            .set_deadline(HELLO_TIMEOUT, Some(wire::MAX_FRAME_BYTES + 4));
         let Ok(Some(ToLeader::Hello(hello))) = wire::read::<ToLeader>(&mut reader) else {
             return;
         };
-        let _ = stream.set_read_timeout(None);
         if let Err(refusal) = self.check(&hello) {
             let _ = send(&stream, &ToClient::Refuse(refusal));
             return;
@@ -316,16 +408,39 @@ impl Server {
         let working_every = (Duration::from_millis(u64::from(hello.answer_timeout_ms)) / 4)
             .max(MIN_WORKING_INTERVAL);
         if send(&stream, &welcome).is_ok() {
-            while is_group_coming(&stream) {
-                let Some(batches) = read_group(&stream, &mut reader, hello.writer) else {
+            while is_group_coming(&stream, &reader) {
+                let Some(batches) = read_group(&mut reader, hello.writer) else {
                     break;
                 };
+                // Deposed meanwhile: nothing more is judged here. The client finds the
+                // connection closed and sends the group to whoever leads now.
+                if self.check_deposed() {
+                    break;
+                }
                 if self.commit(&stream, batches, working_every).is_err() {
                     break;
                 }
             }
         }
         self.release(hello.writer);
+    }
+
+    /// What a client waiting for its group hears: that the leader works on it, or that it
+    /// waits for the journal's write lock and since when.
+    fn working(&self) -> ToClient {
+        let waiting = self
+            .shared
+            .waiting_for_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        match waiting {
+            Some(held) => ToClient::WaitingForLock {
+                since_ms: held.since_ms,
+                holder: held.holder,
+            },
+            None => ToClient::Working,
+        }
     }
 
     fn check(&self, hello: &Hello) -> Result<(), Refusal> {
@@ -407,7 +522,7 @@ impl Server {
                         break to_wire(answer, writer, writer_seq);
                     }
                     if sent.is_ok() {
-                        sent = send(stream, &ToClient::Working);
+                        sent = send(stream, &self.working());
                     }
                 },
                 None => WireAnswer::NotTaken,
@@ -422,8 +537,11 @@ impl Server {
 
 /// Waits up to [`IDLE_TIMEOUT`] for the first byte of the client's next group; `false` when
 /// none came (the connection is then closed), or the connection ended or failed.
-fn is_group_coming(stream: &UnixStream) -> bool {
+fn is_group_coming(stream: &UnixStream, buffered: &BufReader<TimedStream>) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    if !buffered.buffer().is_empty() {
+        return true;
+    }
     let deadline = Instant::now() + IDLE_TIMEOUT;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -444,49 +562,16 @@ fn is_group_coming(stream: &UnixStream) -> bool {
     }
 }
 
-/// The client's stream as a group is read from it: each read waits at most until the group's
-/// deadline, and the bytes read are counted against [`wire::MAX_GROUP_BYTES`].
-struct GroupReader<'a> {
-    stream: &'a UnixStream,
-    deadline: Instant,
-    bytes: usize,
-}
-
-impl Read for GroupReader<'_> {
-    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::TimedOut.into());
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        let count = (&mut &*self.stream).read(buffer)?;
-        self.bytes += count;
-        if self.bytes > wire::MAX_GROUP_BYTES {
-            return Err(std::io::Error::other("a group over its bound"));
-        }
-        Ok(count)
-    }
-}
-
 /// Reads a group header and all its batches, within [`GROUP_ARRIVAL_TIMEOUT`] and
 /// [`wire::MAX_GROUP_BYTES`]; `None` when the client went away, was too slow or too large, or
 /// sent anything but a well-formed group (a batch whose PID namespaces do not fit its events
 /// included).
-fn read_group(
-    stream: &UnixStream,
-    buffered: &mut BufReader<UnixStream>,
-    writer: WriterId,
-) -> Option<Vec<Batch>> {
-    // What the hello's reader buffered past the hello comes first (a client sends nothing
-    // before its welcome, so this is empty but for a client that does).
-    let early = buffered.buffer().to_vec();
-    buffered.consume(early.len());
-    let mut reader = early.as_slice().chain(GroupReader {
-        stream,
-        deadline: Instant::now() + GROUP_ARRIVAL_TIMEOUT,
-        bytes: early.len(),
-    });
-    let reader = &mut reader;
+fn read_group(reader: &mut BufReader<TimedStream>, writer: WriterId) -> Option<Vec<Batch>> {
+    // What the reader buffered already counts against the group's bytes.
+    let budget = wire::MAX_GROUP_BYTES.saturating_sub(reader.buffer().len());
+    reader
+        .get_mut()
+        .set_deadline(GROUP_ARRIVAL_TIMEOUT, Some(budget));
     let Ok(Some(ToLeader::Group { batches: count })) = wire::read::<ToLeader>(reader) else {
         return None;
     };

@@ -16,11 +16,15 @@
 //!
 //! No process holds another hostage: a client waits on its leader only for a bound (the
 //! connect not at all, the hello's answer and each frame after it for
-//! [`WriterOptions::leader_timeout`]; a leader at work says `Working` meanwhile). A leader that
-//! is silent past it — stopped, frozen, swapped out — is left: the client commits the group
-//! itself at once, and alone for a while after. A batch it had handed over lands once all the
-//! same, whoever commits it, because every seq judged in a committed transaction raises its
-//! writer's mark, refused or not (see [`Sharing::settle`]):
+//! [`WriterOptions::leader_timeout`], each frame read whole within it; a leader at work says
+//! `Working` meanwhile, or `WaitingForLock` while another process keeps the write lock). A
+//! leader that is silent past it — stopped, frozen, swapped out — loses the lead: the client
+//! takes it over ([`lease`]) and commits the group itself at once, so that the processes after
+//! it do not wait for the silent one. A client with a bound of its own on the write lock (a
+//! command) leaves a leader still waiting for the lock past it, its batches uncertain
+//! ([`AppendError::Uncertain`]). A batch it had handed over lands once all the same, whoever
+//! commits it, because every seq judged in a committed transaction raises its writer's mark,
+//! refused or not:
 //! * a client hands over one group at a time and waits for all its answers;
 //! * a connection that fails part-way, or a leader that falls silent, leaves its batches
 //!   uncertain (the leader may have taken them): they are sent again, with the same seqs, to
@@ -28,7 +32,7 @@
 //!   recognised by its writer seq; one it refused in a commit that landed is found "reused"
 //!   and judged again under a fresh seq, as the writer does after a retry; a stopped leader
 //!   that runs again finds every seq its client has since judged at or below the mark, and
-//!   commits none of them;
+//!   commits none of them — whether or not it noticed yet that it was deposed;
 //! * a leader refuses a client's batch by sending the state it judged it against; the client
 //!   judges its batch against that state itself ([`crate::journal::write::append::judge`]) and so words the
 //!   very refusal its caller would have had alone.
@@ -45,6 +49,7 @@
 
 mod client;
 mod leader;
+mod lease;
 pub(crate) mod wire;
 
 use std::path::{Path, PathBuf};
@@ -56,6 +61,7 @@ use redb::ReadableDatabase;
 use sha2::{Digest, Sha256};
 
 use crate::journal::file::Location;
+use crate::journal::format::error::LockHeld;
 use crate::journal::format::error::{AppendError, ReadError, StorageFailure};
 use crate::journal::format::snapshot::decode_snapshot;
 use crate::journal::read::view::View;
@@ -64,8 +70,9 @@ use crate::journal::write::commit::{self, Answer, CapacityState, Request, Shared
 use crate::journal::write::options::CommitSharing;
 use crate::journal::write::queue::Queue;
 use crate::platform;
-use client::{Connection, ExchangeError, Unreachable};
+use client::{Connection, ExchangeError, Exchanged, Unreachable};
 use leader::Leadership;
+use lease::{FileId, Lease};
 use wire::{Hello, WireAnswer};
 
 #[cfg(test)]
@@ -280,6 +287,7 @@ impl Sharing {
     /// Makes this handle a client if a leader answers, or the leader if there is none.
     /// Returns whether it is a client now.
     fn reach_leader(&mut self) -> bool {
+        self.step_down_if_deposed();
         match self.role {
             Role::Client(_) => return true,
             Role::Leader(_) => return false,
@@ -295,12 +303,70 @@ impl Sharing {
                 self.try_to_lead();
                 false
             }
-            Err(Unreachable::Unresponsive) => {
-                self.stay_alone();
+            Err(Unreachable::Unresponsive { lock }) => {
+                self.take_over(lock);
                 false
             }
             Err(Unreachable::Refused) => false,
         }
+    }
+
+    /// A leader whose lead was taken over (it was stopped past its clients' timeout, see
+    /// [`lease`]) stops leading: it takes no client any more, and its next group goes to the
+    /// leader that took over.
+    fn step_down_if_deposed(&mut self) {
+        if matches!(&self.role, Role::Leader(leadership) if leadership.is_deposed())
+            && let Role::Leader(leadership) = self.set_role(Role::Undecided)
+        {
+            leadership.step_down();
+        }
+    }
+
+    /// Takes the lead over from a leader found silent, which held the lock file `from` (as
+    /// this handle saw it before it found it silent): this handle leads if it may; if it may
+    /// not, it removes the stopped leader's socket and lets the lock go, so that the next
+    /// handle that may lead does, and no other process pays the silent leader's timeout. When
+    /// the lead has moved meanwhile (someone took it over already) nothing is taken: the next
+    /// group looks for the leader again.
+    fn take_over(&mut self, from: Option<FileId>) {
+        let (Some(rendezvous), Some(journal_id)) = (self.rendezvous.clone(), self.journal_id())
+        else {
+            return;
+        };
+        if self.may_lead() {
+            match Leadership::take_over(&rendezvous, from, &self.shared, &self.queue, journal_id) {
+                Ok(Some(leadership)) => {
+                    self.set_role(Role::Leader(leadership));
+                }
+                Ok(None) => {}
+                Err(_) => self.stay_alone(),
+            }
+            return;
+        }
+        match Lease::take_over(&rendezvous.lock, from) {
+            Ok(Some(lease)) => {
+                // Removed while the lock is held, and only if it is a socket of this user.
+                if let Ok(crate::durable_fs::SocketPath::OurSocket) =
+                    crate::durable_fs::inspect_socket_path(&rendezvous.socket)
+                {
+                    let _ = crate::durable_fs::remove_if_present(&rendezvous.socket);
+                }
+                drop(lease);
+            }
+            Ok(None) => {}
+            Err(_) => self.stay_alone(),
+        }
+    }
+
+    /// Whether this handle may lead (see [`CommitSharing::Shared`]), looked at once.
+    fn may_lead(&mut self) -> bool {
+        *self
+            .may_lead
+            .get_or_insert_with(|| match self.shared.options.commit_sharing {
+                CommitSharing::Lead => true,
+                CommitSharing::Shared => !has_controlling_terminal(),
+                CommitSharing::Join | CommitSharing::Alone => false,
+            })
     }
 
     fn connect(&mut self) -> Result<(), Unreachable> {
@@ -320,22 +386,15 @@ impl Sharing {
                 .unwrap_or(u32::MAX)
                 .max(1),
         };
-        let connection = Connection::open(&rendezvous, &hello)?;
+        let give_up_after = self.shared.options.lock_wait.give_up_after;
+        let connection = Connection::open(&rendezvous, &hello, give_up_after)?;
         self.set_role(Role::Client(connection));
         Ok(())
     }
 
     /// Leads if the lock is free and this handle can serve; `is_leader` tells.
     fn try_to_lead(&mut self) {
-        let may_lead =
-            *self
-                .may_lead
-                .get_or_insert_with(|| match self.shared.options.commit_sharing {
-                    CommitSharing::Lead => true,
-                    CommitSharing::Shared => !has_controlling_terminal(),
-                    CommitSharing::Join | CommitSharing::Alone => false,
-                });
-        if !may_lead {
+        if !self.may_lead() {
             return;
         }
         match self.role {
@@ -403,9 +462,8 @@ impl Sharing {
                     Err(unreachable) => {
                         match unreachable {
                             Unreachable::NoLeader => self.try_to_lead(),
-                            // Stopped or frozen: nobody else may lead while it holds the lock,
-                            // so each handle commits alone for a while.
-                            Unreachable::Unresponsive => self.stay_alone(),
+                            // Stopped or frozen: the lead is taken from it.
+                            Unreachable::Unresponsive { lock } => self.take_over(lock),
                             Unreachable::Refused => {}
                         }
                         self.commit_here(todo, &mut answers, capacity, renumber);
@@ -416,32 +474,16 @@ impl Sharing {
             let Role::Client(connection) = &mut self.role else {
                 unreachable!("connected just above");
             };
+            let lock_id = connection.lock_id;
             exchanges += 1;
             let batches: Vec<&Batch> = todo.iter().map(|pending| &pending.batch).collect();
-            let replies = match connection.exchange(&batches) {
-                Ok(replies) => replies,
-                Err(ExchangeError::TooLarge) => {
-                    // Nothing of this group was sent: it is committed here.
-                    self.commit_here(todo, &mut answers, capacity, renumber);
-                    break;
-                }
-                Err(error) => {
-                    for pending in &mut todo {
-                        pending.may_have_landed = true;
-                    }
-                    self.set_role(Role::Undecided);
-                    match error {
-                        // Sent again to whoever leads now, or committed here.
-                        ExchangeError::Broken => continue,
-                        ExchangeError::Silent => self.stay_alone(),
-                        ExchangeError::LeaderGone => self.try_to_lead(),
-                        ExchangeError::TooLarge => unreachable!("handled above"),
-                    }
-                    self.commit_here(todo, &mut answers, capacity, renumber);
-                    break;
-                }
-            };
-            let rest = todo.split_off(replies.len());
+            let Exchanged {
+                answers: replies,
+                sent,
+                error,
+            } = connection.exchange(&batches);
+            let mut unsent = todo.split_off(sent);
+            let unanswered = todo.split_off(replies.len());
             let mut next = Vec::new();
             for (mut pending, reply) in todo.into_iter().zip(replies) {
                 match self.final_answer(&mut pending, reply, renumber) {
@@ -455,8 +497,38 @@ impl Sharing {
                     None => next.push(pending),
                 }
             }
-            next.extend(rest);
+            let Some(error) = error else {
+                next.extend(unsent);
+                todo = next;
+                continue;
+            };
+            // What the leader answered is settled; the rest of the group is not.
+            next.extend(unanswered.into_iter().map(|mut pending| {
+                pending.may_have_landed = true;
+                pending
+            }));
+            next.append(&mut unsent);
             todo = next;
+            if !matches!(error, ExchangeError::TooLarge) {
+                self.set_role(Role::Undecided);
+            }
+            match error {
+                // Nothing of this group was sent: it is committed here.
+                ExchangeError::TooLarge => {}
+                // Sent again to whoever leads now, or committed here.
+                ExchangeError::Broken => continue,
+                ExchangeError::Silent => self.take_over(lock_id),
+                ExchangeError::LeaderGone => self.try_to_lead(),
+                ExchangeError::GaveUp(held) => {
+                    // Its reconnecting hello would wait for the leader to settle the batches
+                    // it holds; meanwhile this handle commits alone.
+                    self.stay_alone();
+                    give_up(todo, &mut answers, &held);
+                    break;
+                }
+            }
+            self.commit_here(todo, &mut answers, capacity, renumber);
+            break;
         }
         let answers: Option<Vec<Answer>> = answers.into_iter().collect();
         debug_assert!(answers.is_some(), "every pending batch was answered");
@@ -603,13 +675,41 @@ impl Sharing {
         renumber: &mut dyn FnMut(Batch) -> Batch,
     ) {
         let may_have_landed = todo.iter().any(|pending| pending.may_have_landed);
-        let slots: Vec<usize> = todo.iter().map(|pending| pending.slot).collect();
+        let handed: Vec<(usize, crate::event::RunId, bool)> = todo
+            .iter()
+            .map(|pending| (pending.slot, pending.batch.run, pending.may_have_landed))
+            .collect();
         let batches = todo.into_iter().map(|pending| pending.batch).collect();
         let committed =
             commit::commit_and_rejudge(&self.shared, batches, capacity, may_have_landed, renumber);
-        for (slot, answer) in slots.into_iter().zip(committed) {
+        for ((slot, run, landed), mut answer) in handed.into_iter().zip(committed) {
+            // Handed to a leader that may still commit it, then not committed here before the
+            // bound: whether it lands is not this handle's to know.
+            if landed && let Err(AppendError::WriteLockHeld(held)) = &answer.result {
+                answer.result = Err(AppendError::Uncertain {
+                    run,
+                    held: held.clone(),
+                });
+            }
             answers[slot] = Some(answer);
         }
+    }
+}
+
+/// Answers the batches of a group whose leader waited for the journal's write lock past this
+/// handle's bound: those it holds may still land ([`AppendError::Uncertain`]); those never
+/// sent did not ([`AppendError::WriteLockHeld`]).
+fn give_up(todo: Vec<Pending>, answers: &mut [Option<Answer>], held: &LockHeld) {
+    for pending in todo {
+        let result = if pending.may_have_landed {
+            Err(AppendError::Uncertain {
+                run: pending.batch.run,
+                held: held.clone(),
+            })
+        } else {
+            Err(AppendError::WriteLockHeld(held.clone()))
+        };
+        answers[pending.slot] = Some(answer(result));
     }
 }
 

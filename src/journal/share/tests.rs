@@ -539,14 +539,14 @@ fn a_batch_a_dying_leader_committed_without_answering_is_answered_as_committed()
     assert_eq!(records[2].event, step_running_in_a_namespace());
 }
 
-/// A leader that takes a client's group and then stops (SIGSTOP, a frozen cgroup) is left by
-/// its client after the leader timeout: the client commits the batch itself, under the same
-/// writer seq, while the stopped leader still holds its copy. When the leader runs again and
-/// commits that copy, the writers mark decides: a batch its client had refused meanwhile is
-/// not committed though it would now pass (its seq is spent), and one its client committed is
-/// recognised, not applied twice.
+/// A leader that stopped (SIGSTOP, a frozen cgroup) after taking batches says nothing to its
+/// clients, which leave it after the leader timeout: one takes the lead over, and each batch
+/// is judged again, under the same writer seq, by its own handle. When the stopped leader runs
+/// again and commits its copies, the writers' marks decide: a batch its client had refused
+/// meanwhile is not committed though it would now pass (its seq is spent), and one its client
+/// committed is recognised, not applied twice.
 #[test]
-fn a_stopped_leader_that_runs_again_commits_nothing_its_client_has_since_judged() {
+fn a_stopped_leader_that_runs_again_commits_nothing_its_clients_have_since_judged() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = journal_in(dir.path());
     let committer = alone(&path);
@@ -556,70 +556,164 @@ fn a_stopped_leader_that_runs_again_commits_nothing_its_client_has_since_judged(
         .expect("nobody else leads");
     let listener = std::os::unix::net::UnixListener::bind(crate::home::commit_socket_path(&path))
         .expect("bind");
-    let (taken, took) = std::sync::mpsc::channel();
     let (resume, resumed) = std::sync::mpsc::channel::<()>();
     let stopped = std::thread::spawn(move || {
-        let mut copies = Vec::new();
-        // Two connections: one batch the client will have refused, one it will commit.
-        for _ in 0..2 {
-            let (stream, reader, batch) = take_one_batch(&listener);
-            copies.push(batch);
-            taken.send(()).expect("the test waits");
-            // Stopped: says nothing, keeps the connection and the lock.
-            std::mem::forget((stream, reader));
-        }
+        // Two connections, one batch each: one the client will have refused, one it will
+        // commit. Stopped: it says nothing, and keeps the connections and its lock.
+        let copies: Vec<_> = (0..2).map(|_| take_one_batch(&listener)).collect();
         let _ = resumed.recv();
         drop(lock);
         copies
+            .into_iter()
+            .map(|(_, _, batch)| batch)
+            .collect::<Vec<_>>()
     });
-    let client = Journal::open_with(
-        super::Location::Path(path.clone()),
-        WriterOptions {
-            commit_sharing: CommitSharing::Lead,
-            leader_timeout: std::time::Duration::from_millis(200),
-            ..WriterOptions::default()
-        },
-    )
-    .expect("opens");
-    // The head is 1: a batch expecting 2 is refused, by the client committing it alone.
-    let refused = client.append(run, vec![runner_started()], Condition::expect_head(2));
+    let client = || {
+        Journal::open_with(
+            super::Location::Path(path.clone()),
+            WriterOptions {
+                commit_sharing: CommitSharing::Lead,
+                leader_timeout: std::time::Duration::from_millis(200),
+                ..WriterOptions::default()
+            },
+        )
+        .expect("opens")
+    };
+    let (refusing, committing) = (client(), client());
+    // The head is 1: a batch expecting 2 is refused, one expecting 1 lands.
+    let (refused, appended) = std::thread::scope(|scope| {
+        let refused =
+            scope.spawn(|| refusing.append(run, vec![runner_started()], Condition::expect_head(2)));
+        let appended = scope
+            .spawn(|| committing.append(run, vec![runner_started()], Condition::expect_head(1)));
+        (
+            refused.join().expect("a client"),
+            appended.join().expect("a client"),
+        )
+    });
     assert!(
         matches!(refused, Err(AppendError::HeadMismatch { .. })),
         "{refused:?}"
     );
-    took.recv()
-        .expect("the stopped leader took the first batch");
-    // The client commits alone for a while now; the second batch goes to the stopped leader
-    // through a handle that has not met it yet.
-    let second = open(&path);
-    let appended = second
-        .append(run, vec![runner_started()], Condition::expect_head(1))
-        .expect("committed by the client itself");
-    took.recv()
-        .expect("the stopped leader took the second batch");
+    let appended = appended.expect("committed by a client itself");
     assert_eq!(appended.last_seq, 2);
+    assert_eq!(
+        through_leader(&refusing) + through_leader(&committing),
+        0,
+        "the stopped leader answered nothing"
+    );
     drop(resume);
     let copies = stopped.join().expect("the stopped leader");
-    // Runs again: the first copy would pass now (the head is 2), the second is in already.
+    // Runs again: the refused batch's copy would pass now (the head is 2), the committed one
+    // is in already.
     let late = committer
         .commit_batches_for_tests(&copies)
         .expect("the late commit lands");
-    assert!(
-        matches!(late[0], Err(AppendError::WriterSeqReused { .. })),
-        "a seq its client judged is never judged again: {:?}",
-        late[0]
-    );
-    assert!(
-        matches!(&late[1], Ok(appended) if appended.was_duplicate),
-        "a batch its client committed is recognised: {:?}",
-        late[1]
-    );
+    for (copy, answer) in copies.iter().zip(&late) {
+        if copy.writer == refusing.writer() {
+            assert!(
+                matches!(answer, Err(AppendError::WriterSeqReused { .. })),
+                "a seq its client judged is never judged again: {answer:?}"
+            );
+        } else {
+            assert!(
+                matches!(answer, Ok(appended) if appended.was_duplicate),
+                "a batch its client committed is recognised: {answer:?}"
+            );
+        }
+    }
     let records = committer
         .view()
         .expect("view")
         .records(run)
         .expect("records");
     assert_eq!(records.len(), 2, "nothing landed twice or late");
+}
+
+/// A client that finds its leader silent takes the lead over from it, though the stopped
+/// leader still holds its lock: the next handle reaches the new leader at once, instead of
+/// paying the silent one's timeout. The stopped leader, once it runs again, finds it was
+/// deposed, serves nobody, and leaves its successor's socket alone when it stops.
+#[test]
+fn a_silent_leader_loses_the_lead_and_once_running_again_leaves_its_successor_alone() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let committer = alone(&path);
+    let run = create(&committer).run;
+    // The stopped leader, as a fake: it holds the lock and listens, and answers nothing.
+    let lock_path = crate::home::commit_lock_path(&path);
+    let socket_path = crate::home::commit_socket_path(&path);
+    let stopped_lock = super::lease::Lease::try_take(&lock_path)
+        .expect("lock file")
+        .expect("nobody else leads");
+    let listener = std::os::unix::net::UnixListener::bind(&socket_path).expect("bind");
+    let silent = std::thread::spawn(move || take_one_batch(&listener));
+    let options = WriterOptions {
+        commit_sharing: CommitSharing::Lead,
+        leader_timeout: std::time::Duration::from_millis(200),
+        ..WriterOptions::default()
+    };
+    let first =
+        Journal::open_with(super::Location::Path(path.clone()), options.clone()).expect("opens");
+    first
+        .append(run, vec![runner_started()], Condition::expect_head(1))
+        .expect("committed by the client that took the lead over");
+    let (_stream, _reader, _copy) = silent.join().expect("the silent leader took the batch");
+    assert!(
+        super::lease::is_deposed(&lock_path, stopped_lock.id()),
+        "the lock path names another lock file"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&lock_path).expect("lock"),
+        format!("{}\n", std::process::id()),
+        "the client leads now"
+    );
+    // A second handle reaches the new leader, and waits for no timeout.
+    let second = Journal::open_with(super::Location::Path(path.clone()), options).expect("opens");
+    second
+        .append(run, vec![failed()], Condition::expect_head(2))
+        .expect("committed through the new leader");
+    assert_eq!(through_leader(&second), 1, "through the new leader");
+    assert_eq!(
+        for_others(&first),
+        1,
+        "committed by the client that took over"
+    );
+    drop(stopped_lock);
+    assert!(socket_path.exists(), "the new leader's socket is in place");
+}
+
+/// A leader whose lead was taken over while it was stopped stops serving once it runs again,
+/// and when it stops it removes no socket but its own.
+#[test]
+fn a_deposed_leader_serves_nobody_and_removes_no_socket_but_its_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = journal_in(dir.path());
+    let leader = open(&path);
+    create(&leader);
+    let lock_path = crate::home::commit_lock_path(&path);
+    let socket_path = crate::home::commit_socket_path(&path);
+    let from = super::lease::file_id(&lock_path).expect("looks");
+    // Another process takes the lead over: a fresh lock, and its own socket in place.
+    let successor = super::lease::Lease::take_over(&lock_path, from)
+        .expect("takes over")
+        .expect("from the leader");
+    std::fs::remove_file(&socket_path).expect("the old socket goes");
+    let successor_socket = std::os::unix::net::UnixListener::bind(&socket_path).expect("bind");
+    let socket_id = super::lease::file_id(&socket_path).expect("looks");
+    // It looks at least this often.
+    std::thread::sleep(super::leader::DEPOSED_CHECK_INTERVAL * 3);
+    drop(leader);
+    assert_eq!(
+        super::lease::file_id(&socket_path).expect("looks"),
+        socket_id,
+        "the successor's socket was left alone"
+    );
+    assert!(
+        !super::lease::is_deposed(&lock_path, successor.id()),
+        "and its lock"
+    );
+    drop(successor_socket);
 }
 
 // Queues: the admission is judged where the batch is committed, so sharing commits cannot let

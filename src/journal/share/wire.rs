@@ -10,6 +10,8 @@
 //! [`PROTOCOL_VERSION`]; a peer of another version is refused, never half understood.
 
 use std::io::{self, Read};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -22,8 +24,10 @@ use crate::journal::write::append::{Batch, Condition};
 /// [`WireBatch::pid_namespaces`] (version 1 lost a process identity's PID namespace on the
 /// way to the leader); version 3 added [`Hello::journal_file`], [`Hello::answer_timeout_ms`]
 /// and [`ToClient::Working`], so that a client can tell a stopped leader from a busy one;
-/// version 4 added [`WireAnswer::QueueRefused`] and the queue events.
-pub(crate) const PROTOCOL_VERSION: u16 = 4;
+/// version 4 added [`WireAnswer::QueueRefused`] and the queue events; version 5 added
+/// [`ToClient::WaitingForLock`], so that a client with a bound of its own (a command) can tell
+/// a leader held up by another process's write lock from one at work.
+pub(crate) const PROTOCOL_VERSION: u16 = 5;
 
 /// The largest frame either side sends or reads: room for the largest snapshot (an answer
 /// carries one) and then some. A batch whose frame would be larger is committed by its own
@@ -174,6 +178,13 @@ pub(crate) enum ToClient {
     Answer(WireAnswer),
     /// The group is still being committed: the leader is alive and at work on it.
     Working,
+    /// The group is still waiting: the leader is alive, but its commit has waited for the
+    /// journal's write lock since `since_ms` (past its notice), held by `holder` (its pid and
+    /// command name, where the leader could find it). Said instead of `Working` meanwhile.
+    WaitingForLock {
+        since_ms: u64,
+        holder: Option<(u32, String)>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,6 +273,71 @@ pub(crate) fn frame<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
     bytes.extend_from_slice(&length.to_le_bytes());
     bytes.extend_from_slice(&body);
     Ok(bytes)
+}
+
+/// A socket read with a deadline for all that is read through it until the deadline is
+/// moved: each read waits at most until the deadline (the socket's read timeout is set to what
+/// is left of it), then fails with `TimedOut`; and at most a byte budget, past which a read
+/// fails. A peer that sends one byte of a frame and stalls costs a reader its deadline, never
+/// more, however it spaces its bytes.
+#[derive(Debug)]
+pub(crate) struct TimedStream {
+    stream: UnixStream,
+    deadline: Option<Instant>,
+    /// Bytes still allowed before the deadline is next set; `None`: no bound.
+    budget: Option<usize>,
+}
+
+impl TimedStream {
+    /// `stream`, with no deadline yet: set one before each read across processes.
+    pub(crate) fn new(stream: UnixStream) -> TimedStream {
+        TimedStream {
+            stream,
+            deadline: None,
+            budget: None,
+        }
+    }
+
+    /// Reads through it from now on must be done within `within`, and read at most `budget`
+    /// bytes.
+    pub(crate) fn set_deadline(&mut self, within: Duration, budget: Option<usize>) {
+        self.deadline = Some(Instant::now() + within);
+        self.budget = budget;
+    }
+}
+
+impl Read for TimedStream {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        let Some(deadline) = self.deadline else {
+            return Err(io::Error::other(
+                "a read across processes without a deadline",
+            ));
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let count = match (&self.stream).read(buffer) {
+            Ok(count) => count,
+            // A read timeout shows as EAGAIN.
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            Err(error) => return Err(error),
+        };
+        if let Some(budget) = &mut self.budget {
+            *budget = budget
+                .checked_sub(count)
+                .ok_or_else(|| io::Error::other("more bytes than the peer may send"))?;
+        }
+        Ok(count)
+    }
+}
+
+/// Whether a read failed for its deadline.
+pub(crate) fn is_timeout(error: &WireError) -> bool {
+    matches!(error, WireError::Io(error) if matches!(error.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock))
 }
 
 /// Reads one frame; `None` at a clean end of the stream (no byte of a next frame).
@@ -373,7 +449,7 @@ mod tests {
 
     /// The bytes of a hello are pinned: a change to them is a new protocol version.
     #[test]
-    fn the_hello_of_protocol_four_is_these_bytes() {
+    fn the_hello_of_protocol_five_is_these_bytes() {
         let bytes = frame(&ToLeader::Hello(Hello {
             build: "b".to_string(),
             journal_id: [1; 16],
@@ -384,7 +460,7 @@ mod tests {
         }))
         .expect("frames");
         let body = &bytes[4..bytes.len() - 4];
-        let mut expected = vec![4, 0, 1, b'b'];
+        let mut expected = vec![5, 0, 1, b'b'];
         expected.extend([1; 16]);
         expected.extend([2, 3, 4, 5, 6]);
         assert_eq!(body, expected.as_slice());

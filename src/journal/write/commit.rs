@@ -24,11 +24,11 @@ use redb::Database;
 use crate::capacity::{self, BlockCause, FailureClass, Reserve};
 use crate::event::{Event, RunId, UnixMs, WriterId, now_ms};
 use crate::journal::file::Location;
-use crate::journal::file::lock_wait::{self, BeginError};
+use crate::journal::file::lock_wait::{self, BeginError, Within};
 use crate::journal::file::open::reopen_location;
 use crate::journal::format::error::{AppendError, LockHeld, OpenError, StorageFailure};
 use crate::journal::write::append::{self, Appended, Batch, Condition};
-use crate::journal::write::options::{CapacityEvent, WriterOptions};
+use crate::journal::write::options::{CapacityEvent, WriterOptions, open_lock_notice};
 use crate::state::RunState;
 
 /// Delays between attempts while the disk stays full or the storage keeps failing: short at
@@ -102,6 +102,9 @@ pub(crate) struct Shared {
     pub(crate) stats: WriterStats,
     /// Set when the handle is being dropped: a commit leader takes no new clients then.
     pub(crate) is_closing: std::sync::atomic::AtomicBool,
+    /// While the writer waits for the journal's write lock past its notice: since when, and
+    /// who holds it (a commit leader tells its clients).
+    pub(crate) waiting_for_lock: std::sync::Mutex<Option<LockHeld>>,
 }
 
 impl Shared {
@@ -113,6 +116,7 @@ impl Shared {
             options,
             stats: WriterStats::default(),
             is_closing: std::sync::atomic::AtomicBool::new(false),
+            waiting_for_lock: std::sync::Mutex::new(None),
         }
     }
 
@@ -147,7 +151,7 @@ impl Shared {
 
     /// A fresh handle, made the shared one if none is (the writer may have reopened first).
     pub(crate) fn reopen_database(&self) -> Result<Arc<Database>, OpenError> {
-        let db = Arc::new(reopen_location(&self.location)?);
+        let db = Arc::new(self.reopen()?);
         let mut slot = self
             .db
             .write()
@@ -156,6 +160,29 @@ impl Shared {
             *slot = Some(Arc::clone(&db));
         }
         Ok(db)
+    }
+
+    /// The journal opened again ([`reopen_location`]), waiting for its write lock as the
+    /// handle's [`LockWait`] says.
+    ///
+    /// [`LockWait`]: crate::journal::file::lock_wait::LockWait
+    fn reopen(&self) -> Result<Database, OpenError> {
+        lock_wait::within(
+            &self.options.lock_wait,
+            open_lock_notice(&self.options),
+            || reopen_location(&self.location),
+        )
+        .map_err(|within| match within {
+            Within::Failed(error) => error,
+            Within::GaveUp(held) => OpenError::WriteLockHeld(held),
+        })
+    }
+
+    fn set_waiting_for_lock(&self, held: Option<LockHeld>) {
+        *self
+            .waiting_for_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = held;
     }
 
     /// Whether the writer is believed to have its reserve in place.
@@ -468,7 +495,8 @@ fn duration_ms(duration: Duration) -> u64 {
 /// tests turn on, in every profile): while a file exists at the path it names, the next write
 /// transaction that begins removes it and stops this whole process (SIGSTOP) inside the
 /// transaction, holding the journal's write lock, as a process stopped by a debugger or a
-/// frozen cgroup would.
+/// frozen cgroup would. A file holding a number N above 0 lets N more write transactions (of
+/// any process with the variable) pass first, each counting it down.
 pub const STOP_IN_COMMIT_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_COMMIT";
 
 #[cfg(feature = "testkit")]
@@ -476,6 +504,14 @@ fn stop_here_if_asked() {
     let Some(path) = std::env::var_os(STOP_IN_COMMIT_ENV) else {
         return;
     };
+    let to_pass = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    if to_pass > 0 {
+        let _ = std::fs::write(&path, (to_pass - 1).to_string());
+        return;
+    }
     if std::fs::remove_file(path).is_ok() {
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
     }
@@ -521,8 +557,11 @@ fn begin_write(
             redb::Error::Io(io::Error::other(held.to_string())),
         );
         on_blocked(shared, capacity, BlockCause::WriteLock, &failure);
+        shared.set_waiting_for_lock(Some(held.clone()));
     };
-    match lock_wait::begin_write(db, path, &shared.options.lock_wait, &mut on_notice) {
+    let begun = lock_wait::begin_write(db, path, &shared.options.lock_wait, &mut on_notice);
+    shared.set_waiting_for_lock(None);
+    match begun {
         Ok(txn) => {
             stop_here_if_asked();
             Ok(txn)
@@ -548,7 +587,7 @@ fn current_or_reopened(shared: &Shared) -> Result<Arc<Database>, Failed> {
     if let Some(db) = shared.database() {
         return Ok(db);
     }
-    let db = Arc::new(reopen_location(&shared.location).map_err(open_failure)?);
+    let db = Arc::new(shared.reopen().map_err(open_failure)?);
     shared.set_database(Some(Arc::clone(&db)));
     Ok(db)
 }
@@ -564,6 +603,16 @@ pub(crate) fn open_failure_class(error: &OpenError) -> FailureClass {
 }
 
 fn open_failure(error: OpenError) -> Failed {
+    if let OpenError::WriteLockHeld(held) = error {
+        return Failed {
+            failure: StorageFailure::new(
+                "reopening the journal",
+                redb::Error::Io(io::Error::other(held.to_string())),
+            ),
+            class: FailureClass::NotStorage,
+            held: Some(Box::new(held)),
+        };
+    }
     let class = open_failure_class(&error);
     let failure = match error {
         OpenError::Storage(failure) => failure,

@@ -155,3 +155,51 @@ pub fn leader_timeout_from_env() -> Result<Duration, String> {
         }
     }
 }
+
+/// What a handle opened with `options` does when its open (or a reopen) has waited for the
+/// journal's write lock past its notice: its listener hears that it is blocked on the lock,
+/// and other processes see it blocked through its marker until the open is over, whether it
+/// then got the lock or gave up.
+pub(crate) fn open_lock_notice(
+    options: &WriterOptions,
+) -> crate::journal::file::lock_wait::OnNotice {
+    struct OpenNotice {
+        listener: Option<CapacityListener>,
+        home: Option<crate::home::Home>,
+        marked: Option<capacity::Blocked>,
+    }
+    impl Drop for OpenNotice {
+        fn drop(&mut self) {
+            if let (Some(home), Some(blocked)) = (&self.home, self.marked.take()) {
+                let _ = capacity::clear_blocked(home, &blocked);
+            }
+        }
+    }
+    let mut notice = OpenNotice {
+        listener: options.listener.clone(),
+        home: options.blocked_markers.clone(),
+        marked: None,
+    };
+    Box::new(move |held: &crate::journal::format::error::LockHeld| {
+        if let Some(home) = &notice.home
+            && let Ok(writer) = crate::liveness::current()
+        {
+            let blocked = capacity::Blocked {
+                writer,
+                since_ms: held.since_ms,
+                cause: BlockCause::WriteLock,
+            };
+            // Best effort, as every marker: for others to see.
+            if capacity::mark_blocked(home, &blocked).is_ok() {
+                notice.marked = Some(blocked);
+            }
+        }
+        if let Some(listener) = &notice.listener {
+            listener(&CapacityEvent::Blocked {
+                since_ms: held.since_ms,
+                error: format!("opening the journal: {held}"),
+                cause: BlockCause::WriteLock,
+            });
+        }
+    })
+}

@@ -127,6 +127,7 @@ struct State {
     injected_by_call: [u64; 6],
     locks: Vec<Held>,
     lock_waiters: u64,
+    lock_refusals: u64,
     next_backend: u64,
 }
 
@@ -280,6 +281,12 @@ impl MemDisk {
         self.lock().lock_waiters
     }
 
+    /// How many tries of a lock found it held by another handle so far: a bounded wait (the
+    /// journal's, for its write lock) tries again and again instead of waiting in a request.
+    pub fn lock_refusals(&self) -> u64 {
+        self.lock().lock_refusals
+    }
+
     /// Arms `fault` from now on (calls are still counted from the disk's first).
     pub fn set_fault(&self, fault: Fault) {
         self.is_space_freed.store(false, Ordering::SeqCst);
@@ -369,6 +376,7 @@ impl DiskBackend {
         let (start, end) = range_of(start, end)?;
         let mut state = self.disk.lock();
         if self.conflicts(&state, start, end, is_exclusive) {
+            state.lock_refusals += 1;
             return Ok(false);
         }
         state.locks.push(Held {
