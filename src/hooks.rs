@@ -525,7 +525,9 @@ fn follow_hook(mut child: Child, options: &DeliveryOptions) -> HookOutcome {
         pause = (pause * 2).min(Duration::from_millis(20));
     };
     if let Some(leader) = &leader {
-        let _ = process_group::end(leader, None, options.grace, Reaping::Nothing);
+        // Members this process inherited (a runner is its steps' subreaper) are reaped as they
+        // die; the leader is reaped below, for its status.
+        let _ = process_group::end(leader, None, options.grace, Reaping::ZombieMembers);
     }
     let status = match child.wait() {
         Ok(status) => status,

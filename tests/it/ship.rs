@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use runjournal::testkit::{self as kit, pg_cluster::PgCluster};
 
+mod environments;
 mod fake_pg;
 mod secrets;
 mod untrusted;
