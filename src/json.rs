@@ -276,9 +276,17 @@ pub struct EnvironmentDoc {
     pub cwd: Option<String>,
     /// Octal, as `umask` prints it.
     pub umask: Option<String>,
-    /// Name to value (not UTF-8: with U+FFFD in place of what is not); only with `--show-env`.
+    /// The variables, by name (not UTF-8: with U+FFFD in place of what is not); only with
+    /// `--show-env`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub values: Option<std::collections::BTreeMap<String, String>>,
+    pub values: Option<Vec<EnvVarDoc>>,
+}
+
+/// One variable of a run's kept environment.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvVarDoc {
+    pub name: String,
+    pub value: String,
 }
 
 impl EnvironmentDoc {
@@ -292,11 +300,9 @@ impl EnvironmentDoc {
                 environment
                     .vars
                     .iter()
-                    .map(|(name, value)| {
-                        (
-                            String::from_utf8_lossy(name).into_owned(),
-                            String::from_utf8_lossy(value).into_owned(),
-                        )
+                    .map(|(name, value)| EnvVarDoc {
+                        name: String::from_utf8_lossy(name).into_owned(),
+                        value: String::from_utf8_lossy(value).into_owned(),
                     })
                     .collect()
             }),

@@ -132,11 +132,11 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
     let mut text = view.lines(&show::no_colour).join("\n");
     text.push('\n');
     if let Some(values) = environment.as_ref().and_then(|doc| doc.values.as_ref()) {
-        for (name, value) in values {
+        for variable in values {
             text.push_str(&format!(
                 "  {}={}\n",
-                show::escape_control(name),
-                show::escape_control(value)
+                show::escape_control(&variable.name),
+                show::escape_control(&variable.value)
             ));
         }
     }
