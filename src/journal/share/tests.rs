@@ -113,6 +113,46 @@ fn a_second_handle_commits_through_the_first_under_its_own_writer() {
     assert!(crate::home::commit_socket_path(&journal_in(dir.path())).exists());
 }
 
+/// A run created through the leader keeps what its client's creation batch carried for the
+/// home only (its environment, its hooks): the leader writes them in the same transaction.
+#[test]
+fn a_run_created_through_the_leader_keeps_its_environment_and_hooks() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (leader, client) = leader_and_client(&dir);
+    let environment = crate::run_env::RunEnvironment::of(
+        [(b"TOKEN".to_vec(), b"from-the-client".to_vec())],
+        &[],
+        Some(Path::new("/client")),
+        Some(0o022),
+    )
+    .expect("small");
+    let appended = client
+        .create(crate::journal::Creation {
+            spec: crate::testkit::chain_spec(1),
+            hosts: crate::event::HostIds::default(),
+            more: Vec::new(),
+            private: Some(crate::run_env::RunPrivate {
+                env: Some(environment.clone()),
+                on_exit: vec!["echo done".to_string()],
+            }),
+        })
+        .expect("created");
+    assert_eq!(
+        through_leader(&client),
+        1,
+        "the creation went to the leader"
+    );
+    let view = leader.view().expect("view");
+    assert_eq!(
+        view.run_env(appended.run).expect("reads"),
+        Some(environment)
+    );
+    assert_eq!(
+        view.run_hooks(appended.run).expect("reads").own,
+        vec!["echo done".to_string()]
+    );
+}
+
 /// Every refusal a client gets through the leader is worded exactly as the leader's own
 /// caller would have had it for the same batch on the same state.
 #[test]
