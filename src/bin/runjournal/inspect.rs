@@ -161,7 +161,7 @@ fn add_kept_fields(
 ) {
     if let Some(environment) = environment {
         view.fields.push((
-            "environment".to_string(),
+            "env".to_string(),
             Cell::plain(show::environment_summary(
                 environment.variables,
                 environment.umask.as_deref(),
