@@ -771,6 +771,76 @@ pub enum Event {
     QueueAdmitted {
         by: String,
     },
+    /// An attempt to deliver one of the run's completion hooks is claimed (docs/design.md,
+    /// "Hooks"): attempt `attempt` (1, 2, ...) of hook `hook` (its place in the run's hook
+    /// list, fixed when the run ended) is run by `claimant` now. Only after the run's
+    /// `Terminal`. The claim holds until the attempt's `HookEnded`, or until `lease_ms` after
+    /// this record if the claimant is still alive; a claimant found dead loses it at once.
+    HookAttempted {
+        hook: u32,
+        attempt: u32,
+        claimant: ProcessIdentity,
+        /// Who claimed it, for people: a runner, a deliverer, a host.
+        by: String,
+        lease_ms: u64,
+    },
+    /// How a claimed attempt ended. `retry_at_ms`: when the next attempt is due; `None` when
+    /// there is none — the hook was delivered, or it failed its last attempt and is given up.
+    HookEnded {
+        hook: u32,
+        attempt: u32,
+        outcome: HookOutcome,
+        retry_at_ms: Option<UnixMs>,
+    },
+}
+
+/// Most bytes of the environment a run keeps (`run --env`, the launcher's variables): names and
+/// values with one byte each for `=` and the end.
+pub const MAX_ENV_BYTES: usize = 256 * 1024;
+
+/// Most variables of the environment a run keeps.
+pub const MAX_ENV_VARS: usize = 4096;
+
+/// Most completion hooks a run may give itself (`run --on-exit`, a spec's `onExit`).
+pub const MAX_RUN_HOOKS: usize = 16;
+
+/// Most completion hooks a run has: its own, and the home's hook in force when it ended.
+pub const MAX_HOOKS: u32 = MAX_RUN_HOOKS as u32 + 1;
+
+/// Most attempts to deliver one hook; a hook whose last attempt failed is given up.
+pub const MAX_HOOK_ATTEMPTS: u32 = 5;
+
+/// How an attempt to deliver a completion hook ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", rename_all_fields = "camelCase")]
+pub enum HookOutcome {
+    /// The hook exited 0: delivered. No attempt follows.
+    Delivered,
+    /// It exited with another code, or was killed by a signal.
+    Failed { exit: ProcessExit },
+    /// It ran past its timeout; its process group was ended.
+    TimedOut,
+    /// It could not be started (its shell missing, no process left); why.
+    NotStarted { error: String },
+    /// Its claimant died, or its lease ran out, before the attempt's end was recorded: the
+    /// hook may or may not have run. Recorded by whoever takes the claim over.
+    Abandoned { reason: String },
+}
+
+impl HookOutcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HookOutcome::Delivered => "delivered",
+            HookOutcome::Failed { .. } => "failed",
+            HookOutcome::TimedOut => "timed-out",
+            HookOutcome::NotStarted { .. } => "not-started",
+            HookOutcome::Abandoned { .. } => "abandoned",
+        }
+    }
+
+    pub fn is_delivered(&self) -> bool {
+        matches!(self, HookOutcome::Delivered)
+    }
 }
 
 /// A run id inside an event: its 16 bytes on the wire (postcard), its printed form in JSON
@@ -895,6 +965,17 @@ impl Event {
             Event::Dismissed { .. } | Event::Resumed { .. } => {}
             Event::QueueJoined { queue, .. } => fields.push(("queue", queue)),
             Event::QueueAdmitted { by } => fields.push(("by", by)),
+            Event::HookAttempted { claimant, by, .. } => {
+                fields.push(("claimant.boot_id", &claimant.boot_id));
+                fields.push(("by", by));
+            }
+            Event::HookEnded { outcome, .. } => match outcome {
+                HookOutcome::NotStarted { error: text }
+                | HookOutcome::Abandoned { reason: text } => {
+                    fields.push(("outcome", text));
+                }
+                HookOutcome::Delivered | HookOutcome::Failed { .. } | HookOutcome::TimedOut => {}
+            },
         }
         for (field, value) in fields {
             check_text(value).map_err(|bytes| TextTooLong {
@@ -907,11 +988,12 @@ impl Event {
     }
 
     /// The process identity this event records, if any (`RunnerStarted`'s runner,
-    /// `StepRunning`'s process).
+    /// `StepRunning`'s process, `HookAttempted`'s claimant).
     pub fn process_identity(&self) -> Option<&ProcessIdentity> {
         match self {
             Event::RunnerStarted { runner, .. } => Some(runner),
             Event::StepRunning { process, .. } => process.as_ref(),
+            Event::HookAttempted { claimant, .. } => Some(claimant),
             _ => None,
         }
     }
@@ -922,6 +1004,7 @@ impl Event {
         match self {
             Event::RunnerStarted { runner, .. } => Some(runner),
             Event::StepRunning { process, .. } => process.as_mut(),
+            Event::HookAttempted { claimant, .. } => Some(claimant),
             _ => None,
         }
     }
@@ -960,6 +1043,8 @@ impl Event {
             Event::Resumed { .. } => "Resumed",
             Event::QueueJoined { .. } => "QueueJoined",
             Event::QueueAdmitted { .. } => "QueueAdmitted",
+            Event::HookAttempted { .. } => "HookAttempted",
+            Event::HookEnded { .. } => "HookEnded",
         }
     }
 }
@@ -1300,6 +1385,30 @@ pub(crate) mod tests {
                     by: "b".to_string(),
                 },
             ),
+            (
+                "HookAttempted",
+                Event::HookAttempted {
+                    hook: 1,
+                    attempt: 2,
+                    claimant: identity(),
+                    by: "b".to_string(),
+                    lease_ms: 60_000,
+                },
+            ),
+            (
+                "HookEnded",
+                Event::HookEnded {
+                    hook: 1,
+                    attempt: 2,
+                    outcome: HookOutcome::Failed {
+                        exit: ProcessExit {
+                            code: Some(3),
+                            signal: None,
+                        },
+                    },
+                    retry_at_ms: Some(7),
+                },
+            ),
         ]
     }
 
@@ -1334,6 +1443,8 @@ pub(crate) mod tests {
             ("Resumed", "0902020202020202020202020202020202aeffd00f"),
             ("QueueJoined", "0a017101050106d89f95bc"),
             ("QueueAdmitted", "0b016219377cc0"),
+            ("HookAttempted", "0c0102922186a43c01620162e0d403de19dd20"),
+            ("HookEnded", "0d010201010600010762cc91d0"),
         ];
         let variants = every_variant();
         assert_eq!(

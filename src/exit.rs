@@ -47,6 +47,19 @@ pub fn describe_exit(exit: ProcessExit) -> String {
     }
 }
 
+/// How an attempt to deliver a completion hook ended: "delivered", "failed (exited with code
+/// 3)", "timed out", "could not start: ...", "abandoned: ...".
+pub fn describe_hook_outcome(outcome: &crate::event::HookOutcome) -> String {
+    use crate::event::HookOutcome;
+    match outcome {
+        HookOutcome::Delivered => "delivered".to_string(),
+        HookOutcome::Failed { exit } => format!("failed ({})", describe_exit(*exit)),
+        HookOutcome::TimedOut => "timed out".to_string(),
+        HookOutcome::NotStarted { error } => format!("could not start: {error}"),
+        HookOutcome::Abandoned { reason } => format!("abandoned: {reason}"),
+    }
+}
+
 /// [`describe_exit`] of what an observer recorded, [`UNKNOWN_EXIT`] when it recorded nothing.
 pub fn describe_observed_exit(exit: Option<ProcessExit>) -> String {
     describe_exit(exit.unwrap_or(UNKNOWN_EXIT))

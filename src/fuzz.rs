@@ -73,6 +73,9 @@ pub fn decode_snapshot(data: &[u8]) {
 /// Reads fuzz bytes as a sequence of small choices; past the end every choice is 0./// Reads fuzz bytes as a sequence of small choices; past the end every choice is 0.
 struct Choices<'a> {
     bytes: &'a [u8],
+    /// Whether an event may be a hook's (one more choice per event); off for the inputs made
+    /// before hooks existed, which keep their meaning.
+    has_hooks: bool,
 }
 
 impl Choices<'_> {
@@ -175,6 +178,49 @@ impl Choices<'_> {
     }
 
     fn event(&mut self) -> Event {
+        if self.has_hooks && self.flag() {
+            return self.hook_event();
+        }
+        self.lifecycle_event()
+    }
+
+    /// A hook's event: a small hook number and attempt, so lives reach each rule; sometimes
+    /// one out of range.
+    fn hook_event(&mut self) -> Event {
+        let hook = u32::from(self.pick(&[0u8, 0, 1, 17]));
+        let attempt = u32::from(self.below(7));
+        if self.flag() {
+            return Event::HookAttempted {
+                hook,
+                attempt,
+                claimant: self.identity(),
+                by: self.text(),
+                lease_ms: self.number(),
+            };
+        }
+        let outcome = match self.below(5) {
+            0 => crate::event::HookOutcome::Delivered,
+            1 => crate::event::HookOutcome::Failed {
+                exit: ProcessExit {
+                    code: self.optional(|choices| i32::from(choices.byte())),
+                    signal: None,
+                },
+            },
+            2 => crate::event::HookOutcome::TimedOut,
+            3 => crate::event::HookOutcome::NotStarted { error: self.text() },
+            _ => crate::event::HookOutcome::Abandoned {
+                reason: self.text(),
+            },
+        };
+        Event::HookEnded {
+            hook,
+            attempt,
+            outcome,
+            retry_at_ms: self.optional(Self::number),
+        }
+    }
+
+    fn lifecycle_event(&mut self) -> Event {
         match self.below(12) {
             0 => Event::RunCreated {
                 spec: Arc::new(self.spec()),
@@ -299,11 +345,15 @@ const FUZZ_RUN: RunId = RunId::from_bytes([0x42; 16]);
 const OTHER_RUN: RunId = RunId::from_bytes([0x43; 16]);
 
 /// The events of a fuzzed run's life, with each one's run, seq skew and time: from small
-/// choices when `mode` is even, else decoded as raw postcard `Event`s.
+/// choices when `mode` is even (hooks' events among them when its bit 1 is set too), else
+/// decoded as raw postcard `Event`s.
 fn fuzzed_events(mode: u8, rest: &[u8]) -> Vec<(RunId, u64, UnixMs, Event)> {
     let mut events: Vec<(RunId, u64, UnixMs, Event)> = Vec::new();
     if mode & 1 == 0 {
-        let mut choices = Choices { bytes: rest };
+        let mut choices = Choices {
+            bytes: rest,
+            has_hooks: mode & 2 == 2,
+        };
         let mut time_ms: UnixMs = 1_700_000_000_000;
         let mut seq_offset = 0u64;
         while !choices.is_empty() && events.len() < 512 {

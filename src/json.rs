@@ -258,6 +258,56 @@ pub struct StatusCommandDoc {
     /// The run's queue: its place while it waits, and the queue's use.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue_use: Option<QueueUseDoc>,
+    /// The environment its launcher gave it: its size, cwd and umask; the variables only when
+    /// asked (`--show-env`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<EnvironmentDoc>,
+    /// Its completion hooks and their deliveries.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<crate::hooks::HookReport>,
+}
+
+/// The environment a run keeps, as `status` shows it: the variables (secrets) only when asked.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentDoc {
+    pub variables: usize,
+    pub bytes: usize,
+    pub cwd: Option<String>,
+    /// Octal, as `umask` prints it.
+    pub umask: Option<String>,
+    /// The variables, by name (not UTF-8: with U+FFFD in place of what is not); only with
+    /// `--show-env`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<EnvVarDoc>>,
+}
+
+/// One variable of a run's kept environment.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvVarDoc {
+    pub name: String,
+    pub value: String,
+}
+
+impl EnvironmentDoc {
+    pub fn of(environment: &crate::run_env::RunEnvironment, show_values: bool) -> EnvironmentDoc {
+        EnvironmentDoc {
+            variables: environment.vars.len(),
+            bytes: environment.bytes(),
+            cwd: environment.cwd_path().map(|cwd| cwd.display().to_string()),
+            umask: environment.umask.map(|umask| format!("{umask:04o}")),
+            values: show_values.then(|| {
+                environment
+                    .vars
+                    .iter()
+                    .map(|(name, value)| EnvVarDoc {
+                        name: String::from_utf8_lossy(name).into_owned(),
+                        value: String::from_utf8_lossy(value).into_owned(),
+                    })
+                    .collect()
+            }),
+        }
+    }
 }
 
 /// A run's queue as `status` shows it: its place while it waits, and the queue's use.

@@ -41,6 +41,7 @@ use crate::journal::{AppendError, Condition, ReadError, ResumeRefusal};
 use crate::liveness::{self, Liveness};
 use crate::platform;
 use crate::reconcile::{self, ReconcileError};
+use crate::run_env::{EnvError, HookCommandError, RunEnvironment, RunPrivate, check_hook_commands};
 use crate::runner;
 use crate::spec::RunRequest;
 use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
@@ -152,6 +153,34 @@ pub enum LaunchError {
         #[source]
         source: Box<queue::QueueError>,
     },
+    /// The environment the run would keep cannot be kept (past its bounds, a bad name):
+    /// nothing was written.
+    #[error(transparent)]
+    Environment(#[from] EnvError),
+    /// A completion hook cannot be one of the run's: nothing was written.
+    #[error(transparent)]
+    Hook(#[from] HookCommandError),
+}
+
+impl LaunchError {
+    /// Whether the launch was refused for what it was asked (nothing was written): the CLI's
+    /// exit code 2.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, LaunchError::Environment(_) | LaunchError::Hook(_))
+    }
+}
+
+/// What `request`'s run keeps in the home only: the environment of this process (the
+/// launcher), as the request asks it, and the run's own hooks, checked. Read here, at the
+/// launch, so that whoever starts its runner later starts its steps as this launcher would
+/// have.
+fn private_of(request: &RunRequest) -> Result<RunPrivate, LaunchError> {
+    check_hook_commands(&request.on_exit)?;
+    let env = RunEnvironment::capture(&request.env.set, request.env.clear)?;
+    Ok(RunPrivate {
+        env: Some(env),
+        on_exit: request.on_exit.clone(),
+    })
 }
 
 /// Creates the run, starts its runner, and waits up to `start_timeout` for `RunnerStarted`.
@@ -159,16 +188,22 @@ pub enum LaunchError {
 /// queue allows, first in first, and waits for its own run only if it was admitted, else it
 /// returns at once with [`RunnerStart::Queued`]. For a queued run, `program` is the base the
 /// run's own runner settings are added to ([`queue::program_for`]).
+///
+/// The run keeps this process's environment (as [`RunRequest::env`] asks), working directory
+/// and umask, read now and written with its creation batch: every runner of the run starts
+/// its steps with them (docs/design.md, "Environment"). An environment past its bounds, or a
+/// hook that cannot be one, is refused before anything is written.
 pub fn launch(
     store: &Store,
     request: RunRequest,
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    let private = private_of(&request)?;
     if let Some(queue_name) = request.queue.clone() {
-        return launch_queued(store, request, &queue_name, program, start_timeout);
+        return launch_queued(store, request, private, &queue_name, program, start_timeout);
     }
-    launch_with(store, request, Vec::new(), program, start_timeout)
+    launch_with(store, request, Vec::new(), private, program, start_timeout)
 }
 
 /// [`launch`], with `more` events in the run's creation batch after its `RunCreated`.
@@ -176,12 +211,19 @@ fn launch_with(
     store: &Store,
     request: RunRequest,
     more: Vec<Event>,
+    private: RunPrivate,
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    let creation = crate::journal::Creation {
+        spec: request.spec,
+        hosts: request.hosts,
+        more,
+        private: Some(private),
+    };
     // The runner starts as soon as the run is durable; the run is projected meanwhile.
     let (created, spawned) = store
-        .create_run_with_then(request.spec, request.hosts, more, |created| {
+        .create_then(creation, |created| {
             spawn_runner(store.home(), created.run, program)
         })
         .map_err(LaunchError::Create)?;
@@ -209,6 +251,7 @@ fn launch_with(
 fn launch_queued(
     store: &Store,
     request: RunRequest,
+    private: RunPrivate,
     queue_name: &str,
     program: &RunnerProgram,
     start_timeout: Duration,
@@ -222,8 +265,14 @@ fn launch_queued(
             .heartbeat
             .map(|heartbeat| u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX)),
     };
-    let created = store
-        .create_queued_run(request.spec, request.hosts, joined)
+    let creation = crate::journal::Creation {
+        spec: request.spec,
+        hosts: request.hosts,
+        more: vec![joined],
+        private: Some(private),
+    };
+    let (created, ()) = store
+        .create_then(creation, |_| ())
         .map_err(LaunchError::Create)?;
     let run = created.run;
     match queue::enter(store, run, queue_name, program)? {
@@ -356,14 +405,57 @@ impl ResumeError {
     /// Whether the caller named a run that cannot be resumed (as opposed to a failure of the
     /// journal or of the launch): the CLI's exit code 2.
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
+        match self {
             ResumeError::UnknownRun { .. }
-                | ResumeError::Pruned { .. }
-                | ResumeError::Refused { .. }
-                | ResumeError::NothingLeft { .. }
-        )
+            | ResumeError::Pruned { .. }
+            | ResumeError::Refused { .. }
+            | ResumeError::NothingLeft { .. } => true,
+            ResumeError::Launch { source, .. } => source.is_bad_input(),
+            ResumeError::Read { .. } => false,
+        }
     }
+}
+
+/// What a resume is asked beyond the paused run itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResumeOptions {
+    /// The new runner's idle timeout (not journaled, so not inherited).
+    pub idle_timeout: Option<Duration>,
+    /// Variables set over the paused run's recorded environment (`clear`: only these).
+    pub env: crate::spec::EnvRequest,
+    /// Completion hooks of the new run after the paused run's own.
+    pub on_exit: Vec<String>,
+}
+
+/// What the run that resumes `state` keeps in the home only: the paused run's recorded
+/// environment (cwd and umask too) with `options.env` over it — a resume carries the work on
+/// as it was launched, whoever resumes it; a paused run recorded without one (an earlier
+/// version) takes the resumer's, as a launch would — and the paused run's own hooks, then
+/// `options.on_exit`.
+fn resume_private(
+    store: &Store,
+    run: RunId,
+    options: &ResumeOptions,
+) -> Result<RunPrivate, ResumeError> {
+    let read = |source| ResumeError::Read { run, source };
+    let refused = |source: LaunchError| ResumeError::Launch {
+        run,
+        source: Box::new(source),
+    };
+    let view = store.journal().view().map_err(read)?;
+    let recorded = view.run_env(run).map_err(read)?;
+    let mut on_exit = view.run_hooks(run).map_err(read)?.own;
+    on_exit.extend(options.on_exit.iter().cloned());
+    check_hook_commands(&on_exit).map_err(|error| refused(error.into()))?;
+    let env = match recorded {
+        Some(recorded) => recorded.overlay(&options.env.set, options.env.clear),
+        None => RunEnvironment::capture(&options.env.set, options.env.clear),
+    }
+    .map_err(|error| refused(error.into()))?;
+    Ok(RunPrivate {
+        env: Some(env),
+        on_exit,
+    })
 }
 
 /// The run that carries a paused run on, as [`resume_plan`] makes it from the paused run's
@@ -470,6 +562,23 @@ pub fn resume(
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Resumed, ResumeError> {
+    let options = ResumeOptions {
+        idle_timeout,
+        ..ResumeOptions::default()
+    };
+    resume_with(store, run, &options, program, start_timeout)
+}
+
+/// [`resume`], with `options`: the new run keeps the paused run's environment with
+/// `options.env` over it, and the paused run's hooks with `options.on_exit` after them.
+pub fn resume_with(
+    store: &Store,
+    run: RunId,
+    options: &ResumeOptions,
+    program: &RunnerProgram,
+    start_timeout: Duration,
+) -> Result<Resumed, ResumeError> {
+    let idle_timeout = options.idle_timeout;
     let read = |source| ResumeError::Read { run, source };
     // The run that resumed `run`, unless it ended before a runner took it (it ran nothing, and
     // the journal lets another resume take its place).
@@ -505,9 +614,12 @@ pub fn resume(
         idle_timeout,
         heartbeat: None,
         queue: None,
+        env: crate::spec::EnvRequest::default(),
+        on_exit: Vec::new(),
     };
+    let private = resume_private(store, run, options)?;
     let more = vec![Event::Resumed { from: run }];
-    match launch_with(store, request, more, program, start_timeout) {
+    match launch_with(store, request, more, private, program, start_timeout) {
         Ok(launched) => {
             store.project_linked(run, state.head_seq);
             Ok(Resumed { launched, plan })

@@ -16,6 +16,7 @@ pub mod exit;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod home;
+pub mod hooks;
 pub mod journal;
 pub mod json;
 pub mod launch;
@@ -29,6 +30,7 @@ pub mod recover;
 pub mod replay;
 pub mod resolve;
 pub mod retention;
+pub mod run_env;
 pub mod runner;
 pub mod ship;
 pub mod show;

@@ -416,6 +416,7 @@ fn batches_of(run: RunId, records: &[Record]) -> Vec<Batch> {
             continue;
         }
         batches.push(Batch {
+            private: None,
             run,
             events: vec![record.event.clone()],
             condition: Condition::none(),

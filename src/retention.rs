@@ -280,6 +280,10 @@ fn choose(
             keep("its runner has not been seen to end");
             continue;
         }
+        if view.has_hooks_due(run)? {
+            keep("a completion hook of it is still due");
+            continue;
+        }
         if let Some(through) = shipped {
             let last = view.global_of(run, state.head_seq)?.unwrap_or(head);
             if last > through {

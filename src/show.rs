@@ -840,6 +840,60 @@ fn step_label(spec: &RunSpec, step: u32) -> String {
     }
 }
 
+/// `status`'s line on a run's kept environment: its size and umask, and how to see it.
+pub fn environment_summary(variables: usize, umask: Option<&str>, is_shown: bool) -> String {
+    let mut text = plural(variables as u64, "variable");
+    if let Some(umask) = umask {
+        let _ = write!(text, ", umask {umask}");
+    }
+    if !is_shown {
+        text.push_str(" (shown with --show-env)");
+    }
+    text
+}
+
+/// `status`'s line on a run's hooks: how many are in each state (`2 delivered, 1 pending`).
+pub fn hooks_summary<'a>(statuses: impl Iterator<Item = &'a str>) -> String {
+    let mut counts: Vec<(&str, u64)> = Vec::new();
+    for status in statuses {
+        match counts.iter_mut().find(|(known, _)| *known == status) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((status, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(status, count)| format!("{count} {status}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a hook's record says, for [`record_line`].
+fn hook_record_text(event: &Event) -> String {
+    match event {
+        Event::HookAttempted {
+            hook, attempt, by, ..
+        } => format!("hook {hook}: attempt {attempt} by {by}"),
+        Event::HookEnded {
+            hook,
+            attempt,
+            outcome,
+            retry_at_ms,
+        } => {
+            let next = match (outcome.is_delivered(), retry_at_ms) {
+                (true, _) => String::new(),
+                (false, Some(_)) => ", tried again later".to_string(),
+                (false, None) => ", given up".to_string(),
+            };
+            format!(
+                "hook {hook}: attempt {attempt} {}{next}",
+                crate::exit::describe_hook_outcome(outcome)
+            )
+        }
+        other => other.name().to_string(),
+    }
+}
+
 /// One line per journaled transition, as `runjournal run --wait` prints them as they land.
 pub fn record_line(record: &Record, spec: &RunSpec) -> String {
     let detail = match &record.event {
@@ -922,6 +976,7 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         Event::Resumed { from } => format!("resumes paused run {from}"),
         Event::QueueJoined { queue, .. } => format!("queued in {queue}"),
         Event::QueueAdmitted { by } => format!("admitted by its queue ({by})"),
+        Event::HookAttempted { .. } | Event::HookEnded { .. } => hook_record_text(&record.event),
     };
     format!(
         "#{} {}",

@@ -27,6 +27,8 @@ pub const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
 ///   "name": "nightly",
 ///   "mode": "chain",
 ///   "timeout": "10m",
+///   "env": {"DEPLOY_ENV": "staging"},
+///   "onExit": ["notify-send \"nightly $RUNJOURNAL_RUN_STATE\""],
 ///   "steps": [
 ///     {"name": "fetch", "command": ["git", "fetch", "--all"]},
 ///     {"name": "build", "shell": "make -j2 && make test"},
@@ -38,7 +40,10 @@ pub const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
 /// Each step has exactly one of `command` (a program and its arguments, no shell), `shell` (a
 /// script for `sh -c`) or `externalJob` (a provider command for `sh -c` that reports the job on
 /// stdout). `mode` defaults to `single` for one step and `chain` otherwise; `concurrency`
-/// (parallel only) defaults to the number of steps. Unknown fields are refused.
+/// (parallel only) defaults to the number of steps. `env` sets variables over the launcher's
+/// environment, which the run keeps (`clearEnv`: only these); `onExit` lists completion hooks,
+/// shell commands run once the run has ended (docs/design.md, "Environment", "Hooks"). Unknown
+/// fields are refused.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SpecFile {
@@ -65,6 +70,15 @@ pub struct SpecFile {
     /// The queue the run waits in for a slot (docs/design.md, "Queues").
     #[serde(default)]
     pub queue: Option<String>,
+    /// Variables set over the launcher's environment, which the run keeps.
+    #[serde(default)]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
+    /// The run keeps only `env`, none of the launcher's own variables.
+    #[serde(default)]
+    pub clear_env: Option<bool>,
+    /// Completion hooks: shell commands run once the run has ended, whatever ended it.
+    #[serde(default)]
+    pub on_exit: Option<Vec<String>>,
     pub steps: Vec<SpecFileStep>,
 }
 
@@ -102,6 +116,28 @@ pub enum SpecInputError {
     Queue(#[from] crate::event::QueueNameError),
 }
 
+/// The environment a run keeps, as asked: the launcher's own variables with `set` over them,
+/// or only `set` (`clear`). The launch reads the launcher's and checks the whole
+/// (`run_env::RunEnvironment::capture`) before anything is written. Its `Debug` shows names
+/// only: values may be secrets.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EnvRequest {
+    pub set: Vec<(String, String)>,
+    pub clear: bool,
+}
+
+impl std::fmt::Debug for EnvRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvRequest")
+            .field(
+                "set",
+                &self.set.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            )
+            .field("clear", &self.clear)
+            .finish()
+    }
+}
+
 /// A run ready to be created: its spec and the host's ids.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRequest {
@@ -116,6 +152,10 @@ pub struct RunRequest {
     /// How often its runner rewrites status.json while it lives, when not the default; kept
     /// for a queued run, whose runner someone else starts later.
     pub heartbeat: Option<Duration>,
+    /// The environment the run keeps (its launcher's, unless cleared).
+    pub env: EnvRequest,
+    /// Its completion hooks (`--on-exit`), in order.
+    pub on_exit: Vec<String>,
 }
 
 /// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
@@ -133,6 +173,10 @@ pub struct RunDraft {
     pub steps: Vec<StepSpec>,
     /// The queue (see [`RunRequest::queue`]).
     pub queue: Option<String>,
+    /// The environment (see [`RunRequest::env`]).
+    pub env: EnvRequest,
+    /// The completion hooks (see [`RunRequest::on_exit`]).
+    pub on_exit: Vec<String>,
 }
 
 impl RunDraft {
@@ -174,6 +218,8 @@ impl RunDraft {
             idle_timeout: self.idle_timeout,
             queue: self.queue,
             heartbeat: None,
+            env: self.env,
+            on_exit: self.on_exit,
         })
     }
 }
@@ -222,6 +268,11 @@ impl SpecFile {
             },
             steps,
             queue: self.queue,
+            env: EnvRequest {
+                set: self.env.unwrap_or_default().into_iter().collect(),
+                clear: self.clear_env.unwrap_or(false),
+            },
+            on_exit: self.on_exit.unwrap_or_default(),
         })
     }
 }
@@ -270,6 +321,25 @@ mod tests {
         assert_eq!(request.spec.steps[1].name, "b");
         assert!(request.spec.steps[2].is_external_job());
         assert_eq!(request.hosts.session_id.as_deref(), Some("s"));
+    }
+
+    #[test]
+    fn a_spec_file_keeps_its_env_and_hooks() {
+        let file = SpecFile::parse(
+            br#"{"env": {"B": "2", "A": "1"}, "clearEnv": true, "onExit": ["echo done"],
+                 "steps": [{"shell": "true"}]}"#,
+        )
+        .expect("parses");
+        let request = file.into_draft().expect("draft").finish().expect("valid");
+        assert_eq!(
+            request.env.set,
+            vec![
+                ("A".to_string(), "1".to_string()),
+                ("B".to_string(), "2".to_string())
+            ]
+        );
+        assert!(request.env.clear);
+        assert_eq!(request.on_exit, vec!["echo done".to_string()]);
     }
 
     #[test]

@@ -360,6 +360,21 @@ impl Store {
         Ok((appended, value))
     }
 
+    /// Creates a run as [`Journal::create`] does (its creation batch, and what it keeps in the
+    /// home only, in one transaction), calling `on_durable` once it is durable and before it is
+    /// projected.
+    pub fn create_then<T>(
+        &self,
+        creation: crate::journal::Creation,
+        on_durable: impl FnOnce(&Appended) -> T,
+    ) -> Result<(Appended, T), AppendError> {
+        let appended = self.inner.journal.create(creation)?;
+        let value = on_durable(&appended);
+        self.inner
+            .project_after_commit(appended.run, appended.last_seq);
+        Ok((appended, value))
+    }
+
     /// Creates a run waiting in a queue ([`Journal::create_queued_run`]; `joined` is its
     /// `QueueJoined`), then projects it.
     pub fn create_queued_run(
@@ -403,6 +418,21 @@ impl Store {
                 .project_after_commit(appended.run, appended.last_seq);
         }
         results
+    }
+
+    /// How `run`'s steps and hooks start (docs/design.md, "Environment"): the environment,
+    /// cwd and umask its launcher recorded, the cwd its spec (`spec_cwd`) names taken from the
+    /// launcher's. The one place every runner — whoever started it: its launcher, a queue's
+    /// admitter, a resume, a retry, a timer — and every hook deliverer gets it, so none starts
+    /// a step or a hook with its own environment. Read as the runner reads its run, riding out
+    /// a flaky disk.
+    pub fn start_environment(
+        &self,
+        run: RunId,
+        spec_cwd: Option<&str>,
+    ) -> Result<crate::run_env::StepEnvironment, ReadError> {
+        let recorded = self.inner.journal.read_retrying(|view| view.run_env(run))?;
+        Ok(crate::run_env::StepEnvironment::of(spec_cwd, recorded))
     }
 
     /// Projects one run now (a result a host consumed is not written again).

@@ -248,21 +248,34 @@ fn wait_runner_gone(home: &Path, run_json: &[u8]) {
 }
 
 /// The ids of the launch group, in the order [`launch_ways`] returns them.
-pub const LAUNCH_IDS: [&str; 6] = [
+pub const LAUNCH_IDS: [&str; 8] = [
     "process-start",
     "durable-commit",
     "store-open-close",
     "status-rename",
     "run",
     "run-wait",
+    "run-clear-env",
+    "run-large-env",
 ];
+
+/// The environment a launch of `run-large-env` adds to this process's: 64 variables of 2 KiB,
+/// near the bound of what a run keeps (a CI job's, a virtualenv's with long paths).
+pub fn large_env() -> Vec<(String, String)> {
+    (0..64)
+        .map(|index| (format!("BENCH_LARGE_{index}"), "v".repeat(2048)))
+        .collect()
+}
 
 /// One iteration = one launch (`runjournal run -- true`, `run --wait -- true`) or one of what
 /// a launch is made of: a process start (`runjournal --version`), a durable commit
 /// (`Store::append` of one update, with its projection, in the same home), opening and closing
 /// the home's store while another writer holds it open (what every process that writes pays:
 /// redb's multi-writer open and close each write its header and sync it), an fsync-less
-/// status.json rewrite (the pi-subagents and pueue way of recording state).
+/// status.json rewrite (the pi-subagents and pueue way of recording state). And the launch's
+/// kept environment: `run` keeps this process's; `run --clear-env` keeps none (what a launch
+/// cost before runs kept one, but for an empty row); `run` with [`large_env`] added keeps one
+/// near the bound.
 pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
     let dir = scratch.join("launch");
     let store = open_store(&dir);
@@ -272,13 +285,22 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
     let status = std::fs::read(store.home().status_path(run)).expect("a status.json");
     let mut rewrite = baselines::RewriteStatus::new(&dir, &status, false);
     let (mut run, mut progress) = (run, 0u32);
-    let launch = move |wait: bool| -> Box<dyn FnMut(u64) -> Duration> {
+    let launch = move |wait: bool,
+                       extra: &[&str],
+                       env: Vec<(String, String)>|
+          -> Box<dyn FnMut(u64) -> Duration> {
         let home = home.clone();
+        let extra: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
         Box::new(move |iters| {
             let mut elapsed = Duration::ZERO;
             for _ in 0..iters {
                 let mut command = binary();
-                command.arg("--home").arg(&home).args(["run", "--json"]);
+                command
+                    .arg("--home")
+                    .arg(&home)
+                    .args(["run", "--json"])
+                    .args(&extra)
+                    .envs(env.iter().map(|(name, value)| (name, value)));
                 if wait {
                     command.arg("--wait");
                 }
@@ -332,8 +354,13 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
             LAUNCH_IDS[3].into(),
             Box::new(move |iters| timed(iters, || rewrite.transition())),
         ),
-        (LAUNCH_IDS[4].into(), launch(false)),
-        (LAUNCH_IDS[5].into(), launch(true)),
+        (LAUNCH_IDS[4].into(), launch(false, &[], Vec::new())),
+        (LAUNCH_IDS[5].into(), launch(true, &[], Vec::new())),
+        (
+            LAUNCH_IDS[6].into(),
+            launch(false, &["--clear-env"], Vec::new()),
+        ),
+        (LAUNCH_IDS[7].into(), launch(false, &[], large_env())),
     ]
 }
 

@@ -876,6 +876,79 @@ fn ratio_of(times: &[f64], bases: &[f64]) -> Option<(f64, f64, f64)> {
 /// machine and its load; the journal alone is the same code before and after.
 pub const BEFORE_PROJECTED_CPU_RATIO: f64 = 14.84;
 
+/// The rows of the environment a launch keeps: `run` with this process's environment kept, and
+/// with one near the bound, against `run --clear-env`, which keeps none: what keeping the
+/// launcher's environment costs a launch (written in the creation's own transaction, no commit
+/// of its own).
+fn render_kept_environment(measured: &Measured, verdicts: &mut Vec<String>) -> String {
+    let mut out = String::new();
+    let own_bytes: usize = std::env::vars_os()
+        .map(|(name, value)| name.len() + value.len() + 2)
+        .sum();
+    let large_bytes: usize = crate::felt::large_env()
+        .iter()
+        .map(|(name, value)| name.len() + value.len() + 2)
+        .sum::<usize>()
+        + own_bytes;
+    let _ = writeln!(
+        out,
+        "\n**A launch's kept environment.** `run` keeps its launcher's variables, cwd and umask \
+         in the journal, in the transaction of the run's creation: `run -- true` with the \
+         benchmark's own environment ({own_bytes} bytes), and with 64 variables of 2 KiB added \
+         ({large_bytes} bytes, within the bound), against `run --clear-env -- true`, which keeps \
+         an empty one.\n"
+    );
+    let mut table = Table::new(&["what", "time", "× `run --clear-env`", "target"]);
+    let group = "launch";
+    let base = measured.per_round(group, "run-clear-env");
+    match base {
+        Some(base) => table.row(&[
+            "`runjournal run --clear-env -- true`".into(),
+            time(median(base.clone())),
+            "1.00×".into(),
+            String::new(),
+        ]),
+        None => table.row(&["`run --clear-env`".into(), "not measured".into()]),
+    }
+    for (id, label, bound) in [
+        (
+            "run",
+            "`run -- true`, its launcher's environment kept",
+            Some(1.1),
+        ),
+        (
+            "run-large-env",
+            "the same with 128 KiB of variables added",
+            None,
+        ),
+    ] {
+        let (Some(times), Some(base)) = (measured.per_round(group, id), base) else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let ratio = ratio_of(times, base);
+        let target = match (bound, ratio) {
+            (Some(bound), Some((mid, _, _))) => {
+                let is_met = mid <= bound;
+                verdicts.push(format!(
+                    "a launch keeping its environment ≤ {bound}× one keeping none: {} ({mid:.2}×)",
+                    verdict(is_met)
+                ));
+                format!("≤ {bound}×: {}", verdict(is_met))
+            }
+            _ => String::new(),
+        };
+        table.row(&[
+            label.to_string(),
+            time(median(times.clone())),
+            ratio_cell(ratio, false),
+            target,
+        ]);
+    }
+    out.push_str(&table.text);
+    out
+}
+
 /// The rows of what users feel: a chatty run, a launch, the CPU of a projected transition. Kept apart
 /// from [`render`] so that other groups' rows merge without touching these.
 pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<String>) -> String {
@@ -1049,6 +1122,7 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
         ]);
     }
     out.push_str(&table.text);
+    out.push_str(&render_kept_environment(measured, verdicts));
 
     let _ = writeln!(
         out,

@@ -493,6 +493,11 @@ impl Home {
         }
     }
 
+    /// Where a run's completion hooks write their output (best effort, as step logs).
+    pub fn hook_log_path(&self, run: RunId) -> PathBuf {
+        self.run_dir(run).join("hooks.log")
+    }
+
     pub fn output_log_path(&self, run: RunId, step: usize) -> PathBuf {
         self.run_dir(run).join(format!("output-{step}.log"))
     }

@@ -38,7 +38,7 @@ pub use format::error::{
 pub use format::retention::{KeepFree, MAX_TOMBSTONES, Retention, Tombstone};
 pub use format::snapshot::{SNAPSHOT_LAYOUT, SnapshotError};
 pub use format::tables::{name_alias, tool_call_alias};
-pub use handle::Journal;
+pub use handle::{Creation, Journal};
 pub use read::reader::{JournalReader, ReadJournal};
 pub use read::view::{JournalMeta, QueueEntry, QueueUsage, ResolveError, ResumeLinks, View};
 pub use write::append::{Appended, Batch, Condition};

@@ -255,8 +255,10 @@ pub fn start_admissible(
     Ok(admitted)
 }
 
-/// A reconcile pass, then the admissions its closings allow: the pass `status`, `list`,
-/// `wait` and `reconcile` make, and what a host should call in their place.
+/// A reconcile pass, then the admissions its closings allow, then a hook deliverer if a
+/// completion hook is due (`base.program` started with [`crate::hooks::DELIVERER_SUBCOMMAND`]):
+/// the pass `status`, `list`, `wait` and `reconcile` make, and what a host should call in
+/// their place.
 pub fn reconcile_and_start(
     store: &Store,
     options: &reconcile::Options,
@@ -267,6 +269,8 @@ pub fn reconcile_and_start(
 ) {
     let report = reconcile::reconcile(store, options);
     let admitted = start_admissible(store, base, "reconciler", None);
+    // Best effort: a deliverer that cannot start now is started by the next pass.
+    let _ = crate::hooks::start_deliverer_if_needed(store, &base.program);
     (report, admitted)
 }
 

@@ -199,6 +199,17 @@ pub(super) fn become_child_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
 }
 
+pub(super) fn die_with_parent(parent: u32) -> io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(io::Error::from)?;
+    // The parent may have died before the request: then this process was reparented already.
+    if u32::try_from(nix::unistd::getppid().as_raw()).ok() != Some(parent) {
+        return Err(io::Error::other(
+            "the parent exited before the child started",
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
     let length = i64::try_from(bytes).map_err(|_| {
         io::Error::new(

@@ -276,6 +276,11 @@ pub(super) fn become_child_subreaper() -> io::Result<()> {
     ))
 }
 
+pub(super) fn die_with_parent(_parent: u32) -> io::Result<()> {
+    // No parent-death signal: the child outlives its parent, bounded by its own end.
+    Ok(())
+}
+
 pub(super) fn preallocate(file: &File, bytes: u64) -> io::Result<()> {
     let length = libc::off_t::try_from(bytes).map_err(|_| {
         io::Error::new(

@@ -190,6 +190,35 @@ pub fn become_child_subreaper() -> io::Result<()> {
     os::become_child_subreaper()
 }
 
+/// This process's file mode creation mask. Read by setting it to `0o077` and back at once: a
+/// file another thread creates in between gets the stricter mask, never a looser one.
+pub fn umask() -> u32 {
+    use nix::sys::stat::{Mode, umask};
+    let old = umask(Mode::from_bits_truncate(0o077));
+    umask(old);
+    // `mode_t` is a u32 on Linux and a u16 on macOS.
+    #[allow(clippy::useless_conversion)]
+    u32::from(old.bits())
+}
+
+/// Sets the file mode creation mask. Async-signal-safe (one system call): it may run between
+/// fork and exec, as a `pre_exec` hook.
+pub fn set_umask(mask: u32) {
+    use nix::sys::stat::{Mode, umask};
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    let bits = (mask & 0o777) as nix::libc::mode_t;
+    umask(Mode::from_bits_truncate(bits));
+}
+
+/// Asks the kernel to SIGKILL this process when the thread that forked it exits, and exits at
+/// once if that happened already. For a child that must not outlive the one waiting for it (a
+/// completion hook dies with its deliverer, so a delivery found abandoned is not still
+/// running). Async-signal-safe; a `pre_exec` hook. `parent` is the forking process's pid. On
+/// macOS there is no such request: nothing is done.
+pub fn die_with_parent(parent: u32) -> io::Result<()> {
+    os::die_with_parent(parent)
+}
+
 /// Allocates `bytes` of real blocks to `file` from its start (not a sparse file): deleting
 /// it frees that much space. A full disk fails with a capacity error.
 pub fn preallocate(file: &File, bytes: u64) -> io::Result<()> {

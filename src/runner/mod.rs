@@ -20,8 +20,10 @@
 //!   pipe), whatever the runner's launcher had open;
 //! * no write to a log (the runner's own, a step's output) can end the runner or a step: logs
 //!   are best effort ([`output`]);
-//! * the runner records nothing after `Terminal`: `ProcessTerminalObserved` is for whoever sees
-//!   it gone.
+//! * the runner records nothing after `Terminal` but its run's hooks' attempts
+//!   ([`crate::hooks`]): `ProcessTerminalObserved` is for whoever sees it gone;
+//! * a step starts in the environment its run's launcher recorded, whoever started this
+//!   runner ([`crate::store::Store::start_environment`]).
 //!
 //! # Exit codes of a run
 //!
@@ -262,7 +264,43 @@ fn run_with_runtime(
         log(&describe_capacity(event, lock_bound))
     }));
     let store = Arc::new(Store::open_with(home, options)?);
-    runtime.block_on(run_steps(store, run, config, ready))
+    let outcome = runtime.block_on(run_steps(Arc::clone(&store), run, config, ready));
+    if outcome.is_ok() {
+        deliver_hooks(&store, run);
+    }
+    outcome
+}
+
+/// The run's end is durable: its completion hooks run now, before the runner exits
+/// ([`crate::hooks`]); what this runner cannot finish (a retry due later, a failure of the
+/// journal) is left to a deliverer a reconcile pass starts.
+fn deliver_hooks(store: &Store, run: RunId) {
+    let by = format!("runner of {run}");
+    let options = match crate::hooks::DeliveryOptions::from_env(by, crate::hooks::RUNNER_MAX_WAIT) {
+        Ok(options) => options,
+        Err(reason) => {
+            log(&format!("not delivering the run's hooks: {reason}"));
+            return;
+        }
+    };
+    match crate::hooks::deliver_run(store, run, &options) {
+        Ok(delivery) => {
+            for attempted in &delivery.attempts {
+                log(&format!(
+                    "hook {} attempt {}: {}",
+                    attempted.hook,
+                    attempted.attempt,
+                    crate::exit::describe_hook_outcome(&attempted.outcome)
+                ));
+            }
+            if !delivery.attempts.is_empty() {
+                store.flush_projections(PROJECTION_FLUSH_TIMEOUT);
+            }
+        }
+        Err(error) => log(&format!(
+            "delivering the run's hooks: {error}; a reconcile pass delivers them"
+        )),
+    }
 }
 
 /// A runner.log line for a capacity event; `lock_bound` is how long the runner waits for the
@@ -334,10 +372,22 @@ async fn run_steps(
         std::process::id()
     ));
     let grace = config.grace;
+    // The launcher's environment, whoever started this runner: every step starts in it.
+    let environment = {
+        let store = Arc::clone(&store);
+        let cwd = state.spec.cwd.clone();
+        tokio::task::spawn_blocking(move || store.start_environment(run, cwd.as_deref()))
+            .await
+            .map_err(|error| RunnerError::Io {
+                what: "reading the run's environment",
+                source: io::Error::other(error.to_string()),
+            })??
+    };
     let heartbeat = tokio::spawn(beat(Arc::clone(&store), run, config.heartbeat));
     let mut run_loop = RunLoop {
         recorder: Arc::clone(&recorder),
         home: store.home().clone(),
+        environment,
         spec: Arc::clone(&state.spec),
         config,
         tasks: JoinSet::new(),
@@ -547,6 +597,8 @@ enum Start {
 struct RunLoop {
     recorder: Arc<Recorder>,
     home: Home,
+    /// How its steps start: the launcher's recorded environment, cwd and umask.
+    environment: crate::run_env::StepEnvironment,
     spec: Arc<RunSpec>,
     config: RunnerConfig,
     tasks: JoinSet<(usize, ProcessReport)>,
@@ -729,7 +781,7 @@ impl RunLoop {
                 run,
                 index,
                 &self.spec.steps[index],
-                self.spec.cwd.as_deref(),
+                &self.environment,
                 pipe,
             )
         }) {

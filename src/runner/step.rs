@@ -30,7 +30,8 @@ pub const ENV_LAYOUT: &str = crate::home::LAYOUT_ENV;
 /// Most provider lines buffered between the reading thread and the step's task.
 const PROVIDER_LINE_QUEUE: usize = 16;
 
-/// The command that runs a step, with stdin from /dev/null and stdout and stderr into
+/// The command that runs a step in `environment` (the launcher's, with runjournal's variables
+/// above), with stdin from /dev/null and stdout and stderr into
 /// `output`, the write end of the pipe the runner drains into the step's log (an external-job
 /// provider's stdout is piped to the runner instead, which copies its lines to the log).
 pub fn command(
@@ -38,7 +39,7 @@ pub fn command(
     run: RunId,
     index: usize,
     step: &StepSpec,
-    cwd: Option<&str>,
+    environment: &crate::run_env::StepEnvironment,
     output: OwnedFd,
 ) -> io::Result<Command> {
     let mut command = match &step.action {
@@ -63,6 +64,9 @@ pub fn command(
             command
         }
     };
+    // First: a recorded environment replaces the whole of the runner's, so runjournal's own
+    // variables are set after it.
+    environment.apply(&mut command);
     let stdout = if step.is_external_job() {
         Stdio::piped()
     } else {
@@ -77,9 +81,6 @@ pub fn command(
         .env(ENV_HOME, home.root())
         .env(ENV_LAYOUT, home.layout().as_str())
         .env_remove(super::ready::READY_FD_ENV);
-    if let Some(cwd) = cwd {
-        command.current_dir(cwd);
-    }
     Ok(command)
 }
 

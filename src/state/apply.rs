@@ -6,12 +6,14 @@
 use std::sync::Arc;
 
 use super::{
-    AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo,
-    StepState, StepStatus, TerminalInfo, TransitionError,
+    AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
+    QueueInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus, TerminalInfo,
+    TransitionError,
 };
 use crate::event::{
-    ControlAction, Event, ExternalJobStatus, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
-    Record, Repairer, RunId, StepEnd, StepOutcome, TerminalState, UnixMs, check_queue_name,
+    ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS, Mode,
+    Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunId, StepEnd, StepOutcome,
+    TerminalState, UnixMs, check_queue_name,
 };
 
 /// Applies one record to a run's state. `None` is a run that does not exist yet, which only
@@ -84,6 +86,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         process_terminal: None,
         dismissed_at_ms: None,
         queue: None,
+        hooks: Vec::new(),
         head_seq: 1,
         updated_at_ms: record.time_ms,
     };
@@ -123,7 +126,10 @@ impl RunState {
             .map_err(|source| TransitionError::TextTooLong { run, source })?;
         let is_allowed_after_terminal = matches!(
             event,
-            Event::ProcessTerminalObserved { .. } | Event::Dismissed { .. }
+            Event::ProcessTerminalObserved { .. }
+                | Event::Dismissed { .. }
+                | Event::HookAttempted { .. }
+                | Event::HookEnded { .. }
         );
         if self.is_terminal() && !is_allowed_after_terminal {
             return Err(TransitionError::AfterTerminal {
@@ -180,6 +186,7 @@ impl RunState {
                 heartbeat_ms,
             } => self.queue_joined(queue, *idle_timeout_ms, *heartbeat_ms, record.seq, at_ms),
             Event::QueueAdmitted { by } => self.queue_admitted(by, at_ms),
+            Event::HookAttempted { .. } | Event::HookEnded { .. } => self.hook_event(event, at_ms),
         }?;
         self.head_seq = record.seq;
         self.updated_at_ms = at_ms;
@@ -546,6 +553,167 @@ impl RunState {
             by: by.to_string(),
             at_ms,
         });
+        Ok(())
+    }
+
+    /// Dispatches a hook's event to its handler.
+    fn hook_event(&mut self, event: &Event, at_ms: UnixMs) -> Result<(), TransitionError> {
+        match event {
+            Event::HookAttempted {
+                hook,
+                attempt,
+                claimant,
+                by,
+                lease_ms,
+            } => self.hook_attempted(
+                event,
+                *hook,
+                HookClaim {
+                    attempt: *attempt,
+                    claimant: claimant.clone(),
+                    by: by.clone(),
+                    lease_ms: *lease_ms,
+                    at_ms,
+                },
+            ),
+            Event::HookEnded {
+                hook,
+                attempt,
+                outcome,
+                retry_at_ms,
+            } => self.hook_ended(event, *hook, *attempt, outcome, *retry_at_ms, at_ms),
+            _ => unreachable!("only hook events are dispatched here"),
+        }
+    }
+
+    /// `HookAttempted`: once the run is terminal, for a hook in range that is neither
+    /// delivered nor given up and has no attempt open, as its next attempt.
+    fn hook_attempted(
+        &mut self,
+        event: &Event,
+        hook: u32,
+        claim: HookClaim,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let attempt = claim.attempt;
+        self.require_hook_place(event, hook)?;
+        let current = self.hook(hook);
+        if let Some(current) = current {
+            if current.is_settled() {
+                let how = if current.is_delivered() {
+                    "delivered"
+                } else {
+                    "given up"
+                };
+                return Err(TransitionError::HookSettled { run, hook, how });
+            }
+            if let Some(claim) = &current.claim {
+                return Err(TransitionError::HookAttemptOpen {
+                    run,
+                    hook,
+                    attempt: claim.attempt,
+                });
+            }
+        }
+        let expected = current.map_or(0, |current| current.attempts) + 1;
+        if attempt != expected {
+            return Err(TransitionError::HookAttemptNotNext {
+                run,
+                hook,
+                expected,
+                found: attempt,
+            });
+        }
+        match self.hooks.iter_mut().find(|state| state.hook == hook) {
+            Some(state) => {
+                state.attempts = attempt;
+                state.claim = Some(claim);
+            }
+            None => {
+                let place = self.hooks.partition_point(|state| state.hook < hook);
+                self.hooks.insert(
+                    place,
+                    HookState {
+                        hook,
+                        attempts: attempt,
+                        claim: Some(claim),
+                        last: None,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `HookEnded`: once the run is terminal, for the attempt claimed; a retry only after an
+    /// attempt that failed and was not the last.
+    fn hook_ended(
+        &mut self,
+        event: &Event,
+        hook: u32,
+        attempt: u32,
+        outcome: &HookOutcome,
+        retry_at_ms: Option<UnixMs>,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        self.require_hook_place(event, hook)?;
+        let is_claimed = self
+            .hook(hook)
+            .and_then(|state| state.claim.as_ref())
+            .is_some_and(|claim| claim.attempt == attempt);
+        if !is_claimed {
+            return Err(TransitionError::HookNotClaimed { run, hook, attempt });
+        }
+        if retry_at_ms.is_some() {
+            let why = if outcome.is_delivered() {
+                Some("it was delivered")
+            } else if attempt >= MAX_HOOK_ATTEMPTS {
+                Some("it was the last attempt")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(TransitionError::HookRetryNotAllowed {
+                    run,
+                    hook,
+                    attempt,
+                    why,
+                });
+            }
+        }
+        let state = self
+            .hooks
+            .iter_mut()
+            .find(|state| state.hook == hook)
+            .expect("a claimed hook has a state");
+        state.claim = None;
+        state.last = Some(HookAttemptEnd {
+            attempt,
+            outcome: outcome.clone(),
+            retry_at_ms,
+            at_ms,
+        });
+        Ok(())
+    }
+
+    /// A hook event is for a run that has ended, naming a hook a run may have.
+    fn require_hook_place(&self, event: &Event, hook: u32) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if !self.is_terminal() {
+            return Err(TransitionError::HookBeforeEnd {
+                run,
+                event: event.name(),
+                state: self.status,
+            });
+        }
+        if hook >= MAX_HOOKS {
+            return Err(TransitionError::HookOutOfRange {
+                run,
+                event: event.name(),
+                hook,
+            });
+        }
         Ok(())
     }
 

@@ -15,8 +15,8 @@ pub use apply::{apply, replay};
 pub use shape::{KeptInState, ShapeRule};
 
 use crate::event::{
-    ControlAction, ExternalJobStatus, Observer, ProcessExit, ProcessIdentity, Proof, Repairer,
-    RunId, RunSpec, SpecError, StepEnd, TerminalState, TextTooLong, UnixMs,
+    ControlAction, ExternalJobStatus, HookOutcome, Observer, ProcessExit, ProcessIdentity, Proof,
+    Repairer, RunId, RunSpec, SpecError, StepEnd, TerminalState, TextTooLong, UnixMs,
 };
 
 /// Where a run is in its lifecycle.
@@ -223,6 +223,60 @@ pub struct AdmissionInfo {
     pub at_ms: UnixMs,
 }
 
+/// One completion hook's deliveries (docs/design.md, "Hooks"): its attempts so far, the one
+/// claimed now, and how the last one ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HookState {
+    /// Its place in the run's hook list.
+    pub hook: u32,
+    /// Attempts claimed so far, the open one included (1, 2, ...).
+    pub attempts: u32,
+    /// The attempt claimed and not yet ended.
+    pub claim: Option<HookClaim>,
+    /// How the last attempt that ended went.
+    pub last: Option<HookAttemptEnd>,
+}
+
+/// An attempt claimed: who runs it, and for how long the claim holds while that process lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HookClaim {
+    pub attempt: u32,
+    pub claimant: ProcessIdentity,
+    pub by: String,
+    pub lease_ms: u64,
+    pub at_ms: UnixMs,
+}
+
+/// How an attempt ended, and when the next one is due (`None`: none follows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HookAttemptEnd {
+    pub attempt: u32,
+    pub outcome: HookOutcome,
+    pub retry_at_ms: Option<UnixMs>,
+    pub at_ms: UnixMs,
+}
+
+impl HookState {
+    /// An attempt exited 0: the hook is never run again.
+    pub fn is_delivered(&self) -> bool {
+        self.last
+            .as_ref()
+            .is_some_and(|last| last.outcome.is_delivered())
+    }
+
+    /// Its last attempt failed and none follows.
+    pub fn is_given_up(&self) -> bool {
+        self.last
+            .as_ref()
+            .is_some_and(|last| !last.outcome.is_delivered() && last.retry_at_ms.is_none())
+    }
+
+    /// Delivered or given up: no attempt follows.
+    pub fn is_settled(&self) -> bool {
+        self.is_delivered() || self.is_given_up()
+    }
+}
+
 /// A run's state: the fold of its records.
 ///
 /// The domain type, never stored as it is: the journal stores it as a snapshot of a wire type
@@ -247,6 +301,8 @@ pub struct RunState {
     pub dismissed_at_ms: Option<UnixMs>,
     /// Its queue, when it was created in one.
     pub queue: Option<QueueInfo>,
+    /// Its completion hooks that were attempted, by hook (only once the run is terminal).
+    pub hooks: Vec<HookState>,
     /// Sequence number of the last record applied.
     pub head_seq: u64,
     /// Time of the last record applied.
@@ -352,6 +408,11 @@ impl RunState {
             None => Some(self.created_at_ms),
             Some(queue) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
         }
+    }
+
+    /// The delivery state of hook `hook`, once an attempt of it was claimed.
+    pub fn hook(&self, hook: u32) -> Option<&HookState> {
+        self.hooks.iter().find(|state| state.hook == hook)
     }
 
     /// End time: the `Terminal` record's time, once there is one.
@@ -503,6 +564,49 @@ pub enum TransitionError {
         "run {run}: RunnerStarted while the run waits in queue {queue}; a queued run starts only once admitted"
     )]
     RunnerBeforeAdmission { run: RunId, queue: String },
+    #[error("run {run}: {event} while the run is {state}; hooks run only once the run has ended")]
+    HookBeforeEnd {
+        run: RunId,
+        event: &'static str,
+        state: RunStatus,
+    },
+    #[error(
+        "run {run}: {event} names hook {hook}, but a run has at most {} hooks",
+        crate::event::MAX_HOOKS
+    )]
+    HookOutOfRange {
+        run: RunId,
+        event: &'static str,
+        hook: u32,
+    },
+    #[error(
+        "run {run}: attempt {found} of hook {hook} claimed, but the next attempt is {expected}"
+    )]
+    HookAttemptNotNext {
+        run: RunId,
+        hook: u32,
+        expected: u32,
+        found: u32,
+    },
+    #[error("run {run}: hook {hook} has attempt {attempt} claimed and not ended")]
+    HookAttemptOpen { run: RunId, hook: u32, attempt: u32 },
+    #[error("run {run}: hook {hook} was {how}; no attempt follows")]
+    HookSettled {
+        run: RunId,
+        hook: u32,
+        how: &'static str,
+    },
+    #[error(
+        "run {run}: HookEnded for attempt {attempt} of hook {hook}, which is not the attempt claimed"
+    )]
+    HookNotClaimed { run: RunId, hook: u32, attempt: u32 },
+    #[error("run {run}: attempt {attempt} of hook {hook} sets a retry, but {why}")]
+    HookRetryNotAllowed {
+        run: RunId,
+        hook: u32,
+        attempt: u32,
+        why: &'static str,
+    },
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@
 //! [`apply`]: super::apply
 
 use super::{RunState, RunStatus, ShapeError, StepState, StepStatus, TransitionError};
-use crate::event::{MAX_TEXT_BYTES, Mode, Proof, check_queue_name};
+use crate::event::{
+    HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS, MAX_TEXT_BYTES, Mode, Proof, check_queue_name,
+};
 
 /// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
 /// is checked, in the order declared.
@@ -92,6 +94,17 @@ shape_rules! {
     /// batch's two records. Times are not ordered: they are writers' clocks, which may step back
     /// between the join and the admission, and the reducer takes each record's time as given.
     QueueJoinedAtCreation,
+    /// Hooks are attempted only once the run has ended.
+    HooksOnlyAfterEnd,
+    /// One state per hook, in hook order, each naming a hook a run may have.
+    HooksInOrder,
+    /// A hook's attempts are counted: at least one, at most the limit; the open one is the
+    /// last claimed, and the last ended one is the one before it (or the last, with none open).
+    HookAttemptsCounted,
+    /// A hook delivered or given up has no attempt open.
+    HookNoClaimOnceSettled,
+    /// A retry follows only an attempt that failed and was not the last.
+    HookRetryFits,
 }
 
 impl ShapeRule {
@@ -139,6 +152,15 @@ impl ShapeRule {
             }
             ShapeRule::QueueJoinedAtCreation => {
                 "it is in a queue but holds fewer records than its creation batch"
+            }
+            ShapeRule::HooksOnlyAfterEnd => "a hook was attempted before it ended",
+            ShapeRule::HooksInOrder => {
+                "its hooks are out of order, twice there, or beyond the most a run has"
+            }
+            ShapeRule::HookAttemptsCounted => "a hook's attempts do not add up",
+            ShapeRule::HookNoClaimOnceSettled => "a hook delivered or given up has an attempt open",
+            ShapeRule::HookRetryFits => {
+                "a hook has a retry after a delivery or after its last attempt"
             }
         }
     }
@@ -235,6 +257,49 @@ impl ShapeRule {
                         .is_none_or(|queue| queue.admitted.is_some())
             }
             ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
+            ShapeRule::HooksOnlyAfterEnd
+            | ShapeRule::HooksInOrder
+            | ShapeRule::HookAttemptsCounted
+            | ShapeRule::HookNoClaimOnceSettled
+            | ShapeRule::HookRetryFits => self.hooks_hold(state),
+        }
+    }
+
+    /// Whether `state`'s hooks keep this rule, one of those about hooks.
+    fn hooks_hold(self, state: &RunState) -> bool {
+        match self {
+            ShapeRule::HooksOnlyAfterEnd => state.hooks.is_empty() || state.is_terminal(),
+            ShapeRule::HooksInOrder => {
+                state.hooks.iter().all(|hook| hook.hook < MAX_HOOKS)
+                    && state
+                        .hooks
+                        .windows(2)
+                        .all(|pair| pair[0].hook < pair[1].hook)
+            }
+            ShapeRule::HookAttemptsCounted => state.hooks.iter().all(|hook| {
+                let ended = match &hook.claim {
+                    Some(claim) => {
+                        if claim.attempt != hook.attempts {
+                            return false;
+                        }
+                        hook.attempts.saturating_sub(1)
+                    }
+                    None => hook.attempts,
+                };
+                (1..=MAX_HOOK_ATTEMPTS).contains(&hook.attempts)
+                    && hook.last.as_ref().map_or(0, |last| last.attempt) == ended
+            }),
+            ShapeRule::HookNoClaimOnceSettled => state
+                .hooks
+                .iter()
+                .all(|hook| !hook.is_settled() || hook.claim.is_none()),
+            ShapeRule::HookRetryFits => state.hooks.iter().all(|hook| {
+                hook.last.as_ref().is_none_or(|last| {
+                    last.retry_at_ms.is_none()
+                        || (!last.outcome.is_delivered() && last.attempt < MAX_HOOK_ATTEMPTS)
+                })
+            }),
+            _ => unreachable!("{self:?} is not a rule about hooks; holds() judges it"),
         }
     }
 
@@ -367,7 +432,25 @@ fn texts(state: &RunState) -> impl Iterator<Item = &str> {
         .controls
         .iter()
         .flat_map(|control| [Some(control.by.as_str()), Some(control.reason.as_str())]);
-    run.into_iter().chain(steps).chain(controls).flatten()
+    let hooks = state.hooks.iter().flat_map(|hook| {
+        let claim = hook.claim.as_ref();
+        let outcome = hook.last.as_ref().and_then(|last| match &last.outcome {
+            HookOutcome::NotStarted { error: text } | HookOutcome::Abandoned { reason: text } => {
+                Some(text.as_str())
+            }
+            HookOutcome::Delivered | HookOutcome::Failed { .. } | HookOutcome::TimedOut => None,
+        });
+        [
+            claim.map(|claim| claim.by.as_str()),
+            claim.map(|claim| claim.claimant.boot_id.as_str()),
+            outcome,
+        ]
+    });
+    run.into_iter()
+        .chain(steps)
+        .chain(controls)
+        .chain(hooks)
+        .flatten()
 }
 
 /// Where a rule the reducer refuses records by shows in the states it makes.
@@ -449,6 +532,13 @@ impl TransitionError {
                 RecordsOnly("a state holds at most one admission, by its type")
             }
             TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
+            TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
+            TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
+            TransitionError::HookAttemptNotNext { .. }
+            | TransitionError::HookAttemptOpen { .. }
+            | TransitionError::HookNotClaimed { .. } => Rules(&[R::HookAttemptsCounted]),
+            TransitionError::HookSettled { .. } => Rules(&[R::HookNoClaimOnceSettled]),
+            TransitionError::HookRetryNotAllowed { .. } => Rules(&[R::HookRetryFits]),
         }
     }
 }

@@ -138,6 +138,162 @@ fn dismissed() -> Event {
     Event::Dismissed { at_ms: 42 }
 }
 
+fn hook_attempted(hook: u32, attempt: u32) -> Event {
+    Event::HookAttempted {
+        hook,
+        attempt,
+        claimant: runner_identity(),
+        by: "runner".to_string(),
+        lease_ms: 60_000,
+    }
+}
+
+fn hook_ended(
+    hook: u32,
+    attempt: u32,
+    outcome: crate::event::HookOutcome,
+    retry_at_ms: Option<UnixMs>,
+) -> Event {
+    Event::HookEnded {
+        hook,
+        attempt,
+        outcome,
+        retry_at_ms,
+    }
+}
+
+fn hook_failed() -> crate::event::HookOutcome {
+    crate::event::HookOutcome::Failed {
+        exit: crate::event::ProcessExit {
+            code: Some(1),
+            signal: None,
+        },
+    }
+}
+
+/// A run that ended before a runner took it: its hooks may be attempted.
+fn ended() -> Story {
+    Story::new(chain_spec(1)).then(terminal(TerminalState::Failed, Some("gave up")))
+}
+
+// Hooks: attempted only once the run has ended, one attempt at a time, numbered in turn; never
+// again once delivered or given up; a retry only after a failure that was not the last.
+
+#[test]
+fn a_hook_is_attempted_only_once_the_run_has_ended() {
+    let error = Story::running(chain_spec(1)).rejects(hook_attempted(0, 1));
+    assert!(
+        matches!(error, TransitionError::HookBeforeEnd { .. }),
+        "{error}"
+    );
+    let story = ended().then(hook_attempted(0, 1));
+    let hook = story.state.hook(0).expect("attempted");
+    assert_eq!(hook.attempts, 1);
+    assert!(hook.claim.is_some());
+}
+
+#[test]
+fn hook_attempts_come_one_at_a_time_in_turn() {
+    let error = ended().rejects(hook_attempted(0, 2));
+    assert!(
+        matches!(
+            error,
+            TransitionError::HookAttemptNotNext { expected: 1, .. }
+        ),
+        "{error}"
+    );
+    let claimed = ended().then(hook_attempted(0, 1));
+    let error = claimed.rejects(hook_attempted(0, 2));
+    assert!(
+        matches!(error, TransitionError::HookAttemptOpen { attempt: 1, .. }),
+        "{error}"
+    );
+    let error = claimed.rejects(hook_ended(0, 2, hook_failed(), None));
+    assert!(
+        matches!(error, TransitionError::HookNotClaimed { attempt: 2, .. }),
+        "{error}"
+    );
+    let retried = claimed
+        .then(hook_ended(0, 1, hook_failed(), Some(5)))
+        .then(hook_attempted(0, 2));
+    assert_eq!(retried.state.hook(0).map(|hook| hook.attempts), Some(2));
+    let error = ended().rejects(hook_attempted(crate::event::MAX_HOOKS, 1));
+    assert!(
+        matches!(error, TransitionError::HookOutOfRange { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_delivered_hook_is_never_attempted_again() {
+    let delivered = ended().then(hook_attempted(0, 1)).then(hook_ended(
+        0,
+        1,
+        crate::event::HookOutcome::Delivered,
+        None,
+    ));
+    assert!(delivered.state.hook(0).is_some_and(HookState::is_delivered));
+    let error = delivered.rejects(hook_attempted(0, 2));
+    assert!(
+        matches!(
+            error,
+            TransitionError::HookSettled {
+                how: "delivered",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let error = ended().then(hook_attempted(0, 1)).rejects(hook_ended(
+        0,
+        1,
+        crate::event::HookOutcome::Delivered,
+        Some(5),
+    ));
+    assert!(
+        matches!(error, TransitionError::HookRetryNotAllowed { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_hook_is_given_up_after_its_last_attempt() {
+    let mut story = ended();
+    for attempt in 1..crate::event::MAX_HOOK_ATTEMPTS {
+        story = story.then(hook_attempted(0, attempt)).then(hook_ended(
+            0,
+            attempt,
+            hook_failed(),
+            Some(5),
+        ));
+    }
+    let last = crate::event::MAX_HOOK_ATTEMPTS;
+    let story = story.then(hook_attempted(0, last));
+    let error = story.rejects(hook_ended(0, last, hook_failed(), Some(5)));
+    assert!(
+        matches!(error, TransitionError::HookRetryNotAllowed { .. }),
+        "{error}"
+    );
+    let given_up = story.then(hook_ended(
+        0,
+        last,
+        crate::event::HookOutcome::TimedOut,
+        None,
+    ));
+    assert!(given_up.state.hook(0).is_some_and(HookState::is_given_up));
+    let error = given_up.rejects(hook_attempted(0, last + 1));
+    assert!(
+        matches!(
+            error,
+            TransitionError::HookSettled {
+                how: "given up",
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
 /// A run under construction: every `then` must be accepted, at the next seq.
 #[derive(Debug, Clone)]
 struct Story {
@@ -1961,10 +2117,17 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::NotInQueue { .. } => 29,
         TransitionError::AlreadyAdmitted { .. } => 30,
         TransitionError::RunnerBeforeAdmission { .. } => 31,
+        TransitionError::HookBeforeEnd { .. } => 32,
+        TransitionError::HookOutOfRange { .. } => 33,
+        TransitionError::HookAttemptNotNext { .. } => 34,
+        TransitionError::HookAttemptOpen { .. } => 35,
+        TransitionError::HookSettled { .. } => 36,
+        TransitionError::HookNotClaimed { .. } => 37,
+        TransitionError::HookRetryNotAllowed { .. } => 38,
     }
 }
 
-const TRANSITION_KINDS: usize = 32;
+const TRANSITION_KINDS: usize = 39;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2045,6 +2208,23 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
             .then(admitted())
             .rejects(admitted()),
         queued().then(joined("q")).rejects(runner_started("i1")),
+        running().rejects(hook_attempted(0, 1)),
+        ended().rejects(hook_attempted(crate::event::MAX_HOOKS, 1)),
+        ended().rejects(hook_attempted(0, 2)),
+        ended()
+            .then(hook_attempted(0, 1))
+            .rejects(hook_attempted(0, 2)),
+        ended()
+            .then(hook_attempted(0, 1))
+            .then(hook_ended(0, 1, crate::event::HookOutcome::Delivered, None))
+            .rejects(hook_attempted(0, 2)),
+        ended().rejects(hook_ended(0, 1, hook_failed(), None)),
+        ended().then(hook_attempted(0, 1)).rejects(hook_ended(
+            0,
+            1,
+            crate::event::HookOutcome::Delivered,
+            Some(5),
+        )),
     ]
 }
 
@@ -2083,7 +2263,48 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
         .then(admitted())
         .then(runner_started("i1"))
         .state;
+    let hook_failing = ended()
+        .then(hook_attempted(0, 1))
+        .then(hook_ended(0, 1, hook_failed(), Some(time_of(9))))
+        .state;
+    let hook_delivered = ended()
+        .then(hook_attempted(0, 1))
+        .then(hook_ended(0, 1, crate::event::HookOutcome::Delivered, None))
+        .state;
     let (base, change): (RunState, Breach) = match rule {
+        ShapeRule::HooksOnlyAfterEnd => {
+            let hooks = hook_failing.hooks.clone();
+            (running, Box::new(move |state| state.hooks = hooks.clone()))
+        }
+        ShapeRule::HooksInOrder => (
+            hook_failing,
+            Box::new(|state| state.hooks.push(state.hooks[0].clone())),
+        ),
+        ShapeRule::HookAttemptsCounted => {
+            (hook_failing, Box::new(|state| state.hooks[0].attempts = 3))
+        }
+        ShapeRule::HookNoClaimOnceSettled => (
+            hook_delivered,
+            Box::new(|state| {
+                let hook = &mut state.hooks[0];
+                hook.attempts = 2;
+                hook.claim = Some(HookClaim {
+                    attempt: 2,
+                    claimant: runner_identity(),
+                    by: "runner".to_string(),
+                    lease_ms: 60_000,
+                    at_ms: time_of(9),
+                });
+            }),
+        ),
+        ShapeRule::HookRetryFits => (
+            hook_delivered,
+            Box::new(|state| {
+                if let Some(last) = &mut state.hooks[0].last {
+                    last.retry_at_ms = Some(time_of(9));
+                }
+            }),
+        ),
         ShapeRule::QueueNameValid => (
             admitted_waiting,
             Box::new(|state| {

@@ -66,6 +66,42 @@ fn every_json_output_keeps_the_one_key_convention() {
             .any(|entry| entry["pruned"] == Value::Bool(true)),
         "a pruned run is listed: {listed:?}"
     );
+    // A run with a hook that fails, and the home's hook.
+    let hooked = run_id_of(
+        json_of(
+            &home,
+            &["run", "--json", "--on-exit", "exit 1", "--", "true"],
+        )[0]
+        .to_string()
+        .as_bytes(),
+    );
+    let set = home
+        .cmd()
+        .args(["hook", "set", "true"])
+        .output()
+        .expect("runjournal runs");
+    assert!(set.status.success(), "{set:?}");
+    for args in [
+        &["hooks", &hooked.to_string(), "--json"][..],
+        &["hooks", "--json"],
+        &["hook", "show", "--json"],
+    ] {
+        let document = json_of(&home, args);
+        assert!(!document.is_empty(), "{args:?}");
+        documents.push(document);
+    }
+    // What `status` adds beside pi-subagents' document: the kept environment, its variables
+    // shown, and the hooks.
+    let status = json_of(
+        &home,
+        &["status", &hooked.to_string(), "--show-env", "--json"],
+    );
+    let status = status.first().expect("one document");
+    assert!(
+        status["environment"]["values"].is_array(),
+        "the variables are shown: {status}"
+    );
+    documents.push(vec![status["environment"].clone(), status["hooks"].clone()]);
     for document in documents.iter().flatten() {
         assert_eq!(
             runjournal::json::keys_off_convention(document),

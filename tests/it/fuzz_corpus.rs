@@ -199,6 +199,140 @@ fn write_the_decode_snapshot_seeds() {
     }
 }
 
+/// Writes the seeds of completion hooks: a run's life through a hook failed, retried and
+/// delivered (`fold_events`, as postcard events), each hook record (`decode_record`), the
+/// snapshot of that run and a forged one with a hook attempted before the run ended
+/// (`decode_snapshot`). `RUNJOURNAL_WRITE_CORPUS=1 cargo test --test it -- --ignored
+/// fuzz_corpus::write_the_hook_seeds`.
+#[test]
+#[ignore = "writes the seeds of a fuzz corpus"]
+fn write_the_hook_seeds() {
+    use runjournal::event::{
+        Event, FORMAT_VERSION, HookOutcome, Mode, ProcessExit, ProcessIdentity, RecordEnvelope,
+        RunId, RunSpec, StepAction, StepSpec, TerminalState, WriterId,
+    };
+    use runjournal::testkit::encode_snapshot;
+    use std::sync::Arc;
+
+    if std::env::var("RUNJOURNAL_WRITE_CORPUS").as_deref() != Ok("1") {
+        return;
+    }
+    let run = RunId::from_bytes([0x42; 16]);
+    let claimant = ProcessIdentity {
+        pid: 4242,
+        start_time: 99,
+        boot_id: "b".to_string(),
+        pid_namespace: Some(4_026_531_836),
+    };
+    let attempted = |attempt: u32| Event::HookAttempted {
+        hook: 0,
+        attempt,
+        claimant: claimant.clone(),
+        by: "runner".to_string(),
+        lease_ms: 48_000,
+    };
+    let events = vec![
+        Event::RunCreated {
+            spec: Arc::new(RunSpec {
+                name: Some("seed".to_string()),
+                mode: Mode::Single,
+                concurrency: 1,
+                timeout_ms: None,
+                cwd: None,
+                steps: vec![StepSpec {
+                    name: "a".to_string(),
+                    action: StepAction::Shell {
+                        script: "true".to_string(),
+                    },
+                }],
+            }),
+            created_at_ms: 1_700_000_000_000,
+            session_id: None,
+            completion_owner_id: None,
+            tool_call_id: None,
+        },
+        Event::Terminal {
+            state: TerminalState::Failed,
+            error: Some("the runner never started".to_string()),
+            summary: "failed".to_string(),
+            exit_code: 1,
+            repaired_by: None,
+        },
+        attempted(1),
+        Event::HookEnded {
+            hook: 0,
+            attempt: 1,
+            outcome: HookOutcome::Failed {
+                exit: ProcessExit {
+                    code: Some(1),
+                    signal: None,
+                },
+            },
+            retry_at_ms: Some(1_700_000_001_000),
+        },
+        attempted(2),
+        Event::HookEnded {
+            hook: 0,
+            attempt: 2,
+            outcome: HookOutcome::Delivered,
+            retry_at_ms: None,
+        },
+    ];
+    let records: Vec<RecordEnvelope> = events
+        .iter()
+        .enumerate()
+        .map(|(index, event)| RecordEnvelope {
+            format_version: FORMAT_VERSION,
+            run_id: run,
+            seq: index as u64 + 1,
+            time_ms: 1_700_000_000_000 + index as u64,
+            writer: WriterId(7),
+            writer_seq: index as u64 + 1,
+            event: event.clone(),
+        })
+        .collect();
+    let delivered = runjournal::state::replay(&records)
+        .expect("a legal life")
+        .expect("records");
+    let mut before_the_end = runjournal::state::replay(&records[..1])
+        .expect("a legal life")
+        .expect("records");
+    before_the_end.hooks = delivered.hooks.clone();
+    let payload = |bytes: Vec<u8>| bytes[..bytes.len() - 4].to_vec();
+    let encode = |state: &runjournal::RunState| encode_snapshot(state).expect("a state encodes");
+    let mut life = vec![0x01];
+    for event in &events {
+        life.extend(postcard::to_allocvec(event).expect("an event encodes"));
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let seeds: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("fold_events", "hook_failed_retried_and_delivered", life),
+        (
+            "decode_record",
+            "hook_attempted",
+            records[2].encode().expect("a record encodes"),
+        ),
+        (
+            "decode_record",
+            "hook_ended",
+            records[3].encode().expect("a record encodes"),
+        ),
+        (
+            "decode_snapshot",
+            "ended_with_a_hook_delivered",
+            payload(encode(&delivered)),
+        ),
+        (
+            "decode_snapshot",
+            "forged_hook_attempted_before_the_end",
+            payload(encode(&before_the_end)),
+        ),
+    ];
+    for (target, name, bytes) in seeds {
+        std::fs::write(root.join(target).join(name), bytes).expect("write a seed");
+    }
+}
+
 /// The forged seeds of `decode_snapshot` do not decode: a snapshot a runner would choke on (an
 /// empty command, a parallel run of concurrency 0) or that no reducer makes is never read as a
 /// state; the run is re-derived from its records instead.

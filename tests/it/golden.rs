@@ -301,6 +301,7 @@ fn write_the_golden_journal() {
             writer,
             writer_seq: *writer_seq,
             time_ms: T0 + offset_ms,
+            private: None,
         };
         let answers =
             commit_batches(&journal, std::slice::from_ref(&batch)).expect("the storage works");
@@ -467,6 +468,7 @@ fn this_version_appends_to_the_golden_journal() {
             writer: RECONCILER,
             writer_seq: 1,
             time_ms: T0 + 30_000,
+            private: None,
         }],
     )
     .expect("the storage works")

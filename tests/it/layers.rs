@@ -18,11 +18,13 @@ const LAYERS: &[&[&str]] = &[
     // What the operating system knows, and pure wordings and grammars over the wire types.
     &["platform", "exit", "duration", "logs", "text"],
     // Pure rules over the wire types, and the leaf I/O of files, paths and processes.
-    &["state", "spec", "durable_fs", "home", "liveness"],
+    &["state", "spec", "durable_fs", "home", "liveness", "run_env"],
     &["capacity", "process_group"],
     &["journal"],
     &["projection", "resolve"],
     &["store", "verify"],
+    // Completion hooks, delivered by runners and reconcile passes alike.
+    &["hooks"],
     &[
         "control",
         "reconcile",

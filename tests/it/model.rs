@@ -42,9 +42,9 @@ use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
 use runjournal::event::{
-    ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode,
-    Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, StepEnd, StepOutcome,
-    TerminalState, UnixMs, WriterId,
+    ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, HookOutcome, JobState, MAX_TEXT_BYTES,
+    Mode, Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, StepEnd,
+    StepOutcome, TerminalState, UnixMs, WriterId,
 };
 use runjournal::journal::{
     AppendError, Appended, Batch, View, WriterOptions, name_alias, tool_call_alias,
@@ -821,6 +821,7 @@ impl Model {
                     writer: TEST_WRITER,
                     writer_seq,
                     time_ms: TEST_BATCH_TIME_MS + writer_seq,
+                    private: None,
                 },
                 committed: None,
             });
@@ -856,6 +857,7 @@ impl Model {
                     writer: WriterId(0),
                     writer_seq: 0,
                     time_ms: 0,
+                    private: None,
                 };
                 let outcome = self.commit(&batch, false);
                 assert!(
@@ -879,6 +881,7 @@ impl Model {
             writer: WriterId(0),
             writer_seq: 0,
             time_ms: 0,
+            private: None,
         };
         let outcome = self.commit(&batch, false);
         (batch, outcome)
@@ -1177,6 +1180,14 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
             Rule::AdmittedOnceInQueue
         }
         TransitionError::RunnerBeforeAdmission { .. } => Rule::RunnerAfterAdmission,
+        TransitionError::HookBeforeEnd { .. } => Rule::HookAfterEnd,
+        TransitionError::HookOutOfRange { .. } => Rule::HookInRange,
+        TransitionError::HookAttemptNotNext { .. } | TransitionError::HookAttemptOpen { .. } => {
+            Rule::HookAttemptsInTurn
+        }
+        TransitionError::HookNotClaimed { .. } => Rule::HookEndsItsAttempt,
+        TransitionError::HookSettled { .. } => Rule::HookNeverAgainOnceSettled,
+        TransitionError::HookRetryNotAllowed { .. } => Rule::HookRetryFits,
         _ => return None,
     })
 }
@@ -1254,6 +1265,26 @@ fn view_of(state: &RunState) -> Run {
             .queue
             .as_ref()
             .map(|queue| (queue.name.clone(), queue.admitted.is_some())),
+        hooks: state
+            .hooks
+            .iter()
+            .map(|hook| reference::Hook {
+                hook: hook.hook,
+                attempts: hook.attempts,
+                open: hook.claim.as_ref().map(|claim| {
+                    (
+                        claim.attempt,
+                        claim.claimant.clone(),
+                        claim.by.clone(),
+                        claim.lease_ms,
+                    )
+                }),
+                last: hook
+                    .last
+                    .as_ref()
+                    .map(|last| (last.attempt, last.outcome.clone(), last.retry_at_ms)),
+            })
+            .collect(),
     }
 }
 
@@ -2202,12 +2233,22 @@ fn the_reducer_and_the_reference_agree_event_by_event() {
         let mut expected_run: Option<Run> = None;
         let mut library: Option<RunState> = None;
         for seq in 1..=EVENTS_PER_LIFE as u64 {
+            // A run that ended has only its hooks left to record: they come often then.
+            let hook_weight = if expected_run
+                .as_ref()
+                .is_some_and(|run| run.status.is_terminal())
+            {
+                8
+            } else {
+                1
+            };
             let next = prop_oneof![
                 3 => select(happy_choices(expected_run.as_ref())),
                 2 => select(detours(expected_run.as_ref())),
                 2 => arb_event(),
                 1 => arb_rare_event(expected_run.as_ref()),
                 1 => arb_queue_event(),
+                hook_weight => arb_hook_event(expected_run.as_ref()),
             ];
             let event = next
                 .new_tree(&mut runner)
@@ -2273,6 +2314,63 @@ fn arb_rare_event(run: Option<&Run>) -> BoxedStrategy<Event> {
             },
         }),
         Just(created(4, ANCIENT_MS, None)),
+    ]
+    .boxed()
+}
+
+/// A run's hook events, mostly the next right one for where its hooks are (an attempt
+/// claimed in turn, the open attempt ended, failing with a retry most of the time so that
+/// hooks reach their last attempt), sometimes a wrong one: an attempt out of turn, a hook out
+/// of range, a retry after a delivery, an end for an attempt not claimed.
+fn arb_hook_event(run: Option<&Run>) -> BoxedStrategy<Event> {
+    let hooks = run.map(|run| run.hooks.clone()).unwrap_or_default();
+    let claim = |hook: u32, attempt: u32| Event::HookAttempted {
+        hook,
+        attempt,
+        claimant: runner_pool()[0].clone(),
+        by: "model".to_string(),
+        lease_ms: 1_000,
+    };
+    let outcome = prop_oneof![
+        Just(HookOutcome::Delivered),
+        Just(HookOutcome::Failed {
+            exit: ProcessExit {
+                code: Some(1),
+                signal: None,
+            }
+        }),
+        Just(HookOutcome::TimedOut),
+        Just(HookOutcome::Abandoned {
+            reason: "its deliverer died".to_string(),
+        }),
+    ];
+    let right = (0..2u32, outcome.clone(), 0..4u8).prop_map(move |(hook, outcome, retry)| {
+        let state = hooks.iter().find(|state| state.hook == hook);
+        match state.and_then(|state| state.open.as_ref()) {
+            Some((attempt, ..)) => {
+                let is_delivered = outcome == HookOutcome::Delivered;
+                Event::HookEnded {
+                    hook,
+                    attempt: *attempt,
+                    retry_at_ms: (retry > 0 && !is_delivered && *attempt < 5).then_some(9),
+                    outcome,
+                }
+            }
+            None => claim(hook, state.map_or(0, |state| state.attempts) + 1),
+        }
+    });
+    prop_oneof![
+        6 => right,
+        1 => (0..3u32, 0..7u32).prop_map(move |(hook, attempt)| claim(hook, attempt)),
+        1 => Just(claim(17, 1)),
+        1 => (0..2u32, 0..7u32, outcome, proptest::option::of(Just(9u64))).prop_map(
+            |(hook, attempt, outcome, retry_at_ms)| Event::HookEnded {
+                hook,
+                attempt,
+                outcome,
+                retry_at_ms,
+            }
+        ),
     ]
     .boxed()
 }

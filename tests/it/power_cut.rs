@@ -16,11 +16,15 @@
 //! * where PostgreSQL is installed, a shipper followed the journal until the cut; `ship --once`
 //!   after it leaves the server with every record of the journal once, with the same content,
 //!   shipped through the journal's head;
+//! * every run kept its launcher's environment, and every hook of every run that ended is
+//!   delivered at least once (the claims of the processes the cut killed taken over by the
+//!   deliverers reconcile passes start), in the run's kept environment;
 //! * in a home of the pi-subagents layout (every other disk's), pi-subagents' own readers
 //!   (`pi_subagents_compat`'s, installed once per test process, one `node` per cut) read every
 //!   run of the journal as the journal has it, find its result, list it, and repair nothing.
 //!
-//! The workload mixes chains, parallel runs, external jobs fed by `job update`, `stop`, several
+//! The workload mixes chains, parallel runs, external jobs fed by `job update`, runs with a
+//! kept variable and a completion hook, `stop`, several
 //! launchers at once (so commits are shared through a commit leader), concurrent reconcilers,
 //! `prune` and the shipper. Several cuts fall on one disk in turn, so each workload also starts
 //! on what the last cut left (a stale leader socket, a half-made run directory). After a disk's
@@ -69,6 +73,8 @@ const CUTS_PER_DISK: usize = 5;
 const FREEZER: &str = "/sys/fs/cgroup/freezer";
 /// The session id runs in the pi-subagents layout are launched with.
 const PI_SESSION: &str = "power-cut-session";
+/// Where the workload's completion hooks write (outside the lazy disk).
+const HOOK_LOG: &str = "hooks.log";
 
 /// The longest a workload runs before its cut: a count of rounds, not a time.
 const MAX_ROUNDS: usize = 150;
@@ -326,6 +332,20 @@ impl Cut<'_> {
             Shape::ExternalJob => {
                 args.extend(["--external-job".into(), "exec sleep 120".into()]);
             }
+        }
+        // A third of the runs keep a variable of their launcher's and have a completion hook,
+        // which writes outside the disk: its deliveries are checked after the cut.
+        if self.rng.random_bool(1.0 / 3.0) {
+            args.extend([
+                "--env".into(),
+                format!("POWER_CUT_SEED={}", self.seed),
+                "--on-exit".into(),
+                format!(
+                    "echo \"$RUNJOURNAL_RUN_ID $POWER_CUT_SEED\" >> {}",
+                    self.out.join(HOOK_LOG).display()
+                ),
+            ]);
+            self.count("with a hook");
         }
         args.push(if is_wait { "--wait" } else { "--json" }.into());
         let stdout = self.out.join(format!("{name}.out"));
@@ -760,6 +780,72 @@ fn check(home: &Home, acknowledged: &[Acknowledged], seed: u64) -> usize {
     runs.len()
 }
 
+/// Waits until the hooks due after the cut are delivered — by deliverers the reconcile passes
+/// start, the claims of processes the cut killed taken over — and every process of the
+/// workload's cgroup (those deliverers) has exited, so nothing writes while the home is
+/// checked. A minute at most; what is left is reported by [`check_hooks`].
+fn settle_hooks(cut: &Cut<'_>, seed: u64) {
+    for _ in 0..240 {
+        let is_due = {
+            let journal = Journal::open(cut.home.journal_path()).expect("the journal opens");
+            let view = journal.view().expect("a read view");
+            !view.hooks_due().expect("the due hooks read").is_empty()
+        };
+        let is_busy = !cut.freezer.procs().is_empty();
+        match (is_due, is_busy) {
+            (false, false) => return,
+            (true, false) => {
+                let reconcile = cut.command(&["reconcile".to_string()], None);
+                let output = reconcile.wait_with_output().expect("reconcile runs");
+                assert!(exited_zero(output.status), "seed {seed}: reconcile");
+            }
+            (_, true) => {}
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// After the cut: every run of the journal kept its launcher's environment (written with its
+/// creation, so durable with it), and every hook of every run that ended is delivered, its
+/// delivery in the hooks' log at least once, made in the run's kept environment.
+fn check_hooks(cut: &Cut<'_>, seed: u64) {
+    let journal = Journal::open(cut.home.journal_path()).expect("the journal opens");
+    let view = journal.view().expect("a read view");
+    assert!(
+        view.hooks_due().expect("the due hooks read").is_empty(),
+        "seed {seed}: hooks still due a minute after the cut: {:?}",
+        view.hooks_due()
+    );
+    let delivered = std::fs::read_to_string(cut.out.join(HOOK_LOG)).unwrap_or_default();
+    for run in view.all_runs().expect("the runs") {
+        assert!(
+            view.run_env(run).expect("an environment reads").is_some(),
+            "seed {seed}: run {run} lost the environment it was created with"
+        );
+        let state = view.snapshot(run).expect("a snapshot").expect("the run");
+        let hooks = view.run_hooks(run).expect("hooks read");
+        if hooks.is_empty() || !state.is_terminal() {
+            continue;
+        }
+        for hook in 0..hooks.len() {
+            let hook = u32::try_from(hook).expect("a few hooks");
+            assert!(
+                state.hook(hook).is_some_and(|hook| hook.is_delivered()),
+                "seed {seed}: run {run}'s hook {hook} is not delivered: {:?}",
+                state.hook(hook)
+            );
+        }
+        // Its line, with the launcher's variable: the hook ran in the run's kept environment.
+        let run_text = run.to_string();
+        assert!(
+            delivered.lines().any(|line| line
+                .split_once(' ')
+                .is_some_and(|(id, seed_text)| id == run_text && !seed_text.is_empty())),
+            "seed {seed}: run {run}'s hook never wrote its line with its launcher's variable"
+        );
+    }
+}
+
 fn lost(seed: u64, what: &str, ack: &Acknowledged) -> ! {
     panic!("seed {seed}: lost at the cut: {what} ({ack:?})")
 }
@@ -922,7 +1008,9 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
                     output.status
                 );
                 close_unstarted(&home, seed);
+                settle_hooks(&cut, seed);
                 let runs = check(&home, &acknowledged, seed);
+                check_hooks(&cut, seed);
                 if let (Some(cluster), Some(url)) = (&cluster, ship_url) {
                     let shipper = cut.command(
                         &["ship".into(), "--once".into(), "--to".into(), url.into()],

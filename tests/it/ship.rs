@@ -26,6 +26,7 @@ use runjournal::testkit::{self as kit, pg_cluster::PgCluster};
 #[cfg(feature = "ship")]
 mod deadlines;
 #[cfg(feature = "ship")]
+mod environments;
 mod fake_pg;
 #[cfg(feature = "ship")]
 mod secrets;

@@ -23,7 +23,8 @@ use crate::{
 };
 use runjournal::journal::Tombstone;
 use runjournal::json::{
-    CapacityDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, QueueUseDoc, StatusCommandDoc,
+    CapacityDoc, EnvironmentDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, QueueUseDoc,
+    StatusCommandDoc,
 };
 
 /// The longest `logs --follow` sleeps between two looks for new output; a watch of the run's
@@ -57,8 +58,8 @@ fn wait_pruned(tombstone: &Tombstone) -> CliResult {
     ))
 }
 
-/// `runjournal status RUN [--json]`.
-pub fn status(home: Home, text: &str, json: bool) -> CliResult {
+/// `runjournal status RUN [--json] [--show-env]`.
+pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
     check_run_text(text)?;
     let store = open_for_reading(home)?;
     let run = match resolve_named(&store, text)? {
@@ -71,10 +72,16 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         None => read_state(&store, run)?,
     };
     let home = store.home();
-    let (shipping_lag, links) = {
+    let (shipping_lag, links, environment, hooks) = {
         let view = store.view().context("reading the journal")?;
         let links = view.resume_links(run).context("reading the run's links")?;
-        (show::shipping_lag(home, &view), links)
+        let environment = view
+            .run_env(run)
+            .context("reading the run's environment")?
+            .map(|environment| EnvironmentDoc::of(&environment, show_env));
+        let hooks =
+            runjournal::hooks::hooks_of(home, &view, run).context("reading the run's hooks")?;
+        (show::shipping_lag(home, &view), links, environment, hooks)
     };
     // What the runner's heartbeat last wrote, while the run is live.
     let heard_at = (!state.is_terminal())
@@ -100,6 +107,8 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
             resources,
             shipping: shipping_lag,
             queue_use: queue_use.clone(),
+            environment,
+            hooks,
         };
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
@@ -120,8 +129,18 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
         view.fields
             .push((label.to_string(), Cell::plain(path.display().to_string())));
     }
+    add_kept_fields(&mut view, environment.as_ref(), &hooks);
     let mut text = view.lines(&show::no_colour).join("\n");
     text.push('\n');
+    if let Some(values) = environment.as_ref().and_then(|doc| doc.values.as_ref()) {
+        for variable in values {
+            text.push_str(&format!(
+                "  {}={}\n",
+                show::escape_control(&variable.name),
+                show::escape_control(&variable.value)
+            ));
+        }
+    }
     let notices = show::capacity_notice(home, runjournal::event::now_ms())
         .into_iter()
         .chain(runjournal::retention::space_notices(&store))
@@ -132,6 +151,33 @@ pub fn status(home: Home, text: &str, json: bool) -> CliResult {
     }
     print(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The fields of `status` on what the run keeps in the home only: its environment (its size;
+/// the values are printed apart, and only when asked) and its hooks' deliveries.
+fn add_kept_fields(
+    view: &mut RunView,
+    environment: Option<&EnvironmentDoc>,
+    hooks: &[runjournal::hooks::HookReport],
+) {
+    if let Some(environment) = environment {
+        view.fields.push((
+            "env".to_string(),
+            Cell::plain(show::environment_summary(
+                environment.variables,
+                environment.umask.as_deref(),
+                environment.values.is_some(),
+            )),
+        ));
+    }
+    if !hooks.is_empty() {
+        view.fields.push((
+            "hooks".to_string(),
+            Cell::plain(show::hooks_summary(
+                hooks.iter().map(|hook| hook.status.as_str()),
+            )),
+        ));
+    }
 }
 
 /// The fields of `status` beyond the run's own state: its queue's use, its resume links, the

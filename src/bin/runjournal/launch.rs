@@ -61,6 +61,19 @@ pub struct RunArgs {
     /// out); until then it is `queued` and `run` returns at once saying so.
     #[arg(long, value_name = "NAME")]
     queue: Option<String>,
+    /// Set a variable in the environment the run keeps (repeatable). The run keeps this
+    /// command's environment (and its cwd and umask) with these over it: every runner of the
+    /// run starts its steps with exactly that, whoever starts it later (a queue, a resume).
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = env_arg)]
+    env: Vec<(String, String)>,
+    /// Keep none of this command's variables: the run's steps get only what --env gives.
+    #[arg(long)]
+    clear_env: bool,
+    /// A completion hook (repeatable): `sh -c CMD` runs once the run has ended, whatever ended
+    /// it, with RUNJOURNAL_RUN_ID, RUNJOURNAL_RUN_STATE, RUNJOURNAL_EXIT_CODE and
+    /// RUNJOURNAL_RESULT_PATH set; retried if it fails, until delivered or given up.
+    #[arg(long = "on-exit", value_name = "CMD")]
+    on_exit: Vec<String>,
     /// Follow the run to its end, printing each transition; exit with the run's exit code.
     #[arg(long)]
     wait: bool,
@@ -122,6 +135,16 @@ pub fn mode_arg(text: &str) -> Result<Mode, String> {
 
 pub fn duration_arg(text: &str) -> Result<Duration, String> {
     runjournal::duration::parse_duration(text).map_err(|error| error.to_string())
+}
+
+/// `--env NAME=VALUE`.
+pub fn env_arg(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=VALUE"))?;
+    runjournal::run_env::check_var(name.as_bytes(), value.as_bytes())
+        .map_err(|error| error.to_string())?;
+    Ok((name.to_string(), value.to_string()))
 }
 
 /// Turns the arguments into a checked run; nothing is written.
@@ -203,6 +226,10 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     if args.queue.is_some() {
         draft.queue = args.queue.clone();
     }
+    // Flags go over the spec file's: its variables, then these; its hooks, then these.
+    draft.env.set.extend(args.env.iter().cloned());
+    draft.env.clear |= args.clear_env;
+    draft.on_exit.extend(args.on_exit.iter().cloned());
     let hosts = &mut draft.hosts;
     for (field, flag) in [
         (&mut hosts.session_id, &args.session_id),
@@ -255,6 +282,16 @@ pub struct ResumeArgs {
     /// job status for this long (the paused run's is not recorded, so give it again).
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     idle_timeout: Option<Duration>,
+    /// Set a variable over the environment the paused run kept (repeatable): the new run
+    /// keeps the paused run's environment, cwd and umask, not this command's.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = env_arg)]
+    env: Vec<(String, String)>,
+    /// Keep none of the paused run's variables: the new run's steps get only what --env gives.
+    #[arg(long)]
+    clear_env: bool,
+    /// A completion hook of the new run, after the paused run's own (repeatable).
+    #[arg(long = "on-exit", value_name = "CMD")]
+    on_exit: Vec<String>,
     /// Follow the new run to its end, printing each transition; exit with its exit code.
     #[arg(long)]
     wait: bool,
@@ -269,10 +306,18 @@ pub fn resume(home: Home, args: ResumeArgs) -> CliResult {
     let store = open_store(home)?;
     let run = crate::resolve(&store, &args.run)?;
     let program = runner_program(args.heartbeat, args.idle_timeout)?;
-    let resumed = launch::resume(
+    let options = launch::ResumeOptions {
+        idle_timeout: args.idle_timeout,
+        env: spec::EnvRequest {
+            set: args.env.clone(),
+            clear: args.clear_env,
+        },
+        on_exit: args.on_exit.clone(),
+    };
+    let resumed = launch::resume_with(
         &store,
         run,
-        args.idle_timeout,
+        &options,
         &program,
         launch::RUNNER_START_TIMEOUT,
     )
@@ -386,6 +431,7 @@ pub fn launch_failure(error: launch::LaunchError) -> Failure {
                  still come first ({held})"
             ),
         },
+        error if error.is_bad_input() => bad_input(error),
         error => Failure::Error(anyhow::Error::new(error).context("launching the run")),
     }
 }

@@ -7,6 +7,7 @@
 //! and ripgrep do: the reader has what it wanted. A run being followed goes on by itself.
 
 mod control;
+mod hooks;
 mod inspect;
 mod launch;
 mod reconcile;
@@ -96,6 +97,10 @@ enum Command {
         /// Print the status document (status.json's format) as JSON.
         #[arg(long)]
         json: bool,
+        /// Also print the environment its launcher gave it: the variables' values (secrets,
+        /// which are never shown otherwise).
+        #[arg(long)]
+        show_env: bool,
     },
     /// List runs: active ones and recently ended ones, newest first.
     List {
@@ -190,6 +195,25 @@ enum Command {
         #[command(subcommand)]
         command: control::JobCommand,
     },
+    /// The home's completion hook: a shell command run once every run has ended, whatever
+    /// ended it (beside each run's own --on-exit hooks). Kept in the journal.
+    Hook {
+        #[command(subcommand)]
+        command: hooks::HookCommand,
+    },
+    /// Completion hooks not delivered: pending, failing (retried later) and given up; with a
+    /// run, every hook of it and how its deliveries went.
+    Hooks {
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
+        run: Option<String>,
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delivers the completion hooks due in the home (started by a reconcile pass; not for
+    /// direct use).
+    #[command(name = "__deliver-hooks", hide = true)]
+    DeliverHooks,
     /// The runner of a run (started by `run`; not for direct use).
     #[command(name = "__runner", hide = true)]
     Runner {
@@ -376,7 +400,11 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
                 .unwrap_or_default();
             launch::run(home, args, order)
         }
-        Command::Status { run, json } => inspect::status(home, &run, json),
+        Command::Status {
+            run,
+            json,
+            show_env,
+        } => inspect::status(home, &run, json, show_env),
         Command::List { state, all, json } => inspect::list(home, state.as_deref(), all, json),
         Command::Wait { run, timeout } => inspect::wait(home, &run, timeout),
         Command::Logs { run, step, follow } => inspect::logs(home, &run, step, follow),
@@ -385,6 +413,9 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Resume(args) => launch::resume(home, args),
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),
+        Command::Hook { command } => hooks::hook(home, command),
+        Command::Hooks { run, json } => hooks::hooks(home, run.as_deref(), json),
+        Command::DeliverHooks => hooks::deliver(home),
         Command::Reconcile { json } => reconcile::command(home, json),
         Command::Queue {
             name,

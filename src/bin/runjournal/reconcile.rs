@@ -42,6 +42,9 @@ pub fn before_reading(store: &Store) {
     if let Err(error) = admit_pass(store) {
         note(&format!("starting queued runs: {error:#}"));
     }
+    if let Err(error) = hooks_pass(store) {
+        note(&format!("delivering hooks: {error:#}"));
+    }
     match prune_pass(store) {
         Ok(report) => {
             for line in unconsumed_lines(&report) {
@@ -69,6 +72,16 @@ pub fn admit_pass(store: &Store) -> anyhow::Result<Vec<queue::Admitted>> {
         &program,
         &format!("reconciler (pid {})", std::process::id()),
         None,
+    )?)
+}
+
+/// The hook delivery that follows a reconcile pass: a deliverer (this program) is started,
+/// detached, when a completion hook is due and nobody alive holds it. The pass never waits
+/// on a hook.
+pub fn hooks_pass(store: &Store) -> anyhow::Result<Option<u32>> {
+    let program = std::env::current_exe().context("finding this program to deliver hooks")?;
+    Ok(runjournal::hooks::start_deliverer_if_needed(
+        store, &program,
     )?)
 }
 
@@ -143,6 +156,10 @@ pub fn command(home: Home, json: bool) -> CliResult {
             errors += 1;
             note(&format!("starting queued runs: {error:#}"));
         }
+    }
+    if let Err(error) = hooks_pass(&store) {
+        errors += 1;
+        note(&format!("delivering hooks: {error:#}"));
     }
     let pruning = prune_pass(&store);
     let pruned = match &pruning {

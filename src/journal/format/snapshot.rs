@@ -18,12 +18,13 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{
-    self, ControlAction, EncodeError, ExternalJobStatus, MAX_SNAPSHOT_BYTES, Observer, ProcessExit,
-    ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs, encode_checked,
+    self, ControlAction, EncodeError, ExternalJobStatus, HookOutcome, MAX_SNAPSHOT_BYTES, Observer,
+    ProcessExit, ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs,
+    encode_checked,
 };
 use crate::state::{
-    AdmissionInfo, ControlInfo, ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo,
-    StepState, StepStatus, TerminalInfo,
+    AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
+    QueueInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus, TerminalInfo,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -329,6 +330,7 @@ impl SnapshotV1 {
             }),
             dismissed_at_ms: self.dismissed_at_ms,
             queue: None,
+            hooks: Vec::new(),
             head_seq: self.head_seq,
             updated_at_ms: self.updated_at_ms,
         };
@@ -395,9 +397,12 @@ impl SnapshotNamespaces {
                 process.pid_namespace = Some(namespace);
             }
         }
-        if SnapshotNamespaces::of(state).is_none() && state.queue.is_none() {
-            // Written all absent only before a queue: anything else is not what this build
-            // writes.
+        if SnapshotNamespaces::of(state).is_none()
+            && state.queue.is_none()
+            && state.hooks.is_empty()
+        {
+            // Written all absent only before a queue or hooks: anything else is not what this
+            // build writes.
             return Err(SnapshotError::Malformed {
                 reason: "PID namespaces that are all absent".to_string(),
             });
@@ -462,27 +467,126 @@ impl SnapshotQueue {
     }
 }
 
-/// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then its PID
-/// namespaces if it has any ([`SnapshotNamespaces`]), then a CRC-32C of everything before.
+/// The tag byte before a snapshot's hooks (a third extension at its end, after its queue when
+/// it has one): a queue's encoding starts with its name's length, never 0, so the tag tells
+/// the two apart.
+const HOOKS_TAG: u8 = 0;
+
+/// What follows a layout-1 snapshot's PID namespaces (and its queue, if any) when the run's
+/// hooks were attempted: [`HOOKS_TAG`], then this. A snapshot without hooks is as before; one
+/// with them is refused by builds without hooks, which re-derive the state from the records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotHooks {
+    hooks: Vec<SnapshotHook>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotHook {
+    hook: u32,
+    attempts: u32,
+    claim: Option<SnapshotHookClaim>,
+    last: Option<SnapshotHookEnd>,
+}
+
+/// A claim, its claimant's PID namespace beside the identity (the wire identity leaves it out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotHookClaim {
+    attempt: u32,
+    claimant: ProcessIdentity,
+    claimant_pid_namespace: Option<u64>,
+    by: String,
+    lease_ms: u64,
+    at_ms: UnixMs,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotHookEnd {
+    attempt: u32,
+    outcome: HookOutcome,
+    retry_at_ms: Option<UnixMs>,
+    at_ms: UnixMs,
+}
+
+impl SnapshotHooks {
+    fn of(hooks: &[HookState]) -> SnapshotHooks {
+        SnapshotHooks {
+            hooks: hooks
+                .iter()
+                .map(|hook| SnapshotHook {
+                    hook: hook.hook,
+                    attempts: hook.attempts,
+                    claim: hook.claim.as_ref().map(|claim| SnapshotHookClaim {
+                        attempt: claim.attempt,
+                        claimant: claim.claimant.clone(),
+                        claimant_pid_namespace: claim.claimant.pid_namespace,
+                        by: claim.by.clone(),
+                        lease_ms: claim.lease_ms,
+                        at_ms: claim.at_ms,
+                    }),
+                    last: hook.last.as_ref().map(|last| SnapshotHookEnd {
+                        attempt: last.attempt,
+                        outcome: last.outcome.clone(),
+                        retry_at_ms: last.retry_at_ms,
+                        at_ms: last.at_ms,
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    fn into_states(self) -> Vec<HookState> {
+        self.hooks
+            .into_iter()
+            .map(|hook| HookState {
+                hook: hook.hook,
+                attempts: hook.attempts,
+                claim: hook.claim.map(|claim| HookClaim {
+                    attempt: claim.attempt,
+                    claimant: ProcessIdentity {
+                        pid_namespace: claim.claimant_pid_namespace,
+                        ..claim.claimant
+                    },
+                    by: claim.by,
+                    lease_ms: claim.lease_ms,
+                    at_ms: claim.at_ms,
+                }),
+                last: hook.last.map(|last| HookAttemptEnd {
+                    attempt: last.attempt,
+                    outcome: last.outcome,
+                    retry_at_ms: last.retry_at_ms,
+                    at_ms: last.at_ms,
+                }),
+            })
+            .collect()
+    }
+}
+
+/// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then — when it has any
+/// of them — its PID namespaces ([`SnapshotNamespaces`]), its queue ([`SnapshotQueue`]) and its
+/// hooks ([`SnapshotHooks`]), then a CRC-32C of everything before.
 pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> {
     let serialize_error = |error: postcard::Error| EncodeError::Serialize {
         reason: error.to_string(),
     };
-    let bytes = match (SnapshotNamespaces::of(state), &state.queue) {
-        (None, None) => encode_checked(&SnapshotV1::of(state)).map_err(serialize_error)?,
-        (namespaces, queue) => {
-            let mut payload =
-                postcard::to_allocvec(&SnapshotV1::of(state)).map_err(serialize_error)?;
-            let namespaces =
-                namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
-            payload.extend(postcard::to_allocvec(&namespaces).map_err(serialize_error)?);
-            if let Some(queue) = queue {
-                payload.extend(
-                    postcard::to_allocvec(&SnapshotQueue::of(queue)).map_err(serialize_error)?,
-                );
-            }
-            event::with_checksum(&payload)
+    let namespaces = SnapshotNamespaces::of(state);
+    let has_extension = namespaces.is_some() || state.queue.is_some() || !state.hooks.is_empty();
+    let bytes = if has_extension {
+        let mut payload = postcard::to_allocvec(&SnapshotV1::of(state)).map_err(serialize_error)?;
+        let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
+        payload.extend(postcard::to_allocvec(&namespaces).map_err(serialize_error)?);
+        if let Some(queue) = &state.queue {
+            payload
+                .extend(postcard::to_allocvec(&SnapshotQueue::of(queue)).map_err(serialize_error)?);
         }
+        if !state.hooks.is_empty() {
+            payload.push(HOOKS_TAG);
+            payload.extend(
+                postcard::to_allocvec(&SnapshotHooks::of(&state.hooks)).map_err(serialize_error)?,
+            );
+        }
+        event::with_checksum(&payload)
+    } else {
+        encode_checked(&SnapshotV1::of(state)).map_err(serialize_error)?
     };
     if bytes.len() > MAX_SNAPSHOT_BYTES {
         return Err(EncodeError::TooLarge {
@@ -528,11 +632,11 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 Ok(taken) => taken,
                 Err(_) => return Err(not_namespaces()),
             };
-            let queue = match rest {
-                [] => None,
+            let (queue, rest) = match rest {
+                [] | [HOOKS_TAG, ..] => (None, rest),
                 rest => match postcard::take_from_bytes::<SnapshotQueue>(rest) {
-                    Ok((queue, [])) => Some(queue.into_info()),
-                    _ => {
+                    Ok((queue, rest)) => (Some(queue.into_info()), rest),
+                    Err(_) => {
                         return Err(SnapshotError::Malformed {
                             reason: format!(
                                 "{} bytes after its PID namespaces that are not its queue",
@@ -542,9 +646,31 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     }
                 },
             };
+            let hooks = match rest {
+                [] => Vec::new(),
+                [HOOKS_TAG, hooks @ ..] => {
+                    match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
+                        Ok((hooks, [])) if !hooks.hooks.is_empty() => hooks.into_states(),
+                        _ => {
+                            return Err(SnapshotError::Malformed {
+                                reason: format!(
+                                    "{} bytes after its queue that are not its hooks",
+                                    rest.len()
+                                ),
+                            });
+                        }
+                    }
+                }
+                rest => {
+                    return Err(SnapshotError::Malformed {
+                        reason: format!("{} bytes after its queue", rest.len()),
+                    });
+                }
+            };
             let mut state = snapshot.into_state(run)?;
-            if queue.is_some() {
+            if queue.is_some() || !hooks.is_empty() {
                 state.queue = queue;
+                state.hooks = hooks;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
             namespaces.apply(&mut state)?;

@@ -53,7 +53,23 @@ pub(crate) const QUEUE_WAITING: TableDefinition<&[u8], &[u8; 16]> =
 /// terminal ([`queue_active_key`]).
 pub(crate) const QUEUE_ACTIVE: TableDefinition<&[u8], ()> = TableDefinition::new("queue_active");
 
+/// run id → the environment its launcher gave it ([`crate::run_env::RunEnvironment::encode`]),
+/// written in the transaction of its creation batch. Secret: never in a record, never shipped.
+pub(crate) const RUN_ENV: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("run_env");
+/// run id → its completion hooks ([`crate::run_env::HookCommands::encode`]): its own from its
+/// creation batch, then the home's hook in force added in the transaction of its `Terminal`.
+pub(crate) const RUN_HOOKS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("run_hooks");
+/// run id → (): runs that have ended with a hook neither delivered nor given up — the work
+/// list of whoever delivers hooks, written with the `Terminal` and removed with the record
+/// that settles the last hook.
+pub(crate) const HOOKS_DUE: TableDefinition<&[u8; 16], ()> = TableDefinition::new("hooks_due");
+/// run id → (): runs with a hook given up, until they are pruned: what `hooks` lists as lost.
+pub(crate) const HOOKS_GIVEN_UP: TableDefinition<&[u8; 16], ()> =
+    TableDefinition::new("hooks_given_up");
+
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
+/// The home's completion hook ([`crate::run_env::HookCommands`] of one command); absent: none.
+pub(crate) const META_HOME_HOOK: &str = "home_hook";
 /// The retention policy ([`crate::journal::write::prune::Retention`]); absent: the defaults.
 pub(crate) const META_RETENTION: &str = "retention";
 /// The highest global seq a prune removed from `log` (u64 BE): global seqs are never issued
@@ -185,6 +201,10 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
     create(txn, QUEUES)?;
     create(txn, QUEUE_WAITING)?;
     create(txn, QUEUE_ACTIVE)?;
+    create(txn, RUN_ENV)?;
+    create(txn, RUN_HOOKS)?;
+    create(txn, HOOKS_DUE)?;
+    create(txn, HOOKS_GIVEN_UP)?;
     Ok(())
 }
 

@@ -23,6 +23,7 @@ use crate::journal::write::options::{WriterOptions, open_lock_notice};
 use crate::journal::write::prune;
 use crate::journal::write::queue::{self, Queue};
 use crate::journal::write::ship_mark;
+use crate::run_env::RunPrivate;
 
 /// A journal opened for reading and writing. Any number of processes may hold one at once.
 ///
@@ -197,7 +198,7 @@ impl Journal {
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        self.submit(run, events, condition)?.wait().result
+        self.submit(run, events, condition, None)?.wait().result
     }
 
     /// Appends several batches, each as [`Journal::append`] would, and answers each with its
@@ -211,7 +212,7 @@ impl Journal {
     ) -> Vec<Result<Appended, AppendError>> {
         let tickets: Vec<_> = batches
             .into_iter()
-            .map(|(run, events, condition)| self.submit(run, events, condition))
+            .map(|(run, events, condition)| self.submit(run, events, condition, None))
             .collect();
         tickets
             .into_iter()
@@ -224,6 +225,7 @@ impl Journal {
         run: RunId,
         events: Vec<Event>,
         condition: Condition,
+        private: Option<Arc<RunPrivate>>,
     ) -> Result<queue::Ticket<commit::Answer>, AppendError> {
         let ticket = self
             .queue
@@ -232,6 +234,7 @@ impl Journal {
                 events,
                 condition,
                 origin: commit::Origin::Local,
+                private,
             })
             .map_err(|_| {
                 AppendError::Storage(StorageFailure::new(
@@ -275,17 +278,12 @@ impl Journal {
         hosts: HostIds,
         more: Vec<Event>,
     ) -> Result<Appended, AppendError> {
-        let run = RunId::generate();
-        let event = Event::RunCreated {
-            spec: Arc::new(spec),
-            created_at_ms: event::now_ms(),
-            session_id: hosts.session_id,
-            completion_owner_id: hosts.completion_owner_id,
-            tool_call_id: hosts.tool_call_id,
-        };
-        let mut events = vec![event];
-        events.extend(more);
-        self.append(run, events, Condition::expect_head(0))
+        self.create(Creation {
+            spec,
+            hosts,
+            more,
+            private: None,
+        })
     }
 
     /// Creates a new run waiting in a queue: `RunCreated` and `QueueJoined` in one batch. The
@@ -296,15 +294,31 @@ impl Journal {
         hosts: HostIds,
         joined: Event,
     ) -> Result<Appended, AppendError> {
+        self.create_run_with(spec, hosts, vec![joined])
+    }
+
+    /// Creates a run under a fresh id: its `RunCreated`, then `creation.more`, in one batch,
+    /// and in the same transaction what it keeps in the home only (`creation.private`: its
+    /// environment and its own hooks), so the run never exists without them.
+    pub fn create(&self, creation: Creation) -> Result<Appended, AppendError> {
         let run = RunId::generate();
-        let created = Event::RunCreated {
-            spec: Arc::new(spec),
+        let hosts = creation.hosts;
+        let event = Event::RunCreated {
+            spec: Arc::new(creation.spec),
             created_at_ms: event::now_ms(),
             session_id: hosts.session_id,
             completion_owner_id: hosts.completion_owner_id,
             tool_call_id: hosts.tool_call_id,
         };
-        self.append(run, vec![created, joined], Condition::expect_head(0))
+        let mut events = vec![event];
+        events.extend(creation.more);
+        let private = creation
+            .private
+            .filter(|private| !private.is_empty())
+            .map(Arc::new);
+        self.submit(run, events, Condition::expect_head(0), private)?
+            .wait()
+            .result
     }
 
     /// Prunes `runs` in one durable write transaction (each one only if it is still terminal
@@ -348,6 +362,13 @@ impl Journal {
         commit::commit_upkeep(&self.shared, ship_mark::stop_shipping_in)
     }
 
+    /// Sets the home's completion hook, run for every run that ends from now on (`None`:
+    /// none), durable on return (docs/design.md, "Hooks"). The command must pass
+    /// [`crate::run_env::check_hook_command`]; the caller checks it.
+    pub fn set_home_hook(&self, command: Option<&str>) -> Result<(), AppendError> {
+        commit::commit_upkeep(&self.shared, |txn| append::set_home_hook_in(txn, command))
+    }
+
     /// Facts about the journal file.
     pub fn meta(&self) -> Result<JournalMeta, ReadError> {
         self.view()?.meta()
@@ -368,6 +389,17 @@ impl Journal {
         db.check_integrity()
             .map_err(|error| StorageFailure::new("checking integrity", error))
     }
+}
+
+/// What a new run is made of ([`Journal::create`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Creation {
+    pub spec: RunSpec,
+    pub hosts: HostIds,
+    /// Events of the creation batch after its `RunCreated` (`QueueJoined`, `Resumed`).
+    pub more: Vec<Event>,
+    /// What the run keeps in the home only; `None` (or empty): nothing.
+    pub private: Option<RunPrivate>,
 }
 
 /// A failed reopen as a storage failure that keeps its class: an OS error stays one (a

@@ -50,6 +50,7 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
                 writer,
                 writer_seq,
                 time_ms,
+                private: request.private,
             });
             replies.push(reply);
         }

@@ -8,9 +8,11 @@ use crate::journal::format::error::{CorruptError, ReadError, StorageFailure, sto
 use crate::journal::format::retention::{self, Retention, Tombstone};
 use crate::journal::format::snapshot::{SnapshotError, decode_snapshot};
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNING, QUEUE_ACTIVE, QUEUE_WAITING,
-    QUEUES, RECORDS, RESUMES, RUNS, TERMINAL, WRITERS,
+    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED, PRUNING,
+    QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
+    WRITERS,
 };
+use crate::run_env::{HookCommands, RunEnvironment};
 use crate::state::{self, RunState};
 
 /// Facts about the journal file itself.
@@ -286,6 +288,109 @@ impl View {
         Ok((waiting, active))
     }
 
+    /// The environment `run`'s launcher gave it (docs/design.md, "Environment"); `None` for a
+    /// run without one (created by an earlier version, or pruned). Secret: for starting its
+    /// steps and hooks, and for a person who asked to see it.
+    pub fn run_env(&self, run: RunId) -> Result<Option<RunEnvironment>, ReadError> {
+        let Some(table) = self.optional_table(RUN_ENV)? else {
+            return Ok(None);
+        };
+        let Some(bytes) = table
+            .get(&run.to_bytes())
+            .map_err(storage("reading a run's environment"))?
+        else {
+            return Ok(None);
+        };
+        RunEnvironment::decode(bytes.value())
+            .map(Some)
+            .map_err(|error| {
+                CorruptError::Index {
+                    table: "run_env",
+                    reason: format!("run {run}: {error}"),
+                }
+                .into()
+            })
+    }
+
+    /// `run`'s completion hooks (docs/design.md, "Hooks"): its own, then — once it has ended —
+    /// the home's hook in force then. Empty for a run without any.
+    pub fn run_hooks(&self, run: RunId) -> Result<HookCommands, ReadError> {
+        let Some(table) = self.optional_table(RUN_HOOKS)? else {
+            return Ok(HookCommands::default());
+        };
+        let Some(bytes) = table
+            .get(&run.to_bytes())
+            .map_err(storage("reading a run's hooks"))?
+        else {
+            return Ok(HookCommands::default());
+        };
+        HookCommands::decode(bytes.value()).map_err(|error| {
+            CorruptError::Index {
+                table: "run_hooks",
+                reason: format!("run {run}: {error}"),
+            }
+            .into()
+        })
+    }
+
+    /// The home's completion hook, run for every run that ends; `None` when none is set.
+    pub fn home_hook(&self) -> Result<Option<String>, ReadError> {
+        let meta = self.table(META)?;
+        let Some(value) = meta
+            .get(tables::META_HOME_HOOK)
+            .map_err(storage("reading the home's hook"))?
+        else {
+            return Ok(None);
+        };
+        HookCommands::decode(value.value())
+            .map(|hooks| hooks.home)
+            .map_err(|error| {
+                CorruptError::Meta {
+                    key: tables::META_HOME_HOOK,
+                    reason: error.to_string(),
+                }
+                .into()
+            })
+    }
+
+    /// The runs that have ended with a hook neither delivered nor given up, in run id order:
+    /// the work of whoever delivers hooks.
+    pub fn hooks_due(&self) -> Result<Vec<RunId>, ReadError> {
+        self.run_set(HOOKS_DUE, "reading the due hooks")
+    }
+
+    /// Whether `run` has ended with a hook neither delivered nor given up.
+    pub fn has_hooks_due(&self, run: RunId) -> Result<bool, ReadError> {
+        let Some(table) = self.optional_table(HOOKS_DUE)? else {
+            return Ok(false);
+        };
+        Ok(table
+            .get(&run.to_bytes())
+            .map_err(storage("reading the due hooks"))?
+            .is_some())
+    }
+
+    /// The runs with a hook given up, in run id order, until they are pruned.
+    pub fn hooks_given_up(&self) -> Result<Vec<RunId>, ReadError> {
+        self.run_set(HOOKS_GIVEN_UP, "reading the given-up hooks")
+    }
+
+    fn run_set(
+        &self,
+        definition: TableDefinition<&'static [u8; 16], ()>,
+        op: &'static str,
+    ) -> Result<Vec<RunId>, ReadError> {
+        let Some(table) = self.optional_table(definition)? else {
+            return Ok(Vec::new());
+        };
+        let mut runs = Vec::new();
+        for entry in table.iter().map_err(storage(op))? {
+            let (key, _) = entry.map_err(storage(op))?;
+            runs.push(RunId::from_bytes(*key.value()));
+        }
+        Ok(runs)
+    }
+
     /// The retention policy the home set, or `None` when it never set one
     /// ([`Retention::DEFAULT`] applies).
     pub fn retention_set(&self) -> Result<Option<Retention>, ReadError> {
@@ -557,8 +662,9 @@ impl View {
     }
 
     /// The seq of the run's `Terminal` record, if it has one, read backwards from its head:
-    /// after a `Terminal` the reducer accepts only `ProcessTerminalObserved` and `Dismissed`,
-    /// so this reads a few records, however long the run.
+    /// after a `Terminal` the reducer accepts only `ProcessTerminalObserved`, `Dismissed` and
+    /// its hooks' attempts (at most two records per attempt, a bounded number of attempts), so
+    /// this reads a few records, however long the run.
     pub fn terminal_seq(&self, run: RunId) -> Result<Option<u64>, ReadError> {
         let records = self.table(RECORDS)?;
         let low = tables::record_key(run, 0);
@@ -573,7 +679,9 @@ impl View {
             match record.event {
                 crate::event::Event::Terminal { .. } => return Ok(Some(record.seq)),
                 crate::event::Event::ProcessTerminalObserved { .. }
-                | crate::event::Event::Dismissed { .. } => continue,
+                | crate::event::Event::Dismissed { .. }
+                | crate::event::Event::HookAttempted { .. }
+                | crate::event::Event::HookEnded { .. } => continue,
                 // Anything else comes before a Terminal, never after one.
                 _ => return Ok(None),
             }

@@ -509,6 +509,7 @@ impl Server {
                             writer_seq,
                             time_ms: batch.time_ms,
                         },
+                        private: batch.private,
                     })
                     .ok();
                 (ticket, writer, writer_seq)

@@ -113,6 +113,46 @@ fn a_second_handle_commits_through_the_first_under_its_own_writer() {
     assert!(crate::home::commit_socket_path(&journal_in(dir.path())).exists());
 }
 
+/// A run created through the leader keeps what its client's creation batch carried for the
+/// home only (its environment, its hooks): the leader writes them in the same transaction.
+#[test]
+fn a_run_created_through_the_leader_keeps_its_environment_and_hooks() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (leader, client) = leader_and_client(&dir);
+    let environment = crate::run_env::RunEnvironment::of(
+        [(b"TOKEN".to_vec(), b"from-the-client".to_vec())],
+        &[],
+        Some(Path::new("/client")),
+        Some(0o022),
+    )
+    .expect("small");
+    let appended = client
+        .create(crate::journal::Creation {
+            spec: crate::testkit::chain_spec(1),
+            hosts: crate::event::HostIds::default(),
+            more: Vec::new(),
+            private: Some(crate::run_env::RunPrivate {
+                env: Some(environment.clone()),
+                on_exit: vec!["echo done".to_string()],
+            }),
+        })
+        .expect("created");
+    assert_eq!(
+        through_leader(&client),
+        1,
+        "the creation went to the leader"
+    );
+    let view = leader.view().expect("view");
+    assert_eq!(
+        view.run_env(appended.run).expect("reads"),
+        Some(environment)
+    );
+    assert_eq!(
+        view.run_hooks(appended.run).expect("reads").own,
+        vec!["echo done".to_string()]
+    );
+}
+
 /// Every refusal a client gets through the leader is worded exactly as the leader's own
 /// caller would have had it for the same batch on the same state.
 #[test]
@@ -580,10 +620,11 @@ fn a_stopped_leader_that_runs_again_commits_nothing_its_clients_have_since_judge
         .expect("opens")
     };
     let (refusing, committing) = (client(), client());
-    // The head is 1: a batch expecting 2 is refused, one expecting 1 lands.
+    // The head is 1, and 2 once the other client's batch lands, in whichever order the two are
+    // judged: a batch expecting 3 is refused, one expecting 1 lands.
     let (refused, appended) = std::thread::scope(|scope| {
         let refused =
-            scope.spawn(|| refusing.append(run, vec![runner_started()], Condition::expect_head(2)));
+            scope.spawn(|| refusing.append(run, vec![step_finished()], Condition::expect_head(3)));
         let appended = scope
             .spawn(|| committing.append(run, vec![runner_started()], Condition::expect_head(1)));
         (
@@ -604,7 +645,14 @@ fn a_stopped_leader_that_runs_again_commits_nothing_its_clients_have_since_judge
     );
     drop(resume);
     let copies = stopped.join().expect("the stopped leader");
-    // Runs again: the refused batch's copy would pass now (the head is 2), the committed one
+    committer
+        .append(
+            run,
+            vec![step_running_in_a_namespace()],
+            Condition::expect_head(2),
+        )
+        .expect("the step runs");
+    // Runs again: the refused batch's copy would pass now (the head is 3), the committed one
     // is in already.
     let late = committer
         .commit_batches_for_tests(&copies)
@@ -627,7 +675,7 @@ fn a_stopped_leader_that_runs_again_commits_nothing_its_clients_have_since_judge
         .expect("view")
         .records(run)
         .expect("records");
-    assert_eq!(records.len(), 2, "nothing landed twice or late");
+    assert_eq!(records.len(), 3, "nothing landed twice or late");
 }
 
 /// A client that finds its leader silent takes the lead over from it, though the stopped

@@ -26,8 +26,9 @@ use crate::journal::write::append::{Batch, Condition};
 /// and [`ToClient::Working`], so that a client can tell a stopped leader from a busy one;
 /// version 4 added [`WireAnswer::QueueRefused`] and the queue events; version 5 added
 /// [`ToClient::WaitingForLock`], so that a client with a bound of its own (a command) can tell
-/// a leader held up by another process's write lock from one at work.
-pub(crate) const PROTOCOL_VERSION: u16 = 5;
+/// a leader held up by another process's write lock from one at work; version 6 added
+/// [`WireBatch::private`] and the hook events.
+pub(crate) const PROTOCOL_VERSION: u16 = 6;
 
 /// The largest frame either side sends or reads: room for the largest snapshot (an answer
 /// carries one) and then some. A batch whose frame would be larger is committed by its own
@@ -104,6 +105,9 @@ pub(crate) struct WireBatch {
     /// other events than the client's, and a batch sent again could not be recognised as the
     /// one the leader committed.
     pub(crate) pid_namespaces: Vec<Option<u64>>,
+    /// What a new run keeps in the home only (its environment, its own hooks): the leader
+    /// writes it in the transaction of the creation batch, as the client would have.
+    pub(crate) private: Option<crate::run_env::RunPrivate>,
 }
 
 impl WireBatch {
@@ -124,6 +128,7 @@ impl WireBatch {
                         .and_then(|process| process.pid_namespace)
                 })
                 .collect(),
+            private: batch.private.as_deref().cloned(),
         }
     }
 
@@ -163,6 +168,7 @@ impl WireBatch {
             writer,
             writer_seq: self.writer_seq,
             time_ms: self.time_ms,
+            private: self.private.map(std::sync::Arc::new),
         })
     }
 }
@@ -449,7 +455,7 @@ mod tests {
 
     /// The bytes of a hello are pinned: a change to them is a new protocol version.
     #[test]
-    fn the_hello_of_protocol_five_is_these_bytes() {
+    fn the_hello_of_protocol_six_is_these_bytes() {
         let bytes = frame(&ToLeader::Hello(Hello {
             build: "b".to_string(),
             journal_id: [1; 16],
@@ -460,7 +466,7 @@ mod tests {
         }))
         .expect("frames");
         let body = &bytes[4..bytes.len() - 4];
-        let mut expected = vec![5, 0, 1, b'b'];
+        let mut expected = vec![6, 0, 1, b'b'];
         expected.extend([1; 16]);
         expected.extend([2, 3, 4, 5, 6]);
         assert_eq!(body, expected.as_slice());
@@ -486,6 +492,7 @@ mod tests {
             writer: WriterId(42),
             writer_seq: 9,
             time_ms: 1_700_000_000_000,
+            private: None,
         }
     }
 
@@ -511,6 +518,13 @@ mod tests {
                 step: 1,
                 process: Some(identity(None)),
             },
+            Event::HookAttempted {
+                hook: 0,
+                attempt: 1,
+                claimant: identity(Some(11)),
+                by: "runner".to_string(),
+                lease_ms: 1,
+            },
         ]);
         for event in events {
             let made = batch(vec![event]);
@@ -522,6 +536,30 @@ mod tests {
             };
             assert_eq!(read.into_batch(made.writer).expect("fits"), made);
         }
+    }
+
+    /// A creation batch handed to a leader carries what its run keeps in the home only (its
+    /// environment, its own hooks), for the leader to write in the same transaction.
+    #[test]
+    fn a_creation_batch_carries_what_its_run_keeps_in_the_home() {
+        let environment = crate::run_env::RunEnvironment::of(
+            [(b"SECRET".to_vec(), b"value".to_vec())],
+            &[],
+            Some(std::path::Path::new("/work")),
+            Some(0o027),
+        )
+        .expect("small");
+        let mut made = batch(vec![Event::Dismissed { at_ms: 5 }]);
+        made.private = Some(std::sync::Arc::new(crate::run_env::RunPrivate {
+            env: Some(environment),
+            on_exit: vec!["echo done".to_string()],
+        }));
+        let bytes = frame(&ToLeader::Batch(WireBatch::of(&made))).expect("frames");
+        let Some(ToLeader::Batch(read)) = read::<ToLeader>(&mut bytes.as_slice()).expect("reads")
+        else {
+            panic!("a batch");
+        };
+        assert_eq!(read.into_batch(made.writer).expect("fits"), made);
     }
 
     #[test]

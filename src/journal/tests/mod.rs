@@ -25,6 +25,7 @@ mod idempotency;
 mod indexes;
 mod lifecycle;
 mod opening;
+mod private;
 mod queues;
 mod refusals;
 mod resolve;
@@ -165,6 +166,7 @@ fn batch(run: RunId, events: Vec<Event>, writer: WriterId, writer_seq: u64) -> B
         writer,
         writer_seq,
         time_ms: now_ms(),
+        private: None,
     }
 }
 

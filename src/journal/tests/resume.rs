@@ -118,6 +118,7 @@ fn two_resumes_of_one_run_in_one_transaction_link_it_once() {
         writer: WriterId(77),
         writer_seq: seq,
         time_ms: now_ms(),
+        private: None,
     };
     let results = commit_batches(&db, &[batch(1), batch(2)]).expect("the group commits");
     assert!(results[0].is_ok(), "{:?}", results[0]);

@@ -9,10 +9,11 @@ use crate::journal::format::error::{
 };
 use crate::journal::format::snapshot::encode_snapshot;
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS,
-    RESUMES, RUNS, TERMINAL, WRITERS,
+    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, QUEUE_ACTIVE,
+    QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL, WRITERS,
 };
 use crate::journal::read::view::state_of;
+use crate::run_env::{HookCommands, RunPrivate};
 use crate::state::{self, RunState, RunStatus};
 
 /// What must hold for an append to go ahead; checked inside the write transaction, so it
@@ -66,6 +67,10 @@ pub struct Batch {
     pub writer_seq: u64,
     /// Time stamped on every record of the batch.
     pub time_ms: UnixMs,
+    /// What a new run keeps in the home only (its environment, its own hooks): written to
+    /// their tables in this transaction when the batch creates the run, ignored otherwise.
+    /// Never part of a record, so never part of what a retry is recognised by.
+    pub private: Option<std::sync::Arc<RunPrivate>>,
 }
 
 /// The outcome of an acknowledged append.
@@ -96,6 +101,10 @@ struct Tables<'txn> {
     queues: Table<'txn, &'static str, u64>,
     queue_waiting: Table<'txn, &'static [u8], &'static [u8; 16]>,
     queue_active: Table<'txn, &'static [u8], ()>,
+    run_env: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    run_hooks: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    hooks_due: Table<'txn, &'static [u8; 16], ()>,
+    hooks_given_up: Table<'txn, &'static [u8; 16], ()>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -140,6 +149,18 @@ impl<'txn> Tables<'txn> {
                 .map_err(|e| StorageFailure::new(op, e))?,
             queue_active: txn
                 .open_table(QUEUE_ACTIVE)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            run_env: txn
+                .open_table(RUN_ENV)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            run_hooks: txn
+                .open_table(RUN_HOOKS)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            hooks_due: txn
+                .open_table(HOOKS_DUE)
+                .map_err(|e| StorageFailure::new(op, e))?,
+            hooks_given_up: txn
+                .open_table(HOOKS_GIVEN_UP)
                 .map_err(|e| StorageFailure::new(op, e))?,
         })
     }
@@ -692,6 +713,8 @@ fn write(
             .map_err(storage("writing the resume index"))?;
     }
     write_queue_indexes(tables, run, &prepared)?;
+    write_private(tables, batch, &prepared)?;
+    write_hook_indexes(tables, batch, &prepared)?;
     group.advance_mark(batch.writer, batch.writer_seq);
     Ok(Appended {
         run,
@@ -759,6 +782,130 @@ fn write_queue_indexes(
                 .queue_active
                 .remove(key.as_slice())
                 .map_err(storage("updating a queue's active runs"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes what a new run keeps in the home only — its environment, its own hooks — in the
+/// transaction of its creation batch, so the run never exists without them.
+fn write_private(
+    tables: &mut Tables<'_>,
+    batch: &Batch,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let (false, Some(private)) = (prepared.existed, &batch.private) else {
+        return Ok(());
+    };
+    let run_key = batch.run.to_bytes();
+    if let Some(env) = &private.env {
+        tables
+            .run_env
+            .insert(&run_key, env.encode().as_slice())
+            .map_err(storage("writing the run's environment"))?;
+    }
+    if !private.on_exit.is_empty() {
+        let hooks = HookCommands {
+            own: private.on_exit.clone(),
+            home: None,
+        };
+        tables
+            .run_hooks
+            .insert(&run_key, hooks.encode().as_slice())
+            .map_err(storage("writing the run's hooks"))?;
+    }
+    Ok(())
+}
+
+/// The run's hook list as this transaction sees it; a list that does not read counts as none
+/// (`verify` reports it), so a run's end is never refused for it.
+fn hook_list(tables: &Tables<'_>, run: RunId) -> Result<HookCommands, AppendError> {
+    Ok(tables
+        .run_hooks
+        .get(&run.to_bytes())
+        .map_err(storage("reading the run's hooks"))?
+        .and_then(|bytes| HookCommands::decode(bytes.value()).ok())
+        .unwrap_or_default())
+}
+
+/// Keeps the hook indexes as the batch moved the run: at its `Terminal`, the home's hook in
+/// force joins its list and a run with hooks becomes due; once every hook of its list is
+/// delivered or given up, it is due no more, and listed as having lost one if any was given
+/// up.
+fn write_hook_indexes(
+    tables: &mut Tables<'_>,
+    batch: &Batch,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let run = batch.run;
+    let run_key = run.to_bytes();
+    let after = &prepared.after;
+    if !prepared.was_terminal && after.is_terminal() {
+        let mut list = hook_list(tables, run)?;
+        let home = tables
+            .meta
+            .get(tables::META_HOME_HOOK)
+            .map_err(storage("reading the home's hook"))?
+            .and_then(|bytes| HookCommands::decode(bytes.value()).ok())
+            .and_then(|home| home.home);
+        if let Some(home) = home {
+            list.home = Some(home);
+            tables
+                .run_hooks
+                .insert(&run_key, list.encode().as_slice())
+                .map_err(storage("writing the run's hooks"))?;
+        }
+        if !list.is_empty() {
+            tables
+                .hooks_due
+                .insert(&run_key, ())
+                .map_err(storage("writing the due hooks"))?;
+        }
+    }
+    let settles = batch
+        .events
+        .iter()
+        .any(|event| matches!(event, Event::HookEnded { .. }));
+    if settles {
+        let list = hook_list(tables, run)?;
+        let count = u32::try_from(list.len()).unwrap_or(u32::MAX);
+        let is_settled =
+            (0..count).all(|hook| after.hook(hook).is_some_and(|state| state.is_settled()));
+        if is_settled {
+            tables
+                .hooks_due
+                .remove(&run_key)
+                .map_err(storage("writing the due hooks"))?;
+        }
+        if after.hooks.iter().any(|state| state.is_given_up()) {
+            tables
+                .hooks_given_up
+                .insert(&run_key, ())
+                .map_err(storage("writing the given-up hooks"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets the home's completion hook (`None`: none), in a write transaction of its own. Runs
+/// that end from then on get it; runs that ended before keep the list they ended with.
+pub(crate) fn set_home_hook_in(
+    txn: &WriteTransaction,
+    command: Option<&str>,
+) -> Result<(), StorageFailure> {
+    let mut meta = txn.open_table(META).map_err(storage("opening meta"))?;
+    match command {
+        Some(command) => {
+            let hooks = HookCommands {
+                own: Vec::new(),
+                home: Some(command.to_string()),
+            };
+            meta.insert(tables::META_HOME_HOOK, hooks.encode().as_slice())
+                .map_err(storage("writing the home's hook"))?;
+        }
+        None => {
+            meta.remove(tables::META_HOME_HOOK)
+                .map_err(storage("removing the home's hook"))?;
         }
     }
     Ok(())

@@ -45,6 +45,8 @@ pub(crate) struct Request {
     pub(crate) events: Vec<Event>,
     pub(crate) condition: Condition,
     pub(crate) origin: Origin,
+    /// What a new run keeps in the home only ([`Batch::private`]).
+    pub(crate) private: Option<std::sync::Arc<crate::run_env::RunPrivate>>,
 }
 
 /// Whose batch a request is.

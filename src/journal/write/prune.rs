@@ -5,8 +5,8 @@
 //! Invariants:
 //! * a run is pruned in one write transaction: its records, log entries, snapshot and terminal
 //!   index entry go and its tombstone comes, or nothing changes; no run is ever half there;
-//! * only a terminal, closed run is pruned: the check is made again inside the transaction, so
-//!   a run that moved on since it was chosen is skipped;
+//! * only a terminal, closed run with no hook due is pruned: the check is made again inside the
+//!   transaction, so a run that moved on since it was chosen is skipped;
 //! * a global seq is never issued twice: the highest one a prune removed is kept
 //!   ([`tables::META_LOG_FLOOR`]), and the count of removed log entries with it, so that the
 //!   log's entries and the pruned ones still add up to its head (`verify` checks it);
@@ -19,8 +19,8 @@ use crate::event::{FORMAT_VERSION, RunId, UnixMs};
 use crate::journal::format::error::{ReadError, StorageFailure, storage};
 use crate::journal::format::retention::{MAX_TOMBSTONES, Retention, Tombstone, encode_retention};
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, LOG, META, PRUNED, PRUNED_AT, PRUNING, RECORDS, RESUMES, RUNS,
-    TERMINAL,
+    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED, PRUNED_AT,
+    PRUNING, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
 };
 use crate::journal::read::view::state_of;
 use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
@@ -58,6 +58,10 @@ struct PruneTables<'txn> {
     pruning: Table<'txn, &'static [u8; 16], &'static [u8]>,
     meta: Table<'txn, &'static str, &'static [u8]>,
     resumes: Table<'txn, &'static [u8; 16], &'static [u8; 16]>,
+    run_env: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    run_hooks: Table<'txn, &'static [u8; 16], &'static [u8]>,
+    hooks_due: Table<'txn, &'static [u8; 16], ()>,
+    hooks_given_up: Table<'txn, &'static [u8; 16], ()>,
 }
 
 impl<'txn> PruneTables<'txn> {
@@ -79,6 +83,16 @@ impl<'txn> PruneTables<'txn> {
             pruning: txn.open_table(PRUNING).map_err(storage("opening tables"))?,
             meta: txn.open_table(META).map_err(storage("opening tables"))?,
             resumes: txn.open_table(RESUMES).map_err(storage("opening tables"))?,
+            run_env: txn.open_table(RUN_ENV).map_err(storage("opening tables"))?,
+            run_hooks: txn
+                .open_table(RUN_HOOKS)
+                .map_err(storage("opening tables"))?,
+            hooks_due: txn
+                .open_table(HOOKS_DUE)
+                .map_err(storage("opening tables"))?,
+            hooks_given_up: txn
+                .open_table(HOOKS_GIVEN_UP)
+                .map_err(storage("opening tables"))?,
         })
     }
 
@@ -140,6 +154,28 @@ impl<'txn> PruneTables<'txn> {
         Ok(None)
     }
 
+    fn has_hooks_due(&self, run_key: &[u8; 16]) -> Result<bool, StorageFailure> {
+        Ok(self
+            .hooks_due
+            .get(run_key)
+            .map_err(storage("reading the due hooks"))?
+            .is_some())
+    }
+
+    /// What a run kept in the home only goes with it: its environment, its hooks.
+    fn forget_private(&mut self, run_key: &[u8; 16]) -> Result<(), StorageFailure> {
+        self.run_env
+            .remove(run_key)
+            .map_err(storage("pruning the run's environment"))?;
+        self.run_hooks
+            .remove(run_key)
+            .map_err(storage("pruning the run's hooks"))?;
+        self.hooks_given_up
+            .remove(run_key)
+            .map_err(storage("pruning the given-up hooks"))?;
+        Ok(())
+    }
+
     /// Removes one run whole and leaves its tombstone. Returns how many log entries went and
     /// the highest of their global seqs.
     fn prune_one(&mut self, run: RunId, now_ms: UnixMs) -> Result<Pruned, StorageFailure> {
@@ -165,6 +201,10 @@ impl<'txn> PruneTables<'txn> {
         let (Some(terminal), false, true) = (&state.terminal, is_active, state.is_closed()) else {
             return Ok(Pruned::Skipped("it is not closed"));
         };
+        // A hook still to deliver needs the run's state and its environment.
+        if self.has_hooks_due(&run_key)? {
+            return Ok(Pruned::Skipped("a hook of it is still due"));
+        }
         let low = tables::record_key(run, 0);
         let high = tables::record_key(run, u64::MAX);
         let mut keys = Vec::new();
@@ -205,6 +245,7 @@ impl<'txn> PruneTables<'txn> {
         self.resumes
             .remove(&run_key)
             .map_err(storage("pruning the resume index"))?;
+        self.forget_private(&run_key)?;
         let tombstone = Tombstone {
             format_version: FORMAT_VERSION,
             run_id: run,

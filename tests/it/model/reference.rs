@@ -16,9 +16,15 @@
 //! refuse the same events, naming one of those rules.
 
 use runjournal::event::{
-    ControlAction, Event, ExternalJobStatus, MAX_TEXT_BYTES, Mode, Observer, ProcessExit,
-    ProcessIdentity, Proof, Repairer, RunId, RunSpec, StepAction, StepEnd, TerminalState, UnixMs,
+    ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_TEXT_BYTES, Mode, Observer,
+    ProcessExit, ProcessIdentity, Proof, Repairer, RunId, RunSpec, StepAction, StepEnd,
+    TerminalState, UnixMs,
 };
+
+/// "Hooks": a run has at most this many hooks (sixteen of its own and the home's), each
+/// tried at most this many times.
+const HOOKS_PER_RUN: u32 = 17;
+const ATTEMPTS_PER_HOOK: u32 = 5;
 
 /// Run states ("Lifecycle"): `queued`, `running` are active; the rest terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +123,30 @@ pub struct Run {
     pub dismissed_at_ms: Option<UnixMs>,
     /// "Queues": the queue the run waits in, and whether it was admitted.
     pub queue: Option<(String, bool)>,
+    /// "Hooks": each hook attempted, by number, in order.
+    pub hooks: Vec<Hook>,
+}
+
+/// "Hooks": one hook's deliveries, times left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    pub hook: u32,
+    /// Attempts claimed so far.
+    pub attempts: u32,
+    /// The attempt claimed and not ended, and who claimed it.
+    pub open: Option<(u32, ProcessIdentity, String, u64)>,
+    /// The last attempt that ended: its number, how, and when the next is due.
+    pub last: Option<(u32, HookOutcome, Option<UnixMs>)>,
+}
+
+impl Hook {
+    /// "never again once a success is journaled", and given up after a failure with no
+    /// retry.
+    fn is_settled(&self) -> bool {
+        self.last.as_ref().is_some_and(|(_, outcome, retry)| {
+            *outcome == HookOutcome::Delivered || retry.is_none()
+        })
+    }
 }
 
 impl Run {
@@ -198,11 +228,24 @@ pub enum Rule {
     AdmittedOnceInQueue,
     /// "Queues": a run in a queue starts its runner only once admitted.
     RunnerAfterAdmission,
+    /// "Hooks": "A hook runs once the run's end is journaled."
+    HookAfterEnd,
+    /// "Hooks": a run has at most its own sixteen hooks and the home's.
+    HookInRange,
+    /// "Hooks": attempts are claimed one at a time, numbered in turn.
+    HookAttemptsInTurn,
+    /// "Hooks": an attempt's end is recorded for the attempt claimed.
+    HookEndsItsAttempt,
+    /// "Hooks": "never again once a success is journaled"; none after it is given up.
+    HookNeverAgainOnceSettled,
+    /// "Hooks": "bounded attempts, then recorded as given up": no retry after a delivery or
+    /// after the last attempt.
+    HookRetryFits,
 }
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 28] = [
+    pub const ALL: [Rule; 34] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -231,6 +274,12 @@ impl Rule {
         Rule::QueueNameValid,
         Rule::AdmittedOnceInQueue,
         Rule::RunnerAfterAdmission,
+        Rule::HookAfterEnd,
+        Rule::HookInRange,
+        Rule::HookAttemptsInTurn,
+        Rule::HookEndsItsAttempt,
+        Rule::HookNeverAgainOnceSettled,
+        Rule::HookRetryFits,
     ];
 }
 
@@ -297,6 +346,15 @@ fn texts(event: &Event) -> Vec<&str> {
         Event::Dismissed { .. } | Event::Resumed { .. } => {}
         Event::QueueJoined { queue, .. } => texts.push(queue),
         Event::QueueAdmitted { by } => texts.push(by),
+        Event::HookAttempted { claimant, by, .. } => {
+            texts.extend([claimant.boot_id.as_str(), by.as_str()]);
+        }
+        Event::HookEnded { outcome, .. } => match outcome {
+            HookOutcome::NotStarted { error: text } | HookOutcome::Abandoned { reason: text } => {
+                texts.push(text);
+            }
+            HookOutcome::Delivered | HookOutcome::Failed { .. } | HookOutcome::TimedOut => {}
+        },
     }
     texts
 }
@@ -313,9 +371,13 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
     if let Event::RunCreated { .. } = event {
         broken.push(Rule::CreatedOnce);
     }
+    // "Hooks": a hook's attempts come after the run's end.
     let may_follow_terminal = matches!(
         event,
-        Event::ProcessTerminalObserved { .. } | Event::Dismissed { .. }
+        Event::ProcessTerminalObserved { .. }
+            | Event::Dismissed { .. }
+            | Event::HookAttempted { .. }
+            | Event::HookEnded { .. }
     );
     if run.status.is_terminal() && !may_follow_terminal {
         broken.push(Rule::NothingAfterTerminal);
@@ -511,6 +573,64 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             Some((name, false)) => next.queue = Some((name.clone(), true)),
             _ => broken.push(Rule::AdmittedOnceInQueue),
         },
+        Event::HookAttempted {
+            hook,
+            attempt,
+            claimant,
+            by,
+            lease_ms,
+        } => {
+            hook_place(run, *hook, &mut broken);
+            let current = run.hooks.iter().find(|state| state.hook == *hook);
+            if current.is_some_and(Hook::is_settled) {
+                broken.push(Rule::HookNeverAgainOnceSettled);
+            }
+            let is_open = current.is_some_and(|state| state.open.is_some());
+            let next_attempt = current.map_or(0, |state| state.attempts) + 1;
+            if is_open || *attempt != next_attempt {
+                broken.push(Rule::HookAttemptsInTurn);
+            }
+            let open = Some((*attempt, claimant.clone(), by.clone(), *lease_ms));
+            match next.hooks.iter_mut().find(|state| state.hook == *hook) {
+                Some(state) => {
+                    state.attempts = *attempt;
+                    state.open = open;
+                }
+                None => {
+                    next.hooks.push(Hook {
+                        hook: *hook,
+                        attempts: *attempt,
+                        open,
+                        last: None,
+                    });
+                    next.hooks.sort_by_key(|state| state.hook);
+                }
+            }
+        }
+        Event::HookEnded {
+            hook,
+            attempt,
+            outcome,
+            retry_at_ms,
+        } => {
+            hook_place(run, *hook, &mut broken);
+            let open = run
+                .hooks
+                .iter()
+                .find(|state| state.hook == *hook)
+                .and_then(|state| state.open.as_ref());
+            if open.is_none_or(|(claimed, ..)| claimed != attempt) {
+                broken.push(Rule::HookEndsItsAttempt);
+            }
+            let is_last = *attempt >= ATTEMPTS_PER_HOOK;
+            if retry_at_ms.is_some() && (*outcome == HookOutcome::Delivered || is_last) {
+                broken.push(Rule::HookRetryFits);
+            }
+            if let Some(state) = next.hooks.iter_mut().find(|state| state.hook == *hook) {
+                state.open = None;
+                state.last = Some((*attempt, outcome.clone(), *retry_at_ms));
+            }
+        }
     }
     if broken.is_empty() {
         Ok(next)
@@ -518,6 +638,16 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
         broken.sort();
         broken.dedup();
         Err(broken)
+    }
+}
+
+/// "Hooks": hook events are for a run that has ended, naming a hook a run may have.
+fn hook_place(run: &Run, hook: u32, broken: &mut Vec<Rule>) {
+    if !run.status.is_terminal() {
+        broken.push(Rule::HookAfterEnd);
+    }
+    if hook >= HOOKS_PER_RUN {
+        broken.push(Rule::HookInRange);
     }
 }
 
@@ -564,6 +694,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         observed: None,
         dismissed_at_ms: None,
         queue: None,
+        hooks: Vec::new(),
     })
 }
 
