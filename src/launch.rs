@@ -893,9 +893,33 @@ pub enum FollowEnd {
 pub fn follow(
     store: &dyn ReadHome,
     run: RunId,
+    after_seq: u64,
+    runner: Option<&mut Child>,
+    deadline: Option<Instant>,
+    on_record: impl FnMut(&Record) -> ControlFlow<()>,
+) -> Result<FollowEnd, LaunchError> {
+    follow_looking(
+        store,
+        run,
+        after_seq,
+        runner,
+        deadline,
+        || ControlFlow::Continue(()),
+        on_record,
+    )
+}
+
+/// [`follow`], calling `on_look` at every look, after the records up to the run's head were
+/// read and before they are handed to `on_record`: whatever the run wrote before those records
+/// (its steps' output) is there for `on_look` to show first. `on_look` may break as
+/// `on_record` may.
+pub fn follow_looking(
+    store: &dyn ReadHome,
+    run: RunId,
     mut after_seq: u64,
     mut runner: Option<&mut Child>,
     deadline: Option<Instant>,
+    mut on_look: impl FnMut() -> ControlFlow<()>,
     mut on_record: impl FnMut(&Record) -> ControlFlow<()>,
 ) -> Result<FollowEnd, LaunchError> {
     let read = |source| LaunchError::Read { run, source };
@@ -910,11 +934,17 @@ pub fn follow(
             .map_err(read)?
             .ok_or(LaunchError::Vanished { run })?;
         let has_changed = state.head_seq > after_seq;
-        if has_changed {
-            for record in view
-                .records_between(run, after_seq, state.head_seq)
+        let records = if has_changed {
+            view.records_between(run, after_seq, state.head_seq)
                 .map_err(read)?
-            {
+        } else {
+            Vec::new()
+        };
+        if on_look().is_break() {
+            return Ok(FollowEnd::Left(state));
+        }
+        {
+            for record in records {
                 after_seq = record.seq;
                 if on_record(&record).is_break() {
                     return Ok(FollowEnd::Left(state));
@@ -1086,12 +1116,31 @@ pub fn follow_launched(
     launched: &mut Launched,
     on_record: impl FnMut(&Record) -> ControlFlow<()>,
 ) -> Result<Followed, LaunchError> {
+    follow_launched_looking(store, launched, || ControlFlow::Continue(()), on_record)
+}
+
+/// [`follow_launched`], calling `on_look` at every look as [`follow_looking`] does: what
+/// `runjournal run --wait` shows the steps' output with.
+pub fn follow_launched_looking(
+    store: &Store,
+    launched: &mut Launched,
+    on_look: impl FnMut() -> ControlFlow<()>,
+    on_record: impl FnMut(&Record) -> ControlFlow<()>,
+) -> Result<Followed, LaunchError> {
     let run = launched.run;
     let instance_id = match &launched.start {
         RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
         RunnerStart::NotStarted { .. } | RunnerStart::Queued { .. } => None,
     };
-    let end = follow(store, run, 0, launched.runner.as_mut(), None, on_record)?;
+    let end = follow_looking(
+        store,
+        run,
+        0,
+        launched.runner.as_mut(),
+        None,
+        on_look,
+        on_record,
+    )?;
     let record_exit = |exit: ProcessExit| match &instance_id {
         Some(instance_id) => record_runner_exit(store, run, instance_id, exit)
             .map_err(|source| LaunchError::RecordExit { run, source }),

@@ -556,3 +556,98 @@ fn a_step_does_not_inherit_the_handshake_variable() {
         "the runner did not take the pipe: {runner_log}"
     );
 }
+
+/// The first command a newcomer types shows what their command printed: `run --wait` follows
+/// the steps' output as it comes, between the transitions — the output of a step that has not
+/// ended yet is on stdout while it runs — and `--quiet` keeps only the transitions.
+#[test]
+fn run_wait_follows_the_steps_output_between_transitions_and_quiet_keeps_only_transitions() {
+    use std::io::BufRead;
+    let home = TestHome::new();
+    let gate = home.input("gate");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("runjournal"))
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .arg("--home")
+        .arg(home.path())
+        .args(["run", "--wait", "--step"])
+        // Prints, then waits (bounded, exit 3 past about a minute) for the test to have read
+        // that line from `run --wait` before it ends.
+        .arg(format!(
+            "echo before-the-gate; i=0; while [ ! -e {gate} ]; do i=$((i+1)); [ $i -gt 600 ] && exit 3; sleep 0.1; done; printf no-newline",
+            gate = gate.display()
+        ))
+        .args(["--step", "echo second-step"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("runjournal starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        let is_marker = line == "before-the-gate";
+        seen.push(line);
+        if is_marker {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("before-the-gate"),
+        "the running step's output is shown before it ends: {seen:?}"
+    );
+    std::fs::write(&gate, b"").expect("open the gate");
+    seen.extend(lines.map(|line| line.expect("a line")));
+    assert!(child.wait().expect("runjournal ends").success(), "{seen:?}");
+    let position = |wanted: &dyn Fn(&str) -> bool| {
+        seen.iter()
+            .position(|line| wanted(line))
+            .unwrap_or_else(|| panic!("no such line in {seen:?}"))
+    };
+    let step0_running = position(&|line| {
+        line.contains("step 0 (") && line.ends_with(")") && line.contains(" running (pid ")
+    });
+    let header0 = position(&|line| line.starts_with("==> step 0 ("));
+    let marker = position(&|line| line == "before-the-gate");
+    // The unterminated last line is ended before the next transition.
+    let tail = position(&|line| line == "no-newline");
+    let step0_complete =
+        position(&|line| line.contains("step 0 (") && line.contains(" complete (exit 0)"));
+    let second = position(&|line| line == "second-step");
+    let step1_complete =
+        position(&|line| line.contains("step 1 (") && line.contains(" complete (exit 0)"));
+    assert!(
+        step0_running < header0
+            && header0 < marker
+            && marker < tail
+            && tail < step0_complete
+            && step0_complete < second
+            && second < step1_complete,
+        "output between its step's transitions: {seen:?}"
+    );
+
+    // The step's name is its command: what it prints is not in it.
+    let quiet = home
+        .cmd()
+        .args([
+            "run",
+            "--wait",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            "echo hidden-$((40+2))",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let quiet = String::from_utf8(quiet).expect("utf-8");
+    assert!(quiet.contains("run complete (exit 0)"), "{quiet}");
+    assert!(
+        !quiet.contains("hidden-42"),
+        "--quiet shows no output: {quiet}"
+    );
+}

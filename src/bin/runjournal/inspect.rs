@@ -1,13 +1,11 @@
 //! Looking at runs: `status`, `list`, `wait`, `logs`.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
 use runjournal::launch::{self, WaitEnd, queue};
-use runjournal::logs::CopyError;
 use runjournal::projection::documents;
 use runjournal::resolve::ListOptions;
 use runjournal::show::{self, Cell, RunView};
@@ -19,7 +17,6 @@ use crate::reconcile::report_reconciled;
 use crate::{
     CliResult, EXIT_WAIT_TIMEOUT, Failure, Named, bad_input, check_run_text, note,
     open_for_reading, print, print_line, reconcile_before_reading, resolve, resolve_named,
-    stdout_failure,
 };
 use runjournal::journal::Tombstone;
 use runjournal::json::{
@@ -431,9 +428,7 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
         }
         None => (0..count).collect(),
     };
-    let show_headers = steps.len() > 1;
-    let mut offsets = vec![0u64; steps.len()];
-    let mut last_shown: Option<usize> = None;
+    let mut output = crate::output::StepOutput::new(&state, steps);
     // Made before the first look, so output written between a look and the sleep after it
     // wakes the sleep; without one, the bounded poll alone does.
     let watch = if follow {
@@ -446,38 +441,7 @@ pub fn logs(home: Home, text: &str, step: Option<u32>, follow: bool) -> CliResul
     loop {
         // Read the state first: output written before it ended is then surely drained below.
         let is_over = !follow || read_state(store, run)?.is_terminal();
-        for (slot, &index) in steps.iter().enumerate() {
-            let path = store.home().output_log_path(run, index);
-            let reading = |error| {
-                Failure::Error(
-                    anyhow::Error::new(error).context(format!("reading {}", path.display())),
-                )
-            };
-            // Streamed: a log is never held in memory whole, whatever its size.
-            let Some(new_bytes) =
-                runjournal::logs::new_bytes(&path, offsets[slot]).map_err(reading)?
-            else {
-                continue;
-            };
-            if show_headers && last_shown != Some(index) {
-                if last_shown.is_some() {
-                    writeln!(out).map_err(stdout_failure)?;
-                }
-                writeln!(
-                    out,
-                    "==> step {index} ({}) <==",
-                    state.spec.steps[index].name
-                )
-                .map_err(stdout_failure)?;
-                last_shown = Some(index);
-            }
-            offsets[slot] += new_bytes.copy_to(&mut out).map_err(|error| match error {
-                CopyError::Write(error) => stdout_failure(error),
-                CopyError::Read(error) => reading(error),
-                other => Failure::Error(other.into()),
-            })?;
-        }
-        out.flush().map_err(stdout_failure)?;
+        output.show_new(store.home(), &mut out)?;
         if is_over {
             return Ok(ExitCode::SUCCESS);
         }

@@ -10,7 +10,7 @@ use clap::Args;
 
 use runjournal::durable_fs::{self, Bounded};
 use runjournal::duration::format_duration;
-use runjournal::event::{Mode, StepAction};
+use runjournal::event::{Event, Mode, StepAction};
 use runjournal::exit::describe_exit;
 use runjournal::json::{EndedDoc, LaunchedDoc};
 use runjournal::launch::{
@@ -74,9 +74,13 @@ pub struct RunArgs {
     /// RUNJOURNAL_RESULT_PATH set; retried if it fails, until delivered or given up.
     #[arg(long = "on-exit", value_name = "CMD")]
     on_exit: Vec<String>,
-    /// Follow the run to its end, printing each transition; exit with the run's exit code.
+    /// Follow the run to its end, printing its steps' output as it comes and each transition;
+    /// exit with the run's exit code.
     #[arg(long)]
     wait: bool,
+    /// With --wait: print only the transitions, not the steps' output.
+    #[arg(long, requires = "wait")]
+    quiet: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -292,9 +296,13 @@ pub struct ResumeArgs {
     /// A completion hook of the new run, after the paused run's own (repeatable).
     #[arg(long = "on-exit", value_name = "CMD")]
     on_exit: Vec<String>,
-    /// Follow the new run to its end, printing each transition; exit with its exit code.
+    /// Follow the new run to its end, printing its steps' output as it comes and each
+    /// transition; exit with its exit code.
     #[arg(long)]
     wait: bool,
+    /// With --wait: print only the transitions, not the steps' output.
+    #[arg(long, requires = "wait")]
+    quiet: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -341,7 +349,7 @@ pub fn resume(home: Home, args: ResumeArgs) -> CliResult {
         ))?;
     }
     if args.wait {
-        follow(&store, resumed.launched, args.json)
+        follow(&store, resumed.launched, Shown::of(args.json, args.quiet))
     } else if args.json {
         report_resume(&store, &resumed)
     } else {
@@ -388,7 +396,7 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
         .map_err(launch_failure)?;
     if args.wait {
-        follow(&store, launched, args.json)
+        follow(&store, launched, Shown::of(args.json, args.quiet))
     } else {
         report_launch(&store, &launched, args.json)
     }
@@ -544,32 +552,87 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
     }
 }
 
-/// `run --wait`: prints each transition as it lands; the library records the runner's exit
-/// as its parent. Exits with the run's exit code.
-fn follow(store: &Store, mut launched: Launched, json: bool) -> CliResult {
+/// What `run --wait` prints while it follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// The steps' output as it comes, and each transition.
+    OutputAndTransitions,
+    /// Each transition (`--quiet`).
+    Transitions,
+    /// Nothing until the end (`--json`: one object).
+    End,
+}
+
+impl Shown {
+    fn of(json: bool, quiet: bool) -> Shown {
+        match (json, quiet) {
+            (true, _) => Shown::End,
+            (false, true) => Shown::Transitions,
+            (false, false) => Shown::OutputAndTransitions,
+        }
+    }
+}
+
+/// `run --wait`: prints the steps' output as it comes and each transition as it lands; the
+/// library records the runner's exit as its parent. Exits with the run's exit code.
+fn follow(store: &Store, mut launched: Launched, shown: Shown) -> CliResult {
+    let json = shown == Shown::End;
     let run = launched.run;
-    let spec = store
+    let state = store
         .journal()
         .view()
         .and_then(|view| view.snapshot(run))
         .context("reading the run")?
-        .context("the run vanished from the journal")?
-        .spec;
+        .context("the run vanished from the journal")?;
+    let spec = state.spec.clone();
+    let output =
+        std::cell::RefCell::new(crate::output::StepOutput::every_step_once_announced(&state));
     // A closed stdout ends the following (and the command, quietly); the run goes on. Any
     // other failed write does not: the runner's exit is still recorded, and the failure is
-    // reported at the end.
-    let mut write_failure: Option<Failure> = None;
-    let followed = launch::follow_launched(store, &mut launched, |record| {
-        if !json && write_failure.is_none() {
-            write_failure = print_line(&show::record_line(record, &spec)).err();
-        }
-        match write_failure {
-            Some(Failure::StdoutClosed) => ControlFlow::Break(()),
-            _ => ControlFlow::Continue(()),
-        }
-    })
+    // reported at the end. Both callbacks write through it; the library calls them in turn.
+    let write_failure: std::cell::RefCell<Option<Failure>> = std::cell::RefCell::new(None);
+    let verdict = |failure: &Option<Failure>| match failure {
+        Some(Failure::StdoutClosed) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    };
+    let followed = launch::follow_launched_looking(
+        store,
+        &mut launched,
+        || {
+            let mut failure = write_failure.borrow_mut();
+            if shown == Shown::OutputAndTransitions && failure.is_none() {
+                let stdout = std::io::stdout();
+                *failure = output
+                    .borrow_mut()
+                    .show_new(store.home(), &mut stdout.lock())
+                    .err();
+            }
+            verdict(&failure)
+        },
+        |record| {
+            let mut failure = write_failure.borrow_mut();
+            if !json && failure.is_none() {
+                // What the announced steps wrote before this record landed, then the record.
+                let mut output = output.borrow_mut();
+                let stdout = std::io::stdout();
+                let shown = if shown == Shown::OutputAndTransitions {
+                    output.show_new(store.home(), &mut stdout.lock())
+                } else {
+                    Ok(())
+                };
+                *failure = shown
+                    .and_then(|()| output.end_chunk(&mut stdout.lock()))
+                    .and_then(|()| print_line(&show::record_line(record, &spec)))
+                    .err();
+                if let Event::StepRunning { step, .. } = &record.event {
+                    output.announce(*step as usize);
+                }
+            }
+            verdict(&failure)
+        },
+    )
     .context("following the run")?;
-    if let Some(failure) = write_failure {
+    if let Some(failure) = write_failure.into_inner() {
         return Err(failure);
     }
     let state = match followed {

@@ -10,6 +10,7 @@ mod control;
 mod hooks;
 mod inspect;
 mod launch;
+mod output;
 mod reconcile;
 mod retention;
 #[cfg(feature = "ship")]
