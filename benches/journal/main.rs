@@ -81,6 +81,10 @@ fn main() {
     if processes::child_main_if_asked() {
         return;
     }
+    if let Some(done) = profile_if_asked() {
+        eprintln!("{done}");
+        return;
+    }
     let is_report = std::env::args().any(|arg| arg == "--report");
     let is_smoke = is_report && std::env::args().any(|arg| arg == "--smoke");
     // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
@@ -242,6 +246,39 @@ fn main() {
     std::fs::write(target.join(name), &text).expect("the report is written");
     println!("{text}");
     eprintln!("report written to target/{name}");
+}
+
+/// `--profile <way> <transitions>`: only that workload of the `transition` group, for that many
+/// transitions, and nothing else, for a profiler. Callgrind counts instructions, which a busy
+/// machine cannot blur: the difference between the counts of two runs over the difference of
+/// their transitions is what one transition costs, the setup taken out.
+fn profile_if_asked() -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|arg| arg == "--profile")?;
+    let (Some(way), Some(count)) = (args.get(at + 1), args.get(at + 2)) else {
+        return Some("--profile needs a workload of the transition group and a count".into());
+    };
+    let Ok(count) = count.parse::<u64>() else {
+        return Some(format!("--profile: {count} is not a count of transitions"));
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("profile-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a scratch directory under target/tmp");
+    let record = Record {
+        event: fixture::job_update(42),
+        ..fixture::closed_records(1)[0][0].clone()
+    }
+    .encode()
+    .expect("the record encodes");
+    let mut ways = transition_ways(scratch.path(), &record, b"{}");
+    let Some((_, run)) = ways.iter_mut().find(|(id, _)| id == way) else {
+        return Some(format!(
+            "--profile: no workload {way} (try one of {TRANSITION_IDS:?})"
+        ));
+    };
+    let elapsed = run(count);
+    Some(format!("{way}: {count} transitions in {elapsed:?}"))
 }
 
 /// Registers a criterion group whose workloads are made (once, lazily: a filtered-out group

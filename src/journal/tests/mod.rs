@@ -23,6 +23,7 @@ mod aliases;
 mod corruption;
 mod idempotency;
 mod indexes;
+mod invariants;
 mod lifecycle;
 mod opening;
 mod queues;

@@ -1,11 +1,11 @@
 //! Appending: validate a batch against the run's snapshot, then write its records, the new
 //! snapshot and the indexes in the same write transaction.
 
-use redb::{Database, ReadableTable, Table, WriteTransaction};
+use redb::{Database, Key, ReadableTable, Table, TableDefinition, Value, WriteTransaction};
 
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
 use crate::journal::format::error::{
-    AppendError, CorruptError, QueueRefusal, ResumeRefusal, StorageFailure, storage,
+    AppendError, CorruptError, Inconsistency, QueueRefusal, ResumeRefusal, StorageFailure, storage,
 };
 use crate::journal::format::snapshot::encode_snapshot;
 use crate::journal::format::tables::{
@@ -82,66 +82,113 @@ pub struct Appended {
     pub was_duplicate: bool,
 }
 
+/// The tables of a group's write transaction: those every group writes, open for the whole
+/// transaction, and those only some batches touch, opened by the first batch that needs them
+/// (opening a table costs a lookup in redb's table tree, and another at the commit).
 struct Tables<'txn> {
+    txn: &'txn WriteTransaction,
     records: Table<'txn, &'static [u8; 24], &'static [u8]>,
     log: Table<'txn, u64, &'static [u8; 24]>,
     runs: Table<'txn, &'static [u8; 16], &'static [u8]>,
-    active: Table<'txn, &'static [u8; 16], ()>,
-    terminal: Table<'txn, &'static [u8; 24], ()>,
-    aliases: Table<'txn, &'static str, &'static [u8; 16]>,
     writers: Table<'txn, u64, u64>,
     globals: Table<'txn, &'static [u8; 24], u64>,
     meta: Table<'txn, &'static str, &'static [u8]>,
-    resumes: Table<'txn, &'static [u8; 16], &'static [u8; 16]>,
-    queues: Table<'txn, &'static str, u64>,
-    queue_waiting: Table<'txn, &'static [u8], &'static [u8; 16]>,
-    queue_active: Table<'txn, &'static [u8], ()>,
+    /// A run's creation and its close.
+    active: Lazy<'txn, &'static [u8; 16], ()>,
+    /// A run's `Terminal`.
+    terminal: Lazy<'txn, &'static [u8; 24], ()>,
+    /// A run's creation.
+    aliases: Lazy<'txn, &'static str, &'static [u8; 16]>,
+    /// A batch holding `Resumed`.
+    resumes: Lazy<'txn, &'static [u8; 16], &'static [u8; 16]>,
+    /// A batch of a run in a queue that joins it, takes a slot or leaves it.
+    queues: Lazy<'txn, &'static str, u64>,
+    queue_waiting: Lazy<'txn, &'static [u8], &'static [u8; 16]>,
+    queue_active: Lazy<'txn, &'static [u8], ()>,
+}
+
+/// A table opened the first time it is needed (and created then, in a journal written before
+/// it existed).
+struct Lazy<'txn, K: Key + 'static, V: Value + 'static> {
+    definition: TableDefinition<'static, K, V>,
+    table: Option<Table<'txn, K, V>>,
+}
+
+impl<'txn, K: Key + 'static, V: Value + 'static> Lazy<'txn, K, V> {
+    fn new(definition: TableDefinition<'static, K, V>) -> Lazy<'txn, K, V> {
+        Lazy {
+            definition,
+            table: None,
+        }
+    }
+
+    fn open(
+        &mut self,
+        txn: &'txn WriteTransaction,
+    ) -> Result<&mut Table<'txn, K, V>, StorageFailure> {
+        let table = match self.table.take() {
+            Some(table) => table,
+            None => txn
+                .open_table(self.definition)
+                .map_err(storage("opening a table"))?,
+        };
+        Ok(self.table.insert(table))
+    }
 }
 
 impl<'txn> Tables<'txn> {
     fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StorageFailure> {
         let op = "opening tables";
         Ok(Tables {
-            records: txn
-                .open_table(RECORDS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            log: txn
-                .open_table(LOG)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            runs: txn
-                .open_table(RUNS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            active: txn
-                .open_table(ACTIVE)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            terminal: txn
-                .open_table(TERMINAL)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            aliases: txn
-                .open_table(ALIASES)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            writers: txn
-                .open_table(WRITERS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            globals: txn
-                .open_table(GLOBALS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            meta: txn
-                .open_table(META)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            resumes: txn
-                .open_table(RESUMES)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            queues: txn
-                .open_table(QUEUES)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            queue_waiting: txn
-                .open_table(QUEUE_WAITING)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            queue_active: txn
-                .open_table(QUEUE_ACTIVE)
-                .map_err(|e| StorageFailure::new(op, e))?,
+            txn,
+            records: txn.open_table(RECORDS).map_err(storage(op))?,
+            log: txn.open_table(LOG).map_err(storage(op))?,
+            runs: txn.open_table(RUNS).map_err(storage(op))?,
+            writers: txn.open_table(WRITERS).map_err(storage(op))?,
+            globals: txn.open_table(GLOBALS).map_err(storage(op))?,
+            meta: txn.open_table(META).map_err(storage(op))?,
+            active: Lazy::new(ACTIVE),
+            terminal: Lazy::new(TERMINAL),
+            aliases: Lazy::new(ALIASES),
+            resumes: Lazy::new(RESUMES),
+            queues: Lazy::new(QUEUES),
+            queue_waiting: Lazy::new(QUEUE_WAITING),
+            queue_active: Lazy::new(QUEUE_ACTIVE),
         })
+    }
+
+    fn active(&mut self) -> Result<&mut Table<'txn, &'static [u8; 16], ()>, StorageFailure> {
+        self.active.open(self.txn)
+    }
+
+    fn terminal(&mut self) -> Result<&mut Table<'txn, &'static [u8; 24], ()>, StorageFailure> {
+        self.terminal.open(self.txn)
+    }
+
+    fn aliases(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static str, &'static [u8; 16]>, StorageFailure> {
+        self.aliases.open(self.txn)
+    }
+
+    fn resumes(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static [u8; 16], &'static [u8; 16]>, StorageFailure> {
+        self.resumes.open(self.txn)
+    }
+
+    fn queues(&mut self) -> Result<&mut Table<'txn, &'static str, u64>, StorageFailure> {
+        self.queues.open(self.txn)
+    }
+
+    fn queue_waiting(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static [u8], &'static [u8; 16]>, StorageFailure> {
+        self.queue_waiting.open(self.txn)
+    }
+
+    fn queue_active(&mut self) -> Result<&mut Table<'txn, &'static [u8], ()>, StorageFailure> {
+        self.queue_active.open(self.txn)
     }
 }
 
@@ -374,7 +421,9 @@ fn apply_batch(
             let is_judged = is_judged_refusal(&refusal)
                 || matches!(
                     refusal,
-                    AppendError::Resume { .. } | AppendError::Queue { .. }
+                    AppendError::Resume { .. }
+                        | AppendError::Queue { .. }
+                        | AppendError::Inconsistent { .. }
                 );
             if marks == Marks::Idempotent && is_judged {
                 group.advance_mark(batch.writer, batch.writer_seq);
@@ -392,19 +441,29 @@ fn apply_batch(
 /// two batches racing for the last slot cannot both take it, whichever process judges them.
 /// Its cost follows the queue's active runs (at most its limit, unless the limit was
 /// lowered), never its waiting ones.
-fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(), AppendError> {
+fn check_queue(
+    tables: &mut Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
     let Some(queue) = &prepared.after.queue else {
         return Ok(());
     };
     let is_joining = !prepared.was_in_queue;
     let is_admitted_now = !prepared.was_admitted && queue.admitted.is_some();
+    check_slot_taken_by_admission(
+        run,
+        prepared.held_slot,
+        prepared.was_admitted,
+        &prepared.after,
+    )?;
     if !is_joining && !is_admitted_now {
         return Ok(());
     }
     let refuse = |refusal| AppendError::Queue { run, refusal };
     let name = queue.name.as_str();
     let Some(max_active) = tables
-        .queues
+        .queues()?
         .get(name)
         .map_err(storage("reading a queue's limit"))?
         .map(|limit| limit.value())
@@ -420,7 +479,7 @@ fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(
     let high = tables::queue_prefix_end(name);
     let mut active = 0u64;
     for entry in tables
-        .queue_active
+        .queue_active()?
         .range::<&[u8]>(low.as_slice()..high.as_slice())
         .map_err(storage("counting a queue's active runs"))?
     {
@@ -442,7 +501,7 @@ fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(
         }));
     }
     let first = tables
-        .queue_waiting
+        .queue_waiting()?
         .range::<&[u8]>(low.as_slice()..high.as_slice())
         .map_err(storage("reading a queue's first run"))?
         .next()
@@ -461,14 +520,67 @@ fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(
     }
 }
 
+/// A run takes a slot of its queue (it did not hold one before the batch, `held_slot`, and
+/// holds one after it, `after`) only through the admission that [`check_queue`] judges against
+/// the queue's limit, recorded in this batch (it was not admitted before, `was_admitted`), so
+/// that no queue holds more active runs than its limit allows. Pure and cheap: kept on in every
+/// build, as a refusal.
+pub(crate) fn check_slot_taken_by_admission(
+    run: RunId,
+    held_slot: bool,
+    was_admitted: bool,
+    after: &RunState,
+) -> Result<(), AppendError> {
+    let takes_slot = !held_slot && after.holds_slot();
+    match &after.queue {
+        Some(queue) if takes_slot && was_admitted => Err(AppendError::Inconsistent {
+            run,
+            broken: Inconsistency::SlotWithoutAdmission {
+                queue: queue.name.clone(),
+            },
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Validates the batch and encodes its records without writing anything.
-fn prepare(tables: &Tables<'_>, batch: &Batch, marks: Marks) -> Result<Prepared, AppendError> {
+fn prepare(tables: &mut Tables<'_>, batch: &Batch, marks: Marks) -> Result<Prepared, AppendError> {
     let before = state_before(tables, batch.run)?;
     let mut prepared = judge(before, batch)?;
+    check_seqs_free(tables, batch.run, &prepared)?;
     if let Some(from) = resumed_from(batch) {
         prepared.resumes = resumable(tables, batch.run, from, marks)?;
     }
     Ok(prepared)
+}
+
+/// The seq a batch takes first is free in `records`: the head its run's snapshot gave is the
+/// head its records have, so the batch's records follow them rather than replace one. A
+/// snapshot is checked for its shape when it is read, but one left behind its records (a copy
+/// of an older state written back) has a shape; only the records can tell. One lookup.
+fn check_seqs_free(
+    tables: &Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let Some(&(first_seq, _)) = prepared.records.first() else {
+        return Ok(());
+    };
+    let is_taken = tables
+        .records
+        .get(&tables::record_key(run, first_seq))
+        .map_err(storage("reading the run's records"))?
+        .is_some();
+    if is_taken {
+        return Err(AppendError::Inconsistent {
+            run,
+            broken: Inconsistency::SeqTaken {
+                head: first_seq - 1,
+                seq: first_seq,
+            },
+        });
+    }
+    Ok(())
 }
 
 /// The run a batch's `Resumed` names, if it holds one (the reducer takes one at most, right
@@ -488,14 +600,14 @@ fn resumed_from(batch: &Batch) -> Option<RunId> {
 /// and links only runs that are both there (the old one may have been pruned before the
 /// journal was lost).
 fn resumable(
-    tables: &Tables<'_>,
+    tables: &mut Tables<'_>,
     run: RunId,
     from: RunId,
     marks: Marks,
 ) -> Result<bool, AppendError> {
     let old = state_before(tables, from)?;
     let by = tables
-        .resumes
+        .resumes()?
         .get(&from.to_bytes())
         .map_err(storage("reading the resume index"))?
         .map(|entry| RunId::from_bytes(*entry.value()));
@@ -591,14 +703,22 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
             Some(state) => state.apply_mut(&record),
         };
         folded.map_err(|source| AppendError::Transition { index, source })?;
-        assert_eq!(
-            state.as_ref().map(|state| state.head_seq),
-            Some(seq),
-            "apply advances the head by exactly one"
-        );
+        let found = state.as_ref().map_or(0, |state| state.head_seq);
+        if found != seq {
+            return Err(AppendError::Inconsistent {
+                run,
+                broken: Inconsistency::HeadNotAdvanced { seq, found },
+            });
+        }
         records.push((seq, record.encode()?));
     }
     let after = state.expect("a non-empty batch leaves a state");
+    after
+        .check_folded_shape()
+        .map_err(|shape| AppendError::Inconsistent {
+            run,
+            broken: Inconsistency::Shape(shape),
+        })?;
     let snapshot = encode_snapshot(&after)?;
     Ok(Prepared {
         records,
@@ -624,30 +744,28 @@ fn write(
 ) -> Result<Appended, AppendError> {
     let run = batch.run;
     let run_key = run.to_bytes();
-    let global_seq = &mut group.global_seq;
+    // `judge` made one record per event, at the seqs after the stored head.
     let first_seq = prepared.records[0].0;
     let last_seq = prepared.after.head_seq;
-    debug_assert!(
-        prepared.records.len() == batch.events.len()
-            && (first_seq..=last_seq).eq(prepared.records.iter().map(|(seq, _)| *seq)),
-        "a batch's records take consecutive seqs, one each, up to the stored state's head"
-    );
+    // A batch's records take consecutive global seqs: one index entry, at its first record,
+    // says where each of them is.
+    let first_global = group.global_seq + 1;
     for (seq, bytes) in &prepared.records {
         let key = tables::record_key(run, *seq);
         tables
             .records
             .insert(&key, bytes.as_slice())
             .map_err(storage("writing a record"))?;
-        *global_seq += 1;
+        group.global_seq += 1;
         tables
             .log
-            .insert(*global_seq, &key)
+            .insert(group.global_seq, &key)
             .map_err(storage("writing the log"))?;
-        tables
-            .globals
-            .insert(&key, *global_seq)
-            .map_err(storage("writing the log index"))?;
     }
+    tables
+        .globals
+        .insert(&tables::record_key(run, first_seq), first_global)
+        .map_err(storage("writing the log index"))?;
     tables
         .runs
         .insert(&run_key, prepared.snapshot.as_slice())
@@ -656,38 +774,38 @@ fn write(
     let after = &prepared.after;
     if after.is_closed() {
         tables
-            .active
+            .active()?
             .remove(&run_key)
             .map_err(storage("updating the active index"))?;
     } else if !prepared.existed {
         tables
-            .active
+            .active()?
             .insert(&run_key, ())
             .map_err(storage("updating the active index"))?;
     }
     if let (false, Some(ended_at)) = (prepared.was_terminal, after.ended_at_ms()) {
         tables
-            .terminal
+            .terminal()?
             .insert(&tables::terminal_key(ended_at, run), ())
             .map_err(storage("updating the terminal index"))?;
     }
     if !prepared.existed {
         if let Some(tool_call_id) = &after.tool_call_id {
             tables
-                .aliases
+                .aliases()?
                 .insert(tables::tool_call_alias(tool_call_id).as_str(), &run_key)
                 .map_err(storage("writing an alias"))?;
         }
         if let Some(name) = &after.spec.name {
             tables
-                .aliases
+                .aliases()?
                 .insert(tables::name_alias(name).as_str(), &run_key)
                 .map_err(storage("writing an alias"))?;
         }
     }
     if let (true, Some(from)) = (prepared.resumes, resumed_from(batch)) {
         tables
-            .resumes
+            .resumes()?
             .insert(&from.to_bytes(), &run_key)
             .map_err(storage("writing the resume index"))?;
     }
@@ -714,34 +832,26 @@ fn write_queue_indexes(
     let Some(queue) = &after.queue else {
         return Ok(());
     };
+    // A run waits exactly while it is in a queue, not admitted and not terminal, and holds a
+    // slot exactly while admitted and not terminal: never both. That a slot is taken only by an
+    // admission was checked before anything was written (`check_slot_taken_by_admission`).
     let is_waiting = after.is_waiting_for_slot();
     let holds_slot = after.holds_slot();
-    debug_assert!(
-        !(is_waiting && holds_slot),
-        "a run either waits for a slot or holds one"
-    );
-    debug_assert!(
-        prepared.held_slot || !holds_slot || (!prepared.was_admitted && queue.admitted.is_some()),
-        "a slot is taken only by an admission judged in this batch (check_queue)"
-    );
     if prepared.was_waiting != is_waiting {
-        let joined = tables
-            .globals
-            .get(&tables::record_key(run, tables::QUEUE_JOINED_SEQ))
-            .map_err(storage("reading where the run joined its queue"))?
-            .map(|global| global.value());
         // Written with the run's records in its creation batch; never pruned while the run
         // is open.
+        let joined =
+            tables::global_of(&tables.globals, &tables.log, run, tables::QUEUE_JOINED_SEQ)?;
         if let Some(joined) = joined {
             let key = tables::queue_waiting_key(&queue.name, joined);
             if is_waiting {
                 tables
-                    .queue_waiting
+                    .queue_waiting()?
                     .insert(key.as_slice(), &run.to_bytes())
                     .map_err(storage("updating a queue's waiting runs"))?;
             } else {
                 tables
-                    .queue_waiting
+                    .queue_waiting()?
                     .remove(key.as_slice())
                     .map_err(storage("updating a queue's waiting runs"))?;
             }
@@ -751,12 +861,12 @@ fn write_queue_indexes(
         let key = tables::queue_active_key(&queue.name, run);
         if holds_slot {
             tables
-                .queue_active
+                .queue_active()?
                 .insert(key.as_slice(), ())
                 .map_err(storage("updating a queue's active runs"))?;
         } else {
             tables
-                .queue_active
+                .queue_active()?
                 .remove(key.as_slice())
                 .map_err(storage("updating a queue's active runs"))?;
         }
