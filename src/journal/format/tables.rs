@@ -28,12 +28,12 @@ pub(crate) const WRITERS: TableDefinition<u64, u64> = TableDefinition::new("writ
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 /// (run id, seq) → global seq: where record `seq` of the run sits in `log`, and with it the
-/// records of the run that follow it in one batch, which sit at the global seqs that follow
-/// (a batch's records take consecutive global seqs): one entry per batch, keyed by its first
-/// record, so a pruned run's log entries are found without a scan ([`global_of`]). Journals
-/// written before this was so hold one entry per record, which reads the same way. Records
-/// committed before the table existed are indexed once, by the first prune
-/// ([`crate::journal::write::prune`]).
+/// records of the run that follow it at the next global seqs (a batch's records take
+/// consecutive global seqs): an entry at the first record of each batch that does not follow
+/// its run's previous record in the log, so a pruned run's log entries are found without a scan
+/// ([`global_of`]). Journals written before this was so hold one entry per record, which reads
+/// the same way. Records committed before the table existed are indexed once, by the first
+/// prune ([`crate::journal::write::prune`]).
 pub(crate) const GLOBALS: TableDefinition<&[u8; 24], u64> = TableDefinition::new("globals");
 /// run id → tombstone ([`crate::journal::write::prune::Tombstone`]): what stays of a pruned run.
 pub(crate) const PRUNED: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pruned");

@@ -303,3 +303,41 @@ fn a_record_the_log_index_lacks_is_never_misplaced_and_its_run_is_still_pruned_w
     assert!(globals_of(&journal, run).is_empty());
     assert_eq!(globals_of(&journal, other).len(), 3);
 }
+
+/// A run appending alone, each batch right after its previous record in the log, needs the
+/// entry of its creation batch only; every record is still placed.
+#[test]
+fn batches_that_follow_their_runs_previous_record_in_the_log_add_no_entry() {
+    let (_dir, journal) = new_journal();
+    let run = create(&journal, None, None);
+    for event in successful_lifecycle("i") {
+        journal
+            .append(run, vec![event], Condition::none())
+            .expect("a legal batch");
+    }
+    let two = journal
+        .append_all([
+            (
+                run,
+                vec![Event::Dismissed { at_ms: now_ms() }],
+                Condition::none(),
+            ),
+            (
+                run,
+                vec![Event::Dismissed { at_ms: now_ms() }],
+                Condition::none(),
+            ),
+        ])
+        .into_iter()
+        .filter(Result::is_ok)
+        .count();
+    assert!(two >= 1, "at least the first dismissal lands");
+    assert_eq!(globals_of(&journal, run), vec![(1, 1)]);
+    let view = journal.view().expect("a view opens");
+    for (global, record) in view.records_after(0, usize::MAX).expect("the log reads") {
+        assert_eq!(
+            view.global_of(run, record.seq).expect("reads"),
+            Some(global)
+        );
+    }
+}

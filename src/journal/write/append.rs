@@ -91,8 +91,9 @@ struct Tables<'txn> {
     log: Table<'txn, u64, &'static [u8; 24]>,
     runs: Table<'txn, &'static [u8; 16], &'static [u8]>,
     writers: Table<'txn, u64, u64>,
-    globals: Table<'txn, &'static [u8; 24], u64>,
     meta: Table<'txn, &'static str, &'static [u8]>,
+    /// A batch that does not follow its run's previous record in the log.
+    globals: Lazy<'txn, &'static [u8; 24], u64>,
     /// A run's creation and its close.
     active: Lazy<'txn, &'static [u8; 16], ()>,
     /// A run's `Terminal`.
@@ -145,7 +146,7 @@ impl<'txn> Tables<'txn> {
             log: txn.open_table(LOG).map_err(storage(op))?,
             runs: txn.open_table(RUNS).map_err(storage(op))?,
             writers: txn.open_table(WRITERS).map_err(storage(op))?,
-            globals: txn.open_table(GLOBALS).map_err(storage(op))?,
+            globals: Lazy::new(GLOBALS),
             meta: txn.open_table(META).map_err(storage(op))?,
             active: Lazy::new(ACTIVE),
             terminal: Lazy::new(TERMINAL),
@@ -189,6 +190,50 @@ impl<'txn> Tables<'txn> {
 
     fn queue_active(&mut self) -> Result<&mut Table<'txn, &'static [u8], ()>, StorageFailure> {
         self.queue_active.open(self.txn)
+    }
+}
+
+/// The states a journal handle last stored, each with the snapshot bytes it stored it as. A batch
+/// whose run's stored snapshot is, byte for byte, the one kept here starts from the state kept
+/// with it rather than decode the bytes and check their shape again: a snapshot decodes to the
+/// state it was encoded from, so the two are the same state, whoever wrote the bytes. Bytes that
+/// differ (another process's write, a commit that failed) are decoded as ever. Bounded: a state
+/// whose snapshot is larger than [`StoredStates::MAX_SNAPSHOT_BYTES`] is not kept, and past
+/// [`StoredStates::MAX_RUNS`] runs the oldest half of what is kept is forgotten.
+#[derive(Default)]
+pub(crate) struct StoredStates {
+    states: std::collections::HashMap<RunId, (u64, Vec<u8>, RunState)>,
+    /// Stamps each state kept, so that the oldest go first.
+    kept: u64,
+}
+
+impl StoredStates {
+    const MAX_RUNS: usize = 4096;
+    const MAX_SNAPSHOT_BYTES: usize = 64 * 1024;
+
+    /// The state kept for `run`, taken out, if `snapshot` is the bytes it was stored as.
+    fn take(&mut self, run: RunId, snapshot: &[u8]) -> Option<RunState> {
+        match self.states.remove(&run) {
+            Some((_, bytes, state)) if bytes == snapshot => Some(state),
+            _ => None,
+        }
+    }
+
+    /// Keeps `state`, just stored as `snapshot`, for the run's next batch.
+    fn keep(&mut self, run: RunId, snapshot: Vec<u8>, state: &RunState) {
+        if snapshot.len() > StoredStates::MAX_SNAPSHOT_BYTES {
+            self.states.remove(&run);
+            return;
+        }
+        if self.states.len() >= StoredStates::MAX_RUNS && !self.states.contains_key(&run) {
+            let mut stamps: Vec<u64> = self.states.values().map(|(kept, ..)| *kept).collect();
+            let (_, median, _) = stamps.select_nth_unstable(StoredStates::MAX_RUNS / 2);
+            let median = *median;
+            self.states.retain(|_, (kept, ..)| *kept > median);
+        }
+        self.kept += 1;
+        self.states
+            .insert(run, (self.kept, snapshot, state.clone()));
     }
 }
 
@@ -245,22 +290,26 @@ pub(crate) fn commit_batches_judged(
     let txn = db
         .begin_write()
         .map_err(|e| StorageFailure::new("beginning a write", e))?;
-    commit_batches_judged_in(txn, batches, marks, keeps_refusal)
+    let mut stored = StoredStates::default();
+    commit_batches_judged_in(txn, batches, marks, keeps_refusal, &mut stored)
 }
 
-/// [`commit_batches_judged`] in a write transaction the caller began.
+/// [`commit_batches_judged`] in a write transaction the caller began, starting each batch from
+/// the state `stored` holds for its run where the stored snapshot is the one it holds, and
+/// leaving there the states this transaction stores.
 pub(crate) fn commit_batches_judged_in(
     mut txn: WriteTransaction,
     batches: &[Batch],
     marks: Marks,
     keeps_refusal: impl Fn(&Batch) -> bool,
+    stored: &mut StoredStates,
 ) -> Result<Vec<Judged>, StorageFailure> {
     txn.set_durability(redb::Durability::Immediate)
         .map_err(|e| StorageFailure::new("setting durability", redb::Error::from(e)))?;
     let mut results = Vec::with_capacity(batches.len());
     {
         let mut tables = Tables::open(&txn)?;
-        let mut group = Group::start(&tables)?;
+        let mut group = Group::start(&tables, stored)?;
         for batch in batches {
             let result = match apply_batch(&mut tables, &mut group, batch, marks) {
                 Err(AppendError::Storage(failure)) => return Err(failure),
@@ -330,19 +379,28 @@ pub(crate) struct Prepared {
 /// What every batch of a group reads and moves on: the global log head and the writers' marks.
 /// They are read once per group and the marks written once at its end, rather than read and
 /// written by each batch; what the batches see is the same.
-struct Group {
+struct Group<'a> {
     global_seq: u64,
+    stored: &'a mut StoredStates,
+    /// The record at `global_seq` in the log, when it is there (not pruned): a batch of the same
+    /// run that follows it needs no entry of its own in `globals`.
+    last_key: Option<[u8; 24]>,
     /// Per writer: its mark as the group now stands, and whether the group moved it.
     marks: Vec<(WriterId, Option<u64>, bool)>,
 }
 
-impl Group {
-    fn start(tables: &Tables<'_>) -> Result<Group, StorageFailure> {
-        let last = tables
+impl<'a> Group<'a> {
+    fn start(
+        tables: &Tables<'_>,
+        stored: &'a mut StoredStates,
+    ) -> Result<Group<'a>, StorageFailure> {
+        let (last, last_key) = tables
             .log
             .last()
             .map_err(storage("reading the log head"))?
-            .map_or(0, |(key, _)| key.value());
+            .map_or((0, None), |(global, key)| {
+                (global.value(), Some(*key.value()))
+            });
         // Pruning may have removed the newest entries: their seqs are not issued again.
         let floor = tables
             .meta
@@ -352,6 +410,8 @@ impl Group {
         let global_seq = last.max(floor);
         Ok(Group {
             global_seq,
+            stored,
+            last_key: last_key.filter(|_| last == global_seq),
             marks: Vec::new(),
         })
     }
@@ -398,7 +458,7 @@ impl Group {
 
 fn apply_batch(
     tables: &mut Tables<'_>,
-    group: &mut Group,
+    group: &mut Group<'_>,
     batch: &Batch,
     marks: Marks,
 ) -> Result<Appended, AppendError> {
@@ -409,7 +469,7 @@ fn apply_batch(
     if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
-    let prepared = match prepare(tables, batch, marks).and_then(|prepared| {
+    let prepared = match prepare(tables, group, batch, marks).and_then(|prepared| {
         check_queue(tables, batch.run, &prepared)?;
         Ok(prepared)
     }) {
@@ -544,8 +604,13 @@ pub(crate) fn check_slot_taken_by_admission(
 }
 
 /// Validates the batch and encodes its records without writing anything.
-fn prepare(tables: &mut Tables<'_>, batch: &Batch, marks: Marks) -> Result<Prepared, AppendError> {
-    let before = state_before(tables, batch.run)?;
+fn prepare(
+    tables: &mut Tables<'_>,
+    group: &mut Group<'_>,
+    batch: &Batch,
+    marks: Marks,
+) -> Result<Prepared, AppendError> {
+    let before = stored_state_before(tables, group.stored, batch.run)?;
     let mut prepared = judge(before, batch)?;
     check_seqs_free(tables, batch.run, &prepared)?;
     if let Some(from) = resumed_from(batch) {
@@ -630,6 +695,25 @@ fn resumable(
         (Some(_), None) => return Ok(true),
     };
     Err(AppendError::Resume { run, from, refusal })
+}
+
+/// [`state_before`], taken from `stored` when the run's stored snapshot is the one it holds.
+fn stored_state_before(
+    tables: &Tables<'_>,
+    stored: &mut StoredStates,
+    run: RunId,
+) -> Result<Option<RunState>, AppendError> {
+    match tables
+        .runs
+        .get(&run.to_bytes())
+        .map_err(storage("reading the run snapshot"))?
+    {
+        Some(bytes) => match stored.take(run, bytes.value()) {
+            Some(state) => Ok(Some(state)),
+            None => Ok(Some(state_of(run, bytes.value(), &tables.records)?)),
+        },
+        None => Ok(None),
+    }
 }
 
 /// The run's state as this transaction sees it; `None` when the run does not exist.
@@ -738,7 +822,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
 /// whole transaction.
 fn write(
     tables: &mut Tables<'_>,
-    group: &mut Group,
+    group: &mut Group<'_>,
     batch: &Batch,
     prepared: Prepared,
 ) -> Result<Appended, AppendError> {
@@ -748,8 +832,19 @@ fn write(
     let first_seq = prepared.records[0].0;
     let last_seq = prepared.after.head_seq;
     // A batch's records take consecutive global seqs: one index entry, at its first record,
-    // says where each of them is.
-    let first_global = group.global_seq + 1;
+    // says where each of them is. A batch that follows its run's previous record in the log is
+    // found through that record's entry, and needs none (`tables::global_of`).
+    let first_key = tables::record_key(run, first_seq);
+    let is_continued =
+        first_seq > 1 && group.last_key == Some(tables::record_key(run, first_seq - 1));
+    if !is_continued {
+        let txn = tables.txn;
+        tables
+            .globals
+            .open(txn)?
+            .insert(&first_key, group.global_seq + 1)
+            .map_err(storage("writing the log index"))?;
+    }
     for (seq, bytes) in &prepared.records {
         let key = tables::record_key(run, *seq);
         tables
@@ -761,11 +856,8 @@ fn write(
             .log
             .insert(group.global_seq, &key)
             .map_err(storage("writing the log"))?;
+        group.last_key = Some(key);
     }
-    tables
-        .globals
-        .insert(&tables::record_key(run, first_seq), first_global)
-        .map_err(storage("writing the log index"))?;
     tables
         .runs
         .insert(&run_key, prepared.snapshot.as_slice())
@@ -811,6 +903,7 @@ fn write(
     }
     write_queue_indexes(tables, run, &prepared)?;
     group.advance_mark(batch.writer, batch.writer_seq);
+    group.stored.keep(run, prepared.snapshot, &prepared.after);
     Ok(Appended {
         run,
         first_seq,
@@ -840,8 +933,13 @@ fn write_queue_indexes(
     if prepared.was_waiting != is_waiting {
         // Written with the run's records in its creation batch; never pruned while the run
         // is open.
-        let joined =
-            tables::global_of(&tables.globals, &tables.log, run, tables::QUEUE_JOINED_SEQ)?;
+        let txn = tables.txn;
+        let joined = tables::global_of(
+            tables.globals.open(txn)?,
+            &tables.log,
+            run,
+            tables::QUEUE_JOINED_SEQ,
+        )?;
         if let Some(joined) = joined {
             let key = tables::queue_waiting_key(&queue.name, joined);
             if is_waiting {
@@ -954,4 +1052,52 @@ fn find_duplicate(tables: &Tables<'_>, batch: &Batch) -> Result<Appended, Append
         state,
         was_duplicate: true,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit;
+
+    /// What a handle keeps of the states it stored stays bounded, the newest kept.
+    #[test]
+    fn the_states_a_handle_keeps_stay_bounded_and_the_newest_stay() {
+        let mut stored = StoredStates::default();
+        let spec = testkit::spec(
+            crate::event::Mode::Single,
+            vec![testkit::step("build", testkit::argv(&["true"]))],
+        );
+        let created = testkit::created(spec, 1, crate::event::HostIds::default());
+        let runs: Vec<RunId> = (0..StoredStates::MAX_RUNS + 10)
+            .map(|_| RunId::generate())
+            .collect();
+        for &run in &runs {
+            let record = Record {
+                format_version: FORMAT_VERSION,
+                run_id: run,
+                seq: 1,
+                time_ms: 1,
+                writer: WriterId(1),
+                writer_seq: 1,
+                event: created.clone(),
+            };
+            let state = state::apply(None, &record).expect("created");
+            let bytes = encode_snapshot(&state).expect("encodes");
+            stored.keep(run, bytes, &state);
+        }
+        assert!(stored.states.len() <= StoredStates::MAX_RUNS);
+        let newest = runs[runs.len() - 1];
+        let (_, bytes, _) = stored
+            .states
+            .get(&newest)
+            .expect("the newest is kept")
+            .clone();
+        assert!(stored.take(newest, &bytes).is_some());
+        assert!(stored.take(newest, &bytes).is_none(), "taken out");
+        let oldest = runs[0];
+        assert!(
+            !stored.states.contains_key(&oldest),
+            "the oldest went first"
+        );
+    }
 }

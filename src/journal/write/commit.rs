@@ -102,6 +102,8 @@ pub(crate) struct Shared {
     pub(crate) stats: WriterStats,
     /// Set when the handle is being dropped: a commit leader takes no new clients then.
     pub(crate) is_closing: std::sync::atomic::AtomicBool,
+    /// The states this handle's commits last stored (only its writer thread commits).
+    stored: std::sync::Mutex<append::StoredStates>,
 }
 
 impl Shared {
@@ -113,6 +115,7 @@ impl Shared {
             options,
             stats: WriterStats::default(),
             is_closing: std::sync::atomic::AtomicBool::new(false),
+            stored: std::sync::Mutex::default(),
         }
     }
 
@@ -300,9 +303,20 @@ fn commit_group(
     // Refusals of other writers' batches keep the state they were judged against, for their
     // writers to word them.
     let is_remote = |batch: &Batch| batch.writer != shared.writer;
+    let mut stored = shared
+        .stored
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let attempted = commit_retrying(shared, capacity, |txn| {
-        append::commit_batches_judged_in(txn, batches, append::Marks::Idempotent, is_remote)
+        append::commit_batches_judged_in(
+            txn,
+            batches,
+            append::Marks::Idempotent,
+            is_remote,
+            &mut stored,
+        )
     });
+    drop(stored);
     let failed = |result: &dyn Fn() -> AppendError, was_retried| {
         batches
             .iter()
