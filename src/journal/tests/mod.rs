@@ -21,6 +21,7 @@ use crate::testkit;
 
 mod aliases;
 mod corruption;
+mod equivalence;
 mod idempotency;
 mod indexes;
 mod invariants;
