@@ -178,17 +178,35 @@ const REDB_TABLE: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new
 
 impl RedbInsert {
     pub fn new(dir: &Path, record: &[u8]) -> RedbInsert {
-        let mut builder = redb::Database::builder();
-        // As runjournal opens its journal.
-        builder
-            .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
-            .set_cache_size(16 << 20);
-        let db = builder.create(dir.join("plain.redb")).expect("redb opens");
+        let db = RedbInsert::builder()
+            .create(dir.join("plain.redb"))
+            .expect("redb opens");
         RedbInsert {
             db,
             record: record.to_vec(),
             key: 0,
         }
+    }
+
+    /// The same on a backend of the caller's (one that counts what redb asks of the disk).
+    pub fn with_backend(backend: impl redb::StorageBackend, record: &[u8]) -> RedbInsert {
+        let db = RedbInsert::builder()
+            .create_with_backend(backend)
+            .expect("redb opens");
+        RedbInsert {
+            db,
+            record: record.to_vec(),
+            key: 0,
+        }
+    }
+
+    fn builder() -> redb::Builder {
+        let mut builder = redb::Database::builder();
+        // As runjournal opens its journal.
+        builder
+            .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+            .set_cache_size(16 << 20);
+        builder
     }
 
     pub fn transition(&mut self) {

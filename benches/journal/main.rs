@@ -81,6 +81,10 @@ fn main() {
     if processes::child_main_if_asked() {
         return;
     }
+    if let Some(done) = profile_if_asked() {
+        eprintln!("{done}");
+        return;
+    }
     let is_report = std::env::args().any(|arg| arg == "--report");
     let is_smoke = is_report && std::env::args().any(|arg| arg == "--smoke");
     // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
@@ -230,7 +234,7 @@ fn main() {
     if is_reported("transition") {
         eprintln!("latency percentiles and disk operations per commit...");
         facts.latency = Some(latencies(scratch.path(), &record, is_smoke));
-        facts.disk = Some(disk_operations(scratch.path(), is_smoke));
+        facts.disk = Some(disk_operations(scratch.path(), &record, is_smoke));
     }
     facts.observe_end();
     let text = report::render(&measured, &facts);
@@ -242,6 +246,39 @@ fn main() {
     std::fs::write(target.join(name), &text).expect("the report is written");
     println!("{text}");
     eprintln!("report written to target/{name}");
+}
+
+/// `--profile <way> <transitions>`: only that workload of the `transition` group, for that many
+/// transitions, and nothing else, for a profiler. Callgrind counts instructions, which a busy
+/// machine cannot blur: the difference between the counts of two runs over the difference of
+/// their transitions is what one transition costs, the setup taken out.
+fn profile_if_asked() -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|arg| arg == "--profile")?;
+    let (Some(way), Some(count)) = (args.get(at + 1), args.get(at + 2)) else {
+        return Some("--profile needs a workload of the transition group and a count".into());
+    };
+    let Ok(count) = count.parse::<u64>() else {
+        return Some(format!("--profile: {count} is not a count of transitions"));
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("profile-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a scratch directory under target/tmp");
+    let record = Record {
+        event: fixture::job_update(42),
+        ..fixture::closed_records(1)[0][0].clone()
+    }
+    .encode()
+    .expect("the record encodes");
+    let mut ways = transition_ways(scratch.path(), &record, b"{}");
+    let Some((_, run)) = ways.iter_mut().find(|(id, _)| id == way) else {
+        return Some(format!(
+            "--profile: no workload {way} (try one of {TRANSITION_IDS:?})"
+        ));
+    };
+    let elapsed = run(count);
+    Some(format!("{way}: {count} transitions in {elapsed:?}"))
 }
 
 /// Registers a criterion group whose workloads are made (once, lazily: a filtered-out group
@@ -629,8 +666,9 @@ fn latencies(scratch: &Path, record: &[u8], is_smoke: bool) -> report::Latencies
 }
 
 /// What one commit asks of the disk, counted through redb's own file backend: with one
-/// appender (one batch per commit) and with 256 (many batches per commit).
-fn disk_operations(scratch: &Path, is_smoke: bool) -> report::Disk {
+/// appender (one batch per commit) and with 256 (many batches per commit), and redb alone
+/// committing one insert the same way.
+fn disk_operations(scratch: &Path, record: &[u8], is_smoke: bool) -> report::Disk {
     let measure = |name: &str, appenders: usize, rounds: u64| {
         let counters = Arc::new(DiskCounters::default());
         let source = InstrumentedFile::source(
@@ -644,12 +682,17 @@ fn disk_operations(scratch: &Path, is_smoke: bool) -> report::Disk {
         let commits_before = stats.commits.load(Ordering::Relaxed);
         let batches_before = stats.batches.load(Ordering::Relaxed);
         let before = counters.read();
+        let cpu_before = report::process_cpu_ns();
         let elapsed = concurrent_transitions(&journals, &runs, rounds * appenders as u64, None);
+        let cpu = report::process_cpu_ns() - cpu_before;
         let after = counters.read();
         let commits = (stats.commits.load(Ordering::Relaxed) - commits_before) as f64;
         let per_commit = |index: usize| (after[index] - before[index]) as f64 / commits;
         report::DiskPerCommit {
-            appenders,
+            label: format!(
+                "runjournal, {appenders} appender{}",
+                if appenders == 1 { "" } else { "s" }
+            ),
             commits,
             batches_per_commit: (stats.batches.load(Ordering::Relaxed) - batches_before) as f64
                 / commits,
@@ -660,10 +703,39 @@ fn disk_operations(scratch: &Path, is_smoke: bool) -> report::Disk {
             sync_ns: per_commit(4),
             write_ns: per_commit(5),
             wall_ns: elapsed.as_nanos() as f64 / commits,
+            cpu_ns: cpu / commits,
+        }
+    };
+    let measure_redb = |commits: u64| {
+        let counters = Arc::new(DiskCounters::default());
+        let backend =
+            InstrumentedFile::open(&scratch.join("disk-redb.redb"), Arc::clone(&counters), None)
+                .expect("the file opens");
+        let mut redb = baselines::RedbInsert::with_backend(backend, record);
+        let before = counters.read();
+        let cpu_before = report::process_cpu_ns();
+        let elapsed = timed(commits, || redb.transition());
+        let cpu = report::process_cpu_ns() - cpu_before;
+        let after = counters.read();
+        let count = commits as f64;
+        let per_commit = |index: usize| (after[index] - before[index]) as f64 / count;
+        report::DiskPerCommit {
+            label: "redb alone, 1 insert".to_string(),
+            commits: count,
+            batches_per_commit: 1.0,
+            syncs: per_commit(0),
+            writes: per_commit(1),
+            bytes: per_commit(2),
+            set_lens: per_commit(3),
+            sync_ns: per_commit(4),
+            write_ns: per_commit(5),
+            wall_ns: elapsed.as_nanos() as f64 / count,
+            cpu_ns: cpu / count,
         }
     };
     let (one_rounds, many_rounds) = if is_smoke { (2, 1) } else { (100, 4) };
     report::Disk {
+        redb: measure_redb(one_rounds),
         one: measure("disk-one", 1, one_rounds),
         many: measure("disk-many", 256, many_rounds),
     }

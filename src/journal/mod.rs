@@ -32,8 +32,8 @@ pub use file::copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
 pub use file::examine::{check_home_journal, examine};
 pub use file::{BackendFactory, Location, compact, examine, instrumented, lock_wait};
 pub use format::error::{
-    AppendError, CorruptError, FileFinding, LockHeld, OpenError, QueueRefusal, ReadError,
-    ResumeRefusal, StorageFailure,
+    AppendError, CorruptError, FileFinding, Inconsistency, LockHeld, OpenError, QueueRefusal,
+    ReadError, ResumeRefusal, StorageFailure,
 };
 pub use format::retention::{KeepFree, MAX_TOMBSTONES, Retention, Tombstone};
 pub use format::snapshot::{SNAPSHOT_LAYOUT, SnapshotError};

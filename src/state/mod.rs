@@ -348,6 +348,18 @@ impl RunState {
             .try_for_each(|rule| rule.check(self))
     }
 
+    /// [`RunState::check_shape`] without [`ShapeRule::SpecChecks`]: what the journal checks,
+    /// in every build, of the state each batch folds to before it stores it. A spec is checked
+    /// by the reducer when `RunCreated` records it, and by `check_shape` when a snapshot is
+    /// read, and no event changes it after; checking it again for every batch would walk every
+    /// step's command and environment for nothing.
+    pub fn check_folded_shape(&self) -> Result<(), ShapeError> {
+        ShapeRule::ALL
+            .into_iter()
+            .filter(|rule| *rule != ShapeRule::SpecChecks)
+            .try_for_each(|rule| rule.check(self))
+    }
+
     /// Terminal: the runner is done with the run.
     pub fn is_terminal(&self) -> bool {
         self.status.is_terminal()

@@ -478,3 +478,85 @@ fn this_version_appends_to_the_golden_journal() {
     assert!(retried.was_duplicate);
     assert_eq!((retried.first_seq, retried.last_seq), (10, 10));
 }
+
+/// A journal an older version wrote, appended to by this one, is pruned whole: a run whose
+/// records are half the old version's (no entry in the log index) and half this version's (one
+/// entry per batch) leaves no record, log entry or index entry behind, and the runs left read
+/// as before.
+#[test]
+fn the_golden_journal_appended_to_by_this_version_is_pruned_whole() {
+    let (_dir, path) = copy_of_fixture();
+    let journal = Journal::open(&path).expect("the golden journal opens for writing");
+    // Run 3 ends under this version, in two batches, one of two records.
+    journal
+        .append(
+            run(3),
+            vec![
+                kit::control(ControlAction::Stop, "golden", "pruned next"),
+                kit::terminal(TerminalState::Stopped, 130, "stopped", None),
+            ],
+            Condition::expect_head(5),
+        )
+        .expect("run 3 ends");
+    let closed = journal
+        .append(
+            run(3),
+            vec![kit::process_terminal(
+                "runner-3",
+                Some(2),
+                Proof::Observed,
+                Observer::RunnerParent,
+            )],
+            Condition::expect_head(7),
+        )
+        .expect("run 3 is closed");
+    assert!(closed.state.is_closed());
+    let view = journal.view().expect("a view");
+    let kept: Vec<(u64, Record)> = view
+        .records_after(0, usize::MAX)
+        .expect("the log reads")
+        .into_iter()
+        .filter(|(_, record)| [run(4), run(5)].contains(&record.run_id))
+        .collect();
+    // This version's records are found through its one entry per batch.
+    let log: Vec<(u64, Record)> = view.records_after(0, usize::MAX).expect("the log reads");
+    for (global, record) in log.iter().filter(|(_, record)| record.run_id == run(3)) {
+        if record.seq > 5 {
+            assert_eq!(
+                view.global_of(run(3), record.seq).expect("the index reads"),
+                Some(*global)
+            );
+        }
+    }
+    drop(view);
+
+    let pruned = journal
+        .prune(&[run(1), run(2), run(3)], &[], T0 + 100_000)
+        .expect("the prune commits");
+    assert!(
+        pruned
+            .iter()
+            .all(|(_, outcome)| matches!(outcome, runjournal::journal::prune::Pruned::Done(_))),
+        "{pruned:?}"
+    );
+    let view = journal.view().expect("a view");
+    let left = view.records_after(0, usize::MAX).expect("the log reads");
+    assert_eq!(left, kept, "the log holds exactly the runs kept");
+    for gone in [run(1), run(2), run(3)] {
+        assert!(view.records(gone).expect("reads").is_empty());
+        for seq in 1..=8 {
+            assert_eq!(view.global_of(gone, seq).expect("reads"), None);
+        }
+    }
+    for (global, record) in &kept {
+        assert_eq!(
+            view.global_of(record.run_id, record.seq).expect("reads"),
+            Some(*global),
+            "the first prune indexed the old version's records"
+        );
+    }
+    assert_eq!(
+        view.pruned_records().expect("reads") + left.len() as u64,
+        view.global_head().expect("reads")
+    );
+}

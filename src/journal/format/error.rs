@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::snapshot::SnapshotError;
 use crate::event::{DecodeError, EncodeError, FORMAT_VERSION, RunId, UnixMs, WriterId};
-use crate::state::{RunStatus, TransitionError};
+use crate::state::{RunStatus, ShapeError, TransitionError};
 
 /// A redb failure, with what we were doing when it happened.
 #[derive(Debug, thiserror::Error)]
@@ -240,6 +240,39 @@ pub enum AppendError {
     /// does not allow it: nothing was written.
     #[error("run {run}: {refusal}")]
     Queue { run: RunId, refusal: QueueRefusal },
+    /// A check of what the journal itself stored failed while the batch was judged: the run's
+    /// stored state is not one the journal writes (damage, a snapshot left behind its records,
+    /// a fault in this build). Kept on in every build; nothing was written.
+    #[error(
+        "run {run}: {broken}; the batch was refused and nothing was written (`journal-tools verify` examines the journal)"
+    )]
+    Inconsistent { run: RunId, broken: Inconsistency },
+    /// The journal's writer gave this batch no answer of its own (a fault in this build): it
+    /// may or may not have landed. Read the run before appending again.
+    #[error(
+        "run {run}: the journal's writer gave no answer for this batch, which may or may not have landed; read the run before appending again"
+    )]
+    Unanswered { run: RunId },
+}
+
+/// What [`AppendError::Inconsistent`] found.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Inconsistency {
+    /// A record is already stored under the seq the batch would take: the run's snapshot is
+    /// behind its records, and writing would replace a record.
+    #[error("its record {seq} is already stored, though its snapshot's head is {head}")]
+    SeqTaken { head: u64, seq: u64 },
+    /// Applying a record did not move the head to the record's seq.
+    #[error("record {seq} left the head at {found}, not at its seq")]
+    HeadNotAdvanced { seq: u64, found: u64 },
+    /// The state after the batch is not one a snapshot may hold.
+    #[error("the state after the batch has no snapshot's shape: {0}")]
+    Shape(ShapeError),
+    /// The batch would give the run a slot of its queue without the admission that is judged
+    /// against the queue's limit.
+    #[error("the batch would take a slot of queue {queue} without an admission")]
+    SlotWithoutAdmission { queue: String },
 }
 
 /// Why a run cannot be resumed.

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use crate::event::{
     self, ControlAction, EncodeError, ExternalJobStatus, HookOutcome, MAX_SNAPSHOT_BYTES, Observer,
     ProcessExit, ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs,
-    encode_checked,
 };
 use crate::state::{
     AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
@@ -199,8 +198,10 @@ impl From<StepStatusV1> for StepStatus {
 }
 
 impl SnapshotV1 {
-    /// The wire form of a state.
-    pub fn of(state: &RunState) -> SnapshotV1 {
+    /// The wire form of a state, owned: what [`encode_snapshot`] encodes through borrowed
+    /// twins, kept for the test that holds the two to the same bytes.
+    #[cfg(test)]
+    fn of(state: &RunState) -> SnapshotV1 {
         SnapshotV1 {
             layout: SNAPSHOT_LAYOUT,
             run_id: state.run_id,
@@ -440,6 +441,7 @@ struct SnapshotAdmission {
 }
 
 impl SnapshotQueue {
+    #[cfg(test)]
     fn of(queue: &QueueInfo) -> SnapshotQueue {
         SnapshotQueue {
             name: queue.name.clone(),
@@ -563,31 +565,29 @@ impl SnapshotHooks {
 
 /// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then — when it has any
 /// of them — its PID namespaces ([`SnapshotNamespaces`]), its queue ([`SnapshotQueue`]) and its
-/// hooks ([`SnapshotHooks`]), then a CRC-32C of everything before.
+/// hooks ([`SnapshotHooks`]), then a CRC-32C of everything before. Encoded from the state as it
+/// is, through borrowed twins of the wire types that encode to the same bytes (the append path
+/// encodes a snapshot for every batch), into one buffer.
 pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> {
     let serialize_error = |error: postcard::Error| EncodeError::Serialize {
         reason: error.to_string(),
     };
+    let mut bytes = Vec::with_capacity(ENCODE_CAPACITY);
+    bytes = postcard::to_extend(&SnapshotOf::of(state), bytes).map_err(serialize_error)?;
     let namespaces = SnapshotNamespaces::of(state);
-    let has_extension = namespaces.is_some() || state.queue.is_some() || !state.hooks.is_empty();
-    let bytes = if has_extension {
-        let mut payload = postcard::to_allocvec(&SnapshotV1::of(state)).map_err(serialize_error)?;
+    if namespaces.is_some() || state.queue.is_some() || !state.hooks.is_empty() {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
-        payload.extend(postcard::to_allocvec(&namespaces).map_err(serialize_error)?);
+        bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
         if let Some(queue) = &state.queue {
-            payload
-                .extend(postcard::to_allocvec(&SnapshotQueue::of(queue)).map_err(serialize_error)?);
+            bytes = postcard::to_extend(&QueueOf::of(queue), bytes).map_err(serialize_error)?;
         }
         if !state.hooks.is_empty() {
-            payload.push(HOOKS_TAG);
-            payload.extend(
-                postcard::to_allocvec(&SnapshotHooks::of(&state.hooks)).map_err(serialize_error)?,
-            );
+            bytes.push(HOOKS_TAG);
+            bytes = postcard::to_extend(&SnapshotHooks::of(&state.hooks), bytes)
+                .map_err(serialize_error)?;
         }
-        event::with_checksum(&payload)
-    } else {
-        encode_checked(&SnapshotV1::of(state)).map_err(serialize_error)?
-    };
+    }
+    event::push_checksum(&mut bytes);
     if bytes.len() > MAX_SNAPSHOT_BYTES {
         return Err(EncodeError::TooLarge {
             event: "snapshot",
@@ -595,6 +595,190 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
         });
     }
     Ok(bytes)
+}
+
+/// What a snapshot's buffer starts with: enough for a run of a few steps without growing.
+const ENCODE_CAPACITY: usize = 1024;
+
+/// [`SnapshotV1`] of a state, borrowed: the same fields in the same order, each of a type that
+/// encodes as the wire type's (a reference encodes as what it refers to, a slice as a `Vec`), so
+/// its postcard bytes are [`SnapshotV1`]'s, without copying the state's texts first.
+#[derive(Serialize)]
+struct SnapshotOf<'a> {
+    layout: u16,
+    run_id: RunId,
+    spec: &'a RunSpec,
+    created_at_ms: UnixMs,
+    session_id: &'a Option<String>,
+    completion_owner_id: &'a Option<String>,
+    tool_call_id: &'a Option<String>,
+    status: RunStatusV1,
+    runner: Option<RunnerOf<'a>>,
+    steps: StepsOf<'a>,
+    controls: ControlsOf<'a>,
+    terminal: Option<TerminalOf<'a>>,
+    process_terminal: Option<ProcessTerminalOf<'a>>,
+    dismissed_at_ms: Option<UnixMs>,
+    head_seq: u64,
+    updated_at_ms: UnixMs,
+}
+
+/// [`RunnerV1`], borrowed.
+#[derive(Serialize)]
+struct RunnerOf<'a> {
+    identity: &'a ProcessIdentity,
+    instance_id: &'a str,
+    started_at_ms: UnixMs,
+}
+
+/// [`StepV1`], borrowed.
+#[derive(Serialize)]
+struct StepOf<'a> {
+    status: StepStatusV1,
+    process: &'a Option<ProcessIdentity>,
+    started_at_ms: Option<UnixMs>,
+    ended_at_ms: Option<UnixMs>,
+    exit_code: Option<i32>,
+    error: &'a Option<String>,
+    job: &'a Option<ExternalJobStatus>,
+    job_updated_at_ms: Option<UnixMs>,
+}
+
+/// [`ControlV1`], borrowed.
+#[derive(Serialize)]
+struct ControlOf<'a> {
+    action: ControlAction,
+    by: &'a str,
+    reason: &'a str,
+    at_ms: UnixMs,
+}
+
+/// [`TerminalV1`], borrowed.
+#[derive(Serialize)]
+struct TerminalOf<'a> {
+    state: TerminalState,
+    error: &'a Option<String>,
+    summary: &'a str,
+    exit_code: i32,
+    repaired_by: Option<Repairer>,
+    at_ms: UnixMs,
+}
+
+/// [`ProcessTerminalV1`], borrowed.
+#[derive(Serialize)]
+struct ProcessTerminalOf<'a> {
+    instance_id: &'a str,
+    exit: Option<ProcessExit>,
+    proof: Proof,
+    observer: Observer,
+    at_ms: UnixMs,
+}
+
+/// [`SnapshotQueue`], borrowed.
+#[derive(Serialize)]
+struct QueueOf<'a> {
+    name: &'a str,
+    idle_timeout_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    joined_at_ms: UnixMs,
+    admitted: Option<AdmissionOf<'a>>,
+}
+
+/// [`SnapshotAdmission`], borrowed.
+#[derive(Serialize)]
+struct AdmissionOf<'a> {
+    by: &'a str,
+    at_ms: UnixMs,
+}
+
+/// A state's steps, encoded as a `Vec<StepV1>` is.
+struct StepsOf<'a>(&'a [StepState]);
+
+impl Serialize for StepsOf<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|step| StepOf {
+            status: step.status.into(),
+            process: &step.process,
+            started_at_ms: step.started_at_ms,
+            ended_at_ms: step.ended_at_ms,
+            exit_code: step.exit_code,
+            error: &step.error,
+            job: &step.job,
+            job_updated_at_ms: step.job_updated_at_ms,
+        }))
+    }
+}
+
+/// A state's control requests, encoded as a `Vec<ControlV1>` is.
+struct ControlsOf<'a>(&'a [ControlInfo]);
+
+impl Serialize for ControlsOf<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|control| ControlOf {
+            action: control.action,
+            by: &control.by,
+            reason: &control.reason,
+            at_ms: control.at_ms,
+        }))
+    }
+}
+
+impl<'a> SnapshotOf<'a> {
+    fn of(state: &'a RunState) -> SnapshotOf<'a> {
+        SnapshotOf {
+            layout: SNAPSHOT_LAYOUT,
+            run_id: state.run_id,
+            spec: &state.spec,
+            created_at_ms: state.created_at_ms,
+            session_id: &state.session_id,
+            completion_owner_id: &state.completion_owner_id,
+            tool_call_id: &state.tool_call_id,
+            status: state.status.into(),
+            runner: state.runner.as_ref().map(|runner| RunnerOf {
+                identity: &runner.identity,
+                instance_id: &runner.instance_id,
+                started_at_ms: runner.started_at_ms,
+            }),
+            steps: StepsOf(&state.steps),
+            controls: ControlsOf(&state.controls),
+            terminal: state.terminal.as_ref().map(|terminal| TerminalOf {
+                state: terminal.state,
+                error: &terminal.error,
+                summary: &terminal.summary,
+                exit_code: terminal.exit_code,
+                repaired_by: terminal.repaired_by,
+                at_ms: terminal.at_ms,
+            }),
+            process_terminal: state
+                .process_terminal
+                .as_ref()
+                .map(|observed| ProcessTerminalOf {
+                    instance_id: &observed.instance_id,
+                    exit: observed.exit,
+                    proof: observed.proof,
+                    observer: observed.observer,
+                    at_ms: observed.at_ms,
+                }),
+            dismissed_at_ms: state.dismissed_at_ms,
+            head_seq: state.head_seq,
+            updated_at_ms: state.updated_at_ms,
+        }
+    }
+}
+
+impl<'a> QueueOf<'a> {
+    fn of(queue: &'a QueueInfo) -> QueueOf<'a> {
+        QueueOf {
+            name: &queue.name,
+            idle_timeout_ms: queue.idle_timeout_ms,
+            heartbeat_ms: queue.heartbeat_ms,
+            joined_at_ms: queue.joined_at_ms,
+            admitted: queue.admitted.as_ref().map(|admitted| AdmissionOf {
+                by: &admitted.by,
+                at_ms: admitted.at_ms,
+            }),
+        }
+    }
 }
 
 /// Decodes stored snapshot bytes of `run`: size, then checksum, then layout, then the fields,
@@ -728,6 +912,7 @@ pub(crate) fn encode_snapshot_for_tests(state: &RunState) -> Result<Vec<u8>, Enc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::encode_checked;
     use crate::event::{
         Event, FORMAT_VERSION, JobState, Mode, Record, StepAction, StepSpec, WriterId,
     };
@@ -839,6 +1024,44 @@ mod tests {
         let bytes = encode_snapshot(&state).expect("encodes");
         assert_eq!(bytes[0], 1, "the layout leads, as the varint 1");
         assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// The borrowed twins encode to the bytes of the owned wire types, for a state with every
+    /// optional part, with PID namespaces, and in a queue.
+    #[test]
+    fn a_snapshot_encodes_as_its_owned_wire_types_would() {
+        let owned = |state: &RunState| {
+            let mut payload = postcard::to_allocvec(&SnapshotV1::of(state)).expect("encodes");
+            let namespaces = SnapshotNamespaces::of(state);
+            if namespaces.is_some() || state.queue.is_some() {
+                let namespaces =
+                    namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
+                payload.extend(postcard::to_allocvec(&namespaces).expect("encodes"));
+            }
+            if let Some(queue) = &state.queue {
+                payload.extend(postcard::to_allocvec(&SnapshotQueue::of(queue)).expect("encodes"));
+            }
+            event::with_checksum(&payload)
+        };
+        let full = full_state();
+        let mut namespaced = full.clone();
+        if let Some(runner) = namespaced.runner.as_mut() {
+            runner.identity.pid_namespace = Some(11);
+        }
+        let mut queued = full.clone();
+        queued.queue = Some(QueueInfo {
+            name: "q".to_string(),
+            idle_timeout_ms: Some(5),
+            heartbeat_ms: None,
+            joined_at_ms: 7,
+            admitted: Some(crate::state::AdmissionInfo {
+                by: "b".to_string(),
+                at_ms: 8,
+            }),
+        });
+        for state in [full, namespaced, queued] {
+            assert_eq!(encode_snapshot(&state), Ok(owned(&state)));
+        }
     }
 
     /// A state whose identities carry PID namespaces round-trips; its bytes are those of the

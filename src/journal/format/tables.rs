@@ -4,10 +4,10 @@
 //! order we want (run, then seq; time, then run). Values are postcard with a CRC-32C, except
 //! where noted. docs/journal-format.md describes the same layout for readers of the file.
 
-use redb::{Key, TableDefinition, Value, WriteTransaction};
+use redb::{Key, ReadableTable, TableDefinition, Value, WriteTransaction};
 
 use crate::event::{RunId, UnixMs};
-use crate::journal::format::error::StorageFailure;
+use crate::journal::format::error::{StorageFailure, storage};
 
 /// (run id, seq) → record ([`crate::event::RecordEnvelope::encode`]).
 pub(crate) const RECORDS: TableDefinition<&[u8; 24], &[u8]> = TableDefinition::new("records");
@@ -27,9 +27,13 @@ pub(crate) const WRITERS: TableDefinition<u64, u64> = TableDefinition::new("writ
 /// key → value: `format_version` (u16 BE), `journal_id` (16 bytes), `created_at_ms` (u64 BE).
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
-/// (run id, seq) → global seq: where each record sits in `log`, so a pruned run's log entries
-/// are found without a scan. Written beside `log`; records committed before it existed are
-/// indexed once, by the first prune ([`crate::journal::write::prune`]).
+/// (run id, seq) → global seq: where record `seq` of the run sits in `log`, and with it the
+/// records of the run that follow it at the next global seqs (a batch's records take
+/// consecutive global seqs): an entry at the first record of each batch that does not follow
+/// its run's previous record in the log, so a pruned run's log entries are found without a scan
+/// ([`global_of`]). Journals written before this was so hold one entry per record, which reads
+/// the same way. Records committed before the table existed are indexed once, by the first
+/// prune ([`crate::journal::write::prune`]).
 pub(crate) const GLOBALS: TableDefinition<&[u8; 24], u64> = TableDefinition::new("globals");
 /// run id → tombstone ([`crate::journal::write::prune::Tombstone`]): what stays of a pruned run.
 pub(crate) const PRUNED: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pruned");
@@ -159,6 +163,37 @@ pub(crate) fn queue_active_key(queue: &str, run: RunId) -> Vec<u8> {
 
 /// The seq of a run's `QueueJoined`: it is always the run's second record.
 pub(crate) const QUEUE_JOINED_SEQ: u64 = 2;
+
+/// Where record `seq` of `run` sits in `log`, from the nearest [`GLOBALS`] entry of the run at or
+/// below it (its batch's, when its batch wrote one), checked against `log` itself: `None` when
+/// the index does not know the record (one committed before the index existed, or by a version
+/// that did not index it), never a wrong answer. Costs two lookups.
+pub(crate) fn global_of(
+    globals: &impl ReadableTable<&'static [u8; 24], u64>,
+    log: &impl ReadableTable<u64, &'static [u8; 24]>,
+    run: RunId,
+    seq: u64,
+) -> Result<Option<u64>, StorageFailure> {
+    let key = record_key(run, seq);
+    let low = record_key(run, 0);
+    let nearest = globals
+        .range::<&[u8; 24]>(&low..=&key)
+        .map_err(storage("reading the log index"))?
+        .next_back()
+        .transpose()
+        .map_err(storage("reading the log index"))?
+        .map(|(found, global)| (split_record_key(found.value()).1, global.value()));
+    let Some(candidate) =
+        nearest.and_then(|(first_seq, global)| global.checked_add(seq - first_seq))
+    else {
+        return Ok(None);
+    };
+    let is_there = log
+        .get(candidate)
+        .map_err(storage("reading the log"))?
+        .is_some_and(|found| *found.value() == key);
+    Ok(is_there.then_some(candidate))
+}
 
 /// Reads a u64 meta value (big-endian); `None` when absent or not 8 bytes.
 pub(crate) fn meta_u64(value: Option<&[u8]>) -> Option<u64> {

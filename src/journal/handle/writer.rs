@@ -10,7 +10,7 @@ use crate::event::now_ms;
 use crate::journal::share::Sharing;
 use crate::journal::write::append::Batch;
 use crate::journal::write::commit::{
-    Answer, CapacityState, Origin, Request, Shared, commit_and_rejudge,
+    Answer, CapacityState, Origin, Request, Shared, commit_and_rejudge, one_answer_per_batch,
 };
 use crate::journal::write::queue::{Queue, Reply};
 
@@ -55,6 +55,7 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
             replies.push(reply);
         }
         let batch_count = batches.len() as u64;
+        let runs: Vec<_> = batches.iter().map(|batch| batch.run).collect();
         let mut renumber = |batch: Batch| {
             let writer_seq = next_writer_seq;
             next_writer_seq += 1;
@@ -74,7 +75,10 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
             .stats
             .batches
             .fetch_add(batch_count, Ordering::Relaxed);
-        for (reply, answer) in replies.into_iter().zip(answers) {
+        for (reply, answer) in replies
+            .into_iter()
+            .zip(one_answer_per_batch(answers, &runs))
+        {
             reply.answer(answer);
         }
     }

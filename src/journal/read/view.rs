@@ -542,10 +542,7 @@ impl View {
         let Some(globals) = self.optional_table(GLOBALS)? else {
             return Ok(None);
         };
-        let value = globals
-            .get(&tables::record_key(run, seq))
-            .map_err(storage("reading the log index"))?;
-        Ok(value.map(|global| global.value()))
+        Ok(tables::global_of(&globals, &self.table(LOG)?, run, seq)?)
     }
 
     /// Up to `limit` terminal runs, the earliest ended first, with their end times.

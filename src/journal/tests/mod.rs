@@ -21,8 +21,10 @@ use crate::testkit;
 
 mod aliases;
 mod corruption;
+mod equivalence;
 mod idempotency;
 mod indexes;
+mod invariants;
 mod lifecycle;
 mod opening;
 mod private;

@@ -193,3 +193,43 @@ fn a_run_whose_snapshot_and_records_are_both_unreadable_is_an_error() {
         "{error:?}"
     );
 }
+
+/// A handle starts a batch from the state it stored itself only while the run's stored snapshot
+/// is byte for byte the one it stored: a snapshot written since by anyone else is read as it is.
+#[test]
+fn a_handle_reuses_the_state_it_stored_only_while_the_stored_snapshot_is_that_one() {
+    let (_dir, journal) = new_journal();
+    let run = create(&journal, None, None);
+    let started = journal
+        .append(run, vec![runner_started("i")], Condition::none())
+        .expect("the runner starts");
+    // Another writer's snapshot of the same head, of a state the records do not give (but
+    // of a valid shape): the next batch must start from it, not from what this handle kept.
+    let dismissed_at_ms = 1_234;
+    let other = RunState {
+        dismissed_at_ms: Some(dismissed_at_ms),
+        ..started.state.clone()
+    };
+    let bytes = crate::journal::format::snapshot::encode_snapshot_for_tests(&other)
+        .expect("the state encodes");
+    write_raw_snapshot(journal.path(), run, &bytes);
+
+    let next = journal
+        .append(run, vec![step_running(0)], Condition::none())
+        .expect("the step starts");
+    assert_eq!(next.state.dismissed_at_ms, Some(dismissed_at_ms));
+    // And the state it stored then is the one it starts from next.
+    let last = journal
+        .append(
+            run,
+            vec![step_finished(0, StepEnd::Complete)],
+            Condition::none(),
+        )
+        .expect("the step ends");
+    assert_eq!(last.state.dismissed_at_ms, Some(dismissed_at_ms));
+    assert_eq!(
+        stored_snapshot(&journal, run),
+        Ok(last.state.clone()),
+        "the stored snapshot is the state answered"
+    );
+}

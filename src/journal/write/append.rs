@@ -1,11 +1,11 @@
 //! Appending: validate a batch against the run's snapshot, then write its records, the new
 //! snapshot and the indexes in the same write transaction.
 
-use redb::{Database, ReadableTable, Table, WriteTransaction};
+use redb::{Database, Key, ReadableTable, Table, TableDefinition, Value, WriteTransaction};
 
 use crate::event::{Event, FORMAT_VERSION, Record, RunId, UnixMs, WriterId};
 use crate::journal::format::error::{
-    AppendError, CorruptError, QueueRefusal, ResumeRefusal, StorageFailure, storage,
+    AppendError, CorruptError, Inconsistency, QueueRefusal, ResumeRefusal, StorageFailure, storage,
 };
 use crate::journal::format::snapshot::encode_snapshot;
 use crate::journal::format::tables::{
@@ -87,82 +87,190 @@ pub struct Appended {
     pub was_duplicate: bool,
 }
 
+/// The tables of a group's write transaction: those every group writes, open for the whole
+/// transaction, and those only some batches touch, opened by the first batch that needs them
+/// (opening a table costs a lookup in redb's table tree, and another at the commit).
 struct Tables<'txn> {
+    txn: &'txn WriteTransaction,
     records: Table<'txn, &'static [u8; 24], &'static [u8]>,
     log: Table<'txn, u64, &'static [u8; 24]>,
     runs: Table<'txn, &'static [u8; 16], &'static [u8]>,
-    active: Table<'txn, &'static [u8; 16], ()>,
-    terminal: Table<'txn, &'static [u8; 24], ()>,
-    aliases: Table<'txn, &'static str, &'static [u8; 16]>,
     writers: Table<'txn, u64, u64>,
-    globals: Table<'txn, &'static [u8; 24], u64>,
     meta: Table<'txn, &'static str, &'static [u8]>,
-    resumes: Table<'txn, &'static [u8; 16], &'static [u8; 16]>,
-    queues: Table<'txn, &'static str, u64>,
-    queue_waiting: Table<'txn, &'static [u8], &'static [u8; 16]>,
-    queue_active: Table<'txn, &'static [u8], ()>,
-    run_env: Table<'txn, &'static [u8; 16], &'static [u8]>,
-    run_hooks: Table<'txn, &'static [u8; 16], &'static [u8]>,
-    hooks_due: Table<'txn, &'static [u8; 16], ()>,
-    hooks_given_up: Table<'txn, &'static [u8; 16], ()>,
+    /// A batch that does not follow its run's previous record in the log.
+    globals: Lazy<'txn, &'static [u8; 24], u64>,
+    /// A run's creation and its close.
+    active: Lazy<'txn, &'static [u8; 16], ()>,
+    /// A run's `Terminal`.
+    terminal: Lazy<'txn, &'static [u8; 24], ()>,
+    /// A run's creation.
+    aliases: Lazy<'txn, &'static str, &'static [u8; 16]>,
+    /// A batch holding `Resumed`.
+    resumes: Lazy<'txn, &'static [u8; 16], &'static [u8; 16]>,
+    /// A batch of a run in a queue that joins it, takes a slot or leaves it.
+    queues: Lazy<'txn, &'static str, u64>,
+    queue_waiting: Lazy<'txn, &'static [u8], &'static [u8; 16]>,
+    queue_active: Lazy<'txn, &'static [u8], ()>,
+    /// A run's creation with what it keeps in the home only (`Batch::private`).
+    run_env: Lazy<'txn, &'static [u8; 16], &'static [u8]>,
+    /// A run's creation with hooks, its `Terminal`, a batch holding `HookEnded`.
+    run_hooks: Lazy<'txn, &'static [u8; 16], &'static [u8]>,
+    hooks_due: Lazy<'txn, &'static [u8; 16], ()>,
+    hooks_given_up: Lazy<'txn, &'static [u8; 16], ()>,
+}
+
+/// A table opened the first time it is needed (and created then, in a journal written before
+/// it existed).
+struct Lazy<'txn, K: Key + 'static, V: Value + 'static> {
+    definition: TableDefinition<'static, K, V>,
+    table: Option<Table<'txn, K, V>>,
+}
+
+impl<'txn, K: Key + 'static, V: Value + 'static> Lazy<'txn, K, V> {
+    fn new(definition: TableDefinition<'static, K, V>) -> Lazy<'txn, K, V> {
+        Lazy {
+            definition,
+            table: None,
+        }
+    }
+
+    fn open(
+        &mut self,
+        txn: &'txn WriteTransaction,
+    ) -> Result<&mut Table<'txn, K, V>, StorageFailure> {
+        let table = match self.table.take() {
+            Some(table) => table,
+            None => txn
+                .open_table(self.definition)
+                .map_err(storage("opening a table"))?,
+        };
+        Ok(self.table.insert(table))
+    }
 }
 
 impl<'txn> Tables<'txn> {
     fn open(txn: &'txn WriteTransaction) -> Result<Tables<'txn>, StorageFailure> {
         let op = "opening tables";
         Ok(Tables {
-            records: txn
-                .open_table(RECORDS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            log: txn
-                .open_table(LOG)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            runs: txn
-                .open_table(RUNS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            active: txn
-                .open_table(ACTIVE)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            terminal: txn
-                .open_table(TERMINAL)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            aliases: txn
-                .open_table(ALIASES)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            writers: txn
-                .open_table(WRITERS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            globals: txn
-                .open_table(GLOBALS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            meta: txn
-                .open_table(META)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            resumes: txn
-                .open_table(RESUMES)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            queues: txn
-                .open_table(QUEUES)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            queue_waiting: txn
-                .open_table(QUEUE_WAITING)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            queue_active: txn
-                .open_table(QUEUE_ACTIVE)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            run_env: txn
-                .open_table(RUN_ENV)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            run_hooks: txn
-                .open_table(RUN_HOOKS)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            hooks_due: txn
-                .open_table(HOOKS_DUE)
-                .map_err(|e| StorageFailure::new(op, e))?,
-            hooks_given_up: txn
-                .open_table(HOOKS_GIVEN_UP)
-                .map_err(|e| StorageFailure::new(op, e))?,
+            txn,
+            records: txn.open_table(RECORDS).map_err(storage(op))?,
+            log: txn.open_table(LOG).map_err(storage(op))?,
+            runs: txn.open_table(RUNS).map_err(storage(op))?,
+            writers: txn.open_table(WRITERS).map_err(storage(op))?,
+            globals: Lazy::new(GLOBALS),
+            meta: txn.open_table(META).map_err(storage(op))?,
+            active: Lazy::new(ACTIVE),
+            terminal: Lazy::new(TERMINAL),
+            aliases: Lazy::new(ALIASES),
+            resumes: Lazy::new(RESUMES),
+            queues: Lazy::new(QUEUES),
+            queue_waiting: Lazy::new(QUEUE_WAITING),
+            queue_active: Lazy::new(QUEUE_ACTIVE),
+            run_env: Lazy::new(RUN_ENV),
+            run_hooks: Lazy::new(RUN_HOOKS),
+            hooks_due: Lazy::new(HOOKS_DUE),
+            hooks_given_up: Lazy::new(HOOKS_GIVEN_UP),
         })
+    }
+
+    fn active(&mut self) -> Result<&mut Table<'txn, &'static [u8; 16], ()>, StorageFailure> {
+        self.active.open(self.txn)
+    }
+
+    fn terminal(&mut self) -> Result<&mut Table<'txn, &'static [u8; 24], ()>, StorageFailure> {
+        self.terminal.open(self.txn)
+    }
+
+    fn aliases(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static str, &'static [u8; 16]>, StorageFailure> {
+        self.aliases.open(self.txn)
+    }
+
+    fn resumes(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static [u8; 16], &'static [u8; 16]>, StorageFailure> {
+        self.resumes.open(self.txn)
+    }
+
+    fn queues(&mut self) -> Result<&mut Table<'txn, &'static str, u64>, StorageFailure> {
+        self.queues.open(self.txn)
+    }
+
+    fn queue_waiting(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static [u8], &'static [u8; 16]>, StorageFailure> {
+        self.queue_waiting.open(self.txn)
+    }
+
+    fn queue_active(&mut self) -> Result<&mut Table<'txn, &'static [u8], ()>, StorageFailure> {
+        self.queue_active.open(self.txn)
+    }
+
+    fn run_env(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static [u8; 16], &'static [u8]>, StorageFailure> {
+        self.run_env.open(self.txn)
+    }
+
+    fn run_hooks(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static [u8; 16], &'static [u8]>, StorageFailure> {
+        self.run_hooks.open(self.txn)
+    }
+
+    fn hooks_due(&mut self) -> Result<&mut Table<'txn, &'static [u8; 16], ()>, StorageFailure> {
+        self.hooks_due.open(self.txn)
+    }
+
+    fn hooks_given_up(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static [u8; 16], ()>, StorageFailure> {
+        self.hooks_given_up.open(self.txn)
+    }
+}
+
+/// The states a journal handle last stored, each with the snapshot bytes it stored it as. A batch
+/// whose run's stored snapshot is, byte for byte, the one kept here starts from the state kept
+/// with it rather than decode the bytes and check their shape again: a snapshot decodes to the
+/// state it was encoded from, so the two are the same state, whoever wrote the bytes. Bytes that
+/// differ (another process's write, a commit that failed) are decoded as ever. Bounded: a state
+/// whose snapshot is larger than [`StoredStates::MAX_SNAPSHOT_BYTES`] is not kept, and past
+/// [`StoredStates::MAX_RUNS`] runs the oldest half of what is kept is forgotten.
+#[derive(Default)]
+pub(crate) struct StoredStates {
+    states: std::collections::HashMap<RunId, (u64, Vec<u8>, RunState)>,
+    /// Stamps each state kept, so that the oldest go first.
+    kept: u64,
+}
+
+impl StoredStates {
+    const MAX_RUNS: usize = 4096;
+    const MAX_SNAPSHOT_BYTES: usize = 64 * 1024;
+
+    /// The state kept for `run`, taken out, if `snapshot` is the bytes it was stored as.
+    fn take(&mut self, run: RunId, snapshot: &[u8]) -> Option<RunState> {
+        match self.states.remove(&run) {
+            Some((_, bytes, state)) if bytes == snapshot => Some(state),
+            _ => None,
+        }
+    }
+
+    /// Keeps `state`, just stored as `snapshot`, for the run's next batch.
+    fn keep(&mut self, run: RunId, snapshot: Vec<u8>, state: &RunState) {
+        if snapshot.len() > StoredStates::MAX_SNAPSHOT_BYTES {
+            self.states.remove(&run);
+            return;
+        }
+        if self.states.len() >= StoredStates::MAX_RUNS && !self.states.contains_key(&run) {
+            let mut stamps: Vec<u64> = self.states.values().map(|(kept, ..)| *kept).collect();
+            let (_, median, _) = stamps.select_nth_unstable(StoredStates::MAX_RUNS / 2);
+            let median = *median;
+            self.states.retain(|_, (kept, ..)| *kept > median);
+        }
+        self.kept += 1;
+        self.states
+            .insert(run, (self.kept, snapshot, state.clone()));
     }
 }
 
@@ -219,22 +327,26 @@ pub(crate) fn commit_batches_judged(
     let txn = db
         .begin_write()
         .map_err(|e| StorageFailure::new("beginning a write", e))?;
-    commit_batches_judged_in(txn, batches, marks, keeps_refusal)
+    let mut stored = StoredStates::default();
+    commit_batches_judged_in(txn, batches, marks, keeps_refusal, &mut stored)
 }
 
-/// [`commit_batches_judged`] in a write transaction the caller began.
+/// [`commit_batches_judged`] in a write transaction the caller began, starting each batch from
+/// the state `stored` holds for its run where the stored snapshot is the one it holds, and
+/// leaving there the states this transaction stores.
 pub(crate) fn commit_batches_judged_in(
     mut txn: WriteTransaction,
     batches: &[Batch],
     marks: Marks,
     keeps_refusal: impl Fn(&Batch) -> bool,
+    stored: &mut StoredStates,
 ) -> Result<Vec<Judged>, StorageFailure> {
     txn.set_durability(redb::Durability::Immediate)
         .map_err(|e| StorageFailure::new("setting durability", redb::Error::from(e)))?;
     let mut results = Vec::with_capacity(batches.len());
     {
         let mut tables = Tables::open(&txn)?;
-        let mut group = Group::start(&tables)?;
+        let mut group = Group::start(&tables, stored)?;
         for batch in batches {
             let result = match apply_batch(&mut tables, &mut group, batch, marks) {
                 Err(AppendError::Storage(failure)) => return Err(failure),
@@ -304,19 +416,28 @@ pub(crate) struct Prepared {
 /// What every batch of a group reads and moves on: the global log head and the writers' marks.
 /// They are read once per group and the marks written once at its end, rather than read and
 /// written by each batch; what the batches see is the same.
-struct Group {
+struct Group<'a> {
     global_seq: u64,
+    stored: &'a mut StoredStates,
+    /// The record at `global_seq` in the log, when it is there (not pruned): a batch of the same
+    /// run that follows it needs no entry of its own in `globals`.
+    last_key: Option<[u8; 24]>,
     /// Per writer: its mark as the group now stands, and whether the group moved it.
     marks: Vec<(WriterId, Option<u64>, bool)>,
 }
 
-impl Group {
-    fn start(tables: &Tables<'_>) -> Result<Group, StorageFailure> {
-        let last = tables
+impl<'a> Group<'a> {
+    fn start(
+        tables: &Tables<'_>,
+        stored: &'a mut StoredStates,
+    ) -> Result<Group<'a>, StorageFailure> {
+        let (last, last_key) = tables
             .log
             .last()
             .map_err(storage("reading the log head"))?
-            .map_or(0, |(key, _)| key.value());
+            .map_or((0, None), |(global, key)| {
+                (global.value(), Some(*key.value()))
+            });
         // Pruning may have removed the newest entries: their seqs are not issued again.
         let floor = tables
             .meta
@@ -326,6 +447,8 @@ impl Group {
         let global_seq = last.max(floor);
         Ok(Group {
             global_seq,
+            stored,
+            last_key: last_key.filter(|_| last == global_seq),
             marks: Vec::new(),
         })
     }
@@ -372,7 +495,7 @@ impl Group {
 
 fn apply_batch(
     tables: &mut Tables<'_>,
-    group: &mut Group,
+    group: &mut Group<'_>,
     batch: &Batch,
     marks: Marks,
 ) -> Result<Appended, AppendError> {
@@ -383,7 +506,7 @@ fn apply_batch(
     if marks == Marks::Idempotent && mark.is_some_and(|mark| batch.writer_seq <= mark) {
         return find_duplicate(tables, batch);
     }
-    let prepared = match prepare(tables, batch, marks).and_then(|prepared| {
+    let prepared = match prepare(tables, group, batch, marks).and_then(|prepared| {
         check_queue(tables, batch.run, &prepared)?;
         Ok(prepared)
     }) {
@@ -395,7 +518,9 @@ fn apply_batch(
             let is_judged = is_judged_refusal(&refusal)
                 || matches!(
                     refusal,
-                    AppendError::Resume { .. } | AppendError::Queue { .. }
+                    AppendError::Resume { .. }
+                        | AppendError::Queue { .. }
+                        | AppendError::Inconsistent { .. }
                 );
             if marks == Marks::Idempotent && is_judged {
                 group.advance_mark(batch.writer, batch.writer_seq);
@@ -413,19 +538,29 @@ fn apply_batch(
 /// two batches racing for the last slot cannot both take it, whichever process judges them.
 /// Its cost follows the queue's active runs (at most its limit, unless the limit was
 /// lowered), never its waiting ones.
-fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(), AppendError> {
+fn check_queue(
+    tables: &mut Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
     let Some(queue) = &prepared.after.queue else {
         return Ok(());
     };
     let is_joining = !prepared.was_in_queue;
     let is_admitted_now = !prepared.was_admitted && queue.admitted.is_some();
+    check_slot_taken_by_admission(
+        run,
+        prepared.held_slot,
+        prepared.was_admitted,
+        &prepared.after,
+    )?;
     if !is_joining && !is_admitted_now {
         return Ok(());
     }
     let refuse = |refusal| AppendError::Queue { run, refusal };
     let name = queue.name.as_str();
     let Some(max_active) = tables
-        .queues
+        .queues()?
         .get(name)
         .map_err(storage("reading a queue's limit"))?
         .map(|limit| limit.value())
@@ -441,7 +576,7 @@ fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(
     let high = tables::queue_prefix_end(name);
     let mut active = 0u64;
     for entry in tables
-        .queue_active
+        .queue_active()?
         .range::<&[u8]>(low.as_slice()..high.as_slice())
         .map_err(storage("counting a queue's active runs"))?
     {
@@ -463,7 +598,7 @@ fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(
         }));
     }
     let first = tables
-        .queue_waiting
+        .queue_waiting()?
         .range::<&[u8]>(low.as_slice()..high.as_slice())
         .map_err(storage("reading a queue's first run"))?
         .next()
@@ -482,14 +617,72 @@ fn check_queue(tables: &Tables<'_>, run: RunId, prepared: &Prepared) -> Result<(
     }
 }
 
+/// A run takes a slot of its queue (it did not hold one before the batch, `held_slot`, and
+/// holds one after it, `after`) only through the admission that [`check_queue`] judges against
+/// the queue's limit, recorded in this batch (it was not admitted before, `was_admitted`), so
+/// that no queue holds more active runs than its limit allows. Pure and cheap: kept on in every
+/// build, as a refusal.
+pub(crate) fn check_slot_taken_by_admission(
+    run: RunId,
+    held_slot: bool,
+    was_admitted: bool,
+    after: &RunState,
+) -> Result<(), AppendError> {
+    let takes_slot = !held_slot && after.holds_slot();
+    match &after.queue {
+        Some(queue) if takes_slot && was_admitted => Err(AppendError::Inconsistent {
+            run,
+            broken: Inconsistency::SlotWithoutAdmission {
+                queue: queue.name.clone(),
+            },
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Validates the batch and encodes its records without writing anything.
-fn prepare(tables: &Tables<'_>, batch: &Batch, marks: Marks) -> Result<Prepared, AppendError> {
-    let before = state_before(tables, batch.run)?;
+fn prepare(
+    tables: &mut Tables<'_>,
+    group: &mut Group<'_>,
+    batch: &Batch,
+    marks: Marks,
+) -> Result<Prepared, AppendError> {
+    let before = stored_state_before(tables, group.stored, batch.run)?;
     let mut prepared = judge(before, batch)?;
+    check_seqs_free(tables, batch.run, &prepared)?;
     if let Some(from) = resumed_from(batch) {
         prepared.resumes = resumable(tables, batch.run, from, marks)?;
     }
     Ok(prepared)
+}
+
+/// The seq a batch takes first is free in `records`: the head its run's snapshot gave is the
+/// head its records have, so the batch's records follow them rather than replace one. A
+/// snapshot is checked for its shape when it is read, but one left behind its records (a copy
+/// of an older state written back) has a shape; only the records can tell. One lookup.
+fn check_seqs_free(
+    tables: &Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let Some(&(first_seq, _)) = prepared.records.first() else {
+        return Ok(());
+    };
+    let is_taken = tables
+        .records
+        .get(&tables::record_key(run, first_seq))
+        .map_err(storage("reading the run's records"))?
+        .is_some();
+    if is_taken {
+        return Err(AppendError::Inconsistent {
+            run,
+            broken: Inconsistency::SeqTaken {
+                head: first_seq - 1,
+                seq: first_seq,
+            },
+        });
+    }
+    Ok(())
 }
 
 /// The run a batch's `Resumed` names, if it holds one (the reducer takes one at most, right
@@ -509,14 +702,14 @@ fn resumed_from(batch: &Batch) -> Option<RunId> {
 /// and links only runs that are both there (the old one may have been pruned before the
 /// journal was lost).
 fn resumable(
-    tables: &Tables<'_>,
+    tables: &mut Tables<'_>,
     run: RunId,
     from: RunId,
     marks: Marks,
 ) -> Result<bool, AppendError> {
     let old = state_before(tables, from)?;
     let by = tables
-        .resumes
+        .resumes()?
         .get(&from.to_bytes())
         .map_err(storage("reading the resume index"))?
         .map(|entry| RunId::from_bytes(*entry.value()));
@@ -539,6 +732,25 @@ fn resumable(
         (Some(_), None) => return Ok(true),
     };
     Err(AppendError::Resume { run, from, refusal })
+}
+
+/// [`state_before`], taken from `stored` when the run's stored snapshot is the one it holds.
+fn stored_state_before(
+    tables: &Tables<'_>,
+    stored: &mut StoredStates,
+    run: RunId,
+) -> Result<Option<RunState>, AppendError> {
+    match tables
+        .runs
+        .get(&run.to_bytes())
+        .map_err(storage("reading the run snapshot"))?
+    {
+        Some(bytes) => match stored.take(run, bytes.value()) {
+            Some(state) => Ok(Some(state)),
+            None => Ok(Some(state_of(run, bytes.value(), &tables.records)?)),
+        },
+        None => Ok(None),
+    }
 }
 
 /// The run's state as this transaction sees it; `None` when the run does not exist.
@@ -612,14 +824,22 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
             Some(state) => state.apply_mut(&record),
         };
         folded.map_err(|source| AppendError::Transition { index, source })?;
-        assert_eq!(
-            state.as_ref().map(|state| state.head_seq),
-            Some(seq),
-            "apply advances the head by exactly one"
-        );
+        let found = state.as_ref().map_or(0, |state| state.head_seq);
+        if found != seq {
+            return Err(AppendError::Inconsistent {
+                run,
+                broken: Inconsistency::HeadNotAdvanced { seq, found },
+            });
+        }
         records.push((seq, record.encode()?));
     }
     let after = state.expect("a non-empty batch leaves a state");
+    after
+        .check_folded_shape()
+        .map_err(|shape| AppendError::Inconsistent {
+            run,
+            broken: Inconsistency::Shape(shape),
+        })?;
     let snapshot = encode_snapshot(&after)?;
     Ok(Prepared {
         records,
@@ -639,35 +859,41 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
 /// whole transaction.
 fn write(
     tables: &mut Tables<'_>,
-    group: &mut Group,
+    group: &mut Group<'_>,
     batch: &Batch,
     prepared: Prepared,
 ) -> Result<Appended, AppendError> {
     let run = batch.run;
     let run_key = run.to_bytes();
-    let global_seq = &mut group.global_seq;
+    // `judge` made one record per event, at the seqs after the stored head.
     let first_seq = prepared.records[0].0;
     let last_seq = prepared.after.head_seq;
-    debug_assert!(
-        prepared.records.len() == batch.events.len()
-            && (first_seq..=last_seq).eq(prepared.records.iter().map(|(seq, _)| *seq)),
-        "a batch's records take consecutive seqs, one each, up to the stored state's head"
-    );
+    // A batch's records take consecutive global seqs: one index entry, at its first record,
+    // says where each of them is. A batch that follows its run's previous record in the log is
+    // found through that record's entry, and needs none (`tables::global_of`).
+    let first_key = tables::record_key(run, first_seq);
+    let is_continued =
+        first_seq > 1 && group.last_key == Some(tables::record_key(run, first_seq - 1));
+    if !is_continued {
+        let txn = tables.txn;
+        tables
+            .globals
+            .open(txn)?
+            .insert(&first_key, group.global_seq + 1)
+            .map_err(storage("writing the log index"))?;
+    }
     for (seq, bytes) in &prepared.records {
         let key = tables::record_key(run, *seq);
         tables
             .records
             .insert(&key, bytes.as_slice())
             .map_err(storage("writing a record"))?;
-        *global_seq += 1;
+        group.global_seq += 1;
         tables
             .log
-            .insert(*global_seq, &key)
+            .insert(group.global_seq, &key)
             .map_err(storage("writing the log"))?;
-        tables
-            .globals
-            .insert(&key, *global_seq)
-            .map_err(storage("writing the log index"))?;
+        group.last_key = Some(key);
     }
     tables
         .runs
@@ -677,38 +903,38 @@ fn write(
     let after = &prepared.after;
     if after.is_closed() {
         tables
-            .active
+            .active()?
             .remove(&run_key)
             .map_err(storage("updating the active index"))?;
     } else if !prepared.existed {
         tables
-            .active
+            .active()?
             .insert(&run_key, ())
             .map_err(storage("updating the active index"))?;
     }
     if let (false, Some(ended_at)) = (prepared.was_terminal, after.ended_at_ms()) {
         tables
-            .terminal
+            .terminal()?
             .insert(&tables::terminal_key(ended_at, run), ())
             .map_err(storage("updating the terminal index"))?;
     }
     if !prepared.existed {
         if let Some(tool_call_id) = &after.tool_call_id {
             tables
-                .aliases
+                .aliases()?
                 .insert(tables::tool_call_alias(tool_call_id).as_str(), &run_key)
                 .map_err(storage("writing an alias"))?;
         }
         if let Some(name) = &after.spec.name {
             tables
-                .aliases
+                .aliases()?
                 .insert(tables::name_alias(name).as_str(), &run_key)
                 .map_err(storage("writing an alias"))?;
         }
     }
     if let (true, Some(from)) = (prepared.resumes, resumed_from(batch)) {
         tables
-            .resumes
+            .resumes()?
             .insert(&from.to_bytes(), &run_key)
             .map_err(storage("writing the resume index"))?;
     }
@@ -716,6 +942,7 @@ fn write(
     write_private(tables, batch, &prepared)?;
     write_hook_indexes(tables, batch, &prepared)?;
     group.advance_mark(batch.writer, batch.writer_seq);
+    group.stored.keep(run, prepared.snapshot, &prepared.after);
     Ok(Appended {
         run,
         first_seq,
@@ -737,34 +964,31 @@ fn write_queue_indexes(
     let Some(queue) = &after.queue else {
         return Ok(());
     };
+    // A run waits exactly while it is in a queue, not admitted and not terminal, and holds a
+    // slot exactly while admitted and not terminal: never both. That a slot is taken only by an
+    // admission was checked before anything was written (`check_slot_taken_by_admission`).
     let is_waiting = after.is_waiting_for_slot();
     let holds_slot = after.holds_slot();
-    debug_assert!(
-        !(is_waiting && holds_slot),
-        "a run either waits for a slot or holds one"
-    );
-    debug_assert!(
-        prepared.held_slot || !holds_slot || (!prepared.was_admitted && queue.admitted.is_some()),
-        "a slot is taken only by an admission judged in this batch (check_queue)"
-    );
     if prepared.was_waiting != is_waiting {
-        let joined = tables
-            .globals
-            .get(&tables::record_key(run, tables::QUEUE_JOINED_SEQ))
-            .map_err(storage("reading where the run joined its queue"))?
-            .map(|global| global.value());
         // Written with the run's records in its creation batch; never pruned while the run
         // is open.
+        let txn = tables.txn;
+        let joined = tables::global_of(
+            tables.globals.open(txn)?,
+            &tables.log,
+            run,
+            tables::QUEUE_JOINED_SEQ,
+        )?;
         if let Some(joined) = joined {
             let key = tables::queue_waiting_key(&queue.name, joined);
             if is_waiting {
                 tables
-                    .queue_waiting
+                    .queue_waiting()?
                     .insert(key.as_slice(), &run.to_bytes())
                     .map_err(storage("updating a queue's waiting runs"))?;
             } else {
                 tables
-                    .queue_waiting
+                    .queue_waiting()?
                     .remove(key.as_slice())
                     .map_err(storage("updating a queue's waiting runs"))?;
             }
@@ -774,12 +998,12 @@ fn write_queue_indexes(
         let key = tables::queue_active_key(&queue.name, run);
         if holds_slot {
             tables
-                .queue_active
+                .queue_active()?
                 .insert(key.as_slice(), ())
                 .map_err(storage("updating a queue's active runs"))?;
         } else {
             tables
-                .queue_active
+                .queue_active()?
                 .remove(key.as_slice())
                 .map_err(storage("updating a queue's active runs"))?;
         }
@@ -800,7 +1024,7 @@ fn write_private(
     let run_key = batch.run.to_bytes();
     if let Some(env) = &private.env {
         tables
-            .run_env
+            .run_env()?
             .insert(&run_key, env.encode().as_slice())
             .map_err(storage("writing the run's environment"))?;
     }
@@ -810,7 +1034,7 @@ fn write_private(
             home: None,
         };
         tables
-            .run_hooks
+            .run_hooks()?
             .insert(&run_key, hooks.encode().as_slice())
             .map_err(storage("writing the run's hooks"))?;
     }
@@ -819,9 +1043,9 @@ fn write_private(
 
 /// The run's hook list as this transaction sees it; a list that does not read counts as none
 /// (`verify` reports it), so a run's end is never refused for it.
-fn hook_list(tables: &Tables<'_>, run: RunId) -> Result<HookCommands, AppendError> {
+fn hook_list(tables: &mut Tables<'_>, run: RunId) -> Result<HookCommands, AppendError> {
     Ok(tables
-        .run_hooks
+        .run_hooks()?
         .get(&run.to_bytes())
         .map_err(storage("reading the run's hooks"))?
         .and_then(|bytes| HookCommands::decode(bytes.value()).ok())
@@ -851,13 +1075,13 @@ fn write_hook_indexes(
         if let Some(home) = home {
             list.home = Some(home);
             tables
-                .run_hooks
+                .run_hooks()?
                 .insert(&run_key, list.encode().as_slice())
                 .map_err(storage("writing the run's hooks"))?;
         }
         if !list.is_empty() {
             tables
-                .hooks_due
+                .hooks_due()?
                 .insert(&run_key, ())
                 .map_err(storage("writing the due hooks"))?;
         }
@@ -873,13 +1097,13 @@ fn write_hook_indexes(
             (0..count).all(|hook| after.hook(hook).is_some_and(|state| state.is_settled()));
         if is_settled {
             tables
-                .hooks_due
+                .hooks_due()?
                 .remove(&run_key)
                 .map_err(storage("writing the due hooks"))?;
         }
         if after.hooks.iter().any(|state| state.is_given_up()) {
             tables
-                .hooks_given_up
+                .hooks_given_up()?
                 .insert(&run_key, ())
                 .map_err(storage("writing the given-up hooks"))?;
         }
@@ -991,4 +1215,52 @@ fn find_duplicate(tables: &Tables<'_>, batch: &Batch) -> Result<Appended, Append
         state,
         was_duplicate: true,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit;
+
+    /// What a handle keeps of the states it stored stays bounded, the newest kept.
+    #[test]
+    fn the_states_a_handle_keeps_stay_bounded_and_the_newest_stay() {
+        let mut stored = StoredStates::default();
+        let spec = testkit::spec(
+            crate::event::Mode::Single,
+            vec![testkit::step("build", testkit::argv(&["true"]))],
+        );
+        let created = testkit::created(spec, 1, crate::event::HostIds::default());
+        let runs: Vec<RunId> = (0..StoredStates::MAX_RUNS + 10)
+            .map(|_| RunId::generate())
+            .collect();
+        for &run in &runs {
+            let record = Record {
+                format_version: FORMAT_VERSION,
+                run_id: run,
+                seq: 1,
+                time_ms: 1,
+                writer: WriterId(1),
+                writer_seq: 1,
+                event: created.clone(),
+            };
+            let state = state::apply(None, &record).expect("created");
+            let bytes = encode_snapshot(&state).expect("encodes");
+            stored.keep(run, bytes, &state);
+        }
+        assert!(stored.states.len() <= StoredStates::MAX_RUNS);
+        let newest = runs[runs.len() - 1];
+        let (_, bytes, _) = stored
+            .states
+            .get(&newest)
+            .expect("the newest is kept")
+            .clone();
+        assert!(stored.take(newest, &bytes).is_some());
+        assert!(stored.take(newest, &bytes).is_none(), "taken out");
+        let oldest = runs[0];
+        assert!(
+            !stored.states.contains_key(&oldest),
+            "the oldest went first"
+        );
+    }
 }

@@ -107,6 +107,8 @@ pub(crate) struct Shared {
     /// While the writer waits for the journal's write lock past its notice: since when, and
     /// who holds it (a commit leader tells its clients).
     pub(crate) waiting_for_lock: std::sync::Mutex<Option<LockHeld>>,
+    /// The states this handle's commits last stored (only its writer thread commits).
+    stored: std::sync::Mutex<append::StoredStates>,
 }
 
 impl Shared {
@@ -119,6 +121,7 @@ impl Shared {
             stats: WriterStats::default(),
             is_closing: std::sync::atomic::AtomicBool::new(false),
             waiting_for_lock: std::sync::Mutex::new(None),
+            stored: std::sync::Mutex::default(),
         }
     }
 
@@ -262,7 +265,6 @@ pub(crate) fn commit_and_rejudge(
     was_uncertain: bool,
     renumber: &mut dyn FnMut(Batch) -> Batch,
 ) -> Vec<Answer> {
-    let count = batches.len();
     let (mut answers, mut was_retried) = commit_group(shared, &batches, capacity);
     was_retried |= was_uncertain;
     // Positions in `answers` of the batches being judged again.
@@ -274,12 +276,14 @@ pub(crate) fn commit_and_rejudge(
         let stale: Vec<usize> = (0..batches.len())
             .filter(|&index| {
                 batches[index].writer == shared.writer
-                    && matches!(
-                        &answers[positions[index]].result,
-                        Err(AppendError::WriterSeqReused { writer, writer_seq, .. })
-                            if *writer == batches[index].writer
-                                && *writer_seq == batches[index].writer_seq
-                    )
+                    && answers.get(positions[index]).is_some_and(|answer| {
+                        matches!(
+                            &answer.result,
+                            Err(AppendError::WriterSeqReused { writer, writer_seq, .. })
+                                if *writer == batches[index].writer
+                                    && *writer_seq == batches[index].writer_seq
+                        )
+                    })
             })
             .collect();
         if stale.is_empty() {
@@ -292,12 +296,28 @@ pub(crate) fn commit_and_rejudge(
         positions = stale.iter().map(|&index| positions[index]).collect();
         let (again_answers, retried) = commit_group(shared, &again, capacity);
         for (position, answer) in positions.iter().zip(again_answers) {
-            answers[*position] = answer;
+            if let Some(slot) = answers.get_mut(*position) {
+                *slot = answer;
+            }
         }
         batches = again;
         was_retried = retried;
     }
-    debug_assert_eq!(answers.len(), count, "one answer per batch of the group");
+    answers
+}
+
+/// Exactly one answer per batch of a group, in the group's order (`runs`: each batch's run),
+/// whatever `answers` holds: checked in every build, for a caller without an answer would wait
+/// for ever. An answer missing (a fault of this build) tells its caller that its batch may or
+/// may not have landed; an answer beyond the group is dropped.
+pub(crate) fn one_answer_per_batch(mut answers: Vec<Answer>, runs: &[RunId]) -> Vec<Answer> {
+    answers.truncate(runs.len());
+    let answered = answers.len();
+    answers.extend(runs[answered..].iter().map(|&run| Answer {
+        result: Err(AppendError::Unanswered { run }),
+        refused_against: None,
+        was_retried: false,
+    }));
     answers
 }
 
@@ -312,9 +332,20 @@ fn commit_group(
     // Refusals of other writers' batches keep the state they were judged against, for their
     // writers to word them.
     let is_remote = |batch: &Batch| batch.writer != shared.writer;
+    let mut stored = shared
+        .stored
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let attempted = commit_retrying(shared, capacity, |txn| {
-        append::commit_batches_judged_in(txn, batches, append::Marks::Idempotent, is_remote)
+        append::commit_batches_judged_in(
+            txn,
+            batches,
+            append::Marks::Idempotent,
+            is_remote,
+            &mut stored,
+        )
     });
+    drop(stored);
     let failed = |result: &dyn Fn() -> AppendError, was_retried| {
         batches
             .iter()

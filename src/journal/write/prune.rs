@@ -108,8 +108,10 @@ impl<'txn> PruneTables<'txn> {
         Ok(())
     }
 
-    /// Indexes in `globals` every record of `log`, once: records committed before the index
-    /// existed have no entry there.
+    /// Indexes in `globals` every record of `log` that it does not find yet, once: records
+    /// committed before the index existed have no entry there. Walked in log order, a record
+    /// that sits right after the one before it of its run is found through that one's entry,
+    /// so it needs none of its own.
     fn index_globals_once(&mut self) -> Result<(), StorageFailure> {
         let is_indexed = self
             .meta
@@ -125,6 +127,10 @@ impl<'txn> PruneTables<'txn> {
             entries.push((*key.value(), global.value()));
         }
         for (key, global) in entries {
+            let (run, seq) = tables::split_record_key(&key);
+            if tables::global_of(&self.globals, &self.log, run, seq)? == Some(global) {
+                continue;
+            }
             self.globals
                 .insert(&key, global)
                 .map_err(storage("indexing the log"))?;
@@ -135,15 +141,12 @@ impl<'txn> PruneTables<'txn> {
         Ok(())
     }
 
-    /// The global seq of a record, taking its `globals` entry; a scan of the log when it has
-    /// none (a record written by a process that did not index it).
-    fn take_global(&mut self, key: &[u8; 24]) -> Result<Option<u64>, StorageFailure> {
-        if let Some(global) = self
-            .globals
-            .remove(key)
-            .map_err(storage("reading the log index"))?
-        {
-            return Ok(Some(global.value()));
+    /// The global seq of a record, through the `globals` entry of its batch; a scan of the log
+    /// when the index does not know it (a record written by a process that did not index it).
+    fn global_of(&self, key: &[u8; 24]) -> Result<Option<u64>, StorageFailure> {
+        let (run, seq) = tables::split_record_key(key);
+        if let Some(global) = tables::global_of(&self.globals, &self.log, run, seq)? {
+            return Ok(Some(global));
         }
         for entry in self.log.iter().map_err(storage("reading the log"))? {
             let (global, found) = entry.map_err(storage("reading the log"))?;
@@ -220,7 +223,7 @@ impl<'txn> PruneTables<'txn> {
         let mut highest = 0;
         let mut removed = 0u64;
         for key in &keys {
-            if let Some(global) = self.take_global(key)? {
+            if let Some(global) = self.global_of(key)? {
                 self.log
                     .remove(global)
                     .map_err(storage("pruning the log"))?;
@@ -234,6 +237,9 @@ impl<'txn> PruneTables<'txn> {
                 .remove(key)
                 .map_err(storage("pruning records"))?;
         }
+        self.globals
+            .retain_in::<&[u8; 24], _>(&low..=&high, |_, _| false)
+            .map_err(storage("pruning the log index"))?;
         self.runs
             .remove(&run_key)
             .map_err(storage("pruning the snapshot"))?;
