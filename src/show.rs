@@ -838,6 +838,36 @@ fn step_label(spec: &RunSpec, step: u32) -> String {
     }
 }
 
+/// What [`record_line`] says of the events a host's requests and repairs bring.
+fn host_request_detail(event: &Event, spec: &RunSpec) -> String {
+    match event {
+        Event::SteerRequested {
+            id,
+            steps,
+            mode,
+            source,
+            ..
+        } => {
+            let targets: Vec<String> = steps.iter().map(|step| step_label(spec, *step)).collect();
+            format!(
+                "{} {id} from {source} for {}",
+                mode.as_str(),
+                targets.join(", ")
+            )
+        }
+        Event::SteerDelivered { id, step } => {
+            format!("{} took steer request {id}", step_label(spec, *step))
+        }
+        Event::ControlRefused { file, reason } => {
+            format!("control file {file} refused: {reason}")
+        }
+        Event::HostEnded { state, message, .. } => {
+            format!("run {} by its host's repair: {message}", state.as_str())
+        }
+        other => other.name().to_string(),
+    }
+}
+
 /// One line per journaled transition, as `runjournal run --wait` prints them as they land.
 pub fn record_line(record: &Record, spec: &RunSpec) -> String {
     let detail = match &record.event {
@@ -920,6 +950,10 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         Event::Resumed { from } => format!("resumes paused run {from}"),
         Event::QueueJoined { queue, .. } => format!("queued in {queue}"),
         Event::QueueAdmitted { by } => format!("admitted by its queue ({by})"),
+        Event::SteerRequested { .. }
+        | Event::SteerDelivered { .. }
+        | Event::ControlRefused { .. }
+        | Event::HostEnded { .. } => host_request_detail(&record.event, spec),
     };
     format!(
         "#{} {}",
