@@ -47,6 +47,7 @@ use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::Store;
 
 pub mod queue;
+pub mod startable;
 
 /// How long a launcher that followed its run waits for the runner process to exit once the
 /// run is terminal, before it leaves it be.
@@ -152,6 +153,17 @@ pub enum LaunchError {
         #[source]
         source: Box<queue::QueueError>,
     },
+    /// The run could not start ([`startable::check_startable`]); it was not created.
+    #[error(transparent)]
+    Unstartable(#[from] startable::Unstartable),
+}
+
+impl LaunchError {
+    /// Whether the run asked for cannot start as given (as opposed to a failure of the
+    /// journal or the system): the CLI's exit code 2. Nothing was written.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, LaunchError::Unstartable(_))
+    }
 }
 
 /// Creates the run, starts its runner, and waits up to `start_timeout` for `RunnerStarted`.
@@ -165,10 +177,20 @@ pub fn launch(
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    check_launchable(&request.spec)?;
     if let Some(queue_name) = request.queue.clone() {
         return launch_queued(store, request, &queue_name, program, start_timeout);
     }
     launch_with(store, request, Vec::new(), program, start_timeout)
+}
+
+/// [`startable::check_startable`] of `spec`, from this process's directory and `PATH`.
+fn check_launchable(spec: &RunSpec) -> Result<(), startable::Unstartable> {
+    let cwd = std::env::current_dir().map_err(|source| startable::Unstartable::CwdUnusable {
+        cwd: PathBuf::from("."),
+        source,
+    })?;
+    startable::check_startable(spec, startable::launcher_search_path().as_deref(), &cwd)
 }
 
 /// [`launch`], with `more` events in the run's creation batch after its `RunCreated`.
@@ -362,7 +384,7 @@ impl ResumeError {
                 | ResumeError::Pruned { .. }
                 | ResumeError::Refused { .. }
                 | ResumeError::NothingLeft { .. }
-        )
+        ) || matches!(self, ResumeError::Launch { source, .. } if source.is_bad_input())
     }
 }
 
@@ -498,6 +520,10 @@ pub fn resume(
         });
     }
     let plan = resume_plan(&state)?;
+    check_launchable(&plan.spec).map_err(|source| ResumeError::Launch {
+        run,
+        source: Box::new(source.into()),
+    })?;
     // A resumed run starts at once: it takes no queue (its paused run held no slot).
     let request = RunRequest {
         spec: plan.spec.clone(),

@@ -343,7 +343,13 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
         runner_program(args.heartbeat, request.idle_timeout)?
     };
     let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
-        .context("launching the run")?;
+        .map_err(|error| {
+            if error.is_bad_input() {
+                bad_input(error)
+            } else {
+                Failure::Error(anyhow::Error::new(error).context("launching the run"))
+            }
+        })?;
     if args.wait {
         follow(&store, launched, args.json)
     } else {
