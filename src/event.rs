@@ -56,8 +56,12 @@ pub const MAX_STEER_ID_BYTES: usize = 256;
 pub const MAX_PENDING_STEERS: usize = 20;
 
 /// Most steer requests one run takes in its life: each stays in its snapshot (without its
-/// message), which this bounds.
+/// message, but for its first [`STEER_PREVIEW_CHARS`]), which this bounds.
 pub const MAX_STEERS_PER_RUN: usize = 128;
+
+/// How much of a steer message its run's state keeps to show it (pi-subagents'
+/// `messagePreview`), in characters.
+pub const STEER_PREVIEW_CHARS: usize = 160;
 
 // The largest steer request must fit the record limit: its message, its id and source with
 // their length prefixes, a target per step (a varint of up to 5 bytes each), and the envelope.
@@ -82,16 +86,28 @@ pub const MAX_SNAPSHOT_BYTES: usize = 4 << 20;
 // with a length prefix of up to 2 bytes, plus 64 bytes of fixed fields; the run's own fifteen
 // texts (three host ids, the runner's boot id and instance id, three controls' `by` and `reason`,
 // the terminal error and summary, the observed instance id) plus 1 KiB for the rest; and its
-// steer requests without their messages: an id and a source with their prefixes, 32 bytes of
-// fixed fields, and per target step its number and its delivery (16 bytes).
+// steer requests without their messages: an id and a source with their prefixes, a preview of
+// up to four bytes a character, 32 bytes of fixed fields, and per target step its number and
+// its delivery (16 bytes).
 const _: () = assert!(
     MAX_RECORD_BYTES
         + MAX_STEPS * (5 * (MAX_TEXT_BYTES + 2) + 64)
         + 15 * (MAX_TEXT_BYTES + 2)
         + 1024
-        + MAX_STEERS_PER_RUN * (2 * (MAX_STEER_ID_BYTES + 2) + 32 + MAX_STEPS * 16)
+        + MAX_STEERS_PER_RUN
+            * (2 * (MAX_STEER_ID_BYTES + 2) + (4 * STEER_PREVIEW_CHARS + 2) + 32 + MAX_STEPS * 16)
         <= MAX_SNAPSHOT_BYTES
 );
+
+/// The first [`STEER_PREVIEW_CHARS`] characters of a steer message, its white space runs made
+/// one space: what a state keeps of it. Pure.
+pub fn steer_preview(message: &str) -> String {
+    let one_line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(STEER_PREVIEW_CHARS) {
+        Some((cut, _)) => one_line[..cut].to_string(),
+        None => one_line,
+    }
+}
 
 const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 

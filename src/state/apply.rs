@@ -13,7 +13,7 @@ use super::{
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, MAX_PENDING_STEERS, MAX_STEERS_PER_RUN, Mode,
     Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunId, SteerMode, StepEnd,
-    StepOutcome, TerminalState, UnixMs, check_queue_name, steer_request_flaw,
+    StepOutcome, TerminalState, UnixMs, check_queue_name, steer_preview, steer_request_flaw,
 };
 
 /// Applies one record to a run's state. `None` is a run that does not exist yet, which only
@@ -666,6 +666,7 @@ impl RunState {
             id: id.to_string(),
             mode,
             source: source.to_string(),
+            preview: steer_preview(message),
             requested_at_ms: at_ms,
             seq,
             targets: steps

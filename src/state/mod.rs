@@ -230,6 +230,8 @@ pub struct SteerInfo {
     pub id: String,
     pub mode: SteerMode,
     pub source: String,
+    /// The start of its message ([`crate::event::steer_preview`]).
+    pub preview: String,
     pub requested_at_ms: UnixMs,
     /// The seq of its `SteerRequested` record, which holds the message.
     pub seq: u64,

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::event::{
     MAX_PENDING_STEERS, MAX_STEER_ID_BYTES, MAX_STEERS_PER_RUN, MAX_TEXT_BYTES, Mode, Proof,
-    check_queue_name,
+    STEER_PREVIEW_CHARS, check_queue_name,
 };
 
 /// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
@@ -279,6 +279,7 @@ impl ShapeRule {
                     && !steer.id.chars().any(char::is_whitespace)
                     && steer.id.len() <= MAX_STEER_ID_BYTES
                     && steer.source.len() <= MAX_STEER_ID_BYTES
+                    && steer.preview.chars().count() <= STEER_PREVIEW_CHARS
                     && !steps.is_empty()
                     && steps.iter().enumerate().all(|(index, step)| {
                         (*step as usize) < state.steps.len() && !steps[..index].contains(step)

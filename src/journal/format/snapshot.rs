@@ -488,6 +488,7 @@ pub struct SteerV1 {
     pub id: String,
     pub mode: SteerMode,
     pub source: String,
+    pub preview: String,
     pub requested_at_ms: UnixMs,
     pub seq: u64,
     pub targets: Vec<SteerTargetV1>,
@@ -518,6 +519,7 @@ impl SteerV1 {
             id: steer.id.clone(),
             mode: steer.mode,
             source: steer.source.clone(),
+            preview: steer.preview.clone(),
             requested_at_ms: steer.requested_at_ms,
             seq: steer.seq,
             targets: steer
@@ -546,6 +548,7 @@ impl SteerV1 {
             id: self.id,
             mode: self.mode,
             source: self.source,
+            preview: self.preview,
             requested_at_ms: self.requested_at_ms,
             seq: self.seq,
             targets: self
