@@ -22,13 +22,16 @@ fn every_input() -> Vec<Inputs> {
             for runner in LIVENESSES {
                 for is_past_start_grace in [false, true] {
                     for is_waiting_for_slot in [false, true] {
-                        out.push(Inputs {
-                            is_terminal,
-                            is_process_observed,
-                            runner,
-                            is_past_start_grace,
-                            is_waiting_for_slot,
-                        });
+                        for has_host_verdict in [false, true] {
+                            out.push(Inputs {
+                                is_terminal,
+                                is_process_observed,
+                                runner,
+                                is_past_start_grace,
+                                is_waiting_for_slot,
+                                has_host_verdict,
+                            });
+                        }
                     }
                 }
             }

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["state", "spec", "durable_fs", "home", "liveness"],
     &["capacity", "process_group"],
     &["journal"],
-    &["projection", "resolve"],
+    &["projection", "resolve", "control_inbox"],
     &["store", "verify"],
     &[
         "control",
