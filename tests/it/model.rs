@@ -2152,11 +2152,15 @@ impl StateMachineTest for JournalTest {
                     .is_some_and(|run| run.status.is_terminal())
             })
             .map(|state| {
+                // A host's end is at the host's time.
                 let ended = sut.records[&state.run_id]
                     .iter()
-                    .find(|record| matches!(record.event, Event::Terminal { .. }))
-                    .expect("a terminal run has its Terminal record")
-                    .time_ms;
+                    .find_map(|record| match record.event {
+                        Event::Terminal { .. } => Some(record.time_ms),
+                        Event::HostEnded { ended_at_ms, .. } => Some(ended_at_ms),
+                        _ => None,
+                    })
+                    .expect("a terminal run has its Terminal or HostEnded record");
                 (ended, state.run_id)
             })
             .collect();
