@@ -114,6 +114,32 @@ fn pi_subagents_request_async_stop_ends_a_run_stopped() {
     assert_eq!(seen["state"], "stopped", "{seen}");
 }
 
+/// `requestAsyncTimeout` ends the run as its own deadline would: failed, exit 124, the
+/// result saying it timed out.
+#[test]
+fn pi_subagents_request_async_timeout_ends_a_run_as_its_timeout() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let (run, _) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    pi_control(&install, &root, &run, "timeout", "");
+    assert_eq!(wait_end(&root, &run), "failed");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(results_dir(&root).join(format!("{run}.json"))).expect("the result"),
+    )
+    .expect("JSON");
+    assert_eq!(result["exitCode"], 124, "{result}");
+    assert_eq!(result["timedOut"], true, "{result}");
+}
+
 #[test]
 fn pi_subagents_request_async_interrupt_pauses_a_run_that_resume_carries_on() {
     let Some(install) = pi_subagents() else {

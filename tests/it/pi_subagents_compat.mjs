@@ -29,8 +29,9 @@ if (mode === "--temp-root") {
 }
 if (mode === "--control") {
 	// node pi_subagents_compat.mjs INSTALL_DIR --control ACTION ASYNC_DIR [RESULTS_DIR|MESSAGE]
-	//   ACTION: stop | interrupt | steer (MESSAGE) | reconcile (RESULTS_DIR) | status;
-	//   pi-subagents' own requestAsyncStop, requestAsyncInterrupt, requestAsyncSteer,
+	//   ACTION: stop | interrupt | timeout | steer (MESSAGE) | reconcile (RESULTS_DIR) | status;
+	//   pi-subagents' own requestAsyncStop, requestAsyncInterrupt, requestAsyncTimeout,
+	//   requestAsyncSteer,
 	//   reconcileAsyncRun or readStatus; prints {"done": what it returned}.
 	//   With PI_COMPAT_STALE_ALIVE_MS set, reconcile judges a live pid stale after that long.
 	const [, , action, asyncDir, extra] = process.argv.slice(2);
@@ -39,6 +40,7 @@ if (mode === "--control") {
 	let done;
 	if (action === "stop") done = control.requestAsyncStop(asyncDir, { source: "pi-compat", reason: "stopped by the host" });
 	else if (action === "interrupt") done = control.requestAsyncInterrupt(asyncDir, { source: "pi-compat" });
+	else if (action === "timeout") done = control.requestAsyncTimeout(asyncDir, { source: "pi-compat", reason: "the host's deadline" });
 	else if (action === "steer") done = control.requestAsyncSteer(asyncDir, { message: extra, source: "pi-compat" });
 	else if (action === "reconcile") {
 		const { reconcileAsyncRun } = await load("runs/background/stale-run-reconciler.ts");
