@@ -195,6 +195,8 @@ pub struct Steered {
     pub steps: Vec<u32>,
     /// `steer` or `follow-up`.
     pub mode: &'static str,
+    /// Whether the run is paused: the message waits for its resume.
+    pub is_for_resume: bool,
     /// The seq of its record.
     pub journal_seq: u64,
 }
@@ -209,8 +211,7 @@ pub enum SteerError {
     Resumed { run: RunId, by: RunId },
     #[error("run {run} has no step that has yet to end: there is nobody to steer")]
     NothingToSteer { run: RunId },
-    #[error("run {run} is paused: resume it, then steer the run that resumes it")]
-    Paused { run: RunId },
+
     #[error(transparent)]
     Control(#[from] ControlError),
 }
@@ -219,9 +220,7 @@ impl SteerError {
     /// Whether the caller asked for something the run cannot take: the CLI's exit code 2.
     pub fn is_bad_input(&self) -> bool {
         match self {
-            SteerError::Resumed { .. }
-            | SteerError::NothingToSteer { .. }
-            | SteerError::Paused { .. } => true,
+            SteerError::Resumed { .. } | SteerError::NothingToSteer { .. } => true,
             SteerError::Control(error) => error.is_bad_input(),
         }
     }
@@ -252,9 +251,6 @@ pub fn steer(
         return Err(SteerError::Resumed { run, by });
     }
     drop(view);
-    if state.status == RunStatus::Paused {
-        return Err(SteerError::Paused { run });
-    }
     let steps = match step {
         Some(step) => vec![step],
         None => control_inbox::steer_targets(&state),
@@ -278,6 +274,7 @@ pub fn steer(
         request_id: id,
         steps,
         mode: mode.as_str(),
+        is_for_resume: appended.state.status == RunStatus::Paused,
         journal_seq: appended.last_seq,
     })
 }
@@ -335,4 +332,56 @@ pub fn dismiss(store: &Store, run: RunId) -> Result<DismissOutcome, ControlError
         }) => Ok(DismissOutcome::AlreadyDismissed),
         Err(error) => Err(error.into()),
     }
+}
+
+/// The messages still waiting in `state`, a paused run, for the steps its resume runs: each
+/// as a `SteerRequested` of the new run (same id, mode, message and source), its targets
+/// renumbered as the new run numbers its steps (`steps[i]`, the paused run's step that the
+/// new run's step `i` runs). For the resume's creation batch.
+pub fn carried_steers(
+    store: &Store,
+    state: &RunState,
+    steps: &[u32],
+) -> Result<Vec<Event>, ReadError> {
+    let new_step = |old: u32| {
+        steps
+            .iter()
+            .position(|&step| step == old)
+            .and_then(|index| u32::try_from(index).ok())
+    };
+    let mut carried = Vec::new();
+    for steer in &state.steers {
+        let targets: Vec<u32> = steer
+            .targets
+            .iter()
+            .filter(|target| target.delivery == crate::state::SteerDelivery::Queued)
+            .filter_map(|target| new_step(target.step))
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let record = store.journal().read_retrying(|view| {
+            Ok(view
+                .records_between(state.run_id, steer.seq.saturating_sub(1), steer.seq)?
+                .into_iter()
+                .next())
+        })?;
+        if let Some(Event::SteerRequested {
+            id,
+            mode,
+            message,
+            source,
+            ..
+        }) = record.map(|record| record.event)
+        {
+            carried.push(Event::SteerRequested {
+                id,
+                steps: targets,
+                mode,
+                message,
+                source,
+            });
+        }
+    }
+    Ok(carried)
 }

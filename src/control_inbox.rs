@@ -449,8 +449,9 @@ pub enum Settle {
 }
 
 /// The steps a steer request goes to when it names none: the running ones; else, in a run
-/// that has not started them, the first pending step in a chain or a single run, every pending
-/// step in a parallel one. Empty when no step is left. Pure.
+/// that has not started them, or a paused one (its resume starts them), the first step that
+/// has yet to end in a chain or a single run, every such step in a parallel one. Empty when
+/// no step is left. Pure.
 pub fn steer_targets(state: &RunState) -> Vec<u32> {
     let step_number = |index: usize| u32::try_from(index).unwrap_or(u32::MAX);
     let running: Vec<u32> = state
@@ -463,11 +464,18 @@ pub fn steer_targets(state: &RunState) -> Vec<u32> {
     if !running.is_empty() {
         return running;
     }
+    let is_open = |status: StepStatus| {
+        if state.status == RunStatus::Paused {
+            status != StepStatus::Complete
+        } else {
+            status == StepStatus::Pending
+        }
+    };
     let open = state
         .steps
         .iter()
         .enumerate()
-        .filter(|(_, step)| step.status == StepStatus::Pending)
+        .filter(|(_, step)| is_open(step.status))
         .map(|(index, _)| step_number(index));
     match state.spec.mode {
         crate::event::Mode::Parallel => open.collect(),
@@ -557,11 +565,6 @@ pub fn decide(found: &Found, state: &RunState) -> Decision {
             }
             if !takes_refusals {
                 return Decision::Leave;
-            }
-            if state.status == RunStatus::Paused {
-                return refuse(
-                    "the run is paused: it takes no message; resume it, then steer the run that resumes it",
-                );
             }
             let steps = steps.clone().unwrap_or_else(|| steer_targets(state));
             if steps.is_empty() {

@@ -505,6 +505,14 @@ pub fn resume(
             _ => Some(by),
         })
     };
+    // What a host wrote into the paused run's control inbox is taken first: its messages go
+    // on with the resume. A file that cannot be taken now is left where it is.
+    let _ = crate::control_inbox::take(
+        store.home(),
+        run,
+        || store.journal().view()?.snapshot(run),
+        |events, condition| store.append(run, events, condition),
+    );
     let view = store.journal().view().map_err(read)?;
     let Some(state) = view.snapshot(run).map_err(read)? else {
         return Err(match view.tombstone(run).map_err(read)? {
@@ -532,7 +540,9 @@ pub fn resume(
         heartbeat: None,
         queue: None,
     };
-    let more = vec![Event::Resumed { from: run }];
+    // The messages the paused run kept for its resume wait for the new run's steps.
+    let mut more = vec![Event::Resumed { from: run }];
+    more.extend(crate::control::carried_steers(store, &state, &plan.steps).map_err(read)?);
     match launch_with(store, request, more, program, start_timeout) {
         Ok(launched) => {
             store.project_linked(run, state.head_seq);

@@ -341,7 +341,7 @@ fn steer_request(steps: Option<Vec<u32>>) -> Request {
 }
 
 /// Each request is journaled once: a request the run already holds is only removed; a paused
-/// run refuses what it cannot take (a control request, a message); an ended run leaves its
+/// run refuses a control request but keeps messages for its resume; an ended run leaves its
 /// files alone.
 #[test]
 fn what_a_request_records_follows_the_runs_state() {
@@ -392,11 +392,13 @@ fn what_a_request_records_follows_the_runs_state() {
             kit::terminal(TerminalState::Paused, 130, "paused", None),
         ],
     );
-    assert!(matches!(
-        decide(&steer, &paused),
-        Decision::Record { settle: Settle::Refused, ref events, .. }
-            if matches!(&events[..], [Event::ControlRefused { reason, .. }] if reason.contains("paused"))
-    ));
+    let Decision::Record { events, .. } = decide(&steer, &paused) else {
+        panic!("kept for the resume");
+    };
+    assert!(
+        matches!(&events[..], [Event::SteerRequested { steps, .. }] if *steps == [0]),
+        "the step the resume runs first: {events:?}"
+    );
     assert!(matches!(
         decide(&stop, &paused),
         Decision::Record { settle: Settle::Refused, ref events, .. }

@@ -394,3 +394,62 @@ fn a_stop_written_while_no_runner_lives_is_taken_by_the_reconciler() {
     assert_eq!(status(&root, &run)["state"], "stopped");
     assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
 }
+
+/// A message sent to a paused run — by `runjournal steer` and by pi-subagents'
+/// `requestAsyncSteer` — is kept for its resume and reaches the step the resume runs, each once.
+#[test]
+fn a_steer_sent_to_a_paused_run_reaches_the_step_its_resume_runs() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let marker = dir.path().join("was-interrupted");
+    // Interrupted the first time; the resumed step takes two messages and ends.
+    let step = format!(
+        "if [ ! -e '{0}' ]; then touch '{0}'; echo ready; sleep 300; fi; got=0; n=0; \
+         while [ $got -lt 2 ] && [ $n -lt 1200 ]; do \
+         for f in \"$RUNJOURNAL_INBOX\"/*.json; do [ -f \"$f\" ] || continue; \
+         printf 'took: %s\\n' \"$(cat \"$f\")\"; rm -f \"$f\"; got=$((got+1)); done; \
+         n=$((n+1)); sleep 0.1; done; [ $got -eq 2 ]",
+        marker.display()
+    );
+    let (run, _) = launch(&root, &["--", "sh", "-c", &step]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    runjournal(&root)
+        .args(["interrupt", &run])
+        .assert()
+        .success();
+    assert_eq!(wait_end(&root, &run), "paused");
+    let kept = runjournal(&root)
+        .args(["steer", &run, "from the command line"])
+        .assert()
+        .success();
+    let kept = String::from_utf8_lossy(&kept.get_output().stdout).into_owned();
+    assert!(kept.contains("kept for the run that resumes it"), "{kept}");
+    pi_control(&install, &root, &run, "steer", "from the host");
+    let resumed = runjournal(&root)
+        .args(["resume", &run, "--wait", "--json"])
+        .assert()
+        .success();
+    let resumed: serde_json::Value =
+        serde_json::from_slice(&resumed.get_output().stdout).expect("resume --json prints JSON");
+    let resumed = resumed["runId"].as_str().expect("runId").to_string();
+    assert_eq!(status(&root, &resumed)["state"], "complete");
+    let output = std::fs::read_to_string(run_dir(&root, &resumed).join("output-0.log"))
+        .expect("the resumed step's output");
+    assert_eq!(output.matches("took: ").count(), 2, "{output}");
+    assert_eq!(
+        output.matches("from the command line").count(),
+        1,
+        "{output}"
+    );
+    assert_eq!(output.matches("from the host").count(), 1, "{output}");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+    let seen = pi_control(&install, &root, &resumed, "status", "");
+    assert_eq!(seen["steering"]["delivered"], 2, "{seen}");
+}

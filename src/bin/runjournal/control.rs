@@ -154,8 +154,13 @@ pub fn steer(
         print_line(&text)?;
     } else {
         let steps: Vec<String> = steered.steps.iter().map(u32::to_string).collect();
+        let when = if steered.is_for_resume {
+            "kept for the run that resumes it"
+        } else {
+            "handed to the step through its inbox"
+        };
         print_line(&format!(
-            "run {run}: {} {} for step {}; handed to the step through its inbox",
+            "run {run}: {} {} for step {}; {when}",
             steered.mode,
             steered.request_id,
             steps.join(", ")

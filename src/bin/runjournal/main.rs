@@ -139,7 +139,7 @@ enum Command {
     },
     /// Hand a message to a run's step: kept in the journal, then put in the step's inbox (a
     /// directory the step finds in $RUNJOURNAL_INBOX, one JSON file per message) for the step
-    /// to take; at most 20 wait at once. A paused run takes none: steer the run resuming it.
+    /// to take; at most 20 wait at once. A paused run keeps it for its resume.
     Steer {
         /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
