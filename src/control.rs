@@ -8,7 +8,8 @@
 
 use nix::sys::signal::Signal;
 
-use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, TerminalState, now_ms};
+use crate::control_inbox;
+use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, SteerMode, now_ms};
 use crate::journal::{AppendError, Appended, Condition, ReadError};
 use crate::process_group;
 use crate::state::{RunState, RunStatus, TransitionError};
@@ -100,21 +101,7 @@ fn stop_waiting(
         let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) else {
             return Ok(None);
         };
-        let events = vec![
-            Event::ControlRequested {
-                action: ControlAction::Stop,
-                by: by.to_string(),
-                reason: reason.to_string(),
-            },
-            Event::Terminal {
-                state: TerminalState::Stopped,
-                error: None,
-                summary: format!("stopped while it waited in queue {}", queue.name),
-                // As a runner ends a stopped run: 128 + the stop signal.
-                exit_code: 128 + STOP_SIGNAL as i32,
-                repaired_by: None,
-            },
-        ];
+        let events = control_inbox::stop_events(&state, by, reason);
         match store.append(run, events, Condition::expect_head(state.head_seq)) {
             Ok(_) => {
                 return Ok(Some(StopOutcome::StoppedWaiting {
@@ -198,6 +185,100 @@ fn signal_runner(state: &RunState) -> bool {
     process_group::signal_process(&runner.identity, STOP_SIGNAL).unwrap_or(false)
 }
 
+/// A steer request just recorded, as `runjournal steer --json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Steered {
+    pub run_id: String,
+    pub request_id: String,
+    /// The steps it waits for.
+    pub steps: Vec<u32>,
+    /// `steer` or `follow-up`.
+    pub mode: &'static str,
+    /// Whether the run is paused: the message waits for its resume.
+    pub is_for_resume: bool,
+    /// The seq of its record.
+    pub journal_seq: u64,
+}
+
+/// Why a steer request cannot be taken.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SteerError {
+    #[error(
+        "run {run} was resumed by run {by}, which carries its steps on: steer run {by} instead"
+    )]
+    Resumed { run: RunId, by: RunId },
+    #[error("run {run} has no step that has yet to end: there is nobody to steer")]
+    NothingToSteer { run: RunId },
+
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+impl SteerError {
+    /// Whether the caller asked for something the run cannot take: the CLI's exit code 2.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            SteerError::Resumed { .. } | SteerError::NothingToSteer { .. } => true,
+            SteerError::Control(error) => error.is_bad_input(),
+        }
+    }
+}
+
+/// Records a steer request for `run`: `message` for step `step`, or for the steps the run is
+/// at ([`control_inbox::steer_targets`]). The runner hands it to each target step through the
+/// step's inbox once the step runs; a paused run keeps it for its resume. `source` says who
+/// sent it. The reducer refuses a full queue (20 waiting), a step that ended and the limits.
+pub fn steer(
+    store: &Store,
+    run: RunId,
+    step: Option<u32>,
+    mode: SteerMode,
+    message: &str,
+    source: &str,
+) -> Result<Steered, SteerError> {
+    let view = store.journal().view().map_err(ControlError::from)?;
+    let state = view
+        .snapshot(run)
+        .map_err(ControlError::from)?
+        .ok_or(ControlError::UnknownRun { run })?;
+    if let Some(by) = view
+        .resume_links(run)
+        .map_err(ControlError::from)?
+        .resumed_by
+    {
+        return Err(SteerError::Resumed { run, by });
+    }
+    drop(view);
+    let steps = match step {
+        Some(step) => vec![step],
+        None => control_inbox::steer_targets(&state),
+    };
+    if steps.is_empty() {
+        return Err(SteerError::NothingToSteer { run });
+    }
+    let id = ulid::Ulid::generate().to_string();
+    let event = Event::SteerRequested {
+        id: id.clone(),
+        steps: steps.clone(),
+        mode,
+        message: message.to_string(),
+        source: crate::event::truncate_text(source, crate::event::MAX_STEER_ID_BYTES),
+    };
+    let appended = store
+        .append(run, vec![event], Condition::none())
+        .map_err(ControlError::from)?;
+    Ok(Steered {
+        run_id: run.to_string(),
+        request_id: id,
+        steps,
+        mode: mode.as_str(),
+        is_for_resume: appended.state.status == RunStatus::Paused,
+        journal_seq: appended.last_seq,
+    })
+}
+
 /// Pushes an external job's status for step `step`: checked against the run's spec first, then
 /// appended through the reducer (which also requires the step to be running).
 pub fn push_job_update(
@@ -251,4 +332,56 @@ pub fn dismiss(store: &Store, run: RunId) -> Result<DismissOutcome, ControlError
         }) => Ok(DismissOutcome::AlreadyDismissed),
         Err(error) => Err(error.into()),
     }
+}
+
+/// The messages still waiting in `state`, a paused run, for the steps its resume runs: each
+/// as a `SteerRequested` of the new run (same id, mode, message and source), its targets
+/// renumbered as the new run numbers its steps (`steps[i]`, the paused run's step that the
+/// new run's step `i` runs). For the resume's creation batch.
+pub fn carried_steers(
+    store: &Store,
+    state: &RunState,
+    steps: &[u32],
+) -> Result<Vec<Event>, ReadError> {
+    let new_step = |old: u32| {
+        steps
+            .iter()
+            .position(|&step| step == old)
+            .and_then(|index| u32::try_from(index).ok())
+    };
+    let mut carried = Vec::new();
+    for steer in &state.steers {
+        let targets: Vec<u32> = steer
+            .targets
+            .iter()
+            .filter(|target| target.delivery == crate::state::SteerDelivery::Queued)
+            .filter_map(|target| new_step(target.step))
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let record = store.journal().read_retrying(|view| {
+            Ok(view
+                .records_between(state.run_id, steer.seq.saturating_sub(1), steer.seq)?
+                .into_iter()
+                .next())
+        })?;
+        if let Some(Event::SteerRequested {
+            id,
+            mode,
+            message,
+            source,
+            ..
+        }) = record.map(|record| record.event)
+        {
+            carried.push(Event::SteerRequested {
+                id,
+                steps: targets,
+                mode,
+                message,
+                source,
+            });
+        }
+    }
+    Ok(carried)
 }

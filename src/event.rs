@@ -44,6 +44,32 @@ pub const MAX_STEP_BYTES: usize = 4096;
 /// Longest argument vector of a command step.
 pub const MAX_ARGS: usize = 128;
 
+/// Longest message of a steer request, in bytes (pi-subagents' limit for one steering
+/// message).
+pub const MAX_STEER_MESSAGE_BYTES: usize = 128 * 1024;
+
+/// Longest id of a steer request, and longest text naming where it came from, in bytes
+/// (pi-subagents' limits, which it counts in characters).
+pub const MAX_STEER_ID_BYTES: usize = 256;
+
+/// Most steer requests of a run waiting to be taken at once (pi-subagents' limit).
+pub const MAX_PENDING_STEERS: usize = 20;
+
+/// Most steer requests one run takes in its life: each stays in its snapshot (without its
+/// message, but for its first [`STEER_PREVIEW_CHARS`]), which this bounds.
+pub const MAX_STEERS_PER_RUN: usize = 128;
+
+/// How much of a steer message its run's state keeps to show it (pi-subagents'
+/// `messagePreview`), in characters.
+pub const STEER_PREVIEW_CHARS: usize = 160;
+
+// The largest steer request must fit the record limit: its message, its id and source with
+// their length prefixes, a target per step (a varint of up to 5 bytes each), and the envelope.
+const _: () = assert!(
+    MAX_STEER_MESSAGE_BYTES + 2 * (MAX_STEER_ID_BYTES + 2) + MAX_STEPS * 5 + 256
+        <= MAX_RECORD_BYTES
+);
+
 // The largest legal record must fit the record limit. RunCreated is the largest: every step at
 // its largest, each argument with a varint length prefix of up to 2 bytes, plus 16 bytes of step
 // overhead, plus the run's own texts (name, cwd, three ids) and the envelope.
@@ -57,16 +83,31 @@ pub const MAX_SNAPSHOT_BYTES: usize = 4 << 20;
 // The largest legal snapshot must fit the snapshot limit, or a legal transition of a run whose
 // texts are all at their limits would be refused and the run could never end. It holds the spec
 // (at most a record); per step, five texts (process boot id, error, job id, message, url), each
-// with a length prefix of up to 2 bytes, plus 64 bytes of fixed fields; and the run's own fifteen
+// with a length prefix of up to 2 bytes, plus 64 bytes of fixed fields; the run's own fifteen
 // texts (three host ids, the runner's boot id and instance id, three controls' `by` and `reason`,
-// the terminal error and summary, the observed instance id) plus 1 KiB for the rest.
+// the terminal error and summary, the observed instance id) plus 1 KiB for the rest; and its
+// steer requests without their messages: an id and a source with their prefixes, a preview of
+// up to four bytes a character, 32 bytes of fixed fields, and per target step its number and
+// its delivery (16 bytes).
 const _: () = assert!(
     MAX_RECORD_BYTES
         + MAX_STEPS * (5 * (MAX_TEXT_BYTES + 2) + 64)
         + 15 * (MAX_TEXT_BYTES + 2)
         + 1024
+        + MAX_STEERS_PER_RUN
+            * (2 * (MAX_STEER_ID_BYTES + 2) + (4 * STEER_PREVIEW_CHARS + 2) + 32 + MAX_STEPS * 16)
         <= MAX_SNAPSHOT_BYTES
 );
+
+/// The first [`STEER_PREVIEW_CHARS`] characters of a steer message, its white space runs made
+/// one space: what a state keeps of it. Pure.
+pub fn steer_preview(message: &str) -> String {
+    let one_line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(STEER_PREVIEW_CHARS) {
+        Some((cut, _)) => one_line[..cut].to_string(),
+        None => one_line,
+    }
+}
 
 const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 
@@ -512,13 +553,14 @@ fn check_text(text: &str) -> Result<(), usize> {
     }
 }
 
-/// A text field of an event over [`MAX_TEXT_BYTES`].
+/// A text field of an event over its limit ([`MAX_TEXT_BYTES`] for most).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{event}.{field} is {bytes} bytes, over the limit of {MAX_TEXT_BYTES}")]
+#[error("{event}.{field} is {bytes} bytes, over the limit of {limit}")]
 pub struct TextTooLong {
     pub event: &'static str,
     pub field: &'static str,
     pub bytes: usize,
+    pub limit: usize,
 }
 
 /// Cuts `text` to at most `max_bytes`, on a character boundary, marking the cut.
@@ -660,6 +702,68 @@ impl TerminalState {
 pub enum Repairer {
     Reconciler,
     Launcher,
+    /// A host's own repair ended the run before runjournal's reconciler did (pi-subagents'
+    /// stale-run reconciler), and runjournal recorded its verdict ([`Event::HostEnded`]).
+    Host,
+}
+
+/// How a step should take a steer message: pi-subagents' two delivery modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SteerMode {
+    /// Now, into what the step is doing.
+    Steer,
+    /// Once the step is done with what it is doing.
+    FollowUp,
+}
+
+impl SteerMode {
+    /// Its name on the command line and in a step's inbox (`steer`, `follow-up`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SteerMode::Steer => "steer",
+            SteerMode::FollowUp => "follow-up",
+        }
+    }
+}
+
+impl FromStr for SteerMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<SteerMode, String> {
+        match text {
+            "steer" => Ok(SteerMode::Steer),
+            "follow-up" => Ok(SteerMode::FollowUp),
+            other => Err(format!(
+                "unknown steer mode {other:?} (expected steer or follow-up)"
+            )),
+        }
+    }
+}
+
+/// Why a steer request is not one a run takes, whatever its state: its id, its message or its
+/// targets. Pure; `None` when it is well formed.
+pub fn steer_request_flaw(id: &str, steps: &[u32], message: &str) -> Option<&'static str> {
+    if id.is_empty() || id.chars().any(char::is_whitespace) {
+        return Some("its id is empty or holds white space");
+    }
+    if message.trim().is_empty() {
+        return Some("its message is empty");
+    }
+    if steps.is_empty() {
+        return Some("it names no step");
+    }
+    if steps.len() > MAX_STEPS {
+        return Some("it names more steps than a run has");
+    }
+    if steps
+        .iter()
+        .enumerate()
+        .any(|(index, step)| steps[..index].contains(step))
+    {
+        return Some("it names a step twice");
+    }
+    None
 }
 
 /// How the runner process ended, as far as the observer knows.
@@ -792,6 +896,38 @@ pub enum Event {
         outcome: HookOutcome,
         retry_at_ms: Option<UnixMs>,
     },
+    /// A message for steps of the run (pi-subagents' steering), handed to each through its
+    /// inbox. `steps` are the target steps; `source` says who sent it. Its message is kept
+    /// here only: the state keeps the request's place ([`RecordEnvelope::seq`]).
+    SteerRequested {
+        id: String,
+        steps: Vec<u32>,
+        mode: SteerMode,
+        message: String,
+        source: String,
+    },
+    /// Step `step` took steer request `id`: it removed the message's file from its inbox.
+    SteerDelivered {
+        id: String,
+        step: u32,
+    },
+    /// A file of the run's control inbox was refused (malformed, too large, a link, not a
+    /// regular file, another user's, or asking what a run cannot do) and moved aside.
+    ControlRefused {
+        file: String,
+        reason: String,
+    },
+    /// A host's own repair ended the run before runjournal's reconciler did: its verdict,
+    /// recorded as the run's end (a `Terminal` by [`Repairer::Host`] at `ended_at_ms`, the
+    /// host's time). `result_path` is the result the host published, if it published one:
+    /// runjournal then publishes none.
+    HostEnded {
+        state: TerminalState,
+        exit_code: i32,
+        message: String,
+        ended_at_ms: UnixMs,
+        result_path: Option<String>,
+    },
 }
 
 /// Most bytes of the environment a run keeps (`run --env`, the launcher's variables): names and
@@ -902,7 +1038,27 @@ impl Event {
     /// Checks every free-text field against [`MAX_TEXT_BYTES`]. The spec of `RunCreated` is
     /// checked by [`RunSpec::check`].
     pub fn check_text_limits(&self) -> Result<(), TextTooLong> {
+        if matches!(
+            self,
+            Event::SteerRequested { .. } | Event::SteerDelivered { .. }
+        ) {
+            return self.check_steer_limits();
+        }
         let event = self.name();
+        for (field, value) in self.bounded_texts() {
+            check_text(value).map_err(|bytes| TextTooLong {
+                event,
+                field,
+                bytes,
+                limit: MAX_TEXT_BYTES,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The event's texts that [`MAX_TEXT_BYTES`] bounds, each with its field's name (a steer
+    /// request's have limits of their own: [`Event::check_steer_limits`]).
+    fn bounded_texts(&self) -> Vec<(&'static str, &str)> {
         let mut fields: Vec<(&'static str, &str)> = Vec::new();
         match self {
             Event::RunCreated {
@@ -976,15 +1132,55 @@ impl Event {
                 }
                 HookOutcome::Delivered | HookOutcome::Failed { .. } | HookOutcome::TimedOut => {}
             },
+            Event::SteerRequested { .. } | Event::SteerDelivered { .. } => {}
+            Event::ControlRefused { file, reason } => {
+                fields.push(("file", file));
+                fields.push(("reason", reason));
+            }
+            Event::HostEnded {
+                message,
+                result_path,
+                ..
+            } => {
+                fields.push(("message", message));
+                if let Some(path) = result_path {
+                    fields.push(("result_path", path));
+                }
+            }
         }
-        for (field, value) in fields {
-            check_text(value).map_err(|bytes| TextTooLong {
+        fields
+    }
+
+    /// The limits of a steer request's texts, which are pi-subagents' rather than
+    /// [`MAX_TEXT_BYTES`].
+    fn check_steer_limits(&self) -> Result<(), TextTooLong> {
+        let event = self.name();
+        let limited: Vec<(&'static str, &str, usize)> = match self {
+            Event::SteerRequested {
+                id,
+                message,
+                source,
+                ..
+            } => vec![
+                ("id", id, MAX_STEER_ID_BYTES),
+                ("source", source, MAX_STEER_ID_BYTES),
+                ("message", message, MAX_STEER_MESSAGE_BYTES),
+            ],
+            Event::SteerDelivered { id, .. } => vec![("id", id, MAX_STEER_ID_BYTES)],
+            _ => Vec::new(),
+        };
+        match limited
+            .into_iter()
+            .find(|(_, value, limit)| value.len() > *limit)
+        {
+            Some((field, value, limit)) => Err(TextTooLong {
                 event,
                 field,
-                bytes,
-            })?;
+                bytes: value.len(),
+                limit,
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The process identity this event records, if any (`RunnerStarted`'s runner,
@@ -1022,6 +1218,15 @@ impl Event {
                 reason: error.to_string(),
             })?;
         }
+        if let Event::SteerRequested {
+            id, steps, message, ..
+        } = self
+            && let Some(flaw) = steer_request_flaw(id, steps, message)
+        {
+            return Err(DecodeError::Invalid {
+                reason: format!("a steer request {flaw}"),
+            });
+        }
         self.check_text_limits()
             .map_err(|error| DecodeError::Invalid {
                 reason: error.to_string(),
@@ -1045,6 +1250,10 @@ impl Event {
             Event::QueueAdmitted { .. } => "QueueAdmitted",
             Event::HookAttempted { .. } => "HookAttempted",
             Event::HookEnded { .. } => "HookEnded",
+            Event::SteerRequested { .. } => "SteerRequested",
+            Event::SteerDelivered { .. } => "SteerDelivered",
+            Event::ControlRefused { .. } => "ControlRefused",
+            Event::HostEnded { .. } => "HostEnded",
         }
     }
 }
@@ -1415,6 +1624,40 @@ pub(crate) mod tests {
                     retry_at_ms: Some(7),
                 },
             ),
+            (
+                "SteerRequested",
+                Event::SteerRequested {
+                    id: "i".to_string(),
+                    steps: vec![0, 2],
+                    mode: SteerMode::FollowUp,
+                    message: "m".to_string(),
+                    source: "s".to_string(),
+                },
+            ),
+            (
+                "SteerDelivered",
+                Event::SteerDelivered {
+                    id: "i".to_string(),
+                    step: 2,
+                },
+            ),
+            (
+                "ControlRefused",
+                Event::ControlRefused {
+                    file: "f".to_string(),
+                    reason: "r".to_string(),
+                },
+            ),
+            (
+                "HostEnded",
+                Event::HostEnded {
+                    state: TerminalState::Failed,
+                    exit_code: 1,
+                    message: "m".to_string(),
+                    ended_at_ms: 8,
+                    result_path: Some("p".to_string()),
+                },
+            ),
         ]
     }
 
@@ -1451,6 +1694,10 @@ pub(crate) mod tests {
             ("QueueAdmitted", "0b016219377cc0"),
             ("HookAttempted", "0c0102922186a43c01620162e0d403de19dd20"),
             ("HookEnded", "0d010201010600010762cc91d0"),
+            ("SteerRequested", "0e016902000201016d0173710ed7e7"),
+            ("SteerDelivered", "0f016902e019bb09"),
+            ("ControlRefused", "10016601729bf292bb"),
+            ("HostEnded", "110102016d08010170cdd6eff8"),
         ];
         let variants = every_variant();
         assert_eq!(

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode,
     Observer, ProcessExit, ProcessIdentity, Proof, RecordEnvelope, Repairer, RunId, RunSpec,
-    StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, UnixMs, WriterId,
+    SteerMode, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, UnixMs, WriterId,
 };
 use crate::home::Home;
 use crate::projection::documents::{self, ResultDoc, StatusDoc};
@@ -221,7 +221,7 @@ impl Choices<'_> {
     }
 
     fn lifecycle_event(&mut self) -> Event {
-        match self.below(12) {
+        match self.below(16) {
             0 => Event::RunCreated {
                 spec: Arc::new(self.spec()),
                 created_at_ms: self.number(),
@@ -284,7 +284,37 @@ impl Choices<'_> {
                 idle_timeout_ms: self.optional(Self::number),
                 heartbeat_ms: self.optional(Self::number),
             },
-            _ => Event::QueueAdmitted { by: self.text() },
+            11 => Event::QueueAdmitted { by: self.text() },
+            // A small pool of ids, so that repeats and deliveries of known requests happen.
+            12 => Event::SteerRequested {
+                id: self.pick(&["s1", "s2", "", "a b"]).to_string(),
+                steps: (0..self.below(4))
+                    .map(|_| u32::from(self.below(6)))
+                    .collect(),
+                mode: self.pick(&[SteerMode::Steer, SteerMode::FollowUp]),
+                message: self.text(),
+                source: self.text(),
+            },
+            13 => Event::SteerDelivered {
+                id: self.pick(&["s1", "s2", "s3"]).to_string(),
+                step: u32::from(self.below(6)),
+            },
+            14 => Event::ControlRefused {
+                file: self.text(),
+                reason: self.text(),
+            },
+            _ => Event::HostEnded {
+                state: self.pick(&[
+                    TerminalState::Complete,
+                    TerminalState::Failed,
+                    TerminalState::Stopped,
+                    TerminalState::Paused,
+                ]),
+                exit_code: i32::from(self.byte() as i8),
+                message: self.text(),
+                ended_at_ms: self.number(),
+                result_path: self.optional(Self::text),
+            },
         }
     }
 
@@ -335,8 +365,9 @@ impl Choices<'_> {
             error: self.optional(Self::text),
             summary: self.text(),
             exit_code: i32::from(self.byte() as i8),
-            repaired_by: self
-                .optional(|choices| choices.pick(&[Repairer::Reconciler, Repairer::Launcher])),
+            repaired_by: self.optional(|choices| {
+                choices.pick(&[Repairer::Reconciler, Repairer::Launcher, Repairer::Host])
+            }),
         }
     }
 }

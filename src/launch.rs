@@ -48,6 +48,7 @@ use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::{ReadHome, Store};
 
 pub mod queue;
+pub mod startable;
 
 /// How long a launcher that followed its run waits for the runner process to exit once the
 /// run is terminal, before it leaves it be.
@@ -160,13 +161,19 @@ pub enum LaunchError {
     /// A completion hook cannot be one of the run's: nothing was written.
     #[error(transparent)]
     Hook(#[from] HookCommandError),
+    /// The run could not start ([`startable::check_startable`]); it was not created.
+    #[error(transparent)]
+    Unstartable(#[from] startable::Unstartable),
 }
 
 impl LaunchError {
-    /// Whether the launch was refused for what it was asked (nothing was written): the CLI's
-    /// exit code 2.
+    /// Whether the launch was refused for what it was asked, as opposed to a failure of the
+    /// journal or the system (nothing was written): the CLI's exit code 2.
     pub fn is_bad_input(&self) -> bool {
-        matches!(self, LaunchError::Environment(_) | LaunchError::Hook(_))
+        matches!(
+            self,
+            LaunchError::Environment(_) | LaunchError::Hook(_) | LaunchError::Unstartable(_)
+        )
     }
 }
 
@@ -199,11 +206,21 @@ pub fn launch(
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    check_launchable(&request.spec)?;
     let private = private_of(&request)?;
     if let Some(queue_name) = request.queue.clone() {
         return launch_queued(store, request, private, &queue_name, program, start_timeout);
     }
     launch_with(store, request, Vec::new(), private, program, start_timeout)
+}
+
+/// [`startable::check_startable`] of `spec`, from this process's directory and `PATH`.
+fn check_launchable(spec: &RunSpec) -> Result<(), startable::Unstartable> {
+    let cwd = std::env::current_dir().map_err(|source| startable::Unstartable::CwdUnusable {
+        cwd: PathBuf::from("."),
+        source,
+    })?;
+    startable::check_startable(spec, startable::launcher_search_path().as_deref(), &cwd)
 }
 
 /// [`launch`], with `more` events in the run's creation batch after its `RunCreated`.
@@ -592,6 +609,14 @@ pub fn resume_with(
             _ => Some(by),
         })
     };
+    // What a host wrote into the paused run's control inbox is taken first: its messages go
+    // on with the resume. A file that cannot be taken now is left where it is.
+    let _ = crate::control_inbox::take(
+        store.home(),
+        run,
+        || store.journal().view()?.snapshot(run),
+        |events, condition| store.append(run, events, condition),
+    );
     let view = store.journal().view().map_err(read)?;
     let Some(state) = view.snapshot(run).map_err(read)? else {
         return Err(match view.tombstone(run).map_err(read)? {
@@ -607,6 +632,10 @@ pub fn resume_with(
         });
     }
     let plan = resume_plan(&state)?;
+    check_launchable(&plan.spec).map_err(|source| ResumeError::Launch {
+        run,
+        source: Box::new(source.into()),
+    })?;
     // A resumed run starts at once: it takes no queue (its paused run held no slot).
     let request = RunRequest {
         spec: plan.spec.clone(),
@@ -618,7 +647,9 @@ pub fn resume_with(
         on_exit: Vec::new(),
     };
     let private = resume_private(store, run, options)?;
-    let more = vec![Event::Resumed { from: run }];
+    // The messages the paused run kept for its resume wait for the new run's steps.
+    let mut more = vec![Event::Resumed { from: run }];
+    more.extend(crate::control::carried_steers(store, &state, &plan.steps).map_err(read)?);
     match launch_with(store, request, more, private, program, start_timeout) {
         Ok(launched) => {
             store.project_linked(run, state.head_seq);

@@ -8,6 +8,7 @@
 
 pub mod capacity;
 pub mod control;
+pub mod control_inbox;
 pub mod durable_fs;
 pub mod duration;
 pub mod event;

@@ -28,6 +28,7 @@ use crate::journal::{AppendError, Condition, ReadError};
 use crate::liveness::{self, Liveness};
 use crate::logs::{self, TailBounds};
 use crate::process_group::{self, GroupEnd, Reaping};
+use crate::projection::pi_events::{self, HostVerdict};
 use crate::projection::{self, ProjectionError};
 use crate::state::{RunState, StepStatus};
 use crate::store::Store;
@@ -65,6 +66,22 @@ pub struct Inputs {
     pub is_past_start_grace: bool,
     /// The run waits in its queue for a slot: no runner is due until it is admitted.
     pub is_waiting_for_slot: bool,
+    /// A host's own repair ended the run (pi-subagents' `subagent.run.repaired_stale`, in the
+    /// pi-subagents layout's events.jsonl) before runjournal's reconciler did.
+    pub has_host_verdict: bool,
+}
+
+/// Whether a host's verdict ends the run here: the host's own repair ended it first, and no
+/// runner of ours can still end it (one alive, or of another namespace, ends it itself) nor is
+/// one due (a run waiting in its queue is left to its queue).
+fn is_host_ended(i: &Inputs) -> bool {
+    !i.is_terminal
+        && i.has_host_verdict
+        && !matches!(
+            i.runner,
+            RunnerLiveness::Alive | RunnerLiveness::OtherNamespace
+        )
+        && !i.is_waiting_for_slot
 }
 
 /// What a row does.
@@ -86,6 +103,9 @@ pub enum Action {
     ObserveGone,
     /// ProcessTerminalObserved(not-started) after a Terminal that no runner recorded.
     ObserveNeverStarted,
+    /// `HostEnded` with the host's verdict, + ProcessTerminalObserved when the runner is gone;
+    /// end the orphaned step groups of a runner dead in this boot.
+    AdoptHostVerdict,
 }
 
 impl Action {
@@ -99,6 +119,7 @@ impl Action {
             Action::FailNeverStarted => "fail-never-started",
             Action::ObserveGone => "observe-gone",
             Action::ObserveNeverStarted => "observe-never-started",
+            Action::AdoptHostVerdict => "adopt-host-verdict",
         }
     }
 
@@ -110,7 +131,8 @@ impl Action {
             Action::FailRunnerDied
             | Action::FailHostRestarted
             | Action::FailAfterObservedExit
-            | Action::FailNeverStarted => true,
+            | Action::FailNeverStarted
+            | Action::AdoptHostVerdict => true,
             Action::Nothing | Action::ObserveGone | Action::ObserveNeverStarted => false,
         }
     }
@@ -164,43 +186,75 @@ pub const TABLE: &[Row] = &[
         action: Action::ObserveNeverStarted,
     },
     Row {
+        name: "host-ended",
+        why: "a host's own repair ended the run first (pi-subagents' stale-run reconciler wrote its verdict): its verdict is the run's one end, recorded as the host made it",
+        matches: is_host_ended,
+        action: Action::AdoptHostVerdict,
+    },
+    Row {
         name: "running",
         why: "the runner is alive and owns the run",
-        matches: |i| !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::Alive,
+        matches: |i| {
+            !i.is_terminal
+                && !is_host_ended(i)
+                && !i.is_process_observed
+                && i.runner == RunnerLiveness::Alive
+        },
         action: Action::Nothing,
     },
     Row {
         name: "runner-elsewhere",
         why: "the runner was recorded in another PID namespace: from here it is unknown, neither alive nor dead, so the run is neither repaired nor signalled; a reconciler in its namespace can tell",
         matches: |i| {
-            !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::OtherNamespace
+            !i.is_terminal
+                && !is_host_ended(i)
+                && !i.is_process_observed
+                && i.runner == RunnerLiveness::OtherNamespace
         },
         action: Action::Nothing,
     },
     Row {
         name: "runner-died",
         why: "the runner is dead in this boot without recording an outcome: fail the run naming it",
-        matches: |i| !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::Dead,
+        matches: |i| {
+            !i.is_terminal
+                && !is_host_ended(i)
+                && !i.is_process_observed
+                && i.runner == RunnerLiveness::Dead
+        },
         action: Action::FailRunnerDied,
     },
     Row {
         name: "host-restarted",
         why: "the runner ran in an earlier boot: it is gone, and its pids mean nothing now",
         matches: |i| {
-            !i.is_terminal && !i.is_process_observed && i.runner == RunnerLiveness::OtherBoot
+            !i.is_terminal
+                && !is_host_ended(i)
+                && !i.is_process_observed
+                && i.runner == RunnerLiveness::OtherBoot
         },
         action: Action::FailHostRestarted,
     },
     Row {
         name: "stale",
         why: "someone saw the runner exit before it recorded an outcome: fail the run with what they saw",
-        matches: |i| !i.is_terminal && i.is_process_observed && i.runner != RunnerLiveness::None,
+        matches: |i| {
+            !i.is_terminal
+                && !is_host_ended(i)
+                && i.is_process_observed
+                && i.runner != RunnerLiveness::None
+        },
         action: Action::FailAfterObservedExit,
     },
     Row {
         name: "launcher-gave-up",
         why: "the launcher recorded that no runner started: fail the run",
-        matches: |i| !i.is_terminal && i.is_process_observed && i.runner == RunnerLiveness::None,
+        matches: |i| {
+            !i.is_terminal
+                && !is_host_ended(i)
+                && i.is_process_observed
+                && i.runner == RunnerLiveness::None
+        },
         action: Action::FailNeverStarted,
     },
     Row {
@@ -208,6 +262,7 @@ pub const TABLE: &[Row] = &[
         why: "queued past the start grace with no runner: it will not start now",
         matches: |i| {
             !i.is_terminal
+                && !is_host_ended(i)
                 && !i.is_process_observed
                 && i.runner == RunnerLiveness::None
                 && !i.is_waiting_for_slot
@@ -220,6 +275,7 @@ pub const TABLE: &[Row] = &[
         why: "queued within the start grace: the runner may still be starting",
         matches: |i| {
             !i.is_terminal
+                && !is_host_ended(i)
                 && !i.is_process_observed
                 && i.runner == RunnerLiveness::None
                 && !i.is_waiting_for_slot
@@ -232,6 +288,7 @@ pub const TABLE: &[Row] = &[
         why: "it waits in its queue for a slot: no runner is due before it is admitted, however long it waits",
         matches: |i| {
             !i.is_terminal
+                && !is_host_ended(i)
                 && !i.is_process_observed
                 && i.runner == RunnerLiveness::None
                 && i.is_waiting_for_slot
@@ -349,7 +406,23 @@ pub fn inputs_of(state: &RunState, now_ms: UnixMs, options: &Options) -> Inputs 
             now_ms.saturating_sub(startable_at_ms) > options.start_grace_ms
         }),
         is_waiting_for_slot: state.is_waiting_for_slot(),
+        has_host_verdict: false,
     }
+}
+
+/// A host's verdict on `state`'s run, if a host's own repair ended it first: the earliest
+/// `subagent.run.repaired_stale` of the run that runjournal did not write, at the end of its
+/// pi events file (the pi-subagents layout only). Only for a run that is not terminal.
+pub fn host_verdict(home: &crate::home::Home, state: &RunState) -> Option<HostVerdict> {
+    if state.is_terminal() {
+        return None;
+    }
+    let path = home.pi_events_path(state.run_id)?;
+    let (tail, _) =
+        crate::durable_fs::read_tail(&path, projection::HOST_VERDICT_WINDOW_BYTES).ok()?;
+    pi_events::host_verdicts(&tail, state.run_id)
+        .into_iter()
+        .next()
 }
 
 /// The last lines of runner.log ([`LOG_TAIL`]); none when it is empty or cannot be read (a
@@ -392,11 +465,44 @@ fn observed_gone(state: &RunState, proof: Proof) -> Event {
 }
 
 /// The events a row appends for this run, and the reason recorded.
-fn events_for(store: &Store, state: &RunState, action: Action) -> (Vec<Event>, Option<String>) {
+fn events_for(
+    store: &Store,
+    state: &RunState,
+    action: Action,
+    inputs: &Inputs,
+    verdict: Option<&HostVerdict>,
+) -> (Vec<Event>, Option<String>) {
     let run = state.run_id;
     let pid = state.runner.as_ref().map(|runner| runner.identity.pid);
     match action {
         Action::Nothing => (vec![], None),
+        Action::AdoptHostVerdict => {
+            let Some(verdict) = verdict else {
+                return (vec![], None);
+            };
+            let message = truncate_text(&verdict.message, crate::event::MAX_TEXT_BYTES);
+            let mut events = vec![Event::HostEnded {
+                state: TerminalState::Failed,
+                exit_code: 1,
+                message: message.clone(),
+                ended_at_ms: verdict.ts,
+                result_path: verdict
+                    .result_path
+                    .as_deref()
+                    .map(|path| truncate_text(path, crate::event::MAX_TEXT_BYTES)),
+            }];
+            // The runner is gone (or never came): its end is recorded as for any run closed
+            // here. A live one sees the end and ends its steps; whoever sees it go records that.
+            let proof = match inputs.runner {
+                RunnerLiveness::None => Some(Proof::NotStarted),
+                RunnerLiveness::Dead | RunnerLiveness::OtherBoot => Some(Proof::Unknown),
+                RunnerLiveness::Alive | RunnerLiveness::OtherNamespace => None,
+            };
+            if let Some(proof) = proof.filter(|_| state.process_terminal.is_none()) {
+                events.push(observed_gone(state, proof));
+            }
+            (events, Some(message))
+        }
         Action::FailRunnerDied => {
             let reason = with_log_tail(
                 format!(
@@ -544,14 +650,37 @@ fn decide_run(
             return None;
         }
     };
-    let inputs = inputs_of(&state, now_ms(), options);
+    let mut inputs = inputs_of(&state, now_ms(), options);
+    // What a host asked while no runner of ours was there to take it is taken now; the run is
+    // then decided as it stands after it.
+    let is_unowned = !matches!(
+        inputs.runner,
+        RunnerLiveness::Alive | RunnerLiveness::OtherNamespace
+    );
+    let state = if !inputs.is_terminal && is_unowned {
+        match take_inbox(store, run) {
+            Ok(Some(after)) => {
+                inputs = inputs_of(&after, now_ms(), options);
+                after
+            }
+            Ok(None) => state,
+            Err(error) => {
+                outcome.error = Some(format!("taking its control inbox: {error}"));
+                state
+            }
+        }
+    } else {
+        state
+    };
+    let verdict = host_verdict(store.home(), &state);
+    inputs.has_host_verdict = verdict.is_some();
     let row = decide(&inputs);
     outcome.row = row.name;
     outcome.action = row.action;
     if inputs.runner == RunnerLiveness::OtherNamespace {
         outcome.note = other_namespace_note(&state);
     }
-    let (events, reason) = events_for(store, &state, row.action);
+    let (events, reason) = events_for(store, &state, row.action, &inputs, verdict.as_ref());
     if events.is_empty() {
         outcome.reprojected = repair_projection(store, run, &mut outcome.error);
         return None;
@@ -560,7 +689,9 @@ fn decide_run(
     // groups behind: end them before the run is recorded failed.
     let has_orphans = match row.action {
         Action::FailRunnerDied => true,
-        Action::FailAfterObservedExit => inputs.runner == RunnerLiveness::Dead,
+        Action::FailAfterObservedExit | Action::AdoptHostVerdict => {
+            inputs.runner == RunnerLiveness::Dead
+        }
         _ => false,
     };
     if has_orphans {
@@ -574,6 +705,24 @@ fn decide_run(
         head_seq: state.head_seq,
         reason,
     })
+}
+
+/// Takes the control inbox of a run no live runner of ours takes it for
+/// ([`crate::control_inbox::take`]). The run's state after it when it journaled anything.
+fn take_inbox(
+    store: &Store,
+    run: RunId,
+) -> Result<Option<RunState>, crate::control_inbox::TakeError> {
+    let taken = crate::control_inbox::take(
+        store.home(),
+        run,
+        || store.journal().view()?.snapshot(run),
+        |events, condition| store.append(run, events, condition),
+    )?;
+    if !taken.has_recorded() {
+        return Ok(None);
+    }
+    Ok(store.journal().view()?.snapshot(run)?)
 }
 
 /// Records what an acknowledged append of `decision` did.

@@ -893,6 +893,35 @@ fn hook_record_text(event: &Event) -> String {
         other => other.name().to_string(),
     }
 }
+/// What [`record_line`] says of the events a host's requests and repairs bring.
+fn host_request_detail(event: &Event, spec: &RunSpec) -> String {
+    match event {
+        Event::SteerRequested {
+            id,
+            steps,
+            mode,
+            source,
+            ..
+        } => {
+            let targets: Vec<String> = steps.iter().map(|step| step_label(spec, *step)).collect();
+            format!(
+                "{} {id} from {source} for {}",
+                mode.as_str(),
+                targets.join(", ")
+            )
+        }
+        Event::SteerDelivered { id, step } => {
+            format!("{} took steer request {id}", step_label(spec, *step))
+        }
+        Event::ControlRefused { file, reason } => {
+            format!("control file {file} refused: {reason}")
+        }
+        Event::HostEnded { state, message, .. } => {
+            format!("run {} by its host's repair: {message}", state.as_str())
+        }
+        other => other.name().to_string(),
+    }
+}
 
 /// One line per journaled transition, as `runjournal run --wait` prints them as they land.
 pub fn record_line(record: &Record, spec: &RunSpec) -> String {
@@ -977,6 +1006,10 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         Event::QueueJoined { queue, .. } => format!("queued in {queue}"),
         Event::QueueAdmitted { by } => format!("admitted by its queue ({by})"),
         Event::HookAttempted { .. } | Event::HookEnded { .. } => hook_record_text(&record.event),
+        Event::SteerRequested { .. }
+        | Event::SteerDelivered { .. }
+        | Event::ControlRefused { .. }
+        | Event::HostEnded { .. } => host_request_detail(&record.event, spec),
     };
     format!(
         "#{} {}",

@@ -459,8 +459,60 @@ impl Home {
         self.run_dir(run).join("status.json")
     }
 
+    /// The run's records, one JSON line each (what `recover` rebuilds a lost journal from):
+    /// `events.jsonl`, but in the pi-subagents layout, whose `events.jsonl` holds pi-subagents'
+    /// own event vocabulary ([`Home::pi_events_path`]), `runjournal-events.jsonl`.
     pub fn events_path(&self, run: RunId) -> PathBuf {
-        self.run_dir(run).join("events.jsonl")
+        match self.layout {
+            Layout::Runjournal => self.run_dir(run).join("events.jsonl"),
+            Layout::PiSubagents => self.run_dir(run).join("runjournal-events.jsonl"),
+        }
+    }
+
+    /// The run's events in pi-subagents' vocabulary (`subagent.run.started`, ...), what its
+    /// hosts tail: `events.jsonl` in the pi-subagents layout; none in runjournal's own.
+    pub fn pi_events_path(&self, run: RunId) -> Option<PathBuf> {
+        match self.layout {
+            Layout::Runjournal => None,
+            Layout::PiSubagents => Some(self.run_dir(run).join("events.jsonl")),
+        }
+    }
+
+    /// pi-subagents' proof sidecar: how the run's runner process ended, and each step's.
+    pub fn process_terminal_path(&self, run: RunId) -> PathBuf {
+        self.run_dir(run).join("process-terminal.json")
+    }
+
+    /// The run's control inbox, where a host drops its requests (pi-subagents' layout of it,
+    /// in both of ours).
+    pub fn control_dir(&self, run: RunId) -> PathBuf {
+        self.run_dir(run).join("control")
+    }
+
+    /// `control/stop-requests/`: one file per stop request.
+    pub fn stop_requests_dir(&self, run: RunId) -> PathBuf {
+        self.control_dir(run).join("stop-requests")
+    }
+
+    /// `control/steer-requests/`: one file per steer request.
+    pub fn steer_requests_dir(&self, run: RunId) -> PathBuf {
+        self.control_dir(run).join("steer-requests")
+    }
+
+    /// `control/refused/`: where refused control files are moved aside.
+    pub fn control_refused_dir(&self, run: RunId) -> PathBuf {
+        self.control_dir(run).join("refused")
+    }
+
+    /// `control/steer-inbox-closed.json`: there once the run takes no more steering.
+    pub fn steer_inbox_closed_path(&self, run: RunId) -> PathBuf {
+        self.control_dir(run).join("steer-inbox-closed.json")
+    }
+
+    /// Step `step`'s inbox: the directory its processes find in `RUNJOURNAL_INBOX`, one file
+    /// per message for it.
+    pub fn step_inbox_dir(&self, run: RunId, step: usize) -> PathBuf {
+        self.run_dir(run).join(format!("inbox-{step}"))
     }
 
     /// Where the reconciler notes how far into the log it has checked projections (see
@@ -605,6 +657,19 @@ mod tests {
                 "/t/root/async-subagent-runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/runner.stderr.log",
             ),
             (
+                home.events_path(run),
+                "/t/root/async-subagent-runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/runjournal-events.jsonl",
+            ),
+            (
+                home.pi_events_path(run)
+                    .expect("the pi-subagents layout has one"),
+                "/t/root/async-subagent-runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/events.jsonl",
+            ),
+            (
+                home.steer_requests_dir(run),
+                "/t/root/async-subagent-runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/control/steer-requests",
+            ),
+            (
                 home.result_path(run),
                 "/t/root/async-subagent-results/01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
             ),
@@ -649,6 +714,10 @@ mod tests {
                 "/h/runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/runner.log",
             ),
             (
+                home.events_path(run),
+                "/h/runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/events.jsonl",
+            ),
+            (
                 home.result_path(run),
                 "/h/results/01ARZ3NDEKTSV4RRFFQ69G5FAV.json",
             ),
@@ -656,6 +725,11 @@ mod tests {
         for (path, want) in expected {
             assert_eq!(path, PathBuf::from(want));
         }
+        assert_eq!(
+            home.pi_events_path(run),
+            None,
+            "its events.jsonl holds the records"
+        );
     }
 
     #[test]

@@ -670,6 +670,21 @@ impl DirWatch {
         })
     }
 
+    pub(super) fn watch_also(&self, dir: &std::path::Path) -> io::Result<()> {
+        use nix::sys::inotify::AddWatchFlags;
+        self.inotify
+            .add_watch(
+                dir,
+                AddWatchFlags::IN_MODIFY
+                    | AddWatchFlags::IN_CREATE
+                    | AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_DELETE
+                    | AddWatchFlags::IN_CLOSE_WRITE,
+            )
+            .map(|_| ())
+            .map_err(io::Error::from)
+    }
+
     pub(super) fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use std::os::fd::AsFd;

@@ -360,6 +360,10 @@ impl DirWatch {
         Ok(DirWatch)
     }
 
+    pub(super) fn watch_also(&self, _dir: &std::path::Path) -> io::Result<()> {
+        Ok(())
+    }
+
     pub(super) fn wait(&self, timeout: std::time::Duration) -> io::Result<bool> {
         std::thread::sleep(timeout);
         Ok(false)

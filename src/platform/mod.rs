@@ -284,6 +284,11 @@ impl DirWatch {
         self.inner.wait(timeout)
     }
 
+    /// Watches the files of `dir` too (those named at [`watch_dir`], or all of them).
+    pub fn watch_also(&self, dir: &Path) -> io::Result<()> {
+        self.inner.watch_also(dir)
+    }
+
     /// Whether changes wake a wait (an inotify watch), or it only sleeps.
     pub fn is_woken_by_changes(&self) -> bool {
         os::DirWatch::IS_WOKEN_BY_CHANGES

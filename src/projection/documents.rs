@@ -12,11 +12,12 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::event::{
-    ExternalJobStatus, JobState, Mode, Proof, Record, RunId, StepAction, TerminalState, UnixMs,
+    ControlAction, ExternalJobStatus, JobState, Mode, Proof, Record, Repairer, RunId, StepAction,
+    TerminalState, UnixMs,
 };
 use crate::home::Home;
 use crate::journal::ResumeLinks;
-use crate::state::{RunState, StepStatus, TerminalInfo};
+use crate::state::{RunState, SteerDelivery, StepStatus, TerminalInfo, Undelivered};
 
 /// The pi-subagents lifecycle artifact version whose `processTerminal` contract we keep.
 pub const LIFECYCLE_ARTIFACT_VERSION: u32 = 3;
@@ -80,6 +81,75 @@ pub struct StatusDoc {
     /// runjournal's: when the run took its queue's slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_admitted_at: Option<UnixMs>,
+    /// pi-subagents' layout of parallel steps: a parallel run is one logical step of them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_groups: Option<Vec<ParallelGroupDoc>>,
+    /// The output log of the step a reader shows as current, once a step has started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_file: Option<String>,
+    /// pi-subagents' steering block: the run's steer requests and where each got.
+    pub steering: SteeringDoc,
+}
+
+/// One entry of status.json `parallelGroups`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParallelGroupDoc {
+    /// The first step of the group.
+    pub start: usize,
+    pub count: usize,
+    /// The logical step the group is.
+    pub step_index: usize,
+}
+
+/// pi-subagents' `SteeringStatus`: counts of the targets of the run's steer requests by where
+/// their message is, and the most recent requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SteeringDoc {
+    pub requested: usize,
+    pub scheduled: usize,
+    pub pending: usize,
+    pub delivered: usize,
+    pub failed: usize,
+    pub recovered: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_requested_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_delivered_at: Option<UnixMs>,
+    pub recent: Vec<SteeringRequestDoc>,
+}
+
+/// pi-subagents' `SteeringRequestStatus`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SteeringRequestDoc {
+    pub id: String,
+    pub requested_at: UnixMs,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub message_preview: String,
+    /// runjournal's: `steer` or `follow-up`.
+    pub mode: String,
+    pub targets: Vec<SteeringTargetDoc>,
+}
+
+/// pi-subagents' `SteeringTargetStatus`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SteeringTargetDoc {
+    pub index: u32,
+    /// `scheduled` (its step has not started), `queued` (in its running step's inbox),
+    /// `delivered`, `failed` (never taken), `recovered` (handed to the run that resumed it).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement_run_id: Option<String>,
 }
 
 /// One entry of status.json `steps[]`.
@@ -103,6 +173,53 @@ pub struct StepDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_job: Option<ExternalJobDoc>,
     pub output_path: String,
+    /// runjournal's: the step never ran (its `status` is pi-subagents' word for why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<bool>,
+    /// pi-subagents' per-step proof that the step's processes are gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_terminal: Option<StepProcessTerminalDoc>,
+}
+
+/// The per-step proof of `steps[i].processTerminal` and `process-terminal.json`'s `steps`:
+/// `pending` while the run's runner has not been seen gone; `not-started` for a step that never
+/// ran; `observed` when the runner's parent saw it exit after it recorded the run's end itself
+/// (each step's process group was verified empty before its end was recorded); `unknown`
+/// otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepProcessTerminalDoc {
+    pub version: u32,
+    pub run_id: String,
+    pub child_index: usize,
+    pub runner_process_instance_id: String,
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Vec<ProcessInstanceDoc>>,
+}
+
+/// `process-terminal.json`: pi-subagents' proof sidecar (its `ProcessTerminal`), with each
+/// step's proof beside it (an addition its readers ignore).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessTerminalFileDoc {
+    #[serde(flatten)]
+    pub run: ProcessTerminalDoc,
+    pub steps: Vec<StepProcessTerminalDoc>,
+}
+
+/// `control/steer-inbox-closed.json`: the run takes no more steering, as pi-subagents closes a
+/// run's inbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SteerInboxClosedDoc {
+    pub version: u32,
+    pub closed_at: UnixMs,
+    pub state: String,
 }
 
 /// pi-subagents' `ExternalJobStatus`, filled from ours.
@@ -185,6 +302,12 @@ pub struct ResultDoc {
     pub tool_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<UnixMs>,
     pub async_dir: String,
     /// The seq of the run's `Terminal` record: a result never changes after it.
     pub journal_seq: u64,
@@ -289,15 +412,194 @@ fn is_interrupted(state: &RunState, index: usize) -> bool {
             .is_some_and(|step| step.status == StepStatus::Stopped)
 }
 
-/// A step's status as status.json names it.
+/// A step's status as status.json names it, in pi-subagents' words: a step ended by the
+/// interrupt that paused its run is `paused`; one that never ran (ours `skipped`, which
+/// pi-subagents does not know) is what its run's end made of it — `pending` in a paused run
+/// (its resume runs it), `stopped` in a stopped one, else `failed`.
 fn step_status_name(state: &RunState, index: usize) -> &'static str {
     if is_interrupted(state, index) {
         return "paused";
     }
-    state
-        .steps
-        .get(index)
-        .map_or("pending", |step| step.status.as_str())
+    match state.steps.get(index).map(|step| step.status) {
+        None => "pending",
+        Some(StepStatus::Skipped) => match state.status {
+            crate::state::RunStatus::Paused => "pending",
+            crate::state::RunStatus::Stopped => "stopped",
+            _ => "failed",
+        },
+        Some(status) => status.as_str(),
+    }
+}
+
+/// The per-step proof of step `index` ([`StepProcessTerminalDoc`]).
+fn step_process_terminal(state: &RunState, index: usize) -> StepProcessTerminalDoc {
+    let run = process_terminal_doc(state);
+    let step = &state.steps[index];
+    let never_ran = step.started_at_ms.is_none();
+    let is_runners_own_end = state
+        .terminal
+        .as_ref()
+        .is_some_and(|terminal| terminal.repaired_by.is_none());
+    let (state_name, reason, instances, observed_at) = match (run.state.as_str(), never_ran) {
+        ("pending", _) => ("pending", None, None, None),
+        (_, true) => ("not-started", None, None, None),
+        ("observed", false) if is_runners_own_end => (
+            "observed",
+            None,
+            run.instances.clone(),
+            step.ended_at_ms.or(run.observed_at),
+        ),
+        ("observed", false) => (
+            "unknown",
+            Some("process-tree-unverified".to_string()),
+            None,
+            None,
+        ),
+        (_, false) => (
+            "unknown",
+            Some(
+                run.reason
+                    .clone()
+                    .unwrap_or_else(|| "observer-unavailable".to_string()),
+            ),
+            None,
+            None,
+        ),
+    };
+    StepProcessTerminalDoc {
+        version: 1,
+        run_id: run.run_id.clone(),
+        child_index: index,
+        runner_process_instance_id: run.runner_process_instance_id.clone(),
+        state: state_name.to_string(),
+        observed_at,
+        reason,
+        instances,
+    }
+}
+
+/// `process-terminal.json` of a run: its proof, and each step's.
+pub fn process_terminal_file_doc(state: &RunState) -> ProcessTerminalFileDoc {
+    ProcessTerminalFileDoc {
+        run: process_terminal_doc(state),
+        steps: (0..state.steps.len())
+            .map(|index| step_process_terminal(state, index))
+            .collect(),
+    }
+}
+
+/// `control/steer-inbox-closed.json` of a run that takes no more steering: once it ended, but
+/// a paused run takes messages for its resume until it is resumed (then the resume's creation
+/// is when it closed). `None` while it takes them.
+pub fn steer_inbox_closed(state: &RunState, links: &ResumeLinks) -> Option<SteerInboxClosedDoc> {
+    let terminal = state.terminal.as_ref()?;
+    let closed_at = match (terminal.state, links.resumed_by) {
+        (TerminalState::Paused, None) => return None,
+        (TerminalState::Paused, Some(by)) => by.created_at_ms().max(terminal.at_ms),
+        _ => terminal.at_ms,
+    };
+    Some(SteerInboxClosedDoc {
+        version: 1,
+        closed_at,
+        state: state.status.as_str().to_string(),
+    })
+}
+
+/// pi-subagents' steering block of a run: how many targets of its steer requests are where,
+/// and the last [`STEERING_RECENT`] requests.
+pub fn steering_doc(state: &RunState, links: &ResumeLinks) -> SteeringDoc {
+    let mut doc = SteeringDoc {
+        requested: state.steers.len(),
+        scheduled: 0,
+        pending: 0,
+        delivered: 0,
+        failed: 0,
+        recovered: 0,
+        last_requested_at: state.steers.last().map(|steer| steer.requested_at_ms),
+        last_delivered_at: None,
+        recent: Vec::new(),
+    };
+    let is_handed_on =
+        state.status == crate::state::RunStatus::Paused && links.resumed_by.is_some();
+    let first_recent = state.steers.len().saturating_sub(STEERING_RECENT);
+    for (position, steer) in state.steers.iter().enumerate() {
+        let mut targets = Vec::with_capacity(steer.targets.len());
+        for target in &steer.targets {
+            let step = state.steps.get(target.step as usize);
+            let mut doc_target = SteeringTargetDoc {
+                index: target.step,
+                state: String::new(),
+                delivered_at: None,
+                failed_at: None,
+                reason: None,
+                replacement_run_id: None,
+            };
+            let name = match target.delivery {
+                SteerDelivery::Queued if is_handed_on => {
+                    doc.recovered += 1;
+                    doc_target.replacement_run_id = links.resumed_by.map(|run| run.to_string());
+                    "recovered"
+                }
+                SteerDelivery::Queued
+                    if step.is_some_and(|step| step.status == StepStatus::Running) =>
+                {
+                    doc.pending += 1;
+                    "queued"
+                }
+                SteerDelivery::Queued => {
+                    doc.scheduled += 1;
+                    "scheduled"
+                }
+                SteerDelivery::Delivered { at_ms } => {
+                    doc.delivered += 1;
+                    doc.last_delivered_at = doc.last_delivered_at.max(Some(at_ms));
+                    doc_target.delivered_at = Some(at_ms);
+                    "delivered"
+                }
+                SteerDelivery::Undelivered { at_ms, why } => {
+                    doc.failed += 1;
+                    doc_target.failed_at = Some(at_ms);
+                    doc_target.reason = Some(undelivered_reason(why).to_string());
+                    "failed"
+                }
+            };
+            doc_target.state = name.to_string();
+            targets.push(doc_target);
+        }
+        if position >= first_recent {
+            doc.recent.push(SteeringRequestDoc {
+                id: steer.id.clone(),
+                requested_at: steer.requested_at_ms,
+                source: Some(steer.source.clone()).filter(|source| !source.is_empty()),
+                message_preview: steer.preview.clone(),
+                mode: steer.mode.as_str().to_string(),
+                targets,
+            });
+        }
+    }
+    doc
+}
+
+/// How many steer requests the steering block lists (pi-subagents' `MAX_STEERING_REQUESTS`).
+pub const STEERING_RECENT: usize = 20;
+
+/// Why a message never reached its step, as the steering block and the events say it.
+pub fn undelivered_reason(why: Undelivered) -> &'static str {
+    match why {
+        Undelivered::StepEnded => "the step ended before taking it",
+        Undelivered::RunEnded => "the run ended before the step took it",
+    }
+}
+
+/// pi-subagents' layout of a parallel run: one group of all its steps, its only logical step.
+fn parallel_groups(state: &RunState) -> Option<Vec<ParallelGroupDoc>> {
+    (state.spec.mode == Mode::Parallel).then(|| {
+        vec![ParallelGroupDoc {
+            start: 0,
+            count: state.steps.len(),
+            step_index: 0,
+        }]
+    })
 }
 
 fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
@@ -326,8 +628,25 @@ fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
                 _ => None,
             },
             output_path: path_text(&home.output_log_path(state.run_id, index)),
+            skipped: (step.status == StepStatus::Skipped).then_some(true),
+            process_terminal: Some(step_process_terminal(state, index)),
         })
         .collect()
+}
+
+/// The external job of step `index` as status.json shows it, if it is an external-job step
+/// with a status.
+pub fn job_doc_of(state: &RunState, index: usize) -> Option<ExternalJobDoc> {
+    let (spec, step) = (state.spec.steps.get(index)?, state.steps.get(index)?);
+    match (&spec.action, &step.job) {
+        (StepAction::ExternalJob { provider }, Some(job)) => Some(job_doc(provider, job, step)),
+        _ => None,
+    }
+}
+
+/// The step a reader should show as current (status.json's `currentStep`).
+pub fn current_step_index(state: &RunState) -> usize {
+    current_step(state)
 }
 
 /// The step a reader should show as current: the first running one, else the first not yet
@@ -356,7 +675,8 @@ fn signal_name(signal: i32) -> String {
     }
 }
 
-fn process_terminal_doc(state: &RunState) -> ProcessTerminalDoc {
+/// status.json's `processTerminal` of a run.
+pub fn process_terminal_doc(state: &RunState) -> ProcessTerminalDoc {
     let run_id = state.run_id.to_string();
     let instance = state
         .runner
@@ -408,6 +728,24 @@ fn process_terminal_doc(state: &RunState) -> ProcessTerminalDoc {
 pub fn status_doc(home: &Home, state: &RunState, links: &ResumeLinks) -> StatusDoc {
     let terminal = state.terminal.as_ref();
     let is_timed_out = state.has_control(crate::event::ControlAction::Timeout);
+    // A dismissal hides a live run; its end shows it again, as pi-subagents' repair clears
+    // it. A run dismissed once ended stays hidden.
+    let display_dismissed_at = state
+        .dismissed_at_ms
+        .filter(|dismissed_at| terminal.is_none_or(|terminal| *dismissed_at >= terminal.at_ms));
+    // pi-subagents' `outputFile`: a parallel group's first step's log, else the log of the
+    // last step that started.
+    let output_step = match state.spec.mode {
+        Mode::Parallel => state
+            .steps
+            .iter()
+            .any(|step| step.started_at_ms.is_some())
+            .then_some(0),
+        Mode::Single | Mode::Chain => state
+            .steps
+            .iter()
+            .rposition(|step| step.started_at_ms.is_some()),
+    };
     StatusDoc {
         lifecycle_artifact_version: LIFECYCLE_ARTIFACT_VERSION,
         run_id: state.run_id.to_string(),
@@ -420,24 +758,24 @@ pub fn status_doc(home: &Home, state: &RunState, links: &ResumeLinks) -> StatusD
         pid: state.runner.as_ref().map(|runner| runner.identity.pid),
         cwd: state.spec.cwd.clone(),
         current_step: current_step(state),
-        chain_step_count: state.steps.len(),
+        // A parallel run is one logical step (its group), as pi-subagents counts it.
+        chain_step_count: if state.spec.mode == Mode::Parallel {
+            1
+        } else {
+            state.steps.len()
+        },
         steps: step_docs(home, state),
         error: terminal.and_then(|terminal| terminal.error.clone()),
         session_id: state.session_id.clone(),
         completion_owner_id: state.completion_owner_id.clone(),
         tool_call_id: state.tool_call_id.clone(),
         timeout_ms: state.spec.timeout_ms,
-        deadline_at: state.spec.timeout_ms.and_then(|timeout| {
-            state
-                .runner
-                .as_ref()
-                .map(|runner| runner.started_at_ms.saturating_add(timeout))
-        }),
+        deadline_at: deadline_at(state),
         stopped: terminal
             .filter(|terminal| terminal.state == TerminalState::Stopped)
             .map(|_| true),
         timed_out: is_timed_out.then_some(true),
-        display_dismissed_at: state.dismissed_at_ms,
+        display_dismissed_at,
         process_terminal: process_terminal_doc(state),
         journal_seq: state.head_seq,
         runner_heard_at: None,
@@ -449,6 +787,9 @@ pub fn status_doc(home: &Home, state: &RunState, links: &ResumeLinks) -> StatusD
             .as_ref()
             .and_then(|queue| queue.admitted.as_ref())
             .map(|admitted| admitted.at_ms),
+        parallel_groups: parallel_groups(state),
+        output_file: output_step.map(|step| path_text(&home.output_log_path(state.run_id, step))),
+        steering: steering_doc(state, links),
     }
 }
 
@@ -628,9 +969,13 @@ pub fn result_doc(home: &Home, state: &RunState, records: &[Record]) -> Option<R
 }
 
 /// The result document of a terminal run whose `Terminal` record has seq `terminal_seq`
-/// (what [`result_doc`] finds in the records); `None` while it is not terminal.
+/// (what [`result_doc`] finds in the records); `None` while it is not terminal, and for a run
+/// a host's repair ended: the host published its own result, and a host sees one end.
 pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option<ResultDoc> {
     let terminal = state.terminal.as_ref()?;
+    if terminal.repaired_by == Some(Repairer::Host) {
+        return None;
+    }
     let names: Vec<&str> = state
         .spec
         .steps
@@ -682,15 +1027,33 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
         summary,
         error: terminal.error.clone(),
         results,
-        exit_code: terminal.exit_code,
+        // pi-subagents' exit code of a paused run is 0: it ended as asked, to be carried on.
+        exit_code: if terminal.state == TerminalState::Paused {
+            0
+        } else {
+            terminal.exit_code
+        },
         timestamp: terminal.at_ms,
         duration_ms: terminal.at_ms.saturating_sub(state.created_at_ms),
         session_id: state.session_id.clone(),
         completion_owner_id: state.completion_owner_id.clone(),
         tool_call_id: state.tool_call_id.clone(),
         stopped: (terminal.state == TerminalState::Stopped).then_some(true),
+        timed_out: state.has_control(ControlAction::Timeout).then_some(true),
+        timeout_ms: state.spec.timeout_ms,
+        deadline_at: deadline_at(state),
         async_dir: path_text(&home.run_dir(state.run_id)),
         journal_seq: terminal_seq,
+    })
+}
+
+/// When the run's timeout falls due: its runner's start plus its timeout.
+pub fn deadline_at(state: &RunState) -> Option<UnixMs> {
+    state.spec.timeout_ms.and_then(|timeout| {
+        state
+            .runner
+            .as_ref()
+            .map(|runner| runner.started_at_ms.saturating_add(timeout))
     })
 }
 
@@ -933,5 +1296,127 @@ mod tests {
                 serde_json::from_slice(&to_json_bytes(&job)).expect("the document parses");
             assert_eq!(read.progress, Some(progress));
         }
+    }
+
+    fn state_of(events: Vec<crate::event::Event>) -> RunState {
+        let records: Vec<Record> = events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| Record {
+                format_version: crate::event::FORMAT_VERSION,
+                run_id: RunId::from_bytes([4; 16]),
+                seq: index as u64 + 1,
+                time_ms: 2_000 + index as u64 * 100,
+                writer: crate::event::WriterId(1),
+                writer_seq: index as u64 + 1,
+                event,
+            })
+            .collect();
+        crate::state::replay(&records)
+            .expect("a legal life")
+            .expect("records")
+    }
+
+    /// pi-subagents' fields: a parallel run is one group, the current step's log is the
+    /// output file, steer requests show in the steering block, a paused result's exit code is
+    /// 0 and its timeout facts are there, a step that never ran has a state of pi-subagents'.
+    #[test]
+    fn status_and_result_carry_pi_subagents_fields() {
+        use crate::event::{ControlAction, StepEnd};
+        use crate::testkit as kit;
+        let home = Home::in_layout("/t", crate::home::Layout::PiSubagents);
+        let spec = crate::event::RunSpec {
+            timeout_ms: Some(60_000),
+            ..kit::spec(
+                Mode::Parallel,
+                vec![
+                    kit::echo_step("a"),
+                    kit::echo_step("b"),
+                    kit::echo_step("c"),
+                ],
+            )
+        };
+        let state = state_of(vec![
+            kit::created(spec, 2_000, crate::event::HostIds::default()),
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, Some(kit::identity(8))),
+            kit::steer_requested("m1", &[0], "first look at\n   the tests"),
+            kit::steer_delivered("m1", 0),
+            kit::steer_requested("m2", &[0, 2], "then the docs"),
+            crate::event::Event::Dismissed { at_ms: 2_550 },
+            kit::control(ControlAction::Interrupt, "cli", "later"),
+            kit::step_finished(0, StepEnd::Stopped, None, Some("interrupted")),
+            kit::terminal(TerminalState::Paused, 130, "paused", None),
+        ]);
+        let links = ResumeLinks::default();
+        let status = status_doc(&home, &state, &links);
+        assert_eq!(status.chain_step_count, 1);
+        assert_eq!(
+            status.parallel_groups,
+            Some(vec![ParallelGroupDoc {
+                start: 0,
+                count: 3,
+                step_index: 0
+            }])
+        );
+        assert_eq!(
+            status.output_file.as_deref(),
+            Some(path_text(&home.output_log_path(state.run_id, 0)).as_str())
+        );
+        let statuses: Vec<&str> = status
+            .steps
+            .iter()
+            .map(|step| step.status.as_str())
+            .collect();
+        assert_eq!(
+            statuses,
+            ["paused", "pending", "pending"],
+            "the resume runs them"
+        );
+        assert_eq!(status.steps[1].skipped, Some(true));
+        assert_eq!(
+            status.display_dismissed_at, None,
+            "dismissed before its end: the end shows it again"
+        );
+        let steering = &status.steering;
+        assert_eq!(
+            (
+                steering.requested,
+                steering.delivered,
+                steering.scheduled,
+                steering.failed
+            ),
+            (2, 1, 1, 1),
+            "m1 delivered; m2 failed for step 0, which ended, and waits for step 2"
+        );
+        assert_eq!(
+            steering.recent[0].message_preview,
+            "first look at the tests"
+        );
+        assert_eq!(steering.recent[1].targets[1].state, "scheduled");
+        let resumed = ResumeLinks {
+            resumed_from: None,
+            resumed_by: Some(RunId::from_bytes([5; 16])),
+        };
+        let handed_on = status_doc(&home, &state, &resumed).steering;
+        assert_eq!(handed_on.recent[1].targets[1].state, "recovered");
+        assert_eq!(handed_on.recovered, 1);
+        assert!(
+            steer_inbox_closed(&state, &links).is_none(),
+            "a paused run takes steering"
+        );
+        assert!(
+            steer_inbox_closed(&state, &resumed).is_some(),
+            "until it is resumed"
+        );
+
+        let result = result_doc(&home, &state, &[]).expect("a result");
+        assert_eq!(
+            result.exit_code, 0,
+            "pi-subagents' exit code of a paused run"
+        );
+        assert_eq!(result.timeout_ms, Some(60_000));
+        assert_eq!(result.deadline_at, Some(2_100 + 60_000));
+        assert_eq!(result.timed_out, None);
     }
 }

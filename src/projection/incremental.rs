@@ -29,7 +29,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::documents::{self, StatusDoc};
-use super::{ProjectionError, ResultPolicy, lock_run, plan_parts, write_plan};
+use super::{
+    FileKind, PlannedFile, ProjectionError, ResultPolicy, lock_run, pi_events, pi_events_content,
+    plan_parts, write_file, write_plan,
+};
 use crate::durable_fs::{self, FileStamp};
 use crate::event::{Event, JobState, Record, RunId};
 use crate::home::Home;
@@ -62,10 +65,21 @@ struct EventsWritten {
     last_seq: u64,
 }
 
+/// What this process last left of one run's pi events file: its stamp, the seq of the last
+/// record it renders, and the run's state there (what the next record's lines are rendered
+/// after).
+#[derive(Debug, Clone)]
+struct PiEventsWritten {
+    stamp: FileStamp,
+    last_seq: u64,
+    state: RunState,
+}
+
 /// What this process last left on disk of one run.
 #[derive(Debug, Clone, Default)]
 struct Remembered {
     events: Option<EventsWritten>,
+    pi_events: Option<PiEventsWritten>,
     /// The shape of the last projection written whole.
     shape: Option<StatusDoc>,
     status_written_at: Option<Instant>,
@@ -230,6 +244,7 @@ impl Projector {
             });
         let mut next = Remembered {
             events: None,
+            pi_events: None,
             shape: remembered.shape,
             status_written_at: remembered.status_written_at,
             status_due: None,
@@ -265,6 +280,9 @@ impl Projector {
             next.status_written_at = Some(now);
         }
         next.events = Some(self.write_events(&view, run, update, &events_path)?);
+        if let Some(path) = home.pi_events_path(run) {
+            next.pi_events = Some(write_pi_events(&view, &state, remembered.pi_events, &path)?);
+        }
         drop(view);
         let projected = Projected {
             head_seq,
@@ -386,6 +404,65 @@ impl Projector {
             .filter_map(|remembered| remembered.status_due)
             .min()
     }
+}
+
+/// Brings the run's pi events file up to `state`'s head: the lines of the records since the
+/// last one this process rendered are appended when the file is the one it left; any other
+/// file (missing, written or appended to by someone else) is rendered whole, keeping the
+/// hosts' verdicts it holds ([`pi_events_content`]).
+fn write_pi_events(
+    view: &View,
+    state: &RunState,
+    left: Option<PiEventsWritten>,
+    path: &Path,
+) -> Result<PiEventsWritten, ProjectionError> {
+    let run = state.run_id;
+    let head_seq = state.head_seq;
+    let stamp = durable_fs::stamp(path).map_err(io_error(run, path))?;
+    if let (Some(left), Some(stamp)) = (left, stamp)
+        && left.stamp == stamp
+        && left.last_seq <= head_seq
+    {
+        if left.last_seq == head_seq {
+            return Ok(left);
+        }
+        let records = view
+            .records_between(run, left.last_seq, head_seq)
+            .map_err(read_error(run))?;
+        let (bytes, _) = pi_events::render(Some(left.state), &records);
+        match durable_fs::append_existing(path, &bytes) {
+            Ok(stamp) => {
+                return Ok(PiEventsWritten {
+                    stamp,
+                    last_seq: head_seq,
+                    state: state.clone(),
+                });
+            }
+            // Gone since it was looked at: rendered whole below.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(io_error(run, path)(error)),
+        }
+    }
+    let records = view.records(run).map_err(read_error(run))?;
+    let file = PlannedFile {
+        kind: FileKind::PiEvents,
+        path: path.to_path_buf(),
+        content: pi_events_content(state, pi_events::pi_events_jsonl(&records)),
+    };
+    write_file(run, &file)?;
+    let stamp = durable_fs::stamp(path)
+        .map_err(io_error(run, path))?
+        .ok_or_else(|| {
+            io_error(run, path)(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "gone right after it was written",
+            ))
+        })?;
+    Ok(PiEventsWritten {
+        stamp,
+        last_seq: records.last().map_or(head_seq, |record| record.seq),
+        state: state.clone(),
+    })
 }
 
 fn far_future() -> Instant {

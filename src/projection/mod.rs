@@ -10,6 +10,7 @@
 pub mod documents;
 pub mod incremental;
 pub mod pending;
+pub mod pi_events;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,12 @@ pub enum FileKind {
     ActiveMarker,
     ToolCallMarker,
     TerminalMarker,
+    /// `events.jsonl` in pi-subagents' vocabulary (the pi-subagents layout only).
+    PiEvents,
+    /// `process-terminal.json`.
+    ProcessTerminal,
+    /// `control/steer-inbox-closed.json`.
+    SteerInboxClosed,
 }
 
 impl FileKind {
@@ -42,6 +49,9 @@ impl FileKind {
             FileKind::ActiveMarker => "active-marker",
             FileKind::ToolCallMarker => "tool-call-marker",
             FileKind::TerminalMarker => "terminal-marker",
+            FileKind::PiEvents => "pi-events",
+            FileKind::ProcessTerminal => "process-terminal",
+            FileKind::SteerInboxClosed => "steer-inbox-closed",
         }
     }
 
@@ -61,6 +71,10 @@ pub enum Content {
     Marker,
     /// Nothing: the file must not exist.
     Absent,
+    /// A pi events file of a run no host's verdict ended: these bytes, and after them the
+    /// hosts' verdicts the file on disk holds ([`pi_events::keep_host_verdicts`]), which are
+    /// never removed before the journal holds them.
+    KeepingHostVerdicts(Vec<u8>),
 }
 
 /// One file of a run's projection.
@@ -145,7 +159,21 @@ pub(crate) fn plan_parts(
             path: home.events_path(run),
             content: Content::Bytes(documents::events_jsonl(records)),
         });
+        if let Some(path) = home.pi_events_path(run) {
+            files.push(PlannedFile {
+                kind: FileKind::PiEvents,
+                path,
+                content: pi_events_content(state, pi_events::pi_events_jsonl(records)),
+            });
+        }
     }
+    files.push(PlannedFile {
+        kind: FileKind::ProcessTerminal,
+        path: home.process_terminal_path(run),
+        content: Content::Bytes(documents::to_json_bytes(
+            &documents::process_terminal_file_doc(state),
+        )),
+    });
     let marker = if state.is_terminal() {
         Content::Absent
     } else {
@@ -170,6 +198,15 @@ pub(crate) fn plan_parts(
             content: Content::Bytes(documents::to_json_bytes(&marker)),
         });
     }
+    // Last: it is the one file in the run's control inbox, a directory a host may have made.
+    files.push(PlannedFile {
+        kind: FileKind::SteerInboxClosed,
+        path: home.steer_inbox_closed_path(run),
+        content: match documents::steer_inbox_closed(state, links) {
+            Some(closed) => Content::Bytes(documents::to_json_bytes(&closed)),
+            None => Content::Absent,
+        },
+    });
     let result_published_marker = state
         .is_terminal()
         .then(|| home.result_published_marker_path(run));
@@ -179,6 +216,20 @@ pub(crate) fn plan_parts(
         result_published_marker,
     }
 }
+
+/// What a run's pi events file holds: its rendering, keeping the hosts' verdicts the file has
+/// until the journal holds one (then the rendering holds it).
+pub(crate) fn pi_events_content(state: &RunState, rendered: Vec<u8>) -> Content {
+    if state.is_ended_by_host() {
+        Content::Bytes(rendered)
+    } else {
+        Content::KeepingHostVerdicts(rendered)
+    }
+}
+
+/// How much of a pi events file's end is read for the hosts' verdicts it holds: a host appends
+/// its verdict last, and a verdict line is a few KiB.
+pub(crate) const HOST_VERDICT_WINDOW_BYTES: u64 = 256 * 1024;
 
 /// Why a projection could not be written. The journal is unaffected.
 #[derive(Debug, thiserror::Error)]
@@ -275,9 +326,23 @@ fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
         .parent()
         .expect("projected files live in a directory");
     match &file.content {
+        Content::Bytes(bytes) if file.kind == FileKind::SteerInboxClosed => {
+            ensure_control_dir(parent).map_err(io_error(parent))?;
+            durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+        }
         Content::Bytes(bytes) => {
             durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
             durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+        }
+        Content::KeepingHostVerdicts(rendered) => {
+            durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
+            let on_disk = match durable_fs::read_tail(&file.path, HOST_VERDICT_WINDOW_BYTES) {
+                Ok((tail, _)) => tail,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+                Err(error) => return Err(io_error(&file.path)(error)),
+            };
+            let bytes = pi_events::keep_host_verdicts(rendered, &on_disk, run);
+            durable_fs::write_atomic(&file.path, &bytes).map_err(io_error(&file.path))?;
         }
         Content::Marker => {
             durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;
@@ -289,6 +354,36 @@ fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
                 durable_fs::remove_dir_if_empty(parent);
             }
         }
+    }
+    Ok(())
+}
+
+/// Makes the run's control inbox directory if it is missing (0700), and checks the one there
+/// is a directory of this user, not a link. Unlike the run's other directories it may be
+/// writable by its group: a host makes it with its own umask when it first writes a request,
+/// and the inbox reads each file as input, refusing another user's.
+fn ensure_control_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let metadata = std::fs::symlink_metadata(dir)?;
+    if !metadata.file_type().is_dir() {
+        return Err(durable_fs::UnsafePath::WrongKind {
+            path: dir.to_path_buf(),
+            expected: "directory",
+        }
+        .into());
+    }
+    let euid = durable_fs::effective_uid();
+    if metadata.uid() != euid {
+        return Err(durable_fs::UnsafePath::NotOwned {
+            path: dir.to_path_buf(),
+            owner: metadata.uid(),
+            euid,
+        }
+        .into());
     }
     Ok(())
 }
@@ -338,7 +433,7 @@ pub fn check_plan(plan: &Plan) -> Vec<Difference> {
     let is_published = was_published(plan);
     for file in &plan.files {
         let limit = match &file.content {
-            Content::Bytes(expected) => {
+            Content::Bytes(expected) | Content::KeepingHostVerdicts(expected) => {
                 (expected.len() as u64).saturating_add(COMPARED_SLACK_BYTES)
             }
             Content::Marker | Content::Absent => 0,
@@ -368,6 +463,15 @@ pub fn check_plan(plan: &Plan) -> Vec<Difference> {
             }),
             (Content::Marker, Ok(_)) => None,
             (Content::Bytes(expected), Ok(bytes)) if bytes == *expected => None,
+            (Content::KeepingHostVerdicts(expected), Ok(bytes))
+                if pi_events::without_host_verdicts(&bytes, plan.run) == *expected =>
+            {
+                None
+            }
+            (Content::KeepingHostVerdicts(expected), Ok(bytes)) => Some(Problem::Differs {
+                on_disk: bytes,
+                expected: expected.clone(),
+            }),
             // A live runner's heartbeat moved `lastUpdate` on: the file is fresh.
             (Content::Bytes(expected), Ok(bytes))
                 if file.kind == FileKind::Status

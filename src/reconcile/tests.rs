@@ -22,13 +22,16 @@ fn every_input() -> Vec<Inputs> {
             for runner in LIVENESSES {
                 for is_past_start_grace in [false, true] {
                     for is_waiting_for_slot in [false, true] {
-                        out.push(Inputs {
-                            is_terminal,
-                            is_process_observed,
-                            runner,
-                            is_past_start_grace,
-                            is_waiting_for_slot,
-                        });
+                        for has_host_verdict in [false, true] {
+                            out.push(Inputs {
+                                is_terminal,
+                                is_process_observed,
+                                runner,
+                                is_past_start_grace,
+                                is_waiting_for_slot,
+                                has_host_verdict,
+                            });
+                        }
                     }
                 }
             }
@@ -949,4 +952,84 @@ fn a_run_waiting_for_a_slot_is_left_alone_and_its_grace_counts_from_its_admissio
     let is_past = |at: u64| inputs_of(&admitted, at, &options).is_past_start_grace;
     assert!(!is_past(admitted_at + options.start_grace_ms));
     assert!(is_past(admitted_at + options.start_grace_ms + 1));
+}
+
+/// A taker killed between a request's record and its file's removal: the next taker finds
+/// the file, sees the request in the journal, and only removes the file — the stop and the
+/// message are each journaled once; a request never taken is journaled by the next taker.
+#[test]
+fn a_request_recorded_before_a_kill_is_taken_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = Home::in_layout(dir.path(), crate::home::Layout::PiSubagents);
+    let store = Store::open(home.clone()).expect("open store");
+    let run = store
+        .create_run(crate::testkit::chain_spec(2), HostIds::default())
+        .expect("create")
+        .run;
+    store
+        .append(
+            run,
+            vec![
+                crate::testkit::runner_started(crate::testkit::identity(7), "i1"),
+                crate::testkit::step_running(0, None),
+            ],
+            Condition::none(),
+        )
+        .expect("running");
+    crate::control_inbox::prepare(&home, run);
+    let stop_file = home.stop_requests_dir(run).join("1-stop.json");
+    std::fs::write(&stop_file, r#"{"type":"stop","ts":5,"source":"host"}"#).expect("write");
+    let steer_file = home.steer_requests_dir(run).join("2-steer.json");
+    std::fs::write(
+        &steer_file,
+        r#"{"type":"steer","id":"s-1","ts":6,"message":"look"}"#,
+    )
+    .expect("write");
+    // The killed taker recorded the stop (and nothing of the message) before it died.
+    store
+        .append(
+            run,
+            vec![crate::testkit::control(
+                crate::event::ControlAction::Stop,
+                "host",
+                "recorded before a kill",
+            )],
+            Condition::none(),
+        )
+        .expect("recorded");
+
+    let take_now = || {
+        crate::control_inbox::take(
+            &home,
+            run,
+            || store.journal().view()?.snapshot(run),
+            |events, condition| store.append(run, events, condition),
+        )
+        .expect("taken")
+    };
+    let taken = take_now();
+    assert_eq!((taken.already_taken, taken.recorded), (1, 1), "{taken:?}");
+    assert!(!stop_file.exists() && !steer_file.exists());
+    let again = take_now();
+    assert_eq!(
+        again,
+        crate::control_inbox::Taken::default(),
+        "nothing is left to take"
+    );
+
+    let records = store
+        .journal()
+        .view()
+        .expect("view")
+        .records_between(run, 0, u64::MAX)
+        .expect("records");
+    let stops = records
+        .iter()
+        .filter(|record| matches!(record.event, Event::ControlRequested { .. }))
+        .count();
+    let steers = records
+        .iter()
+        .filter(|record| matches!(&record.event, Event::SteerRequested { id, .. } if id == "s-1"))
+        .count();
+    assert_eq!((stops, steers), (1, 1));
 }

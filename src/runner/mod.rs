@@ -33,11 +33,13 @@
 //! [`EXIT_STOPPED`] (143) for a stopped one and [`EXIT_INTERRUPTED`] (130) for an interrupted
 //! (paused) one.
 
+pub mod control_inbox;
 pub mod external_job;
 pub mod outcome;
 pub mod output;
 pub mod ready;
 mod recorder;
+pub mod steer;
 pub mod step;
 pub mod step_process;
 pub mod sweep;
@@ -48,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -384,12 +386,16 @@ async fn run_steps(
             })??
     };
     let heartbeat = tokio::spawn(beat(Arc::clone(&store), run, config.heartbeat));
+    // A host's requests wake the loop; its poll takes them too where no watch can be made.
+    let wake = Arc::new(Notify::new());
+    let _inbox_watch = control_inbox::watch(store.home(), run, Arc::clone(&wake));
     let mut run_loop = RunLoop {
         recorder: Arc::clone(&recorder),
         home: store.home().clone(),
         environment,
         spec: Arc::clone(&state.spec),
         config,
+        wake,
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
         spawned: BTreeSet::new(),
@@ -562,6 +568,8 @@ struct RunningStep {
     terminate: watch::Sender<step::Ending>,
     ending: Option<Ending>,
     output: StepOutput,
+    /// Its inbox, unless it could not be made (the step then runs without steering).
+    inbox: Option<steer::StepInbox>,
     /// When the step last showed it is alive: its start, its last output, or a change of its
     /// job status in the journal (`last_job`).
     active_at: Instant,
@@ -580,7 +588,7 @@ impl RunningStep {
 
 /// How an attempt to start a step went.
 enum Start {
-    Started(std::process::Child, StepOutput),
+    Started(std::process::Child, StepOutput, Option<steer::StepInbox>),
     /// A control request was recorded first: the step did not start and no other will.
     Halted(ControlInfo),
     /// The run ended elsewhere.
@@ -601,6 +609,8 @@ struct RunLoop {
     environment: crate::run_env::StepEnvironment,
     spec: Arc<RunSpec>,
     config: RunnerConfig,
+    /// Notified when the run's control inbox changes.
+    wake: Arc<Notify>,
     tasks: JoinSet<(usize, ProcessReport)>,
     running: BTreeMap<usize, RunningStep>,
     /// Every process this runner spawned for a step: their waiters reap them, a sweep never.
@@ -641,6 +651,10 @@ impl RunLoop {
         let mut poll = tokio::time::interval(self.config.poll_interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut has_timed_out = false;
+        let wake = Arc::clone(&self.wake);
+        // What a host asked before the runner took the run is taken before any step starts.
+        self.take_inbox().await?;
+        self.poll().await?;
         loop {
             while self.may_start_more() && self.running.len() < self.concurrency() {
                 let index = self.next_step;
@@ -659,6 +673,11 @@ impl RunLoop {
                     self.finish(index, report).await?;
                 }
                 _ = poll.tick() => {
+                    self.take_inbox().await?;
+                    self.poll().await?;
+                }
+                () = wake.notified() => {
+                    self.take_inbox().await?;
                     self.poll().await?;
                 }
                 _ = sleep_until_or_never(deadline), if !has_timed_out && self.halt.is_none() => {
@@ -693,7 +712,7 @@ impl RunLoop {
         let step_number = u32::try_from(index).expect("RunSpec::check bounds the step count");
         self.next_step = index + 1;
         match self.start_gated(index, step_number).await? {
-            Start::Started(child, output) => {
+            Start::Started(child, output, inbox) => {
                 let (terminate, terminate_rx) = watch::channel(step::Ending::Running);
                 let grace = self.config.grace;
                 if self.spec.steps[index].is_external_job() {
@@ -722,6 +741,7 @@ impl RunLoop {
                         terminate,
                         ending: None,
                         output,
+                        inbox,
                         active_at: Instant::now(),
                         last_job: None,
                     },
@@ -775,6 +795,17 @@ impl RunLoop {
                 )));
             }
         };
+        // The step's inbox, made before its process: it finds it in its environment.
+        let mut inbox =
+            match steer::StepInbox::make(self.home.step_inbox_dir(run, index), step_number) {
+                Ok(inbox) => Some(inbox),
+                Err(error) => {
+                    log(&format!(
+                        "step {index}: cannot make its inbox ({error}); it runs without steering"
+                    ));
+                    None
+                }
+            };
         let command = match output.pipe().map(|pipe| {
             step::command(
                 &self.home,
@@ -785,7 +816,12 @@ impl RunLoop {
                 pipe,
             )
         }) {
-            Ok(Ok(command)) => command,
+            Ok(Ok(mut command)) => {
+                if let Some(inbox) = &inbox {
+                    command.env(steer::ENV_INBOX, inbox.dir());
+                }
+                command
+            }
             Ok(Err(error)) | Err(error) => {
                 return Ok(Start::Unstartable(format!(
                     "cannot make the step's output pipe: {error}"
@@ -817,11 +853,21 @@ impl RunLoop {
             .record_step_running(index, step_number, process.as_ref())
             .await?
         {
+            if let Some(inbox) = inbox {
+                inbox.close();
+            }
             return Ok(not_started);
         }
+        // The messages already waiting for the step are there when it starts.
+        if let Some(inbox) = inbox.as_mut() {
+            self.fill_inbox(inbox, None).await?;
+        }
         match gated.release().await {
-            Ok(child) => Ok(Start::Started(child, output)),
+            Ok(child) => Ok(Start::Started(child, output, inbox)),
             Err(error) => {
+                if let Some(inbox) = inbox {
+                    inbox.close();
+                }
                 let exit_code = if error.kind() == io::ErrorKind::NotFound {
                     EXIT_NOT_FOUND
                 } else {
@@ -920,8 +966,11 @@ impl RunLoop {
         if !swept.is_empty() {
             log(&format!("step {index}: {}", swept.describe()));
         }
+        // Its group is verified empty: nothing of the step can take a message any more.
+        let mut inbox = None;
         let ending = match running {
-            Some(running) => {
+            Some(mut running) => {
+                inbox = running.inbox.take();
                 let end = running.output.finish(OUTPUT_FINISH_TIMEOUT).await;
                 if !end.is_complete {
                     log(&format!(
@@ -940,7 +989,15 @@ impl RunLoop {
             None => None,
         };
         let outcome = self.step_outcome(index, &report, ending, &swept);
-        self.record_finished(index, outcome, Vec::new()).await
+        let delivered = inbox
+            .as_mut()
+            .map(steer::StepInbox::taken)
+            .unwrap_or_default();
+        let recorded = self.record_finished(index, outcome, delivered).await;
+        if let Some(inbox) = inbox {
+            inbox.close();
+        }
+        recorded
     }
 
     /// Appends `before` (if any) and the step's `StepFinished`, and updates the loop's view.
@@ -1104,6 +1161,119 @@ impl RunLoop {
             .await?
             .ok_or(RunnerError::UnknownRun { run })?;
         self.observe(&state);
+        self.tend_inboxes(&state).await
+    }
+
+    /// Takes the run's control inbox ([`crate::control_inbox::take`]) on a blocking thread:
+    /// each request journaled, then its file removed (or refused and moved aside).
+    async fn take_inbox(&mut self) -> Result<(), RunnerError> {
+        let recorder = Arc::clone(&self.recorder);
+        let home = self.home.clone();
+        let taken = tokio::task::spawn_blocking(move || {
+            let run = recorder.run();
+            let store = Arc::clone(recorder.store());
+            crate::control_inbox::take(
+                &home,
+                run,
+                || store.journal().read_retrying(|view| view.snapshot(run)),
+                |events, condition| recorder.append_blocking(events, condition),
+            )
+        })
+        .await;
+        let taken = match taken {
+            Ok(taken) => taken,
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        };
+        match taken {
+            Ok(taken) => {
+                if taken.has_recorded() {
+                    log(&format!(
+                        "control inbox: {} request(s) taken, {} file(s) refused",
+                        taken.recorded, taken.refused
+                    ));
+                }
+                for unsettled in taken.unsettled {
+                    log(&format!("control inbox: {unsettled}"));
+                }
+                Ok(())
+            }
+            Err(crate::control_inbox::TakeError::Append(error)) => Err(error.into()),
+            Err(crate::control_inbox::TakeError::Read(error)) => Err(error.into()),
+            Err(crate::control_inbox::TakeError::UnknownRun { run }) => {
+                Err(RunnerError::UnknownRun { run })
+            }
+        }
+    }
+
+    /// Writes the messages waiting for each running step into its inbox, and journals the
+    /// delivery of those a step took.
+    async fn tend_inboxes(&mut self, state: &RunState) -> Result<(), RunnerError> {
+        let indexes: Vec<usize> = self.running.keys().copied().collect();
+        for index in indexes {
+            let Some(mut inbox) = self
+                .running
+                .get_mut(&index)
+                .and_then(|running| running.inbox.take())
+            else {
+                continue;
+            };
+            let filled = self.fill_inbox(&mut inbox, Some(state)).await;
+            let delivered = inbox.taken();
+            if let Some(running) = self.running.get_mut(&index) {
+                running.inbox = Some(inbox);
+            }
+            filled?;
+            if delivered.is_empty() {
+                continue;
+            }
+            match self
+                .recorder
+                .append(delivered, Condition::expect_not_terminal())
+                .await
+            {
+                Ok(_) => {}
+                Err(AppendError::AlreadyTerminal { state, .. }) => self.lose(state),
+                // The step ended meanwhile: its end settled them.
+                Err(AppendError::Transition { source, .. }) => {
+                    log(&format!("step {index}: a delivery not recorded: {source}"));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes into `inbox` the messages waiting for its step that are not there yet, as
+    /// `state` (read now when `None`) has them. A message that cannot be written waits for the
+    /// next look.
+    async fn fill_inbox(
+        &self,
+        inbox: &mut steer::StepInbox,
+        state: Option<&RunState>,
+    ) -> Result<(), RunnerError> {
+        let run = self.recorder.run();
+        let read;
+        let state = match state {
+            Some(state) => state,
+            None => {
+                read = self
+                    .recorder
+                    .snapshot()
+                    .await?
+                    .ok_or(RunnerError::UnknownRun { run })?;
+                &read
+            }
+        };
+        for (id, seq) in inbox.unwritten(state) {
+            let Some(record) = self.recorder.record(seq).await? else {
+                continue;
+            };
+            if let Err(error) = inbox.write(&record) {
+                log(&format!(
+                    "steer request {id}: cannot write it into the step's inbox yet: {error}"
+                ));
+            }
+        }
         Ok(())
     }
 

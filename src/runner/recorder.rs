@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::event::{Event, RunId};
+use crate::event::{Event, Record, RunId};
 use crate::journal::{AppendError, Appended, Condition, ReadError};
 use crate::state::RunState;
 use crate::store::Store;
@@ -56,6 +56,33 @@ impl Recorder {
                 store
                     .append_then(run, events, condition, on_durable)
                     .map(|(appended, ())| appended)
+            })
+            .await,
+        )
+    }
+
+    /// [`Recorder::append`] on the calling thread, for work the runner does on a blocking
+    /// thread (taking its control inbox).
+    pub fn append_blocking(
+        &self,
+        events: Vec<Event>,
+        condition: Condition,
+    ) -> Result<Appended, AppendError> {
+        self.store.append(self.run, events, condition)
+    }
+
+    /// The run's record of `seq`, if it has one.
+    pub async fn record(&self, seq: u64) -> Result<Option<Record>, ReadError> {
+        let store = Arc::clone(&self.store);
+        let run = self.run;
+        unwind(
+            tokio::task::spawn_blocking(move || {
+                store.journal().read_retrying(|view| {
+                    Ok(view
+                        .records_between(run, seq.saturating_sub(1), seq)?
+                        .into_iter()
+                        .next())
+                })
             })
             .await,
         )

@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use super::{
     AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
-    QueueInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus, TerminalInfo,
-    TransitionError,
+    QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo, SteerTarget, StepState,
+    StepStatus, TerminalInfo, TransitionError, Undelivered,
 };
 use crate::event::{
-    ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS, Mode,
-    Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunId, StepEnd, StepOutcome,
-    TerminalState, UnixMs, check_queue_name,
+    ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS,
+    MAX_PENDING_STEERS, MAX_STEERS_PER_RUN, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
+    Record, Repairer, RunId, SteerMode, StepEnd, StepOutcome, TerminalState, UnixMs,
+    check_queue_name, steer_preview, steer_request_flaw,
 };
 
 /// Applies one record to a run's state. `None` is a run that does not exist yet, which only
@@ -87,6 +88,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         dismissed_at_ms: None,
         queue: None,
         hooks: Vec::new(),
+        steers: Vec::new(),
         head_seq: 1,
         updated_at_ms: record.time_ms,
     };
@@ -130,13 +132,18 @@ impl RunState {
         event
             .check_text_limits()
             .map_err(|source| TransitionError::TextTooLong { run, source })?;
-        let is_allowed_after_terminal = matches!(
-            event,
+        // A run's hooks are attempted once it has ended; a paused run still takes messages for
+        // its resume, and the refusals of files that asked for them.
+        let is_allowed_after_terminal = match event {
             Event::ProcessTerminalObserved { .. }
-                | Event::Dismissed { .. }
-                | Event::HookAttempted { .. }
-                | Event::HookEnded { .. }
-        );
+            | Event::Dismissed { .. }
+            | Event::HookAttempted { .. }
+            | Event::HookEnded { .. } => true,
+            Event::SteerRequested { .. } | Event::ControlRefused { .. } => {
+                self.status == RunStatus::Paused
+            }
+            _ => false,
+        };
         if self.is_terminal() && !is_allowed_after_terminal {
             return Err(TransitionError::AfterTerminal {
                 run,
@@ -144,6 +151,20 @@ impl RunState {
                 state: self.status,
             });
         }
+        self.dispatch(record)?;
+        self.head_seq = record.seq;
+        self.updated_at_ms = record.time_ms;
+        debug_assert!(
+            !was_shaped || self.check_shape().is_ok(),
+            "every state a fold makes from one of a snapshot's shape has that shape: {:?}",
+            self.check_shape()
+        );
+        Ok(())
+    }
+
+    /// Hands the record to its event's handler, which checks the event's own rules.
+    fn dispatch(&mut self, record: &Record) -> Result<(), TransitionError> {
+        let event = &record.event;
         let at_ms = record.time_ms;
         // Each arm only dispatches: the rules of an event live in its handler.
         match event {
@@ -193,15 +214,31 @@ impl RunState {
             } => self.queue_joined(queue, *idle_timeout_ms, *heartbeat_ms, record.seq, at_ms),
             Event::QueueAdmitted { by } => self.queue_admitted(by, at_ms),
             Event::HookAttempted { .. } | Event::HookEnded { .. } => self.hook_event(event, at_ms),
-        }?;
-        self.head_seq = record.seq;
-        self.updated_at_ms = at_ms;
-        debug_assert!(
-            !was_shaped || self.check_shape().is_ok(),
-            "every state a fold makes from one of a snapshot's shape has that shape: {:?}",
-            self.check_shape()
-        );
-        Ok(())
+            Event::SteerRequested {
+                id,
+                steps,
+                mode,
+                message,
+                source,
+            } => self.steer_requested(id, steps, *mode, message, source, record.seq, at_ms),
+            Event::SteerDelivered { id, step } => self.steer_delivered(event, id, *step, at_ms),
+            // A refusal is its record: nothing of the run changes.
+            Event::ControlRefused { .. } => Ok(()),
+            Event::HostEnded {
+                state,
+                exit_code,
+                message,
+                ended_at_ms,
+                ..
+            } => self.terminal(
+                *state,
+                Some(message),
+                message,
+                *exit_code,
+                Some(Repairer::Host),
+                *ended_at_ms,
+            ),
+        }
     }
 
     /// `RunnerStarted`: only from `queued`, once, and never after the launcher gave up on the
@@ -357,7 +394,19 @@ impl RunState {
         state.ended_at_ms = Some(at_ms);
         state.exit_code = outcome.exit_code;
         state.error = outcome.error.clone();
+        self.give_up_steers(Some(step), at_ms, Undelivered::StepEnded);
         Ok(())
+    }
+
+    /// Marks the messages still waiting for `step` (every step: `None`) undelivered.
+    fn give_up_steers(&mut self, step: Option<u32>, at_ms: UnixMs, why: Undelivered) {
+        for target in self.steers.iter_mut().flat_map(|steer| &mut steer.targets) {
+            if target.delivery == SteerDelivery::Queued
+                && step.is_none_or(|step| target.step == step)
+            {
+                target.delivery = SteerDelivery::Undelivered { at_ms, why };
+            }
+        }
     }
 
     /// `ControlRequested`: at most one request per action.
@@ -423,6 +472,10 @@ impl RunState {
                 StepStatus::Pending => step.status = StepStatus::Skipped,
                 _ => {}
             }
+        }
+        // A pause keeps the messages still waiting: its resume takes them on.
+        if state != TerminalState::Paused {
+            self.give_up_steers(None, at_ms, Undelivered::RunEnded);
         }
         self.status = state.into();
         self.terminal = Some(TerminalInfo {
@@ -720,6 +773,113 @@ impl RunState {
                 hook,
             });
         }
+        Ok(())
+    }
+
+    /// `SteerRequested`: well formed; a new id; each target a step of the run that has yet to
+    /// end (in a paused run, one that did not complete: its resume runs it); fewer than
+    /// [`MAX_PENDING_STEERS`] requests waiting and [`MAX_STEERS_PER_RUN`] in all.
+    #[allow(clippy::too_many_arguments)]
+    fn steer_requested(
+        &mut self,
+        id: &str,
+        steps: &[u32],
+        mode: SteerMode,
+        message: &str,
+        source: &str,
+        seq: u64,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if let Some(flaw) = steer_request_flaw(id, steps, message) {
+            return Err(TransitionError::InvalidSteer {
+                run,
+                id: id.to_string(),
+                flaw,
+            });
+        }
+        let is_paused = self.status == RunStatus::Paused;
+        for &step in steps {
+            let index = step as usize;
+            let Some(state) = self.steps.get(index) else {
+                return Err(TransitionError::NoSuchStep {
+                    run,
+                    event: "SteerRequested",
+                    step,
+                    count: self.steps.len(),
+                });
+            };
+            let is_open = if is_paused {
+                state.status != StepStatus::Complete
+            } else {
+                !state.status.is_done()
+            };
+            if !is_open {
+                return Err(TransitionError::SteerToEndedStep {
+                    run,
+                    id: id.to_string(),
+                    step,
+                    status: state.status,
+                });
+            }
+        }
+        if self.steer(id).is_some() {
+            return Err(TransitionError::SteerIdReused {
+                run,
+                id: id.to_string(),
+            });
+        }
+        if self.queued_steers().count() >= MAX_PENDING_STEERS {
+            return Err(TransitionError::SteerQueueFull { run });
+        }
+        if self.steers.len() >= MAX_STEERS_PER_RUN {
+            return Err(TransitionError::TooManySteers { run });
+        }
+        self.steers.push(SteerInfo {
+            id: id.to_string(),
+            mode,
+            source: source.to_string(),
+            preview: steer_preview(message),
+            requested_at_ms: at_ms,
+            seq,
+            targets: steps
+                .iter()
+                .map(|&step| SteerTarget {
+                    step,
+                    delivery: SteerDelivery::Queued,
+                })
+                .collect(),
+        });
+        Ok(())
+    }
+
+    /// `SteerDelivered(id, i)`: request `id` waits for step `i`, which is running.
+    fn steer_delivered(
+        &mut self,
+        event: &Event,
+        id: &str,
+        step: u32,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let index = self.step_index(event, step)?;
+        let Some(position) = self.steers.iter().position(|steer| steer.id == id) else {
+            return Err(TransitionError::NoSuchSteer {
+                run,
+                id: id.to_string(),
+            });
+        };
+        let target = self.steers[position]
+            .targets
+            .iter()
+            .position(|target| target.step == step && target.delivery == SteerDelivery::Queued)
+            .ok_or_else(|| TransitionError::SteerNotQueued {
+                run,
+                id: id.to_string(),
+                step,
+            })?;
+        self.require_running_step(event, step, index)?;
+        self.steers[position].targets[target].delivery = SteerDelivery::Delivered { at_ms };
         Ok(())
     }
 

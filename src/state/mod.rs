@@ -16,7 +16,7 @@ pub use shape::{KeptInState, ShapeRule};
 
 use crate::event::{
     ControlAction, ExternalJobStatus, HookOutcome, Observer, ProcessExit, ProcessIdentity, Proof,
-    Repairer, RunId, RunSpec, SpecError, StepEnd, TerminalState, TextTooLong, UnixMs,
+    Repairer, RunId, RunSpec, SpecError, SteerMode, StepEnd, TerminalState, TextTooLong, UnixMs,
 };
 
 /// Where a run is in its lifecycle.
@@ -276,6 +276,57 @@ impl HookState {
         self.is_delivered() || self.is_given_up()
     }
 }
+/// A steer request of the run (docs/design.md, "Steering"): its message stays in its record
+/// (at [`SteerInfo::seq`]), so a state of many requests stays small.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SteerInfo {
+    pub id: String,
+    pub mode: SteerMode,
+    pub source: String,
+    /// The start of its message ([`crate::event::steer_preview`]).
+    pub preview: String,
+    pub requested_at_ms: UnixMs,
+    /// The seq of its `SteerRequested` record, which holds the message.
+    pub seq: u64,
+    /// One per target step, in the order requested.
+    pub targets: Vec<SteerTarget>,
+}
+
+impl SteerInfo {
+    /// Whether some target has yet to take it.
+    pub fn is_queued(&self) -> bool {
+        self.targets
+            .iter()
+            .any(|target| target.delivery == SteerDelivery::Queued)
+    }
+}
+
+/// A steer request's target step and how far its message got there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SteerTarget {
+    pub step: u32,
+    pub delivery: SteerDelivery,
+}
+
+/// How far a steer message got to one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SteerDelivery {
+    /// Not taken yet: it is in the step's inbox, or will be once the step starts.
+    Queued,
+    /// The step took it (`SteerDelivered`).
+    Delivered { at_ms: UnixMs },
+    /// The step, or the run, ended before the step took it.
+    Undelivered { at_ms: UnixMs, why: Undelivered },
+}
+
+/// Why a steer message never reached its step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Undelivered {
+    /// The step ended first.
+    StepEnded,
+    /// The run ended first (but by a pause, which keeps its messages for its resume).
+    RunEnded,
+}
 
 /// A run's state: the fold of its records.
 ///
@@ -303,6 +354,8 @@ pub struct RunState {
     pub queue: Option<QueueInfo>,
     /// Its completion hooks that were attempted, by hook (only once the run is terminal).
     pub hooks: Vec<HookState>,
+    /// Its steer requests, in the order they were recorded.
+    pub steers: Vec<SteerInfo>,
     /// Sequence number of the last record applied.
     pub head_seq: u64,
     /// Time of the last record applied.
@@ -430,6 +483,23 @@ impl RunState {
     /// End time: the `Terminal` record's time, once there is one.
     pub fn ended_at_ms(&self) -> Option<UnixMs> {
         self.terminal.as_ref().map(|terminal| terminal.at_ms)
+    }
+
+    /// The steer requests some target has yet to take.
+    pub fn queued_steers(&self) -> impl Iterator<Item = &SteerInfo> {
+        self.steers.iter().filter(|steer| steer.is_queued())
+    }
+
+    /// The steer request of this id.
+    pub fn steer(&self, id: &str) -> Option<&SteerInfo> {
+        self.steers.iter().find(|steer| steer.id == id)
+    }
+
+    /// Whether a host's repair ended the run ([`crate::event::Event::HostEnded`]).
+    pub fn is_ended_by_host(&self) -> bool {
+        self.terminal
+            .as_ref()
+            .is_some_and(|terminal| terminal.repaired_by == Some(Repairer::Host))
     }
 }
 
@@ -619,6 +689,39 @@ pub enum TransitionError {
         attempt: u32,
         why: &'static str,
     },
+    #[error("run {run}: steer request {id:?}: {flaw}")]
+    InvalidSteer {
+        run: RunId,
+        id: String,
+        flaw: &'static str,
+    },
+    #[error(
+        "run {run}: steer request {id:?} names step {step}, which is {status}; a message goes only to a step that has yet to end"
+    )]
+    SteerToEndedStep {
+        run: RunId,
+        id: String,
+        step: u32,
+        status: StepStatus,
+    },
+    #[error("run {run} already has a steer request {id:?}")]
+    SteerIdReused { run: RunId, id: String },
+    #[error(
+        "run {run} already has {} steer requests waiting to be taken; no more are taken until one is",
+        crate::event::MAX_PENDING_STEERS
+    )]
+    SteerQueueFull { run: RunId },
+    #[error(
+        "run {run} has taken {} steer requests, all one run may",
+        crate::event::MAX_STEERS_PER_RUN
+    )]
+    TooManySteers { run: RunId },
+    #[error("run {run}: SteerDelivered names steer request {id:?}, which the run does not have")]
+    NoSuchSteer { run: RunId, id: String },
+    #[error(
+        "run {run}: SteerDelivered({id:?}, step {step}), but that message is not waiting for that step"
+    )]
+    SteerNotQueued { run: RunId, id: String, step: u32 },
 }
 
 #[cfg(test)]

@@ -10,9 +10,12 @@
 //!
 //! [`apply`]: super::apply
 
-use super::{RunState, RunStatus, ShapeError, StepState, StepStatus, TransitionError};
+use super::{
+    RunState, RunStatus, ShapeError, SteerDelivery, StepState, StepStatus, TransitionError,
+};
 use crate::event::{
-    HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS, MAX_TEXT_BYTES, Mode, Proof, check_queue_name,
+    HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS, MAX_PENDING_STEERS, MAX_STEER_ID_BYTES,
+    MAX_STEERS_PER_RUN, MAX_TEXT_BYTES, Mode, Proof, STEER_PREVIEW_CHARS, check_queue_name,
 };
 
 /// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
@@ -105,6 +108,19 @@ shape_rules! {
     HookNoClaimOnceSettled,
     /// A retry follows only an attempt that failed and was not the last.
     HookRetryFits,
+    /// A steer request has an id (without white space), a source and one target per step it
+    /// named, each a step of the run, none twice; its id and source within their limit.
+    SteerWellFormed,
+    /// No two steer requests have one id.
+    SteerIdsDistinct,
+    /// At most [`MAX_PENDING_STEERS`] steer requests wait, and at most [`MAX_STEERS_PER_RUN`]
+    /// are held.
+    SteerQueueBounded,
+    /// A message waits only for a step that has yet to end (in a paused run, one that did not
+    /// complete: its resume runs it).
+    SteerWaitsOnlyForOpenStep,
+    /// A message was delivered only to a step that started.
+    SteerDeliveredOnlyToStartedStep,
 }
 
 impl ShapeRule {
@@ -161,6 +177,15 @@ impl ShapeRule {
             ShapeRule::HookNoClaimOnceSettled => "a hook delivered or given up has an attempt open",
             ShapeRule::HookRetryFits => {
                 "a hook has a retry after a delivery or after its last attempt"
+            }
+            ShapeRule::SteerWellFormed => "a steer request of it is not one a run takes",
+            ShapeRule::SteerIdsDistinct => "two steer requests of it have one id",
+            ShapeRule::SteerQueueBounded => "it holds more steer requests than a run may",
+            ShapeRule::SteerWaitsOnlyForOpenStep => {
+                "a steer message waits for a step that has ended"
+            }
+            ShapeRule::SteerDeliveredOnlyToStartedStep => {
+                "a steer message was delivered to a step that never started"
             }
         }
     }
@@ -257,6 +282,11 @@ impl ShapeRule {
                         .is_none_or(|queue| queue.admitted.is_some())
             }
             ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
+            ShapeRule::SteerWellFormed
+            | ShapeRule::SteerIdsDistinct
+            | ShapeRule::SteerQueueBounded
+            | ShapeRule::SteerWaitsOnlyForOpenStep
+            | ShapeRule::SteerDeliveredOnlyToStartedStep => self.steers_hold(state),
             ShapeRule::HooksOnlyAfterEnd
             | ShapeRule::HooksInOrder
             | ShapeRule::HookAttemptsCounted
@@ -300,6 +330,62 @@ impl ShapeRule {
                 })
             }),
             _ => unreachable!("{self:?} is not a rule about hooks; holds() judges it"),
+        }
+    }
+
+    /// Whether `state`'s steer requests keep this rule, one of those about them.
+    fn steers_hold(self, state: &RunState) -> bool {
+        match self {
+            ShapeRule::SteerWellFormed => state.steers.iter().all(|steer| {
+                let steps: Vec<u32> = steer.targets.iter().map(|target| target.step).collect();
+                !steer.id.is_empty()
+                    && !steer.id.chars().any(char::is_whitespace)
+                    && steer.id.len() <= MAX_STEER_ID_BYTES
+                    && steer.source.len() <= MAX_STEER_ID_BYTES
+                    && steer.preview.chars().count() <= STEER_PREVIEW_CHARS
+                    && !steps.is_empty()
+                    && steps.iter().enumerate().all(|(index, step)| {
+                        (*step as usize) < state.steps.len() && !steps[..index].contains(step)
+                    })
+            }),
+            ShapeRule::SteerIdsDistinct => state.steers.iter().enumerate().all(|(index, steer)| {
+                state.steers[..index]
+                    .iter()
+                    .all(|earlier| earlier.id != steer.id)
+            }),
+            ShapeRule::SteerQueueBounded => {
+                state.steers.len() <= MAX_STEERS_PER_RUN
+                    && state.queued_steers().count() <= MAX_PENDING_STEERS
+            }
+            ShapeRule::SteerWaitsOnlyForOpenStep => {
+                let is_paused = state.status == RunStatus::Paused;
+                state
+                    .steers
+                    .iter()
+                    .flat_map(|steer| &steer.targets)
+                    .filter(|target| target.delivery == SteerDelivery::Queued)
+                    .all(|target| {
+                        state.steps.get(target.step as usize).is_some_and(|step| {
+                            if is_paused {
+                                step.status != StepStatus::Complete
+                            } else {
+                                !step.status.is_done()
+                            }
+                        })
+                    })
+            }
+            ShapeRule::SteerDeliveredOnlyToStartedStep => state
+                .steers
+                .iter()
+                .flat_map(|steer| &steer.targets)
+                .filter(|target| matches!(target.delivery, SteerDelivery::Delivered { .. }))
+                .all(|target| {
+                    state
+                        .steps
+                        .get(target.step as usize)
+                        .is_some_and(|step| step.started_at_ms.is_some())
+                }),
+            _ => unreachable!("{self:?} is not a rule about steer requests; holds() judges it"),
         }
     }
 
@@ -539,6 +625,18 @@ impl TransitionError {
             | TransitionError::HookNotClaimed { .. } => Rules(&[R::HookAttemptsCounted]),
             TransitionError::HookSettled { .. } => Rules(&[R::HookNoClaimOnceSettled]),
             TransitionError::HookRetryNotAllowed { .. } => Rules(&[R::HookRetryFits]),
+            TransitionError::InvalidSteer { .. } => Rules(&[R::SteerWellFormed]),
+            TransitionError::SteerToEndedStep { .. } => Rules(&[R::SteerWaitsOnlyForOpenStep]),
+            TransitionError::SteerIdReused { .. } => Rules(&[R::SteerIdsDistinct]),
+            TransitionError::SteerQueueFull { .. } | TransitionError::TooManySteers { .. } => {
+                Rules(&[R::SteerQueueBounded])
+            }
+            TransitionError::NoSuchSteer { .. } => RecordsOnly(
+                "a state holds the steer requests it took; a delivery of another is refused by the records alone",
+            ),
+            TransitionError::SteerNotQueued { .. } => RecordsOnly(
+                "a target's delivery is settled once, and a state holds only how it was settled",
+            ),
         }
     }
 }

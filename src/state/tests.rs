@@ -7,7 +7,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::event::{
-    Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode, Record, StepAction,
+    Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_PENDING_STEERS,
+    MAX_STEER_MESSAGE_BYTES, MAX_STEERS_PER_RUN, MAX_TEXT_BYTES, Mode, Record, StepAction,
     StepOutcome, StepSpec, WriterId,
 };
 use crate::testkit::{
@@ -484,6 +485,7 @@ fn an_over_long_text_is_refused_at_creation_and_later() {
                 event: "RunCreated",
                 field: "session_id",
                 bytes,
+                ..
             },
         } if bytes == MAX_TEXT_BYTES + 1
     ));
@@ -505,6 +507,7 @@ fn an_over_long_text_is_refused_at_creation_and_later() {
                 event: "Terminal",
                 field: "summary",
                 bytes,
+                ..
             },
         } if bytes == MAX_TEXT_BYTES + 1
     ));
@@ -1458,6 +1461,227 @@ fn a_run_cannot_resume_itself() {
     assert_message_names(&error, &["itself"]);
 }
 
+// SteerRequested, SteerDelivered: messages for steps that have yet to end, at most 20
+// waiting; a step's end gives up on what it did not take, and so does the run's (not a pause).
+
+fn delivery_of(story: &Story, id: &str, step: u32) -> SteerDelivery {
+    story
+        .state
+        .steer(id)
+        .and_then(|steer| steer.targets.iter().find(|target| target.step == step))
+        .map(|target| target.delivery)
+        .expect("the request has that target")
+}
+
+#[test]
+fn a_steer_waits_for_its_steps_and_a_step_that_ends_gives_up_what_it_did_not_take() {
+    let story = Story::running(parallel_spec(2, 2))
+        .then(step_running(0))
+        .then(steer("both", &[0, 1]))
+        .then(steer("first-only", &[0]));
+    assert_eq!(story.state.queued_steers().count(), 2);
+    let both = story.state.steer("both").expect("recorded");
+    assert_eq!(both.seq, 4, "the record holding the message");
+    assert_eq!(both.requested_at_ms, time_of(4));
+    assert_eq!(both.source, "cli");
+
+    // Step 1 has not started: it cannot take a message yet.
+    assert!(matches!(
+        story.rejects(kit::steer_delivered("both", 1)),
+        TransitionError::StepNotRunning { step: 1, .. }
+    ));
+    let story = story
+        .then(kit::steer_delivered("both", 0))
+        .then(step_finished(0, StepEnd::Complete));
+    assert_eq!(
+        delivery_of(&story, "both", 0),
+        SteerDelivery::Delivered { at_ms: time_of(6) }
+    );
+    assert_eq!(
+        delivery_of(&story, "first-only", 0),
+        SteerDelivery::Undelivered {
+            at_ms: time_of(7),
+            why: Undelivered::StepEnded
+        },
+        "step 0 ended without taking it"
+    );
+    assert_eq!(delivery_of(&story, "both", 1), SteerDelivery::Queued);
+    assert!(matches!(
+        story.rejects(kit::steer_delivered("first-only", 0)),
+        TransitionError::SteerNotQueued { step: 0, .. }
+    ));
+    assert!(matches!(
+        story.rejects(steer("late", &[0])),
+        TransitionError::SteerToEndedStep {
+            step: 0,
+            status: StepStatus::Complete,
+            ..
+        }
+    ));
+    assert!(matches!(
+        story.rejects(steer("nowhere", &[5])),
+        TransitionError::NoSuchStep { step: 5, .. }
+    ));
+    // The run's end gives up on the rest.
+    let ended = story.then(terminal(TerminalState::Failed, Some("gave up")));
+    assert_eq!(
+        delivery_of(&ended, "both", 1),
+        SteerDelivery::Undelivered {
+            at_ms: time_of(8),
+            why: Undelivered::RunEnded
+        }
+    );
+    assert_eq!(ended.state.queued_steers().count(), 0);
+}
+
+#[test]
+fn at_most_twenty_steers_wait_and_a_run_takes_a_bounded_number_in_all() {
+    let full = full_of_steers(MAX_PENDING_STEERS);
+    let error = full.rejects(steer("one-more", &[0]));
+    assert!(matches!(error, TransitionError::SteerQueueFull { .. }));
+    assert_message_names(&error, &["20 steer requests waiting"]);
+    // Taking one makes room for one.
+    let story = full
+        .then(kit::steer_delivered("s0", 0))
+        .then(steer("one-more", &[0]));
+    assert_eq!(story.state.queued_steers().count(), MAX_PENDING_STEERS);
+
+    let error = steered_to_the_limit().rejects(steer("one-more", &[0]));
+    assert!(matches!(error, TransitionError::TooManySteers { .. }));
+}
+
+#[test]
+fn a_malformed_steer_request_is_refused_saying_what_is_wrong() {
+    let story = Story::running(chain_spec(2)).then(step_running(0));
+    for (id, steps, message, flaw) in [
+        ("", vec![0], "go", "id is empty"),
+        ("a b", vec![0], "go", "white space"),
+        ("s", vec![], "go", "names no step"),
+        ("s", vec![0, 0], "go", "a step twice"),
+        ("s", vec![0], "  \n", "message is empty"),
+    ] {
+        let error = story.rejects(kit::steer_requested(id, &steps, message));
+        assert!(
+            matches!(error, TransitionError::InvalidSteer { .. }),
+            "{error:?}"
+        );
+        assert_message_names(&error, &[flaw]);
+    }
+    let long = "x".repeat(MAX_STEER_MESSAGE_BYTES + 1);
+    let error = story.rejects(kit::steer_requested("s", &[0], &long));
+    assert!(
+        matches!(
+            &error,
+            TransitionError::TextTooLong { source, .. }
+                if source.field == "message" && source.limit == MAX_STEER_MESSAGE_BYTES
+        ),
+        "{error:?}"
+    );
+    // A message as long as pi-subagents takes is taken.
+    let longest = "x".repeat(MAX_STEER_MESSAGE_BYTES);
+    story.then(kit::steer_requested("s", &[0], &longest));
+}
+
+#[test]
+fn a_paused_run_keeps_its_waiting_steers_and_takes_more_for_its_resume() {
+    let story = Story::running(chain_spec(3))
+        .then(step_running(0))
+        .then(step_finished(0, StepEnd::Complete))
+        .then(step_running(1))
+        .then(steer("for-the-next", &[2]))
+        .then(control(ControlAction::Interrupt))
+        .then(step_finished(1, StepEnd::Stopped))
+        .then(terminal(TerminalState::Paused, None));
+    assert_eq!(
+        delivery_of(&story, "for-the-next", 2),
+        SteerDelivery::Queued
+    );
+    // Steps 1 and 2 run again in the resume; step 0 completed and does not.
+    let story = story.then(steer("after-the-pause", &[1]));
+    assert_eq!(story.state.queued_steers().count(), 2);
+    assert!(matches!(
+        story.rejects(steer("to-a-done-step", &[0])),
+        TransitionError::SteerToEndedStep { step: 0, .. }
+    ));
+    let story = story.then(Event::ControlRefused {
+        file: "control/steer-requests/x.json".to_string(),
+        reason: "not JSON".to_string(),
+    });
+    assert_eq!(
+        story.state.head_seq, 11,
+        "a refusal is recorded, and changes nothing else"
+    );
+
+    // A stopped run takes neither.
+    let stopped = Story::running(chain_spec(1)).then(terminal(TerminalState::Stopped, None));
+    for event in [
+        steer("s", &[0]),
+        Event::ControlRefused {
+            file: "control/interrupt.json".to_string(),
+            reason: "not JSON".to_string(),
+        },
+    ] {
+        assert!(matches!(
+            stopped.rejects(event),
+            TransitionError::AfterTerminal {
+                state: RunStatus::Stopped,
+                ..
+            }
+        ));
+    }
+}
+
+// HostEnded: a host's repair is the run's end, at the host's time, by the host.
+
+#[test]
+fn a_hosts_repair_ends_the_run_at_the_hosts_time_and_the_host_is_named() {
+    let story = Story::running(chain_spec(2))
+        .then(step_running(0))
+        .then(steer("s", &[1]));
+    let host_time = time_of(1);
+    let ended = story.then(kit::host_ended(
+        "Async runner process 4242 exited or disappeared",
+        host_time,
+        Some("/r/run.json"),
+    ));
+    let terminal = ended.state.terminal.as_ref().expect("ended");
+    assert_eq!(ended.state.status, RunStatus::Failed);
+    assert_eq!(
+        terminal.at_ms, host_time,
+        "the host's time, not the record's"
+    );
+    assert_eq!(terminal.repaired_by, Some(Repairer::Host));
+    assert!(ended.state.is_ended_by_host());
+    assert_eq!(
+        terminal.summary,
+        "Async runner process 4242 exited or disappeared"
+    );
+    assert_eq!(
+        ended.step_statuses(),
+        vec![StepStatus::Failed, StepStatus::Skipped]
+    );
+    assert!(matches!(
+        delivery_of(&ended, "s", 1),
+        SteerDelivery::Undelivered {
+            why: Undelivered::RunEnded,
+            ..
+        }
+    ));
+    // One end: neither a second host verdict nor a Terminal follows it.
+    assert!(matches!(
+        ended.rejects(kit::host_ended("again", host_time, None)),
+        TransitionError::AfterTerminal { .. }
+    ));
+    assert!(matches!(
+        ended.rejects(terminal_event()),
+        TransitionError::AfterTerminal { .. }
+    ));
+}
+
+fn terminal_event() -> Event {
+    terminal(TerminalState::Failed, Some("runner died"))
+}
+
 // Atomicity and folding.
 
 #[test]
@@ -2124,10 +2348,17 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::HookSettled { .. } => 36,
         TransitionError::HookNotClaimed { .. } => 37,
         TransitionError::HookRetryNotAllowed { .. } => 38,
+        TransitionError::InvalidSteer { .. } => 39,
+        TransitionError::SteerToEndedStep { .. } => 40,
+        TransitionError::SteerIdReused { .. } => 41,
+        TransitionError::SteerQueueFull { .. } => 42,
+        TransitionError::TooManySteers { .. } => 43,
+        TransitionError::NoSuchSteer { .. } => 44,
+        TransitionError::SteerNotQueued { .. } => 45,
     }
 }
 
-const TRANSITION_KINDS: usize = 39;
+const TRANSITION_KINDS: usize = 46;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2225,7 +2456,48 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
             crate::event::HookOutcome::Delivered,
             Some(5),
         )),
+        running().rejects(steer("a b", &[0])),
+        Story::running(chain_spec(2))
+            .then(step_running(0))
+            .then(step_finished(0, StepEnd::Complete))
+            .rejects(steer("late", &[0])),
+        running().then(steer("s", &[0])).rejects(steer("s", &[0])),
+        full_of_steers(MAX_PENDING_STEERS).rejects(steer("one-more", &[0])),
+        steered_to_the_limit().rejects(steer("one-more", &[0])),
+        running()
+            .then(step_running(0))
+            .rejects(kit::steer_delivered("nobody", 0)),
+        running()
+            .then(step_running(0))
+            .then(steer("s", &[0]))
+            .then(kit::steer_delivered("s", 0))
+            .rejects(kit::steer_delivered("s", 0)),
     ]
+}
+
+fn steer(id: &str, steps: &[u32]) -> Event {
+    kit::steer_requested(id, steps, "look at the tests first")
+}
+
+/// A running chain of one step with `count` steer requests waiting for it.
+fn full_of_steers(count: usize) -> Story {
+    (0..count).fold(
+        Story::running(chain_spec(1)).then(step_running(0)),
+        |story, index| story.then(steer(&format!("s{index}"), &[0])),
+    )
+}
+
+/// A running chain whose one step took every steer request a run may have.
+fn steered_to_the_limit() -> Story {
+    (0..MAX_STEERS_PER_RUN).fold(
+        Story::running(chain_spec(1)).then(step_running(0)),
+        |story, index| {
+            let id = format!("s{index}");
+            story
+                .then(steer(&id, &[0]))
+                .then(kit::steer_delivered(&id, 0))
+        },
+    )
 }
 
 /// A change to a state that breaks one shape rule.
@@ -2271,6 +2543,11 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
         .then(hook_attempted(0, 1))
         .then(hook_ended(0, 1, crate::event::HookOutcome::Delivered, None))
         .state;
+    let steered = Story::running(chain_spec(2))
+        .then(step_running(0))
+        .then(steer("s0", &[0, 1]))
+        .then(kit::steer_delivered("s0", 0))
+        .state;
     let (base, change): (RunState, Breach) = match rule {
         ShapeRule::HooksOnlyAfterEnd => {
             let hooks = hook_failing.hooks.clone();
@@ -2303,6 +2580,50 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
                 if let Some(last) = &mut state.hooks[0].last {
                     last.retry_at_ms = Some(time_of(9));
                 }
+            }),
+        ),
+        ShapeRule::SteerWellFormed => (
+            steered,
+            Box::new(|state| state.steers[0].targets[1].step = 0),
+        ),
+        ShapeRule::SteerIdsDistinct => (
+            steered,
+            Box::new(|state| {
+                let mut again = state.steers[0].clone();
+                again.targets = vec![SteerTarget {
+                    step: 1,
+                    delivery: SteerDelivery::Undelivered {
+                        at_ms: time_of(9),
+                        why: Undelivered::StepEnded,
+                    },
+                }];
+                state.steers.push(again);
+            }),
+        ),
+        ShapeRule::SteerQueueBounded => (
+            steered,
+            Box::new(|state| {
+                for index in 0..MAX_PENDING_STEERS {
+                    let mut more = state.steers[0].clone();
+                    more.id = format!("more-{index}");
+                    state.steers.push(more);
+                }
+            }),
+        ),
+        ShapeRule::SteerWaitsOnlyForOpenStep => (
+            steered,
+            Box::new(|state| {
+                state.steers[0].targets[0].delivery = SteerDelivery::Queued;
+                state.steps[0].status = StepStatus::Complete;
+                state.steps[0].ended_at_ms = Some(time_of(9));
+                state.steps[1].status = StepStatus::Running;
+                state.steps[1].started_at_ms = Some(time_of(9));
+            }),
+        ),
+        ShapeRule::SteerDeliveredOnlyToStartedStep => (
+            steered,
+            Box::new(|state| {
+                state.steers[0].targets[1].delivery = SteerDelivery::Delivered { at_ms: 9 };
             }),
         ),
         ShapeRule::QueueNameValid => (

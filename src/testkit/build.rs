@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, HostIds, JobState, Mode, Observer, ProcessExit,
-    ProcessIdentity, Proof, RunSpec, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
-    UnixMs,
+    ProcessIdentity, Proof, RunSpec, SteerMode, StepAction, StepEnd, StepOutcome, StepSpec,
+    TerminalState, UnixMs,
 };
 
 /// The action of a shell step running `script`.
@@ -207,4 +207,35 @@ pub fn runner_exited(instance: &str, code: i32) -> Event {
         Proof::Observed,
         Observer::RunnerParent,
     )
+}
+
+/// A steer request `id` for `steps`, from the command line, in the `steer` mode.
+pub fn steer_requested(id: &str, steps: &[u32], message: &str) -> Event {
+    Event::SteerRequested {
+        id: id.to_string(),
+        steps: steps.to_vec(),
+        mode: SteerMode::Steer,
+        message: message.to_string(),
+        source: "cli".to_string(),
+    }
+}
+
+/// Step `step` took steer request `id`.
+pub fn steer_delivered(id: &str, step: u32) -> Event {
+    Event::SteerDelivered {
+        id: id.to_string(),
+        step,
+    }
+}
+
+/// A host's repair that failed the run at `ended_at_ms`, its result published at
+/// `result_path`.
+pub fn host_ended(message: &str, ended_at_ms: UnixMs, result_path: Option<&str>) -> Event {
+    Event::HostEnded {
+        state: TerminalState::Failed,
+        exit_code: 1,
+        message: message.to_string(),
+        ended_at_ms,
+        result_path: result_path.map(str::to_string),
+    }
 }

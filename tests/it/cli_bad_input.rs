@@ -515,3 +515,48 @@ fn a_held_queue_says_so_in_queue_run_and_list() {
     let text = said(&["queue", "q", "--max-active", "1"]);
     assert!(!text.contains("held"), "let go: {text}");
 }
+/// Regression: a run whose working directory did not exist was created, and failed at its
+/// first step with "No such file or directory", which read like a missing program. Now a
+/// missing directory, a file in its place and a program not on the run's PATH are refused at
+/// launch, each named, and no run is created.
+#[test]
+fn a_run_that_cannot_start_is_refused_at_launch_naming_why() {
+    let (home, journal, _) = home_with_a_run();
+    let file = home.file("a-file");
+    std::fs::write(&file, b"").expect("write");
+    let spec_with_cwd = |name: &str, cwd: &str| {
+        let spec = home.file(name);
+        let text = serde_json::json!({"cwd": cwd, "steps": [{"command": ["true"]}]});
+        std::fs::write(&spec, text.to_string()).expect("write the spec");
+        spec.display().to_string()
+    };
+    let missing = spec_with_cwd("missing.json", "/no/such/directory/here");
+    let not_dir = spec_with_cwd("not-dir.json", &file.display().to_string());
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["run", "--spec", &missing],
+            "/no/such/directory/here does not exist",
+        ),
+        (&["run", "--spec", &not_dir], "is not a directory"),
+        (
+            &["run", "--", "no-such-program-anywhere", "--now"],
+            "program \"no-such-program-anywhere\" is not found on the run's PATH",
+        ),
+        (
+            &["run", "--", "./not/here.sh"],
+            "not/here.sh is not an executable file",
+        ),
+    ];
+    for (args, expected) in cases {
+        refuse(&home, &journal, args, expected);
+    }
+    let runs = std::fs::read_dir(home.file("runs"))
+        .expect("runs")
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .is_ok_and(|entry| entry.file_name().to_string_lossy().parse::<RunId>().is_ok())
+        })
+        .count();
+    assert_eq!(runs, 1, "no run directory was made but the first run's");
+}

@@ -373,7 +373,13 @@ fn interrupt_sends_the_running_step_sigint_and_the_run_ends_paused() {
         status["state"] == "paused"
     });
     assert_eq!(status["steps"][1]["status"], "paused", "{status}");
-    assert_eq!(status["steps"][2]["status"], "skipped", "{status}");
+    // A step the pause kept from running waits for the resume: pi-subagents' `pending`.
+    assert_eq!(status["steps"][2]["status"], "pending", "{status}");
+    assert_eq!(status["steps"][2]["skipped"], true, "{status}");
+    assert_eq!(
+        result["exitCode"], 0,
+        "pi-subagents' exit code of a paused run: {result}"
+    );
     // An ended run has nothing to interrupt.
     let said = home
         .cmd()

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["state", "spec", "durable_fs", "home", "liveness", "run_env"],
     &["capacity", "process_group"],
     &["journal"],
-    &["projection", "resolve"],
+    &["projection", "resolve", "control_inbox"],
     &["store", "verify"],
     // Completion hooks, delivered by runners and reconcile passes alike.
     &["hooks"],

@@ -26,6 +26,7 @@ mod launch;
 mod layers;
 mod lost_journal;
 mod model;
+mod pi_control;
 mod pi_subagents_compat;
 #[cfg(target_os = "linux")]
 mod power_cut;

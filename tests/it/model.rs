@@ -43,14 +43,14 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state
 
 use runjournal::event::{
     ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, HookOutcome, JobState, MAX_TEXT_BYTES,
-    Mode, Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, StepEnd,
-    StepOutcome, TerminalState, UnixMs, WriterId,
+    Mode, Observer, ProcessExit, ProcessIdentity, Proof, Record, Repairer, RunSpec, SteerMode,
+    StepEnd, StepOutcome, TerminalState, UnixMs, WriterId,
 };
 use runjournal::journal::{
     AppendError, Appended, Batch, View, WriterOptions, name_alias, tool_call_alias,
 };
 use runjournal::reconcile;
-use runjournal::state::{self, RunState, RunStatus, StepStatus, TransitionError};
+use runjournal::state::{self, RunState, RunStatus, SteerDelivery, StepStatus, TransitionError};
 use runjournal::store::{Store, StoreOptions};
 use runjournal::testkit::{self as kit, commit_batches};
 use runjournal::{Condition, Home, Journal, RunId, liveness};
@@ -377,6 +377,46 @@ fn arb_event() -> BoxedStrategy<Event> {
         terminal,
         observed,
         dismissed,
+        arb_pi_host_event(),
+    ]
+    .boxed()
+}
+
+/// The events a pi-subagents host's requests and repairs bring: steer requests (a small pool of
+/// ids, so repeats happen; a step named twice, none, or past the spec now and then), their
+/// deliveries, refused control files and a host's end.
+fn arb_pi_host_event() -> BoxedStrategy<Event> {
+    let id = prop_oneof![Just("s1"), Just("s2"), Just("s 3")].prop_map(str::to_string);
+    let steps = proptest::collection::vec(0..4u32, 0..3);
+    let mode = prop_oneof![Just(SteerMode::Steer), Just(SteerMode::FollowUp)];
+    let message = prop_oneof![Just("look again".to_string()), Just(" ".to_string())];
+    let requested = (id.clone(), steps, mode, message).prop_map(|(id, steps, mode, message)| {
+        Event::SteerRequested {
+            id,
+            steps,
+            mode,
+            message,
+            source: "model".to_string(),
+        }
+    });
+    let delivered = (id, 0..4u32).prop_map(|(id, step)| Event::SteerDelivered { id, step });
+    let refused = arb_text().prop_map(|reason| Event::ControlRefused {
+        file: "control/stop-requests/x.json".to_string(),
+        reason,
+    });
+    let host_state = prop_oneof![Just(TerminalState::Failed), Just(TerminalState::Complete)];
+    let host_ended = (host_state, arb_text()).prop_map(|(state, message)| Event::HostEnded {
+        state,
+        exit_code: 1,
+        message,
+        ended_at_ms: 5,
+        result_path: Some("/results/run.json".to_string()),
+    });
+    prop_oneof![
+        3 => requested,
+        3 => delivered,
+        1 => refused,
+        1 => host_ended,
     ]
     .boxed()
 }
@@ -1188,6 +1228,14 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
         TransitionError::HookNotClaimed { .. } => Rule::HookEndsItsAttempt,
         TransitionError::HookSettled { .. } => Rule::HookNeverAgainOnceSettled,
         TransitionError::HookRetryNotAllowed { .. } => Rule::HookRetryFits,
+        TransitionError::InvalidSteer { .. } => Rule::SteerWellFormed,
+        TransitionError::SteerToEndedStep { .. } => Rule::SteerToOpenStep,
+        TransitionError::SteerIdReused { .. } => Rule::SteerIdOnce,
+        TransitionError::SteerQueueFull { .. } => Rule::SteerWaitingBounded,
+        TransitionError::TooManySteers { .. } => Rule::SteerTotalBounded,
+        TransitionError::NoSuchSteer { .. } | TransitionError::SteerNotQueued { .. } => {
+            Rule::SteerTakenWhileWaiting
+        }
         _ => return None,
     })
 }
@@ -1283,6 +1331,25 @@ fn view_of(state: &RunState) -> Run {
                     .last
                     .as_ref()
                     .map(|last| (last.attempt, last.outcome.clone(), last.retry_at_ms)),
+            })
+            .collect(),
+        steers: state
+            .steers
+            .iter()
+            .map(|steer| {
+                let targets = steer
+                    .targets
+                    .iter()
+                    .map(|target| {
+                        let delivery = match target.delivery {
+                            SteerDelivery::Queued => reference::Delivery::Waiting,
+                            SteerDelivery::Delivered { .. } => reference::Delivery::Taken,
+                            SteerDelivery::Undelivered { .. } => reference::Delivery::Lost,
+                        };
+                        (target.step, delivery)
+                    })
+                    .collect();
+                (steer.id.clone(), targets)
             })
             .collect(),
     }
@@ -2116,11 +2183,15 @@ impl StateMachineTest for JournalTest {
                     .is_some_and(|run| run.status.is_terminal())
             })
             .map(|state| {
+                // A host's end is at the host's time.
                 let ended = sut.records[&state.run_id]
                     .iter()
-                    .find(|record| matches!(record.event, Event::Terminal { .. }))
-                    .expect("a terminal run has its Terminal record")
-                    .time_ms;
+                    .find_map(|record| match record.event {
+                        Event::Terminal { .. } => Some(record.time_ms),
+                        Event::HostEnded { ended_at_ms, .. } => Some(ended_at_ms),
+                        _ => None,
+                    })
+                    .expect("a terminal run has its Terminal or HostEnded record");
                 (ended, state.run_id)
             })
             .collect();
@@ -2249,6 +2320,7 @@ fn the_reducer_and_the_reference_agree_event_by_event() {
                 1 => arb_rare_event(expected_run.as_ref()),
                 1 => arb_queue_event(),
                 hook_weight => arb_hook_event(expected_run.as_ref()),
+                1 => arb_steer_event(expected_run.as_ref()),
             ];
             let event = next
                 .new_tree(&mut runner)
@@ -2278,11 +2350,82 @@ fn the_reducer_and_the_reference_agree_event_by_event() {
             }
         }
     }
+    // Lives too long to be drawn: steer requests up to the bounds of a run's queue and of
+    // its whole life, and one more.
+    for life in steer_floods() {
+        let mut expected_run: Option<Run> = None;
+        let mut library: Option<RunState> = None;
+        for (index, event) in life.into_iter().enumerate() {
+            let record = Record {
+                format_version: FORMAT_VERSION,
+                run_id: run_id(0),
+                seq: library.as_ref().map_or(1, |state| state.head_seq + 1),
+                time_ms: TEST_BATCH_TIME_MS + index as u64,
+                writer: TEST_WRITER,
+                writer_seq: index as u64 + 1,
+                event,
+            };
+            if let Some((run, state)) = agree(&expected_run, &library, &record, &mut refused_by) {
+                expected_run = Some(run);
+                library = Some(state);
+            }
+        }
+    }
     let unmet: Vec<Rule> = Rule::ALL
         .into_iter()
         .filter(|rule| !refused_by.contains_key(rule))
         .collect();
     assert_eq!(unmet, vec![], "rules no event broke: {refused_by:?}");
+}
+
+/// A steer request of the model's, for `steps`.
+fn steer_requested(id: String, steps: Vec<u32>) -> Event {
+    Event::SteerRequested {
+        id,
+        steps,
+        mode: SteerMode::Steer,
+        message: "look again".to_string(),
+        source: "model".to_string(),
+    }
+}
+
+/// Steer requests for the run as it is: to a step that has yet to end (or to one that ended),
+/// with an id from a small pool, so that repeats happen; and a step taking one.
+fn arb_steer_event(run: Option<&Run>) -> BoxedStrategy<Event> {
+    let steps = run.map_or(1, |run| run.steps.len().max(1)) as u32;
+    let id = (0..4u8).prop_map(|id| format!("steer-{id}"));
+    prop_oneof![
+        (id.clone(), 0..steps).prop_map(|(id, step)| steer_requested(id, vec![step])),
+        (id, 0..steps).prop_map(|(id, step)| Event::SteerDelivered { id, step }),
+    ]
+    .boxed()
+}
+
+/// Two lives: a running step sent more requests than may wait at once; and one that took
+/// every request a run may have, then is sent one more.
+fn steer_floods() -> Vec<Vec<Event>> {
+    let start = || {
+        vec![
+            created(0, ANCIENT_MS, None),
+            Event::RunnerStarted {
+                runner: runner_pool()[0].clone(),
+                instance_id: "flood".to_string(),
+            },
+            Event::StepRunning {
+                step: 0,
+                process: None,
+            },
+        ]
+    };
+    let mut waiting = start();
+    waiting.extend((0..=20).map(|index| steer_requested(format!("w{index}"), vec![0])));
+    let mut taken = start();
+    for index in 0..=128 {
+        let id = format!("t{index}");
+        taken.push(steer_requested(id.clone(), vec![0]));
+        taken.push(Event::SteerDelivered { id, step: 0 });
+    }
+    vec![waiting, taken]
 }
 
 /// Events the other strategies seldom make, for the run as it is: a step started or skipped

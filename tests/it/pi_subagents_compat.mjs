@@ -27,6 +27,33 @@ if (mode === "--temp-root") {
 	console.log(JSON.stringify({ tempRoot: types.TEMP_ROOT_DIR }));
 	process.exit(0);
 }
+if (mode === "--control") {
+	// node pi_subagents_compat.mjs INSTALL_DIR --control ACTION ASYNC_DIR [RESULTS_DIR|MESSAGE]
+	//   ACTION: stop | interrupt | timeout | steer (MESSAGE) | reconcile (RESULTS_DIR) | status;
+	//   pi-subagents' own requestAsyncStop, requestAsyncInterrupt, requestAsyncTimeout,
+	//   requestAsyncSteer,
+	//   reconcileAsyncRun or readStatus; prints {"done": what it returned}.
+	//   With PI_COMPAT_STALE_ALIVE_MS set, reconcile judges a live pid stale after that long.
+	const [, , action, asyncDir, extra] = process.argv.slice(2);
+	const staleAlivePidMs = process.env.PI_COMPAT_STALE_ALIVE_MS ? Number(process.env.PI_COMPAT_STALE_ALIVE_MS) : undefined;
+	const control = await load("runs/background/control-channel.ts");
+	let done;
+	if (action === "stop") done = control.requestAsyncStop(asyncDir, { source: "pi-compat", reason: "stopped by the host" });
+	else if (action === "interrupt") done = control.requestAsyncInterrupt(asyncDir, { source: "pi-compat" });
+	else if (action === "timeout") done = control.requestAsyncTimeout(asyncDir, { source: "pi-compat", reason: "the host's deadline" });
+	else if (action === "steer") done = control.requestAsyncSteer(asyncDir, { message: extra, source: "pi-compat" });
+	else if (action === "reconcile") {
+		const { reconcileAsyncRun } = await load("runs/background/stale-run-reconciler.ts");
+		const reconciled = reconcileAsyncRun(asyncDir, { resultsDir: extra, ...(staleAlivePidMs === undefined ? {} : { staleAlivePidMs }) });
+		done = { repaired: reconciled.repaired, state: reconciled.status?.state ?? null };
+	} else if (action === "status") {
+		const { readStatus } = await load("shared/utils.ts");
+		const status = readStatus(asyncDir);
+		done = { state: status?.state ?? null, steering: status?.steering ?? null };
+	} else throw new Error(`unknown control action ${action}`);
+	console.log(JSON.stringify({ done: done ?? null }));
+	process.exit(0);
+}
 if (mode !== "--read") throw new Error(`unknown mode ${mode}`);
 
 const { readStatus } = await load("shared/utils.ts");

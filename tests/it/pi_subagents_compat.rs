@@ -135,7 +135,7 @@ pub(crate) fn read_with_pi_subagents(
 }
 
 /// `runjournal --layout pi-subagents --home ROOT`, environment cleared of homes and layouts.
-fn runjournal(root: &Path) -> assert_cmd::Command {
+pub(crate) fn runjournal(root: &Path) -> assert_cmd::Command {
     let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
     command
         .env_remove("RUNJOURNAL_HOME")
@@ -150,7 +150,7 @@ fn runjournal(root: &Path) -> assert_cmd::Command {
 }
 
 /// Launches a run with the host's session and owner ids; returns its id and runner pid.
-fn launch(root: &Path, args: &[&str]) -> (String, u32) {
+pub(crate) fn launch(root: &Path, args: &[&str]) -> (String, u32) {
     let output = runjournal(root)
         .args([
             "run",
@@ -208,9 +208,9 @@ pub(crate) fn changed_files<'a>(
 }
 
 /// Stops the run left running, whatever the test's outcome.
-struct StopOnDrop<'a> {
-    root: &'a Path,
-    run: String,
+pub(crate) struct StopOnDrop<'a> {
+    pub(crate) root: &'a Path,
+    pub(crate) run: String,
 }
 
 impl Drop for StopOnDrop<'_> {
@@ -221,7 +221,7 @@ impl Drop for StopOnDrop<'_> {
 }
 
 /// Waits until step `index` of `run` has printed `text`.
-fn wait_printed(root: &Path, run: &str, index: usize, text: &str) {
+pub(crate) fn wait_printed(root: &Path, run: &str, index: usize, text: &str) {
     let log = root
         .join("async-subagent-runs")
         .join(run)

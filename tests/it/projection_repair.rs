@@ -227,7 +227,10 @@ fn status_json_reads_as_the_pi_subagents_format() {
     assert_eq!(status["steps"][1]["status"], "failed");
     assert_eq!(status["steps"][1]["externalJob"]["state"], "failed");
     assert_eq!(status["steps"][1]["externalJob"]["providerJobId"], "job-7");
-    assert_eq!(status["steps"][2]["status"], "skipped");
+    // pi-subagents has no `skipped`: a step a failed run never ran is `failed` there, and ours
+    // says it never ran.
+    assert_eq!(status["steps"][2]["status"], "failed");
+    assert_eq!(status["steps"][2]["skipped"], true);
     assert_eq!(status["processTerminal"]["state"], "observed");
     assert_eq!(
         status["processTerminal"]["runnerProcessInstanceId"],

@@ -113,6 +113,7 @@ fn clear_env_keeps_only_what_env_gives_and_env_goes_over_a_specs() {
     let mut expected = vec![
         "ONLY",
         "RUNJOURNAL_HOME",
+        "RUNJOURNAL_INBOX",
         "RUNJOURNAL_LAYOUT",
         "RUNJOURNAL_RUN_ID",
         "RUNJOURNAL_STEP",

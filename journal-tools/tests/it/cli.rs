@@ -211,7 +211,7 @@ fn inspect_verify_passes_on_a_sound_home() {
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     assert_eq!(
         ran.stdout,
-        "verified 3 runs, 20 records, 15 projection files; redb integrity check passed: no problems\n"
+        "verified 3 runs, 20 records, 21 projection files; redb integrity check passed: no problems\n"
     );
     let objects = json_lines(&run(tool_at(&fixture, &["inspect", "verify", "--json"])).stdout);
     assert_eq!(objects.len(), 1);
@@ -349,13 +349,22 @@ fn replay_json_lists_each_file_written() {
         .filter(|object| object["type"] == "file")
         .map(|object| object["kind"].as_str().expect("a kind"))
         .collect();
-    assert_eq!(kinds, ["result", "status", "events"]);
+    assert_eq!(
+        kinds,
+        [
+            "result",
+            "status",
+            "events",
+            "process-terminal",
+            "steer-inbox-closed"
+        ]
+    );
     assert!(
         objects
             .iter()
             .all(|o| o["type"] != "file" || o["action"] == "written")
     );
-    assert_eq!(objects.last().expect("summary")["filesChanged"], 3);
+    assert_eq!(objects.last().expect("summary")["filesChanged"], 5);
 }
 
 #[test]

@@ -6,7 +6,9 @@ use clap::Subcommand;
 
 use runjournal::Home;
 use runjournal::control::{self, ControlError, DismissOutcome, StopOutcome};
-use runjournal::event::{ExternalJobStatus, JobState, MAX_TEXT_BYTES};
+use runjournal::event::{
+    ExternalJobStatus, JobState, MAX_STEER_MESSAGE_BYTES, MAX_TEXT_BYTES, SteerMode,
+};
 
 use crate::{CliResult, Failure, bad_input, check_run_text, open_store, print_line, resolve};
 
@@ -122,6 +124,61 @@ pub fn interrupt(home: Home, text: &str, reason: &str) -> CliResult {
         StopOutcome::StoppedWaiting { queue } => print_line(&format!(
             "run {run}: stopped while it waited in queue {queue}"
         ))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--mode`'s values.
+pub fn steer_mode_arg(text: &str) -> Result<SteerMode, String> {
+    text.parse()
+}
+
+/// `runjournal steer RUN [--step N] [--mode steer|follow-up] MESSAGE`.
+pub fn steer(
+    home: Home,
+    text: &str,
+    step: Option<u32>,
+    mode: SteerMode,
+    message: &str,
+    json: bool,
+) -> CliResult {
+    check_run_text(text)?;
+    if message.trim().is_empty() {
+        return Err(bad_input("the message is empty"));
+    }
+    if message.len() > MAX_STEER_MESSAGE_BYTES {
+        return Err(bad_input(format!(
+            "the message is {} bytes, over the limit of {MAX_STEER_MESSAGE_BYTES}",
+            message.len()
+        )));
+    }
+    let store = open_store(home)?;
+    let run = resolve(&store, text)?;
+    let source = format!("runjournal steer (pid {})", std::process::id());
+    let steered = control::steer(&store, run, step, mode, message, &source).map_err(|error| {
+        if error.is_bad_input() {
+            bad_input(error)
+        } else {
+            Failure::Error(error.into())
+        }
+    })?;
+    if json {
+        let text = serde_json::to_string(&steered)
+            .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
+        print_line(&text)?;
+    } else {
+        let steps: Vec<String> = steered.steps.iter().map(u32::to_string).collect();
+        let when = if steered.is_for_resume {
+            "kept for the run that resumes it"
+        } else {
+            "handed to the step through its inbox"
+        };
+        print_line(&format!(
+            "run {run}: {} {} for step {}; {when}",
+            steered.mode,
+            steered.request_id,
+            steps.join(", ")
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -152,6 +152,24 @@ enum Command {
         #[arg(long, default_value = "requested from the command line")]
         reason: String,
     },
+    /// Hand a message to a run's step: kept in the journal, then put in the step's inbox (a
+    /// directory the step finds in $RUNJOURNAL_INBOX, one JSON file per message) for the step
+    /// to take; at most 20 wait at once. A paused run keeps it for its resume.
+    Steer {
+        /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
+        run: String,
+        /// The step it is for (numbered from 0) [default: the steps the run is at].
+        #[arg(long, value_name = "N")]
+        step: Option<u32>,
+        /// steer (into what the step is doing) or follow-up (once it is done with it).
+        #[arg(long, default_value = "steer", value_parser = control::steer_mode_arg)]
+        mode: runjournal::event::SteerMode,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// The message, at most 128 KiB.
+        message: String,
+    },
     /// Carry a paused run on in a new run: a chain's interrupted step and the rest, a parallel
     /// run's steps that did not complete, a single run's step; with the paused run's name,
     /// cwd, host ids and the timeout it had left. The two runs are linked in the journal and in
@@ -411,6 +429,13 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Logs { run, step, follow } => inspect::logs(home, &run, step, follow),
         Command::Stop { run, reason } => control::stop(home, &run, &reason),
         Command::Interrupt { run, reason } => control::interrupt(home, &run, &reason),
+        Command::Steer {
+            run,
+            step,
+            mode,
+            json,
+            message,
+        } => control::steer(home, &run, step, mode, &message, json),
         Command::Resume(args) => launch::resume(home, args),
         Command::Dismiss { run } => control::dismiss(home, &run),
         Command::Job { command } => control::job(home, command),

@@ -29,9 +29,9 @@ impl StepOutput {
         StepOutput::of(state, steps, true)
     }
 
-    /// Every step of `state`'s run, each shown once [announced](StepOutput::announce): a step
-    /// may write before its `StepRunning` lands (the runner records it with the pid of the
-    /// process it started), and its output goes after that transition.
+    /// Every step of `state`'s run, each shown once [announced](StepOutput::announce): a look
+    /// may find a step's output before the records it read include the step's `StepRunning`,
+    /// and its output goes after that transition.
     pub fn every_step_once_announced(state: &RunState) -> StepOutput {
         StepOutput::of(state, (0..state.spec.steps.len()).collect(), false)
     }

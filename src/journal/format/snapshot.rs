@@ -19,11 +19,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::{
     self, ControlAction, EncodeError, ExternalJobStatus, HookOutcome, MAX_SNAPSHOT_BYTES, Observer,
-    ProcessExit, ProcessIdentity, Proof, Repairer, RunId, RunSpec, TerminalState, UnixMs,
+    ProcessExit, ProcessIdentity, Proof, Repairer, RunId, RunSpec, SteerMode, TerminalState,
+    UnixMs,
 };
 use crate::state::{
     AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
-    QueueInfo, RunState, RunStatus, RunnerInfo, StepState, StepStatus, TerminalInfo,
+    QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo, SteerTarget, StepState,
+    StepStatus, TerminalInfo, Undelivered,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -332,6 +334,7 @@ impl SnapshotV1 {
             dismissed_at_ms: self.dismissed_at_ms,
             queue: None,
             hooks: Vec::new(),
+            steers: Vec::new(),
             head_seq: self.head_seq,
             updated_at_ms: self.updated_at_ms,
         };
@@ -401,6 +404,7 @@ impl SnapshotNamespaces {
         if SnapshotNamespaces::of(state).is_none()
             && state.queue.is_none()
             && state.hooks.is_empty()
+            && state.steers.is_empty()
         {
             // Written all absent only before a queue or hooks: anything else is not what this
             // build writes.
@@ -441,7 +445,6 @@ struct SnapshotAdmission {
 }
 
 impl SnapshotQueue {
-    #[cfg(test)]
     fn of(queue: &QueueInfo) -> SnapshotQueue {
         SnapshotQueue {
             name: queue.name.clone(),
@@ -469,10 +472,10 @@ impl SnapshotQueue {
     }
 }
 
-/// The tag byte before a snapshot's hooks (a third extension at its end, after its queue when
-/// it has one): a queue's encoding starts with its name's length, never 0, so the tag tells
-/// the two apart.
-const HOOKS_TAG: u8 = 0;
+/// The tag byte before a snapshot's hooks (the last extension at its end, after its queue or
+/// its [`SnapshotExtras`] when it has them): a queue's encoding starts with its name's length
+/// (1 to 64), the extras with [`EXTRAS_MARK`] (0), so the tag tells the three apart.
+const HOOKS_TAG: u8 = 0xff;
 
 /// What follows a layout-1 snapshot's PID namespaces (and its queue, if any) when the run's
 /// hooks were attempted: [`HOOKS_TAG`], then this. A snapshot without hooks is as before; one
@@ -563,11 +566,118 @@ impl SnapshotHooks {
     }
 }
 
+/// What follows the PID namespaces of a layout-1 snapshot of a run with steer requests (a
+/// third extension at its end): [`EXTRAS_MARK`], then the run's queue if it has one, then its
+/// steer requests. The mark is a byte no queue begins with (a queue's name, which comes first,
+/// is at least one byte long, so its length is never 0): a snapshot without steer requests is
+/// as before, and builds without steering refuse one with them and re-derive the state from
+/// the records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotExtras {
+    queue: Option<SnapshotQueue>,
+    steers: Vec<SteerV1>,
+}
+
+/// The byte that opens [`SnapshotExtras`] where a bare queue would otherwise begin.
+const EXTRAS_MARK: u8 = 0;
+
+/// A steer request in a snapshot (without its message, which its record holds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerV1 {
+    pub id: String,
+    pub mode: SteerMode,
+    pub source: String,
+    pub preview: String,
+    pub requested_at_ms: UnixMs,
+    pub seq: u64,
+    pub targets: Vec<SteerTargetV1>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerTargetV1 {
+    pub step: u32,
+    pub delivery: SteerDeliveryV1,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SteerDeliveryV1 {
+    Queued,
+    Delivered { at_ms: UnixMs },
+    Undelivered { at_ms: UnixMs, why: UndeliveredV1 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UndeliveredV1 {
+    StepEnded,
+    RunEnded,
+}
+
+impl SteerV1 {
+    fn of(steer: &SteerInfo) -> SteerV1 {
+        SteerV1 {
+            id: steer.id.clone(),
+            mode: steer.mode,
+            source: steer.source.clone(),
+            preview: steer.preview.clone(),
+            requested_at_ms: steer.requested_at_ms,
+            seq: steer.seq,
+            targets: steer
+                .targets
+                .iter()
+                .map(|target| SteerTargetV1 {
+                    step: target.step,
+                    delivery: match target.delivery {
+                        SteerDelivery::Queued => SteerDeliveryV1::Queued,
+                        SteerDelivery::Delivered { at_ms } => SteerDeliveryV1::Delivered { at_ms },
+                        SteerDelivery::Undelivered { at_ms, why } => SteerDeliveryV1::Undelivered {
+                            at_ms,
+                            why: match why {
+                                Undelivered::StepEnded => UndeliveredV1::StepEnded,
+                                Undelivered::RunEnded => UndeliveredV1::RunEnded,
+                            },
+                        },
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    fn into_info(self) -> SteerInfo {
+        SteerInfo {
+            id: self.id,
+            mode: self.mode,
+            source: self.source,
+            preview: self.preview,
+            requested_at_ms: self.requested_at_ms,
+            seq: self.seq,
+            targets: self
+                .targets
+                .into_iter()
+                .map(|target| SteerTarget {
+                    step: target.step,
+                    delivery: match target.delivery {
+                        SteerDeliveryV1::Queued => SteerDelivery::Queued,
+                        SteerDeliveryV1::Delivered { at_ms } => SteerDelivery::Delivered { at_ms },
+                        SteerDeliveryV1::Undelivered { at_ms, why } => SteerDelivery::Undelivered {
+                            at_ms,
+                            why: match why {
+                                UndeliveredV1::StepEnded => Undelivered::StepEnded,
+                                UndeliveredV1::RunEnded => Undelivered::RunEnded,
+                            },
+                        },
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then — when it has any
-/// of them — its PID namespaces ([`SnapshotNamespaces`]), its queue ([`SnapshotQueue`]) and its
-/// hooks ([`SnapshotHooks`]), then a CRC-32C of everything before. Encoded from the state as it
-/// is, through borrowed twins of the wire types that encode to the same bytes (the append path
-/// encodes a snapshot for every batch), into one buffer.
+/// of them — its PID namespaces ([`SnapshotNamespaces`]); its queue ([`SnapshotQueue`]) or, for
+/// a run with steer requests, [`SnapshotExtras`] after their mark; its hooks
+/// ([`SnapshotHooks`]) after theirs; then a CRC-32C of everything before. Encoded from the state
+/// as it is, through borrowed twins of the wire types that encode to the same bytes where it can
+/// (the append path encodes a snapshot for every batch), into one buffer.
 pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> {
     let serialize_error = |error: postcard::Error| EncodeError::Serialize {
         reason: error.to_string(),
@@ -575,13 +685,22 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
     let mut bytes = Vec::with_capacity(ENCODE_CAPACITY);
     bytes = postcard::to_extend(&SnapshotOf::of(state), bytes).map_err(serialize_error)?;
     let namespaces = SnapshotNamespaces::of(state);
-    if namespaces.is_some() || state.queue.is_some() || !state.hooks.is_empty() {
+    let has_steers = !state.steers.is_empty();
+    let has_hooks = !state.hooks.is_empty();
+    if namespaces.is_some() || state.queue.is_some() || has_steers || has_hooks {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
         bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
-        if let Some(queue) = &state.queue {
+        if has_steers {
+            bytes.push(EXTRAS_MARK);
+            let extras = SnapshotExtras {
+                queue: state.queue.as_ref().map(SnapshotQueue::of),
+                steers: state.steers.iter().map(SteerV1::of).collect(),
+            };
+            bytes = postcard::to_extend(&extras, bytes).map_err(serialize_error)?;
+        } else if let Some(queue) = &state.queue {
             bytes = postcard::to_extend(&QueueOf::of(queue), bytes).map_err(serialize_error)?;
         }
-        if !state.hooks.is_empty() {
+        if has_hooks {
             bytes.push(HOOKS_TAG);
             bytes = postcard::to_extend(&SnapshotHooks::of(&state.hooks), bytes)
                 .map_err(serialize_error)?;
@@ -816,18 +935,28 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 Ok(taken) => taken,
                 Err(_) => return Err(not_namespaces()),
             };
-            let (queue, rest) = match rest {
-                [] | [HOOKS_TAG, ..] => (None, rest),
-                rest => match postcard::take_from_bytes::<SnapshotQueue>(rest) {
-                    Ok((queue, rest)) => (Some(queue.into_info()), rest),
-                    Err(_) => {
-                        return Err(SnapshotError::Malformed {
-                            reason: format!(
-                                "{} bytes after its PID namespaces that are not its queue",
-                                rest.len()
-                            ),
-                        });
+            let not_extensions = |rest: &[u8]| SnapshotError::Malformed {
+                reason: format!(
+                    "{} bytes after its PID namespaces that are neither its queue, its steer requests nor its hooks",
+                    rest.len()
+                ),
+            };
+            let (queue, steers, rest) = match rest {
+                [] | [HOOKS_TAG, ..] => (None, Vec::new(), rest),
+                [EXTRAS_MARK, extras @ ..] => {
+                    match postcard::take_from_bytes::<SnapshotExtras>(extras) {
+                        // Written only for a run with steer requests.
+                        Ok((extras, rest)) if !extras.steers.is_empty() => (
+                            extras.queue.map(SnapshotQueue::into_info),
+                            extras.steers.into_iter().map(SteerV1::into_info).collect(),
+                            rest,
+                        ),
+                        _ => return Err(not_extensions(rest)),
                     }
+                }
+                rest => match postcard::take_from_bytes::<SnapshotQueue>(rest) {
+                    Ok((queue, rest)) => (Some(queue.into_info()), Vec::new(), rest),
+                    Err(_) => return Err(not_extensions(rest)),
                 },
             };
             let hooks = match rest {
@@ -852,8 +981,9 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 }
             };
             let mut state = snapshot.into_state(run)?;
-            if queue.is_some() || !hooks.is_empty() {
+            if queue.is_some() || !steers.is_empty() || !hooks.is_empty() {
                 state.queue = queue;
+                state.steers = steers;
                 state.hooks = hooks;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
@@ -1201,5 +1331,86 @@ mod tests {
                 steps: 2
             })
         );
+    }
+
+    /// A run with steer requests (and a queue, and PID namespaces, or none of those)
+    /// round-trips; one without them has the bytes it had before steering existed.
+    #[test]
+    fn steer_requests_follow_the_namespaces_after_their_mark() {
+        let spec = crate::testkit::chain_spec(2);
+        let plain = [
+            crate::testkit::created(spec.clone(), 1, crate::event::HostIds::default()),
+            crate::testkit::runner_started(crate::testkit::identity(42), "i"),
+            crate::testkit::step_running(0, Some(crate::testkit::namespaced_identity(43))),
+        ];
+        let steered = [
+            crate::testkit::steer_requested("s1", &[0, 1], "look"),
+            crate::testkit::steer_delivered("s1", 0),
+            crate::testkit::steer_requested("s2", &[1], "then this"),
+        ];
+        let queued = [
+            crate::testkit::created(spec, 1, crate::event::HostIds::default()),
+            Event::QueueJoined {
+                queue: "q".to_string(),
+                idle_timeout_ms: None,
+                heartbeat_ms: None,
+            },
+            Event::QueueAdmitted {
+                by: "b".to_string(),
+            },
+            crate::testkit::runner_started(crate::testkit::identity(42), "i"),
+            crate::testkit::step_running(0, None),
+        ];
+        let fold = |events: Vec<Event>| {
+            let records: Vec<Record> = events
+                .into_iter()
+                .enumerate()
+                .map(|(index, event)| Record {
+                    format_version: FORMAT_VERSION,
+                    run_id: RUN,
+                    seq: index as u64 + 1,
+                    time_ms: 10 + index as u64,
+                    writer: WriterId(1),
+                    writer_seq: 1,
+                    event,
+                })
+                .collect();
+            state::replay(&records)
+                .expect("a legal life")
+                .expect("records")
+        };
+        for (case, base) in [("namespaces", plain.to_vec()), ("queue", queued.to_vec())] {
+            let before = fold(base.clone());
+            let after = fold(base.into_iter().chain(steered.clone()).collect());
+            assert_eq!(after.steers.len(), 2, "{case}");
+            let bytes = encode_snapshot(&after).expect("encodes");
+            assert_eq!(decode_snapshot(RUN, &bytes), Ok(after), "{case}");
+            let unsteered = encode_snapshot(&before).expect("encodes");
+            assert_eq!(
+                decode_snapshot(RUN, &unsteered),
+                Ok(before),
+                "{case}: without steers as before"
+            );
+        }
+        // Bytes after the mark that hold no steer request are refused, not taken for none.
+        let mut state = fold(plain.to_vec());
+        state.steers.clear();
+        let mut payload = postcard::to_allocvec(&SnapshotV1::of(&state)).expect("encodes");
+        payload.extend(
+            postcard::to_allocvec(&SnapshotNamespaces::of(&state).expect("a namespace"))
+                .expect("encodes"),
+        );
+        payload.push(EXTRAS_MARK);
+        payload.extend(
+            postcard::to_allocvec(&SnapshotExtras {
+                queue: None,
+                steers: Vec::new(),
+            })
+            .expect("encodes"),
+        );
+        assert!(matches!(
+            decode_snapshot(RUN, &event::with_checksum(&payload)),
+            Err(SnapshotError::Malformed { .. })
+        ));
     }
 }

@@ -25,6 +25,13 @@ use runjournal::event::{
 /// tried at most this many times.
 const HOOKS_PER_RUN: u32 = 17;
 const ATTEMPTS_PER_HOOK: u32 = 5;
+/// "Steering": a message is at most 128 KiB, its id and its source 256 bytes (pi-subagents'
+/// limits).
+const STEER_MESSAGE_LIMIT: usize = 128 * 1024;
+const STEER_ID_LIMIT: usize = 256;
+/// "Steering": at most 20 requests wait at once; a run takes at most 128 in its life.
+const STEERS_WAITING_LIMIT: usize = 20;
+const STEERS_LIMIT: usize = 128;
 
 /// Run states ("Lifecycle"): `queued`, `running` are active; the rest terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +132,8 @@ pub struct Run {
     pub queue: Option<(String, bool)>,
     /// "Hooks": each hook attempted, by number, in order.
     pub hooks: Vec<Hook>,
+    /// "Steering": each request's id, and where its message is for each target step.
+    pub steers: Vec<(String, Vec<(u32, Delivery)>)>,
 }
 
 /// "Hooks": one hook's deliveries, times left out.
@@ -147,6 +156,17 @@ impl Hook {
             *outcome == HookOutcome::Delivered || retry.is_none()
         })
     }
+}
+
+/// "Steering": where a message is for one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Not taken yet.
+    Waiting,
+    /// "the step takes a message by removing its file; the runner journals the delivery".
+    Taken,
+    /// "messages it never took are recorded as undelivered".
+    Lost,
 }
 
 impl Run {
@@ -241,11 +261,25 @@ pub enum Rule {
     /// "Hooks": "bounded attempts, then recorded as given up": no retry after a delivery or
     /// after the last attempt.
     HookRetryFits,
+    /// "Steering": a request has an id without white space, a message, and names steps, each
+    /// once.
+    SteerWellFormed,
+    /// "Steering": a message goes to a step that has yet to end; to a paused run, for a step
+    /// its resume runs (one that did not complete).
+    SteerToOpenStep,
+    /// "Steering": one request per id.
+    SteerIdOnce,
+    /// "Steering": 20 waiting per run, pi-subagents' limit.
+    SteerWaitingBounded,
+    /// "Steering": a run keeps each request it took, so it takes a bounded number.
+    SteerTotalBounded,
+    /// "Steering": a step takes a message that waits for it.
+    SteerTakenWhileWaiting,
 }
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 34] = [
+    pub const ALL: [Rule; 40] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -280,6 +314,12 @@ impl Rule {
         Rule::HookEndsItsAttempt,
         Rule::HookNeverAgainOnceSettled,
         Rule::HookRetryFits,
+        Rule::SteerWellFormed,
+        Rule::SteerToOpenStep,
+        Rule::SteerIdOnce,
+        Rule::SteerWaitingBounded,
+        Rule::SteerTotalBounded,
+        Rule::SteerTakenWhileWaiting,
     ];
 }
 
@@ -306,6 +346,25 @@ fn is_valid_spec(spec: &RunSpec) -> bool {
         !step.name.trim().is_empty() && !action_is_empty
     });
     has_steps && single_has_one && parallel_has_room && steps_are_whole
+}
+
+/// Whether an event's texts are within their bounds: a steer request's by its own, every
+/// other text by `MAX_TEXT_BYTES`.
+fn texts_are_bounded(event: &Event) -> bool {
+    match event {
+        Event::SteerRequested {
+            id,
+            message,
+            source,
+            ..
+        } => {
+            id.len() <= STEER_ID_LIMIT
+                && source.len() <= STEER_ID_LIMIT
+                && message.len() <= STEER_MESSAGE_LIMIT
+        }
+        Event::SteerDelivered { id, .. } => id.len() <= STEER_ID_LIMIT,
+        other => texts(other).iter().all(|text| text.len() <= MAX_TEXT_BYTES),
+    }
 }
 
 /// Every free text an event carries, outside the spec (which [`is_valid_spec`] covers).
@@ -355,14 +414,65 @@ fn texts(event: &Event) -> Vec<&str> {
             }
             HookOutcome::Delivered | HookOutcome::Failed { .. } | HookOutcome::TimedOut => {}
         },
+        Event::SteerRequested { .. } | Event::SteerDelivered { .. } => {}
+        Event::ControlRefused { file, reason } => texts.extend([file.as_str(), reason.as_str()]),
+        Event::HostEnded {
+            message,
+            result_path,
+            ..
+        } => {
+            texts.push(message);
+            texts.extend(result_path.as_deref());
+        }
     }
     texts
+}
+
+/// "`Terminal` ... running steps end failed (stopped when the run is stopped) with its error,
+/// pending steps are skipped"; the end gives up on the messages still waiting, but a pause,
+/// which keeps them for its resume.
+fn end(run: &Run, next: &mut Run, ending: Ending, broken: &mut Vec<Rule>) {
+    let is_every_step_complete = run
+        .steps
+        .iter()
+        .all(|step| step.status == StepStatus::Complete);
+    if ending.state == TerminalState::Complete && !is_every_step_complete {
+        broken.push(Rule::CompleteNeedsEveryStep);
+    }
+    for step in &mut next.steps {
+        match step.status {
+            StepStatus::Running => {
+                step.status = if ending.state == TerminalState::Stopped {
+                    StepStatus::Stopped
+                } else {
+                    StepStatus::Failed
+                };
+                step.error = ending.error.clone();
+            }
+            StepStatus::Pending => step.status = StepStatus::Skipped,
+            _ => {}
+        }
+    }
+    if ending.state != TerminalState::Paused {
+        lose_waiting(next, None);
+    }
+    next.status = status_of(ending.state);
+    next.ending = Some(ending);
+}
+
+/// The messages waiting for `step` (for every step: `None`) are lost.
+fn lose_waiting(run: &mut Run, step: Option<u32>) {
+    for (target, delivery) in run.steers.iter_mut().flat_map(|(_, targets)| targets) {
+        if *delivery == Delivery::Waiting && step.is_none_or(|step| *target == step) {
+            *delivery = Delivery::Lost;
+        }
+    }
 }
 
 /// The run `id` after `event`, or every rule it breaks (then the run is as it was).
 pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rule>> {
     let mut broken = Vec::new();
-    if texts(event).iter().any(|text| text.len() > MAX_TEXT_BYTES) {
+    if !texts_are_bounded(event) {
         broken.push(Rule::TextBounded);
     }
     let Some(run) = run else {
@@ -371,14 +481,16 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
     if let Event::RunCreated { .. } = event {
         broken.push(Rule::CreatedOnce);
     }
-    // "Hooks": a hook's attempts come after the run's end.
-    let may_follow_terminal = matches!(
-        event,
+    // "Hooks": a hook's attempts come after the run's end. "Steering": a paused run takes
+    // messages for its resume, and refusals of the files that asked for them.
+    let may_follow_terminal = match event {
         Event::ProcessTerminalObserved { .. }
-            | Event::Dismissed { .. }
-            | Event::HookAttempted { .. }
-            | Event::HookEnded { .. }
-    );
+        | Event::Dismissed { .. }
+        | Event::HookAttempted { .. }
+        | Event::HookEnded { .. } => true,
+        Event::SteerRequested { .. } | Event::ControlRefused { .. } => run.status == Status::Paused,
+        _ => false,
+    };
     if run.status.is_terminal() && !may_follow_terminal {
         broken.push(Rule::NothingAfterTerminal);
     }
@@ -465,6 +577,8 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
                 finished.status = step_status_of(outcome.end);
                 finished.exit_code = outcome.exit_code;
                 finished.error = outcome.error.clone();
+                // "When the step ends, messages it never took are recorded as undelivered."
+                lose_waiting(&mut next, Some(*step));
             }
         }
         Event::ControlRequested { action, by, reason } => {
@@ -485,38 +599,104 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             exit_code,
             repaired_by,
         } => {
-            let is_every_step_complete = run
-                .steps
-                .iter()
-                .all(|step| step.status == StepStatus::Complete);
-            if *state == TerminalState::Complete && !is_every_step_complete {
-                broken.push(Rule::CompleteNeedsEveryStep);
-            }
-            for step in &mut next.steps {
-                match step.status {
-                    // "Steps still `running` become `failed` (or `stopped` when the state is
-                    // `stopped`), with the run's error."
-                    StepStatus::Running => {
-                        step.status = if *state == TerminalState::Stopped {
-                            StepStatus::Stopped
-                        } else {
-                            StepStatus::Failed
-                        };
-                        step.error = error.clone();
-                    }
-                    // "`Terminal` turns `pending` steps into `skipped`."
-                    StepStatus::Pending => step.status = StepStatus::Skipped,
-                    _ => {}
-                }
-            }
-            next.status = status_of(*state);
-            next.ending = Some(Ending {
+            let ending = Ending {
                 state: *state,
                 error: error.clone(),
                 summary: summary.clone(),
                 exit_code: *exit_code,
                 repaired_by: *repaired_by,
-            });
+            };
+            end(run, &mut next, ending, &mut broken);
+        }
+        // "One end per run": a host's verdict is the run's end, by the host.
+        Event::HostEnded {
+            state,
+            exit_code,
+            message,
+            ..
+        } => {
+            let ending = Ending {
+                state: *state,
+                error: Some(message.clone()),
+                summary: message.clone(),
+                exit_code: *exit_code,
+                repaired_by: Some(Repairer::Host),
+            };
+            end(run, &mut next, ending, &mut broken);
+        }
+        // "refused with a journaled reason": the record is all of it.
+        Event::ControlRefused { .. } => {}
+        Event::SteerRequested {
+            id, steps, message, ..
+        } => {
+            let mut seen = Vec::new();
+            let is_well_formed = !id.is_empty()
+                && !id.chars().any(char::is_whitespace)
+                && !message.trim().is_empty()
+                && !steps.is_empty()
+                && steps.iter().all(|step| {
+                    let is_new = !seen.contains(step);
+                    seen.push(*step);
+                    is_new
+                });
+            if !is_well_formed {
+                broken.push(Rule::SteerWellFormed);
+            }
+            for step in steps {
+                if let Some(index) = step_of(*step, &mut broken) {
+                    let status = run.steps[index].status;
+                    let is_open = if run.status == Status::Paused {
+                        status != StepStatus::Complete
+                    } else {
+                        matches!(status, StepStatus::Pending | StepStatus::Running)
+                    };
+                    if !is_open {
+                        broken.push(Rule::SteerToOpenStep);
+                    }
+                }
+            }
+            if run.steers.iter().any(|(known, _)| known == id) {
+                broken.push(Rule::SteerIdOnce);
+            }
+            let waiting = run
+                .steers
+                .iter()
+                .filter(|(_, targets)| {
+                    targets
+                        .iter()
+                        .any(|(_, delivery)| *delivery == Delivery::Waiting)
+                })
+                .count();
+            if waiting >= STEERS_WAITING_LIMIT {
+                broken.push(Rule::SteerWaitingBounded);
+            }
+            if run.steers.len() >= STEERS_LIMIT {
+                broken.push(Rule::SteerTotalBounded);
+            }
+            next.steers.push((
+                id.clone(),
+                steps
+                    .iter()
+                    .map(|step| (*step, Delivery::Waiting))
+                    .collect(),
+            ));
+        }
+        Event::SteerDelivered { id, step } => {
+            if let Some(index) = step_of(*step, &mut broken) {
+                if run.steps[index].status != StepStatus::Running {
+                    broken.push(Rule::StepIsRunning);
+                }
+                let waiting = next
+                    .steers
+                    .iter_mut()
+                    .filter(|(known, _)| known == id)
+                    .flat_map(|(_, targets)| targets)
+                    .find(|(target, delivery)| target == step && *delivery == Delivery::Waiting);
+                match waiting {
+                    Some((_, delivery)) => *delivery = Delivery::Taken,
+                    None => broken.push(Rule::SteerTakenWhileWaiting),
+                }
+            }
         }
         Event::ProcessTerminalObserved {
             instance_id,
@@ -695,6 +875,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         dismissed_at_ms: None,
         queue: None,
         hooks: Vec::new(),
+        steers: Vec::new(),
     })
 }
 

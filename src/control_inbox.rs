@@ -1,0 +1,807 @@
+//! A run's control inbox: the files a host drops into `<run dir>/control/` to drive the run,
+//! as pi-subagents' own control channel writes them — `stop-requests/*.json` (and the older
+//! `stop.json`), `interrupt.json`, `timeout.json` and `steer-requests/*.json` — read as input
+//! and turned into the journal's requests (docs/design.md, "Control and steering").
+//!
+//! Whoever takes the inbox (the run's runner, a reconcile pass for a run without a live runner,
+//! a resume for its paused run) does it in three moves: [`scan`] reads each request file,
+//! checked like any input; [`decide`] says what to journal for it, from the run's state; once
+//! that is durable, [`settle`] removes the file (a request taken) or moves it aside into
+//! `control/refused/` (a file refused). So a request is journaled before it is acted on, and a
+//! taker killed between the record and the removal leaves a file that the next taker finds
+//! already recorded ([`Decision::AlreadyTaken`]): it is acted on once.
+//!
+//! Invariants:
+//! * nothing under the inbox is followed: the directories are opened without following a link
+//!   and checked to be this user's directories, each file is opened relative to its directory
+//!   without following a link, and checked on the open file (a regular file of this user, no
+//!   larger than [`MAX_REQUEST_FILE_BYTES`]) before a byte of it is read;
+//! * a file that is not a request a run takes is refused with its reason and moved aside,
+//!   never read again; at most [`MAX_REFUSED_KEPT`] are kept aside, the rest removed;
+//! * nothing here writes to the journal: the taker appends what [`decide`] says.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::Mode;
+use serde_json::Value;
+
+use crate::event::{
+    ControlAction, Event, MAX_STEER_ID_BYTES, MAX_TEXT_BYTES, RunId, SteerMode, TerminalState,
+    UnixMs, truncate_text,
+};
+use crate::home::Home;
+use crate::journal::{AppendError, Appended, Condition, ReadError};
+use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
+
+/// The largest request file read: a steer message is at most 128 KiB of UTF-8, which JSON may
+/// write several times longer when it escapes it.
+pub const MAX_REQUEST_FILE_BYTES: u64 = 1 << 20;
+
+/// Most refused files kept in `control/refused/`: past them a refused file is removed, so a
+/// host that keeps writing bad requests cannot fill the disk.
+pub const MAX_REFUSED_KEPT: usize = 64;
+
+/// The exit code of a run stopped before a runner took it: as a runner ends a stopped run,
+/// 128 + SIGTERM.
+pub const STOPPED_EXIT_CODE: i32 = 128 + 15;
+
+/// Where a request file sits in the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `control/` itself (`interrupt.json`, `timeout.json`, `stop.json`); a found entry named
+    /// `control` is the inbox directory itself, refused whole.
+    Inbox,
+    StopRequests,
+    SteerRequests,
+}
+
+impl Place {
+    fn dir_name(self) -> Option<&'static str> {
+        match self {
+            Place::Inbox => None,
+            Place::StopRequests => Some("stop-requests"),
+            Place::SteerRequests => Some("steer-requests"),
+        }
+    }
+}
+
+/// What a host asked, as the file says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// A stop, an interrupt or a timeout of the whole run; `by` and `reason` say who asked,
+    /// as far as the file says, why and when.
+    Control {
+        action: ControlAction,
+        by: String,
+        reason: String,
+    },
+    /// A message for steps of the run: `steps`, or (`None`) those the run is at.
+    Steer {
+        id: String,
+        steps: Option<Vec<u32>>,
+        mode: SteerMode,
+        message: String,
+        source: String,
+    },
+}
+
+/// One entry of the inbox, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub place: Place,
+    /// Its name in its directory.
+    pub name: OsString,
+    /// The request, or why the entry is refused.
+    pub request: Result<Request, String>,
+}
+
+impl Found {
+    /// Its path under the run's directory, as journaled (`control/stop-requests/x.json`).
+    pub fn file(&self) -> String {
+        let name = self.name.to_string_lossy();
+        match (self.place, self.place.dir_name()) {
+            (Place::Inbox, _) if self.name == "control" => "control".to_string(),
+            (_, Some(dir)) => format!("control/{dir}/{name}"),
+            (_, None) => format!("control/{name}"),
+        }
+    }
+}
+
+/// Makes the run's inbox and its request directories (0700) if they are missing, so that a
+/// host writes into directories of runjournal's making. A failure is only a later look's
+/// loss: the inbox is read as it is found.
+pub fn prepare(home: &Home, run: RunId) {
+    use std::os::unix::fs::DirBuilderExt;
+    for dir in [home.stop_requests_dir(run), home.steer_requests_dir(run)] {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+}
+
+/// Opens `name` under `dir` (the run's directory when `None`) as a directory of this user
+/// without following a link. `Ok(None)` when it does not exist; `Err(reason)` when it is
+/// something else.
+fn open_dir(parent: &OwnedFd, name: &OsStr) -> Result<Option<OwnedFd>, String> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = match nix::fcntl::openat(parent, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ENOENT) => return Ok(None),
+        Err(nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) => {
+            return Err(
+                "it is not a directory (a link or a file), and is not followed".to_string(),
+            );
+        }
+        Err(error) => return Err(format!("it cannot be opened: {error}")),
+    };
+    let stat = nix::sys::stat::fstat(&fd).map_err(|error| format!("it cannot be read: {error}"))?;
+    let euid = crate::durable_fs::effective_uid();
+    if stat.st_uid != euid {
+        return Err(format!(
+            "it belongs to uid {}, not to uid {euid}",
+            stat.st_uid
+        ));
+    }
+    Ok(Some(fd))
+}
+
+/// Every request of the run's inbox, read and checked, in the order a taker acts on them:
+/// stops, then the timeout, then the interrupt, then steer requests by name (pi-subagents
+/// names them by their time). Entries whose name does not end in `.json`, and those starting
+/// with a `.` (a host's file being written), are left alone, as pi-subagents leaves them. A
+/// failure to read the run's directory finds nothing: the next look tries again.
+pub fn scan(home: &Home, run: RunId) -> Vec<Found> {
+    let Ok(run_dir) = nix::fcntl::open(
+        &home.run_dir(run),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let control = match open_dir(&run_dir, OsStr::new("control")) {
+        Ok(Some(control)) => control,
+        Ok(None) => return Vec::new(),
+        Err(reason) => {
+            return vec![Found {
+                place: Place::Inbox,
+                name: OsString::from("control"),
+                request: Err(format!("the control inbox is refused: {reason}")),
+            }];
+        }
+    };
+    let mut found = Vec::new();
+    for place in [Place::StopRequests, Place::SteerRequests] {
+        let Some(dir_name) = place.dir_name() else {
+            continue;
+        };
+        match open_dir(&control, OsStr::new(dir_name)) {
+            Ok(Some(dir)) => found.extend(
+                request_names(&dir)
+                    .into_iter()
+                    .map(|name| read_request(&dir, place, name)),
+            ),
+            Ok(None) => {}
+            Err(reason) => found.push(Found {
+                place: Place::Inbox,
+                name: OsString::from(dir_name),
+                request: Err(format!("control/{dir_name} is refused: {reason}")),
+            }),
+        }
+    }
+    for name in ["stop.json", "timeout.json", "interrupt.json"] {
+        let name = OsString::from(name);
+        if nix::sys::stat::fstatat(&control, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        {
+            found.push(read_request(&control, Place::Inbox, name));
+        }
+    }
+    // Stops first, then the timeout, then the interrupt: the first control request is what
+    // the run acts on, and pi-subagents' runner looks at them in this order too.
+    let rank = |found: &Found| match (found.place, found.name.as_bytes()) {
+        (Place::StopRequests, _) | (Place::Inbox, b"stop.json") => 0,
+        (Place::Inbox, b"timeout.json") => 1,
+        (Place::Inbox, b"interrupt.json") => 2,
+        (Place::Inbox, _) => 0,
+        (Place::SteerRequests, _) => 3,
+    };
+    found.sort_by(|left, right| {
+        rank(left)
+            .cmp(&rank(right))
+            .then_with(|| left.name.cmp(&right.name))
+    });
+    found
+}
+
+/// The names of the request files in `dir`, in name order.
+fn request_names(dir: &OwnedFd) -> Vec<OsString> {
+    let Ok(copy) = dir.try_clone() else {
+        return Vec::new();
+    };
+    let Ok(mut entries) = nix::dir::Dir::from_fd(copy) else {
+        return Vec::new();
+    };
+    let mut names: Vec<OsString> = entries
+        .iter()
+        .filter_map(Result::ok)
+        .map(|entry| OsStr::from_bytes(entry.file_name().to_bytes()).to_os_string())
+        .filter(|name| {
+            let bytes = name.as_bytes();
+            bytes.ends_with(b".json") && !bytes.starts_with(b".")
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Reads one request file: opened without following a link, checked on the open file, read
+/// to at most [`MAX_REQUEST_FILE_BYTES`], then parsed.
+fn read_request(dir: &OwnedFd, place: Place, name: OsString) -> Found {
+    let request = read_file(dir, &name).and_then(|bytes| parse(place, &name, &bytes));
+    Found {
+        place,
+        name,
+        request,
+    }
+}
+
+fn read_file(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let fd = match nix::fcntl::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ELOOP) => {
+            return Err("it is a symbolic link, which is never followed".to_string());
+        }
+        Err(error) => return Err(format!("it cannot be opened: {error}")),
+    };
+    let stat = nix::sys::stat::fstat(&fd).map_err(|error| format!("it cannot be read: {error}"))?;
+    let kind = stat.st_mode & nix::libc::S_IFMT;
+    if kind != nix::libc::S_IFREG {
+        return Err("it is not a regular file".to_string());
+    }
+    let euid = crate::durable_fs::effective_uid();
+    if stat.st_uid != euid {
+        return Err(format!(
+            "it belongs to uid {}, not to uid {euid} who runs the run",
+            stat.st_uid
+        ));
+    }
+    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    if size > MAX_REQUEST_FILE_BYTES {
+        return Err(format!(
+            "it is {size} bytes, over the limit of {MAX_REQUEST_FILE_BYTES}"
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_REQUEST_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("it cannot be read: {error}"))?;
+    if bytes.len() as u64 > MAX_REQUEST_FILE_BYTES {
+        return Err(format!(
+            "it grew over the limit of {MAX_REQUEST_FILE_BYTES} bytes while it was read"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A text field of a request, if it is a string.
+fn text<'a>(fields: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a str> {
+    fields.get(key).and_then(Value::as_str)
+}
+
+/// What a request file asks (pi-subagents' `InterruptRequest`, `TimeoutRequest`,
+/// `StopRequest`, `SteerRequest`), or why it is refused. Pure.
+pub fn parse(place: Place, name: &OsStr, bytes: &[u8]) -> Result<Request, String> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|error| format!("it is not JSON: {error}"))?;
+    let Value::Object(fields) = value else {
+        return Err("it is not a JSON object".to_string());
+    };
+    let expected = match (place, name.as_bytes()) {
+        (Place::SteerRequests, _) => "steer",
+        (Place::StopRequests, _) | (Place::Inbox, b"stop.json") => "stop",
+        (Place::Inbox, b"timeout.json") => "timeout",
+        (Place::Inbox, b"interrupt.json") => "interrupt",
+        (Place::Inbox, _) => return Err("it is no request file of the inbox".to_string()),
+    };
+    if text(&fields, "type") != Some(expected) {
+        return Err(format!("its type is not {expected:?}"));
+    }
+    let source = text(&fields, "source")
+        .map(str::trim)
+        .filter(|source| !source.is_empty());
+    let ts = fields.get("ts").and_then(Value::as_u64);
+    if expected == "steer" {
+        return parse_steer(&fields, source, ts);
+    }
+    if fields.contains_key("targetIndex") {
+        return Err(
+            "it asks to stop one step (targetIndex); runjournal stops whole runs".to_string(),
+        );
+    }
+    let action = match expected {
+        "stop" => ControlAction::Stop,
+        "timeout" => ControlAction::Timeout,
+        _ => ControlAction::Interrupt,
+    };
+    let file = match place.dir_name() {
+        Some(dir) => format!("control/{dir}/{}", name.to_string_lossy()),
+        None => format!("control/{}", name.to_string_lossy()),
+    };
+    let by = format!("{} through {file}", source.unwrap_or("a host"));
+    let why = text(&fields, "reason")
+        .map(str::trim)
+        .filter(|reason| !reason.is_empty())
+        .map_or_else(
+            || {
+                format!(
+                    "{} requested through the run's control inbox",
+                    action.as_str()
+                )
+            },
+            str::to_string,
+        );
+    let reason = match ts {
+        Some(ts) => format!("{why} (requested at {ts}, Unix ms)"),
+        None => why,
+    };
+    Ok(Request::Control {
+        action,
+        by: truncate_text(&by, MAX_TEXT_BYTES),
+        reason: truncate_text(&reason, MAX_TEXT_BYTES),
+    })
+}
+
+/// pi-subagents' `SteerRequest`, checked as its own reader checks one.
+fn parse_steer(
+    fields: &serde_json::Map<String, Value>,
+    source: Option<&str>,
+    ts: Option<UnixMs>,
+) -> Result<Request, String> {
+    let id = text(fields, "id")
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && !id.chars().any(char::is_whitespace))
+        .ok_or("it has no id, or one with white space")?;
+    if id.len() > MAX_STEER_ID_BYTES {
+        return Err(format!(
+            "its id is {} bytes, over the limit of {MAX_STEER_ID_BYTES}",
+            id.len()
+        ));
+    }
+    if ts.is_none_or(|ts| ts == 0) {
+        return Err("it has no time (ts)".to_string());
+    }
+    let message = text(fields, "message")
+        .map(str::trim)
+        .filter(|message| !message.is_empty())
+        .ok_or("it has no message")?;
+    if message.len() > crate::event::MAX_STEER_MESSAGE_BYTES {
+        return Err(format!(
+            "its message is {} bytes, over the limit of {}",
+            message.len(),
+            crate::event::MAX_STEER_MESSAGE_BYTES
+        ));
+    }
+    let mode = match text(fields, "mode") {
+        None | Some("steer" | "auto") => SteerMode::Steer,
+        Some("follow_up" | "follow-up") => SteerMode::FollowUp,
+        Some(other) => return Err(format!("its mode {other:?} is none of steer and follow_up")),
+    };
+    let index = |value: &Value| {
+        value
+            .as_u64()
+            .and_then(|index| u32::try_from(index).ok())
+            .filter(|index| *index <= 1_000_000)
+    };
+    let steps = match (fields.get("targetIndex"), fields.get("targetIndexes")) {
+        (None, None) => None,
+        (Some(target), None) => Some(vec![index(target).ok_or("its targetIndex is no step")?]),
+        (None, Some(Value::Array(targets))) if !targets.is_empty() => Some(
+            targets
+                .iter()
+                .map(|target| index(target).ok_or("its targetIndexes are not all steps"))
+                .collect::<Result<Vec<u32>, _>>()?,
+        ),
+        _ => return Err("its targetIndex or targetIndexes are malformed".to_string()),
+    };
+    let source = truncate_text(source.unwrap_or("a host"), MAX_STEER_ID_BYTES);
+    Ok(Request::Steer {
+        id: id.to_string(),
+        steps,
+        mode,
+        message: message.to_string(),
+        source,
+    })
+}
+
+/// What to journal for a found entry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Append these events (appended on the head given when it is `Some`: a stop of a run
+    /// waiting in its queue ends it in the same batch), then settle the file as
+    /// [`Settle::Taken`] — or as [`Settle::Refused`] when the events are a refusal.
+    Record {
+        events: Vec<Event>,
+        expect_head: Option<u64>,
+        settle: Settle,
+    },
+    /// The journal already holds it (a taker was killed between the record and the file's
+    /// removal, or another taker got there first, or the run already has that request): only
+    /// remove the file.
+    AlreadyTaken,
+    /// Leave the file: the run's state does not take it now (a control request of a run that
+    /// ended, which nothing acts on; its file stays for whoever looks).
+    Leave,
+}
+
+/// How a file is settled once what it asked is journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Removed: its request is in the journal.
+    Taken,
+    /// Moved aside into `control/refused/`.
+    Refused,
+}
+
+/// The steps a steer request goes to when it names none: the running ones; else, in a run
+/// that has not started them, or a paused one (its resume starts them), the first step that
+/// has yet to end in a chain or a single run, every such step in a parallel one. Empty when
+/// no step is left. Pure.
+pub fn steer_targets(state: &RunState) -> Vec<u32> {
+    let step_number = |index: usize| u32::try_from(index).unwrap_or(u32::MAX);
+    let running: Vec<u32> = state
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, step)| step.status == StepStatus::Running)
+        .map(|(index, _)| step_number(index))
+        .collect();
+    if !running.is_empty() {
+        return running;
+    }
+    let is_open = |status: StepStatus| {
+        if state.status == RunStatus::Paused {
+            status != StepStatus::Complete
+        } else {
+            status == StepStatus::Pending
+        }
+    };
+    let open = state
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, step)| is_open(step.status))
+        .map(|(index, _)| step_number(index));
+    match state.spec.mode {
+        crate::event::Mode::Parallel => open.collect(),
+        crate::event::Mode::Single | crate::event::Mode::Chain => open.take(1).collect(),
+    }
+}
+
+/// The events a stop records: the request, and for a run waiting in its queue (no runner will
+/// start for it) its end, stopped, in the same batch. The one wording of both, for `stop` and
+/// for the inbox. Pure.
+pub fn stop_events(state: &RunState, by: &str, reason: &str) -> Vec<Event> {
+    let mut events = vec![Event::ControlRequested {
+        action: ControlAction::Stop,
+        by: by.to_string(),
+        reason: reason.to_string(),
+    }];
+    if let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) {
+        events.push(Event::Terminal {
+            state: TerminalState::Stopped,
+            error: None,
+            summary: format!("stopped while it waited in queue {}", queue.name),
+            exit_code: STOPPED_EXIT_CODE,
+            repaired_by: None,
+        });
+    }
+    events
+}
+
+/// What to journal for `found`, from the run's state now. Pure.
+pub fn decide(found: &Found, state: &RunState) -> Decision {
+    let refuse = |reason: &str| Decision::Record {
+        events: vec![Event::ControlRefused {
+            file: truncate_text(&found.file(), MAX_TEXT_BYTES),
+            reason: truncate_text(reason, MAX_TEXT_BYTES),
+        }],
+        expect_head: None,
+        settle: Settle::Refused,
+    };
+    let takes_refusals = !state.is_terminal() || state.status == RunStatus::Paused;
+    let request = match &found.request {
+        Ok(request) => request,
+        Err(reason) if takes_refusals => return refuse(reason),
+        Err(_) => return Decision::Leave,
+    };
+    match request {
+        Request::Control { action, by, reason } => {
+            if state.has_control(*action) {
+                return Decision::AlreadyTaken;
+            }
+            if state.status == RunStatus::Paused {
+                return refuse(&format!(
+                    "the run is paused: it takes no {}; resume it, or act on the run that resumes it",
+                    action.as_str()
+                ));
+            }
+            if state.is_terminal() {
+                return Decision::Leave;
+            }
+            let (events, expect_head) = match action {
+                ControlAction::Stop if state.is_waiting_for_slot() => {
+                    (stop_events(state, by, reason), Some(state.head_seq))
+                }
+                action => (
+                    vec![Event::ControlRequested {
+                        action: *action,
+                        by: by.clone(),
+                        reason: reason.clone(),
+                    }],
+                    None,
+                ),
+            };
+            Decision::Record {
+                events,
+                expect_head,
+                settle: Settle::Taken,
+            }
+        }
+        Request::Steer {
+            id,
+            steps,
+            mode,
+            message,
+            source,
+        } => {
+            if state.steer(id).is_some() {
+                return Decision::AlreadyTaken;
+            }
+            if !takes_refusals {
+                return Decision::Leave;
+            }
+            let steps = steps.clone().unwrap_or_else(|| steer_targets(state));
+            if steps.is_empty() {
+                return refuse("no step of the run has yet to end");
+            }
+            Decision::Record {
+                events: vec![Event::SteerRequested {
+                    id: id.clone(),
+                    steps,
+                    mode: *mode,
+                    message: message.clone(),
+                    source: source.clone(),
+                }],
+                expect_head: None,
+                settle: Settle::Taken,
+            }
+        }
+    }
+}
+
+/// What to journal when the run refused what [`decide`] said (a steer to a step that ended
+/// meanwhile, a full queue of messages): the refusal of the file, with the run's reason. `None`
+/// for a refusal that means the request is already there (a control action requested, a steer
+/// id taken), or one that is not about the request (the run ended meanwhile: look again).
+pub fn refusal_of(found: &Found, error: &TransitionError) -> Option<Event> {
+    match error {
+        TransitionError::ControlAlreadyRequested { .. }
+        | TransitionError::SteerIdReused { .. }
+        | TransitionError::AfterTerminal { .. } => None,
+        error => Some(Event::ControlRefused {
+            file: truncate_text(&found.file(), MAX_TEXT_BYTES),
+            reason: truncate_text(&error.to_string(), MAX_TEXT_BYTES),
+        }),
+    }
+}
+
+/// Removes `found`'s file (taken) or moves it aside into `control/refused/` (refused; removed
+/// when [`MAX_REFUSED_KEPT`] are kept there already). A refused inbox directory is renamed
+/// `control.refused-<ms>` beside it. Best effort: a file that is gone already was settled by
+/// another taker, and one that cannot be moved is found again and decided again
+/// ([`Decision::AlreadyTaken`] for a request).
+pub fn settle(home: &Home, run: RunId, found: &Found, how: Settle) -> io::Result<()> {
+    let run_dir = nix::fcntl::open(
+        &home.run_dir(run),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    if found.place == Place::Inbox && found.name == "control" {
+        let aside = format!("control.refused-{}", crate::event::now_ms());
+        return gone_is_fine(nix::fcntl::renameat(
+            &run_dir,
+            "control",
+            &run_dir,
+            aside.as_str(),
+        ));
+    }
+    let control = open_dir(&run_dir, OsStr::new("control"))
+        .map_err(io::Error::other)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    let (dir, is_dir) = match (found.place.dir_name(), found.place) {
+        (Some(dir_name), _) => (
+            open_dir(&control, OsStr::new(dir_name))
+                .map_err(io::Error::other)?
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?,
+            false,
+        ),
+        // A request directory refused whole sits in the inbox itself.
+        (None, Place::Inbox) => (
+            control.try_clone()?,
+            matches!(found.name.as_bytes(), b"stop-requests" | b"steer-requests"),
+        ),
+        (None, _) => (control.try_clone()?, false),
+    };
+    if how == Settle::Taken {
+        return gone_is_fine(nix::unistd::unlinkat(
+            &dir,
+            found.name.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        ));
+    }
+    let refused = refused_dir(&control)?;
+    if request_names_count(&refused) >= MAX_REFUSED_KEPT && !is_dir {
+        return gone_is_fine(nix::unistd::unlinkat(
+            &dir,
+            found.name.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        ));
+    }
+    let prefix = found.place.dir_name().unwrap_or("inbox");
+    let aside = format!(
+        "{prefix}-{}-{}",
+        crate::event::now_ms(),
+        found.name.to_string_lossy()
+    );
+    gone_is_fine(nix::fcntl::renameat(
+        &dir,
+        found.name.as_os_str(),
+        &refused,
+        aside.as_str(),
+    ))
+}
+
+fn gone_is_fine(result: nix::Result<()>) -> io::Result<()> {
+    match result {
+        Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `control/refused/`, made 0700 if missing.
+fn refused_dir(control: &OwnedFd) -> io::Result<OwnedFd> {
+    match nix::sys::stat::mkdirat(control.as_fd(), "refused", Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        Err(error) => return Err(error.into()),
+    }
+    open_dir(control, OsStr::new("refused"))
+        .map_err(io::Error::other)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+}
+
+/// How many entries a directory holds (but `.` and `..`).
+fn request_names_count(dir: &OwnedFd) -> usize {
+    let Ok(copy) = dir.try_clone() else {
+        return 0;
+    };
+    let Ok(mut entries) = nix::dir::Dir::from_fd(copy) else {
+        return 0;
+    };
+    entries
+        .iter()
+        .filter_map(Result::ok)
+        .filter(|entry| !matches!(entry.file_name().to_bytes(), b"." | b".."))
+        .count()
+}
+
+/// What one [`take`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// Requests journaled now.
+    pub recorded: usize,
+    /// Files refused now (their refusal journaled).
+    pub refused: usize,
+    /// Files whose request the journal held already, removed now.
+    pub already_taken: usize,
+    /// Files that could not be removed or moved aside (found again by the next look).
+    pub unsettled: Vec<String>,
+}
+
+impl Taken {
+    /// Whether it journaled anything.
+    pub fn has_recorded(&self) -> bool {
+        self.recorded + self.refused > 0
+    }
+}
+
+/// Why a [`take`] stopped: the journal could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TakeError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    #[error("run {run} is not in the journal")]
+    UnknownRun { run: RunId },
+}
+
+/// Most times one file is decided again when the run moved on under its append.
+const TAKE_ATTEMPTS: usize = 8;
+
+/// Takes the run's inbox: [`scan`], then for each file [`decide`] on the run's state as
+/// `read_state` reads it, `append` what it says, and [`settle`] the file once that is durable.
+/// A request the run refuses (a steer to a step that ended meanwhile, a full queue of messages)
+/// is refused in its turn ([`refusal_of`]). The one way a runner, a reconcile pass and a
+/// resume take an inbox; each brings its own reading and appending.
+pub fn take(
+    home: &Home,
+    run: RunId,
+    mut read_state: impl FnMut() -> Result<Option<RunState>, ReadError>,
+    mut append: impl FnMut(Vec<Event>, Condition) -> Result<Appended, AppendError>,
+) -> Result<Taken, TakeError> {
+    let mut taken = Taken::default();
+    for found in scan(home, run) {
+        let mut settled = None;
+        for _ in 0..TAKE_ATTEMPTS {
+            let state = read_state()?.ok_or(TakeError::UnknownRun { run })?;
+            let (events, expect_head, how) = match decide(&found, &state) {
+                Decision::Leave => break,
+                Decision::AlreadyTaken => {
+                    taken.already_taken += 1;
+                    settled = Some(Settle::Taken);
+                    break;
+                }
+                Decision::Record {
+                    events,
+                    expect_head,
+                    settle,
+                } => (events, expect_head, settle),
+            };
+            let condition = expect_head.map_or_else(Condition::none, Condition::expect_head);
+            match append(events, condition) {
+                Ok(_) => {
+                    match how {
+                        Settle::Taken => taken.recorded += 1,
+                        Settle::Refused => taken.refused += 1,
+                    }
+                    settled = Some(how);
+                    break;
+                }
+                Err(AppendError::HeadMismatch { .. } | AppendError::AlreadyTerminal { .. }) => {}
+                // Without a refusal it is decided again: already there, or the run ended
+                // meanwhile.
+                Err(AppendError::Transition { source, .. }) => {
+                    if let Some(refusal) = refusal_of(&found, &source) {
+                        match append(vec![refusal], Condition::none()) {
+                            Ok(_) => {
+                                taken.refused += 1;
+                                settled = Some(Settle::Refused);
+                                break;
+                            }
+                            // The run ended meanwhile: decided again.
+                            Err(AppendError::Transition { .. }) => {}
+                            Err(error) => return Err(error.into()),
+                        }
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        if let Some(how) = settled
+            && let Err(error) = settle(home, run, &found, how)
+        {
+            taken.unsettled.push(format!("{}: {error}", found.file()));
+        }
+    }
+    Ok(taken)
+}
+
+#[cfg(test)]
+mod tests;

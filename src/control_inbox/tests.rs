@@ -1,0 +1,488 @@
+//! The control inbox read as input: pi-subagents' request files parsed as its own reader
+//! parses them, every other entry refused with its reason and never followed, and what each
+//! asks decided from the run's state.
+
+use super::*;
+use crate::event::{FORMAT_VERSION, HostIds, Mode, Record, WriterId};
+use crate::home::Layout;
+use crate::testkit as kit;
+
+const RUN: RunId = RunId::from_bytes([6; 16]);
+
+fn home() -> (tempfile::TempDir, Home) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let home = Home::in_layout(dir.path(), Layout::PiSubagents);
+    std::fs::create_dir_all(home.run_dir(RUN)).expect("the run's directory");
+    (dir, home)
+}
+
+fn state_of(spec: crate::event::RunSpec, events: Vec<Event>) -> RunState {
+    let all: Vec<Event> = std::iter::once(kit::created(spec, 1, HostIds::default()))
+        .chain(events)
+        .collect();
+    let records: Vec<Record> = all
+        .into_iter()
+        .enumerate()
+        .map(|(index, event)| Record {
+            format_version: FORMAT_VERSION,
+            run_id: RUN,
+            seq: index as u64 + 1,
+            time_ms: 10 + index as u64,
+            writer: WriterId(1),
+            writer_seq: index as u64 + 1,
+            event,
+        })
+        .collect();
+    crate::state::replay(&records)
+        .expect("a legal life")
+        .expect("records")
+}
+
+fn running_chain() -> RunState {
+    state_of(
+        kit::chain_spec(2),
+        vec![
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, None),
+        ],
+    )
+}
+
+fn parse_in(place: Place, name: &str, json: &str) -> Result<Request, String> {
+    parse(place, OsStr::new(name), json.as_bytes())
+}
+
+/// What `requestAsyncStop`, `requestAsyncInterrupt`, `requestAsyncTimeout` and
+/// `requestAsyncSteer` of pi-subagents 0.67 write (their payloads, pretty-printed as its
+/// `writeAtomicJson` does) is what they mean here.
+#[test]
+fn pi_subagents_requests_read_as_what_they_ask() {
+    let stop = parse_in(
+        Place::StopRequests,
+        "0001700000000000-u.json",
+        "{\n  \"source\": \"tui\",\n  \"reason\": \"user pressed x\",\n  \"ts\": 1700000000000,\n  \"type\": \"stop\"\n}",
+    );
+    assert_eq!(
+        stop,
+        Ok(Request::Control {
+            action: ControlAction::Stop,
+            by: "tui through control/stop-requests/0001700000000000-u.json".to_string(),
+            reason: "user pressed x (requested at 1700000000000, Unix ms)".to_string(),
+        })
+    );
+    let Ok(Request::Control { action, by, reason }) = parse_in(
+        Place::Inbox,
+        "interrupt.json",
+        r#"{"ts": 5, "type": "interrupt"}"#,
+    ) else {
+        panic!("an interrupt");
+    };
+    assert_eq!(action, ControlAction::Interrupt);
+    assert_eq!(by, "a host through control/interrupt.json");
+    assert!(reason.contains("requested at 5"), "{reason}");
+    assert!(matches!(
+        parse_in(Place::Inbox, "timeout.json", r#"{"type": "timeout"}"#),
+        Ok(Request::Control {
+            action: ControlAction::Timeout,
+            ..
+        })
+    ));
+    let steer = parse_in(
+        Place::SteerRequests,
+        "0001700000000000-aWQ.json",
+        r#"{"type":"steer","id":"id-1","ts":1700000000000,"message":"  look at the tests  ","mode":"follow_up","targetIndexes":[0,2],"source":"tui"}"#,
+    );
+    assert_eq!(
+        steer,
+        Ok(Request::Steer {
+            id: "id-1".to_string(),
+            steps: Some(vec![0, 2]),
+            mode: SteerMode::FollowUp,
+            message: "look at the tests".to_string(),
+            source: "tui".to_string(),
+        })
+    );
+    assert!(matches!(
+        parse_in(
+            Place::SteerRequests,
+            "x.json",
+            r#"{"type":"steer","id":"i","ts":1,"message":"m"}"#
+        ),
+        Ok(Request::Steer {
+            steps: None,
+            mode: SteerMode::Steer,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_malformed_request_is_refused_saying_why() {
+    let cases = [
+        (Place::StopRequests, "a.json", "{not json", "not JSON"),
+        (Place::StopRequests, "a.json", "[1]", "not a JSON object"),
+        (
+            Place::StopRequests,
+            "a.json",
+            r#"{"type":"interrupt"}"#,
+            "type is not \"stop\"",
+        ),
+        (
+            Place::StopRequests,
+            "a.json",
+            r#"{"type":"stop","targetIndex":1}"#,
+            "stop one step",
+        ),
+        (
+            Place::SteerRequests,
+            "a.json",
+            r#"{"type":"steer","id":"a b","ts":1,"message":"m"}"#,
+            "no id",
+        ),
+        (
+            Place::SteerRequests,
+            "a.json",
+            r#"{"type":"steer","id":"i","message":"m"}"#,
+            "no time",
+        ),
+        (
+            Place::SteerRequests,
+            "a.json",
+            r#"{"type":"steer","id":"i","ts":1,"message":"   "}"#,
+            "no message",
+        ),
+        (
+            Place::SteerRequests,
+            "a.json",
+            r#"{"type":"steer","id":"i","ts":1,"message":"m","mode":"loud"}"#,
+            "mode",
+        ),
+        (
+            Place::SteerRequests,
+            "a.json",
+            r#"{"type":"steer","id":"i","ts":1,"message":"m","targetIndexes":[]}"#,
+            "malformed",
+        ),
+        (
+            Place::SteerRequests,
+            "a.json",
+            r#"{"type":"steer","id":"i","ts":1,"message":"m","targetIndex":-1}"#,
+            "no step",
+        ),
+    ];
+    for (place, name, json, why) in cases {
+        let error = parse_in(place, name, json).expect_err(json);
+        assert!(error.contains(why), "{json}: {error}");
+    }
+    let long = format!(
+        r#"{{"type":"steer","id":"i","ts":1,"message":"{}"}}"#,
+        "x".repeat(crate::event::MAX_STEER_MESSAGE_BYTES + 1)
+    );
+    let error = parse_in(Place::SteerRequests, "a.json", &long).expect_err("too long");
+    assert!(error.contains("over the limit"), "{error}");
+}
+
+/// A link, a directory, a FIFO, another user's file and an oversized file in the inbox are
+/// each refused with a reason, none followed or waited on; a file being written (a dot file)
+/// and a file of another name are left alone.
+#[test]
+fn what_is_not_a_request_file_is_refused_and_never_followed() {
+    let (_dir, home) = home();
+    prepare(&home, RUN);
+    let stops = home.stop_requests_dir(RUN);
+    let outside = home.root().join("outside.json");
+    std::fs::write(&outside, r#"{"type":"stop"}"#).expect("write");
+    std::os::unix::fs::symlink(&outside, stops.join("link.json")).expect("symlink");
+    std::fs::create_dir(stops.join("dir.json")).expect("mkdir");
+    nix::unistd::mkfifo(
+        &stops.join("fifo.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("fifo");
+    std::fs::write(
+        stops.join("big.json"),
+        vec![b' '; MAX_REQUEST_FILE_BYTES as usize + 1],
+    )
+    .expect("write");
+    std::fs::write(stops.join("ok.json"), r#"{"type":"stop"}"#).expect("write");
+    std::fs::write(stops.join(".ok.json.1.2.tmp"), "partial").expect("write");
+    std::fs::write(stops.join("notes.txt"), "hello").expect("write");
+    let is_root = nix::unistd::geteuid().is_root();
+    if is_root {
+        let theirs = stops.join("theirs.json");
+        std::fs::write(&theirs, r#"{"type":"stop"}"#).expect("write");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+    }
+    let found = scan(&home, RUN);
+    let outcome = |name: &str| -> Result<Request, String> {
+        found
+            .iter()
+            .find(|found| found.name == name)
+            .unwrap_or_else(|| panic!("{name} found: {found:?}"))
+            .request
+            .clone()
+    };
+    for (name, why) in [
+        ("link.json", "symbolic link"),
+        ("dir.json", "not a regular file"),
+        ("fifo.json", "not a regular file"),
+        ("big.json", "over the limit"),
+    ] {
+        let error = outcome(name).expect_err(name);
+        assert!(error.contains(why), "{name}: {error}");
+    }
+    if is_root {
+        let error = outcome("theirs.json").expect_err("another user's");
+        assert!(error.contains("belongs to uid 65534"), "{error}");
+    }
+    assert!(outcome("ok.json").is_ok());
+    assert!(
+        found
+            .iter()
+            .all(|found| found.name != ".ok.json.1.2.tmp" && found.name != "notes.txt"),
+        "{found:?}"
+    );
+
+    // Refused and moved aside: the link itself, never what it points to.
+    let link = found
+        .iter()
+        .find(|found| found.name == "link.json")
+        .expect("the link");
+    settle(&home, RUN, link, Settle::Refused).expect("moved aside");
+    assert!(outside.exists(), "what the link pointed to is untouched");
+    assert!(!stops.join("link.json").exists());
+    let aside: Vec<_> = std::fs::read_dir(home.control_refused_dir(RUN))
+        .expect("refused/")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert!(
+        aside[0].to_string_lossy().ends_with("link.json"),
+        "{aside:?}"
+    );
+    let ok = found
+        .iter()
+        .find(|found| found.name == "ok.json")
+        .expect("ok");
+    settle(&home, RUN, ok, Settle::Taken).expect("removed");
+    assert!(!stops.join("ok.json").exists());
+    settle(&home, RUN, ok, Settle::Taken).expect("settled twice is fine");
+}
+
+#[test]
+fn an_inbox_that_is_a_link_is_refused_whole_and_renamed_aside() {
+    let (_dir, home) = home();
+    let elsewhere = home.root().join("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("stop-requests")).expect("mkdir");
+    std::fs::write(elsewhere.join("interrupt.json"), r#"{"type":"interrupt"}"#).expect("write");
+    std::os::unix::fs::symlink(&elsewhere, home.control_dir(RUN)).expect("symlink");
+    let found = scan(&home, RUN);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].file(), "control");
+    assert!(
+        found[0]
+            .request
+            .as_ref()
+            .is_err_and(|why| why.contains("not followed")),
+        "{found:?}"
+    );
+    settle(&home, RUN, &found[0], Settle::Refused).expect("renamed");
+    assert!(home.control_dir(RUN).symlink_metadata().is_err());
+    assert!(
+        elsewhere.join("interrupt.json").exists(),
+        "the link's target untouched"
+    );
+}
+
+#[test]
+fn refused_files_kept_aside_are_bounded() {
+    let (_dir, home) = home();
+    prepare(&home, RUN);
+    let stops = home.stop_requests_dir(RUN);
+    for index in 0..MAX_REFUSED_KEPT + 3 {
+        std::fs::write(stops.join(format!("{index:03}.json")), "not json").expect("write");
+    }
+    for found in scan(&home, RUN) {
+        settle(&home, RUN, &found, Settle::Refused).expect("settled");
+    }
+    assert_eq!(std::fs::read_dir(&stops).expect("dir").count(), 0);
+    assert_eq!(
+        std::fs::read_dir(home.control_refused_dir(RUN))
+            .expect("refused/")
+            .count(),
+        MAX_REFUSED_KEPT
+    );
+}
+
+fn found(place: Place, name: &str, request: Result<Request, String>) -> Found {
+    Found {
+        place,
+        name: OsString::from(name),
+        request,
+    }
+}
+
+fn stop_request() -> Request {
+    Request::Control {
+        action: ControlAction::Stop,
+        by: "tui".to_string(),
+        reason: "enough".to_string(),
+    }
+}
+
+fn steer_request(steps: Option<Vec<u32>>) -> Request {
+    Request::Steer {
+        id: "s1".to_string(),
+        steps,
+        mode: SteerMode::Steer,
+        message: "look".to_string(),
+        source: "tui".to_string(),
+    }
+}
+
+/// Each request is journaled once: a request the run already holds is only removed; a paused
+/// run refuses a control request but keeps messages for its resume; an ended run leaves its
+/// files alone.
+#[test]
+fn what_a_request_records_follows_the_runs_state() {
+    let running = running_chain();
+    let stop = found(Place::StopRequests, "a.json", Ok(stop_request()));
+    assert!(matches!(
+        decide(&stop, &running),
+        Decision::Record {
+            settle: Settle::Taken,
+            expect_head: None,
+            ref events,
+        } if matches!(events[..], [Event::ControlRequested { action: ControlAction::Stop, .. }])
+    ));
+    let stopped = state_of(
+        kit::chain_spec(2),
+        vec![
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::control(ControlAction::Stop, "cli", "x"),
+        ],
+    );
+    assert_eq!(decide(&stop, &stopped), Decision::AlreadyTaken);
+
+    let steer = found(Place::SteerRequests, "b.json", Ok(steer_request(None)));
+    let Decision::Record { events, .. } = decide(&steer, &running) else {
+        panic!("recorded");
+    };
+    assert!(
+        matches!(&events[..], [Event::SteerRequested { steps, .. }] if *steps == [0]),
+        "to the running step: {events:?}"
+    );
+    let steered = state_of(
+        kit::chain_spec(2),
+        vec![
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, None),
+            kit::steer_requested("s1", &[0], "look"),
+        ],
+    );
+    assert_eq!(decide(&steer, &steered), Decision::AlreadyTaken);
+
+    let paused = state_of(
+        kit::chain_spec(2),
+        vec![
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, None),
+            kit::control(ControlAction::Interrupt, "cli", "x"),
+            kit::step_finished(0, crate::event::StepEnd::Stopped, None, None),
+            kit::terminal(TerminalState::Paused, 130, "paused", None),
+        ],
+    );
+    let Decision::Record { events, .. } = decide(&steer, &paused) else {
+        panic!("kept for the resume");
+    };
+    assert!(
+        matches!(&events[..], [Event::SteerRequested { steps, .. }] if *steps == [0]),
+        "the step the resume runs first: {events:?}"
+    );
+    assert!(matches!(
+        decide(&stop, &paused),
+        Decision::Record { settle: Settle::Refused, ref events, .. }
+            if matches!(&events[..], [Event::ControlRefused { reason, .. }] if reason.contains("paused"))
+    ));
+    let bad = found(Place::StopRequests, "c.json", Err("not JSON".to_string()));
+    assert!(matches!(
+        decide(&bad, &running),
+        Decision::Record { settle: Settle::Refused, ref events, .. }
+            if matches!(&events[..], [Event::ControlRefused { file, reason }]
+                if file == "control/stop-requests/c.json" && reason == "not JSON")
+    ));
+    let failed = state_of(
+        kit::chain_spec(1),
+        vec![kit::terminal(TerminalState::Failed, 1, "gave up", None)],
+    );
+    assert_eq!(decide(&bad, &failed), Decision::Leave);
+    assert_eq!(decide(&stop, &failed), Decision::Leave);
+}
+
+#[test]
+fn a_stop_of_a_run_waiting_in_its_queue_ends_it_in_the_same_batch() {
+    let waiting = state_of(
+        kit::spec(Mode::Single, vec![kit::echo_step("a")]),
+        vec![Event::QueueJoined {
+            queue: "gpu".to_string(),
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        }],
+    );
+    let stop = found(Place::StopRequests, "a.json", Ok(stop_request()));
+    let Decision::Record {
+        events,
+        expect_head,
+        ..
+    } = decide(&stop, &waiting)
+    else {
+        panic!("recorded");
+    };
+    assert_eq!(expect_head, Some(waiting.head_seq));
+    assert!(
+        matches!(
+            &events[..],
+            [
+                Event::ControlRequested { .. },
+                Event::Terminal { state: TerminalState::Stopped, summary, exit_code: STOPPED_EXIT_CODE, .. }
+            ] if summary.contains("queue gpu")
+        ),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_steer_without_targets_goes_where_the_run_is() {
+    let parallel = |events: Vec<Event>| {
+        state_of(
+            kit::spec(
+                Mode::Parallel,
+                vec![
+                    kit::echo_step("a"),
+                    kit::echo_step("b"),
+                    kit::echo_step("c"),
+                ],
+            ),
+            events,
+        )
+    };
+    assert_eq!(steer_targets(&parallel(vec![])), [0, 1, 2], "not started");
+    let one_running = parallel(vec![
+        kit::runner_started(kit::identity(7), "i1"),
+        kit::step_running(1, None),
+    ]);
+    assert_eq!(steer_targets(&one_running), [1]);
+    assert_eq!(steer_targets(&running_chain()), [0]);
+    assert_eq!(
+        steer_targets(&state_of(kit::chain_spec(3), vec![])),
+        [0],
+        "a chain's first step"
+    );
+    let ended = state_of(
+        kit::chain_spec(1),
+        vec![kit::terminal(TerminalState::Failed, 1, "x", None)],
+    );
+    assert_eq!(steer_targets(&ended), Vec::<u32>::new());
+    let steer = found(Place::SteerRequests, "b.json", Ok(steer_request(None)));
+    assert_eq!(decide(&steer, &ended), Decision::Leave);
+}

@@ -1,0 +1,455 @@
+//! A pi-subagents host drives runjournal runs through its own control files: pi-subagents
+//! 0.67's own control code (`requestAsyncStop`, `requestAsyncInterrupt`, `requestAsyncSteer`)
+//! and stale-run reconciler (`reconcileAsyncRun`), installed from npm as the compatibility
+//! test installs it and called by `tests/it/pi_subagents_compat.mjs`, act on runs the real
+//! `runjournal` binary made in the pi-subagents layout.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::pi_subagents_compat::{
+    StopOnDrop, launch, pi_subagents, read_with_pi_subagents, runjournal, wait_printed,
+};
+
+/// pi-subagents' own control code on `run`'s directory: `action` with `extra`.
+fn pi_control(
+    install: &Path,
+    root: &Path,
+    run: &str,
+    action: &str,
+    extra: &str,
+) -> serde_json::Value {
+    let async_dir = run_dir(root, run);
+    let async_dir = async_dir.to_str().expect("a UTF-8 path");
+    // A runner SIGKILLed here may stay a zombie (where nothing reaps orphans), whose pid
+    // pi-subagents' reconciler finds alive: it is told to judge a pid stale after a second
+    // without an update instead of 24 h, as it would judge a dead one.
+    let stale = Path::new(STALE_ALIVE_MS);
+    read_with_pi_subagents(
+        install,
+        &[("PI_COMPAT_STALE_ALIVE_MS", stale)],
+        &["--control", action, async_dir, extra],
+    )["done"]
+        .clone()
+}
+
+/// How long pi-subagents' reconciler lets a live pid go without a status update.
+const STALE_ALIVE_MS: &str = "1000";
+
+fn run_dir(root: &Path, run: &str) -> PathBuf {
+    root.join("async-subagent-runs").join(run)
+}
+
+fn results_dir(root: &Path) -> PathBuf {
+    root.join("async-subagent-results")
+}
+
+/// `runjournal status --json RUN`.
+fn status(root: &Path, run: &str) -> serde_json::Value {
+    let output = runjournal(root)
+        .args(["status", "--json", run])
+        .output()
+        .expect("status");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// Waits for `run` to end; returns its state as `status --json` says it.
+fn wait_end(root: &Path, run: &str) -> String {
+    let output = runjournal(root).args(["wait", run]).output().expect("wait");
+    assert!(
+        output.status.code().is_some_and(|code| code != 2),
+        "{output:?}"
+    );
+    status(root, run)["state"]
+        .as_str()
+        .expect("state")
+        .to_string()
+}
+
+/// The request files left in the run's control inbox (its request directories and itself).
+fn request_files(root: &Path, run: &str) -> Vec<PathBuf> {
+    let control = run_dir(root, run).join("control");
+    let mut files = Vec::new();
+    for dir in [
+        control.clone(),
+        control.join("stop-requests"),
+        control.join("steer-requests"),
+    ] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().expect("a name").to_string_lossy();
+            if path.is_file() && name.ends_with(".json") && name != "steer-inbox-closed.json" {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn pi_subagents_request_async_stop_ends_a_run_stopped() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let (run, _) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    pi_control(&install, &root, &run, "stop", "");
+    assert_eq!(wait_end(&root, &run), "stopped");
+    assert_eq!(
+        request_files(&root, &run),
+        Vec::<PathBuf>::new(),
+        "the request was taken"
+    );
+    let seen = pi_control(&install, &root, &run, "status", "");
+    assert_eq!(seen["state"], "stopped", "{seen}");
+}
+
+/// `requestAsyncTimeout` ends the run as its own deadline would: failed, exit 124, the
+/// result saying it timed out.
+#[test]
+fn pi_subagents_request_async_timeout_ends_a_run_as_its_timeout() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let (run, _) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    pi_control(&install, &root, &run, "timeout", "");
+    assert_eq!(wait_end(&root, &run), "failed");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(results_dir(&root).join(format!("{run}.json"))).expect("the result"),
+    )
+    .expect("JSON");
+    assert_eq!(result["exitCode"], 124, "{result}");
+    assert_eq!(result["timedOut"], true, "{result}");
+}
+
+#[test]
+fn pi_subagents_request_async_interrupt_pauses_a_run_that_resume_carries_on() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let marker = dir.path().join("was-interrupted");
+    let step = format!(
+        "if [ -e '{0}' ]; then echo carried-on; exit 0; fi; touch '{0}'; echo ready; sleep 300",
+        marker.display()
+    );
+    let (run, _) = launch(&root, &["--", "sh", "-c", &step]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    pi_control(&install, &root, &run, "interrupt", "");
+    assert_eq!(wait_end(&root, &run), "paused");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+    let resumed = runjournal(&root)
+        .args(["resume", &run, "--wait", "--json"])
+        .assert()
+        .success();
+    let resumed: serde_json::Value =
+        serde_json::from_slice(&resumed.get_output().stdout).expect("resume --json prints JSON");
+    let resumed = resumed["runId"].as_str().expect("runId").to_string();
+    assert_eq!(status(&root, &resumed)["state"], "complete");
+    let output = std::fs::read_to_string(run_dir(&root, &resumed).join("output-0.log"))
+        .expect("the resumed step's output");
+    assert!(output.contains("carried-on"), "{output}");
+}
+
+#[test]
+fn pi_subagents_request_async_steer_reaches_the_step_through_its_inbox_once() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let (run, _) = launch(&root, &["--", "sh", "-c", TAKES_ONE_MESSAGE]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    pi_control(&install, &root, &run, "steer", "look at the tests first");
+    assert_eq!(wait_end(&root, &run), "complete");
+    let output =
+        std::fs::read_to_string(run_dir(&root, &run).join("output-0.log")).expect("output");
+    assert_eq!(output.matches("took: ").count(), 1, "{output}");
+    let taken = output
+        .lines()
+        .find_map(|line| line.strip_prefix("took: "))
+        .expect("a message taken");
+    let message: serde_json::Value = serde_json::from_str(taken).expect("one JSON message");
+    assert_eq!(message["message"], "look at the tests first", "{message}");
+    assert_eq!(message["mode"], "steer", "{message}");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+    let seen = pi_control(&install, &root, &run, "status", "");
+    assert_eq!(seen["steering"]["delivered"], 1, "{seen}");
+    assert_eq!(seen["steering"]["pending"], 0, "{seen}");
+    assert!(
+        run_dir(&root, &run)
+            .join("control/steer-inbox-closed.json")
+            .is_file(),
+        "the ended run's inbox is closed as pi-subagents closes one"
+    );
+}
+
+/// The lines of `run`'s events.jsonl that end it, as a host reads them.
+fn ends_in_events(root: &Path, run: &str) -> Vec<String> {
+    let events = std::fs::read_to_string(run_dir(root, run).join("events.jsonl")).expect("events");
+    events
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|line| line["type"].as_str().map(str::to_string))
+        .filter(|kind| kind == "subagent.run.completed" || kind == "subagent.run.repaired_stale")
+        .collect()
+}
+
+/// The result files of `run`.
+fn results_of(root: &Path, run: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(results_dir(root))
+        .map(|entries| {
+            entries
+                .map(|entry| entry.expect("entry").path())
+                .filter(|path| path.to_string_lossy().contains(run))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Launches a run, SIGKILLs its runner mid-step and waits until it is gone.
+fn killed_run(root: &Path) -> String {
+    let (run, runner_pid) = launch(root, &["--", "sh", "-c", "echo ready; sleep 300"]);
+    wait_printed(root, &run, 0, "ready");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(runner_pid).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the runner");
+    for _ in 0..1200 {
+        let is_gone = runjournal::platform::process(runner_pid)
+            .expect("read the process table")
+            .is_none_or(|process| !process.is_alive());
+        if is_gone {
+            // Past the stale bound given to pi-subagents' reconciler (a zombie's pid is alive).
+            std::thread::sleep(Duration::from_millis(2500));
+            return run;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the killed runner {runner_pid} is still there");
+}
+
+#[test]
+fn pi_subagents_reconciler_and_ours_in_either_order_leave_one_end() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let results = results_dir(&root);
+    let results = results.to_str().expect("a UTF-8 path");
+    let ours = || runjournal(&root).arg("reconcile").assert().success();
+
+    // The host's reconciler first: its verdict becomes the run's one end.
+    let host_first = killed_run(&root);
+    let repaired = pi_control(&install, &root, &host_first, "reconcile", results);
+    assert_eq!(repaired["repaired"], true, "{repaired}");
+    ours();
+    pi_control(&install, &root, &host_first, "reconcile", results);
+    ours();
+    let host_closed = status(&root, &host_first);
+    assert_eq!(host_closed["state"], "failed");
+    assert!(
+        host_closed
+            .to_string()
+            .contains("Marked run failed by stale-run reconciliation"),
+        "the host's verdict is the run's end: {host_closed}"
+    );
+    assert_eq!(
+        ends_in_events(&root, &host_first),
+        ["subagent.run.repaired_stale"]
+    );
+    assert_eq!(results_of(&root, &host_first).len(), 1);
+
+    // Ours first: the host's reconciler finds an ended run and leaves it.
+    let ours_first = killed_run(&root);
+    ours();
+    let repaired = pi_control(&install, &root, &ours_first, "reconcile", results);
+    assert_eq!(repaired["repaired"], false, "{repaired}");
+    ours();
+    assert_eq!(status(&root, &ours_first)["state"], "failed");
+    // Our reconciler ends it as pi-subagents' would: one repair line.
+    assert_eq!(
+        ends_in_events(&root, &ours_first),
+        ["subagent.run.repaired_stale"]
+    );
+    assert_eq!(results_of(&root, &ours_first).len(), 1);
+}
+
+/// The step side of steering in shell: take each message by removing its file; end after the
+/// first.
+const TAKES_ONE_MESSAGE: &str = "echo ready; n=0; while [ $n -lt 1200 ]; do \
+    for f in \"$RUNJOURNAL_INBOX\"/*.json; do [ -f \"$f\" ] || continue; \
+    printf 'took: %s\\n' \"$(cat \"$f\")\"; rm -f \"$f\"; exit 0; done; \
+    n=$((n+1)); sleep 0.1; done; exit 3";
+
+/// `runjournal steer` reaches the step as pi-subagents' request does; a file in the inbox
+/// that is a symbolic link is refused and moved aside, never followed, and the run goes on.
+#[test]
+fn runjournal_steer_reaches_the_step_and_a_linked_request_is_refused() {
+    let Some(_install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let (run, _) = launch(&root, &["--", "sh", "-c", TAKES_ONE_MESSAGE]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    let secret = dir.path().join("secret.json");
+    std::fs::write(
+        &secret,
+        r#"{"type":"steer","id":"x","ts":1,"message":"followed a link"}"#,
+    )
+    .expect("write");
+    let linked = run_dir(&root, &run).join("control/steer-requests/0-link.json");
+    std::os::unix::fs::symlink(&secret, &linked).expect("link");
+    // Refused first: the link is moved aside before the real message is sent.
+    for _ in 0..600 {
+        if linked.symlink_metadata().is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(linked.symlink_metadata().is_err(), "the link was taken");
+    let refused: Vec<_> = std::fs::read_dir(run_dir(&root, &run).join("control/refused"))
+        .expect("refused files are kept aside")
+        .collect();
+    assert_eq!(refused.len(), 1);
+    runjournal(&root)
+        .args([
+            "steer",
+            &run,
+            "--mode",
+            "follow-up",
+            "from the command line",
+        ])
+        .assert()
+        .success();
+    assert_eq!(wait_end(&root, &run), "complete");
+    let output =
+        std::fs::read_to_string(run_dir(&root, &run).join("output-0.log")).expect("output");
+    assert_eq!(output.matches("took: ").count(), 1, "{output}");
+    assert!(output.contains("from the command line"), "{output}");
+    assert!(output.contains("follow-up"), "{output}");
+    assert!(!output.contains("followed a link"), "{output}");
+    assert!(secret.is_file(), "the link's target is left alone");
+    // A run that ended takes no message: exit 2, naming why.
+    runjournal(&root)
+        .args(["steer", &run, "too late"])
+        .assert()
+        .code(2);
+}
+
+/// A stop written while no runner lives (a run waiting in a queue that admits none) is taken
+/// by the next reconcile pass: the run ends stopped and the file is gone.
+#[test]
+fn a_stop_written_while_no_runner_lives_is_taken_by_the_reconciler() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    runjournal(&root)
+        .args(["queue", "held", "--max-active", "0"])
+        .assert()
+        .success();
+    let output = runjournal(&root)
+        .args(["run", "--json", "--queue", "held", "--", "true"])
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{output:?}");
+    let launched: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(launched["state"], "queued", "{launched}");
+    let run = launched["runId"].as_str().expect("runId").to_string();
+    pi_control(&install, &root, &run, "stop", "");
+    runjournal(&root).arg("reconcile").assert().success();
+    assert_eq!(status(&root, &run)["state"], "stopped");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+}
+
+/// A message sent to a paused run — by `runjournal steer` and by pi-subagents'
+/// `requestAsyncSteer` — is kept for its resume and reaches the step the resume runs, each once.
+#[test]
+fn a_steer_sent_to_a_paused_run_reaches_the_step_its_resume_runs() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let marker = dir.path().join("was-interrupted");
+    // Interrupted the first time; the resumed step takes two messages and ends.
+    let step = format!(
+        "if [ ! -e '{0}' ]; then touch '{0}'; echo ready; sleep 300; fi; got=0; n=0; \
+         while [ $got -lt 2 ] && [ $n -lt 1200 ]; do \
+         for f in \"$RUNJOURNAL_INBOX\"/*.json; do [ -f \"$f\" ] || continue; \
+         printf 'took: %s\\n' \"$(cat \"$f\")\"; rm -f \"$f\"; got=$((got+1)); done; \
+         n=$((n+1)); sleep 0.1; done; [ $got -eq 2 ]",
+        marker.display()
+    );
+    let (run, _) = launch(&root, &["--", "sh", "-c", &step]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    runjournal(&root)
+        .args(["interrupt", &run])
+        .assert()
+        .success();
+    assert_eq!(wait_end(&root, &run), "paused");
+    let kept = runjournal(&root)
+        .args(["steer", &run, "from the command line"])
+        .assert()
+        .success();
+    let kept = String::from_utf8_lossy(&kept.get_output().stdout).into_owned();
+    assert!(kept.contains("kept for the run that resumes it"), "{kept}");
+    pi_control(&install, &root, &run, "steer", "from the host");
+    let resumed = runjournal(&root)
+        .args(["resume", &run, "--wait", "--json"])
+        .assert()
+        .success();
+    let resumed: serde_json::Value =
+        serde_json::from_slice(&resumed.get_output().stdout).expect("resume --json prints JSON");
+    let resumed = resumed["runId"].as_str().expect("runId").to_string();
+    assert_eq!(status(&root, &resumed)["state"], "complete");
+    let output = std::fs::read_to_string(run_dir(&root, &resumed).join("output-0.log"))
+        .expect("the resumed step's output");
+    assert_eq!(output.matches("took: ").count(), 2, "{output}");
+    assert_eq!(
+        output.matches("from the command line").count(),
+        1,
+        "{output}"
+    );
+    assert_eq!(output.matches("from the host").count(), 1, "{output}");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+    let seen = pi_control(&install, &root, &resumed, "status", "");
+    assert_eq!(seen["steering"]["delivered"], 2, "{seen}");
+}
