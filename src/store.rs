@@ -160,10 +160,18 @@ fn open_journal(path: PathBuf, writer: WriterOptions) -> Result<Journal, OpenErr
     }
     match receiver.recv_timeout(bound) {
         Ok(opened) => opened,
-        Err(_) => Err(OpenError::WriteLockHeld(crate::journal::LockHeld {
-            since_ms,
-            holder: crate::platform::journal_write_lock_holder(&path),
-        })),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            Err(OpenError::WriteLockHeld(crate::journal::LockHeld {
+                since_ms,
+                holder: crate::platform::journal_write_lock_holder(&path),
+            }))
+        }
+        // The opening thread ended without an answer: it failed, it was not kept waiting.
+        // Never a held lock (an open contains redb's panics, so this is a backstop).
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(OpenError::Io {
+            path,
+            source: std::io::Error::other("the thread opening the journal ended without an answer"),
+        }),
     }
 }
 

@@ -32,6 +32,9 @@ pub const EXIT_ERROR: u8 = 1;
 /// Exit code: bad input (usage, unknown or ambiguous run id, malformed spec, bad duration, ...).
 /// Nothing was written.
 pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code: the journal is damaged, lost or of an unknown format
+/// ([`runjournal::journal::is_damage`]), as `journal-tools` says it. Nothing was written.
+pub const EXIT_DAMAGED: u8 = 4;
 /// Exit code of `wait --timeout` when the run is still going (EX_TEMPFAIL).
 pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 
@@ -42,6 +45,8 @@ Exit codes:
        it or may write it); or a run failed with code 1, for run --wait and wait
   2    bad input: usage, unknown or ambiguous run id, malformed spec, bad duration, step out of
        range, an update of a step that is not an external job; nothing was written
+  4    the journal is damaged, lost or of an unknown format: see what is damaged with
+       `journal-tools inspect verify`; rebuild it with `journal-tools recover --from-projections`
   75   wait --timeout: the run is still going
   run --wait and wait exit with the run's own exit code: 0 complete; a failed run's failing
   step's code (128+N if killed by signal N, 127 if its program was not found), else 1;
@@ -250,7 +255,11 @@ fn main() -> ExitCode {
         }
         Err(Failure::Error(error)) => {
             note(&one_line(&format!("{error:#}")));
-            ExitCode::from(EXIT_ERROR)
+            if error.chain().any(runjournal::journal::is_damage) {
+                ExitCode::from(EXIT_DAMAGED)
+            } else {
+                ExitCode::from(EXIT_ERROR)
+            }
         }
         Err(Failure::StdoutClosed) => ExitCode::from(EXIT_OK),
     }
@@ -381,6 +390,20 @@ pub fn open_store(home: Home) -> Result<Store, Failure> {
         .map_err(|reason| failure(anyhow::anyhow!(reason)))?;
     options.lock_wait = runjournal::journal::lock_wait::LockWait::give_up_after(bound);
     Store::open_with(home, options).map_err(|error| failure(anyhow::Error::new(error)))
+}
+
+/// A failure to open the home for `what`, a fact kept only in the journal (a queue's limit,
+/// the retention policy): when the journal is lost or damaged, the message begins by saying
+/// that the journal must be rebuilt first; the error itself goes on to say how.
+pub fn needs_journal(failure: Failure, what: &str) -> Failure {
+    match failure {
+        Failure::Error(error) if error.chain().any(runjournal::journal::is_damage) => {
+            Failure::Error(error.context(format!(
+                "{what} is kept in the journal, which must be rebuilt first"
+            )))
+        }
+        other => other,
+    }
 }
 
 /// A run as a command names it: in the journal, or pruned from it.

@@ -46,6 +46,12 @@ impl StorageFailure {
         StorageFailure::new(self.op, redb::Error::Io(error))
     }
 
+    /// Whether redb found the file's bytes corrupt (a checksum, a commit slot): damage, never
+    /// retried.
+    pub fn is_damage(&self) -> bool {
+        matches!(self.source, redb::Error::Corrupted(_))
+    }
+
     /// The I/O error underneath, if the failure was one.
     pub fn io_error(&self) -> Option<&std::io::Error> {
         match &self.source {
@@ -53,6 +59,75 @@ impl StorageFailure {
             _ => None,
         }
     }
+}
+
+/// A panic caught inside a call into redb ([`crate::journal::file`]'s containment): what it
+/// said and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("redb panicked: {message}")]
+pub struct StoragePanic {
+    /// The panic's message and the source line it came from, bounded.
+    pub message: String,
+}
+
+/// The journal file is damaged: redb panicked on its bytes while runjournal was `during`
+/// something. Never retried: the same bytes make the same panic. The journal is left as it is;
+/// `journal-tools inspect verify` says what is damaged, and `journal-tools recover
+/// --from-projections` rebuilds the journal from the runs' events.jsonl, moving this file
+/// aside.
+///
+/// Wrapped, transparently, in the error families (`OpenError::Damaged`, `ReadError::Damaged`,
+/// `AppendError::Damaged`), so its [`StoragePanic`] is in every error chain that holds it,
+/// however it is wrapped ([`is_damage`] looks for it there).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "journal {} is damaged: redb failed while {during} (see what is damaged with `journal-tools inspect verify`; rebuild the journal from the runs' events.jsonl with `journal-tools recover --from-projections`, which keeps the damaged file aside)",
+    .path.display()
+)]
+pub struct Damaged {
+    /// The journal file (for a journal on another backend, its name).
+    pub path: PathBuf,
+    /// What runjournal was doing: "opening the journal", "reading runs", "committing".
+    pub during: &'static str,
+    #[source]
+    pub panic: StoragePanic,
+}
+
+impl Damaged {
+    pub(crate) fn new(path: &Path, during: &'static str, panic: StoragePanic) -> Damaged {
+        Damaged {
+            path: path.to_path_buf(),
+            during,
+            panic,
+        }
+    }
+}
+
+/// Whether `cause`, one link of an error chain, says the journal is damaged, lost or of an
+/// unknown format: a panic redb met on its bytes ([`Damaged`]), bytes redb or runjournal found
+/// corrupt, a file that is not a journal, a journal lost beside runs, one of a newer format.
+/// Both binaries exit 4 for such an error (docs/design.md, "Failures and guarantees"); walk a
+/// chain with `error.chain().any(is_damage)`.
+pub fn is_damage(cause: &(dyn std::error::Error + 'static)) -> bool {
+    if cause.is::<StoragePanic>() || cause.is::<Damaged>() || cause.is::<CorruptError>() {
+        return true;
+    }
+    // Transparent wrappers hand on their source, so redb's own word may be all a chain holds.
+    if let Some(redb::Error::Corrupted(_)) = cause.downcast_ref::<redb::Error>() {
+        return true;
+    }
+    if let Some(error) = cause.downcast_ref::<OpenError>() {
+        return error.is_damage();
+    }
+    if let Some(error) = cause.downcast_ref::<ReadError>() {
+        return error.is_damage();
+    }
+    if let Some(error) = cause.downcast_ref::<AppendError>() {
+        return error.is_damage();
+    }
+    cause
+        .downcast_ref::<StorageFailure>()
+        .is_some_and(StorageFailure::is_damage)
 }
 
 /// Why a journal could not be opened. Nothing was written.
@@ -89,7 +164,7 @@ pub enum OpenError {
     /// holds runs or results: it was lost, and opening it would make a new, empty journal
     /// over the history. Nothing was changed.
     #[error(
-        "journal {path} is {found}, but the home holds {}: it was lost, and nothing was changed; rebuild it from the runs' events.jsonl with `journal-tools recover --from-projections` (which moves the damaged file aside)",
+        "journal {path} is {found}, but the home holds {}: it was lost, and nothing was changed; rebuild it from the runs' events.jsonl with `journal-tools {home_args}recover --from-projections` (which moves the damaged file aside)",
         held_text(*.runs, *.results)
     )]
     Lost {
@@ -99,6 +174,9 @@ pub enum OpenError {
         runs: usize,
         /// Result files in the home.
         results: usize,
+        /// The arguments that name this home to `journal-tools` (`--home DIR `, and the layout
+        /// when it is not runjournal's own), with a space after them.
+        home_args: String,
     },
     #[error(transparent)]
     Storage(#[from] StorageFailure),
@@ -106,6 +184,9 @@ pub enum OpenError {
     /// it or may write it, or it is a link (see [`crate::durable_fs::judge_private`]).
     #[error("refusing an unsafe home: {0}")]
     Unsafe(crate::durable_fs::UnsafePath),
+    /// redb panicked on the file's bytes while opening it.
+    #[error(transparent)]
+    Damaged(Damaged),
 }
 
 /// "3 runs and 1 result".
@@ -125,6 +206,20 @@ fn held_text(runs: usize, results: usize) -> String {
 }
 
 impl OpenError {
+    /// Whether the journal is damaged, lost, not a journal or of a newer format (see
+    /// [`is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            OpenError::NotAJournal { .. }
+            | OpenError::NewerFormat { .. }
+            | OpenError::Corrupt { .. }
+            | OpenError::Lost { .. }
+            | OpenError::Damaged(_) => true,
+            OpenError::Storage(failure) => failure.is_damage(),
+            _ => false,
+        }
+    }
+
     /// An I/O error at `path`, or the [`crate::durable_fs::UnsafePath`] it carries.
     pub fn from_io(path: &Path, source: std::io::Error) -> OpenError {
         match crate::durable_fs::UnsafePath::of(&source) {
@@ -232,6 +327,21 @@ pub enum AppendError {
     /// does not allow it: nothing was written.
     #[error("run {run}: {refusal}")]
     Queue { run: RunId, refusal: QueueRefusal },
+    /// redb panicked on the journal's bytes: the batch may or may not have landed (a panic in
+    /// the commit itself), and the handle writes no more (its writer has stopped).
+    #[error(transparent)]
+    Damaged(Damaged),
+}
+
+impl AppendError {
+    /// Whether the journal is damaged (see [`is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            AppendError::Damaged(_) | AppendError::Corrupt(_) => true,
+            AppendError::Storage(failure) => failure.is_damage(),
+            _ => false,
+        }
+    }
 }
 
 /// Why a run cannot be resumed.
@@ -270,6 +380,7 @@ impl From<ReadError> for AppendError {
         match error {
             ReadError::Corrupt(error) => AppendError::Corrupt(error),
             ReadError::Storage(failure) => AppendError::Storage(failure),
+            ReadError::Damaged(damaged) => AppendError::Damaged(damaged),
         }
     }
 }
@@ -328,6 +439,19 @@ pub enum ReadError {
     Corrupt(#[from] CorruptError),
     #[error(transparent)]
     Storage(#[from] StorageFailure),
+    /// redb panicked on the journal's bytes while reading.
+    #[error(transparent)]
+    Damaged(Damaged),
+}
+
+impl ReadError {
+    /// Whether the journal is damaged (see [`is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            ReadError::Damaged(_) | ReadError::Corrupt(_) => true,
+            ReadError::Storage(failure) => failure.is_damage(),
+        }
+    }
 }
 
 /// Wraps a redb error with what we were doing, for `map_err`.

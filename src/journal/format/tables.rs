@@ -64,6 +64,9 @@ pub(crate) const META_PRUNED_RECORDS: &str = "pruned_records";
 /// Present once every record written before `globals` existed is indexed there.
 pub(crate) const META_GLOBALS_INDEXED: &str = "globals_indexed";
 pub(crate) const META_JOURNAL_ID: &str = "journal_id";
+/// What a rebuild from projections chose and could not recover (JSON,
+/// [`crate::journal::RecoveryNote`]); present only in a rebuilt journal.
+pub(crate) const META_RECOVERY: &str = "recovered_from_projections";
 pub(crate) const META_CREATED_AT: &str = "created_at_ms";
 
 /// Key of a record: run id, then seq big-endian.

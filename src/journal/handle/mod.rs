@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase};
+use redb::Database;
 
 use crate::journal::read::reader::ReadJournal;
 
@@ -11,8 +11,9 @@ mod writer;
 
 use crate::event::{self, Event, HostIds, RunId, RunSpec, WriterId};
 use crate::journal::file::Location;
+use crate::journal::file::contain::contain;
 use crate::journal::file::open::{open_location, reopen_location};
-use crate::journal::format::error::{AppendError, OpenError, ReadError, StorageFailure};
+use crate::journal::format::error::{AppendError, Damaged, OpenError, ReadError, StorageFailure};
 use crate::journal::format::retention::Retention;
 use crate::journal::read::reader::JournalReader;
 use crate::journal::read::view::{JournalMeta, View};
@@ -30,6 +31,8 @@ use crate::journal::write::queue::{self, Queue};
 pub struct Journal {
     shared: Arc<commit::Shared>,
     queue: Arc<Queue<commit::Request, commit::Answer>>,
+    /// Set when the writer thread died of a contained panic.
+    death: Arc<writer::Death>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -62,13 +65,18 @@ impl Journal {
             let _ = reserve.ensure();
         }
         let shared = Arc::new(commit::Shared::new(source, db, options));
-        let queue = Arc::new(Queue::new(shared.options.queue_capacity));
+        let queue = Arc::new(Queue::answering_dropped(
+            shared.options.queue_capacity,
+            writer_gone,
+        ));
+        let death = Arc::new(writer::Death::default());
         let thread = std::thread::Builder::new()
             .name("runjournal-writer".to_string())
             .spawn({
                 let shared = Arc::clone(&shared);
                 let queue = Arc::clone(&queue);
-                move || writer::run(shared, queue)
+                let death = Arc::clone(&death);
+                move || writer::run(shared, queue, death)
             })
             .map_err(|source| OpenError::Io {
                 path: PathBuf::from("<writer thread>"),
@@ -77,6 +85,7 @@ impl Journal {
         Ok(Journal {
             shared,
             queue,
+            death,
             thread: Some(thread),
         })
     }
@@ -127,11 +136,17 @@ impl Journal {
                 .and_then(|view| read(&view));
             let failure = match outcome {
                 Err(ReadError::Storage(failure)) => failure,
-                done => return done,
+                done => {
+                    if let Ok(db) = db {
+                        release(db);
+                    }
+                    return done;
+                }
             };
-            if let Ok(db) = &db {
+            if let Ok(db) = db {
                 // The handle is suspect: the next attempt (and the writer) reopen.
-                self.shared.discard_database(db);
+                self.shared.discard_database(&db);
+                release(db);
             }
             let failing_for = first_failure
                 .get_or_insert_with(std::time::Instant::now)
@@ -148,17 +163,17 @@ impl Journal {
     }
 
     fn view_of(&self, db: &Database) -> Result<View, ReadError> {
-        match db.begin_read() {
-            Ok(txn) => Ok(View::new(txn)),
-            Err(error) => Err(StorageFailure::new("beginning a read", error).into()),
-        }
+        View::begin(db, self.path())
     }
 
     /// A consistent read view of the journal as of now.
     pub fn view(&self) -> Result<View, ReadError> {
         let db = self.database()?;
-        match db.begin_read() {
-            Ok(txn) => Ok(View::new(txn)),
+        let begun = View::begin(db.as_ref(), self.path());
+        release(db);
+        match begun {
+            Ok(view) => Ok(view),
+            Err(error @ ReadError::Damaged(_)) => Err(error),
             // The shared handle failed under a write; read through a handle of our own.
             Err(_) if matches!(self.shared.location, Location::Path(_)) => {
                 let reader = JournalReader::open(self.path()).map_err(|error| {
@@ -169,7 +184,7 @@ impl Journal {
                 })?;
                 reader.view()
             }
-            Err(error) => Err(StorageFailure::new("beginning a read", error).into()),
+            Err(error) => Err(error),
         }
     }
 
@@ -221,11 +236,13 @@ impl Journal {
                 condition,
                 origin: commit::Origin::Local,
             })
-            .map_err(|_| {
-                AppendError::Storage(StorageFailure::new(
+            .map_err(|_| match self.death.cause() {
+                // The writer died of damage: every later append is told so at once.
+                Some(damaged) => AppendError::Damaged(damaged),
+                None => AppendError::Storage(StorageFailure::new(
                     "queueing an append",
                     redb::Error::Io(std::io::Error::other("the journal is closing")),
-                ))
+                )),
             })?;
         self.shared
             .stats
@@ -247,7 +264,12 @@ impl Journal {
         batches: &[append::Batch],
     ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
         let db = self.database()?;
-        append::commit_batches(&db, batches)
+        contain(move || append::commit_batches(&db, batches)).unwrap_or_else(|panic| {
+            Err(StorageFailure::new(
+                "committing",
+                redb::Error::Corrupted(panic.to_string()),
+            ))
+        })
     }
 
     /// Creates a run: appends its `RunCreated` under a fresh id.
@@ -304,20 +326,42 @@ impl Journal {
         finished: &[RunId],
         now_ms: event::UnixMs,
     ) -> Result<Vec<(RunId, prune::Pruned)>, AppendError> {
-        commit::commit_upkeep(&self.shared, |txn| {
+        self.upkeep("pruning", |txn| {
             prune::prune_in(txn, runs, finished, now_ms)
         })
     }
 
     /// Sets the home's retention policy.
     pub fn set_retention(&self, policy: &Retention) -> Result<(), AppendError> {
-        commit::commit_upkeep(&self.shared, |txn| prune::set_retention_in(txn, policy))
+        self.upkeep("setting the retention policy", |txn| {
+            prune::set_retention_in(txn, policy)
+        })
+    }
+
+    /// A write of the journal's upkeep on this thread ([`commit::commit_upkeep`]), a panic of
+    /// redb's contained: reported as damage, the handle dropped so the next use reopens.
+    fn upkeep<T>(
+        &self,
+        during: &'static str,
+        once: impl FnMut(&redb::WriteTransaction) -> Result<T, StorageFailure>,
+    ) -> Result<T, AppendError> {
+        contain(|| commit::commit_upkeep(&self.shared, once)).unwrap_or_else(|panic| {
+            if let Some(db) = self.shared.database() {
+                self.shared.discard_database(&db);
+                release(db);
+            }
+            Err(AppendError::Damaged(Damaged::new(
+                self.path(),
+                during,
+                panic,
+            )))
+        })
     }
 
     /// Sets `queue`'s limit of active runs (docs/design.md, "Queues"), durable on return. The
     /// name must pass [`crate::event::check_queue_name`]; the caller checks it.
     pub fn set_queue_limit(&self, queue: &str, max_active: u64) -> Result<(), AppendError> {
-        commit::commit_upkeep(&self.shared, |txn| {
+        self.upkeep("setting a queue's limit", |txn| {
             append::set_queue_limit_in(txn, queue, max_active)
         })
     }
@@ -328,8 +372,18 @@ impl Journal {
     }
 
     /// Runs redb's own integrity check (every page checksum, the allocator state) through a
-    /// handle of its own. The journal must be a file.
+    /// handle of its own. The journal must be a file. A panic of redb's on damaged bytes is a
+    /// failed check.
     pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
+        contain(|| self.check_integrity_unguarded()).unwrap_or_else(|panic| {
+            Err(StorageFailure::new(
+                "checking integrity",
+                redb::Error::Corrupted(panic.to_string()),
+            ))
+        })
+    }
+
+    fn check_integrity_unguarded(&self) -> Result<bool, StorageFailure> {
         let mut db = reopen_location(&self.shared.location).map_err(|error| {
             // An open that failed is not damage: keep its I/O error (ENOSPC, say).
             let source = match error {
@@ -341,6 +395,21 @@ impl Journal {
         })?;
         db.check_integrity()
             .map_err(|error| StorageFailure::new("checking integrity", error))
+    }
+}
+
+/// The answer to an append whose writer dropped it unanswered: the thread ended in a way its
+/// own containment did not catch. The batch may or may not have landed.
+fn writer_gone() -> commit::Answer {
+    commit::Answer {
+        result: Err(AppendError::Storage(StorageFailure::new(
+            "committing",
+            redb::Error::Io(std::io::Error::other(
+                "the journal's writer thread ended without answering; the append may or may not have landed",
+            )),
+        ))),
+        refused_against: None,
+        was_retried: true,
     }
 }
 
@@ -366,7 +435,20 @@ impl Drop for Journal {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        // The handle's last reference goes here, where its close (which writes the allocator
+        // state, reading the file) may meet damage.
+        if let Some(db) = self.shared.database() {
+            self.shared.discard_database(&db);
+            release(db);
+        }
     }
+}
+
+/// Drops a reference to the redb handle inside [`contain`]: the last one closes the database,
+/// which reads and writes the file and so may panic on damaged bytes. Nothing is lost by
+/// ignoring such a panic: the close only saves the next open a repair.
+pub(crate) fn release(db: Arc<Database>) {
+    let _ = contain(move || drop(db));
 }
 
 impl ReadJournal for Journal {
