@@ -8,8 +8,8 @@
 //!   reported as damage;
 //! * what a read returns is true: every record read back is the record made at that run and
 //!   seq, and every run's state is the fold of the records made up to its head;
-//! * an append on a damaged journal returns, and a writer that died of damage answers every
-//!   later append with the damage at once;
+//! * an append on a damaged journal returns, never as a storage failure to retry, and a writer
+//!   that died of damage answers every later append with the damage at once;
 //! * `recover --from-projections` rebuilds every run (every events.jsonl is intact) with the
 //!   records it was made with, and keeps the damaged file aside; or refuses a journal that
 //!   reads whole, which then holds every record as it was made.
@@ -398,6 +398,19 @@ fn write_private(path: &Path, bytes: &[u8]) {
         .expect("a file of the fuzz home is written");
 }
 
+/// Damage is never taken for a storage failure that clears by waiting: the writer would retry
+/// it for its whole window (ten minutes by default) and a command would seem to hang. (The
+/// fuzz journals live in memory-backed files, where no real I/O error happens.)
+fn assert_not_retried(error: &AppendError) {
+    if let AppendError::Storage(failure) = error {
+        assert_eq!(
+            failure.class(),
+            crate::capacity::FailureClass::NotStorage,
+            "damage was taken for a storage failure to retry: {failure}"
+        );
+    }
+}
+
 /// A message shown to a person names no panic of our own: a contained panic is words about
 /// damage, never a Rust panic's location in runjournal's code.
 fn assert_no_panic_text(message: &str) {
@@ -494,6 +507,9 @@ fn check_read_write(pristine: &Pristine, path: &Path) {
     };
     check_reads(pristine, &journal);
     let created = journal.create_run(spec(None, 1), HostIds::default());
+    if let Err(error) = &created {
+        assert_not_retried(error);
+    }
     if let Err(AppendError::Damaged(_)) = &created {
         let again = journal.append(
             RunId::generate(),
@@ -511,6 +527,7 @@ fn check_read_write(pristine: &Pristine, path: &Path) {
         });
     if let Some(Err(error)) = dismissed {
         assert_no_panic_text(&error.to_string());
+        assert_not_retried(&error);
     }
     let _ = journal.set_queue_limit("fuzz-q", 2);
     let _ = journal.check_integrity();

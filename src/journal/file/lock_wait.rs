@@ -108,8 +108,14 @@ pub(crate) fn begin_write(
         .name("runjournal-write-lock".to_string())
         .spawn(move || {
             // Nobody left to take it (the caller gave up): the transaction is dropped,
-            // uncommitted, which writes nothing.
-            let _ = sender.send(waiter.begin_write());
+            // uncommitted, which writes nothing. A panic of redb's on damaged bytes is
+            // damage, answered as such rather than as a thread that vanished.
+            let begun = super::contain::contain(|| waiter.begin_write()).unwrap_or_else(|panic| {
+                Err(TransactionError::Storage(redb::StorageError::Corrupted(
+                    panic.to_string(),
+                )))
+            });
+            let _ = sender.send(begun);
         });
     if spawned.is_err() {
         // No thread to wait on: wait here, unbounded, as redb would.
