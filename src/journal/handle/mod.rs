@@ -176,11 +176,11 @@ impl Journal {
             Err(error @ ReadError::Damaged(_)) => Err(error),
             // The shared handle failed under a write; read through a handle of our own.
             Err(_) if matches!(self.shared.location, Location::Path(_)) => {
-                let reader = JournalReader::open(self.path()).map_err(|error| {
-                    StorageFailure::new(
-                        "opening a read-only handle",
-                        redb::Error::Io(std::io::Error::other(error.to_string())),
-                    )
+                let reader = JournalReader::open(self.path()).map_err(|error| match error {
+                    OpenError::Damaged(damaged) => ReadError::Damaged(damaged),
+                    other => {
+                        ReadError::Storage(reopen_failure("opening a read-only handle", other))
+                    }
                 })?;
                 reader.view()
             }

@@ -46,7 +46,7 @@ impl Death {
 }
 
 /// The answer to a caller whose batch met damage, or was queued behind it.
-pub(crate) fn damaged_answer(damaged: &Damaged) -> Answer {
+fn damaged_answer(damaged: &Damaged) -> Answer {
     Answer {
         result: Err(AppendError::Damaged(damaged.clone())),
         refused_against: None,
