@@ -21,9 +21,9 @@
 //! writes to it, not to the rebuilt journal.
 //!
 //! What lived only in the journal cannot be read back from the projections: a queue's limit
-//! is chosen from what the queue's rebuilt runs show ([`queue_limits`]), and every other such
-//! fact, of the home or of a run, is reported as a [`LostFact`] ([`home_facts_not_recovered`],
-//! [`run_facts_not_recovered`]); both are printed and noted in the rebuilt journal
+//! is chosen from what the queue's rebuilt runs show (`queue_limits`), and every other such
+//! fact, of the home or of a run, is reported as a [`LostFact`] (`home_facts_not_recovered`,
+//! `run_facts_not_recovered`); both are printed and noted in the rebuilt journal
 //! ([`RecoveryNote`]). Recovery never refuses a home for one.
 //!
 //! Invariants: nothing is written unless the file is lost or damaged (and at least one run can
@@ -131,7 +131,7 @@ pub struct RebuiltRun {
     /// Terminal and its process terminal observed; otherwise the reconciler decides it.
     pub is_closed: bool,
     /// What the run kept only in the lost journal and the rebuild could not restore
-    /// ([`run_facts_not_recovered`]).
+    /// (`run_facts_not_recovered`).
     pub facts_not_recovered: Vec<LostFact>,
 }
 
@@ -161,9 +161,9 @@ pub struct Recovery {
     pub results_without_runs: Vec<RunId>,
     /// Rebuilt runs whose projection could not be written again (the reconciler retries).
     pub projection_failures: Vec<(RunId, String)>,
-    /// Each queue the rebuilt runs name, with the limit the rebuild gave it ([`queue_limits`]).
+    /// Each queue the rebuilt runs name, with the limit the rebuild gave it (`queue_limits`).
     pub queues: Vec<QueueLimitChoice>,
-    /// What the home kept only in the lost journal ([`home_facts_not_recovered`]); each run's
+    /// What the home kept only in the lost journal (`home_facts_not_recovered`); each run's
     /// own are in [`RebuiltRun::facts_not_recovered`].
     pub home_facts_not_recovered: Vec<LostFact>,
 }
@@ -307,7 +307,7 @@ fn replace_journal(
 /// its waiting runs, when none was ever admitted. A queue's own limit is kept only in the
 /// journal (no projection holds it), so the lost one cannot be known; the choice is printed
 /// and noted in the journal, and `runjournal queue NAME --max-active N` sets it anew.
-pub fn queue_limits(batches: &[Batch]) -> Vec<QueueLimitChoice> {
+pub(crate) fn queue_limits(batches: &[Batch]) -> Vec<QueueLimitChoice> {
     let mut queue_of: HashMap<RunId, String> = HashMap::new();
     let mut holding: HashMap<RunId, String> = HashMap::new();
     let mut active: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -356,7 +356,7 @@ pub fn queue_limits(batches: &[Batch]) -> Vec<QueueLimitChoice> {
 
 /// What the home kept only in its journal and no projection holds: lost with it, whatever
 /// the runs were. Each names what holds instead.
-pub fn home_facts_not_recovered(home: &Home) -> Vec<LostFact> {
+pub(crate) fn home_facts_not_recovered(home: &Home) -> Vec<LostFact> {
     let mut facts = vec![
         LostFact {
             run: None,
@@ -389,7 +389,7 @@ pub fn home_facts_not_recovered(home: &Home) -> Vec<LostFact> {
 /// run: a fact a later version keeps only in the journal (an environment, completion hooks,
 /// retry attempts, dependencies, due times) adds its check here, so recovery names it for the
 /// run and goes on.
-pub fn run_facts_not_recovered(
+pub(crate) fn run_facts_not_recovered(
     home: &Home,
     run: RunId,
     records: &[Record],

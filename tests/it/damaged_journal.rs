@@ -362,17 +362,12 @@ fn a_runner_told_to_stop_while_the_journal_does_not_answer_gives_up_within_its_b
     poll("the holder to stop in its commit", || {
         !hook.exists() && process_state(holder.id()) == Some('T')
     });
-    let asked = Instant::now();
     kill(Pid::from_raw(runner.id() as i32), Signal::SIGTERM).expect("SIGTERM");
     let code = exit_code_within_bound(&mut runner, "the runner told to stop");
     assert_ne!(
         code,
         Some(0),
         "it recorded nothing, and says so by its exit"
-    );
-    assert!(
-        asked.elapsed() >= runjournal::runner::JOURNAL_WAIT_AFTER_SIGNAL,
-        "it gave the journal its bound first"
     );
     poll("the step to be ended", || is_gone(step));
     let log = runner_log(&home, run);

@@ -37,8 +37,13 @@ impl StorageFailure {
     }
 
     /// A copy to hand to each caller of a failed group (redb errors are not `Clone`): the
-    /// same operation, the same OS error number where there is one, the same message.
+    /// same operation, the same OS error number where there is one, corruption still
+    /// corruption (so the copy is classed as the original: damage is never retried), the same
+    /// message.
     pub(crate) fn duplicate(&self) -> StorageFailure {
+        if let redb::Error::Corrupted(reason) = &self.source {
+            return StorageFailure::new(self.op, redb::Error::Corrupted(reason.clone()));
+        }
         let error = match self.io_error().and_then(std::io::Error::raw_os_error) {
             Some(code) => std::io::Error::from_raw_os_error(code),
             None => std::io::Error::other(self.source.to_string()),
@@ -538,5 +543,68 @@ impl std::fmt::Display for LockHeld {
                  since {since} (is it stopped?)"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The copy each caller of a failed group gets used to turn redb's "corrupted" into an I/O
+    /// error without an errno, which the writer retries for its whole window: a damaged
+    /// journal made `run` wait ten minutes (the fuzz target `damaged_journal` found it).
+    #[test]
+    fn a_copy_of_a_corruption_is_still_damage_and_never_retried() {
+        let failure = StorageFailure::new("committing", redb::Error::Corrupted("bad".to_string()));
+        let copy = failure.duplicate();
+        assert!(copy.is_damage(), "{copy}");
+        assert_eq!(copy.class(), crate::capacity::FailureClass::NotStorage);
+        assert_eq!(copy.to_string(), failure.to_string());
+
+        let io = StorageFailure::new(
+            "committing",
+            redb::Error::Io(std::io::Error::from_raw_os_error(5)),
+        );
+        assert_eq!(
+            io.duplicate().class(),
+            io.class(),
+            "an OS error keeps its class"
+        );
+    }
+
+    /// Transparent wrappers hand on their source, so the panic (or redb's own "corrupted") is
+    /// what a chain holds: both are damage wherever they are found.
+    #[test]
+    fn damage_is_found_in_a_chain_however_it_is_wrapped() {
+        let damaged = Damaged::new(
+            Path::new("/h/journal.redb"),
+            "reading runs",
+            StoragePanic {
+                message: "index out of bounds".to_string(),
+            },
+        );
+        let read = ReadError::Damaged(damaged.clone());
+        let append = AppendError::from(read);
+        let chain: Vec<&(dyn std::error::Error + 'static)> = std::iter::successors(
+            Some(&append as &(dyn std::error::Error + 'static)),
+            |error| error.source(),
+        )
+        .collect();
+        assert!(chain.iter().any(|cause| is_damage(*cause)));
+        assert!(chain.iter().any(|cause| cause.is::<StoragePanic>()));
+        assert!(
+            append
+                .to_string()
+                .contains("journal /h/journal.redb is damaged")
+        );
+        assert!(
+            append
+                .to_string()
+                .contains("journal-tools recover --from-projections")
+        );
+        let corrupted = redb::Error::Corrupted("slot".to_string());
+        assert!(is_damage(&corrupted));
+        let io = redb::Error::Io(std::io::Error::from_raw_os_error(5));
+        assert!(!is_damage(&io), "an I/O error is no damage");
     }
 }
