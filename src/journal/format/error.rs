@@ -17,11 +17,16 @@ pub struct StorageFailure {
 }
 
 impl StorageFailure {
+    /// A read past the end of the file is corruption, not an I/O error: the file is shorter
+    /// than its own pages say ([`past_the_end`]), and the same bytes fail the same way again.
     pub(crate) fn new(op: &'static str, source: impl Into<redb::Error>) -> StorageFailure {
-        StorageFailure {
-            op,
-            source: source.into(),
-        }
+        let source = match source.into() {
+            redb::Error::Io(error) if past_the_end(&error) => {
+                redb::Error::Corrupted(past_the_end_reason(&error))
+            }
+            source => source,
+        };
+        StorageFailure { op, source }
     }
 
     /// Whether the failure is about capacity (ENOSPC, EDQUOT, EMFILE, ENFILE): it clears by
@@ -249,6 +254,14 @@ impl OpenError {
                     reason: source.to_string(),
                 }
             }
+            redb::DatabaseError::Storage(redb::StorageError::Io(source))
+                if past_the_end(&source) =>
+            {
+                OpenError::Corrupt {
+                    path,
+                    reason: past_the_end_reason(&source),
+                }
+            }
             redb::DatabaseError::Storage(redb::StorageError::Io(source)) => {
                 OpenError::Io { path, source }
             }
@@ -459,6 +472,18 @@ impl ReadError {
     }
 }
 
+/// Whether redb's read of the journal ended at the file's end before the bytes it wanted: its
+/// header or a page points past the end of the file, so the file is damaged (or was cut), and
+/// reading it again ends there again. A journal file is always a regular file (never a pipe
+/// or a device), so this is never a short read that clears by retrying.
+fn past_the_end(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::UnexpectedEof
+}
+
+fn past_the_end_reason(error: &std::io::Error) -> String {
+    format!("a page lies past the end of the file ({error})")
+}
+
 /// Wraps a redb error with what we were doing, for `map_err`.
 pub(crate) fn storage<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) -> StorageFailure {
     move |error| StorageFailure::new(op, error)
@@ -549,6 +574,34 @@ impl std::fmt::Display for LockHeld {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (a fuzz find): a page past the end of a damaged journal made redb's open
+    /// fail with "failed to fill whole buffer", an I/O error, so recovery called the journal
+    /// unjudgeable and rebuilt nothing, and a commit would have retried it for its window.
+    #[test]
+    fn a_read_past_the_end_of_the_file_is_damage_never_retried() {
+        let eof = || std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        let failure = StorageFailure::new("reading runs", redb::Error::Io(eof()));
+        assert!(failure.is_damage(), "{failure}");
+        assert_eq!(failure.class(), crate::capacity::FailureClass::NotStorage);
+        assert!(failure.duplicate().is_damage());
+
+        let opened = OpenError::from_database(
+            Path::new("journal.redb"),
+            redb::DatabaseError::Storage(redb::StorageError::Io(eof())),
+        );
+        assert!(
+            matches!(&opened, OpenError::Corrupt { reason, .. } if reason.contains("past the end")),
+            "{opened:?}"
+        );
+        assert!(opened.is_damage());
+
+        let other = StorageFailure::new(
+            "reading runs",
+            redb::Error::Io(std::io::Error::from_raw_os_error(5)),
+        );
+        assert!(!other.is_damage(), "an OS error is no damage: {other}");
+    }
 
     /// The copy each caller of a failed group gets used to turn redb's "corrupted" into an I/O
     /// error without an errno, which the writer retries for its whole window: a damaged
