@@ -487,3 +487,91 @@ fn a_home_that_used_queues_resume_and_retention_is_rebuilt_whole_and_pi_subagent
         "pi-subagents repaired nothing"
     );
 }
+
+/// A paused run carried on by a new one, twice; the journal is lost, and with it, for one pair
+/// the paused run's events.jsonl, for the other the new run's. Recovery goes on: it rebuilds
+/// the two runs whose history is intact and reports, for each, the resume link it could not
+/// rebuild (to the run it resumed, from the run that resumed it) with why; the two runs it
+/// cannot rebuild are reported as such; nothing refuses the home.
+#[test]
+fn a_resume_link_to_a_run_not_rebuilt_is_reported_for_its_run_and_recovery_goes_on() {
+    let home = TestHome::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut pairs = Vec::new();
+    for pair in ["a", "b"] {
+        let marker = dir.path().join(format!("{pair}.marker"));
+        let step = format!(
+            "if [ -e '{0}' ]; then echo carried-on; exit 0; fi; touch '{0}'; \
+             trap 'exit 0' INT; echo ready; while true; do sleep 0.1; done",
+            marker.display()
+        );
+        let paused = support::launch(&home, &["--step", "echo first", "--step", &step]);
+        support::wait_output(&home, paused, 1, "ready");
+        home.cmd()
+            .args(["interrupt", &paused.to_string()])
+            .assert()
+            .success();
+        home.cmd()
+            .args(["wait", &paused.to_string()])
+            .assert()
+            .code(130);
+        let output = home
+            .cmd()
+            .args(["resume", &paused.to_string(), "--wait", "--json"])
+            .output()
+            .expect("resume runs");
+        assert!(output.status.success(), "{output:?}");
+        pairs.push((paused, support::run_id_of(&output.stdout)));
+    }
+    let [(paused_a, resumer_a), (paused_b, resumer_b)] = [pairs[0], pairs[1]];
+
+    let layout = Home::at(home.path());
+    std::fs::remove_file(home.file("journal.redb")).expect("the journal is lost");
+    std::fs::remove_file(layout.events_path(paused_a)).expect("a's paused history is lost");
+    std::fs::remove_file(layout.events_path(resumer_b)).expect("b's new run's history is lost");
+
+    let recovery = runjournal::recover::recover_from_projections(&layout)
+        .expect("recovery goes on past what it cannot rebuild");
+    let mut unrecoverable: Vec<RunId> = recovery.unrecoverable.iter().map(|run| run.run).collect();
+    unrecoverable.sort();
+    let mut expected = vec![paused_a, resumer_b];
+    expected.sort();
+    assert_eq!(unrecoverable, expected, "the runs without events.jsonl");
+    let facts = |run: RunId| -> Vec<(String, String)> {
+        recovery
+            .runs
+            .iter()
+            .find(|rebuilt| rebuilt.run == run)
+            .unwrap_or_else(|| panic!("run {run} is rebuilt"))
+            .facts_not_recovered
+            .iter()
+            .map(|fact| (fact.fact.clone(), fact.reason.clone()))
+            .collect()
+    };
+    let of_a = facts(resumer_a);
+    assert!(
+        of_a.len() == 1
+            && of_a[0].0 == format!("the resume link to run {paused_a}, which it resumed")
+            && of_a[0].1.contains("is not rebuilt"),
+        "the new run of pair a names the link it lost: {of_a:?}"
+    );
+    let of_b = facts(paused_b);
+    assert!(
+        of_b.len() == 1
+            && of_b[0].0 == format!("the resume link from run {resumer_b}, which resumed it")
+            && of_b[0].1.contains("would carry it on again"),
+        "the paused run of pair b names the link it lost: {of_b:?}"
+    );
+
+    // The home works again on what was rebuilt.
+    let listed = home
+        .cmd()
+        .args(["list", "--all", "--json"])
+        .output()
+        .expect("list");
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for run in [resumer_a, paused_b] {
+        assert!(listed.contains(&run.to_string()), "{run}: {listed}");
+    }
+}

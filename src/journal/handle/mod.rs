@@ -456,3 +456,95 @@ impl ReadJournal for Journal {
         Journal::view(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::event::Mode;
+    use crate::journal::write::options::CommitSharing;
+    use crate::testkit;
+
+    /// Generous: a caller still waiting past it waits on a dead writer.
+    const BOUND: Duration = Duration::from_secs(60);
+
+    fn spec() -> RunSpec {
+        testkit::spec(
+            Mode::Single,
+            vec![testkit::step("build", testkit::argv(&["true"]))],
+        )
+    }
+
+    /// A writer thread whose commit panics (redb on damaged bytes) answers the callers of its
+    /// group and every caller queued behind them with the damage, and every later append at
+    /// once: nobody waits on a writer that is gone.
+    #[test]
+    fn every_caller_queued_on_a_writer_that_died_is_answered_with_the_damage() {
+        const QUEUED: usize = 4;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("journal.redb");
+        let options = WriterOptions {
+            commit_sharing: CommitSharing::Alone,
+            ..WriterOptions::default()
+        };
+        let journal = Arc::new(
+            Journal::open_with(Location::Path(path.clone()), options).expect("a new journal"),
+        );
+        let (entered, is_entered) = mpsc::channel();
+        let (release, is_released) = mpsc::channel::<()>();
+        writer::test_hook::before_commit_of(&path, move || {
+            let _ = entered.send(());
+            let _ = is_released.recv();
+            panic!("a page the test damaged");
+        });
+
+        let (answers, answered) = mpsc::channel();
+        let call = |answers: mpsc::Sender<Result<Appended, AppendError>>| {
+            let journal = Arc::clone(&journal);
+            std::thread::spawn(move || {
+                let _ = answers.send(journal.create_run(spec(), HostIds::default()));
+            })
+        };
+        let mut callers = vec![call(answers.clone())];
+        is_entered
+            .recv_timeout(BOUND)
+            .expect("the writer starts the first commit");
+        callers.extend((0..QUEUED).map(|_| call(answers.clone())));
+        let waiting_since = std::time::Instant::now();
+        while journal.queue.len() < QUEUED {
+            assert!(
+                waiting_since.elapsed() < BOUND,
+                "the callers queue behind the commit"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        release.send(()).expect("the writer waits in the hook");
+
+        for caller in 0..=QUEUED {
+            let answer = answered
+                .recv_timeout(BOUND)
+                .unwrap_or_else(|_| panic!("caller {caller} of {} is answered", QUEUED + 1));
+            match answer {
+                Err(AppendError::Damaged(damaged)) => {
+                    assert_eq!(damaged.path, path);
+                    assert_eq!(damaged.during, "committing");
+                    assert!(
+                        damaged.panic.message.contains("a page the test damaged"),
+                        "{damaged}"
+                    );
+                }
+                other => panic!("caller {caller}: {other:?}"),
+            }
+        }
+        for caller in callers {
+            caller.join().expect("a caller ends");
+        }
+        let later = journal.create_run(spec(), HostIds::default());
+        assert!(
+            matches!(later, Err(AppendError::Damaged(_))),
+            "a later append is answered the damage at once: {later:?}"
+        );
+    }
+}

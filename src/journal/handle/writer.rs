@@ -109,6 +109,8 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>, death
         // Through another process's commit leader when there is one to hand the group to;
         // otherwise committed here, as the leader or alone.
         let committed = contain(|| {
+            #[cfg(test)]
+            test_hook::run_before_commit(shared.location.path());
             match sharing.commit_through_leader(&batches, &mut capacity, &mut renumber) {
                 Some(answers) => answers,
                 None => commit_and_rejudge(&shared, batches, &mut capacity, false, &mut renumber),
@@ -183,6 +185,41 @@ impl Drop for DrainOnExit<'_> {
                 break;
             }
             drop(group);
+        }
+    }
+}
+
+/// A test's stand-in for redb panicking on damaged bytes: a hook the writer thread runs where
+/// a commit starts, inside its containment, for the journal at the path the hook names (tests
+/// run side by side in one process, each with its own journal).
+#[cfg(test)]
+pub(crate) mod test_hook {
+    use std::path::{Path, PathBuf};
+    use std::sync::{Mutex, MutexGuard};
+
+    type Hook = Box<dyn FnOnce() + Send>;
+
+    static BEFORE_COMMIT: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
+
+    fn hooks() -> MutexGuard<'static, Vec<(PathBuf, Hook)>> {
+        BEFORE_COMMIT
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `hook` once, where the next commit of the journal at `path` starts.
+    pub(crate) fn before_commit_of(path: &Path, hook: impl FnOnce() + Send + 'static) {
+        hooks().push((path.to_path_buf(), Box::new(hook)));
+    }
+
+    pub(super) fn run_before_commit(path: &Path) {
+        let hook = {
+            let mut hooks = hooks();
+            let index = hooks.iter().position(|(of, _)| of == path);
+            index.map(|index| hooks.remove(index).1)
+        };
+        if let Some(hook) = hook {
+            hook();
         }
     }
 }

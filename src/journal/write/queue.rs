@@ -181,6 +181,12 @@ impl<T, R> Queue<T, R> {
         group
     }
 
+    /// How many requests wait to be taken (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        sync::lock(&self.state).items.len()
+    }
+
     /// Refuses new requests; the writer drains what is queued, then sees an empty group.
     pub(crate) fn close(&self) {
         let mut state = sync::lock(&self.state);
