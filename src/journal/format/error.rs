@@ -18,11 +18,21 @@ pub struct StorageFailure {
 
 impl StorageFailure {
     /// A read past the end of the file is corruption, not an I/O error: the file is shorter
-    /// than its own pages say ([`past_the_end`]), and the same bytes fail the same way again.
+    /// than its own pages say ([`past_the_end`]); so is a table whose stored definition is not
+    /// the one this format made it with. The same bytes fail the same way again.
     pub(crate) fn new(op: &'static str, source: impl Into<redb::Error>) -> StorageFailure {
         let source = match source.into() {
             redb::Error::Io(error) if past_the_end(&error) => {
                 redb::Error::Corrupted(past_the_end_reason(&error))
+            }
+            // The journal's tables are made by this format with these definitions: a stored
+            // definition that differs is bytes that changed under it, and the same bytes
+            // fail the same way again.
+            source @ (redb::Error::TableTypeMismatch { .. }
+            | redb::Error::TypeDefinitionChanged { .. }
+            | redb::Error::TableIsMultimap(_)
+            | redb::Error::TableIsNotMultimap(_)) => {
+                redb::Error::Corrupted(format!("a table's stored definition changed ({source})"))
             }
             source => source,
         };
@@ -601,6 +611,21 @@ mod tests {
             redb::Error::Io(std::io::Error::from_raw_os_error(5)),
         );
         assert!(!other.is_damage(), "an OS error is no damage: {other}");
+    }
+
+    /// Regression (a fuzz find): a damaged page made a table's stored definition differ from
+    /// ours ("Current definition of () does not match stored definition"); the copy handed to
+    /// each caller of the group was an I/O error without an errno, retried for the window.
+    #[test]
+    fn a_table_whose_stored_definition_changed_is_damage_never_retried() {
+        let failure = StorageFailure::new(
+            "opening tables",
+            redb::Error::TableIsMultimap("records".to_string()),
+        );
+        assert!(failure.is_damage(), "{failure}");
+        let copy = failure.duplicate();
+        assert!(copy.is_damage(), "{copy}");
+        assert_eq!(copy.class(), crate::capacity::FailureClass::NotStorage);
     }
 
     /// The copy each caller of a failed group gets used to turn redb's "corrupted" into an I/O
