@@ -4,6 +4,10 @@
 
 use std::sync::Arc;
 
+mod damaged_journal;
+
+pub use damaged_journal::{damaged_journal, damaged_journal_seeds};
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

@@ -724,6 +724,26 @@ pub struct RunProblemDoc {
     pub error: Option<String>,
 }
 
+/// A queue whose limit `recover` chose (its own was kept only in the lost journal).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveredQueueDoc {
+    pub name: String,
+    pub max_active: u64,
+    /// Why this limit.
+    pub basis: String,
+}
+
+/// A journal-only fact `recover` could not restore: of the home, or of one run.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FactNotRecoveredDoc {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub fact: String,
+    pub reason: String,
+}
+
 /// The summary line of `recover`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -737,6 +757,10 @@ pub struct RecoverSummary {
     pub active_runs: u64,
     pub unrecoverable: usize,
     pub results_without_runs: usize,
+    /// Queues whose limit was chosen.
+    pub queues: usize,
+    /// Facts not recovered, the home's and every run's.
+    pub facts_not_recovered: usize,
 }
 
 /// What `journal-tools compact` did.

@@ -2,7 +2,11 @@
 //! --from-projections`, or a host).
 //!
 //! A home whose `journal.redb` is missing, empty, zero-filled, truncated or not a database is
-//! refused by every command while it holds runs ([`crate::journal::check_home_journal`]). Each
+//! refused by every command while it holds runs ([`crate::journal::check_home_journal`]); one
+//! whose bytes are damaged (redb panics on them, a record fails its checksum, redb's integrity
+//! check fails) is reported as damaged by every command that meets the damage. Both are lost
+//! here: a journal that opens is read whole first ([`crate::verify`]), and only one found
+//! damaged is rebuilt. Each
 //! run's `events.jsonl` is a projection of its records: one line per record, with its seq,
 //! time, writer and writer seq. [`recover_from_projections`] reads every run's file, checks
 //! that its records fold ([`state::replay`]), writes them to a new journal — records as they
@@ -16,22 +20,33 @@
 //! Run it when nothing else uses the home: a process that still holds the lost file open
 //! writes to it, not to the rebuilt journal.
 //!
-//! Invariants: nothing is written unless the file is lost (and at least one run can be
-//! rebuilt); the damaged file is renamed, never removed or written; every rebuilt run's
-//! records are exactly the lines of its `events.jsonl`.
+//! What lived only in the journal cannot be read back from the projections: a queue's limit
+//! is chosen from what the queue's rebuilt runs show (`queue_limits`), and every other such
+//! fact, of the home or of a run, is reported as a [`LostFact`] (`home_facts_not_recovered`,
+//! `run_facts_not_recovered`); both are printed and noted in the rebuilt journal
+//! ([`RecoveryNote`]). Recovery never refuses a home for one.
+//!
+//! Invariants: nothing is written unless the file is lost or damaged (and at least one run can
+//! be rebuilt); the damaged file is renamed, never removed or written; every rebuilt run's
+//! records are exactly the lines of its `events.jsonl`; every fact not recovered is reported.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use crate::durable_fs;
-use crate::event::{Record, RunId, UnixMs, WriterId, now_ms};
+use crate::event::{Event, Record, RunId, UnixMs, WriterId, now_ms};
 use crate::home::{Home, LayoutMismatch};
 use crate::journal::rebuild::{RebuildError, rebuild};
-use crate::journal::{self, Batch, Condition, FileFinding, Journal, JournalReader, OpenError};
+use crate::journal::{
+    self, Batch, Condition, FileFinding, Journal, JournalReader, OpenError, ResumeLinks,
+};
+
+pub use crate::journal::{LostFact, QueueLimitChoice, RecoveryNote};
 use crate::projection::{self, ResultPolicy, documents};
 use crate::state::{self, RunStatus};
+use crate::verify;
 
 /// Longest line of `events.jsonl` read: a record is at most 1 MiB encoded, and its JSON (with
 /// escapes) stays well within this.
@@ -115,6 +130,9 @@ pub struct RebuiltRun {
     pub status: RunStatus,
     /// Terminal and its process terminal observed; otherwise the reconciler decides it.
     pub is_closed: bool,
+    /// What the run kept only in the lost journal and the rebuild could not restore
+    /// (`run_facts_not_recovered`).
+    pub facts_not_recovered: Vec<LostFact>,
 }
 
 /// A run that could not be rebuilt; its files are left as they are.
@@ -143,6 +161,11 @@ pub struct Recovery {
     pub results_without_runs: Vec<RunId>,
     /// Rebuilt runs whose projection could not be written again (the reconciler retries).
     pub projection_failures: Vec<(RunId, String)>,
+    /// Each queue the rebuilt runs name, with the limit the rebuild gave it (`queue_limits`).
+    pub queues: Vec<QueueLimitChoice>,
+    /// What the home kept only in the lost journal (`home_facts_not_recovered`); each run's
+    /// own are in [`RebuiltRun::facts_not_recovered`].
+    pub home_facts_not_recovered: Vec<LostFact>,
 }
 
 /// Rebuilds the home's lost journal from its runs' `events.jsonl` ([module docs](self)).
@@ -179,12 +202,75 @@ pub fn recover_from_projections(home: &Home) -> Result<Recovery, RecoverError> {
     let results_without_runs = sorted(result_ids);
 
     let batches = in_time_order(&runs);
+    let rebuilt_ids: BTreeSet<RunId> = runs.iter().map(|(run, _)| *run).collect();
+    let run_facts: Vec<Vec<LostFact>> = runs
+        .iter()
+        .map(|(run, records)| run_facts_not_recovered(home, *run, records, &rebuilt_ids))
+        .collect();
+    let home_facts = home_facts_not_recovered(home);
+    let note = RecoveryNote {
+        at_ms: now_ms(),
+        found: found.clone(),
+        queues: queue_limits(&batches),
+        facts_not_recovered: home_facts
+            .iter()
+            .chain(run_facts.iter().flatten())
+            .cloned()
+            .collect(),
+    };
+    let (records, moved_aside) = replace_journal(home, &batches, &note)?;
+
+    let journal = Journal::open(&path).map_err(|source| RecoverError::Rebuild {
+        path: path.clone(),
+        source: Box::new(RebuildError::Open(source)),
+    })?;
+    let mut rebuilt = Vec::with_capacity(runs.len());
+    let mut projection_failures = Vec::new();
+    for ((run, run_records), facts) in runs.iter().zip(run_facts) {
+        let state = state::replay(run_records)
+            .ok()
+            .flatten()
+            .expect("a rebuilt run's records were folded before they were written");
+        rebuilt.push(RebuiltRun {
+            run: *run,
+            records: run_records.len() as u64,
+            status: state.status,
+            is_closed: state.is_closed(),
+            facts_not_recovered: facts,
+        });
+        if let Err(error) = projection::project(home, &journal, *run, ResultPolicy::Publish) {
+            projection_failures.push((*run, error.to_string()));
+        }
+    }
+    Ok(Recovery {
+        journal: path,
+        found,
+        moved_aside,
+        runs: rebuilt,
+        records,
+        unrecoverable,
+        results_without_runs,
+        projection_failures,
+        queues: note.queues,
+        home_facts_not_recovered: home_facts,
+    })
+}
+
+/// Writes `batches` and `note` to a new journal beside the lost one, then moves the lost file
+/// aside (when there is one) and the new one into its place, synced. Returns the records
+/// written and where the lost file went.
+fn replace_journal(
+    home: &Home,
+    batches: &[Batch],
+    note: &RecoveryNote,
+) -> Result<(u64, Option<PathBuf>), RecoverError> {
+    let path = home.journal_path();
     let rebuilding = home
         .state_dir()
         .join(format!("journal.redb.rebuilding-{}", std::process::id()));
     durable_fs::remove_if_present(&rebuilding)
         .map_err(io_error("removing an earlier attempt", rebuilding.clone()))?;
-    let records = match rebuild(&rebuilding, &batches) {
+    let records = match rebuild(&rebuilding, batches, note) {
         Ok(records) => records,
         Err(source) => {
             let _ = durable_fs::remove_if_present(&rebuilding);
@@ -212,37 +298,145 @@ pub fn recover_from_projections(home: &Home) -> Result<Recovery, RecoverError> {
     durable_fs::remove_if_present(&home.reconcile_cursor_path())
         .map_err(io_error("removing", home.reconcile_cursor_path()))?;
 
-    let journal = Journal::open(&path).map_err(|source| RecoverError::Rebuild {
-        path: path.clone(),
-        source: Box::new(RebuildError::Open(source)),
-    })?;
-    let mut rebuilt = Vec::with_capacity(runs.len());
-    let mut projection_failures = Vec::new();
-    for (run, run_records) in &runs {
-        let state = state::replay(run_records)
-            .ok()
-            .flatten()
-            .expect("a rebuilt run's records were folded before they were written");
-        rebuilt.push(RebuiltRun {
-            run: *run,
-            records: run_records.len() as u64,
-            status: state.status,
-            is_closed: state.is_closed(),
-        });
-        if let Err(error) = projection::project(home, &journal, *run, ResultPolicy::Publish) {
-            projection_failures.push((*run, error.to_string()));
+    Ok((records, moved_aside))
+}
+
+/// The limit each queue named by the rebuilt runs gets: the most of its runs that the rebuilt
+/// records, in the order they are rebuilt, show holding a slot at once — the smallest limit
+/// the history obeys, so no more of its runs start at once than did before — or 0, which holds
+/// its waiting runs, when none was ever admitted. A queue's own limit is kept only in the
+/// journal (no projection holds it), so the lost one cannot be known; the choice is printed
+/// and noted in the journal, and `runjournal queue NAME --max-active N` sets it anew.
+pub(crate) fn queue_limits(batches: &[Batch]) -> Vec<QueueLimitChoice> {
+    let mut queue_of: HashMap<RunId, String> = HashMap::new();
+    let mut holding: HashMap<RunId, String> = HashMap::new();
+    let mut active: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for batch in batches {
+        for event in &batch.events {
+            match event {
+                Event::QueueJoined { queue, .. } => {
+                    queue_of.insert(batch.run, queue.clone());
+                    active.entry(queue.clone()).or_default();
+                }
+                Event::QueueAdmitted { .. } => {
+                    if let Some(queue) = queue_of.get(&batch.run) {
+                        let (now, most) = active.entry(queue.clone()).or_default();
+                        *now += 1;
+                        *most = (*most).max(*now);
+                        holding.insert(batch.run, queue.clone());
+                    }
+                }
+                Event::Terminal { .. } => {
+                    if let Some(queue) = holding.remove(&batch.run)
+                        && let Some((now, _)) = active.get_mut(&queue)
+                    {
+                        *now = now.saturating_sub(1);
+                    }
+                }
+                _ => {}
+            }
         }
     }
-    Ok(Recovery {
-        journal: path,
-        found,
-        moved_aside,
-        runs: rebuilt,
-        records,
-        unrecoverable,
-        results_without_runs,
-        projection_failures,
-    })
+    active
+        .into_iter()
+        .map(|(name, (_, most))| QueueLimitChoice {
+            basis: match most {
+                0 => "none of its runs was ever admitted in the rebuilt records: 0 holds its \
+                      waiting runs (its limit was kept only in the lost journal)"
+                    .to_string(),
+                _ => "the most of its runs the rebuilt records show holding a slot at once \
+                      (its limit was kept only in the lost journal)"
+                    .to_string(),
+            },
+            name,
+            max_active: most,
+        })
+        .collect()
+}
+
+/// What the home kept only in its journal and no projection holds: lost with it, whatever
+/// the runs were. Each names what holds instead.
+pub(crate) fn home_facts_not_recovered(home: &Home) -> Vec<LostFact> {
+    let mut facts = vec![
+        LostFact {
+            run: None,
+            fact: "the retention policy, if one was set".to_string(),
+            reason: "it was kept only in the journal: the defaults apply until `runjournal \
+                     retention` sets it again"
+                .to_string(),
+        },
+        LostFact {
+            run: None,
+            fact: "the tombstones of pruned runs".to_string(),
+            reason: "they were kept only in the journal: a run pruned before is unknown now"
+                .to_string(),
+        },
+    ];
+    if home.shipping_state_path().exists() {
+        facts.push(LostFact {
+            run: None,
+            fact: "the journal's id and global seqs".to_string(),
+            reason: "the rebuilt journal is a new one: what was shipped of the lost journal \
+                     stays on the server under its old id, and shipping starts this one anew"
+                .to_string(),
+        });
+    }
+    facts
+}
+
+/// What `run` kept only in the lost journal and the rebuild cannot restore from its records
+/// and files; `rebuilt` holds every run being rebuilt. One check per journal-only fact of a
+/// run: a fact a later version keeps only in the journal (an environment, completion hooks,
+/// retry attempts, dependencies, due times) adds its check here, so recovery names it for the
+/// run and goes on.
+pub(crate) fn run_facts_not_recovered(
+    home: &Home,
+    run: RunId,
+    records: &[Record],
+    rebuilt: &BTreeSet<RunId>,
+) -> Vec<LostFact> {
+    let mut facts = Vec::new();
+    let lost = |fact: String, reason: String| LostFact {
+        run: Some(run.to_string()),
+        fact,
+        reason,
+    };
+    if let Some(from) = ResumeLinks::resumed_from_records(records)
+        && !rebuilt.contains(&from)
+    {
+        facts.push(lost(
+            format!("the resume link to run {from}, which it resumed"),
+            format!(
+                "run {from} is not rebuilt (pruned, or its events.jsonl is missing): the \
+                 journal does not link them; the run's own record still names it"
+            ),
+        ));
+    }
+    if let Some(by) = resumed_by_on_disk(home, run)
+        && !rebuilt.contains(&by)
+    {
+        facts.push(lost(
+            format!("the resume link from run {by}, which resumed it"),
+            format!(
+                "run {by} is not rebuilt (its events.jsonl is missing): the journal shows this \
+                 run as not resumed, so `runjournal resume` would carry it on again"
+            ),
+        ));
+    }
+    facts
+}
+
+/// The run that resumed `run`, as its status.json on disk says (`resumedBy`); `None` when it
+/// says none, or cannot be read.
+fn resumed_by_on_disk(home: &Home, run: RunId) -> Option<RunId> {
+    const MAX_STATUS_BYTES: u64 = 4 << 20;
+    let durable_fs::Bounded::Whole(bytes) =
+        durable_fs::read_file_bounded(&home.status_path(run), MAX_STATUS_BYTES).ok()?
+    else {
+        return None;
+    };
+    let status: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    status.get("resumedBy")?.as_str()?.parse().ok()
 }
 
 fn io_error(what: &'static str, path: PathBuf) -> impl FnOnce(io::Error) -> RecoverError {
@@ -259,29 +453,90 @@ fn found_missing(path: &Path) -> bool {
 }
 
 /// What the journal file is, if it is lost: what [`journal::examine`] finds, or, for a file
-/// that looks like a database, what redb says when it refuses it. A readable journal is
-/// refused ([`RecoverError::NotLost`]), and so is one that cannot be judged now.
+/// that looks like a database, why it cannot be read. A journal that opens is read whole
+/// ([`verify::verify`], then redb's integrity check on a private copy): one whose bytes are
+/// damaged — redb panics on them, a record fails its checksum, the integrity check fails — is
+/// lost as much as a missing one. A readable journal is refused ([`RecoverError::NotLost`]),
+/// and so is one that cannot be judged now.
 fn judge(path: &Path) -> Result<String, RecoverError> {
     let found = journal::examine(path).map_err(io_error("examining", path.to_path_buf()))?;
     if found != FileFinding::Plausible {
         return Ok(found.to_string());
     }
-    match JournalReader::open(path) {
-        Ok(reader) => match reader.view().and_then(|view| view.meta()) {
-            Ok(_) => Err(RecoverError::NotLost {
-                path: path.to_path_buf(),
-            }),
-            Err(error) => Ok(format!("unreadable ({error})")),
-        },
-        Err(OpenError::NotAJournal { reason, .. } | OpenError::Corrupt { reason, .. }) => {
-            Ok(format!("damaged ({reason})"))
-        }
-        Err(OpenError::Storage(failure)) => Ok(format!("unreadable ({failure})")),
+    let scratch = tempfile::Builder::new()
+        .prefix("runjournal-recover-")
+        .tempdir()
+        .map_err(io_error(
+            "making a directory to check a copy of",
+            path.to_path_buf(),
+        ))?;
+    match read_whole(path, scratch.path()) {
+        Ok(None) => Err(RecoverError::NotLost {
+            path: path.to_path_buf(),
+        }),
+        Ok(Some(damage)) => Ok(format!("damaged ({damage})")),
         Err(source) => Err(RecoverError::Unjudged {
             path: path.to_path_buf(),
             source: Box::new(source),
         }),
     }
+}
+
+/// Reads every record, snapshot and index of the journal at `path` and runs redb's integrity
+/// check on a copy in `scratch`. `Ok(Some(why))`: it is damaged; `Ok(None)`: it reads whole;
+/// `Err`: it could not be judged (an I/O error, a lock). A journal that needs redb's recovery
+/// is judged through a recovered copy, so the file itself is never written.
+fn read_whole(path: &Path, scratch: &Path) -> Result<Option<String>, OpenError> {
+    let damaged = |error: &dyn std::fmt::Display| Ok(Some(error.to_string()));
+    let report = match JournalReader::open(path) {
+        Ok(reader) => match reader.view() {
+            Ok(view) => verify::verify(&view, None),
+            Err(error) => return damaged(&error),
+        },
+        Err(OpenError::NeedsRecovery { .. }) => {
+            let copy = scratch.join("journal-recovered.redb");
+            if let Err(error) = journal::copy_consistent(path, &copy) {
+                return Err(OpenError::Io {
+                    path: path.to_path_buf(),
+                    source: io::Error::other(error.to_string()),
+                });
+            }
+            match Journal::open(&copy) {
+                Ok(recovered) => match recovered.view() {
+                    Ok(view) => verify::verify(&view, None),
+                    Err(error) => return damaged(&error),
+                },
+                Err(error) if error.is_damage() => return damaged(&error),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(error) if error.is_damage() => return damaged(&error),
+        Err(OpenError::Storage(failure)) => return damaged(&format!("unreadable: {failure}")),
+        Err(error) => return Err(error),
+    };
+    if let Some(problem) = first_damage(&report) {
+        return damaged(&problem);
+    }
+    match verify::check_integrity_of_copy(path, scratch) {
+        Ok(integrity) => match first_damage(&verify::Report {
+            problems: integrity.problems,
+            ..verify::Report::default()
+        }) {
+            Some(problem) => damaged(&problem),
+            None => Ok(None),
+        },
+        // No copy to check: what the reads found stands.
+        Err(_) => Ok(None),
+    }
+}
+
+/// The first damaged problem of a report, as a line.
+fn first_damage(report: &verify::Report) -> Option<String> {
+    report
+        .problems
+        .iter()
+        .find(|problem| problem.severity == verify::Severity::Damaged)
+        .map(|problem| problem.message.clone())
 }
 
 /// `journal.redb.lost-<ms>`, or with a counter after it if that exists.

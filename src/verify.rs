@@ -218,6 +218,11 @@ impl Problem {
         match error {
             ReadError::Corrupt(corrupt) => Problem::corrupt(corrupt),
             ReadError::Storage(failure) => Problem::storage(failure),
+            ReadError::Damaged(damaged) => Problem::new(
+                Severity::Damaged,
+                ProblemKind::Storage,
+                format!("{damaged}: {}", damaged.panic),
+            ),
         }
     }
 }
@@ -311,8 +316,8 @@ fn snapshot_facts(view: &View, report: &mut Report) -> BTreeMap<RunId, RunFacts>
         }
         true
     });
-    if let Err(failure) = scanned {
-        report.problems.push(Problem::storage(&failure));
+    if let Err(error) = scanned {
+        report.problems.push(Problem::read(&error));
     }
     runs
 }
@@ -429,8 +434,8 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     if let Some(done) = current.take() {
         finish(&mut report, &mut runs, done);
     }
-    if let Err(failure) = scanned {
-        report.problems.push(Problem::storage(&failure));
+    if let Err(error) = scanned {
+        report.problems.push(Problem::read(&error));
     }
     report.runs = runs.len() as u64;
 
@@ -447,7 +452,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
 }
 
 /// The stored snapshot of a run as [`View::stored_snapshot`] reads it.
-type Stored = Result<Option<Result<RunState, SnapshotError>>, StorageFailure>;
+type Stored = Result<Option<Result<RunState, SnapshotError>>, ReadError>;
 
 /// Folds `records` and compares the fold with the stored snapshot. Returns the fold (when the
 /// records fold) and the problems found; a snapshot that does not decode is not among them
@@ -501,7 +506,7 @@ fn fold_and_compare(
         Ok(None) => {}
         // A snapshot that does not decode is reported by the caller.
         Ok(Some(Err(_))) => {}
-        Err(failure) => problems.push(Problem::storage(&failure).of_run(run)),
+        Err(error) => problems.push(Problem::read(&error).of_run(run)),
     }
     (Some(folded), problems)
 }
@@ -784,8 +789,8 @@ fn check_log(view: &View, runs: &mut BTreeMap<RunId, RunFacts>, report: &mut Rep
         facts.log_next_seq = seq.saturating_add(1).max(next);
         true
     });
-    if let Err(failure) = scanned {
-        problems.push(Problem::storage(&failure));
+    if let Err(error) = scanned {
+        problems.push(Problem::read(&error));
     }
     if pruned > 0 {
         match view.global_head() {

@@ -25,7 +25,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use runjournal::RunId;
 use runjournal::home::Layout;
-use runjournal::journal::{CorruptError, OpenError, ReadError, View};
+use runjournal::journal::{OpenError, View};
 use runjournal::source::{JournalSource, SourceError};
 use runjournal::state::RunStatus;
 use runjournal::verify::{Report, Severity};
@@ -384,22 +384,10 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
     })
 }
 
-/// Whether an error means the journal is damaged or of an unknown format (exit 4).
+/// Whether an error means the journal is damaged, lost or of an unknown format (exit 4): the
+/// library's one rule ([`runjournal::journal::is_damage`]), which `runjournal` follows too.
 fn is_damage(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<OpenError>(),
-            Some(
-                OpenError::NewerFormat { .. }
-                    | OpenError::NotAJournal { .. }
-                    | OpenError::Corrupt { .. }
-                    | OpenError::Lost { .. }
-            )
-        ) || matches!(
-            cause.downcast_ref::<ReadError>(),
-            Some(ReadError::Corrupt(_))
-        ) || cause.downcast_ref::<CorruptError>().is_some()
-    })
+    error.chain().any(runjournal::journal::is_damage)
 }
 
 /// Whether an error is a home (or journal) refused as unsafe: exit 1, as `runjournal` does.

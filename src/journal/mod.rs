@@ -14,7 +14,8 @@
 //! * `format`: the tables and their keys, the encodings of snapshots, the retention policy and
 //!   tombstones, and the error families;
 //! * `file`: where the bytes live ([`Location`]), opening, examining, copying and compacting
-//!   the file, redb's write lock, storage backends;
+//!   the file, redb's write lock, storage backends, and containing redb's panics on damaged
+//!   bytes (every call into redb that touches the file is made inside it: see [`Damaged`]);
 //! * `read`: [`View`] (one read transaction) and [`JournalReader`];
 //! * `write`: judging and applying batches in a write transaction, the queue of appends, the
 //!   commit step, a handle's options, pruning and rebuilding;
@@ -32,9 +33,10 @@ pub use file::copy::{COPY_ATTEMPTS, CopyError, copy_consistent};
 pub use file::examine::{check_home_journal, examine};
 pub use file::{BackendFactory, Location, compact, examine, instrumented, lock_wait};
 pub use format::error::{
-    AppendError, CorruptError, FileFinding, Inconsistency, LockHeld, OpenError, QueueRefusal,
-    ReadError, ResumeRefusal, StorageFailure,
+    AppendError, CorruptError, Damaged, FileFinding, Inconsistency, LockHeld, OpenError,
+    QueueRefusal, ReadError, ResumeRefusal, StorageFailure, StoragePanic, is_damage,
 };
+pub use format::recovery::{LostFact, QueueLimitChoice, RecoveryNote};
 pub use format::retention::{KeepFree, MAX_TOMBSTONES, Retention, Tombstone};
 pub use format::snapshot::{SNAPSHOT_LAYOUT, SnapshotError};
 pub use format::tables::{name_alias, tool_call_alias};

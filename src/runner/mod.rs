@@ -160,6 +160,14 @@ pub enum RunnerError {
         #[source]
         source: io::Error,
     },
+    /// Told to stop, while the journal had not answered a call for this long.
+    #[error(
+        "{signal} received while the journal had not answered for {waited_ms} ms; giving up on it"
+    )]
+    Stuck {
+        signal: &'static str,
+        waited_ms: u64,
+    },
 }
 
 /// How a runner finished.
@@ -216,7 +224,7 @@ pub fn run_in_process(
     }
     let outcome = run_with_runtime(home, run, config, ready);
     if let Err(error) = &outcome {
-        log(&format!("the runner failed: {error}"));
+        log(&format!("the runner failed: {}", with_sources(error)));
     }
     output::flush_runner_log(RUNNER_LOG_FLUSH_TIMEOUT);
     outcome
@@ -270,7 +278,42 @@ fn run_with_runtime(
     if outcome.is_ok() {
         deliver_hooks(&store, run);
     }
+    // A journal call that never answered (the runner gave up on it after a stop signal) holds
+    // a blocking thread: the runtime does not wait for it, and the process ends without it.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
     outcome
+}
+
+/// How long the runtime waits, once the run is done, for its blocking threads.
+const RUNTIME_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// An error and its sources, as one line: a damaged journal's error says what redb met.
+fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // Many errors already show their source in their own words.
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+impl RunnerError {
+    /// Whether the runner stopped because the journal is damaged, lost or of an unknown
+    /// format ([`crate::journal::is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            RunnerError::Open(error) => error.is_damage(),
+            RunnerError::Read(error) => error.is_damage(),
+            RunnerError::Append(error) => error.is_damage(),
+            _ => false,
+        }
+    }
 }
 
 /// The run's end is durable: its completion hooks run now, before the runner exits
@@ -363,12 +406,16 @@ async fn run_steps(
     };
     // Installed before RunnerStarted: a stop signalled as soon as the runner is on record must
     // not kill it before it can act on the stop.
-    let mut sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let mut signalled = watch_signals(sigterm, sigint);
     let recorder = Arc::new(Recorder::new(Arc::clone(&store), run));
     // Signalled as soon as RunnerStarted is durable, before its projection; on failure `ready`
     // is dropped, closing the pipe: the launcher looks at once either way.
-    let state = take_run(&recorder, ready).await?;
+    let state = tokio::select! {
+        taken = take_run(&recorder, ready) => taken?,
+        stuck = journal_stuck_after_signal(&recorder, signalled.clone()) => return Err(stuck),
+    };
     log(&format!(
         "run {run} taken by runner pid {}",
         std::process::id()
@@ -411,7 +458,14 @@ async fn run_steps(
         .spec
         .timeout_ms
         .map(|timeout_ms| Instant::now() + Duration::from_millis(timeout_ms));
-    let outcome = run_loop.run(deadline, &mut sigterm, &mut sigint).await;
+    // A journal that stops answering (a write lock held, storage retried for its window)
+    // cannot keep a runner that was told to stop: past the bound it gives up as it does on a
+    // journal that failed.
+    let watching = signalled.clone();
+    let outcome = tokio::select! {
+        outcome = run_loop.run(deadline, &mut signalled) => outcome,
+        stuck = journal_stuck_after_signal(&recorder, watching) => Err(stuck),
+    };
     heartbeat.abort();
     if let Err(error) = &outcome {
         run_loop.abandon(error).await;
@@ -427,6 +481,57 @@ async fn run_steps(
     }
     flush_projections(&store).await;
     outcome
+}
+
+/// How long a journal call may go unanswered after the runner was told to stop (SIGTERM,
+/// SIGINT) before the runner gives up on the journal: ends its steps' groups and exits without
+/// recording an outcome. A working journal answers in milliseconds, and a damaged one at once.
+pub const JOURNAL_WAIT_AFTER_SIGNAL: Duration = Duration::from_secs(5);
+
+/// A stop signal: which one arrived last, watched by the run loop and the journal's watchdog.
+type Signalled = watch::Receiver<Option<&'static str>>;
+
+/// Turns SIGTERM and SIGINT into a watched value, so that more than one waiter sees them.
+fn watch_signals(mut sigterm: Signal, mut sigint: Signal) -> Signalled {
+    let (sender, receiver) = watch::channel(None);
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                _ = sigterm.recv() => "SIGTERM",
+                _ = sigint.recv() => "SIGINT",
+            };
+            if sender.send(Some(name)).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// Resolves once a stop signal came and some journal call has then gone unanswered for
+/// [`JOURNAL_WAIT_AFTER_SIGNAL`]: the error the runner gives up with. Never resolves
+/// otherwise.
+async fn journal_stuck_after_signal(recorder: &Recorder, mut signalled: Signalled) -> RunnerError {
+    let name = loop {
+        if let Some(name) = *signalled.borrow_and_update() {
+            break name;
+        }
+        if signalled.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let mut ticks = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        ticks.tick().await;
+        if let Some(waited) = recorder.waiting_for()
+            && waited >= JOURNAL_WAIT_AFTER_SIGNAL
+        {
+            return RunnerError::Stuck {
+                signal: name,
+                waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            };
+        }
+    }
 }
 
 /// The runner's heartbeat: every `period`, the run's status.json is written again with
@@ -645,8 +750,7 @@ impl RunLoop {
     async fn run(
         &mut self,
         deadline: Option<Instant>,
-        sigterm: &mut Signal,
-        sigint: &mut Signal,
+        signalled: &mut Signalled,
     ) -> Result<RunnerOutcome, RunnerError> {
         let mut poll = tokio::time::interval(self.config.poll_interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -689,11 +793,9 @@ impl RunLoop {
                         format!("the run's timeout of {} was reached", crate::duration::format_duration_ms(timeout_ms)),
                     ).await?;
                 }
-                _ = sigterm.recv() => {
-                    self.request(ControlAction::Stop, "signal SIGTERM".to_string(), "the runner received SIGTERM".to_string()).await?;
-                }
-                _ = sigint.recv() => {
-                    self.request(ControlAction::Stop, "signal SIGINT".to_string(), "the runner received SIGINT".to_string()).await?;
+                Ok(()) = signalled.changed() => {
+                    let name = (*signalled.borrow_and_update()).unwrap_or("SIGTERM");
+                    self.request(ControlAction::Stop, format!("signal {name}"), format!("the runner received {name}")).await?;
                 }
             }
         }
@@ -1389,7 +1491,8 @@ impl RunLoop {
     /// the journal can record it.
     async fn abandon(&mut self, error: &RunnerError) {
         log(&format!(
-            "cannot go on: {error}; ending {} running step(s) and exiting without recording an outcome (the reconciler fails the run once the journal can record it)",
+            "cannot go on: {}; ending {} running step(s) and exiting without recording an outcome (the reconciler fails the run once the journal can record it)",
+            with_sources(error),
             self.running.len()
         ));
         for running in self.running.values_mut() {

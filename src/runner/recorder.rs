@@ -2,8 +2,14 @@
 //! tokio's blocking pool; each is projected by the [`Store`] right after its commit.
 //!
 //! Invariant: every record the runner writes goes through [`Recorder::append`].
+//!
+//! It also knows how long its oldest call has waited for the journal
+//! ([`Recorder::waiting_for`]): a blocking call cannot be cancelled, so a runner told to stop
+//! while the journal does not answer gives up on it by that (see `runner::run_steps`).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::event::{Event, Record, RunId};
 use crate::journal::{AppendError, Appended, Condition, ReadError};
@@ -15,11 +21,64 @@ use crate::store::Store;
 pub struct Recorder {
     store: Arc<Store>,
     run: RunId,
+    in_flight: Mutex<InFlight>,
+}
+
+/// The journal calls under way, by number, with when each began.
+#[derive(Debug, Default)]
+struct InFlight {
+    next: u64,
+    since: BTreeMap<u64, Instant>,
+}
+
+/// Removes a call from [`InFlight`] when it ends, or when its future is dropped.
+struct CallEnded<'a> {
+    recorder: &'a Recorder,
+    id: u64,
+}
+
+impl Drop for CallEnded<'_> {
+    fn drop(&mut self) {
+        self.recorder.in_flight().since.remove(&self.id);
+    }
 }
 
 impl Recorder {
     pub fn new(store: Arc<Store>, run: RunId) -> Recorder {
-        Recorder { store, run }
+        Recorder {
+            store,
+            run,
+            in_flight: Mutex::new(InFlight::default()),
+        }
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How long the oldest journal call under way has waited; `None` when none is.
+    pub fn waiting_for(&self) -> Option<Duration> {
+        self.in_flight()
+            .since
+            .values()
+            .min()
+            .map(|since| since.elapsed())
+    }
+
+    /// Runs `work`, a blocking journal call, on tokio's blocking pool, counted as under way
+    /// until it returns.
+    async fn call<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> T {
+        let id = {
+            let mut in_flight = self.in_flight();
+            let id = in_flight.next;
+            in_flight.next += 1;
+            in_flight.since.insert(id, Instant::now());
+            id
+        };
+        let _ended = CallEnded { recorder: self, id };
+        unwind(tokio::task::spawn_blocking(work).await)
     }
 
     pub fn run(&self) -> RunId {
@@ -38,7 +97,8 @@ impl Recorder {
     ) -> Result<Appended, AppendError> {
         let store = Arc::clone(&self.store);
         let run = self.run;
-        unwind(tokio::task::spawn_blocking(move || store.append(run, events, condition)).await)
+        self.call(move || store.append(run, events, condition))
+            .await
     }
 
     /// [`Recorder::append`], calling `on_durable` once the batch is durable, before the run is
@@ -51,14 +111,12 @@ impl Recorder {
     ) -> Result<Appended, AppendError> {
         let store = Arc::clone(&self.store);
         let run = self.run;
-        unwind(
-            tokio::task::spawn_blocking(move || {
-                store
-                    .append_then(run, events, condition, on_durable)
-                    .map(|(appended, ())| appended)
-            })
-            .await,
-        )
+        self.call(move || {
+            store
+                .append_then(run, events, condition, on_durable)
+                .map(|(appended, ())| appended)
+        })
+        .await
     }
 
     /// [`Recorder::append`] on the calling thread, for work the runner does on a blocking
@@ -94,12 +152,8 @@ impl Recorder {
     pub async fn snapshot(&self) -> Result<Option<RunState>, ReadError> {
         let store = Arc::clone(&self.store);
         let run = self.run;
-        unwind(
-            tokio::task::spawn_blocking(move || {
-                store.journal().read_retrying(|view| view.snapshot(run))
-            })
-            .await,
-        )
+        self.call(move || store.journal().read_retrying(|view| view.snapshot(run)))
+            .await
     }
 }
 

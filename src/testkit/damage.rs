@@ -1,6 +1,7 @@
-//! A lost journal: the ways `journal.redb` is found lost beside runs (missing, emptied,
-//! zero-filled, truncated), done to a file, and a picture of a directory to check that a
-//! refusal changed nothing.
+//! A lost or damaged journal: the ways `journal.redb` is found lost beside runs (missing,
+//! emptied, zero-filled, truncated), done to a file; a byte flipped at offsets spread over its
+//! pages; a copy of a home to damage; and a picture of a directory to check that a refusal
+//! changed nothing.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -72,4 +73,66 @@ pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
         }
     }
     out
+}
+
+/// redb's page size, the unit [`flip_offsets`] spreads its offsets over.
+pub const PAGE_BYTES: u64 = 4096;
+
+/// Where the damage tests flip a byte of a journal file of `bytes` bytes: in redb's header
+/// (its magic number, and the primary commit slot, which redb checks by its checksum), the first
+/// byte of the page after it, and the first byte (a b-tree page's kind) of about ten pages
+/// spread over the rest of the file, and one byte in the middle of a page.
+pub fn flip_offsets(bytes: u64) -> Vec<u64> {
+    let pages = bytes / PAGE_BYTES;
+    let mut offsets = vec![3, 100];
+    if pages > 1 {
+        offsets.push(PAGE_BYTES);
+    }
+    if pages > 2 {
+        offsets.push(2 * PAGE_BYTES + 1500);
+    }
+    let step = (pages / 10).max(1);
+    let mut page = 2;
+    while page < pages {
+        offsets.push(page * PAGE_BYTES);
+        page += step;
+    }
+    offsets
+}
+
+/// Flips every bit of the byte at `offset` of the file at `path`.
+pub fn flip_byte(path: &Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("the journal opens for the flip");
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, offset)
+        .expect("the byte to flip is in the file");
+    file.write_all_at(&[!byte[0]], offset)
+        .expect("the flip is written");
+}
+
+/// Copies the directory `from` to `to` (which must not exist) with its files and their modes.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir(to).expect("the copy's directory");
+    std::fs::set_permissions(
+        to,
+        std::fs::metadata(from)
+            .expect("the directory")
+            .permissions(),
+    )
+    .expect("its mode");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let kind = entry.file_type().expect("file type");
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target).expect("a file is copied");
+        }
+    }
 }

@@ -389,3 +389,27 @@ fn forged_running_job_with_nan_progress_and_a_running_step_that_ended() {
     }
     runjournal::fuzz::decode_snapshot(&bytes);
 }
+
+#[test]
+fn damaged_journal_corpus() {
+    replay("damaged_journal", runjournal::fuzz::damaged_journal);
+}
+
+/// Writes the seeds of `fuzz/corpus/damaged_journal/`: a flipped byte and a zeroed page on
+/// every page of the target's journal, the header's magic and a commit slot flipped, a page
+/// copied over another, the file cut in the middle, and no damage at all.
+/// `RUNJOURNAL_WRITE_CORPUS=1 cargo test --test it -- --ignored
+/// fuzz_corpus::write_the_damaged_journal_seeds`.
+#[test]
+#[ignore = "writes the seeds of a fuzz corpus"]
+fn write_the_damaged_journal_seeds() {
+    if std::env::var("RUNJOURNAL_WRITE_CORPUS").as_deref() != Ok("1") {
+        eprintln!("set RUNJOURNAL_WRITE_CORPUS=1 to write the seeds");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/damaged_journal");
+    std::fs::create_dir_all(&dir).expect("the corpus directory");
+    for (name, bytes) in runjournal::fuzz::damaged_journal_seeds() {
+        std::fs::write(dir.join(name), bytes).expect("write a seed");
+    }
+}

@@ -1,6 +1,7 @@
 //! A lost journal is refused, never re-created: beside runs, a missing, emptied,
-//! zero-filled or truncated `journal.redb` makes every `runjournal` command exit 1 with a
-//! message naming what was found, and nothing in the home changes; once rebuilt from the runs'
+//! zero-filled or truncated `journal.redb` makes every `runjournal` command exit 4 (as for a
+//! damaged journal) with a message naming what was found and the command that rebuilds it,
+//! and nothing in the home changes; once rebuilt from the runs'
 //! events.jsonl (the library's `recover`, which `journal-tools recover --from-projections`
 //! prints; its own tests run the tool), the commands work again on the same runs. In a home
 //! without runs, an empty journal file is still made a journal, as before.
@@ -65,14 +66,17 @@ fn every_runjournal_command_refuses_a_lost_journal_beside_runs_and_changes_nothi
             let stderr = String::from_utf8_lossy(&output.stderr);
             assert_eq!(
                 output.status.code(),
-                Some(1),
-                "{damage:?} {args:?}: {stderr}"
+                Some(4),
+                "{damage:?} {args:?}: a lost journal exits as a damaged one: {stderr}"
             );
             assert!(
                 stderr.contains(&named(damage))
                     && stderr.contains("nothing was changed")
-                    && stderr.contains("journal-tools recover --from-projections"),
-                "{damage:?} {args:?} names what it found: {stderr}"
+                    && stderr.contains(&format!(
+                        "journal-tools --home {} recover --from-projections",
+                        home.path().display()
+                    )),
+                "{damage:?} {args:?} names what it found and what to run: {stderr}"
             );
             assert!(output.stdout.is_empty(), "{damage:?} {args:?}");
         }
@@ -81,7 +85,7 @@ fn every_runjournal_command_refuses_a_lost_journal_beside_runs_and_changes_nothi
         // The runner says it in its own log (its stderr is not kept), and changes nothing else.
         let runner_log = home.path().join("runs").join(&id).join("runner.log");
         let output = home.cmd().args(["__runner", &id]).output().expect("runs");
-        assert_eq!(output.status.code(), Some(1), "{damage:?} __runner");
+        assert_eq!(output.status.code(), Some(4), "{damage:?} __runner");
         let log = std::fs::read_to_string(&runner_log).expect("runner.log");
         assert!(
             log.contains(&named(damage)) && log.contains("nothing was changed"),
@@ -108,7 +112,7 @@ fn a_journal_rebuilt_from_events_jsonl_serves_the_same_runs_again() {
     Damage::Truncated.apply_keeping(&home.file("journal.redb"), TRUNCATED_TO);
     assert_eq!(
         home.cmd().arg("list").output().expect("list").status.code(),
-        Some(1)
+        Some(4)
     );
     let recovery = runjournal::recover::recover_from_projections(&Home::at(home.path()))
         .expect("the journal is rebuilt");
@@ -177,4 +181,397 @@ fn an_empty_journal_in_an_empty_home_is_still_made_a_journal() {
             .is_lost(),
         "it is a journal now"
     );
+}
+
+/// `runjournal --layout pi-subagents --home ROOT`, its environment cleared of homes.
+fn pi_home(root: &std::path::Path) -> assert_cmd::Command {
+    let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
+    command
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .env_remove("PI_SUBAGENTS_TEMP_ROOT")
+        .env("RUNJOURNAL_RESERVE_BYTES", "0")
+        .arg("--home")
+        .arg(root)
+        .args(["--layout", "pi-subagents"])
+        .timeout(std::time::Duration::from_secs(120));
+    command
+}
+
+const PI_SESSION: &str = "pi-session-1";
+
+/// `run --json --session-id … ARGS` in the pi-subagents home; returns the run's id and what
+/// `run` said its state is.
+fn pi_launch(root: &std::path::Path, args: &[&str]) -> (String, String) {
+    let output = pi_home(root)
+        .args(["run", "--json", "--session-id", PI_SESSION])
+        .args(args)
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{output:?}");
+    let launched: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    (
+        launched["runId"].as_str().expect("runId").to_string(),
+        launched["state"].as_str().expect("state").to_string(),
+    )
+}
+
+fn pi_wait(root: &std::path::Path, run: &str) {
+    let output = pi_home(root).args(["wait", run]).output().expect("wait");
+    assert!(
+        output
+            .status
+            .code()
+            .is_some_and(|code| code != 2 && code != 75),
+        "{output:?}"
+    );
+}
+
+/// A home that used everything the journal alone keeps — a queue's limit (a queue that ran
+/// two runs one at a time, and a held one with a run waiting), a paused run and the run that
+/// resumed it, a retention policy, a pruned run's tombstone — loses its journal. `queue` and
+/// `retention` say what to run first; recovery rebuilds every run, gives each queue the limit
+/// its runs show (1, and 0 for the held one) and says what it could not recover; then the home
+/// works as before — the queues admit, the paused run is not resumed twice — and pi-subagents'
+/// own readers read every rebuilt run, list it, and repair none.
+#[test]
+fn a_home_that_used_queues_resume_and_retention_is_rebuilt_whole_and_pi_subagents_reads_it() {
+    use std::collections::BTreeMap;
+
+    use runjournal::home::Layout;
+
+    use crate::pi_subagents_compat::{
+        changed_files, files_under, pi_subagents, read_with_pi_subagents,
+    };
+
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let mut expected: BTreeMap<String, &str> = BTreeMap::new();
+
+    // A queue of one slot: its second run waits for the first, then runs.
+    pi_home(&root)
+        .args(["queue", "q1", "--max-active", "1"])
+        .assert()
+        .success();
+    let (first, _) = pi_launch(
+        &root,
+        &["--queue", "q1", "--", "sh", "-c", "sleep 1; echo q-one"],
+    );
+    let (second, state) = pi_launch(&root, &["--queue", "q1", "--", "sh", "-c", "echo q-two"]);
+    assert_eq!(state, "queued", "the queue's one slot is taken");
+    pi_wait(&root, &first);
+    pi_wait(&root, &second);
+    expected.insert(first.clone(), "complete");
+    expected.insert(second.clone(), "complete");
+    // A held queue, its run waiting.
+    pi_home(&root)
+        .args(["queue", "held", "--max-active", "0"])
+        .assert()
+        .success();
+    let (waiting, state) = pi_launch(&root, &["--queue", "held", "--", "true"]);
+    assert_eq!(state, "queued");
+    expected.insert(waiting.clone(), "queued");
+    // A paused run, and the run that resumed it.
+    let marker = dir.path().join("paused.marker");
+    let pausing = format!(
+        "if [ -e '{0}' ]; then echo carried-on; exit 0; fi; touch '{0}'; echo ready; while true; do sleep 0.1; done",
+        marker.display()
+    );
+    let (paused, _) = pi_launch(&root, &["--step", "echo first", "--step", &pausing]);
+    let log = root
+        .join("async-subagent-runs")
+        .join(&paused)
+        .join("output-1.log");
+    for _ in 0..600 {
+        if std::fs::read_to_string(&log).is_ok_and(|output| output.contains("ready")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    pi_home(&root)
+        .args(["interrupt", &paused])
+        .assert()
+        .success();
+    pi_wait(&root, &paused);
+    expected.insert(paused.clone(), "paused");
+    let resumed = pi_home(&root)
+        .args(["resume", &paused, "--wait", "--json"])
+        .assert()
+        .success();
+    let resumed: serde_json::Value =
+        serde_json::from_slice(&resumed.get_output().stdout).expect("JSON");
+    let resumed = resumed["runId"].as_str().expect("runId").to_string();
+    expected.insert(resumed.clone(), "complete");
+    // A run pruned (its result consumed), so the journal holds a tombstone; and a policy.
+    let (pruned, _) = pi_launch(&root, &["--", "echo", "soon-pruned"]);
+    pi_wait(&root, &pruned);
+    std::fs::remove_file(
+        root.join("async-subagent-results")
+            .join(format!("{pruned}.json")),
+    )
+    .expect("the host consumes the result");
+    pi_home(&root)
+        .args(["prune", "--keep-runs", "0"])
+        .assert()
+        .success();
+    assert!(
+        !root.join("async-subagent-runs").join(&pruned).exists(),
+        "the consumed run is pruned"
+    );
+    pi_home(&root)
+        .args(["retention", "--keep-for", "90d"])
+        .assert()
+        .success();
+    pi_home(&root).arg("reconcile").assert().success();
+
+    // The journal is lost.
+    let journal = root.join("runjournal").join("journal.redb");
+    std::fs::remove_file(&journal).expect("the journal is deleted");
+    let recover_command = format!(
+        "journal-tools --home {} --layout pi-subagents recover --from-projections",
+        root.display()
+    );
+    for (args, what) in [
+        (
+            &["queue", "q1", "--max-active", "2"][..],
+            "queue q1's limit",
+        ),
+        (&["retention"][..], "the retention policy"),
+    ] {
+        let output = pi_home(&root).args(args).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(4), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{what} is kept in the journal, which must be rebuilt first"
+            )) && stderr.contains(&recover_command),
+            "{args:?} says precisely what to run first: {stderr}"
+        );
+    }
+    assert!(!journal.exists(), "nothing made a journal meanwhile");
+
+    let recovery = runjournal::recover::recover_from_projections(&runjournal::Home::in_layout(
+        &root,
+        Layout::PiSubagents,
+    ))
+    .expect("the journal is rebuilt");
+    assert!(
+        recovery.unrecoverable.is_empty(),
+        "{:?}",
+        recovery.unrecoverable
+    );
+    let mut rebuilt: Vec<String> = recovery
+        .runs
+        .iter()
+        .map(|run| run.run.to_string())
+        .collect();
+    rebuilt.sort();
+    assert_eq!(
+        rebuilt,
+        expected.keys().cloned().collect::<Vec<_>>(),
+        "every run is rebuilt"
+    );
+    let limits: BTreeMap<&str, u64> = recovery
+        .queues
+        .iter()
+        .map(|queue| (queue.name.as_str(), queue.max_active))
+        .collect();
+    assert_eq!(
+        limits,
+        BTreeMap::from([("held", 0), ("q1", 1)]),
+        "each queue gets the most of its runs that held a slot at once"
+    );
+    let home_facts: Vec<&str> = recovery
+        .home_facts_not_recovered
+        .iter()
+        .map(|fact| fact.fact.as_str())
+        .collect();
+    assert!(
+        home_facts
+            .iter()
+            .any(|fact| fact.contains("retention policy"))
+            && home_facts.iter().any(|fact| fact.contains("tombstones")),
+        "what was kept only in the journal is named: {home_facts:?}"
+    );
+    assert!(
+        recovery
+            .runs
+            .iter()
+            .all(|run| run.facts_not_recovered.is_empty()),
+        "every run's links were rebuilt with it"
+    );
+    let note = runjournal::journal::JournalReader::open(&journal)
+        .expect("the rebuilt journal opens")
+        .view()
+        .expect("a view")
+        .recovery_note()
+        .expect("meta reads")
+        .expect("the rebuild left its note");
+    assert_eq!(
+        note.queues, recovery.queues,
+        "the choice is noted in the journal"
+    );
+
+    // The home works as before.
+    let queue = pi_home(&root)
+        .args(["queue", "held"])
+        .output()
+        .expect("queue");
+    assert!(queue.status.success(), "{queue:?}");
+    assert!(
+        String::from_utf8_lossy(&queue.stdout).contains(&waiting),
+        "the held queue still holds its run: {}",
+        String::from_utf8_lossy(&queue.stdout)
+    );
+    let again = pi_home(&root)
+        .args(["resume", &paused])
+        .output()
+        .expect("resume");
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "the paused run was resumed already: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let (third, _) = pi_launch(&root, &["--queue", "q1", "--", "echo", "q-three"]);
+    pi_wait(&root, &third);
+    expected.insert(third, "complete");
+    pi_home(&root).arg("reconcile").assert().success();
+
+    let mut before = BTreeMap::new();
+    files_under(&root.join("async-subagent-runs"), &mut before);
+    files_under(&root.join("async-subagent-results"), &mut before);
+    let report = read_with_pi_subagents(
+        &install,
+        &[("PI_SUBAGENTS_TEMP_ROOT", &root)],
+        &["--read", PI_SESSION],
+    );
+    let runs = report["runs"].as_object().expect("runs");
+    assert_eq!(
+        runs.keys().cloned().collect::<Vec<_>>(),
+        expected.keys().cloned().collect::<Vec<_>>(),
+        "every run directory, and nothing else, is a run to pi-subagents"
+    );
+    for (run, state) in &expected {
+        let seen = &runs[run.as_str()];
+        assert_eq!(seen["read"]["state"], *state, "{run}: {seen}");
+        assert_eq!(seen["repaired"], false, "{run} was repaired: {seen}");
+        assert_eq!(seen["reconciledState"], *state, "{run}: {seen}");
+    }
+    let listed: BTreeMap<String, String> = report["listed"]["repairScan"]
+        .as_array()
+        .expect("the listing")
+        .iter()
+        .map(|run| {
+            (
+                run["id"].as_str().expect("id").to_string(),
+                run["state"].as_str().expect("state").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        expected
+            .iter()
+            .map(|(run, state)| (run.clone(), state.to_string()))
+            .collect::<BTreeMap<_, _>>()
+    );
+    let mut after = BTreeMap::new();
+    files_under(&root.join("async-subagent-runs"), &mut after);
+    files_under(&root.join("async-subagent-results"), &mut after);
+    assert!(
+        changed_files(&before, &after).is_empty(),
+        "pi-subagents repaired nothing"
+    );
+}
+
+/// A paused run carried on by a new one, twice; the journal is lost, and with it, for one pair
+/// the paused run's events.jsonl, for the other the new run's. Recovery goes on: it rebuilds
+/// the two runs whose history is intact and reports, for each, the resume link it could not
+/// rebuild (to the run it resumed, from the run that resumed it) with why; the two runs it
+/// cannot rebuild are reported as such; nothing refuses the home.
+#[test]
+fn a_resume_link_to_a_run_not_rebuilt_is_reported_for_its_run_and_recovery_goes_on() {
+    let home = TestHome::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut pairs = Vec::new();
+    for pair in ["a", "b"] {
+        let marker = dir.path().join(format!("{pair}.marker"));
+        let step = format!(
+            "if [ -e '{0}' ]; then echo carried-on; exit 0; fi; touch '{0}'; \
+             trap 'exit 0' INT; echo ready; while true; do sleep 0.1; done",
+            marker.display()
+        );
+        let paused = support::launch(&home, &["--step", "echo first", "--step", &step]);
+        support::wait_output(&home, paused, 1, "ready");
+        home.cmd()
+            .args(["interrupt", &paused.to_string()])
+            .assert()
+            .success();
+        home.cmd()
+            .args(["wait", &paused.to_string()])
+            .assert()
+            .code(130);
+        let output = home
+            .cmd()
+            .args(["resume", &paused.to_string(), "--wait", "--json"])
+            .output()
+            .expect("resume runs");
+        assert!(output.status.success(), "{output:?}");
+        pairs.push((paused, support::run_id_of(&output.stdout)));
+    }
+    let [(paused_a, resumer_a), (paused_b, resumer_b)] = [pairs[0], pairs[1]];
+
+    let layout = Home::at(home.path());
+    std::fs::remove_file(home.file("journal.redb")).expect("the journal is lost");
+    std::fs::remove_file(layout.events_path(paused_a)).expect("a's paused history is lost");
+    std::fs::remove_file(layout.events_path(resumer_b)).expect("b's new run's history is lost");
+
+    let recovery = runjournal::recover::recover_from_projections(&layout)
+        .expect("recovery goes on past what it cannot rebuild");
+    let mut unrecoverable: Vec<RunId> = recovery.unrecoverable.iter().map(|run| run.run).collect();
+    unrecoverable.sort();
+    let mut expected = vec![paused_a, resumer_b];
+    expected.sort();
+    assert_eq!(unrecoverable, expected, "the runs without events.jsonl");
+    let facts = |run: RunId| -> Vec<(String, String)> {
+        recovery
+            .runs
+            .iter()
+            .find(|rebuilt| rebuilt.run == run)
+            .unwrap_or_else(|| panic!("run {run} is rebuilt"))
+            .facts_not_recovered
+            .iter()
+            .map(|fact| (fact.fact.clone(), fact.reason.clone()))
+            .collect()
+    };
+    let of_a = facts(resumer_a);
+    assert!(
+        of_a.len() == 1
+            && of_a[0].0 == format!("the resume link to run {paused_a}, which it resumed")
+            && of_a[0].1.contains("is not rebuilt"),
+        "the new run of pair a names the link it lost: {of_a:?}"
+    );
+    let of_b = facts(paused_b);
+    assert!(
+        of_b.len() == 1
+            && of_b[0].0 == format!("the resume link from run {resumer_b}, which resumed it")
+            && of_b[0].1.contains("would carry it on again"),
+        "the paused run of pair b names the link it lost: {of_b:?}"
+    );
+
+    // The home works again on what was rebuilt.
+    let listed = home
+        .cmd()
+        .args(["list", "--all", "--json"])
+        .output()
+        .expect("list");
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for run in [resumer_a, paused_b] {
+        assert!(listed.contains(&run.to_string()), "{run}: {listed}");
+    }
 }

@@ -14,6 +14,7 @@ mod cli_run;
 mod commit_leader;
 mod concurrent_writers;
 mod crash_kill;
+mod damaged_journal;
 mod fault_sweep;
 mod flaky_disk;
 mod full_disk;

@@ -207,3 +207,104 @@ fn recover_refuses_a_readable_journal_and_a_home_without_runs() {
         "nothing was made"
     );
 }
+
+/// A home whose runs used a queue, its journal lost: recovery prints the limit it gave the
+/// queue (its own lived only in the journal) and what else it could not recover, as words and
+/// as JSON, and the rebuilt journal keeps the queue's runs where they were.
+#[test]
+fn recover_gives_a_queue_the_limit_its_runs_show_and_says_what_it_could_not_recover() {
+    use runjournal::event::{Event, HostIds, Mode};
+    use runjournal::testkit::{shell, spec};
+    use runjournal::{Condition, Store};
+
+    let fixture = fixture();
+    let store = Store::open(fixture.home.clone()).expect("the home opens");
+    store
+        .journal()
+        .set_queue_limit("q1", 2)
+        .expect("the limit is set");
+    let joined = || Event::QueueJoined {
+        queue: "q1".to_string(),
+        idle_timeout_ms: None,
+        heartbeat_ms: None,
+    };
+    let mut queued = Vec::new();
+    for _ in 0..2 {
+        let run = store
+            .create_queued_run(
+                spec(Mode::Single, vec![shell("wait", "true")]),
+                HostIds::default(),
+                joined(),
+            )
+            .expect("a queued run")
+            .run;
+        queued.push(run);
+    }
+    store
+        .append(
+            queued[0],
+            vec![Event::QueueAdmitted {
+                by: "test".to_string(),
+            }],
+            Condition::none(),
+        )
+        .expect("the first is admitted");
+    for run in &queued {
+        store.project(*run).expect("projected");
+    }
+    drop(store);
+    Damage::Missing.apply(&fixture.journal_path());
+
+    let ran = run(tool_at(&fixture, &["recover", "--from-projections"]));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    assert!(
+        ran.stdout.contains(
+            "queue q1: limit set to 1, the most of its runs the rebuilt records show holding a slot at once"
+        ) && ran
+            .stdout
+            .contains("set another with `runjournal queue q1 --max-active N`"),
+        "{}",
+        ran.stdout
+    );
+    assert!(
+        ran.stdout.contains(
+            "not recovered: the retention policy, if one was set: it was kept only in the journal"
+        ) && ran
+            .stdout
+            .contains("not recovered: the tombstones of pruned runs"),
+        "{}",
+        ran.stdout
+    );
+
+    // Once more, lost again, as JSON.
+    Damage::Emptied.apply(&fixture.journal_path());
+    let ran = run(tool_at(
+        &fixture,
+        &["--json", "recover", "--from-projections"],
+    ));
+    assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
+    let lines = json_lines(&ran.stdout);
+    let queue = lines
+        .iter()
+        .find(|line| line["type"] == "queue")
+        .expect("a queue line");
+    assert_eq!(queue["name"], "q1");
+    assert_eq!(queue["maxActive"], 1);
+    let facts = lines
+        .iter()
+        .filter(|line| line["type"] == "factNotRecovered")
+        .count();
+    let summary = lines.last().expect("the summary");
+    assert_eq!(summary["queues"], 1);
+    assert_eq!(summary["factsNotRecovered"], facts);
+    assert!(facts >= 2, "{}", ran.stdout);
+
+    let reader = JournalReader::open(fixture.journal_path()).expect("the rebuilt journal");
+    let view = reader.view().expect("a view");
+    assert_eq!(view.queue_limit("q1").expect("reads"), Some(1));
+    assert_eq!(view.queue_active("q1").expect("reads"), vec![queued[0]]);
+    assert_eq!(
+        view.queue_waiting("q1", 10).expect("reads"),
+        vec![queued[1]]
+    );
+}

@@ -456,7 +456,8 @@ pub fn runner_base() -> anyhow::Result<RunnerProgram> {
 /// `runjournal queue NAME [--max-active N] [--json]`.
 pub fn queue(home: Home, name: &str, max_active: Option<u64>, json: bool) -> CliResult {
     runjournal::event::check_queue_name(name).map_err(bad_input)?;
-    let store = open_store(home)?;
+    let store = open_store(home)
+        .map_err(|failure| crate::needs_journal(failure, &format!("queue {name}'s limit")))?;
     if let Some(max_active) = max_active {
         queue::set_limit(&store, name, max_active).context("setting the queue's limit")?;
         // A raised limit frees slots now.
@@ -726,6 +727,7 @@ pub fn runner(
         Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
             Ok(ExitCode::SUCCESS)
         }
+        Err(error) if error.is_damage() => Ok(ExitCode::from(crate::EXIT_DAMAGED)),
         Err(_) => Ok(ExitCode::from(EXIT_ERROR)),
     }
 }

@@ -40,6 +40,9 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 /// past the command's bound (or, for `run`, its run was created but whether its runner takes it
 /// is unknown). Check with `runjournal status ID` before doing it again.
 pub const EXIT_UNKNOWN: u8 = 3;
+/// Exit code: the journal is damaged, lost or of an unknown format
+/// ([`runjournal::journal::is_damage`]), as `journal-tools` says it. Nothing was written.
+pub const EXIT_DAMAGED: u8 = 4;
 /// Exit code of `wait --timeout` when the run is still going (EX_TEMPFAIL).
 pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 
@@ -53,6 +56,8 @@ Exit codes:
   3    unknown: the command gave up on a process that keeps the journal's write lock while
        what it wrote may still land (run: its run may still be created or run); the message
        names the run: check with `runjournal status ID` before trying again
+  4    the journal is damaged, lost or of an unknown format: see what is damaged with
+       `journal-tools inspect verify`; rebuild it with `journal-tools recover --from-projections`
   75   wait --timeout: the run is still going
   run --wait and wait exit with the run's own exit code: 0 complete; a failed run's failing
   step's code (128+N if killed by signal N, 127 if its program was not found), else 1;
@@ -314,7 +319,11 @@ fn main() -> ExitCode {
             ),
             None => {
                 note(&one_line(&format!("{error:#}")));
-                ExitCode::from(EXIT_ERROR)
+                if error.chain().any(runjournal::journal::is_damage) {
+                    ExitCode::from(EXIT_DAMAGED)
+                } else {
+                    ExitCode::from(EXIT_ERROR)
+                }
             }
         },
         Err(Failure::Unknown { run, error }) => report_unknown(run, &error),
@@ -524,6 +533,20 @@ pub fn open_store(home: Home) -> Result<Store, Failure> {
     let failure = |error: anyhow::Error| Failure::Error(error.context(format!("home {root}")));
     let options = command_options().map_err(|reason| failure(anyhow::anyhow!(reason)))?;
     Store::open_with(home, options).map_err(|error| failure(anyhow::Error::new(error)))
+}
+
+/// A failure to open the home for `what`, a fact kept only in the journal (a queue's limit,
+/// the retention policy): when the journal is lost or damaged, the message begins by saying
+/// that the journal must be rebuilt first; the error itself goes on to say how.
+pub fn needs_journal(failure: Failure, what: &str) -> Failure {
+    match failure {
+        Failure::Error(error) if error.chain().any(runjournal::journal::is_damage) => {
+            Failure::Error(error.context(format!(
+                "{what} is kept in the journal, which must be rebuilt first"
+            )))
+        }
+        other => other,
+    }
 }
 
 /// A run as a command names it: in the journal, or pruned from it.

@@ -96,7 +96,8 @@ fn duration_ms(duration: Duration) -> u64 {
 
 /// `runjournal retention [--keep-for D] [--keep-runs N] [--max-size S] [--keep-free P|S]`.
 pub fn retention(home: Home, args: RetentionArgs) -> CliResult {
-    let store = open_store(home)?;
+    let store = open_store(home)
+        .map_err(|failure| crate::needs_journal(failure, "the retention policy"))?;
     let set = store
         .journal()
         .view()

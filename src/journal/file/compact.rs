@@ -9,7 +9,7 @@ use std::path::Path;
 use redb::Database;
 
 use crate::durable_fs;
-use crate::journal::format::error::StorageFailure;
+use crate::journal::format::error::{Damaged, StorageFailure};
 
 /// What a compaction did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +35,24 @@ pub enum CompactError {
     Failed { path: String, reason: String },
     #[error(transparent)]
     Storage(#[from] StorageFailure),
+    /// redb panicked on the file's bytes.
+    #[error(transparent)]
+    Damaged(Damaged),
 }
 
-/// Compacts the journal at `path`, which no other process may have open.
+/// Compacts the journal at `path`, which no other process may have open. A panic of redb's on
+/// damaged bytes is [`CompactError::Damaged`].
 pub fn compact(path: &Path) -> Result<Compacted, CompactError> {
+    super::contain::contain(|| compact_unguarded(path)).unwrap_or_else(|panic| {
+        Err(CompactError::Damaged(Damaged::new(
+            path,
+            "compacting the journal",
+            panic,
+        )))
+    })
+}
+
+fn compact_unguarded(path: &Path) -> Result<Compacted, CompactError> {
     let shown = path.display().to_string();
     let size = |path: &Path| {
         std::fs::metadata(path)

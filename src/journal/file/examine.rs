@@ -59,7 +59,26 @@ pub fn check_home_journal(home: &Home) -> Result<(), OpenError> {
         found,
         runs: runs.len(),
         results: results.len(),
+        home_args: home_args(home),
     })
+}
+
+/// `--home DIR ` (and `--layout pi-subagents ` for that layout): how a command names this
+/// home, for a message that says what to run.
+fn home_args(home: &Home) -> String {
+    let root = home.root().display().to_string();
+    let quoted = if root
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@".contains(c))
+    {
+        root
+    } else {
+        format!("'{}'", root.replace('\'', "'\\''"))
+    };
+    match home.layout() {
+        crate::home::Layout::Runjournal => format!("--home {quoted} "),
+        crate::home::Layout::PiSubagents => format!("--home {quoted} --layout pi-subagents "),
+    }
 }
 
 /// Examines the file at `path` ([module docs](self)). Only a regular file is examined: a link,
@@ -322,7 +341,10 @@ mod tests {
         let message = error.to_string();
         assert!(
             message.contains("is empty (0 bytes), but the home holds 1 result")
-                && message.contains("journal-tools recover --from-projections"),
+                && message.contains(&format!(
+                    "`journal-tools --home {} recover --from-projections`",
+                    dir.path().display()
+                )),
             "{message}"
         );
         std::fs::create_dir_all(home.run_dir(run)).expect("mkdir");

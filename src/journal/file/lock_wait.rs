@@ -178,7 +178,13 @@ pub(crate) fn begin_write(
 ) -> Result<WriteTransaction, BeginError> {
     let mut waiting: Option<Waiting> = None;
     loop {
-        match db.try_begin_write() {
+        // A panic of redb's on damaged bytes is damage, answered as such.
+        let begun = super::contain::contain(|| db.try_begin_write()).unwrap_or_else(|panic| {
+            Err(TransactionError::Storage(redb::StorageError::Corrupted(
+                panic.to_string(),
+            )))
+        });
+        match begun {
             Ok(txn) => return Ok(txn),
             Err(TransactionError::WouldBlock) => {}
             Err(error) => return Err(BeginError::Redb(error)),

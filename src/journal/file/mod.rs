@@ -1,9 +1,11 @@
 //! The journal file: where its bytes live, opening it (format checks, an unfinished creation,
 //! the safe-open rules under a home), examining a file before opening it, consistent copies,
-//! compaction, waiting for redb's write lock, and the storage backends redb is handed.
+//! compaction, waiting for redb's write lock, the storage backends redb is handed, and
+//! containing redb's panics on a damaged file (`contain`).
 
 pub(crate) mod backend;
 pub mod compact;
+pub(crate) mod contain;
 pub(crate) mod copy;
 pub mod examine;
 #[doc(hidden)]

@@ -6,12 +6,13 @@ use std::path::Path;
 use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableHandle};
 
 use super::backend::BoxedBackend;
+use super::contain::contain;
 use super::copy::REDB_HEADER_BYTES;
 use super::location::Location;
 use super::lock_wait::PatientLocks;
 use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
-use crate::journal::format::error::{OpenError, StorageFailure};
+use crate::journal::format::error::{Damaged, OpenError, StorageFailure};
 use crate::journal::format::tables;
 
 /// redb's page cache for one journal handle. Runners, launchers and tools each open their own
@@ -26,8 +27,28 @@ pub(crate) fn builder() -> redb::Builder {
     builder
 }
 
-/// Opens (or creates) the database of a source.
+/// Runs `open`, a call that opens the journal at `path` through redb, reporting a panic of
+/// redb's on the file's bytes as [`OpenError::Damaged`].
+pub(crate) fn contained_open<T>(
+    path: &Path,
+    open: impl FnOnce() -> Result<T, OpenError>,
+) -> Result<T, OpenError> {
+    contain(open).unwrap_or_else(|panic| {
+        Err(OpenError::Damaged(Damaged::new(
+            path,
+            "opening the journal",
+            panic,
+        )))
+    })
+}
+
+/// Opens (or creates) the database of a source. A panic of redb's on a damaged file is
+/// [`OpenError::Damaged`].
 pub(crate) fn open_location(source: &Location) -> Result<Database, OpenError> {
+    contained_open(source.path(), || open_location_unguarded(source))
+}
+
+fn open_location_unguarded(source: &Location) -> Result<Database, OpenError> {
     match source {
         Location::Path(path) => open_database(path),
         Location::Backend { name, factory } => {
@@ -49,8 +70,13 @@ pub(crate) fn open_location(source: &Location) -> Result<Database, OpenError> {
 /// Opens the database of a source again, for a handle that already had it open (after a
 /// storage failure, or beside the writer): it must be there and be a journal. Nothing is
 /// created or initialised, so a journal file that was emptied, removed or replaced meanwhile
-/// is refused rather than made anew.
+/// is refused rather than made anew. A panic of redb's on a damaged file is
+/// [`OpenError::Damaged`].
 pub(crate) fn reopen_location(source: &Location) -> Result<Database, OpenError> {
+    contained_open(source.path(), || reopen_location_unguarded(source))
+}
+
+fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
     let refuse_empty = |path: &Path| OpenError::NotAJournal {
         path: path.to_path_buf(),
         reason: "the file is empty (it held a journal when this process opened it)".to_string(),
@@ -240,7 +266,8 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
 }
 
 /// Opens the journal at `path` read-only, without following a link in its place, and only a
-/// regular file of this user that nobody else can write, judged on the file opened.
+/// regular file of this user that nobody else can write, judged on the file opened. Call it
+/// inside [`contained_open`]: redb may panic on a damaged file.
 pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
     let file = durable_fs::open_existing_read_only(path)?;
     durable_fs::check_opened_private(&file, path)?;

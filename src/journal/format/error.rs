@@ -17,11 +17,26 @@ pub struct StorageFailure {
 }
 
 impl StorageFailure {
+    /// A read past the end of the file is corruption, not an I/O error: the file is shorter
+    /// than its own pages say ([`past_the_end`]); so is a table whose stored definition is not
+    /// the one this format made it with. The same bytes fail the same way again.
     pub(crate) fn new(op: &'static str, source: impl Into<redb::Error>) -> StorageFailure {
-        StorageFailure {
-            op,
-            source: source.into(),
-        }
+        let source = match source.into() {
+            redb::Error::Io(error) if past_the_end(&error) => {
+                redb::Error::Corrupted(past_the_end_reason(&error))
+            }
+            // The journal's tables are made by this format with these definitions: a stored
+            // definition that differs is bytes that changed under it, and the same bytes
+            // fail the same way again.
+            source @ (redb::Error::TableTypeMismatch { .. }
+            | redb::Error::TypeDefinitionChanged { .. }
+            | redb::Error::TableIsMultimap(_)
+            | redb::Error::TableIsNotMultimap(_)) => {
+                redb::Error::Corrupted(format!("a table's stored definition changed ({source})"))
+            }
+            source => source,
+        };
+        StorageFailure { op, source }
     }
 
     /// Whether the failure is about capacity (ENOSPC, EDQUOT, EMFILE, ENFILE): it clears by
@@ -37,13 +52,24 @@ impl StorageFailure {
     }
 
     /// A copy to hand to each caller of a failed group (redb errors are not `Clone`): the
-    /// same operation, the same OS error number where there is one, the same message.
+    /// same operation, the same OS error number where there is one, corruption still
+    /// corruption (so the copy is classed as the original: damage is never retried), the same
+    /// message.
     pub(crate) fn duplicate(&self) -> StorageFailure {
+        if let redb::Error::Corrupted(reason) = &self.source {
+            return StorageFailure::new(self.op, redb::Error::Corrupted(reason.clone()));
+        }
         let error = match self.io_error().and_then(std::io::Error::raw_os_error) {
             Some(code) => std::io::Error::from_raw_os_error(code),
             None => std::io::Error::other(self.source.to_string()),
         };
         StorageFailure::new(self.op, redb::Error::Io(error))
+    }
+
+    /// Whether redb found the file's bytes corrupt (a checksum, a commit slot): damage, never
+    /// retried.
+    pub fn is_damage(&self) -> bool {
+        matches!(self.source, redb::Error::Corrupted(_))
     }
 
     /// The I/O error underneath, if the failure was one.
@@ -53,6 +79,75 @@ impl StorageFailure {
             _ => None,
         }
     }
+}
+
+/// A panic caught inside a call into redb ([`crate::journal::file`]'s containment): what it
+/// said and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("redb panicked: {message}")]
+pub struct StoragePanic {
+    /// The panic's message and the source line it came from, bounded.
+    pub message: String,
+}
+
+/// The journal file is damaged: redb panicked on its bytes while runjournal was `during`
+/// something. Never retried: the same bytes make the same panic. The journal is left as it is;
+/// `journal-tools inspect verify` says what is damaged, and `journal-tools recover
+/// --from-projections` rebuilds the journal from the runs' events.jsonl, moving this file
+/// aside.
+///
+/// Wrapped, transparently, in the error families (`OpenError::Damaged`, `ReadError::Damaged`,
+/// `AppendError::Damaged`), so its [`StoragePanic`] is in every error chain that holds it,
+/// however it is wrapped ([`is_damage`] looks for it there).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "journal {} is damaged: redb failed while {during} (see what is damaged with `journal-tools inspect verify`; rebuild the journal from the runs' events.jsonl with `journal-tools recover --from-projections`, which keeps the damaged file aside)",
+    .path.display()
+)]
+pub struct Damaged {
+    /// The journal file (for a journal on another backend, its name).
+    pub path: PathBuf,
+    /// What runjournal was doing: "opening the journal", "reading runs", "committing".
+    pub during: &'static str,
+    #[source]
+    pub panic: StoragePanic,
+}
+
+impl Damaged {
+    pub(crate) fn new(path: &Path, during: &'static str, panic: StoragePanic) -> Damaged {
+        Damaged {
+            path: path.to_path_buf(),
+            during,
+            panic,
+        }
+    }
+}
+
+/// Whether `cause`, one link of an error chain, says the journal is damaged, lost or of an
+/// unknown format: a panic redb met on its bytes ([`Damaged`]), bytes redb or runjournal found
+/// corrupt, a file that is not a journal, a journal lost beside runs, one of a newer format.
+/// Both binaries exit 4 for such an error (docs/design.md, "Failures and guarantees"); walk a
+/// chain with `error.chain().any(is_damage)`.
+pub fn is_damage(cause: &(dyn std::error::Error + 'static)) -> bool {
+    if cause.is::<StoragePanic>() || cause.is::<Damaged>() || cause.is::<CorruptError>() {
+        return true;
+    }
+    // Transparent wrappers hand on their source, so redb's own word may be all a chain holds.
+    if let Some(redb::Error::Corrupted(_)) = cause.downcast_ref::<redb::Error>() {
+        return true;
+    }
+    if let Some(error) = cause.downcast_ref::<OpenError>() {
+        return error.is_damage();
+    }
+    if let Some(error) = cause.downcast_ref::<ReadError>() {
+        return error.is_damage();
+    }
+    if let Some(error) = cause.downcast_ref::<AppendError>() {
+        return error.is_damage();
+    }
+    cause
+        .downcast_ref::<StorageFailure>()
+        .is_some_and(StorageFailure::is_damage)
 }
 
 /// Why a journal could not be opened. Nothing was written.
@@ -89,7 +184,7 @@ pub enum OpenError {
     /// holds runs or results: it was lost, and opening it would make a new, empty journal
     /// over the history. Nothing was changed.
     #[error(
-        "journal {path} is {found}, but the home holds {}: it was lost, and nothing was changed; rebuild it from the runs' events.jsonl with `journal-tools recover --from-projections` (which moves the damaged file aside)",
+        "journal {path} is {found}, but the home holds {}: it was lost, and nothing was changed; rebuild it from the runs' events.jsonl with `journal-tools {home_args}recover --from-projections` (which moves the damaged file aside)",
         held_text(*.runs, *.results)
     )]
     Lost {
@@ -99,6 +194,9 @@ pub enum OpenError {
         runs: usize,
         /// Result files in the home.
         results: usize,
+        /// The arguments that name this home to `journal-tools` (`--home DIR `, and the layout
+        /// when it is not runjournal's own), with a space after them.
+        home_args: String,
     },
     #[error(transparent)]
     Storage(#[from] StorageFailure),
@@ -106,6 +204,9 @@ pub enum OpenError {
     /// it or may write it, or it is a link (see [`crate::durable_fs::judge_private`]).
     #[error("refusing an unsafe home: {0}")]
     Unsafe(crate::durable_fs::UnsafePath),
+    /// redb panicked on the file's bytes while opening it.
+    #[error(transparent)]
+    Damaged(Damaged),
 }
 
 /// "3 runs and 1 result".
@@ -125,6 +226,20 @@ fn held_text(runs: usize, results: usize) -> String {
 }
 
 impl OpenError {
+    /// Whether the journal is damaged, lost, not a journal or of a newer format (see
+    /// [`is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            OpenError::NotAJournal { .. }
+            | OpenError::NewerFormat { .. }
+            | OpenError::Corrupt { .. }
+            | OpenError::Lost { .. }
+            | OpenError::Damaged(_) => true,
+            OpenError::Storage(failure) => failure.is_damage(),
+            _ => false,
+        }
+    }
+
     /// An I/O error at `path`, or the [`crate::durable_fs::UnsafePath`] it carries.
     pub fn from_io(path: &Path, source: std::io::Error) -> OpenError {
         match crate::durable_fs::UnsafePath::of(&source) {
@@ -147,6 +262,14 @@ impl OpenError {
                 OpenError::NotAJournal {
                     path,
                     reason: source.to_string(),
+                }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Io(source))
+                if past_the_end(&source) =>
+            {
+                OpenError::Corrupt {
+                    path,
+                    reason: past_the_end_reason(&source),
                 }
             }
             redb::DatabaseError::Storage(redb::StorageError::Io(source)) => {
@@ -253,6 +376,21 @@ pub enum AppendError {
         "run {run}: the journal's writer gave no answer for this batch, which may or may not have landed; read the run before appending again"
     )]
     Unanswered { run: RunId },
+    /// redb panicked on the journal's bytes: the batch may or may not have landed (a panic in
+    /// the commit itself), and the handle writes no more (its writer has stopped).
+    #[error(transparent)]
+    Damaged(Damaged),
+}
+
+impl AppendError {
+    /// Whether the journal is damaged (see [`is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            AppendError::Damaged(_) | AppendError::Corrupt(_) => true,
+            AppendError::Storage(failure) => failure.is_damage(),
+            _ => false,
+        }
+    }
 }
 
 /// What [`AppendError::Inconsistent`] found.
@@ -311,6 +449,7 @@ impl From<ReadError> for AppendError {
         match error {
             ReadError::Corrupt(error) => AppendError::Corrupt(error),
             ReadError::Storage(failure) => AppendError::Storage(failure),
+            ReadError::Damaged(damaged) => AppendError::Damaged(damaged),
         }
     }
 }
@@ -369,6 +508,31 @@ pub enum ReadError {
     Corrupt(#[from] CorruptError),
     #[error(transparent)]
     Storage(#[from] StorageFailure),
+    /// redb panicked on the journal's bytes while reading.
+    #[error(transparent)]
+    Damaged(Damaged),
+}
+
+impl ReadError {
+    /// Whether the journal is damaged (see [`is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            ReadError::Damaged(_) | ReadError::Corrupt(_) => true,
+            ReadError::Storage(failure) => failure.is_damage(),
+        }
+    }
+}
+
+/// Whether redb's read of the journal ended at the file's end before the bytes it wanted: its
+/// header or a page points past the end of the file, so the file is damaged (or was cut), and
+/// reading it again ends there again. A journal file is always a regular file (never a pipe
+/// or a device), so this is never a short read that clears by retrying.
+fn past_the_end(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::UnexpectedEof
+}
+
+fn past_the_end_reason(error: &std::io::Error) -> String {
+    format!("a page lies past the end of the file ({error})")
 }
 
 /// Wraps a redb error with what we were doing, for `map_err`.
@@ -455,5 +619,111 @@ impl std::fmt::Display for LockHeld {
                  since {since} (is it stopped?)"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (a fuzz find): a page past the end of a damaged journal made redb's open
+    /// fail with "failed to fill whole buffer", an I/O error, so recovery called the journal
+    /// unjudgeable and rebuilt nothing, and a commit would have retried it for its window.
+    #[test]
+    fn a_read_past_the_end_of_the_file_is_damage_never_retried() {
+        let eof = || std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        let failure = StorageFailure::new("reading runs", redb::Error::Io(eof()));
+        assert!(failure.is_damage(), "{failure}");
+        assert_eq!(failure.class(), crate::capacity::FailureClass::NotStorage);
+        assert!(failure.duplicate().is_damage());
+
+        let opened = OpenError::from_database(
+            Path::new("journal.redb"),
+            redb::DatabaseError::Storage(redb::StorageError::Io(eof())),
+        );
+        assert!(
+            matches!(&opened, OpenError::Corrupt { reason, .. } if reason.contains("past the end")),
+            "{opened:?}"
+        );
+        assert!(opened.is_damage());
+
+        let other = StorageFailure::new(
+            "reading runs",
+            redb::Error::Io(std::io::Error::from_raw_os_error(5)),
+        );
+        assert!(!other.is_damage(), "an OS error is no damage: {other}");
+    }
+
+    /// Regression (a fuzz find): a damaged page made a table's stored definition differ from
+    /// ours ("Current definition of () does not match stored definition"); the copy handed to
+    /// each caller of the group was an I/O error without an errno, retried for the window.
+    #[test]
+    fn a_table_whose_stored_definition_changed_is_damage_never_retried() {
+        let failure = StorageFailure::new(
+            "opening tables",
+            redb::Error::TableIsMultimap("records".to_string()),
+        );
+        assert!(failure.is_damage(), "{failure}");
+        let copy = failure.duplicate();
+        assert!(copy.is_damage(), "{copy}");
+        assert_eq!(copy.class(), crate::capacity::FailureClass::NotStorage);
+    }
+
+    /// The copy each caller of a failed group gets used to turn redb's "corrupted" into an I/O
+    /// error without an errno, which the writer retries for its whole window: a damaged
+    /// journal made `run` wait ten minutes (the fuzz target `damaged_journal` found it).
+    #[test]
+    fn a_copy_of_a_corruption_is_still_damage_and_never_retried() {
+        let failure = StorageFailure::new("committing", redb::Error::Corrupted("bad".to_string()));
+        let copy = failure.duplicate();
+        assert!(copy.is_damage(), "{copy}");
+        assert_eq!(copy.class(), crate::capacity::FailureClass::NotStorage);
+        assert_eq!(copy.to_string(), failure.to_string());
+
+        let io = StorageFailure::new(
+            "committing",
+            redb::Error::Io(std::io::Error::from_raw_os_error(5)),
+        );
+        assert_eq!(
+            io.duplicate().class(),
+            io.class(),
+            "an OS error keeps its class"
+        );
+    }
+
+    /// Transparent wrappers hand on their source, so the panic (or redb's own "corrupted") is
+    /// what a chain holds: both are damage wherever they are found.
+    #[test]
+    fn damage_is_found_in_a_chain_however_it_is_wrapped() {
+        let damaged = Damaged::new(
+            Path::new("/h/journal.redb"),
+            "reading runs",
+            StoragePanic {
+                message: "index out of bounds".to_string(),
+            },
+        );
+        let read = ReadError::Damaged(damaged.clone());
+        let append = AppendError::from(read);
+        let chain: Vec<&(dyn std::error::Error + 'static)> = std::iter::successors(
+            Some(&append as &(dyn std::error::Error + 'static)),
+            |error| error.source(),
+        )
+        .collect();
+        assert!(chain.iter().any(|cause| is_damage(*cause)));
+        assert!(chain.iter().any(|cause| cause.is::<StoragePanic>()));
+        assert!(
+            append
+                .to_string()
+                .contains("journal /h/journal.redb is damaged")
+        );
+        assert!(
+            append
+                .to_string()
+                .contains("journal-tools recover --from-projections")
+        );
+        let corrupted = redb::Error::Corrupted("slot".to_string());
+        assert!(is_damage(&corrupted));
+        let io = redb::Error::Io(std::io::Error::from_raw_os_error(5));
+        assert!(!is_damage(&io), "an I/O error is no damage");
     }
 }

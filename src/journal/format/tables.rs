@@ -89,6 +89,9 @@ pub(crate) const META_GLOBALS_INDEXED: &str = "globals_indexed";
 /// record above it ([`crate::journal::write::ship_mark`]).
 pub(crate) const META_SHIPPED_THROUGH: &str = "shipped_through";
 pub(crate) const META_JOURNAL_ID: &str = "journal_id";
+/// What a rebuild from projections chose and could not recover (JSON,
+/// [`crate::journal::RecoveryNote`]); present only in a rebuilt journal.
+pub(crate) const META_RECOVERY: &str = "recovered_from_projections";
 pub(crate) const META_CREATED_AT: &str = "created_at_ms";
 
 /// Key of a record: run id, then seq big-endian.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase};
+use redb::Database;
 
 use crate::journal::read::reader::ReadJournal;
 
@@ -11,9 +11,10 @@ mod writer;
 
 use crate::event::{self, Event, HostIds, RunId, RunSpec, WriterId};
 use crate::journal::file::Location;
+use crate::journal::file::contain::contain;
 use crate::journal::file::lock_wait::{self, Within};
 use crate::journal::file::open::{open_location, reopen_location};
-use crate::journal::format::error::{AppendError, OpenError, ReadError, StorageFailure};
+use crate::journal::format::error::{AppendError, Damaged, OpenError, ReadError, StorageFailure};
 use crate::journal::format::retention::Retention;
 use crate::journal::read::reader::JournalReader;
 use crate::journal::read::view::{JournalMeta, View};
@@ -33,6 +34,8 @@ use crate::run_env::RunPrivate;
 pub struct Journal {
     shared: Arc<commit::Shared>,
     queue: Arc<Queue<commit::Request, commit::Answer>>,
+    /// Set when the writer thread died of a contained panic.
+    death: Arc<writer::Death>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -75,13 +78,18 @@ impl Journal {
             let _ = reserve.ensure();
         }
         let shared = Arc::new(commit::Shared::new(source, db, options));
-        let queue = Arc::new(Queue::new(shared.options.queue_capacity));
+        let queue = Arc::new(Queue::answering_dropped(
+            shared.options.queue_capacity,
+            writer_gone,
+        ));
+        let death = Arc::new(writer::Death::default());
         let thread = std::thread::Builder::new()
             .name("runjournal-writer".to_string())
             .spawn({
                 let shared = Arc::clone(&shared);
                 let queue = Arc::clone(&queue);
-                move || writer::run(shared, queue)
+                let death = Arc::clone(&death);
+                move || writer::run(shared, queue, death)
             })
             .map_err(|source| OpenError::Io {
                 path: PathBuf::from("<writer thread>"),
@@ -90,6 +98,7 @@ impl Journal {
         Ok(Journal {
             shared,
             queue,
+            death,
             thread: Some(thread),
         })
     }
@@ -140,11 +149,17 @@ impl Journal {
                 .and_then(|view| read(&view));
             let failure = match outcome {
                 Err(ReadError::Storage(failure)) => failure,
-                done => return done,
+                done => {
+                    if let Ok(db) = db {
+                        release(db);
+                    }
+                    return done;
+                }
             };
-            if let Ok(db) = &db {
+            if let Ok(db) = db {
                 // The handle is suspect: the next attempt (and the writer) reopen.
-                self.shared.discard_database(db);
+                self.shared.discard_database(&db);
+                release(db);
             }
             let failing_for = first_failure
                 .get_or_insert_with(std::time::Instant::now)
@@ -161,28 +176,28 @@ impl Journal {
     }
 
     fn view_of(&self, db: &Database) -> Result<View, ReadError> {
-        match db.begin_read() {
-            Ok(txn) => Ok(View::new(txn)),
-            Err(error) => Err(StorageFailure::new("beginning a read", error).into()),
-        }
+        View::begin(db, self.path())
     }
 
     /// A consistent read view of the journal as of now.
     pub fn view(&self) -> Result<View, ReadError> {
         let db = self.database()?;
-        match db.begin_read() {
-            Ok(txn) => Ok(View::new(txn)),
+        let begun = View::begin(db.as_ref(), self.path());
+        release(db);
+        match begun {
+            Ok(view) => Ok(view),
+            Err(error @ ReadError::Damaged(_)) => Err(error),
             // The shared handle failed under a write; read through a handle of our own.
             Err(_) if matches!(self.shared.location, Location::Path(_)) => {
-                let reader = JournalReader::open(self.path()).map_err(|error| {
-                    StorageFailure::new(
-                        "opening a read-only handle",
-                        redb::Error::Io(std::io::Error::other(error.to_string())),
-                    )
+                let reader = JournalReader::open(self.path()).map_err(|error| match error {
+                    OpenError::Damaged(damaged) => ReadError::Damaged(damaged),
+                    other => {
+                        ReadError::Storage(reopen_failure("opening a read-only handle", other))
+                    }
                 })?;
                 reader.view()
             }
-            Err(error) => Err(StorageFailure::new("beginning a read", error).into()),
+            Err(error) => Err(error),
         }
     }
 
@@ -236,11 +251,13 @@ impl Journal {
                 origin: commit::Origin::Local,
                 private,
             })
-            .map_err(|_| {
-                AppendError::Storage(StorageFailure::new(
+            .map_err(|_| match self.death.cause() {
+                // The writer died of damage: every later append is told so at once.
+                Some(damaged) => AppendError::Damaged(damaged),
+                None => AppendError::Storage(StorageFailure::new(
                     "queueing an append",
                     redb::Error::Io(std::io::Error::other("the journal is closing")),
-                ))
+                )),
             })?;
         self.shared
             .stats
@@ -262,7 +279,12 @@ impl Journal {
         batches: &[append::Batch],
     ) -> Result<Vec<Result<Appended, AppendError>>, StorageFailure> {
         let db = self.database()?;
-        append::commit_batches(&db, batches)
+        contain(move || append::commit_batches(&db, batches)).unwrap_or_else(|panic| {
+            Err(StorageFailure::new(
+                "committing",
+                redb::Error::Corrupted(panic.to_string()),
+            ))
+        })
     }
 
     /// Creates a run: appends its `RunCreated` under a fresh id.
@@ -330,20 +352,42 @@ impl Journal {
         finished: &[RunId],
         now_ms: event::UnixMs,
     ) -> Result<Vec<(RunId, prune::Pruned)>, AppendError> {
-        commit::commit_upkeep(&self.shared, |txn| {
+        self.upkeep("pruning", |txn| {
             prune::prune_in(txn, runs, finished, now_ms)
         })
     }
 
     /// Sets the home's retention policy.
     pub fn set_retention(&self, policy: &Retention) -> Result<(), AppendError> {
-        commit::commit_upkeep(&self.shared, |txn| prune::set_retention_in(txn, policy))
+        self.upkeep("setting the retention policy", |txn| {
+            prune::set_retention_in(txn, policy)
+        })
+    }
+
+    /// A write of the journal's upkeep on this thread ([`commit::commit_upkeep`]), a panic of
+    /// redb's contained: reported as damage, the handle dropped so the next use reopens.
+    fn upkeep<T>(
+        &self,
+        during: &'static str,
+        once: impl FnMut(&redb::WriteTransaction) -> Result<T, StorageFailure>,
+    ) -> Result<T, AppendError> {
+        contain(|| commit::commit_upkeep(&self.shared, once)).unwrap_or_else(|panic| {
+            if let Some(db) = self.shared.database() {
+                self.shared.discard_database(&db);
+                release(db);
+            }
+            Err(AppendError::Damaged(Damaged::new(
+                self.path(),
+                during,
+                panic,
+            )))
+        })
     }
 
     /// Sets `queue`'s limit of active runs (docs/design.md, "Queues"), durable on return. The
     /// name must pass [`crate::event::check_queue_name`]; the caller checks it.
     pub fn set_queue_limit(&self, queue: &str, max_active: u64) -> Result<(), AppendError> {
-        commit::commit_upkeep(&self.shared, |txn| {
+        self.upkeep("setting a queue's limit", |txn| {
             append::set_queue_limit_in(txn, queue, max_active)
         })
     }
@@ -375,8 +419,18 @@ impl Journal {
     }
 
     /// Runs redb's own integrity check (every page checksum, the allocator state) through a
-    /// handle of its own. The journal must be a file.
+    /// handle of its own. The journal must be a file. A panic of redb's on damaged bytes is a
+    /// failed check.
     pub fn check_integrity(&self) -> Result<bool, StorageFailure> {
+        contain(|| self.check_integrity_unguarded()).unwrap_or_else(|panic| {
+            Err(StorageFailure::new(
+                "checking integrity",
+                redb::Error::Corrupted(panic.to_string()),
+            ))
+        })
+    }
+
+    fn check_integrity_unguarded(&self) -> Result<bool, StorageFailure> {
         let mut db = reopen_location(&self.shared.location).map_err(|error| {
             // An open that failed is not damage: keep its I/O error (ENOSPC, say).
             let source = match error {
@@ -402,6 +456,21 @@ pub struct Creation {
     pub private: Option<RunPrivate>,
 }
 
+/// The answer to an append whose writer dropped it unanswered: the thread ended in a way its
+/// own containment did not catch. The batch may or may not have landed.
+fn writer_gone() -> commit::Answer {
+    commit::Answer {
+        result: Err(AppendError::Storage(StorageFailure::new(
+            "committing",
+            redb::Error::Io(std::io::Error::other(
+                "the journal's writer thread ended without answering; the append may or may not have landed",
+            )),
+        ))),
+        refused_against: None,
+        was_retried: true,
+    }
+}
+
 /// A failed reopen as a storage failure that keeps its class: an OS error stays one (a
 /// retried read tries again); a file that is no longer a journal is damage, not retried.
 fn reopen_failure(op: &'static str, error: OpenError) -> StorageFailure {
@@ -424,11 +493,116 @@ impl Drop for Journal {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        // The handle's last reference goes here, where its close (which writes the allocator
+        // state, reading the file) may meet damage.
+        if let Some(db) = self.shared.database() {
+            self.shared.discard_database(&db);
+            release(db);
+        }
     }
+}
+
+/// Drops a reference to the redb handle inside [`contain`]: the last one closes the database,
+/// which reads and writes the file and so may panic on damaged bytes. Nothing is lost by
+/// ignoring such a panic: the close only saves the next open a repair.
+pub(crate) fn release(db: Arc<Database>) {
+    let _ = contain(move || drop(db));
 }
 
 impl ReadJournal for Journal {
     fn view(&self) -> Result<View, ReadError> {
         Journal::view(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::event::Mode;
+    use crate::journal::write::options::CommitSharing;
+    use crate::testkit;
+
+    /// Generous: a caller still waiting past it waits on a dead writer.
+    const BOUND: Duration = Duration::from_secs(60);
+
+    fn spec() -> RunSpec {
+        testkit::spec(
+            Mode::Single,
+            vec![testkit::step("build", testkit::argv(&["true"]))],
+        )
+    }
+
+    /// A writer thread whose commit panics (redb on damaged bytes) answers the callers of its
+    /// group and every caller queued behind them with the damage, and every later append at
+    /// once: nobody waits on a writer that is gone.
+    #[test]
+    fn every_caller_queued_on_a_writer_that_died_is_answered_with_the_damage() {
+        const QUEUED: usize = 4;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("journal.redb");
+        let options = WriterOptions {
+            commit_sharing: CommitSharing::Alone,
+            ..WriterOptions::default()
+        };
+        let journal = Arc::new(
+            Journal::open_with(Location::Path(path.clone()), options).expect("a new journal"),
+        );
+        let (entered, is_entered) = mpsc::channel();
+        let (release, is_released) = mpsc::channel::<()>();
+        writer::test_hook::before_commit_of(&path, move || {
+            let _ = entered.send(());
+            let _ = is_released.recv();
+            panic!("a page the test damaged");
+        });
+
+        let (answers, answered) = mpsc::channel();
+        let call = |answers: mpsc::Sender<Result<Appended, AppendError>>| {
+            let journal = Arc::clone(&journal);
+            std::thread::spawn(move || {
+                let _ = answers.send(journal.create_run(spec(), HostIds::default()));
+            })
+        };
+        let mut callers = vec![call(answers.clone())];
+        is_entered
+            .recv_timeout(BOUND)
+            .expect("the writer starts the first commit");
+        callers.extend((0..QUEUED).map(|_| call(answers.clone())));
+        let waiting_since = std::time::Instant::now();
+        while journal.queue.len() < QUEUED {
+            assert!(
+                waiting_since.elapsed() < BOUND,
+                "the callers queue behind the commit"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        release.send(()).expect("the writer waits in the hook");
+
+        for caller in 0..=QUEUED {
+            let answer = answered
+                .recv_timeout(BOUND)
+                .unwrap_or_else(|_| panic!("caller {caller} of {} is answered", QUEUED + 1));
+            match answer {
+                Err(AppendError::Damaged(damaged)) => {
+                    assert_eq!(damaged.path, path);
+                    assert_eq!(damaged.during, "committing");
+                    assert!(
+                        damaged.panic.message.contains("a page the test damaged"),
+                        "{damaged}"
+                    );
+                }
+                other => panic!("caller {caller}: {other:?}"),
+            }
+        }
+        for caller in callers {
+            caller.join().expect("a caller ends");
+        }
+        let later = journal.create_run(spec(), HostIds::default());
+        assert!(
+            matches!(later, Err(AppendError::Damaged(_))),
+            "a later append is answered the damage at once: {later:?}"
+        );
     }
 }

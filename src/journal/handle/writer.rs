@@ -2,11 +2,18 @@
 //! numbers this handle's batches with its writer id, and has the group committed — through
 //! another process's commit leader when there is one (`share`), otherwise here
 //! ([`commit_and_rejudge`]) — then answers each caller with its own result.
+//!
+//! A panic while a group is committed (redb meeting damaged bytes) is contained: the group's
+//! callers, and every caller queued after them, are answered [`AppendError::Damaged`], the
+//! queue is closed and the thread ends, so nobody waits on a writer that is gone; later appends
+//! of the handle get the same answer at once ([`Death`]).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use crate::event::now_ms;
+use crate::journal::file::contain::contain;
+use crate::journal::format::error::{AppendError, Damaged};
 use crate::journal::share::Sharing;
 use crate::journal::write::append::Batch;
 use crate::journal::write::commit::{
@@ -14,8 +21,44 @@ use crate::journal::write::commit::{
 };
 use crate::journal::write::queue::{Queue, Reply};
 
-/// The writer thread: runs until the queue is closed and drained.
-pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
+/// Why the writer thread ended before its handle closed, once it has: what every later append
+/// is answered.
+#[derive(Default)]
+pub(crate) struct Death {
+    damaged: Mutex<Option<Damaged>>,
+}
+
+impl Death {
+    /// The damage the writer died of, if it did.
+    pub(crate) fn cause(&self) -> Option<Damaged> {
+        self.damaged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn record(&self, damaged: &Damaged) {
+        *self
+            .damaged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(damaged.clone());
+    }
+}
+
+/// The answer to a caller whose batch met damage, or was queued behind it.
+fn damaged_answer(damaged: &Damaged) -> Answer {
+    Answer {
+        result: Err(AppendError::Damaged(damaged.clone())),
+        refused_against: None,
+        // The panic may have come after the commit landed.
+        was_retried: true,
+    }
+}
+
+/// The writer thread: runs until the queue is closed and drained, or until a commit panics.
+pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>, death: Arc<Death>) {
+    // However this thread ends, nothing stays queued unanswered.
+    let _drain = DrainOnExit(&queue);
     let mut next_writer_seq = 1u64;
     let mut capacity = CapacityState::of(&shared);
     let mut sharing = Sharing::new(&shared, &queue);
@@ -67,9 +110,21 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
         };
         // Through another process's commit leader when there is one to hand the group to;
         // otherwise committed here, as the leader or alone.
-        let answers = match sharing.commit_through_leader(&batches, &mut capacity, &mut renumber) {
-            Some(answers) => answers,
-            None => commit_and_rejudge(&shared, batches, &mut capacity, false, &mut renumber),
+        let committed = contain(|| {
+            #[cfg(test)]
+            test_hook::run_before_commit(shared.location.path());
+            match sharing.commit_through_leader(&batches, &mut capacity, &mut renumber) {
+                Some(answers) => answers,
+                None => commit_and_rejudge(&shared, batches, &mut capacity, false, &mut renumber),
+            }
+        });
+        let answers = match committed {
+            Ok(answers) => answers,
+            Err(panic) => {
+                let damaged = Damaged::new(shared.location.path(), "committing", panic);
+                die(&shared, &queue, &death, damaged, replies, sharing, capacity);
+                return;
+            }
         };
         shared
             .stats
@@ -80,6 +135,96 @@ pub(crate) fn run(shared: Arc<Shared>, queue: Arc<Queue<Request, Answer>>) {
             .zip(one_answer_per_batch(answers, &runs))
         {
             reply.answer(answer);
+        }
+    }
+}
+
+/// Ends the writer after a contained panic: the damage recorded for later appends, the queue
+/// closed, the group's callers and every request still queued answered with it, then the
+/// handle dropped (the next read reopens) and the leadership handed on, both contained.
+fn die(
+    shared: &Shared,
+    queue: &Queue<Request, Answer>,
+    death: &Death,
+    damaged: Damaged,
+    replies: Vec<Reply<Answer>>,
+    mut sharing: Sharing,
+    mut capacity: CapacityState,
+) {
+    death.record(&damaged);
+    queue.close();
+    for reply in replies {
+        reply.answer(damaged_answer(&damaged));
+    }
+    loop {
+        let group = queue.take_group(usize::MAX, |_| 1);
+        if group.is_empty() {
+            break;
+        }
+        for (_, reply) in group {
+            reply.answer(damaged_answer(&damaged));
+        }
+    }
+    // Best effort: a leader that cannot say goodbye leaves a socket nobody answers, which the
+    // next handle finds dead.
+    let _ = contain(move || {
+        if let Some(db) = shared.database() {
+            shared.discard_database(&db);
+            drop(db);
+        }
+        sharing.finish();
+        capacity.clear_marker_at_exit(shared);
+    });
+}
+
+/// Closes the queue and drops what is still in it when the writer thread ends, whichever way:
+/// each dropped reply answers its caller ([`Queue::answering_dropped`]).
+struct DrainOnExit<'a>(&'a Queue<Request, Answer>);
+
+impl Drop for DrainOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+        loop {
+            let group = self.0.take_group(usize::MAX, |_| 1);
+            if group.is_empty() {
+                break;
+            }
+            drop(group);
+        }
+    }
+}
+
+/// A test's stand-in for redb panicking on damaged bytes: a hook the writer thread runs where
+/// a commit starts, inside its containment, for the journal at the path the hook names (tests
+/// run side by side in one process, each with its own journal).
+#[cfg(test)]
+pub(crate) mod test_hook {
+    use std::path::{Path, PathBuf};
+    use std::sync::{Mutex, MutexGuard};
+
+    type Hook = Box<dyn FnOnce() + Send>;
+
+    static BEFORE_COMMIT: Mutex<Vec<(PathBuf, Hook)>> = Mutex::new(Vec::new());
+
+    fn hooks() -> MutexGuard<'static, Vec<(PathBuf, Hook)>> {
+        BEFORE_COMMIT
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `hook` once, where the next commit of the journal at `path` starts.
+    pub(crate) fn before_commit_of(path: &Path, hook: impl FnOnce() + Send + 'static) {
+        hooks().push((path.to_path_buf(), Box::new(hook)));
+    }
+
+    pub(super) fn run_before_commit(path: &Path) {
+        let hook = {
+            let mut hooks = hooks();
+            let index = hooks.iter().position(|(of, _)| of == path);
+            index.map(|index| hooks.remove(index).1)
+        };
+        if let Some(hook) = hook {
+            hook();
         }
     }
 }

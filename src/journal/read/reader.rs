@@ -7,7 +7,7 @@ use redb::ReadableDatabase;
 
 use super::view::View;
 use crate::journal::file::open::{
-    check_format_version, check_journal_file, open_read_only, read_format_version,
+    check_format_version, check_journal_file, contained_open, open_read_only, read_format_version,
 };
 use crate::journal::format::error::{OpenError, ReadError, StorageFailure};
 
@@ -18,9 +18,14 @@ pub struct JournalReader {
 }
 
 impl JournalReader {
-    /// Opens an existing journal read-only.
+    /// Opens an existing journal read-only. A panic of redb's on a damaged file is
+    /// [`OpenError::Damaged`].
     pub fn open(path: impl AsRef<Path>) -> Result<JournalReader, OpenError> {
         let path = path.as_ref();
+        contained_open(path, || JournalReader::open_unguarded(path))
+    }
+
+    fn open_unguarded(path: &Path) -> Result<JournalReader, OpenError> {
         if let Err(source) = std::fs::metadata(path) {
             return Err(OpenError::Io {
                 path: path.to_path_buf(),
@@ -55,11 +60,7 @@ impl JournalReader {
 
     /// A consistent read view of the journal as of now.
     pub fn view(&self) -> Result<View, ReadError> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(|error| StorageFailure::new("beginning a read", error))?;
-        Ok(View::new(txn))
+        View::begin(&self.db, &self.path)
     }
 }
 

@@ -1,10 +1,20 @@
 //! A [`View`] is one redb read transaction, so everything read through it is from
 //! the same commit.
 
-use redb::{ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{
+    ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    TableDefinition,
+};
 
 use crate::event::{Record, RunId, RunIdError, UnixMs, WriterId};
-use crate::journal::format::error::{CorruptError, ReadError, StorageFailure, storage};
+use crate::journal::file::contain::contain;
+use crate::journal::format::error::{
+    CorruptError, Damaged, ReadError, StorageFailure, StoragePanic, storage,
+};
+use crate::journal::format::recovery::RecoveryNote;
 use crate::journal::format::retention::{self, Retention, Tombstone};
 use crate::journal::format::snapshot::{SnapshotError, decode_snapshot};
 use crate::journal::format::tables::{
@@ -100,13 +110,43 @@ pub struct QueueEntry {
 }
 
 /// A consistent read of the journal.
+///
+/// Every read is made inside [`contain`]: a panic of redb's on damaged bytes comes back as
+/// [`ReadError::Damaged`] naming the journal file, and the view may be dropped as usual.
 pub struct View {
     txn: ReadTransaction,
+    /// The journal file, for the words of a [`Damaged`].
+    path: Arc<Path>,
 }
 
 impl View {
-    pub(crate) fn new(txn: ReadTransaction) -> View {
-        View { txn }
+    pub(crate) fn new(txn: ReadTransaction, path: &Path) -> View {
+        View {
+            txn,
+            path: Arc::from(path),
+        }
+    }
+
+    /// Begins a read transaction on `db`, the journal at `path`: a panic of redb's is
+    /// [`ReadError::Damaged`].
+    pub(crate) fn begin(db: &impl ReadableDatabase, path: &Path) -> Result<View, ReadError> {
+        let txn = contain(|| db.begin_read())
+            .map_err(|panic| ReadError::Damaged(Damaged::new(path, "beginning a read", panic)))?
+            .map_err(storage("beginning a read"))?;
+        Ok(View::new(txn, path))
+    }
+
+    /// Runs `read` on this view, reporting a panic of redb's as [`ReadError::Damaged`].
+    fn guarded<T, E: From<ReadError>>(
+        &self,
+        during: &'static str,
+        read: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        contain(read).unwrap_or_else(|panic| Err(E::from(self.damaged(during, panic))))
+    }
+
+    fn damaged(&self, during: &'static str, panic: StoragePanic) -> ReadError {
+        ReadError::Damaged(Damaged::new(&self.path, during, panic))
     }
 
     fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
@@ -139,153 +179,169 @@ impl View {
 
     /// Every queue with a limit, by name, with its limit.
     pub fn queue_limits(&self) -> Result<Vec<(String, u64)>, ReadError> {
-        let Some(queues) = self.optional_table(QUEUES)? else {
-            return Ok(Vec::new());
-        };
-        let mut limits = Vec::new();
-        for entry in queues.iter().map_err(storage("reading the queues"))? {
-            let (name, limit) = entry.map_err(storage("reading the queues"))?;
-            limits.push((name.value().to_string(), limit.value()));
-        }
-        Ok(limits)
+        self.guarded("reading the queues", || {
+            let Some(queues) = self.optional_table(QUEUES)? else {
+                return Ok(Vec::new());
+            };
+            let mut limits = Vec::new();
+            for entry in queues.iter().map_err(storage("reading the queues"))? {
+                let (name, limit) = entry.map_err(storage("reading the queues"))?;
+                limits.push((name.value().to_string(), limit.value()));
+            }
+            Ok(limits)
+        })
     }
 
     /// A queue's limit of active runs; `None` when none was set.
     pub fn queue_limit(&self, queue: &str) -> Result<Option<u64>, ReadError> {
-        let Some(queues) = self.optional_table(QUEUES)? else {
-            return Ok(None);
-        };
-        Ok(queues
-            .get(queue)
-            .map_err(storage("reading a queue's limit"))?
-            .map(|limit| limit.value()))
+        self.guarded("reading a queue's limit", || {
+            let Some(queues) = self.optional_table(QUEUES)? else {
+                return Ok(None);
+            };
+            Ok(queues
+                .get(queue)
+                .map_err(storage("reading a queue's limit"))?
+                .map(|limit| limit.value()))
+        })
     }
 
     /// The runs holding a slot of `queue`, in run id order.
     pub fn queue_active(&self, queue: &str) -> Result<Vec<RunId>, ReadError> {
-        let Some(active) = self.optional_table(QUEUE_ACTIVE)? else {
-            return Ok(Vec::new());
-        };
-        let low = tables::queue_prefix(queue);
-        let high = tables::queue_prefix_end(queue);
-        let mut runs = Vec::new();
-        for entry in active
-            .range::<&[u8]>(low.as_slice()..high.as_slice())
-            .map_err(storage("reading a queue's active runs"))?
-        {
-            let (key, _) = entry.map_err(storage("reading a queue's active runs"))?;
-            let bytes: [u8; 16] = key.value()[low.len()..].try_into().map_err(|_| {
-                ReadError::Corrupt(CorruptError::Index {
-                    table: "queue_active",
-                    reason: "a key that is not a queue and a run id".to_string(),
-                })
-            })?;
-            runs.push(RunId::from_bytes(bytes));
-        }
-        Ok(runs)
+        self.guarded("reading a queue's active runs", || {
+            let Some(active) = self.optional_table(QUEUE_ACTIVE)? else {
+                return Ok(Vec::new());
+            };
+            let low = tables::queue_prefix(queue);
+            let high = tables::queue_prefix_end(queue);
+            let mut runs = Vec::new();
+            for entry in active
+                .range::<&[u8]>(low.as_slice()..high.as_slice())
+                .map_err(storage("reading a queue's active runs"))?
+            {
+                let (key, _) = entry.map_err(storage("reading a queue's active runs"))?;
+                let bytes: [u8; 16] = key.value()[low.len()..].try_into().map_err(|_| {
+                    ReadError::Corrupt(CorruptError::Index {
+                        table: "queue_active",
+                        reason: "a key that is not a queue and a run id".to_string(),
+                    })
+                })?;
+                runs.push(RunId::from_bytes(bytes));
+            }
+            Ok(runs)
+        })
     }
 
     /// The first `limit` runs waiting in `queue`, first in first. One range read of the index:
     /// the first costs the same however many wait.
     pub fn queue_waiting(&self, queue: &str, limit: usize) -> Result<Vec<RunId>, ReadError> {
-        let Some(waiting) = self.optional_table(QUEUE_WAITING)? else {
-            return Ok(Vec::new());
-        };
-        let low = tables::queue_prefix(queue);
-        let high = tables::queue_prefix_end(queue);
-        let mut runs = Vec::new();
-        for entry in waiting
-            .range::<&[u8]>(low.as_slice()..high.as_slice())
-            .map_err(storage("reading a queue's waiting runs"))?
-            .take(limit)
-        {
-            let (_, run) = entry.map_err(storage("reading a queue's waiting runs"))?;
-            runs.push(RunId::from_bytes(*run.value()));
-        }
-        Ok(runs)
+        self.guarded("reading a queue's waiting runs", || {
+            let Some(waiting) = self.optional_table(QUEUE_WAITING)? else {
+                return Ok(Vec::new());
+            };
+            let low = tables::queue_prefix(queue);
+            let high = tables::queue_prefix_end(queue);
+            let mut runs = Vec::new();
+            for entry in waiting
+                .range::<&[u8]>(low.as_slice()..high.as_slice())
+                .map_err(storage("reading a queue's waiting runs"))?
+                .take(limit)
+            {
+                let (_, run) = entry.map_err(storage("reading a queue's waiting runs"))?;
+                runs.push(RunId::from_bytes(*run.value()));
+            }
+            Ok(runs)
+        })
     }
 
     /// How many runs wait in `queue` (reads its waiting entries: for showing, never on an
     /// admission's path).
     pub fn queue_waiting_count(&self, queue: &str) -> Result<u64, ReadError> {
-        let Some(waiting) = self.optional_table(QUEUE_WAITING)? else {
-            return Ok(0);
-        };
-        let low = tables::queue_prefix(queue);
-        let high = tables::queue_prefix_end(queue);
-        let mut count = 0;
-        for entry in waiting
-            .range::<&[u8]>(low.as_slice()..high.as_slice())
-            .map_err(storage("counting a queue's waiting runs"))?
-        {
-            entry.map_err(storage("counting a queue's waiting runs"))?;
-            count += 1;
-        }
-        Ok(count)
+        self.guarded("counting a queue's waiting runs", || {
+            let Some(waiting) = self.optional_table(QUEUE_WAITING)? else {
+                return Ok(0);
+            };
+            let low = tables::queue_prefix(queue);
+            let high = tables::queue_prefix_end(queue);
+            let mut count = 0;
+            for entry in waiting
+                .range::<&[u8]>(low.as_slice()..high.as_slice())
+                .map_err(storage("counting a queue's waiting runs"))?
+            {
+                entry.map_err(storage("counting a queue's waiting runs"))?;
+                count += 1;
+            }
+            Ok(count)
+        })
     }
 
     /// `queue`'s limit and use.
     pub fn queue_usage(&self, queue: &str) -> Result<QueueUsage, ReadError> {
-        Ok(QueueUsage {
-            name: queue.to_string(),
-            max_active: self.queue_limit(queue)?,
-            active: self.queue_active(queue)?.len() as u64,
-            waiting: self.queue_waiting_count(queue)?,
+        self.guarded("reading a queue's use", || {
+            Ok(QueueUsage {
+                name: queue.to_string(),
+                max_active: self.queue_limit(queue)?,
+                active: self.queue_active(queue)?.len() as u64,
+                waiting: self.queue_waiting_count(queue)?,
+            })
         })
     }
 
     /// Every queue with a limit, with its use.
     pub fn queues(&self) -> Result<Vec<QueueUsage>, ReadError> {
-        self.queue_limits()?
-            .into_iter()
-            .map(|(name, _)| self.queue_usage(&name))
-            .collect()
+        self.guarded("reading the queues", || {
+            self.queue_limits()?
+                .into_iter()
+                .map(|(name, _)| self.queue_usage(&name))
+                .collect()
+        })
     }
 
     /// Every entry of the queue indexes: the waiting runs (with the global seq their key
     /// holds), then the active ones. For `verify`.
     pub fn queue_index(&self) -> Result<(Vec<QueueEntry>, Vec<QueueEntry>), ReadError> {
-        let corrupt = |table: &'static str| {
-            ReadError::Corrupt(CorruptError::Index {
-                table,
-                reason: "a key that is not a queue name, a NUL and its entry".to_string(),
-            })
-        };
-        let split = |key: &[u8], table: &'static str| -> Result<(String, Vec<u8>), ReadError> {
-            let at = key
-                .iter()
-                .position(|byte| *byte == 0)
-                .ok_or_else(|| corrupt(table))?;
-            let name = std::str::from_utf8(&key[..at]).map_err(|_| corrupt(table))?;
-            Ok((name.to_string(), key[at + 1..].to_vec()))
-        };
-        let mut waiting = Vec::new();
-        if let Some(table) = self.optional_table(QUEUE_WAITING)? {
-            for entry in table.iter().map_err(storage("reading the waiting runs"))? {
-                let (key, run) = entry.map_err(storage("reading the waiting runs"))?;
-                let (queue, rest) = split(key.value(), "queue_waiting")?;
-                let global: [u8; 8] = rest.try_into().map_err(|_| corrupt("queue_waiting"))?;
-                waiting.push(QueueEntry {
-                    queue,
-                    run: RunId::from_bytes(*run.value()),
-                    joined_global_seq: Some(u64::from_be_bytes(global)),
-                });
+        self.guarded("reading the queue indexes", || {
+            let corrupt = |table: &'static str| {
+                ReadError::Corrupt(CorruptError::Index {
+                    table,
+                    reason: "a key that is not a queue name, a NUL and its entry".to_string(),
+                })
+            };
+            let split = |key: &[u8], table: &'static str| -> Result<(String, Vec<u8>), ReadError> {
+                let at = key
+                    .iter()
+                    .position(|byte| *byte == 0)
+                    .ok_or_else(|| corrupt(table))?;
+                let name = std::str::from_utf8(&key[..at]).map_err(|_| corrupt(table))?;
+                Ok((name.to_string(), key[at + 1..].to_vec()))
+            };
+            let mut waiting = Vec::new();
+            if let Some(table) = self.optional_table(QUEUE_WAITING)? {
+                for entry in table.iter().map_err(storage("reading the waiting runs"))? {
+                    let (key, run) = entry.map_err(storage("reading the waiting runs"))?;
+                    let (queue, rest) = split(key.value(), "queue_waiting")?;
+                    let global: [u8; 8] = rest.try_into().map_err(|_| corrupt("queue_waiting"))?;
+                    waiting.push(QueueEntry {
+                        queue,
+                        run: RunId::from_bytes(*run.value()),
+                        joined_global_seq: Some(u64::from_be_bytes(global)),
+                    });
+                }
             }
-        }
-        let mut active = Vec::new();
-        if let Some(table) = self.optional_table(QUEUE_ACTIVE)? {
-            for entry in table.iter().map_err(storage("reading the active runs"))? {
-                let (key, _) = entry.map_err(storage("reading the active runs"))?;
-                let (queue, rest) = split(key.value(), "queue_active")?;
-                let run: [u8; 16] = rest.try_into().map_err(|_| corrupt("queue_active"))?;
-                active.push(QueueEntry {
-                    queue,
-                    run: RunId::from_bytes(run),
-                    joined_global_seq: None,
-                });
+            let mut active = Vec::new();
+            if let Some(table) = self.optional_table(QUEUE_ACTIVE)? {
+                for entry in table.iter().map_err(storage("reading the active runs"))? {
+                    let (key, _) = entry.map_err(storage("reading the active runs"))?;
+                    let (queue, rest) = split(key.value(), "queue_active")?;
+                    let run: [u8; 16] = rest.try_into().map_err(|_| corrupt("queue_active"))?;
+                    active.push(QueueEntry {
+                        queue,
+                        run: RunId::from_bytes(run),
+                        joined_global_seq: None,
+                    });
+                }
             }
-        }
-        Ok((waiting, active))
+            Ok((waiting, active))
+        })
     }
 
     /// The environment `run`'s launcher gave it (docs/design.md, "Environment"); `None` for a
@@ -394,98 +450,120 @@ impl View {
     /// The retention policy the home set, or `None` when it never set one
     /// ([`Retention::DEFAULT`] applies).
     pub fn retention_set(&self) -> Result<Option<Retention>, ReadError> {
-        let meta = self.table(META)?;
-        let Some(value) = meta
-            .get(tables::META_RETENTION)
-            .map_err(storage("reading the retention policy"))?
-        else {
-            return Ok(None);
-        };
-        retention::decode_retention(value.value())
-            .map(Some)
-            .map_err(|error| {
-                CorruptError::Meta {
-                    key: tables::META_RETENTION,
-                    reason: error.to_string(),
-                }
-                .into()
-            })
+        self.guarded("reading the retention policy", || {
+            let meta = self.table(META)?;
+            let Some(value) = meta
+                .get(tables::META_RETENTION)
+                .map_err(storage("reading the retention policy"))?
+            else {
+                return Ok(None);
+            };
+            retention::decode_retention(value.value())
+                .map(Some)
+                .map_err(|error| {
+                    CorruptError::Meta {
+                        key: tables::META_RETENTION,
+                        reason: error.to_string(),
+                    }
+                    .into()
+                })
+        })
+    }
+
+    /// What a rebuild from projections chose and could not recover, when this journal was
+    /// rebuilt so ([`RecoveryNote`]); a note that does not decode is shown as none.
+    pub fn recovery_note(&self) -> Result<Option<RecoveryNote>, ReadError> {
+        self.guarded("reading meta", || {
+            let meta = self.table(META)?;
+            let value = meta
+                .get(tables::META_RECOVERY)
+                .map_err(storage("reading meta"))?;
+            Ok(value.and_then(|bytes| RecoveryNote::decode(bytes.value())))
+        })
     }
 
     /// The retention policy in force: the one set, else [`Retention::DEFAULT`].
     pub fn retention(&self) -> Result<Retention, ReadError> {
-        Ok(self.retention_set()?.unwrap_or_default())
+        self.guarded("reading the retention policy", || {
+            Ok(self.retention_set()?.unwrap_or_default())
+        })
     }
 
     /// How `run` is linked by resumes: the run it resumed (its record at seq 2, where the
     /// reducer takes a `Resumed` only), and the run that resumed it (the resume index).
     pub fn resume_links(&self, run: RunId) -> Result<ResumeLinks, ReadError> {
-        let records = self.table(RECORDS)?;
-        let key = tables::record_key(run, 2);
-        let resumed_from = match records.get(&key).map_err(storage("reading a record"))? {
-            Some(value) => match decode_record(&key, value.value())?.event {
-                crate::event::Event::Resumed { from } => Some(from),
-                _ => None,
-            },
-            None => None,
-        };
-        let resumed_by = match self.optional_table(RESUMES)? {
-            Some(resumes) => resumes
-                .get(&run.to_bytes())
-                .map_err(storage("reading the resume index"))?
-                .map(|entry| RunId::from_bytes(*entry.value())),
-            None => None,
-        };
-        Ok(ResumeLinks {
-            resumed_from,
-            resumed_by,
+        self.guarded("reading resume links", || {
+            let records = self.table(RECORDS)?;
+            let key = tables::record_key(run, 2);
+            let resumed_from = match records.get(&key).map_err(storage("reading a record"))? {
+                Some(value) => match decode_record(&key, value.value())?.event {
+                    crate::event::Event::Resumed { from } => Some(from),
+                    _ => None,
+                },
+                None => None,
+            };
+            let resumed_by = match self.optional_table(RESUMES)? {
+                Some(resumes) => resumes
+                    .get(&run.to_bytes())
+                    .map_err(storage("reading the resume index"))?
+                    .map(|entry| RunId::from_bytes(*entry.value())),
+                None => None,
+            };
+            Ok(ResumeLinks {
+                resumed_from,
+                resumed_by,
+            })
         })
     }
 
     /// Every entry of the resume index, (paused run, the run that resumed it), in run id
     /// order.
     pub fn resumes(&self) -> Result<Vec<(RunId, RunId)>, ReadError> {
-        let Some(resumes) = self.optional_table(RESUMES)? else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        for entry in resumes
-            .iter()
-            .map_err(storage("reading the resume index"))?
-        {
-            let (key, value) = entry.map_err(storage("reading the resume index"))?;
-            out.push((
-                RunId::from_bytes(*key.value()),
-                RunId::from_bytes(*value.value()),
-            ));
-        }
-        Ok(out)
+        self.guarded("reading the resume index", || {
+            let Some(resumes) = self.optional_table(RESUMES)? else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            for entry in resumes
+                .iter()
+                .map_err(storage("reading the resume index"))?
+            {
+                let (key, value) = entry.map_err(storage("reading the resume index"))?;
+                out.push((
+                    RunId::from_bytes(*key.value()),
+                    RunId::from_bytes(*value.value()),
+                ));
+            }
+            Ok(out)
+        })
     }
 
     /// The tombstone of a pruned run, if it has one.
     pub fn tombstone(&self, run: RunId) -> Result<Option<Tombstone>, ReadError> {
-        let Some(pruned) = self.optional_table(PRUNED)? else {
-            return Ok(None);
-        };
-        let value = pruned
-            .get(&run.to_bytes())
-            .map_err(storage("reading a tombstone"))?;
-        value
-            .map(|bytes| {
-                Tombstone::decode(bytes.value())
-                    .map_err(|source| CorruptError::Tombstone { run, source }.into())
-            })
-            .transpose()
+        self.guarded("reading a tombstone", || {
+            let Some(pruned) = self.optional_table(PRUNED)? else {
+                return Ok(None);
+            };
+            let value = pruned
+                .get(&run.to_bytes())
+                .map_err(storage("reading a tombstone"))?;
+            value
+                .map(|bytes| {
+                    Tombstone::decode(bytes.value())
+                        .map_err(|source| CorruptError::Tombstone { run, source }.into())
+                })
+                .transpose()
+        })
     }
 
     /// Every tombstone, in run id order.
     pub fn tombstones(&self) -> Result<Vec<Tombstone>, ReadError> {
-        self.tombstones_of(PRUNED)
+        self.guarded("reading tombstones", || self.tombstones_of(PRUNED))
     }
 
     /// The pruned runs whose files a pass may not have removed yet.
     pub fn pruning(&self) -> Result<Vec<Tombstone>, ReadError> {
-        self.tombstones_of(PRUNING)
+        self.guarded("reading tombstones", || self.tombstones_of(PRUNING))
     }
 
     fn tombstones_of(
@@ -509,15 +587,17 @@ impl View {
 
     /// How many pruned runs still have their tombstone.
     pub fn tombstone_count(&self) -> Result<u64, ReadError> {
-        match self.optional_table(PRUNED)? {
-            Some(table) => Ok(table.len().map_err(storage("counting tombstones"))?),
-            None => Ok(0),
-        }
+        self.guarded("counting tombstones", || {
+            match self.optional_table(PRUNED)? {
+                Some(table) => Ok(table.len().map_err(storage("counting tombstones"))?),
+                None => Ok(0),
+            }
+        })
     }
 
     /// The highest global seq a prune removed (0: none).
     pub fn log_floor(&self) -> Result<u64, ReadError> {
-        self.meta_u64(tables::META_LOG_FLOOR)
+        self.guarded("reading meta", || self.meta_u64(tables::META_LOG_FLOOR))
     }
 
     /// Whether the home ships, and through which global seq its records are proven shipped
@@ -533,80 +613,92 @@ impl View {
 
     /// How many log entries prunes removed in all.
     pub fn pruned_records(&self) -> Result<u64, ReadError> {
-        self.meta_u64(tables::META_PRUNED_RECORDS)
+        self.guarded("reading meta", || {
+            self.meta_u64(tables::META_PRUNED_RECORDS)
+        })
     }
 
     /// Where record `seq` of `run` sits in the global log, when the log index knows (records
     /// committed before it existed, until the first prune indexes them, are not known).
     pub fn global_of(&self, run: RunId, seq: u64) -> Result<Option<u64>, ReadError> {
-        let Some(globals) = self.optional_table(GLOBALS)? else {
-            return Ok(None);
-        };
-        Ok(tables::global_of(&globals, &self.table(LOG)?, run, seq)?)
+        self.guarded("reading the log index", || {
+            let Some(globals) = self.optional_table(GLOBALS)? else {
+                return Ok(None);
+            };
+            Ok(tables::global_of(&globals, &self.table(LOG)?, run, seq)?)
+        })
     }
 
     /// Up to `limit` terminal runs, the earliest ended first, with their end times.
     pub fn oldest_terminal(&self, limit: usize) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
-        let terminal = self.table(TERMINAL)?;
-        let mut out = Vec::new();
-        for entry in terminal
-            .iter()
-            .map_err(storage("reading the terminal index"))?
-            .take(limit)
-        {
-            let (key, _) = entry.map_err(storage("reading the terminal index"))?;
-            out.push(tables::split_terminal_key(key.value()));
-        }
-        Ok(out)
+        self.guarded("reading the terminal index", || {
+            let terminal = self.table(TERMINAL)?;
+            let mut out = Vec::new();
+            for entry in terminal
+                .iter()
+                .map_err(storage("reading the terminal index"))?
+                .take(limit)
+            {
+                let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+                out.push(tables::split_terminal_key(key.value()));
+            }
+            Ok(out)
+        })
     }
 
     /// How many runs are terminal (and not pruned).
     pub fn terminal_count(&self) -> Result<u64, ReadError> {
-        Ok(self
-            .table(TERMINAL)?
-            .len()
-            .map_err(storage("counting ended runs"))?)
+        self.guarded("counting ended runs", || {
+            Ok(self
+                .table(TERMINAL)?
+                .len()
+                .map_err(storage("counting ended runs"))?)
+        })
     }
 
     /// The journal's meta entries.
     pub fn meta(&self) -> Result<JournalMeta, ReadError> {
-        let meta = self.table(META)?;
-        let get = |key: &'static str| -> Result<Vec<u8>, ReadError> {
-            match meta.get(key).map_err(storage("reading meta"))? {
-                Some(value) => Ok(value.value().to_vec()),
-                None => Err(CorruptError::Meta {
-                    key,
-                    reason: "missing".to_string(),
+        self.guarded("reading meta", || {
+            let meta = self.table(META)?;
+            let get = |key: &'static str| -> Result<Vec<u8>, ReadError> {
+                match meta.get(key).map_err(storage("reading meta"))? {
+                    Some(value) => Ok(value.value().to_vec()),
+                    None => Err(CorruptError::Meta {
+                        key,
+                        reason: "missing".to_string(),
+                    }
+                    .into()),
                 }
-                .into()),
-            }
-        };
-        let fixed = |key: &'static str, bytes: Vec<u8>| -> Result<Vec<u8>, ReadError> {
-            let expected = match key {
-                tables::META_FORMAT_VERSION => 2,
-                tables::META_JOURNAL_ID => 16,
-                _ => 8,
             };
-            if bytes.len() == expected {
-                Ok(bytes)
-            } else {
-                Err(CorruptError::Meta {
-                    key,
-                    reason: format!("{} bytes, expected {expected}", bytes.len()),
+            let fixed = |key: &'static str, bytes: Vec<u8>| -> Result<Vec<u8>, ReadError> {
+                let expected = match key {
+                    tables::META_FORMAT_VERSION => 2,
+                    tables::META_JOURNAL_ID => 16,
+                    _ => 8,
+                };
+                if bytes.len() == expected {
+                    Ok(bytes)
+                } else {
+                    Err(CorruptError::Meta {
+                        key,
+                        reason: format!("{} bytes, expected {expected}", bytes.len()),
+                    }
+                    .into())
                 }
-                .into())
-            }
-        };
-        let version = fixed(
-            tables::META_FORMAT_VERSION,
-            get(tables::META_FORMAT_VERSION)?,
-        )?;
-        let journal_id = fixed(tables::META_JOURNAL_ID, get(tables::META_JOURNAL_ID)?)?;
-        let created_at = fixed(tables::META_CREATED_AT, get(tables::META_CREATED_AT)?)?;
-        Ok(JournalMeta {
-            format_version: u16::from_be_bytes([version[0], version[1]]),
-            journal_id: journal_id.try_into().expect("length checked above"),
-            created_at_ms: u64::from_be_bytes(created_at.try_into().expect("length checked above")),
+            };
+            let version = fixed(
+                tables::META_FORMAT_VERSION,
+                get(tables::META_FORMAT_VERSION)?,
+            )?;
+            let journal_id = fixed(tables::META_JOURNAL_ID, get(tables::META_JOURNAL_ID)?)?;
+            let created_at = fixed(tables::META_CREATED_AT, get(tables::META_CREATED_AT)?)?;
+            Ok(JournalMeta {
+                format_version: u16::from_be_bytes([version[0], version[1]]),
+                journal_id: journal_id.try_into().expect("length checked above"),
+                created_at_ms: u64::from_be_bytes(
+                    created_at.try_into().expect("length checked above"),
+                ),
+            })
         })
     }
 
@@ -614,14 +706,16 @@ impl View {
     /// stored snapshot that does not decode is re-derived from the run's records (it is a
     /// cache): only records that do not decode or fold make this an error.
     pub fn snapshot(&self, run: RunId) -> Result<Option<RunState>, ReadError> {
-        let runs = self.table(RUNS)?;
-        let value = runs
-            .get(&run.to_bytes())
-            .map_err(storage("reading a snapshot"))?;
-        match value {
-            Some(bytes) => Ok(Some(state_of(run, bytes.value(), &self.table(RECORDS)?)?)),
-            None => Ok(None),
-        }
+        self.guarded("reading a snapshot", || {
+            let runs = self.table(RUNS)?;
+            let value = runs
+                .get(&run.to_bytes())
+                .map_err(storage("reading a snapshot"))?;
+            match value {
+                Some(bytes) => Ok(Some(state_of(run, bytes.value(), &self.table(RECORDS)?)?)),
+                None => Ok(None),
+            }
+        })
     }
 
     /// The run's stored snapshot as it decodes, without re-deriving one that does not (for
@@ -629,22 +723,26 @@ impl View {
     pub fn stored_snapshot(
         &self,
         run: RunId,
-    ) -> Result<Option<Result<RunState, SnapshotError>>, StorageFailure> {
-        let runs = self.table(RUNS)?;
-        let value = runs
-            .get(&run.to_bytes())
-            .map_err(storage("reading a snapshot"))?;
-        Ok(value.map(|bytes| decode_snapshot(run, bytes.value())))
+    ) -> Result<Option<Result<RunState, SnapshotError>>, ReadError> {
+        self.guarded("reading a snapshot", || {
+            let runs = self.table(RUNS)?;
+            let value = runs
+                .get(&run.to_bytes())
+                .map_err(storage("reading a snapshot"))?;
+            Ok(value.map(|bytes| decode_snapshot(run, bytes.value())))
+        })
     }
 
     /// Every record of the run, in seq order, each verified against its checksum and its key.
     pub fn records(&self, run: RunId) -> Result<Vec<Record>, ReadError> {
-        self.records_until(run, u64::MAX)
+        self.guarded("reading records", || self.records_until(run, u64::MAX))
     }
 
     /// The run's records with seq at most `until_seq`.
     pub fn records_until(&self, run: RunId, until_seq: u64) -> Result<Vec<Record>, ReadError> {
-        run_records(&self.table(RECORDS)?, run, until_seq)
+        self.guarded("reading records", || {
+            run_records(&self.table(RECORDS)?, run, until_seq)
+        })
     }
 
     /// The run's records with `after_seq < seq <= until_seq`, in seq order: what a follower or
@@ -655,7 +753,9 @@ impl View {
         after_seq: u64,
         until_seq: u64,
     ) -> Result<Vec<Record>, ReadError> {
-        run_records_between(&self.table(RECORDS)?, run, after_seq, until_seq)
+        self.guarded("reading records", || {
+            run_records_between(&self.table(RECORDS)?, run, after_seq, until_seq)
+        })
     }
 
     /// The seq of the run's `Terminal` record, if it has one, read backwards from its head:
@@ -663,152 +763,186 @@ impl View {
     /// its hooks' attempts (at most two records per attempt, a bounded number of attempts), so
     /// this reads a few records, however long the run.
     pub fn terminal_seq(&self, run: RunId) -> Result<Option<u64>, ReadError> {
-        let records = self.table(RECORDS)?;
-        let low = tables::record_key(run, 0);
-        let high = tables::record_key(run, u64::MAX);
-        for entry in records
-            .range::<&[u8; 24]>(&low..=&high)
-            .map_err(storage("reading records"))?
-            .rev()
-        {
-            let (key, value) = entry.map_err(storage("reading records"))?;
-            let record = decode_record(key.value(), value.value())?;
-            match record.event {
-                crate::event::Event::Terminal { .. } => return Ok(Some(record.seq)),
-                crate::event::Event::ProcessTerminalObserved { .. }
-                | crate::event::Event::Dismissed { .. }
-                | crate::event::Event::HookAttempted { .. }
-                | crate::event::Event::HookEnded { .. } => continue,
-                // Anything else comes before a Terminal, never after one.
-                _ => return Ok(None),
+        self.guarded("reading records", || {
+            let records = self.table(RECORDS)?;
+            let low = tables::record_key(run, 0);
+            let high = tables::record_key(run, u64::MAX);
+            for entry in records
+                .range::<&[u8; 24]>(&low..=&high)
+                .map_err(storage("reading records"))?
+                .rev()
+            {
+                let (key, value) = entry.map_err(storage("reading records"))?;
+                let record = decode_record(key.value(), value.value())?;
+                match record.event {
+                    crate::event::Event::Terminal { .. }
+                    | crate::event::Event::HostEnded { .. } => {
+                        return Ok(Some(record.seq));
+                    }
+                    crate::event::Event::ProcessTerminalObserved { .. }
+                    | crate::event::Event::Dismissed { .. }
+                    | crate::event::Event::HookAttempted { .. }
+                    | crate::event::Event::HookEnded { .. } => continue,
+                    // Anything else comes before a Terminal, never after one.
+                    _ => return Ok(None),
+                }
             }
-        }
-        Ok(None)
+            Ok(None)
+        })
     }
 
     /// Up to `limit` records committed after global seq `after`, in commit order, each with
     /// its global seq.
     pub fn records_after(&self, after: u64, limit: usize) -> Result<Vec<(u64, Record)>, ReadError> {
-        let log = self.table(LOG)?;
-        let records = self.table(RECORDS)?;
-        let mut out = Vec::new();
-        for entry in log
-            .range(after.saturating_add(1)..)
-            .map_err(storage("reading the log"))?
-            .take(limit)
-        {
-            let (global, key) = entry.map_err(storage("reading the log"))?;
-            let key = *key.value();
-            let value = records.get(&key).map_err(storage("reading a record"))?;
-            let Some(value) = value else {
-                let (run, seq) = tables::split_record_key(&key);
-                return Err(CorruptError::Record {
-                    run,
-                    seq,
-                    source: crate::event::DecodeError::Malformed {
-                        reason: format!(
-                            "the log names it at global seq {}, but it is missing",
-                            global.value()
-                        ),
-                    },
-                }
-                .into());
-            };
-            out.push((global.value(), decode_record(&key, value.value())?));
-        }
-        Ok(out)
+        self.guarded("reading the log", || {
+            let log = self.table(LOG)?;
+            let records = self.table(RECORDS)?;
+            let mut out = Vec::new();
+            for entry in log
+                .range(after.saturating_add(1)..)
+                .map_err(storage("reading the log"))?
+                .take(limit)
+            {
+                let (global, key) = entry.map_err(storage("reading the log"))?;
+                let key = *key.value();
+                let value = records.get(&key).map_err(storage("reading a record"))?;
+                let Some(value) = value else {
+                    let (run, seq) = tables::split_record_key(&key);
+                    return Err(CorruptError::Record {
+                        run,
+                        seq,
+                        source: crate::event::DecodeError::Malformed {
+                            reason: format!(
+                                "the log names it at global seq {}, but it is missing",
+                                global.value()
+                            ),
+                        },
+                    }
+                    .into());
+                };
+                out.push((global.value(), decode_record(&key, value.value())?));
+            }
+            Ok(out)
+        })
     }
 
     /// The runs that records committed after global seq `after` belong to, each once, in the
     /// order of their first such record, and the global seq of the last of those records
     /// (`after` when there is none). Reads the log only, not the records.
     pub fn runs_changed_after(&self, after: u64) -> Result<(Vec<RunId>, u64), ReadError> {
-        let log = self.table(LOG)?;
-        let mut runs = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        let mut last = after;
-        for entry in log
-            .range(after.saturating_add(1)..)
-            .map_err(storage("reading the log"))?
-        {
-            let (global, key) = entry.map_err(storage("reading the log"))?;
-            let (run, _) = tables::split_record_key(key.value());
-            if seen.insert(run) {
-                runs.push(run);
+        self.guarded("reading the log", || {
+            let log = self.table(LOG)?;
+            let mut runs = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            let mut last = after;
+            for entry in log
+                .range(after.saturating_add(1)..)
+                .map_err(storage("reading the log"))?
+            {
+                let (global, key) = entry.map_err(storage("reading the log"))?;
+                let (run, _) = tables::split_record_key(key.value());
+                if seen.insert(run) {
+                    runs.push(run);
+                }
+                last = global.value();
             }
-            last = global.value();
-        }
-        Ok((runs, last))
+            Ok((runs, last))
+        })
     }
 
     /// The global seq of the last commit (0 for an empty journal), pruned ones included.
     pub fn global_head(&self) -> Result<u64, ReadError> {
-        let log = self.table(LOG)?;
-        let last = log.last().map_err(storage("reading the log head"))?;
-        Ok(last
-            .map_or(0, |(key, _)| key.value())
-            .max(self.log_floor()?))
+        self.guarded("reading the log head", || {
+            let log = self.table(LOG)?;
+            let last = log.last().map_err(storage("reading the log head"))?;
+            Ok(last
+                .map_or(0, |(key, _)| key.value())
+                .max(self.log_floor()?))
+        })
     }
 
     /// Runs not yet closed, oldest first.
     pub fn active_runs(&self) -> Result<Vec<RunId>, ReadError> {
-        let active = self.table(ACTIVE)?;
-        let mut out = Vec::new();
-        for entry in active.iter().map_err(storage("reading the active index"))? {
-            let (key, _) = entry.map_err(storage("reading the active index"))?;
-            out.push(RunId::from_bytes(*key.value()));
-        }
-        Ok(out)
+        self.guarded("reading the active index", || {
+            let active = self.table(ACTIVE)?;
+            let mut out = Vec::new();
+            for entry in active.iter().map_err(storage("reading the active index"))? {
+                let (key, _) = entry.map_err(storage("reading the active index"))?;
+                out.push(RunId::from_bytes(*key.value()));
+            }
+            Ok(out)
+        })
     }
 
     /// Up to `limit` terminal runs, most recently ended first, with their end times.
     pub fn recent_terminal(&self, limit: usize) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
-        let terminal = self.table(TERMINAL)?;
-        let mut out = Vec::new();
-        for entry in terminal
-            .iter()
-            .map_err(storage("reading the terminal index"))?
-            .rev()
-            .take(limit)
-        {
-            let (key, _) = entry.map_err(storage("reading the terminal index"))?;
-            out.push(tables::split_terminal_key(key.value()));
-        }
-        Ok(out)
+        self.guarded("reading the terminal index", || {
+            let terminal = self.table(TERMINAL)?;
+            let mut out = Vec::new();
+            for entry in terminal
+                .iter()
+                .map_err(storage("reading the terminal index"))?
+                .rev()
+                .take(limit)
+            {
+                let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+                out.push(tables::split_terminal_key(key.value()));
+            }
+            Ok(out)
+        })
     }
 
     /// Every run id, oldest first.
     pub fn all_runs(&self) -> Result<Vec<RunId>, ReadError> {
-        let runs = self.table(RUNS)?;
-        let mut out = Vec::new();
-        for entry in runs.iter().map_err(storage("reading runs"))? {
-            let (key, _) = entry.map_err(storage("reading runs"))?;
-            out.push(RunId::from_bytes(*key.value()));
-        }
-        Ok(out)
+        self.guarded("reading runs", || {
+            let runs = self.table(RUNS)?;
+            let mut out = Vec::new();
+            for entry in runs.iter().map_err(storage("reading runs"))? {
+                let (key, _) = entry.map_err(storage("reading runs"))?;
+                out.push(RunId::from_bytes(*key.value()));
+            }
+            Ok(out)
+        })
     }
 
     /// The number of runs in the journal.
     pub fn run_count(&self) -> Result<u64, ReadError> {
-        Ok(self.table(RUNS)?.len().map_err(storage("counting runs"))?)
+        self.guarded("counting runs", || {
+            Ok(self.table(RUNS)?.len().map_err(storage("counting runs"))?)
+        })
     }
 
     /// The number of records in the journal.
     pub fn record_count(&self) -> Result<u64, ReadError> {
-        Ok(self
-            .table(RECORDS)?
-            .len()
-            .map_err(storage("counting records"))?)
+        self.guarded("counting records", || {
+            Ok(self
+                .table(RECORDS)?
+                .len()
+                .map_err(storage("counting records"))?)
+        })
     }
 
     /// Every run's state, in run id order (a snapshot that does not decode is re-derived, as
     /// [`View::snapshot`] does); `f` sees each and may stop early by returning `false`.
     pub fn for_each_snapshot(&self, mut f: impl FnMut(RunState) -> bool) -> Result<(), ReadError> {
-        let runs = self.table(RUNS)?;
-        let records = self.table(RECORDS)?;
-        for entry in runs.iter().map_err(storage("reading runs"))? {
-            let (key, value) = entry.map_err(storage("reading runs"))?;
-            let state = state_of(RunId::from_bytes(*key.value()), value.value(), &records)?;
+        let during = "reading runs";
+        let (runs, records) = self.guarded(during, || {
+            Ok::<_, ReadError>((self.table(RUNS)?, self.table(RECORDS)?))
+        })?;
+        let mut entries = self.guarded(during, || {
+            Ok::<_, ReadError>(runs.iter().map_err(storage(during))?)
+        })?;
+        // Each step of the scan inside the guard, `f` outside it: a panic of `f`'s own is not
+        // the journal's.
+        while let Some(state) = self.guarded(during, || {
+            entries
+                .next()
+                .map(|entry| {
+                    let (key, value) = entry.map_err(storage(during))?;
+                    state_of(RunId::from_bytes(*key.value()), value.value(), &records)
+                })
+                .transpose()
+        })? {
             if !f(state) {
                 break;
             }
@@ -822,12 +956,23 @@ impl View {
     pub fn scan_records(
         &self,
         mut f: impl FnMut(RunId, u64, Result<Record, CorruptError>) -> bool,
-    ) -> Result<(), StorageFailure> {
-        let records = self.table(RECORDS)?;
-        for entry in records.iter().map_err(storage("reading records"))? {
-            let (key, value) = entry.map_err(storage("reading records"))?;
-            let (run, seq) = tables::split_record_key(key.value());
-            if !f(run, seq, decode_record(key.value(), value.value())) {
+    ) -> Result<(), ReadError> {
+        let during = "reading records";
+        let records = self.guarded(during, || Ok::<_, ReadError>(self.table(RECORDS)?))?;
+        let mut entries = self.guarded(during, || {
+            Ok::<_, ReadError>(records.iter().map_err(storage(during))?)
+        })?;
+        while let Some((run, seq, record)) = self.guarded(during, || {
+            entries
+                .next()
+                .map(|entry| {
+                    let (key, value) = entry.map_err(storage(during))?;
+                    let (run, seq) = tables::split_record_key(key.value());
+                    Ok::<_, ReadError>((run, seq, decode_record(key.value(), value.value())))
+                })
+                .transpose()
+        })? {
+            if !f(run, seq, record) {
                 break;
             }
         }
@@ -840,17 +985,28 @@ impl View {
     pub fn scan_snapshots(
         &self,
         mut f: impl FnMut(RunId, Result<RunState, CorruptError>) -> bool,
-    ) -> Result<(), StorageFailure> {
-        let runs = self.table(RUNS)?;
-        let records = self.table(RECORDS)?;
-        for entry in runs.iter().map_err(storage("reading runs"))? {
-            let (key, value) = entry.map_err(storage("reading runs"))?;
-            let run = RunId::from_bytes(*key.value());
-            let state = match state_of(run, value.value(), &records) {
-                Ok(state) => Ok(state),
-                Err(ReadError::Corrupt(error)) => Err(error),
-                Err(ReadError::Storage(failure)) => return Err(failure),
-            };
+    ) -> Result<(), ReadError> {
+        let during = "reading runs";
+        let (runs, records) = self.guarded(during, || {
+            Ok::<_, ReadError>((self.table(RUNS)?, self.table(RECORDS)?))
+        })?;
+        let mut entries = self.guarded(during, || {
+            Ok::<_, ReadError>(runs.iter().map_err(storage(during))?)
+        })?;
+        while let Some((run, state)) = self.guarded(during, || {
+            entries
+                .next()
+                .map(|entry| {
+                    let (key, value) = entry.map_err(storage(during))?;
+                    let run = RunId::from_bytes(*key.value());
+                    match state_of(run, value.value(), &records) {
+                        Ok(state) => Ok((run, Ok(state))),
+                        Err(ReadError::Corrupt(error)) => Ok((run, Err(error))),
+                        Err(error) => Err(error),
+                    }
+                })
+                .transpose()
+        })? {
             if !f(run, state) {
                 break;
             }
@@ -863,12 +1019,23 @@ impl View {
     pub fn scan_stored_snapshots(
         &self,
         mut f: impl FnMut(RunId, Result<RunState, SnapshotError>) -> bool,
-    ) -> Result<(), StorageFailure> {
-        let runs = self.table(RUNS)?;
-        for entry in runs.iter().map_err(storage("reading runs"))? {
-            let (key, value) = entry.map_err(storage("reading runs"))?;
-            let run = RunId::from_bytes(*key.value());
-            if !f(run, decode_snapshot(run, value.value())) {
+    ) -> Result<(), ReadError> {
+        let during = "reading runs";
+        let runs = self.guarded(during, || Ok::<_, ReadError>(self.table(RUNS)?))?;
+        let mut entries = self.guarded(during, || {
+            Ok::<_, ReadError>(runs.iter().map_err(storage(during))?)
+        })?;
+        while let Some((run, snapshot)) = self.guarded(during, || {
+            entries
+                .next()
+                .map(|entry| {
+                    let (key, value) = entry.map_err(storage(during))?;
+                    let run = RunId::from_bytes(*key.value());
+                    Ok::<_, ReadError>((run, decode_snapshot(run, value.value())))
+                })
+                .transpose()
+        })? {
+            if !f(run, snapshot) {
                 break;
             }
         }
@@ -877,15 +1044,23 @@ impl View {
 
     /// Every entry of the global log in commit order, as (global seq, run, seq), without
     /// reading the records it names.
-    pub fn scan_log(
-        &self,
-        mut f: impl FnMut(u64, RunId, u64) -> bool,
-    ) -> Result<(), StorageFailure> {
-        let log = self.table(LOG)?;
-        for entry in log.iter().map_err(storage("reading the log"))? {
-            let (global, key) = entry.map_err(storage("reading the log"))?;
-            let (run, seq) = tables::split_record_key(key.value());
-            if !f(global.value(), run, seq) {
+    pub fn scan_log(&self, mut f: impl FnMut(u64, RunId, u64) -> bool) -> Result<(), ReadError> {
+        let during = "reading the log";
+        let log = self.guarded(during, || Ok::<_, ReadError>(self.table(LOG)?))?;
+        let mut entries = self.guarded(during, || {
+            Ok::<_, ReadError>(log.iter().map_err(storage(during))?)
+        })?;
+        while let Some((global, run, seq)) = self.guarded(during, || {
+            entries
+                .next()
+                .map(|entry| {
+                    let (global, key) = entry.map_err(storage(during))?;
+                    let (run, seq) = tables::split_record_key(key.value());
+                    Ok::<_, ReadError>((global.value(), run, seq))
+                })
+                .transpose()
+        })? {
+            if !f(global, run, seq) {
                 break;
             }
         }
@@ -894,111 +1069,121 @@ impl View {
 
     /// The run an alias points to (see [`crate::journal::tool_call_alias`], [`crate::journal::name_alias`]).
     pub fn lookup_alias(&self, alias: &str) -> Result<Option<RunId>, ReadError> {
-        let aliases = self.table(ALIASES)?;
-        let value = aliases.get(alias).map_err(storage("reading an alias"))?;
-        Ok(value.map(|run| RunId::from_bytes(*run.value())))
+        self.guarded("reading an alias", || {
+            let aliases = self.table(ALIASES)?;
+            let value = aliases.get(alias).map_err(storage("reading an alias"))?;
+            Ok(value.map(|run| RunId::from_bytes(*run.value())))
+        })
     }
 
     /// Every alias and its run.
     pub fn aliases(&self) -> Result<Vec<(String, RunId)>, ReadError> {
-        let aliases = self.table(ALIASES)?;
-        let mut out = Vec::new();
-        for entry in aliases.iter().map_err(storage("reading aliases"))? {
-            let (key, value) = entry.map_err(storage("reading aliases"))?;
-            out.push((key.value().to_string(), RunId::from_bytes(*value.value())));
-        }
-        Ok(out)
+        self.guarded("reading aliases", || {
+            let aliases = self.table(ALIASES)?;
+            let mut out = Vec::new();
+            for entry in aliases.iter().map_err(storage("reading aliases"))? {
+                let (key, value) = entry.map_err(storage("reading aliases"))?;
+                out.push((key.value().to_string(), RunId::from_bytes(*value.value())));
+            }
+            Ok(out)
+        })
     }
 
     /// Every (end time, run) of the terminal index, oldest first.
     pub fn terminal_index(&self) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
-        let terminal = self.table(TERMINAL)?;
-        let mut out = Vec::new();
-        for entry in terminal
-            .iter()
-            .map_err(storage("reading the terminal index"))?
-        {
-            let (key, _) = entry.map_err(storage("reading the terminal index"))?;
-            out.push(tables::split_terminal_key(key.value()));
-        }
-        Ok(out)
+        self.guarded("reading the terminal index", || {
+            let terminal = self.table(TERMINAL)?;
+            let mut out = Vec::new();
+            for entry in terminal
+                .iter()
+                .map_err(storage("reading the terminal index"))?
+            {
+                let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+                out.push(tables::split_terminal_key(key.value()));
+            }
+            Ok(out)
+        })
     }
 
     /// The last writer seq committed by `writer`.
     pub fn writer_mark(&self, writer: WriterId) -> Result<Option<u64>, ReadError> {
-        let writers = self.table(WRITERS)?;
-        let value = writers
-            .get(writer.0)
-            .map_err(storage("reading a writer mark"))?;
-        Ok(value.map(|seq| seq.value()))
+        self.guarded("reading a writer mark", || {
+            let writers = self.table(WRITERS)?;
+            let value = writers
+                .get(writer.0)
+                .map_err(storage("reading a writer mark"))?;
+            Ok(value.map(|seq| seq.value()))
+        })
     }
 
     /// The one run whose id is `text` or starts with it (at least
     /// [`RunId::MIN_PREFIX_LEN`] characters).
     pub fn resolve(&self, text: &str) -> Result<RunId, ResolveError> {
-        if text.len() == RunId::LEN {
-            let run: RunId = text.parse()?;
-            let is_known = self
-                .table(RUNS)?
-                .get(&run.to_bytes())
-                .map_err(storage("reading runs"))?
-                .is_some();
-            return if is_known || self.tombstone(run)?.is_some() {
-                Ok(run)
-            } else {
-                Err(ResolveError::Unknown {
-                    text: text.to_string(),
-                })
-            };
-        }
-        let (low, high) = RunId::prefix_range(text)?;
-        let (low, high) = (low.to_bytes(), high.to_bytes());
-        // Runs in the journal, then pruned runs that kept their tombstone.
-        let runs = self.table(RUNS)?;
-        let pruned = self.optional_table(PRUNED)?;
-        let mut matches = Vec::new();
-        let mut count = 0usize;
-        for entry in runs
-            .range::<&[u8; 16]>(&low..=&high)
-            .map_err(storage("reading runs"))?
-        {
-            let (key, _) = entry.map_err(storage("reading runs"))?;
-            if matches.len() < 4 {
-                matches.push(RunId::from_bytes(*key.value()));
+        self.guarded("looking a run up", || {
+            if text.len() == RunId::LEN {
+                let run: RunId = text.parse()?;
+                let is_known = self
+                    .table(RUNS)?
+                    .get(&run.to_bytes())
+                    .map_err(storage("reading runs"))?
+                    .is_some();
+                return if is_known || self.tombstone(run)?.is_some() {
+                    Ok(run)
+                } else {
+                    Err(ResolveError::Unknown {
+                        text: text.to_string(),
+                    })
+                };
             }
-            count += 1;
-        }
-        if let Some(pruned) = &pruned {
-            for entry in pruned
+            let (low, high) = RunId::prefix_range(text)?;
+            let (low, high) = (low.to_bytes(), high.to_bytes());
+            // Runs in the journal, then pruned runs that kept their tombstone.
+            let runs = self.table(RUNS)?;
+            let pruned = self.optional_table(PRUNED)?;
+            let mut matches = Vec::new();
+            let mut count = 0usize;
+            for entry in runs
                 .range::<&[u8; 16]>(&low..=&high)
-                .map_err(storage("reading tombstones"))?
+                .map_err(storage("reading runs"))?
             {
-                let (key, _) = entry.map_err(storage("reading tombstones"))?;
+                let (key, _) = entry.map_err(storage("reading runs"))?;
                 if matches.len() < 4 {
                     matches.push(RunId::from_bytes(*key.value()));
                 }
                 count += 1;
             }
-        }
-        match matches.as_slice() {
-            [] => Err(ResolveError::Unknown {
-                text: text.to_string(),
-            }),
-            [run] => Ok(*run),
-            _ => {
-                let examples = matches
-                    .iter()
-                    .take(3)
-                    .map(RunId::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                Err(ResolveError::Ambiguous {
-                    text: text.to_string(),
-                    count,
-                    examples,
-                })
+            if let Some(pruned) = &pruned {
+                for entry in pruned
+                    .range::<&[u8; 16]>(&low..=&high)
+                    .map_err(storage("reading tombstones"))?
+                {
+                    let (key, _) = entry.map_err(storage("reading tombstones"))?;
+                    if matches.len() < 4 {
+                        matches.push(RunId::from_bytes(*key.value()));
+                    }
+                    count += 1;
+                }
             }
-        }
+            match matches.as_slice() {
+                [] => Err(ResolveError::Unknown {
+                    text: text.to_string(),
+                }),
+                [run] => Ok(*run),
+                _ => {
+                    let examples = matches
+                        .iter()
+                        .take(3)
+                        .map(RunId::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    Err(ResolveError::Ambiguous {
+                        text: text.to_string(),
+                        count,
+                        examples,
+                    })
+                }
+            }
+        })
     }
 }
 

@@ -626,6 +626,9 @@ fn to_wire(answer: Answer, writer: WriterId, writer_seq: u64) -> WireAnswer {
         Err(AppendError::Corrupt(error)) => {
             failed("reading the run", None, error.to_string(), true)
         }
+        Err(AppendError::Damaged(damaged)) => {
+            failed("committing", None, damaged.panic.to_string(), true)
+        }
         Err(AppendError::Queue { refusal, .. }) => WireAnswer::QueueRefused { refusal },
         Err(error) => match answer.refused_against {
             Some(against) => match against.as_ref().map(encode_snapshot).transpose() {

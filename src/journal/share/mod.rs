@@ -57,12 +57,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use redb::ReadableDatabase;
 use sha2::{Digest, Sha256};
 
 use crate::journal::file::Location;
 use crate::journal::format::error::LockHeld;
-use crate::journal::format::error::{AppendError, ReadError, StorageFailure};
+use crate::journal::format::error::{AppendError, StorageFailure};
 use crate::journal::format::snapshot::decode_snapshot;
 use crate::journal::read::view::View;
 use crate::journal::write::append::{self, Appended, Batch};
@@ -420,7 +419,7 @@ impl Sharing {
     fn journal_id(&mut self) -> Option<[u8; 16]> {
         if self.journal_id.is_none() {
             let db = self.shared.database()?;
-            let view = View::new(db.begin_read().ok()?);
+            let view = View::begin(db.as_ref(), self.shared.location.path()).ok()?;
             self.journal_id = Some(view.meta().ok()?.journal_id);
         }
         self.journal_id
@@ -632,7 +631,10 @@ impl Sharing {
                 message,
                 is_corrupt,
             } => {
-                if is_corrupt && let Err(error @ AppendError::Corrupt(_)) = self.state_now(batch) {
+                if is_corrupt
+                    && let Err(error @ (AppendError::Corrupt(_) | AppendError::Damaged(_))) =
+                        self.state_now(batch)
+                {
                     return Some(answer(Err(error)));
                 }
                 let source = match errno {
@@ -653,14 +655,11 @@ impl Sharing {
             .shared
             .database()
             .ok_or_else(|| leader_failure("the journal handle is being reopened".to_string()))?;
-        let txn = db.begin_read().map_err(|error| {
-            AppendError::Storage(StorageFailure::new("beginning a read", error))
-        })?;
-        match View::new(txn).snapshot(batch.run) {
+        let view = View::begin(db.as_ref(), self.shared.location.path())?;
+        match view.snapshot(batch.run) {
             Ok(Some(state)) => Ok(state),
             Ok(None) => Err(AppendError::UnknownRun { run: batch.run }),
-            Err(ReadError::Corrupt(error)) => Err(AppendError::Corrupt(error)),
-            Err(ReadError::Storage(failure)) => Err(AppendError::Storage(failure)),
+            Err(error) => Err(error.into()),
         }
     }
 

@@ -280,7 +280,8 @@ pub(crate) enum Marks {
     /// A seq at or below the mark was committed before: answered from its records.
     Idempotent,
     /// Records rebuilt as they were (`journal::rebuild`): their seqs are not checked against
-    /// the marks, which only rise to each writer's highest seq.
+    /// the marks, which only rise to each writer's highest seq, and their queue slots are not
+    /// judged again (the records say what each queue admitted; the indexes follow them).
     Rebuild,
 }
 
@@ -507,7 +508,10 @@ fn apply_batch(
         return find_duplicate(tables, batch);
     }
     let prepared = match prepare(tables, group, batch, marks).and_then(|prepared| {
-        check_queue(tables, batch.run, &prepared)?;
+        // A rebuild writes what happened: the slots were judged when the records were made.
+        if marks == Marks::Idempotent {
+            check_queue(tables, batch.run, &prepared)?;
+        }
         Ok(prepared)
     }) {
         Ok(prepared) => prepared,

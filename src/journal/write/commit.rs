@@ -650,6 +650,11 @@ fn open_failure(error: OpenError) -> Failed {
     let failure = match error {
         OpenError::Storage(failure) => failure,
         OpenError::Io { source, .. } => StorageFailure::new("reopening the journal", source),
+        // Damage stays damage (`StorageFailure::is_damage`): never retried, exit 4.
+        other if other.is_damage() => StorageFailure::new(
+            "reopening the journal",
+            redb::Error::Corrupted(other.to_string()),
+        ),
         other => StorageFailure::new(
             "reopening the journal",
             redb::Error::Io(io::Error::other(other.to_string())),

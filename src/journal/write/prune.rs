@@ -191,7 +191,7 @@ impl<'txn> PruneTables<'txn> {
                 Ok(state) => state,
                 Err(ReadError::Storage(failure)) => return Err(failure),
                 // Damage is for `verify` to report and a person to look at, never to erase.
-                Err(ReadError::Corrupt(_)) => {
+                Err(ReadError::Corrupt(_) | ReadError::Damaged(_)) => {
                     return Ok(Pruned::Skipped("its records do not read"));
                 }
             }

@@ -6,7 +6,10 @@
 //! * every submitted request is answered exactly once, with the result the writer gave it,
 //!   and only after the writer called [`Ticket::answer`] (after its commit);
 //! * requests are taken in submission order, so one caller's appends land in its order;
-//! * closing answers nothing by itself: requests already queued are still taken.
+//! * closing answers nothing by itself: requests already queued are still taken;
+//! * a queue made with [`Queue::answering_dropped`] answers a request whose reply was dropped
+//!   unanswered (its writer died) with the queue's own answer, so no caller waits on a writer
+//!   that is gone.
 
 use std::collections::VecDeque;
 
@@ -24,18 +27,35 @@ pub(crate) struct Ticket<R> {
 
 /// The writer's side of a request: answer it once.
 pub(crate) struct Reply<R> {
-    slot: Arc<Slot<R>>,
+    /// `None` once answered.
+    slot: Option<Arc<Slot<R>>>,
+    /// The answer given if this reply is dropped unanswered.
+    if_dropped: Option<fn() -> R>,
 }
 
 impl<R> Reply<R> {
     /// Gives the caller its result.
-    pub(crate) fn answer(self, result: R) {
-        let mut answer = sync::lock(&self.slot.answer);
-        debug_assert!(answer.is_none(), "a request is answered once");
-        *answer = Some(result);
-        drop(answer);
-        self.slot.answered.notify_one();
+    pub(crate) fn answer(mut self, result: R) {
+        if let Some(slot) = self.slot.take() {
+            give(&slot, result);
+        }
     }
+}
+
+impl<R> Drop for Reply<R> {
+    fn drop(&mut self) {
+        if let (Some(slot), Some(if_dropped)) = (self.slot.take(), self.if_dropped) {
+            give(&slot, if_dropped());
+        }
+    }
+}
+
+fn give<R>(slot: &Slot<R>, result: R) {
+    let mut answer = sync::lock(&slot.answer);
+    debug_assert!(answer.is_none(), "a request is answered once");
+    *answer = Some(result);
+    drop(answer);
+    slot.answered.notify_one();
 }
 
 impl<R> Ticket<R> {
@@ -72,6 +92,7 @@ pub(crate) struct Queue<T, R> {
     not_empty: Condvar,
     not_full: Condvar,
     capacity: usize,
+    if_dropped: Option<fn() -> R>,
 }
 
 /// Submitting to a closed queue.
@@ -89,6 +110,16 @@ impl<T, R> Queue<T, R> {
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
             capacity,
+            if_dropped: None,
+        }
+    }
+
+    /// A queue whose requests, when their reply is dropped unanswered (the writer died), are
+    /// answered `if_dropped()`.
+    pub(crate) fn answering_dropped(capacity: usize, if_dropped: fn() -> R) -> Queue<T, R> {
+        Queue {
+            if_dropped: Some(if_dropped),
+            ..Queue::new(capacity)
         }
     }
 
@@ -111,7 +142,8 @@ impl<T, R> Queue<T, R> {
         state.items.push_back((
             item,
             Reply {
-                slot: Arc::clone(&slot),
+                slot: Some(Arc::clone(&slot)),
+                if_dropped: self.if_dropped,
             },
         ));
         drop(state);
@@ -147,6 +179,12 @@ impl<T, R> Queue<T, R> {
         drop(state);
         self.not_full.notify_all();
         group
+    }
+
+    /// How many requests wait to be taken (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        sync::lock(&self.state).items.len()
     }
 
     /// Refuses new requests; the writer drains what is queued, then sees an empty group.
@@ -189,6 +227,21 @@ mod tests {
         queue.submit(1).expect("open");
         let group = queue.take_group(10, |n| *n as usize);
         assert_eq!(group.len(), 1);
+    }
+
+    /// A writer that dies (its thread unwinds) drops the replies it held: their callers must
+    /// not wait for ever.
+    #[test]
+    fn a_reply_dropped_unanswered_gives_the_queues_answer() {
+        let queue: Queue<u32, u32> = Queue::answering_dropped(4, || 99);
+        let dropped = queue.submit(1).expect("open");
+        let answered = queue.submit(2).expect("open");
+        let mut group = queue.take_group(usize::MAX, |_| 1);
+        let (_, second) = group.pop().expect("two items");
+        second.answer(20);
+        drop(group);
+        assert_eq!(dropped.wait(), 99);
+        assert_eq!(answered.wait(), 20, "an answered reply keeps its answer");
     }
 
     #[test]

@@ -3,16 +3,25 @@
 //! seq, event — committed in the order given, each batch folded through `state::apply` with its
 //! snapshot and index changes written as an append writes them.
 //!
+//! Before the records, one transaction sets the queues' limits the caller chose (a queue's limit
+//! is kept only in the journal, and a rebuilt run may name its queue) and keeps the caller's
+//! [`RecoveryNote`] in meta. Queue slots are not judged again: the records say what each queue
+//! admitted.
+//!
 //! Invariant: the file is new (nothing is written over an existing one), and every batch is
 //! written as it came or the rebuild fails: nothing is skipped, reordered or renumbered.
 
 use std::path::{Path, PathBuf};
 
+use redb::Database;
+
 use super::append::{self, Batch, Marks};
 use crate::event::RunId;
 use crate::journal::file::Location;
 use crate::journal::file::open::open_location;
-use crate::journal::format::error::{AppendError, OpenError, StorageFailure};
+use crate::journal::format::error::{AppendError, OpenError, StorageFailure, storage};
+use crate::journal::format::recovery::RecoveryNote;
+use crate::journal::format::tables;
 
 /// Most events committed in one durable transaction of a rebuild.
 const EVENTS_PER_COMMIT: usize = 4096;
@@ -37,16 +46,18 @@ pub enum RebuildError {
     },
 }
 
-/// Creates a journal at `path`, which must not exist, holding `batches` in the order given,
-/// a few thousand events per durable commit. Each writer's mark ends at its highest writer
-/// seq, so a retry of any rebuilt batch is recognised as a retry. Returns the records written.
-pub fn rebuild(path: &Path, batches: &[Batch]) -> Result<u64, RebuildError> {
+/// Creates a journal at `path`, which must not exist, holding `note` (its queues' limits set
+/// and the note kept in meta) and `batches` in the order given, a few thousand events per
+/// durable commit. Each writer's mark ends at its highest writer seq, so a retry of any
+/// rebuilt batch is recognised as a retry. Returns the records written.
+pub fn rebuild(path: &Path, batches: &[Batch], note: &RecoveryNote) -> Result<u64, RebuildError> {
     if path.exists() {
         return Err(RebuildError::Exists {
             path: path.to_path_buf(),
         });
     }
     let db = open_location(&Location::Path(path.to_path_buf()))?;
+    set_up(&db, note)?;
     let mut written = 0u64;
     let mut start = 0;
     while start < batches.len() {
@@ -70,4 +81,22 @@ pub fn rebuild(path: &Path, batches: &[Batch]) -> Result<u64, RebuildError> {
         start = end;
     }
     Ok(written)
+}
+
+/// The queues' limits and the note, in one durable transaction before any record.
+fn set_up(db: &Database, note: &RecoveryNote) -> Result<(), StorageFailure> {
+    let mut txn = db.begin_write().map_err(storage("beginning a write"))?;
+    txn.set_durability(redb::Durability::Immediate)
+        .map_err(|error| StorageFailure::new("setting durability", redb::Error::from(error)))?;
+    for queue in &note.queues {
+        append::set_queue_limit_in(&txn, &queue.name, queue.max_active)?;
+    }
+    {
+        let mut meta = txn
+            .open_table(tables::META)
+            .map_err(storage("opening meta"))?;
+        meta.insert(tables::META_RECOVERY, note.encode().as_slice())
+            .map_err(storage("writing the recovery note"))?;
+    }
+    txn.commit().map_err(storage("committing"))
 }
