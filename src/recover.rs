@@ -36,7 +36,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use crate::durable_fs;
-use crate::event::{Event, Record, RunId, UnixMs, WriterId, now_ms};
+use crate::event::{Event, Record, RunId, TerminalState, UnixMs, WriterId, now_ms};
 use crate::home::{Home, LayoutMismatch};
 use crate::journal::rebuild::{RebuildError, rebuild};
 use crate::journal::{
@@ -270,7 +270,7 @@ fn replace_journal(
         .join(format!("journal.redb.rebuilding-{}", std::process::id()));
     durable_fs::remove_if_present(&rebuilding)
         .map_err(io_error("removing an earlier attempt", rebuilding.clone()))?;
-    let records = match rebuild(&rebuilding, batches, note) {
+    let records = match rebuild(&rebuilding, batches, note, home_shipped(home)) {
         Ok(records) => records,
         Err(source) => {
             let _ = durable_fs::remove_if_present(&rebuilding);
@@ -372,16 +372,31 @@ pub(crate) fn home_facts_not_recovered(home: &Home) -> Vec<LostFact> {
                 .to_string(),
         },
     ];
-    if home.shipping_state_path().exists() {
+    if home_shipped(home) {
         facts.push(LostFact {
             run: None,
             fact: "the journal's id and global seqs".to_string(),
             reason: "the rebuilt journal is a new one: what was shipped of the lost journal \
-                     stays on the server under its old id, and shipping starts this one anew"
+                     stays on the server under its old id; this one ships from its start, and \
+                     retention keeps every run until its shipper has sent it"
                 .to_string(),
         });
     }
+    facts.push(LostFact {
+        run: None,
+        fact: "completion hooks no record shows attempted, and the home's hook if one was set"
+            .to_string(),
+        reason: "they were kept only in the journal: such a hook will not run; set the home's \
+                 again with `runjournal hook set`"
+            .to_string(),
+    });
     facts
+}
+
+/// Whether the home shipped before its journal was lost: its shipper's state file is there.
+/// (The journal's own shipping mark was lost with it.)
+fn home_shipped(home: &Home) -> bool {
+    home.shipping_state_path().exists()
 }
 
 /// What `run` kept only in the lost journal and the rebuild cannot restore from its records
@@ -412,7 +427,26 @@ pub(crate) fn run_facts_not_recovered(
             ),
         ));
     }
-    if let Some(by) = resumed_by_on_disk(home, run)
+    let resumed_by = resumed_by_on_disk(home, run);
+    let is_carried_on = resumed_by.is_some_and(|by| rebuilt.contains(&by));
+    if !has_ended_for_good(records) && !is_carried_on {
+        facts.push(lost(
+            "its kept environment (variables, working directory, umask)".to_string(),
+            "it was kept only in the journal: steps that start from now on (a queued run \
+             admitted, a paused run resumed) start with the environment of the process that \
+             starts their runner"
+                .to_string(),
+        ));
+    }
+    for hook in hooks_not_delivered(records) {
+        facts.push(lost(
+            format!("the delivery of its completion hook {hook}"),
+            "its command was kept only in the journal: it will not be run; run it by hand if \
+             it is still wanted"
+                .to_string(),
+        ));
+    }
+    if let Some(by) = resumed_by
         && !rebuilt.contains(&by)
     {
         facts.push(lost(
@@ -424,6 +458,42 @@ pub(crate) fn run_facts_not_recovered(
         ));
     }
     facts
+}
+
+/// Whether the records end the run for good: a `Terminal` (or a host's end) other than a
+/// pause. Such a run starts no step again, so it needs no kept environment (nor does a paused
+/// run whose resume is rebuilt).
+fn has_ended_for_good(records: &[Record]) -> bool {
+    records.iter().any(|record| match &record.event {
+        Event::Terminal { state, .. } | Event::HostEnded { state, .. } => {
+            *state != TerminalState::Paused
+        }
+        _ => false,
+    })
+}
+
+/// The hooks the records show attempted and never delivered nor given up: their commands were
+/// kept only in the journal. (A hook never attempted leaves no record at all: the home's note
+/// on hooks covers it.)
+fn hooks_not_delivered(records: &[Record]) -> BTreeSet<u32> {
+    let mut open = BTreeSet::new();
+    for record in records {
+        match &record.event {
+            Event::HookAttempted { hook, .. } => {
+                open.insert(*hook);
+            }
+            Event::HookEnded {
+                hook,
+                outcome,
+                retry_at_ms,
+                ..
+            } if outcome.is_delivered() || retry_at_ms.is_none() => {
+                open.remove(hook);
+            }
+            _ => {}
+        }
+    }
+    open
 }
 
 /// The run that resumed `run`, as its status.json on disk says (`resumedBy`); `None` when it

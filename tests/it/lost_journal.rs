@@ -397,10 +397,10 @@ fn a_home_that_used_queues_resume_and_retention_is_rebuilt_whole_and_pi_subagent
         "what was kept only in the journal is named: {home_facts:?}"
     );
     assert!(
-        recovery
-            .runs
+        recovery.runs.iter().all(|run| run
+            .facts_not_recovered
             .iter()
-            .all(|run| run.facts_not_recovered.is_empty()),
+            .all(|fact| !fact.fact.contains("resume link"))),
         "every run's links were rebuilt with it"
     );
     let note = runjournal::journal::JournalReader::open(&journal)
@@ -556,10 +556,12 @@ fn a_resume_link_to_a_run_not_rebuilt_is_reported_for_its_run_and_recovery_goes_
         "the new run of pair a names the link it lost: {of_a:?}"
     );
     let of_b = facts(paused_b);
+    // Resumable again, as far as the rebuilt journal knows: its kept environment is lost too.
     assert!(
-        of_b.len() == 1
-            && of_b[0].0 == format!("the resume link from run {resumer_b}, which resumed it")
-            && of_b[0].1.contains("would carry it on again"),
+        of_b.len() == 2
+            && of_b[0].0.contains("kept environment")
+            && of_b[1].0 == format!("the resume link from run {resumer_b}, which resumed it")
+            && of_b[1].1.contains("would carry it on again"),
         "the paused run of pair b names the link it lost: {of_b:?}"
     );
 
@@ -574,4 +576,146 @@ fn a_resume_link_to_a_run_not_rebuilt_is_reported_for_its_run_and_recovery_goes_
     for run in [resumer_a, paused_b] {
         assert!(listed.contains(&run.to_string()), "{run}: {listed}");
     }
+}
+
+/// Regression: a home that shipped lost its shipping mark with its journal, and the rebuilt
+/// journal counted as one that never shipped: retention would then prune runs its shipper had
+/// never sent (the rebuilt journal is a new one to the server). Rebuilt, it ships from its
+/// start: its mark is at 0, so a prune that would otherwise take every ended run keeps them,
+/// even once the shipper's state file is gone.
+#[cfg(feature = "ship")]
+#[test]
+fn a_rebuilt_journal_of_a_home_that_shipped_ships_from_its_start_and_prune_keeps_its_runs() {
+    let (home, runs) = home_with_runs();
+    let journal_home = Home::at(home.path());
+    let shipped = runjournal::ship::state::ShipState {
+        shipper: None,
+        target: "postgresql://db.example/runs".to_string(),
+        journal_id: None,
+        host_name: "host".to_string(),
+        shipped_through: 9,
+        shipped_at_ms: None,
+        failing_since_ms: None,
+        last_error: None,
+        updated_at_ms: 1,
+    };
+    runjournal::ship::state::write(&journal_home, &shipped).expect("the shipper's state");
+    Damage::Missing.apply(&home.file("journal.redb"));
+    let recovery = runjournal::recover::recover_from_projections(&journal_home)
+        .expect("the journal is rebuilt");
+    assert_eq!(recovery.runs.len(), 2);
+    assert!(
+        recovery
+            .home_facts_not_recovered
+            .iter()
+            .any(|fact| fact.fact.contains("journal's id")),
+        "{:?}",
+        recovery.home_facts_not_recovered
+    );
+    let journal = home.journal();
+    assert_eq!(
+        journal
+            .view()
+            .expect("a view")
+            .shipped_through()
+            .expect("the mark reads"),
+        Some(0),
+        "the rebuilt journal ships, with nothing proven shipped"
+    );
+    drop(journal);
+    std::fs::remove_file(journal_home.shipping_state_path()).expect("the state file goes");
+    let pruned = home
+        .cmd()
+        .args(["prune", "--keep-runs", "0"])
+        .output()
+        .expect("prune");
+    assert!(
+        pruned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pruned.stderr)
+    );
+    let journal = home.journal();
+    for run in runs {
+        assert!(
+            journal
+                .view()
+                .expect("a view")
+                .snapshot(run)
+                .expect("reads")
+                .is_some(),
+            "run {run} is kept until this journal is shipped"
+        );
+    }
+}
+
+/// What a lost journal takes with it of environments and hooks is named per run: a run whose
+/// hook was attempted and never delivered (its runner killed while the hook ran) names that
+/// hook, whose command only the journal kept; a run still waiting in a queue names its kept
+/// environment, which its runner will not have; a run that ended with its hook delivered names
+/// neither.
+#[test]
+fn recovery_names_undelivered_hooks_and_lost_environments_per_run() {
+    let home = TestHome::new();
+    let launched = home
+        .cmd()
+        .args(["run", "--json", "--on-exit", "sleep 60", "--", "true"])
+        .output()
+        .expect("run");
+    assert!(launched.status.success(), "{launched:?}");
+    let hooked = support::run_id_of(&launched.stdout);
+    let document: serde_json::Value = serde_json::from_slice(&launched.stdout).expect("JSON");
+    let runner = document["runnerPid"].as_i64().expect("the runner's pid");
+    let journal = home.journal();
+    support::wait_for(&journal, hooked, "its hook to be attempted", |state| {
+        !state.hooks.is_empty()
+    });
+    // The runner is killed while its hook runs: the attempt is never ended.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(runner).expect("a pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let delivered = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--on-exit", "true", "--", "true"])
+        .output()
+        .expect("run");
+    let delivered = support::run_id_of(&delivered.stdout);
+    support::wait_for(&journal, delivered, "its hook to be delivered", |state| {
+        state.hooks.iter().any(|hook| hook.is_settled())
+    });
+    home.cmd()
+        .args(["queue", "held", "--max-active", "0"])
+        .assert()
+        .success();
+    let waiting = home
+        .cmd()
+        .args(["run", "--json", "--queue", "held", "--", "true"])
+        .output()
+        .expect("run");
+    let waiting = support::run_id_of(&waiting.stdout);
+    drop(journal);
+
+    Damage::Missing.apply(&home.file("journal.redb"));
+    let recovery = runjournal::recover::recover_from_projections(&Home::at(home.path()))
+        .expect("the journal is rebuilt");
+    let facts = |run: RunId| -> Vec<String> {
+        recovery
+            .runs
+            .iter()
+            .find(|rebuilt| rebuilt.run == run)
+            .unwrap_or_else(|| panic!("run {run} is rebuilt"))
+            .facts_not_recovered
+            .iter()
+            .map(|fact| fact.fact.clone())
+            .collect()
+    };
+    assert_eq!(
+        facts(hooked),
+        vec!["the delivery of its completion hook 0".to_string()]
+    );
+    assert!(facts(delivered).is_empty(), "{:?}", facts(delivered));
+    assert_eq!(
+        facts(waiting),
+        vec!["its kept environment (variables, working directory, umask)".to_string()]
+    );
 }

@@ -50,14 +50,23 @@ pub enum RebuildError {
 /// and the note kept in meta) and `batches` in the order given, a few thousand events per
 /// durable commit. Each writer's mark ends at its highest writer seq, so a retry of any
 /// rebuilt batch is recognised as a retry. Returns the records written.
-pub fn rebuild(path: &Path, batches: &[Batch], note: &RecoveryNote) -> Result<u64, RebuildError> {
+///
+/// `ships`: the home shipped before its journal was lost. The rebuilt journal then ships too,
+/// with nothing proven shipped (its shipping mark at 0): retention keeps every run until its
+/// shipper has sent this journal, which is a new one to the server.
+pub fn rebuild(
+    path: &Path,
+    batches: &[Batch],
+    note: &RecoveryNote,
+    ships: bool,
+) -> Result<u64, RebuildError> {
     if path.exists() {
         return Err(RebuildError::Exists {
             path: path.to_path_buf(),
         });
     }
     let db = open_location(&Location::Path(path.to_path_buf()))?;
-    set_up(&db, note)?;
+    set_up(&db, note, ships)?;
     let mut written = 0u64;
     let mut start = 0;
     while start < batches.len() {
@@ -83,8 +92,9 @@ pub fn rebuild(path: &Path, batches: &[Batch], note: &RecoveryNote) -> Result<u6
     Ok(written)
 }
 
-/// The queues' limits and the note, in one durable transaction before any record.
-fn set_up(db: &Database, note: &RecoveryNote) -> Result<(), StorageFailure> {
+/// The queues' limits, the note and (for a home that shipped) the shipping mark at 0, in one
+/// durable transaction before any record.
+fn set_up(db: &Database, note: &RecoveryNote, ships: bool) -> Result<(), StorageFailure> {
     let mut txn = db.begin_write().map_err(storage("beginning a write"))?;
     txn.set_durability(redb::Durability::Immediate)
         .map_err(|error| StorageFailure::new("setting durability", redb::Error::from(error)))?;
@@ -97,6 +107,9 @@ fn set_up(db: &Database, note: &RecoveryNote) -> Result<(), StorageFailure> {
             .map_err(storage("opening meta"))?;
         meta.insert(tables::META_RECOVERY, note.encode().as_slice())
             .map_err(storage("writing the recovery note"))?;
+    }
+    if ships {
+        crate::journal::write::ship_mark::mark_shipped_in(&txn, 0)?;
     }
     txn.commit().map_err(storage("committing"))
 }
