@@ -638,8 +638,10 @@ fn has_terminal_controls(bytes: &[u8]) -> bool {
 }
 
 /// Hostile text — a run name that retitles the terminal, a step command that clears it, a
-/// provider message with an escape sequence — is shown escaped (`\x1b`) by `run --wait`,
-/// `status`, `list` and `reconcile`; the JSON of `status --json` is serde's, unchanged.
+/// provider message with an escape sequence — is shown escaped (`\x1b`) by `run --wait`'s
+/// transitions, `status`, `list` and `reconcile`; the JSON of `status --json` is serde's,
+/// unchanged. (What a step itself prints is its own: `run --wait` without `--quiet` shows it
+/// as written, as `logs` does.)
 #[test]
 fn hostile_text_reaches_the_terminal_escaped() {
     let home = TestHome::new();
@@ -649,6 +651,7 @@ fn hostile_text_reaches_the_terminal_escaped() {
         .args([
             "run",
             "--wait",
+            "--quiet",
             "--name",
             "\u{1b}]2;owned\u{7}",
             "--step",
