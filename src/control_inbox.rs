@@ -749,6 +749,7 @@ pub fn take(
     let mut taken = Taken::default();
     for found in scan(home, run) {
         let mut settled = None;
+        let already_taken_before = taken.already_taken;
         for _ in 0..TAKE_ATTEMPTS {
             let state = read_state()?.ok_or(TakeError::UnknownRun { run })?;
             let (events, expect_head, how) = match decide(&found, &state) {
@@ -794,6 +795,9 @@ pub fn take(
                 Err(error) => return Err(error.into()),
             }
         }
+        if settled.is_some() && taken.already_taken == already_taken_before {
+            kill_here_if_asked();
+        }
         if let Some(how) = settled
             && let Err(error) = settle(home, run, &found, how)
         {
@@ -802,6 +806,25 @@ pub fn take(
     }
     Ok(taken)
 }
+
+/// The environment variable of a test hook, in builds with the `testkit` feature: when it
+/// names a file, the taker that finds it there removes it and SIGKILLs itself after it
+/// journaled what a control file asked and before it removed the file — the kill point after
+/// which the next taker must find the request journaled and only remove the file.
+pub const KILL_AFTER_RECORD_ENV: &str = "RUNJOURNAL_TEST_KILL_AFTER_CONTROL_RECORD";
+
+#[cfg(feature = "testkit")]
+fn kill_here_if_asked() {
+    let Some(path) = std::env::var_os(KILL_AFTER_RECORD_ENV) else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+#[cfg(not(feature = "testkit"))]
+fn kill_here_if_asked() {}
 
 #[cfg(test)]
 mod tests;

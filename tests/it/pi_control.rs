@@ -453,3 +453,76 @@ fn a_steer_sent_to_a_paused_run_reaches_the_step_its_resume_runs() {
     let seen = pi_control(&install, &root, &resumed, "status", "");
     assert_eq!(seen["steering"]["delivered"], 2, "{seen}");
 }
+
+/// The kill point between a request's record and its effect: the runner journals a host's stop
+/// request and is SIGKILLed before it removes the request's file. The next taker (here a
+/// reconcile pass, the runner being dead) finds the request journaled and only removes the
+/// file: the stop is recorded once, and the run ends.
+#[test]
+fn a_stop_request_journaled_by_a_runner_killed_before_removing_its_file_is_taken_once() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let kill_file = dir.path().join("kill-after-control-record");
+    std::fs::write(&kill_file, b"").expect("the kill file");
+    let output = runjournal(&root)
+        .env(runjournal::control_inbox::KILL_AFTER_RECORD_ENV, &kill_file)
+        .args(["run", "--json", "--", "sh", "-c", "echo ready; sleep 300"])
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{output:?}");
+    let launched: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let run = launched["runId"].as_str().expect("runId").to_string();
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    pi_control(&install, &root, &run, "stop", "");
+    // The runner took the request, journaled it and killed itself at the kill point.
+    for _ in 0..600 {
+        if !kill_file.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!kill_file.exists(), "the runner reached the kill point");
+    assert_eq!(
+        request_files(&root, &run).len(),
+        1,
+        "the request's file outlived its record"
+    );
+    runjournal(&root).arg("reconcile").assert().success();
+    assert_eq!(
+        request_files(&root, &run),
+        Vec::<PathBuf>::new(),
+        "the next taker removed the file"
+    );
+    let journal = runjournal::Journal::open(root.join("runjournal").join("journal.redb"))
+        .expect("the journal opens");
+    let run_id: runjournal::RunId = run.parse().expect("a run id");
+    let stops = journal
+        .view()
+        .expect("a view")
+        .records(run_id)
+        .expect("records")
+        .iter()
+        .filter(|record| {
+            matches!(
+                record.event,
+                runjournal::event::Event::ControlRequested {
+                    action: runjournal::event::ControlAction::Stop,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(stops, 1, "the stop is recorded once");
+    drop(journal);
+    assert!(
+        status(&root, &run)["state"] != "running",
+        "the run whose runner died is closed"
+    );
+}
