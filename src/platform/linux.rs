@@ -440,6 +440,10 @@ pub(super) fn command_name(pid: u32) -> io::Result<Option<String>> {
     }
 }
 
+pub(super) fn thread_count() -> io::Result<usize> {
+    Ok(fs::read_dir("/proc/self/task")?.count())
+}
+
 /// `close_range(first, ~0, flags)` as a raw system call (glibc has a wrapper only since 2.34,
 /// and none is needed): whether the kernel did it. A kernel before 5.9 (or 5.11 for
 /// `CLOSE_RANGE_CLOEXEC`) answers ENOSYS or EINVAL, and the caller falls back.

@@ -415,6 +415,19 @@ pub fn command_name(pid: u32) -> io::Result<Option<String>> {
     }
 }
 
+/// How many threads this process has now (on Linux, the entries of `/proc/self/task`); `None`
+/// where the platform does not tell it yet (macOS, for now).
+pub fn thread_count() -> io::Result<Option<usize>> {
+    #[cfg(target_os = "linux")]
+    {
+        os::thread_count().map(Some)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Ok(None)
+    }
+}
+
 /// Marks every open descriptor from `first` on close-on-exec, so a program this process execs
 /// starts without them. Async-signal-safe (raw system calls only, no allocation): it may run
 /// between fork and exec, as a `pre_exec` hook.
