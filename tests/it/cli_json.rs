@@ -31,7 +31,9 @@ fn every_json_output_keeps_the_one_key_convention() {
     );
     let pruned = run_id_of(launched[0].to_string().as_bytes());
     let _ = home.cmd().args(["wait", &pruned.to_string()]).output();
-    let _ = home.cmd().arg("reconcile").output();
+    crate::support::reconcile_until_closed(&home.file("journal.redb"), &[pruned], || {
+        let _ = home.cmd().arg("reconcile").output();
+    });
     // The first run's result consumed, so that it can be pruned and listed as pruned.
     let _ = std::fs::remove_file(home.file(&format!("results/{pruned}.json")));
     // A queue that admits nothing: a run launched into it waits.

@@ -308,6 +308,14 @@ fn a_home_that_used_queues_resume_and_retention_is_rebuilt_whole_and_pi_subagent
     // A run pruned (its result consumed), so the journal holds a tombstone; and a policy.
     let (pruned, _) = pi_launch(&root, &["--", "echo", "soon-pruned"]);
     pi_wait(&root, &pruned);
+    // Its runner outlives its `Terminal` a little; prune keeps it until it is seen to end.
+    crate::support::reconcile_until_closed(
+        &root.join("runjournal").join("journal.redb"),
+        &[pruned.parse().expect("a run id")],
+        || {
+            pi_home(&root).arg("reconcile").assert().success();
+        },
+    );
     std::fs::remove_file(
         root.join("async-subagent-results")
             .join(format!("{pruned}.json")),

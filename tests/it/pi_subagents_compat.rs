@@ -415,6 +415,18 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     // Our reconciler closes the killed runner's run, and makes sure every projection is
     // written before pi-subagents looks.
     runjournal(&root).arg("reconcile").assert().success();
+    // A run's runner outlives its `Terminal` a little; prune keeps a run until it is seen to end.
+    let to_prune_ids: Vec<runjournal::RunId> = to_prune
+        .iter()
+        .map(|run| run.parse().expect("a run id"))
+        .collect();
+    crate::support::reconcile_until_closed(
+        &root.join("runjournal").join("journal.redb"),
+        &to_prune_ids,
+        || {
+            runjournal(&root).arg("reconcile").assert().success();
+        },
+    );
     // Every ended run is past the count bound, but only those whose results were consumed may
     // go before their age.
     let pruned = runjournal(&root)

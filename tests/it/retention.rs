@@ -34,22 +34,9 @@ fn run_to_end(home: &TestHome, step: &str) -> RunId {
 
 /// Reconciles until the run is closed: its runner's end is recorded by its parent or by a pass.
 fn wait_closed(home: &TestHome, run: RunId) {
-    for _ in 0..600 {
-        let journal = home.journal();
-        let closed = journal
-            .view()
-            .expect("a view")
-            .snapshot(run)
-            .expect("the run reads")
-            .is_some_and(|state| state.is_closed());
-        drop(journal);
-        if closed {
-            return;
-        }
+    crate::support::reconcile_until_closed(&home.file("journal.redb"), &[run], || {
         let _ = home.cmd().arg("reconcile").output();
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("run {run} was never closed");
+    });
 }
 
 /// Deletes the run's result file, as a host does once it delivered it.
@@ -681,21 +668,9 @@ fn small_home_cmd(root: &std::path::Path) -> assert_cmd::Command {
 
 /// Makes reconcile passes until every one of `runs` is closed (its runner seen gone).
 fn reconcile_until_closed(root: &std::path::Path, runs: &[RunId]) {
-    for _ in 0..600 {
+    crate::support::reconcile_until_closed(&root.join("journal.redb"), runs, || {
         small_home_cmd(root).arg("reconcile").assert().success();
-        let journal = runjournal::Journal::open(root.join("journal.redb")).expect("opens");
-        let view = journal.view().expect("a view");
-        let all_closed = runs.iter().all(|&run| {
-            view.snapshot(run)
-                .expect("reads")
-                .is_some_and(|state| state.is_closed())
-        });
-        if all_closed {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("the runs were never all closed");
+    });
 }
 
 #[test]

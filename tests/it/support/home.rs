@@ -109,6 +109,29 @@ pub fn wait_terminal(journal: &Journal, run: RunId) -> RunState {
     wait_for(journal, run, "the run to end", RunState::is_terminal)
 }
 
+/// Makes reconcile passes (with `reconcile`) until every one of `runs` is closed: its runner
+/// seen to end, by its parent or by a pass. A run is terminal before its runner exits, and
+/// retention keeps a run until it is closed, so a test that prunes waits for this first.
+pub fn reconcile_until_closed(journal: &Path, runs: &[RunId], mut reconcile: impl FnMut()) {
+    for _ in 0..POLL_ATTEMPTS {
+        let all_closed = {
+            let journal = Journal::open(journal).expect("the journal opens");
+            let view = journal.view().expect("a view");
+            runs.iter().all(|&run| {
+                view.snapshot(run)
+                    .expect("the run reads")
+                    .is_some_and(|state| state.is_closed())
+            })
+        };
+        if all_closed {
+            return;
+        }
+        reconcile();
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    panic!("the runs {runs:?} were never all closed after {POLL_ATTEMPTS} polls");
+}
+
 /// A home holding one finished run of one shell step (`run --wait -- true`); its id.
 pub fn home_with_a_run() -> (TestHome, RunId) {
     let home = TestHome::new();
