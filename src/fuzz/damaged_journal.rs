@@ -36,6 +36,17 @@ use crate::store::{Store, StoreOptions};
 /// redb's page size: the unit the input damages.
 const PAGE_BYTES: usize = 4096;
 
+/// The first byte of a redb b-tree branch page.
+const BRANCH_PAGE: u8 = 2;
+
+/// The byte of a branch page that holds the top bits of its first child's page number (after
+/// the kind and key count, 8 bytes, and the child's 16-byte checksum), where the page's order
+/// is kept.
+const HUGE_CHILD_ORDER_BYTE: u16 = 31;
+
+/// Order 19 in the top five bits: a page of 2^19 pages of 4 KiB.
+const HUGE_CHILD_ORDER_BITS: u8 = 19 << 3;
+
 /// Most damages one input makes.
 const MAX_DAMAGES: usize = 12;
 
@@ -601,6 +612,23 @@ pub fn damaged_journal_seeds() -> Vec<(String, Vec<u8>)> {
     for page in 0..pages {
         seeds.push((format!("flip-page-{page}"), op(0, page, 100, 0xff)));
         seeds.push((format!("zero-page-{page}"), op(1, page, 0, 0)));
+    }
+    // Each of four pages zeroed and made a b-tree branch whose one child names a page of
+    // order 19 (2 GiB): redb would allocate the whole page before reading it. Every page is in
+    // one of these seeds, so whichever pages the journal's trees hold, some seed damages one a
+    // read reaches.
+    for first in (1..pages).step_by(4) {
+        let bytes = (first..(first + 4).min(pages))
+            .flat_map(|page| {
+                [
+                    op(1, page, 0, 0),
+                    op(0, page, 0, BRANCH_PAGE),
+                    op(0, page, HUGE_CHILD_ORDER_BYTE, HUGE_CHILD_ORDER_BITS),
+                ]
+                .concat()
+            })
+            .collect();
+        seeds.push((format!("huge-page-pointer-from-page-{first}"), bytes));
     }
     seeds.push(("flip-header-magic".to_string(), op(0, 0, 3, 0x01)));
     seeds.push(("flip-commit-slot".to_string(), op(0, 0, 200, 0x10)));

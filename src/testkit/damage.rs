@@ -1,6 +1,6 @@
 //! A lost or damaged journal: the ways `journal.redb` is found lost beside runs (missing,
 //! emptied, zero-filled, truncated), done to a file; a byte flipped at offsets spread over its
-//! pages; a copy of a home to damage; and a picture of a directory to check that a refusal
+//! pages; every b-tree page pointed at a 2 GiB page; a copy of a home to damage; and a picture of a directory to check that a refusal
 //! changed nothing.
 
 use std::collections::BTreeMap;
@@ -134,5 +134,39 @@ pub fn copy_tree(from: &Path, to: &Path) {
         } else if kind.is_file() {
             std::fs::copy(entry.path(), &target).expect("a file is copied");
         }
+    }
+}
+
+/// Makes every b-tree page of the journal at `path` (a page whose first byte says leaf or
+/// branch) a branch with one child, named by a page pointer of order 19: a page of 2^19 pages
+/// of 4 KiB, 2 GiB, far past the file's end. Its checksum in the parent no longer matches. redb
+/// allocates the whole page before it reads it, so whichever tree a read walks, it meets such a
+/// pointer at its first page.
+pub fn point_pages_at_a_huge_page(path: &Path) {
+    use std::os::unix::fs::FileExt;
+    const LEAF: u8 = 1;
+    const BRANCH: u8 = 2;
+    /// After the kind, the key count and padding (8 bytes) and the one child's checksum.
+    const CHILD_POINTER_AT: usize = 8 + 16;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("the journal opens for the damage");
+    let len = file.metadata().expect("the journal's length").len();
+    let mut page = vec![0u8; PAGE_BYTES as usize];
+    // Page 0 holds redb's header.
+    for start in (1..len / PAGE_BYTES).map(|index| index * PAGE_BYTES) {
+        file.read_exact_at(&mut page, start)
+            .expect("a whole page reads");
+        if page[0] != LEAF && page[0] != BRANCH {
+            continue;
+        }
+        page.fill(0);
+        page[0] = BRANCH;
+        let huge_child = 19u64 << 59;
+        page[CHILD_POINTER_AT..CHILD_POINTER_AT + 8].copy_from_slice(&huge_child.to_le_bytes());
+        file.write_all_at(&page, start)
+            .expect("the damaged page is written");
     }
 }

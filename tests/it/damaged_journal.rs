@@ -19,7 +19,7 @@ use runjournal::journal::{CommitSharing, JournalReader};
 use runjournal::recover::{self, RecoverError};
 use runjournal::state::RunStatus;
 use runjournal::store::StoreOptions;
-use runjournal::testkit::damage::{copy_tree, flip_byte, flip_offsets};
+use runjournal::testkit::damage::{copy_tree, flip_byte, flip_offsets, point_pages_at_a_huge_page};
 use runjournal::testkit::{shell, spec};
 use runjournal::{Home, Store};
 
@@ -151,6 +151,78 @@ fn every_command_on_a_journal_with_a_flipped_byte_says_it_is_damaged_and_never_p
         reported.len() >= 3,
         "a flip in a page of the b-trees is reported as damage too: {reported:?}"
     );
+}
+
+/// The address space each command may take in
+/// [`a_page_pointer_naming_a_2_gib_page_is_damage_not_a_2_gib_allocation`]: room for a command's
+/// own needs, not for the 2 GiB page a damaged pointer names (where that allocation fails, the
+/// process aborts).
+const ADDRESS_SPACE_CAP: u64 = 1536 << 20;
+
+/// Runs `runjournal --home home args` with its address space capped at [`ADDRESS_SPACE_CAP`],
+/// within [`BOUND`]: its exit code (`None`: killed by a signal, as by an abort) and stderr.
+fn runjournal_capped(home: &Path, args: &[&str]) -> (Option<i32>, String) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runjournal"));
+    command
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is a system call, safe to make between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_AS,
+                ADDRESS_SPACE_CAP,
+                ADDRESS_SPACE_CAP,
+            )
+            .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = command.spawn().expect("runjournal starts");
+    let code = exit_code_within_bound(&mut child, &format!("{args:?}"));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).expect("stderr reads");
+    }
+    (code, stderr)
+}
+
+#[test]
+fn a_page_pointer_naming_a_2_gib_page_is_damage_not_a_2_gib_allocation() {
+    let pristine = pristine_home();
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    // The cap leaves each command the room it needs: on the intact home they succeed under it.
+    let intact = scratch.path().join("intact");
+    copy_tree(pristine.path(), &intact);
+    for args in [&["list"][..], &["logs", "first"]] {
+        let (code, stderr) = runjournal_capped(&intact, args);
+        assert_eq!(code, Some(0), "{args:?} on the intact home: {stderr}");
+    }
+    let home = scratch.path().join("huge-page");
+    copy_tree(pristine.path(), &home);
+    let journal = home.join("journal.redb");
+    point_pages_at_a_huge_page(&journal);
+    for args in COMMANDS {
+        let (code, stderr) = runjournal_capped(&home, args);
+        assert_eq!(
+            code,
+            Some(4),
+            "{args:?} on a journal whose page pointers name a 2 GiB page: damage (exit 4), \
+             not an abort (no exit code) or another exit: {stderr}"
+        );
+        assert!(
+            stderr.contains(&journal.display().to_string())
+                && stderr.contains("recover --from-projections"),
+            "{args:?}: the message names the file and what to run: {stderr}"
+        );
+    }
 }
 
 #[test]

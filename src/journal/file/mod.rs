@@ -1,7 +1,8 @@
 //! The journal file: where its bytes live, opening it (format checks, an unfinished creation,
 //! the safe-open rules under a home), examining a file before opening it, consistent copies,
-//! compaction, waiting for redb's write lock, the storage backends redb is handed, and
-//! containing redb's panics on a damaged file (`contain`).
+//! compaction, waiting for redb's write lock, the storage backends redb is handed, checking the
+//! pages before redb reads them in place (`pages`), and containing redb's panics on a damaged
+//! file (`contain`).
 
 pub(crate) mod backend;
 pub mod compact;
@@ -13,5 +14,6 @@ pub mod instrumented;
 mod location;
 pub mod lock_wait;
 pub(crate) mod open;
+mod pages;
 
 pub use location::{BackendFactory, Location};

@@ -10,6 +10,7 @@ use super::contain::contain;
 use super::copy::REDB_HEADER_BYTES;
 use super::location::Location;
 use super::lock_wait::PatientLocks;
+use super::pages::check_pages;
 use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
 use crate::journal::format::error::{Damaged, OpenError, StorageFailure};
@@ -99,6 +100,7 @@ fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
             if len == 0 {
                 return Err(refuse_empty(path));
             }
+            check_pages(&file).map_err(|error| OpenError::from_database(path, error))?;
             let db = redb::backends::FileBackend::new(file)
                 .and_then(|backend| {
                     builder().create_with_backend(PatientLocks::new(backend, Some(path)))
@@ -266,11 +268,13 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
 }
 
 /// Opens the journal at `path` read-only, without following a link in its place, and only a
-/// regular file of this user that nobody else can write, judged on the file opened. Call it
+/// regular file of this user that nobody else can write, judged on the file opened, once its
+/// pages pass [`check_pages`] (the read-write open's precheck comes here too). Call it
 /// inside [`contained_open`]: redb may panic on a damaged file.
 pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
     let file = durable_fs::open_existing_read_only(path)?;
     durable_fs::check_opened_private(&file, path)?;
+    check_pages(&file)?;
     let backend = redb::backends::FileBackend::new(file)?;
     builder().open_read_only_with_backend(PatientLocks::new(backend, Some(path)))
 }

@@ -170,7 +170,9 @@ pub enum OpenError {
         "journal {path} was written in format version {found}; this build reads version {FORMAT_VERSION} only (upgrade runjournal)"
     )]
     NewerFormat { path: PathBuf, found: u16 },
-    #[error("journal {path} is corrupt: {reason}")]
+    #[error(
+        "journal {path} is corrupt: {reason} (see what is damaged with `journal-tools inspect verify`; rebuild the journal from the runs' events.jsonl with `journal-tools recover --from-projections`, which keeps the damaged file aside)"
+    )]
     Corrupt { path: PathBuf, reason: String },
     #[error(
         "journal {path} is held open by a process in an incompatible mode ({reason}); close it and retry"
