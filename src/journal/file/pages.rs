@@ -41,53 +41,66 @@ const CHECK_CACHE_BYTES: usize = 1 << 20;
 /// error redb's check returned otherwise. Call it inside [`super::open::contained_open`].
 pub(crate) fn check_pages(file: &File) -> Result<(), redb::DatabaseError> {
     for _ in 0..CHECK_ATTEMPTS {
-        let Some(bytes) = copy_of(file)? else {
+        let Some(copy) = copy_of(file)? else {
             continue;
         };
-        if bytes.is_empty() {
+        if redb::StorageBackend::len(&copy).map_err(redb::StorageError::from)? == 0 {
             return Ok(());
         }
-        return check_copy(bytes);
+        return check_copy(copy);
     }
     Ok(())
 }
 
-/// The whole file as it stood at one commit, or `None` if its header or length changed while
-/// it was read (redb writes a commit's pages, then the header that names them).
-fn copy_of(file: &File) -> std::io::Result<Option<Vec<u8>>> {
-    let state = || -> std::io::Result<(u64, Vec<u8>)> {
-        let len = file.metadata()?.len();
-        let header_len = usize::try_from(len)
-            .unwrap_or(usize::MAX)
-            .min(REDB_HEADER_BYTES);
-        let mut header = vec![0u8; header_len];
-        file.read_exact_at(&mut header, 0)?;
-        Ok((len, header))
+/// Bytes copied at a time, so the copy costs the file's size in memory and little more.
+const COPY_CHUNK_BYTES: usize = 1 << 20;
+
+/// The whole file in memory as it stood at one commit, or `None` if its header or length
+/// changed while it was read (redb writes a commit's pages, then the header that names them).
+fn copy_of(file: &File) -> std::io::Result<Option<redb::backends::InMemoryBackend>> {
+    use redb::StorageBackend;
+    let Some(before) = state_of(file)? else {
+        return Ok(None);
     };
-    let before = state()?;
-    let len = usize::try_from(before.0)
-        .map_err(|_| std::io::Error::other("the journal file is larger than memory can hold"))?;
-    let mut bytes = vec![0u8; len];
-    match file.read_exact_at(&mut bytes, 0) {
-        Ok(()) => {}
-        // Cut short while it was read: a change like any other.
-        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(error) => return Err(error),
+    let copy = redb::backends::InMemoryBackend::new();
+    copy.set_len(before.0)?;
+    let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
+    let mut offset = 0;
+    while offset < before.0 {
+        let len =
+            usize::try_from(before.0 - offset).map_or(chunk.len(), |left| left.min(chunk.len()));
+        match file.read_exact_at(&mut chunk[..len], offset) {
+            Ok(()) => {}
+            // Cut short while it was read: a change like any other.
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(error) => return Err(error),
+        }
+        copy.write(offset, &chunk[..len])?;
+        offset += len as u64;
     }
-    Ok((state()? == before).then_some(bytes))
+    Ok((state_of(file)? == Some(before)).then_some(copy))
 }
 
-/// Opens `bytes` in memory with redb's integrity check on open.
-fn check_copy(bytes: Vec<u8>) -> Result<(), redb::DatabaseError> {
-    let backend = redb::backends::InMemoryBackend::new();
-    let len = bytes.len() as u64;
-    redb::StorageBackend::set_len(&backend, len).map_err(redb::StorageError::from)?;
-    redb::StorageBackend::write(&backend, 0, &bytes).map_err(redb::StorageError::from)?;
-    drop(bytes);
+/// The file's length and the bytes of redb's header; `None` if the file was cut short while
+/// they were read.
+fn state_of(file: &File) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    let len = file.metadata()?.len();
+    let header_len =
+        usize::try_from(len).map_or(REDB_HEADER_BYTES, |len| len.min(REDB_HEADER_BYTES));
+    let mut header = vec![0u8; header_len];
+    match file.read_exact_at(&mut header, 0) {
+        Ok(()) => Ok(Some((len, header))),
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// Opens the copy with redb's integrity check on open.
+fn check_copy(copy: redb::backends::InMemoryBackend) -> Result<(), redb::DatabaseError> {
     let db = redb::Database::builder()
         .set_check_integrity_on_open(true)
         .set_cache_size(CHECK_CACHE_BYTES)
-        .create_with_backend(backend)
+        .create_with_backend(copy)
         .map_err(past_the_end_is_damage)?;
     drop(db);
     Ok(())
