@@ -19,8 +19,10 @@
 //! Limits: the check covers the pages of the commit the copy holds. A commit made afterwards
 //! by a writer is written whole by redb and needs none. A file that changes during each of
 //! [`CHECK_ATTEMPTS`] copies (writers busy committing) is opened unchecked rather than refused:
-//! a torn copy would be judged damaged while the file is whole.
+//! a torn copy would be judged damaged while the file is whole. A journal opened through a
+//! [`Location::Backend`] (the tests' fault-injecting backends) is not checked: only files are.
 //!
+//! [`Location::Backend`]: super::Location::Backend
 //! [`contain`]: super::contain::contain
 //! [`OpenError::Corrupt`]: crate::journal::OpenError::Corrupt
 //! [`OpenError::from_database`]: crate::journal::OpenError
