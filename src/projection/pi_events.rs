@@ -149,6 +149,16 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
                 .with_some("queue", run.queue.as_ref().map(|queue| queue.name.clone()))
                 .with("by", by.clone()),
         ),
+        Event::DependsOn {
+            after, after_any, ..
+        } => lines.push(
+            Line::new("subagent.run.waiting", ts, run)
+                .with("after", ids_text(after))
+                .with("afterAny", ids_text(after_any)),
+        ),
+        Event::DependenciesMet { by } => lines.push(
+            Line::new("subagent.run.dependencies_met", ts, run).with("by", by.clone()),
+        ),
         Event::SteerRequested {
             id, steps, mode, ..
         } => lines.extend(steer_requested(before, ts, id, steps, mode.as_str(), run)),
@@ -169,6 +179,11 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
         .into_iter()
         .map(|line| Value::Object(line.with(JOURNAL_SEQ, record.seq).0))
         .collect()
+}
+
+/// Run ids as text, for a line.
+fn ids_text(runs: &[crate::event::RunId]) -> Vec<String> {
+    runs.iter().map(ToString::to_string).collect()
 }
 
 /// The line of a hook's record. A hook is named by its place in the run's list: its command is

@@ -20,7 +20,7 @@ use crate::{
 };
 use runjournal::journal::Tombstone;
 use runjournal::json::{
-    CapacityDoc, EnvironmentDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, QueueUseDoc,
+    CapacityDoc, DependenciesDoc, EnvironmentDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, QueueUseDoc,
     StatusCommandDoc,
 };
 
@@ -69,8 +69,12 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
         None => read_state(&store, run)?,
     };
     let home = store.home();
-    let (shipping_lag, links, environment, hooks) = {
+    let (shipping_lag, links, environment, hooks, dependencies) = {
         let view = store.view().context("reading the journal")?;
+        let waiting_for = view
+            .waiting_for(&state)
+            .context("reading the run's dependencies")?;
+        let dependencies = DependenciesDoc::of(&state, &waiting_for);
         let links = view.resume_links(run).context("reading the run's links")?;
         let environment = view
             .run_env(run)
@@ -78,7 +82,13 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
             .map(|environment| EnvironmentDoc::of(&environment, show_env));
         let hooks =
             runjournal::hooks::hooks_of(home, &view, run).context("reading the run's hooks")?;
-        (show::shipping_lag(home, &view), links, environment, hooks)
+        (
+            show::shipping_lag(home, &view),
+            links,
+            environment,
+            hooks,
+            dependencies,
+        )
     };
     // What the runner's heartbeat last wrote, while the run is live.
     let heard_at = (!state.is_terminal())
@@ -106,6 +116,7 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
             queue_use: queue_use.clone(),
             environment,
             hooks,
+            dependencies,
         };
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
@@ -127,6 +138,16 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
             .push((label.to_string(), Cell::plain(path.display().to_string())));
     }
     add_kept_fields(&mut view, environment.as_ref(), &hooks);
+    if let Some(dependencies) = &dependencies {
+        view.fields.push((
+            "after".to_string(),
+            Cell::plain(show::dependencies_line(
+                &dependencies.after,
+                &dependencies.after_any,
+                &dependencies.waiting_for,
+            )),
+        ));
+    }
     let mut text = view.lines(&show::no_colour).join("\n");
     text.push('\n');
     if let Some(values) = environment.as_ref().and_then(|doc| doc.values.as_ref()) {
@@ -272,6 +293,7 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
                 ListedDoc::Run(ListedRunDoc::of(
                     state,
                     place_of(state).map(|(_, place)| place),
+                    listed.waiting_for(state),
                 ))
             })
             .chain(
@@ -292,7 +314,8 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
             text.push_str(notice);
             text.push('\n');
         }
-        let mut rows = list_rows(states, now_ms, &place_of);
+        let waiting_for = |state: &RunState| listed.waiting_for(state).to_vec();
+        let mut rows = list_rows(states, now_ms, &place_of, &waiting_for);
         rows.extend(pruned.iter().map(|tombstone| pruned_row(tombstone, now_ms)));
         for line in show::table_lines(&rows, &show::no_colour) {
             text.push_str(&line);
@@ -311,6 +334,7 @@ fn list_rows(
     states: &[RunState],
     now_ms: runjournal::event::UnixMs,
     place_of: &dyn Fn(&RunState) -> Option<(String, u64)>,
+    waiting_for: &dyn Fn(&RunState) -> Vec<runjournal::event::RunId>,
 ) -> Vec<Vec<Cell>> {
     let mut rows = vec![show::header(&[
         "RUN", "STATE", "MODE", "STEPS", "EXIT", "AGE", "NAME",
@@ -330,9 +354,17 @@ fn list_rows(
         });
         rows.push(vec![
             Cell::plain(state.run_id.to_string()),
-            Cell::plain(match place_of(state) {
-                Some((queue, place)) => format!("queued ({queue} #{place})"),
-                None => state.status.as_str().to_string(),
+            Cell::plain(match (place_of(state), waiting_for(state)) {
+                (Some((queue, place)), _) => format!("queued ({queue} #{place})"),
+                (None, pending) if !pending.is_empty() => format!(
+                    "queued (after {})",
+                    pending
+                        .iter()
+                        .map(|run| show::short_id(*run))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                (None, _) => state.status.as_str().to_string(),
             }),
             Cell::plain(state.spec.mode.as_str()),
             Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),
