@@ -111,6 +111,9 @@ fn judge(store: &Store, run: RunId, by: &str) -> Result<Judged, DependencyError>
                     ..
                 },
             ) => continue,
+            // The journal judged the dependencies otherwise than the view read them (a
+            // dependency moved since): the run is judged again by the next pass.
+            Err(AppendError::Queue { .. }) => return Ok(Judged::Unchanged),
             Err(source) => {
                 return Err(DependencyError::Record {
                     run,

@@ -580,8 +580,13 @@ fn check_dependencies(
         return Ok(());
     }
     for dependency in dependencies.runs() {
+        let needs_complete = dependencies.after.contains(&dependency);
         let Some(state) = state_before(tables, dependency)? else {
-            return Err(refuse(QueueRefusal::UnknownDependency { dependency }));
+            // Only ended runs leave the journal: one that any end satisfies is met.
+            if records_them || needs_complete {
+                return Err(refuse(QueueRefusal::UnknownDependency { dependency }));
+            }
+            continue;
         };
         if !meets_them {
             continue;
@@ -589,7 +594,6 @@ fn check_dependencies(
         if !state.is_terminal() {
             return Err(refuse(QueueRefusal::DependencyNotEnded { dependency }));
         }
-        let needs_complete = dependencies.after.contains(&dependency);
         if needs_complete && state.status != RunStatus::Complete {
             return Err(refuse(QueueRefusal::DependencyFailed {
                 dependency,
