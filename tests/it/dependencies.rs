@@ -341,3 +341,42 @@ fn stop_of_a_run_waiting_for_its_dependency_ends_it_without_starting_and_prune_k
     std::fs::write(&gate, b"").expect("the gate opens");
     wait_terminal(&journal, dependency);
 }
+
+/// A dependency whose runner was SIGKILLed is closed by a reconcile pass, and the same pass
+/// judges its dependents on that recorded end: the `--after` one ends failed after it, the
+/// `--after-any` one starts after it. Nothing of either comes before the dependency's end.
+#[test]
+fn a_dependency_and_its_dependents_closed_in_one_reconcile_pass_stay_in_order() {
+    let home = TestHome::new();
+    let (dependency, launched) = launch(&home, &["--", "sleep", "60"]);
+    let runner = i32::try_from(launched["runnerPid"].as_u64().expect("a runner pid"))
+        .expect("a pid");
+    let (after, _) = launch(&home, &["--after", &dependency.to_string(), "--", "true"]);
+    let (after_any, _) = launch(
+        &home,
+        &["--after-any", &dependency.to_string(), "--", "true"],
+    );
+    let journal = home.journal();
+    wait_for(&journal, dependency, "its runner to take it", |state| {
+        state.status == RunStatus::Running
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the runner is killed");
+    // The runner is seen gone only once init reaps it; each pass until then finds it alive.
+    wait_for(&journal, dependency, "a pass to close it", |_| {
+        home.cmd().arg("reconcile").assert().success();
+        state(&journal, dependency).is_terminal()
+    });
+    assert_eq!(state(&journal, dependency).status, RunStatus::Failed);
+    // The pass that recorded its end judged them: no further pass is needed.
+    let failed = wait_terminal(&journal, after);
+    assert_eq!(failed.status, RunStatus::Failed);
+    assert!(failed.runner.is_none());
+    assert_eq!(wait_terminal(&journal, after_any).status, RunStatus::Complete);
+    assert_after(&journal, (after, "Terminal"), (dependency, "Terminal"));
+    assert_after(&journal, (after_any, "DependenciesMet"), (dependency, "Terminal"));
+    assert_after(&journal, (after_any, "RunnerStarted"), (dependency, "Terminal"));
+}
