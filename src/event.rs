@@ -1190,9 +1190,7 @@ impl Event {
             }
             Event::Dismissed { .. } | Event::Resumed { .. } | Event::DependsOn { .. } => {}
             Event::QueueJoined { queue, .. } => fields.push(("queue", queue)),
-            Event::QueueAdmitted { by } | Event::DependenciesMet { by } => {
-                fields.push(("by", by))
-            }
+            Event::QueueAdmitted { by } | Event::DependenciesMet { by } => fields.push(("by", by)),
             Event::HookAttempted { claimant, by, .. } => {
                 fields.push(("claimant.boot_id", &claimant.boot_id));
                 fields.push(("by", by));

@@ -224,6 +224,27 @@ impl Choices<'_> {
         }
     }
 
+    /// Dependencies from a small pool that holds the run itself, so that a run named twice or
+    /// itself happens.
+    fn depends_on(&mut self) -> Event {
+        let mut pool = || {
+            (0..self.below(3))
+                .map(|_| match self.below(3) {
+                    0 => FUZZ_RUN,
+                    which => crate::event::RunId::from_bytes([which; 16]),
+                })
+                .collect::<Vec<_>>()
+        };
+        let after = pool();
+        let after_any = pool();
+        Event::DependsOn {
+            after,
+            after_any,
+            idle_timeout_ms: self.optional(Self::number),
+            heartbeat_ms: self.optional(Self::number),
+        }
+    }
+
     fn lifecycle_event(&mut self) -> Event {
         match self.below(18) {
             0 => Event::RunCreated {
@@ -307,26 +328,7 @@ impl Choices<'_> {
                 file: self.text(),
                 reason: self.text(),
             },
-            // Dependencies from a small pool that holds the run itself, so that a run named
-            // twice or itself happens.
-            16 => {
-                let mut pool = || {
-                    (0..self.below(3))
-                        .map(|_| match self.below(3) {
-                            0 => FUZZ_RUN,
-                            which => crate::event::RunId::from_bytes([which; 16]),
-                        })
-                        .collect::<Vec<_>>()
-                };
-                let after = pool();
-                let after_any = pool();
-                Event::DependsOn {
-                    after,
-                    after_any,
-                    idle_timeout_ms: self.optional(Self::number),
-                    heartbeat_ms: self.optional(Self::number),
-                }
-            }
+            16 => self.depends_on(),
             17 => Event::DependenciesMet { by: self.text() },
             _ => Event::HostEnded {
                 state: self.pick(&[

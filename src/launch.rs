@@ -1233,9 +1233,9 @@ pub fn follow_launched_looking(
     let run = launched.run;
     let instance_id = match &launched.start {
         RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
-        RunnerStart::NotStarted { .. } | RunnerStart::Queued { .. } | RunnerStart::Waiting { .. } => {
-            None
-        }
+        RunnerStart::NotStarted { .. }
+        | RunnerStart::Queued { .. }
+        | RunnerStart::Waiting { .. } => None,
     };
     let end = follow_looking(
         store,

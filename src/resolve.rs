@@ -107,7 +107,10 @@ pub fn listed(view: &View, options: ListOptions) -> Result<Listed, ReadError> {
         }
     }
     let mut waiting_for = BTreeMap::new();
-    for state in runs.iter().filter(|state| state.is_waiting_for_dependencies()) {
+    for state in runs
+        .iter()
+        .filter(|state| state.is_waiting_for_dependencies())
+    {
         waiting_for.insert(state.run_id, view.waiting_for(state)?);
     }
     Ok(Listed {

@@ -57,7 +57,7 @@ pub enum DependencyError {
 #[derive(Debug, Clone, PartialEq)]
 enum Judged {
     /// `DependenciesMet` is durable: the run may start (or wait for a slot).
-    Met(RunState),
+    Met(Box<RunState>),
     /// The run is recorded failed for `dependency`.
     Failed { dependency: RunId },
     /// It still waits, or someone else moved it first.
@@ -98,7 +98,7 @@ fn judge(store: &Store, run: RunId, by: &str) -> Result<Judged, DependencyError>
         match store.append(run, events, Condition::expect_head(state.head_seq)) {
             Ok(appended) => {
                 return Ok(match failed_for {
-                    None => Judged::Met(appended.state),
+                    None => Judged::Met(Box::new(appended.state)),
                     Some(dependency) => Judged::Failed { dependency },
                 });
             }
@@ -207,7 +207,9 @@ pub fn settle(
     for queue in queues {
         super::queue::start_admissible(store, base, by, Some(&queue)).map_err(|source| {
             DependencyError::Queue {
-                run: settled.first().map_or(RunId::from_bytes([0; 16]), |s| s.run),
+                run: settled
+                    .first()
+                    .map_or(RunId::from_bytes([0; 16]), |s| s.run),
                 source: Box::new(source),
             }
         })?;
@@ -263,7 +265,9 @@ pub(super) fn resolve(
             text: text.clone(),
             reason,
         };
-        let run = view.resolve(text).map_err(|error| refuse(error.to_string()))?;
+        let run = view
+            .resolve(text)
+            .map_err(|error| refuse(error.to_string()))?;
         match view.snapshot(run) {
             Ok(Some(_)) => Ok(run),
             Ok(None) => Err(refuse(format!(
@@ -299,7 +303,9 @@ pub(super) fn enter(
     };
     match judge(store, run, "launcher").map_err(failed)? {
         Judged::Met(state) => match &state.queue {
-            Some(queue) => super::enter_queue(store, run, &queue.name.clone(), program, start_timeout),
+            Some(queue) => {
+                super::enter_queue(store, run, &queue.name.clone(), program, start_timeout)
+            }
             None => {
                 let program = super::queue::program_for(program, &state);
                 match spawn_runner(store.home(), run, &program) {
@@ -324,7 +330,10 @@ pub(super) fn enter(
             }
         },
         Judged::Failed { .. } | Judged::Unchanged => {
-            let view = store.journal().view().map_err(|source| LaunchError::Read { run, source })?;
+            let view = store
+                .journal()
+                .view()
+                .map_err(|source| LaunchError::Read { run, source })?;
             let state = view
                 .snapshot(run)
                 .map_err(|source| LaunchError::Read { run, source })?

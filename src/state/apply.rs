@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use super::{
-    AdmissionInfo, ControlInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
-    QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo, SteerTarget, StepState,
-    StepStatus, TerminalInfo, TransitionError, Undelivered,
+    AdmissionInfo, ControlInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
+    ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
+    SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError, Undelivered,
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS,
@@ -651,7 +651,11 @@ impl RunState {
     /// `DependsOn`: only in the creation batch, right after `RunCreated` (seq 2) or its
     /// `QueueJoined` (seq 3), once; lists that name some run, none twice, not the run itself,
     /// no more than the limit. Whether the runs exist is the journal's check, across runs.
-    fn depends_on(&mut self, dependencies: DependencyInfo, seq: u64) -> Result<(), TransitionError> {
+    fn depends_on(
+        &mut self,
+        dependencies: DependencyInfo,
+        seq: u64,
+    ) -> Result<(), TransitionError> {
         let run = self.run_id;
         let at_creation = match seq {
             2 => true,

@@ -300,27 +300,9 @@ impl ShapeRule {
                         .is_none_or(|queue| queue.admitted.is_some())
             }
             ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
-            ShapeRule::DependenciesWellFormed => {
-                state.dependencies.as_ref().is_none_or(|dependencies| {
-                    dependencies_flaw(&dependencies.after, &dependencies.after_any).is_none()
-                        && dependencies.runs().all(|run| run != state.run_id)
-                })
-            }
-            ShapeRule::DependenciesAtCreation => {
-                state.dependencies.is_none() || state.head_seq >= 2
-            }
-            ShapeRule::NothingStartedBeforeDependencies => {
-                let is_waiting = state
-                    .dependencies
-                    .as_ref()
-                    .is_some_and(|dependencies| dependencies.met.is_none());
-                !is_waiting
-                    || (state.runner.is_none()
-                        && state
-                            .queue
-                            .as_ref()
-                            .is_none_or(|queue| queue.admitted.is_none()))
-            }
+            ShapeRule::DependenciesWellFormed
+            | ShapeRule::DependenciesAtCreation
+            | ShapeRule::NothingStartedBeforeDependencies => self.dependencies_hold(state),
             ShapeRule::SteerWellFormed
             | ShapeRule::SteerIdsDistinct
             | ShapeRule::SteerQueueBounded
@@ -373,6 +355,29 @@ impl ShapeRule {
     }
 
     /// Whether `state`'s steer requests keep this rule, one of those about them.
+    /// The rules of a run's dependencies.
+    fn dependencies_hold(self, state: &RunState) -> bool {
+        let Some(dependencies) = &state.dependencies else {
+            return true;
+        };
+        match self {
+            ShapeRule::DependenciesWellFormed => {
+                dependencies_flaw(&dependencies.after, &dependencies.after_any).is_none()
+                    && dependencies.runs().all(|run| run != state.run_id)
+            }
+            ShapeRule::DependenciesAtCreation => state.head_seq >= 2,
+            ShapeRule::NothingStartedBeforeDependencies => {
+                dependencies.met.is_some()
+                    || (state.runner.is_none()
+                        && state
+                            .queue
+                            .as_ref()
+                            .is_none_or(|queue| queue.admitted.is_none()))
+            }
+            _ => true,
+        }
+    }
+
     fn steers_hold(self, state: &RunState) -> bool {
         match self {
             ShapeRule::SteerWellFormed => state.steers.iter().all(|steer| {
@@ -664,9 +669,9 @@ impl TransitionError {
             TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
             TransitionError::DependsOnLate { .. } => Rules(&[R::DependenciesAtCreation]),
             TransitionError::InvalidDependencies { .. } => Rules(&[R::DependenciesWellFormed]),
-            TransitionError::NoDependencies { .. } => {
-                RecordsOnly("a state holds a dependencies' end only inside its dependencies, by its type")
-            }
+            TransitionError::NoDependencies { .. } => RecordsOnly(
+                "a state holds a dependencies' end only inside its dependencies, by its type",
+            ),
             TransitionError::DependenciesAlreadyMet { .. } => {
                 RecordsOnly("a state holds at most one dependencies' end, by its type")
             }

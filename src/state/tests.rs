@@ -2525,7 +2525,10 @@ fn a_queued_run_with_dependencies_takes_no_slot_and_joins_the_waiting_runs_only_
     let waiting = Story::new(chain_spec(1))
         .then(joined("q"))
         .then(depends_on(&[OTHER_RUN], &[]));
-    assert!(!waiting.state.is_waiting_for_slot(), "not among the queue's waiting runs yet");
+    assert!(
+        !waiting.state.is_waiting_for_slot(),
+        "not among the queue's waiting runs yet"
+    );
     assert!(matches!(
         waiting.rejects(admitted()),
         TransitionError::BeforeDependencies { .. }

@@ -87,7 +87,11 @@ fn after_chains_run_in_order_each_starting_after_its_dependency_ended() {
     let (c, _) = launch(&home, &["--after", &b.to_string(), "--", "true"]);
     let journal = home.journal();
     for run in [a, b, c] {
-        assert_eq!(wait_terminal(&journal, run).status, RunStatus::Complete, "{run}");
+        assert_eq!(
+            wait_terminal(&journal, run).status,
+            RunStatus::Complete,
+            "{run}"
+        );
     }
     // No reconcile pass ran: each ending runner started the next.
     assert_after(&journal, (b, "RunnerStarted"), (a, "Terminal"));
@@ -99,11 +103,21 @@ fn after_chains_run_in_order_each_starting_after_its_dependency_ended() {
 fn a_failed_dependency_skips_its_dependents_and_names_it_in_their_reason() {
     let home = TestHome::new();
     let gate = home.file("gate");
-    let (a, _) = launch(&home, &["--", "sh", "-c", &format!("{}; exit 3", gated(&gate))]);
+    let (a, _) = launch(
+        &home,
+        &["--", "sh", "-c", &format!("{}; exit 3", gated(&gate))],
+    );
     let (b, _) = launch(&home, &["--after", &a.to_string(), "--", "true"]);
     let (c, _) = launch(
         &home,
-        &["--after", &b.to_string(), "--", "sh", "-c", "echo c; echo c2"],
+        &[
+            "--after",
+            &b.to_string(),
+            "--",
+            "sh",
+            "-c",
+            "echo c; echo c2",
+        ],
     );
     let journal = home.journal();
     // Both wait, and say for what.
@@ -127,7 +141,10 @@ fn a_failed_dependency_skips_its_dependents_and_names_it_in_their_reason() {
         assert_eq!(ended.status, RunStatus::Failed, "{run}");
         assert!(ended.runner.is_none(), "{run} never started");
         assert!(
-            ended.steps.iter().all(|step| step.status.as_str() == "skipped"),
+            ended
+                .steps
+                .iter()
+                .all(|step| step.status.as_str() == "skipped"),
             "{run}: {:?}",
             ended.steps
         );
@@ -149,7 +166,10 @@ fn a_failed_dependency_skips_its_dependents_and_names_it_in_their_reason() {
         .assert()
         .success();
     let text = String::from_utf8_lossy(&status.get_output().stdout).into_owned();
-    assert!(text.contains(&format!("dependency {b} ended failed")), "{text}");
+    assert!(
+        text.contains(&format!("dependency {b} ended failed")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -176,14 +196,25 @@ fn a_dependency_already_ended_is_judged_at_launch() {
     assert_eq!(wait_terminal(&journal, b).status, RunStatus::Complete);
     let output = home
         .cmd()
-        .args(["run", "--json", "--after", &failed.to_string(), "--", "true"])
+        .args([
+            "run",
+            "--json",
+            "--after",
+            &failed.to_string(),
+            "--",
+            "true",
+        ])
         .assert()
         .code(1)
         .get_output()
         .stdout
         .clone();
     let object: Value = serde_json::from_slice(&output).expect("JSON");
-    let c: RunId = object["runId"].as_str().expect("an id").parse().expect("an id");
+    let c: RunId = object["runId"]
+        .as_str()
+        .expect("an id")
+        .parse()
+        .expect("an id");
     let ended = state(&journal, c);
     assert_eq!(ended.status, RunStatus::Failed);
     assert!(ended.runner.is_none());
@@ -193,7 +224,12 @@ fn a_dependency_already_ended_is_judged_at_launch() {
 fn a_dependency_that_is_not_in_the_journal_is_refused_at_launch_and_nothing_is_written() {
     let home = TestHome::new();
     home.cmd().args(["run", "--", "true"]).assert().success();
-    let before = home.journal().view().expect("view").run_count().expect("count");
+    let before = home
+        .journal()
+        .view()
+        .expect("view")
+        .run_count()
+        .expect("count");
     for missing in [RunId::generate().to_string(), "no-such-name".to_string()] {
         let assert = home
             .cmd()
@@ -203,7 +239,12 @@ fn a_dependency_that_is_not_in_the_journal_is_refused_at_launch_and_nothing_is_w
         let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
         assert!(stderr.contains(&missing), "the refusal names it: {stderr}");
     }
-    let after = home.journal().view().expect("view").run_count().expect("count");
+    let after = home
+        .journal()
+        .view()
+        .expect("view")
+        .run_count()
+        .expect("count");
     assert_eq!(before, after, "nothing was written");
 }
 
@@ -216,13 +257,27 @@ fn a_run_waiting_for_a_dependency_and_a_full_queue_starts_only_when_both_allow()
         .success();
     let slot_gate = home.file("slot-gate");
     let dependency_gate = home.file("dependency-gate");
-    let (holder, _) = launch(&home, &["--queue", "q", "--", "sh", "-c", &gated(&slot_gate)]);
+    let (holder, _) = launch(
+        &home,
+        &["--queue", "q", "--", "sh", "-c", &gated(&slot_gate)],
+    );
     let (dependency, _) = launch(&home, &["--", "sh", "-c", &gated(&dependency_gate)]);
     let (waiter, launched) = launch(
         &home,
-        &["--queue", "q", "--after", &dependency.to_string(), "--", "true"],
+        &[
+            "--queue",
+            "q",
+            "--after",
+            &dependency.to_string(),
+            "--",
+            "true",
+        ],
     );
-    assert_eq!(launched["waitingFor"][0], dependency.to_string(), "{launched}");
+    assert_eq!(
+        launched["waitingFor"][0],
+        dependency.to_string(),
+        "{launched}"
+    );
     let journal = home.journal();
     // Its dependency ends first: it is met, and waits for the slot the holder keeps.
     std::fs::write(&dependency_gate, b"").expect("the gate opens");
@@ -253,9 +308,17 @@ fn a_run_waiting_for_a_dependency_and_a_full_queue_starts_only_when_both_allow()
     std::fs::write(&slot_gate, b"").expect("the gate opens");
     assert_eq!(wait_terminal(&journal, holder).status, RunStatus::Complete);
     assert_eq!(wait_terminal(&journal, waiter).status, RunStatus::Complete);
-    assert_after(&journal, (waiter, "DependenciesMet"), (dependency, "Terminal"));
+    assert_after(
+        &journal,
+        (waiter, "DependenciesMet"),
+        (dependency, "Terminal"),
+    );
     assert_after(&journal, (waiter, "QueueAdmitted"), (holder, "Terminal"));
-    assert_after(&journal, (waiter, "QueueAdmitted"), (waiter, "DependenciesMet"));
+    assert_after(
+        &journal,
+        (waiter, "QueueAdmitted"),
+        (waiter, "DependenciesMet"),
+    );
 }
 
 #[test]
@@ -269,7 +332,14 @@ fn the_queue_is_not_held_by_a_run_waiting_for_its_dependency() {
     let (dependency, _) = launch(&home, &["--", "sh", "-c", &gated(&gate)]);
     let (waiter, _) = launch(
         &home,
-        &["--queue", "q", "--after", &dependency.to_string(), "--", "true"],
+        &[
+            "--queue",
+            "q",
+            "--after",
+            &dependency.to_string(),
+            "--",
+            "true",
+        ],
     );
     // A later run of the queue is not kept behind the waiting one: the slot is free.
     let (later, _) = launch(&home, &["--queue", "q", "--", "true"]);
@@ -282,7 +352,7 @@ fn the_queue_is_not_held_by_a_run_waiting_for_its_dependency() {
 
 #[test]
 fn stop_of_a_run_waiting_for_its_dependency_ends_it_without_starting_and_prune_keeps_the_dependency()
-{
+ {
     let home = TestHome::new();
     let gate = home.file("gate");
     let (done, _) = launch(&home, &["--", "true"]);
@@ -321,7 +391,14 @@ fn stop_of_a_run_waiting_for_its_dependency_ends_it_without_starting_and_prune_k
         "{report}"
     );
     let journal = home.journal();
-    assert!(journal.view().expect("view").snapshot(done).expect("reads").is_some());
+    assert!(
+        journal
+            .view()
+            .expect("view")
+            .snapshot(done)
+            .expect("reads")
+            .is_some()
+    );
     home.cmd()
         .args(["stop", &waiter.to_string()])
         .assert()
@@ -349,8 +426,8 @@ fn stop_of_a_run_waiting_for_its_dependency_ends_it_without_starting_and_prune_k
 fn a_dependency_and_its_dependents_closed_in_one_reconcile_pass_stay_in_order() {
     let home = TestHome::new();
     let (dependency, launched) = launch(&home, &["--", "sleep", "60"]);
-    let runner = i32::try_from(launched["runnerPid"].as_u64().expect("a runner pid"))
-        .expect("a pid");
+    let runner =
+        i32::try_from(launched["runnerPid"].as_u64().expect("a runner pid")).expect("a pid");
     let (after, _) = launch(&home, &["--after", &dependency.to_string(), "--", "true"]);
     let (after_any, _) = launch(
         &home,
@@ -375,8 +452,19 @@ fn a_dependency_and_its_dependents_closed_in_one_reconcile_pass_stay_in_order() 
     let failed = wait_terminal(&journal, after);
     assert_eq!(failed.status, RunStatus::Failed);
     assert!(failed.runner.is_none());
-    assert_eq!(wait_terminal(&journal, after_any).status, RunStatus::Complete);
+    assert_eq!(
+        wait_terminal(&journal, after_any).status,
+        RunStatus::Complete
+    );
     assert_after(&journal, (after, "Terminal"), (dependency, "Terminal"));
-    assert_after(&journal, (after_any, "DependenciesMet"), (dependency, "Terminal"));
-    assert_after(&journal, (after_any, "RunnerStarted"), (dependency, "Terminal"));
+    assert_after(
+        &journal,
+        (after_any, "DependenciesMet"),
+        (dependency, "Terminal"),
+    );
+    assert_after(
+        &journal,
+        (after_any, "RunnerStarted"),
+        (dependency, "Terminal"),
+    );
 }

@@ -755,8 +755,8 @@ fn a_dependency_not_rebuilt_is_named_for_its_waiting_run_and_the_next_pass_judge
     let layout = Home::at(home.path());
     std::fs::remove_dir_all(layout.run_dir(dependency)).expect("its run directory goes");
     Damage::Missing.apply(&home.file("journal.redb"));
-    let recovery = runjournal::recover::recover_from_projections(&layout)
-        .expect("the journal is rebuilt");
+    let recovery =
+        runjournal::recover::recover_from_projections(&layout).expect("the journal is rebuilt");
     for run in [after, after_any] {
         let rebuilt = recovery
             .runs

@@ -397,7 +397,8 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     }
     // A queued run keeps its runner settings in the journal: its runner may be started by
     // another process, which adds them to the base program.
-    let waits = request.queue.is_some() || !request.after.is_empty() || !request.after_any.is_empty();
+    let waits =
+        request.queue.is_some() || !request.after.is_empty() || !request.after_any.is_empty();
     let program = if waits {
         runner_base()?
     } else {

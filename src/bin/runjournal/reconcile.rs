@@ -70,13 +70,8 @@ pub fn skipped(held: &runjournal::journal::LockHeld) {
 pub fn admit_pass(store: &Store) -> anyhow::Result<Vec<queue::Admitted>> {
     let program = crate::launch::runner_base()?;
     let by = format!("reconciler (pid {})", std::process::id());
-    runjournal::launch::after::settle(
-        store,
-        &program,
-        &by,
-        runjournal::launch::after::Scope::All,
-    )
-    .context("judging the runs that wait for others")?;
+    runjournal::launch::after::settle(store, &program, &by, runjournal::launch::after::Scope::All)
+        .context("judging the runs that wait for others")?;
     Ok(queue::start_admissible(store, &program, &by, None)?)
 }
 

@@ -24,9 +24,8 @@ use crate::event::{
 };
 use crate::state::{
     AdmissionInfo, ControlInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
-    ProcessTerminalInfo,
-    QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo, SteerTarget, StepState,
-    StepStatus, TerminalInfo, Undelivered,
+    ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
+    SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -954,6 +953,28 @@ impl<'a> QueueOf<'a> {
     }
 }
 
+/// The dependencies at the end of a snapshot's extensions (after its hooks): none, or
+/// [`DEPENDENCIES_TAG`] and them, and nothing after.
+fn decode_dependencies(rest: &[u8]) -> Result<Option<DependencyInfo>, SnapshotError> {
+    match rest {
+        [] => Ok(None),
+        [DEPENDENCIES_TAG, dependencies @ ..] => {
+            match postcard::take_from_bytes::<SnapshotDependencies>(dependencies) {
+                Ok((dependencies, [])) => Ok(Some(dependencies.into_info())),
+                _ => Err(SnapshotError::Malformed {
+                    reason: format!(
+                        "{} bytes after its hooks that are not its dependencies",
+                        rest.len()
+                    ),
+                }),
+            }
+        }
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its hooks", rest.len()),
+        }),
+    }
+}
+
 /// Decodes stored snapshot bytes of `run`: size, then checksum, then layout, then the fields,
 /// then whether the state is `run`'s and agrees with its spec.
 pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, SnapshotError> {
@@ -1034,27 +1055,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     });
                 }
             };
-            let dependencies = match rest {
-                [] => None,
-                [DEPENDENCIES_TAG, dependencies @ ..] => {
-                    match postcard::take_from_bytes::<SnapshotDependencies>(dependencies) {
-                        Ok((dependencies, [])) => Some(dependencies.into_info()),
-                        _ => {
-                            return Err(SnapshotError::Malformed {
-                                reason: format!(
-                                    "{} bytes after its hooks that are not its dependencies",
-                                    rest.len()
-                                ),
-                            });
-                        }
-                    }
-                }
-                rest => {
-                    return Err(SnapshotError::Malformed {
-                        reason: format!("{} bytes after its hooks", rest.len()),
-                    });
-                }
-            };
+            let dependencies = decode_dependencies(rest)?;
             let mut state = snapshot.into_state(run)?;
             if queue.is_some() || !steers.is_empty() || !hooks.is_empty() || dependencies.is_some()
             {

@@ -18,9 +18,9 @@ use crate::journal::format::recovery::RecoveryNote;
 use crate::journal::format::retention::{self, Retention, Tombstone};
 use crate::journal::format::snapshot::{SnapshotError, decode_snapshot};
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED, PRUNING,
-    DEPENDENTS, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
-    WRITERS,
+    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED,
+    PRUNING, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS,
+    TERMINAL, WRITERS,
 };
 use crate::run_env::{HookCommands, RunEnvironment};
 use crate::state::{self, DependencyVerdict, RunState};
@@ -246,7 +246,10 @@ impl View {
         };
         let mut statuses = Vec::new();
         for dependency in dependencies.runs() {
-            statuses.push((dependency, self.snapshot(dependency)?.map(|state| state.status)));
+            statuses.push((
+                dependency,
+                self.snapshot(dependency)?.map(|state| state.status),
+            ));
         }
         Ok(Some(dependencies.verdict(|run| {
             statuses

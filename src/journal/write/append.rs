@@ -548,7 +548,11 @@ fn apply_batch(
 /// The one judge of whether a waiting run may go on towards its start, across runs, after the
 /// reducer accepted its batch, inside the write transaction that commits it: its dependencies
 /// ([`check_dependencies`]), then its queue ([`check_queue`]). A refused batch writes nothing.
-fn check_start(tables: &mut Tables<'_>, batch: &Batch, prepared: &Prepared) -> Result<(), AppendError> {
+fn check_start(
+    tables: &mut Tables<'_>,
+    batch: &Batch,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
     check_dependencies(tables, batch, prepared)?;
     check_queue(tables, batch.run, prepared)
 }

@@ -19,8 +19,8 @@ use crate::event::{FORMAT_VERSION, RunId, UnixMs};
 use crate::journal::format::error::{ReadError, StorageFailure, storage};
 use crate::journal::format::retention::{MAX_TOMBSTONES, Retention, Tombstone, encode_retention};
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED, PRUNED_AT,
-    PRUNING, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
+    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED,
+    PRUNED_AT, PRUNING, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
 };
 use crate::journal::read::view::state_of;
 use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
