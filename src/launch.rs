@@ -171,6 +171,14 @@ pub enum LaunchError {
     /// A run to wait for (`--after`, `--after-any`) cannot be one: nothing was written.
     #[error("cannot wait for {text:?}: {reason}")]
     Dependency { text: String, reason: String },
+    /// Judging the created run's dependencies failed; the run stays, waiting, and the next
+    /// reconcile pass judges it.
+    #[error("run {run}: judging its dependencies: {source}")]
+    Judge {
+        run: RunId,
+        #[source]
+        source: Box<after::DependencyError>,
+    },
 }
 
 impl LaunchError {

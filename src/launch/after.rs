@@ -45,9 +45,9 @@ pub enum DependencyError {
         #[source]
         source: Box<LaunchError>,
     },
-    #[error("run {run}: admitting it into its queue: {source}")]
+    #[error("queue {queue}: admitting the runs met: {source}")]
     Queue {
-        run: RunId,
+        queue: String,
         #[source]
         source: Box<super::queue::QueueError>,
     },
@@ -207,12 +207,18 @@ pub fn settle(
     for queue in queues {
         super::queue::start_admissible(store, base, by, Some(&queue)).map_err(|source| {
             DependencyError::Queue {
-                run: settled
-                    .first()
-                    .map_or(RunId::from_bytes([0; 16]), |s| s.run),
+                queue: queue.clone(),
                 source: Box::new(source),
             }
         })?;
+    }
+    let has_failed = settled
+        .iter()
+        .any(|settled| matches!(settled.outcome, SettledOutcome::Failed { .. }));
+    if has_failed {
+        // A run ended here may have completion hooks due. Best effort: a deliverer that cannot
+        // start now is started by the next reconcile pass.
+        let _ = crate::hooks::start_deliverer_if_needed(store, &base.program);
     }
     Ok(settled)
 }
@@ -256,10 +262,7 @@ pub(super) fn resolve(
     let view = store
         .journal()
         .view()
-        .map_err(|source| LaunchError::Dependency {
-            text: String::new(),
-            reason: format!("reading the journal: {source}"),
-        })?;
+        .map_err(|source| LaunchError::Create(source.into()))?;
     let one = |text: &String| -> Result<RunId, LaunchError> {
         let refuse = |reason: String| LaunchError::Dependency {
             text: text.clone(),
@@ -273,7 +276,7 @@ pub(super) fn resolve(
             Ok(None) => Err(refuse(format!(
                 "run {run} was pruned from the journal; a run can wait only for runs the journal holds"
             ))),
-            Err(error) => Err(refuse(format!("reading run {run}: {error}"))),
+            Err(error) => Err(LaunchError::Create(error.into())),
         }
     };
     let after = after.iter().map(one).collect::<Result<Vec<_>, _>>()?;
@@ -297,9 +300,9 @@ pub(super) fn enter(
     program: &RunnerProgram,
     start_timeout: std::time::Duration,
 ) -> Result<Launched, LaunchError> {
-    let failed = |error: DependencyError| LaunchError::Dependency {
-        text: run.to_string(),
-        reason: error.to_string(),
+    let failed = |error: DependencyError| LaunchError::Judge {
+        run,
+        source: Box::new(error),
     };
     match judge(store, run, "launcher").map_err(failed)? {
         Judged::Met(state) => match &state.queue {
