@@ -79,9 +79,9 @@ pub enum StopOutcome {
     AlreadyRequested { signalled: bool },
     /// The run had already ended; nothing was written.
     AlreadyEnded { state: RunStatus },
-    /// The run waited in its queue for a slot: it is ended `stopped` with its request, and no
-    /// runner will ever start for it.
-    StoppedWaiting { queue: String },
+    /// The run waited (`waiting`: `in queue NAME`, or `for its dependencies`): it is ended
+    /// `stopped` with its request, and no runner will ever start for it.
+    StoppedWaiting { waiting: String },
 }
 
 /// Most attempts to end a run waiting in its queue while its head keeps moving.
@@ -98,15 +98,13 @@ fn stop_waiting(
 ) -> Result<Option<StopOutcome>, ControlError> {
     for _ in 0..MAX_WAITING_STOP_ATTEMPTS {
         let state = snapshot(store, run)?;
-        let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) else {
+        let Some(waiting) = control_inbox::waiting_text(&state) else {
             return Ok(None);
         };
         let events = control_inbox::stop_events(&state, by, reason);
         match store.append(run, events, Condition::expect_head(state.head_seq)) {
             Ok(_) => {
-                return Ok(Some(StopOutcome::StoppedWaiting {
-                    queue: queue.name.clone(),
-                }));
+                return Ok(Some(StopOutcome::StoppedWaiting { waiting }));
             }
             Err(AppendError::HeadMismatch { .. }) => continue,
             Err(error) => return Err(error.into()),

@@ -492,16 +492,29 @@ pub fn stop_events(state: &RunState, by: &str, reason: &str) -> Vec<Event> {
         by: by.to_string(),
         reason: reason.to_string(),
     }];
-    if let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) {
+    if let Some(waiting) = waiting_text(state) {
         events.push(Event::Terminal {
             state: TerminalState::Stopped,
             error: None,
-            summary: format!("stopped while it waited in queue {}", queue.name),
+            summary: format!("stopped while it waited {waiting}"),
             exit_code: STOPPED_EXIT_CODE,
             repaired_by: None,
         });
     }
     events
+}
+
+/// What a run not started waits for, in words (`in queue NAME`, `for its dependencies`);
+/// `None` when it waits for nothing. Pure.
+pub fn waiting_text(state: &RunState) -> Option<String> {
+    if state.is_waiting_for_dependencies() {
+        return Some("for its dependencies".to_string());
+    }
+    state
+        .queue
+        .as_ref()
+        .filter(|_| state.is_waiting_for_slot())
+        .map(|queue| format!("in queue {}", queue.name))
 }
 
 /// What to journal for `found`, from the run's state now. Pure.
@@ -535,7 +548,7 @@ pub fn decide(found: &Found, state: &RunState) -> Decision {
                 return Decision::Leave;
             }
             let (events, expect_head) = match action {
-                ControlAction::Stop if state.is_waiting_for_slot() => {
+                ControlAction::Stop if state.is_waiting() => {
                     (stop_events(state, by, reason), Some(state.head_seq))
                 }
                 action => (

@@ -928,6 +928,46 @@ pub enum Event {
         ended_at_ms: UnixMs,
         result_path: Option<String>,
     },
+    /// The run waits for other runs to end before it starts (docs/design.md, "Dependencies"):
+    /// only in its creation batch, right after `RunCreated` or its `QueueJoined`. It starts
+    /// once every run of `after` ended `complete` and every run of `after_any` ended however;
+    /// it ends without starting once one of `after` ended otherwise. It also keeps what a later
+    /// starter needs to start the runner as the launcher would have (as `QueueJoined` does).
+    DependsOn {
+        #[serde(with = "run_ids_text")]
+        after: Vec<RunId>,
+        #[serde(with = "run_ids_text")]
+        after_any: Vec<RunId>,
+        idle_timeout_ms: Option<u64>,
+        heartbeat_ms: Option<u64>,
+    },
+    /// Every dependency of the run ended as it asked: appended only when the journal, inside
+    /// the transaction that commits it, reads each of them ended so. The run may start (or,
+    /// in a queue, wait for a slot). `by` says who found it so.
+    DependenciesMet {
+        by: String,
+    },
+}
+
+/// Most runs one run may wait for (`run --after` and `--after-any` together).
+pub const MAX_DEPENDENCIES: usize = 64;
+
+/// What is wrong with a `DependsOn`'s lists on their own, if anything: none at all, more than
+/// [`MAX_DEPENDENCIES`], or a run named twice (in one list or both).
+pub fn dependencies_flaw(after: &[RunId], after_any: &[RunId]) -> Option<&'static str> {
+    let count = after.len() + after_any.len();
+    if count == 0 {
+        return Some("name no run");
+    }
+    if count > MAX_DEPENDENCIES {
+        return Some("name more runs than a run may wait for");
+    }
+    let mut all: Vec<RunId> = after.iter().chain(after_any).copied().collect();
+    all.sort_unstable();
+    if all.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Some("name a run twice");
+    }
+    None
 }
 
 /// Most bytes of the environment a run keeps (`run --env`, the launcher's variables): names and
@@ -981,6 +1021,36 @@ impl HookOutcome {
 
 /// A run id inside an event: its 16 bytes on the wire (postcard), its printed form in JSON
 /// (events.jsonl), as people and `recover` read it.
+mod run_ids_text {
+    use super::RunId;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        runs: &[RunId],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.collect_seq(runs.iter().map(RunId::to_string))
+        } else {
+            runs.serialize(serializer)
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<RunId>, D::Error> {
+        if deserializer.is_human_readable() {
+            let texts = Vec::<String>::deserialize(deserializer)?;
+            texts
+                .iter()
+                .map(|text| text.parse().map_err(serde::de::Error::custom))
+                .collect()
+        } else {
+            Vec::<RunId>::deserialize(deserializer)
+        }
+    }
+}
+
 mod run_id_text {
     use super::RunId;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -1118,9 +1188,9 @@ impl Event {
             Event::ProcessTerminalObserved { instance_id, .. } => {
                 fields.push(("instance_id", instance_id));
             }
-            Event::Dismissed { .. } | Event::Resumed { .. } => {}
+            Event::Dismissed { .. } | Event::Resumed { .. } | Event::DependsOn { .. } => {}
             Event::QueueJoined { queue, .. } => fields.push(("queue", queue)),
-            Event::QueueAdmitted { by } => fields.push(("by", by)),
+            Event::QueueAdmitted { by } | Event::DependenciesMet { by } => fields.push(("by", by)),
             Event::HookAttempted { claimant, by, .. } => {
                 fields.push(("claimant.boot_id", &claimant.boot_id));
                 fields.push(("by", by));
@@ -1218,6 +1288,15 @@ impl Event {
                 reason: error.to_string(),
             })?;
         }
+        if let Event::DependsOn {
+            after, after_any, ..
+        } = self
+            && let Some(flaw) = dependencies_flaw(after, after_any)
+        {
+            return Err(DecodeError::Invalid {
+                reason: format!("dependencies {flaw}"),
+            });
+        }
         if let Event::SteerRequested {
             id, steps, message, ..
         } = self
@@ -1254,6 +1333,8 @@ impl Event {
             Event::SteerDelivered { .. } => "SteerDelivered",
             Event::ControlRefused { .. } => "ControlRefused",
             Event::HostEnded { .. } => "HostEnded",
+            Event::DependsOn { .. } => "DependsOn",
+            Event::DependenciesMet { .. } => "DependenciesMet",
         }
     }
 }
@@ -1658,6 +1739,21 @@ pub(crate) mod tests {
                     result_path: Some("p".to_string()),
                 },
             ),
+            (
+                "DependsOn",
+                Event::DependsOn {
+                    after: vec![RunId::from_bytes([2; 16])],
+                    after_any: vec![RunId::from_bytes([3; 16])],
+                    idle_timeout_ms: Some(5),
+                    heartbeat_ms: None,
+                },
+            ),
+            (
+                "DependenciesMet",
+                Event::DependenciesMet {
+                    by: "b".to_string(),
+                },
+            ),
         ]
     }
 
@@ -1698,6 +1794,12 @@ pub(crate) mod tests {
             ("SteerDelivered", "0f016902e019bb09"),
             ("ControlRefused", "10016601729bf292bb"),
             ("HostEnded", "110102016d08010170cdd6eff8"),
+            // The lead renumbers new variants at merge: only the first byte and the CRC move.
+            (
+                "DependsOn",
+                "1201020202020202020202020202020202020103030303030303030303030303030303010500794e7444",
+            ),
+            ("DependenciesMet", "13016256748f88"),
         ];
         let variants = every_variant();
         assert_eq!(

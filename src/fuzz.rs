@@ -224,8 +224,29 @@ impl Choices<'_> {
         }
     }
 
+    /// Dependencies from a small pool that holds the run itself, so that a run named twice or
+    /// itself happens.
+    fn depends_on(&mut self) -> Event {
+        let mut pool = || {
+            (0..self.below(3))
+                .map(|_| match self.below(3) {
+                    0 => FUZZ_RUN,
+                    which => crate::event::RunId::from_bytes([which; 16]),
+                })
+                .collect::<Vec<_>>()
+        };
+        let after = pool();
+        let after_any = pool();
+        Event::DependsOn {
+            after,
+            after_any,
+            idle_timeout_ms: self.optional(Self::number),
+            heartbeat_ms: self.optional(Self::number),
+        }
+    }
+
     fn lifecycle_event(&mut self) -> Event {
-        match self.below(16) {
+        match self.below(18) {
             0 => Event::RunCreated {
                 spec: Arc::new(self.spec()),
                 created_at_ms: self.number(),
@@ -307,6 +328,8 @@ impl Choices<'_> {
                 file: self.text(),
                 reason: self.text(),
             },
+            16 => self.depends_on(),
+            17 => Event::DependenciesMet { by: self.text() },
             _ => Event::HostEnded {
                 state: self.pick(&[
                     TerminalState::Complete,

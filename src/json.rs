@@ -121,15 +121,18 @@ pub struct ListedRunDoc {
     /// The queue the run is in, and its place there while it waits (1: the next admitted).
     pub queue: Option<String>,
     pub queue_place: Option<u64>,
+    /// The runs it waits for that have yet to end (empty: it waits for none).
+    pub waiting_for: Vec<String>,
 }
 
 impl ListedRunDoc {
     /// `queue_place`: the run's place in its queue while it waits.
-    pub fn of(state: &RunState, queue_place: Option<u64>) -> ListedRunDoc {
+    pub fn of(state: &RunState, queue_place: Option<u64>, waiting_for: &[RunId]) -> ListedRunDoc {
         let terminal = state.terminal.as_ref();
         ListedRunDoc {
             queue: state.queue.as_ref().map(|queue| queue.name.clone()),
             queue_place,
+            waiting_for: waiting_for.iter().map(RunId::to_string).collect(),
             run_id: state.run_id.to_string(),
             name: state.spec.name.clone(),
             state: state.status.as_str(),
@@ -265,6 +268,37 @@ pub struct StatusCommandDoc {
     /// Its completion hooks and their deliveries.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<crate::hooks::HookReport>,
+    /// The runs it waits for, when it was created with some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<DependenciesDoc>,
+}
+
+/// A run's dependencies as `status` shows them (docs/design.md, "Dependencies").
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DependenciesDoc {
+    /// Each must end `complete`.
+    pub after: Vec<String>,
+    /// Each must end, however.
+    pub after_any: Vec<String>,
+    /// Those it still waits for (not yet ended); empty once it waits no more.
+    pub waiting_for: Vec<String>,
+    /// When they were found met; `None` while it waits, or when it ended without them met.
+    pub met_at_ms: Option<UnixMs>,
+}
+
+impl DependenciesDoc {
+    /// `waiting_for`: the runs it still waits for ([`crate::journal::View::waiting_for`]).
+    pub fn of(state: &RunState, waiting_for: &[RunId]) -> Option<DependenciesDoc> {
+        let dependencies = state.dependencies.as_ref()?;
+        let texts = |runs: &[RunId]| runs.iter().map(RunId::to_string).collect();
+        Some(DependenciesDoc {
+            after: texts(&dependencies.after),
+            after_any: texts(&dependencies.after_any),
+            waiting_for: texts(waiting_for),
+            met_at_ms: dependencies.met.as_ref().map(|met| met.at_ms),
+        })
+    }
 }
 
 /// The environment a run keeps, as `status` shows it: the variables (secrets) only when asked.

@@ -47,6 +47,7 @@ use crate::spec::RunRequest;
 use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::{ReadHome, Store};
 
+pub mod after;
 pub mod queue;
 pub mod startable;
 
@@ -99,6 +100,9 @@ pub enum RunnerStart {
     /// The runner did not take the run; the run is recorded failed (or was ended by someone
     /// else first).
     NotStarted { error: String },
+    /// The run waits for its dependencies (`pending`: those that have yet to end); whoever
+    /// records the last one's end starts it.
+    Waiting { pending: Vec<RunId> },
     /// The run waits in its queue for a slot; whoever frees one starts it.
     Queued {
         queue: String,
@@ -164,6 +168,17 @@ pub enum LaunchError {
     /// The run could not start ([`startable::check_startable`]); it was not created.
     #[error(transparent)]
     Unstartable(#[from] startable::Unstartable),
+    /// A run to wait for (`--after`, `--after-any`) cannot be one: nothing was written.
+    #[error("cannot wait for {text:?}: {reason}")]
+    Dependency { text: String, reason: String },
+    /// Judging the created run's dependencies failed; the run stays, waiting, and the next
+    /// reconcile pass judges it.
+    #[error("run {run}: judging its dependencies: {source}")]
+    Judge {
+        run: RunId,
+        #[source]
+        source: Box<after::DependencyError>,
+    },
 }
 
 impl LaunchError {
@@ -172,7 +187,10 @@ impl LaunchError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            LaunchError::Environment(_) | LaunchError::Hook(_) | LaunchError::Unstartable(_)
+            LaunchError::Environment(_)
+                | LaunchError::Hook(_)
+                | LaunchError::Unstartable(_)
+                | LaunchError::Dependency { .. }
         )
     }
 }
@@ -208,6 +226,9 @@ pub fn launch(
 ) -> Result<Launched, LaunchError> {
     check_launchable(&request.spec)?;
     let private = private_of(&request)?;
+    if !request.after.is_empty() || !request.after_any.is_empty() {
+        return launch_dependent(store, request, private, program, start_timeout);
+    }
     if let Some(queue_name) = request.queue.clone() {
         return launch_queued(store, request, private, &queue_name, program, start_timeout);
     }
@@ -265,6 +286,52 @@ fn launch_with(
     await_runner(store, run, runner, ready, start_timeout)
 }
 
+/// The runner settings a run keeps for a later starter (`QueueJoined`, `DependsOn`), in ms:
+/// `(idle_timeout_ms, heartbeat_ms)`.
+fn kept_settings(request: &RunRequest) -> (Option<u64>, Option<u64>) {
+    let ms = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    (request.idle_timeout.map(ms), request.heartbeat.map(ms))
+}
+
+/// A launch of a run that waits for others (docs/design.md, "Dependencies"): what it names
+/// resolved to runs of the journal (refused, nothing written, if one is not), the run created
+/// with its `DependsOn` (after its `QueueJoined` when it has a queue), then judged at once.
+/// `program` is the base its runner settings are added to, as for a queued run.
+fn launch_dependent(
+    store: &Store,
+    request: RunRequest,
+    private: RunPrivate,
+    program: &RunnerProgram,
+    start_timeout: Duration,
+) -> Result<Launched, LaunchError> {
+    let (after, after_any) = after::resolve(store, &request.after, &request.after_any)?;
+    let (idle_timeout_ms, heartbeat_ms) = kept_settings(&request);
+    let mut more = Vec::new();
+    if let Some(queue) = &request.queue {
+        more.push(Event::QueueJoined {
+            queue: queue.clone(),
+            idle_timeout_ms,
+            heartbeat_ms,
+        });
+    }
+    more.push(Event::DependsOn {
+        after,
+        after_any,
+        idle_timeout_ms,
+        heartbeat_ms,
+    });
+    let creation = crate::journal::Creation {
+        spec: request.spec,
+        hosts: request.hosts,
+        more,
+        private: Some(private),
+    };
+    let (created, ()) = store
+        .create_then(creation, |_| ())
+        .map_err(LaunchError::Create)?;
+    after::enter(store, created.run, program, start_timeout)
+}
+
 fn launch_queued(
     store: &Store,
     request: RunRequest,
@@ -291,7 +358,18 @@ fn launch_queued(
     let (created, ()) = store
         .create_then(creation, |_| ())
         .map_err(LaunchError::Create)?;
-    let run = created.run;
+    enter_queue(store, created.run, queue_name, program, start_timeout)
+}
+
+/// After creating `run` in `queue_name` (or finding its dependencies met): admits what the
+/// queue allows and waits for its own runner if it was admitted, else reports its place.
+fn enter_queue(
+    store: &Store,
+    run: RunId,
+    queue_name: &str,
+    program: &RunnerProgram,
+    start_timeout: Duration,
+) -> Result<Launched, LaunchError> {
     match queue::enter(store, run, queue_name, program)? {
         queue::Entered::Started { child, ready } => {
             await_runner(store, run, child, ready, start_timeout)
@@ -645,6 +723,8 @@ pub fn resume_with(
         queue: None,
         env: crate::spec::EnvRequest::default(),
         on_exit: Vec::new(),
+        after: Vec::new(),
+        after_any: Vec::new(),
     };
     let private = resume_private(store, run, options)?;
     // The messages the paused run kept for its resume wait for the new run's steps.
@@ -700,7 +780,7 @@ impl ResumeReport {
         let (state, runner_pid, error) = match &resumed.launched.start {
             RunnerStart::Started { pid, .. } => ("running", Some(*pid), None),
             RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
-            RunnerStart::Queued { .. } => ("queued", None, None),
+            RunnerStart::Queued { .. } | RunnerStart::Waiting { .. } => ("queued", None, None),
         };
         ResumeReport {
             run_id: run.to_string(),
@@ -1161,7 +1241,9 @@ pub fn follow_launched_looking(
     let run = launched.run;
     let instance_id = match &launched.start {
         RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
-        RunnerStart::NotStarted { .. } | RunnerStart::Queued { .. } => None,
+        RunnerStart::NotStarted { .. }
+        | RunnerStart::Queued { .. }
+        | RunnerStart::Waiting { .. } => None,
     };
     let end = follow_looking(
         store,

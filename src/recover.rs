@@ -446,6 +446,14 @@ pub(crate) fn run_facts_not_recovered(
                 .to_string(),
         ));
     }
+    for dependency in dependencies_not_rebuilt(records, rebuilt) {
+        facts.push(lost(
+            format!("its dependency on run {dependency}"),
+            format!(
+                "run {dependency} is not rebuilt (pruned, or its events.jsonl is missing): how it                  ended is lost, so the next reconcile pass ends this run failed if it had to                  complete, or starts it if any end would do"
+            ),
+        ));
+    }
     if let Some(by) = resumed_by
         && !rebuilt.contains(&by)
     {
@@ -458,6 +466,25 @@ pub(crate) fn run_facts_not_recovered(
         ));
     }
     facts
+}
+
+/// The runs a run still waiting for its dependencies (its records hold `DependsOn`, neither
+/// `DependenciesMet` nor an end) names that are not rebuilt, in the order named.
+fn dependencies_not_rebuilt(records: &[Record], rebuilt: &BTreeSet<RunId>) -> Vec<RunId> {
+    let mut named = Vec::new();
+    for record in records {
+        match &record.event {
+            Event::DependsOn {
+                after, after_any, ..
+            } => named.extend(after.iter().chain(after_any).copied()),
+            Event::DependenciesMet { .. } | Event::Terminal { .. } | Event::HostEnded { .. } => {
+                return Vec::new();
+            }
+            _ => {}
+        }
+    }
+    named.retain(|dependency| !rebuilt.contains(dependency));
+    named
 }
 
 /// Whether the records end the run for good: a `Terminal` (or a host's end) other than a

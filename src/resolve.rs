@@ -40,9 +40,18 @@ pub struct Listed {
     pub pruned: Vec<Tombstone>,
     /// Each queue a listed run is in: its waiting runs in order, and its use.
     pub queues: BTreeMap<String, (Vec<RunId>, QueueUsage)>,
+    /// Each listed run that waits for its dependencies: those that have yet to end.
+    pub waiting_for: BTreeMap<RunId, Vec<RunId>>,
 }
 
 impl Listed {
+    /// The runs a listed run waits for that have yet to end (empty: none).
+    pub fn waiting_for(&self, state: &RunState) -> &[RunId] {
+        self.waiting_for
+            .get(&state.run_id)
+            .map_or(&[], Vec::as_slice)
+    }
+
     /// A listed run's queue and its place there (1: the next admitted), while it waits.
     pub fn place_of(&self, state: &RunState) -> Option<(String, u64)> {
         let queue = state.queue.as_ref()?;
@@ -97,10 +106,18 @@ pub fn listed(view: &View, options: ListOptions) -> Result<Listed, ReadError> {
             queues.insert(queue.name.clone(), (waiting, usage));
         }
     }
+    let mut waiting_for = BTreeMap::new();
+    for state in runs
+        .iter()
+        .filter(|state| state.is_waiting_for_dependencies())
+    {
+        waiting_for.insert(state.run_id, view.waiting_for(state)?);
+    }
     Ok(Listed {
         runs,
         pruned,
         queues,
+        waiting_for,
     })
 }
 

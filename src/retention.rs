@@ -284,6 +284,10 @@ fn choose(
             keep("a completion hook of it is still due");
             continue;
         }
+        if !view.dependents_of(run)?.is_empty() {
+            keep("a waiting run depends on it");
+            continue;
+        }
         if let Some(through) = shipped {
             let last = view.global_of(run, state.head_seq)?.unwrap_or(head);
             if last > through {

@@ -1005,6 +1005,10 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         Event::Resumed { from } => format!("resumes paused run {from}"),
         Event::QueueJoined { queue, .. } => format!("queued in {queue}"),
         Event::QueueAdmitted { by } => format!("admitted by its queue ({by})"),
+        Event::DependsOn {
+            after, after_any, ..
+        } => dependencies_text(after, after_any),
+        Event::DependenciesMet { by } => format!("dependencies met ({by})"),
         Event::HookAttempted { .. } | Event::HookEnded { .. } => hook_record_text(&record.event),
         Event::SteerRequested { .. }
         | Event::SteerDelivered { .. }
@@ -1016,6 +1020,50 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         record.seq,
         escape_control(&detail.replace('\n', " "))
     )
+}
+
+/// A run id cut to its first [`RunId::MIN_PREFIX_LEN`] characters plus two, for a table
+/// cell: a prefix `status` and the other commands accept while it is unique.
+pub fn short_id(run: RunId) -> String {
+    run.to_string()
+        .chars()
+        .take(RunId::MIN_PREFIX_LEN + 2)
+        .collect()
+}
+
+/// `status`'s line on a run's dependencies: what it needs, and what it still waits for.
+pub fn dependencies_line(after: &[String], after_any: &[String], waiting_for: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !after.is_empty() {
+        parts.push(format!("{} (complete)", after.join(", ")));
+    }
+    if !after_any.is_empty() {
+        parts.push(format!("{} (any end)", after_any.join(", ")));
+    }
+    let mut text = parts.join("; ");
+    if !waiting_for.is_empty() {
+        text.push_str(&format!("; waits for {}", waiting_for.join(", ")));
+    }
+    text
+}
+
+/// The words of a run's dependencies: `waits for A, B (complete) and C (any end)`.
+pub fn dependencies_text(after: &[RunId], after_any: &[RunId]) -> String {
+    let list = |runs: &[RunId]| {
+        runs.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (after.is_empty(), after_any.is_empty()) {
+        (false, true) => format!("waits for {} to complete", list(after)),
+        (true, false) => format!("waits for {} to end", list(after_any)),
+        _ => format!(
+            "waits for {} to complete and {} to end",
+            list(after),
+            list(after_any)
+        ),
+    }
 }
 
 /// The line `runjournal wait` prints when a run has ended.

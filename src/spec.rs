@@ -79,6 +79,12 @@ pub struct SpecFile {
     /// Completion hooks: shell commands run once the run has ended, whatever ended it.
     #[serde(default)]
     pub on_exit: Option<Vec<String>>,
+    /// Runs (ids, unique prefixes or names) that must end `complete` before this run starts.
+    #[serde(default)]
+    pub after: Option<Vec<String>>,
+    /// Runs that must end, however, before this run starts.
+    #[serde(default)]
+    pub after_any: Option<Vec<String>>,
     pub steps: Vec<SpecFileStep>,
 }
 
@@ -156,6 +162,11 @@ pub struct RunRequest {
     pub env: EnvRequest,
     /// Its completion hooks (`--on-exit`), in order.
     pub on_exit: Vec<String>,
+    /// Runs it waits for, to end `complete` (`--after`), as given: ids, unique prefixes or
+    /// names, resolved in the journal at launch (docs/design.md, "Dependencies").
+    pub after: Vec<String>,
+    /// Runs it waits for, to end however (`--after-any`), as given.
+    pub after_any: Vec<String>,
 }
 
 /// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
@@ -177,6 +188,10 @@ pub struct RunDraft {
     pub env: EnvRequest,
     /// The completion hooks (see [`RunRequest::on_exit`]).
     pub on_exit: Vec<String>,
+    /// See [`RunRequest::after`].
+    pub after: Vec<String>,
+    /// See [`RunRequest::after_any`].
+    pub after_any: Vec<String>,
 }
 
 impl RunDraft {
@@ -220,6 +235,8 @@ impl RunDraft {
             heartbeat: None,
             env: self.env,
             on_exit: self.on_exit,
+            after: self.after,
+            after_any: self.after_any,
         })
     }
 }
@@ -273,6 +290,8 @@ impl SpecFile {
                 clear: self.clear_env.unwrap_or(false),
             },
             on_exit: self.on_exit.unwrap_or_default(),
+            after: self.after.unwrap_or_default(),
+            after_any: self.after_any.unwrap_or_default(),
         })
     }
 }

@@ -149,22 +149,21 @@ pub fn admit_next(store: &Store, queue: &str, by: &str) -> Result<Option<RunStat
 }
 
 /// The program that starts `state`'s runner: `base`, with the runner settings its launcher
-/// kept in its `QueueJoined`.
+/// kept in its `QueueJoined` or its `DependsOn`.
 pub fn program_for(base: &RunnerProgram, state: &RunState) -> RunnerProgram {
     let mut program = base.clone();
-    if let Some(queue) = &state.queue {
-        if let Some(heartbeat_ms) = queue.heartbeat_ms {
-            program.leading_args.push("--heartbeat".into());
-            program
-                .leading_args
-                .push(format!("{heartbeat_ms}ms").into());
-        }
-        if let Some(idle_timeout_ms) = queue.idle_timeout_ms {
-            program.leading_args.push("--idle-timeout".into());
-            program
-                .leading_args
-                .push(format!("{idle_timeout_ms}ms").into());
-        }
+    let (idle_timeout_ms, heartbeat_ms) = state.kept_runner_settings();
+    if let Some(heartbeat_ms) = heartbeat_ms {
+        program.leading_args.push("--heartbeat".into());
+        program
+            .leading_args
+            .push(format!("{heartbeat_ms}ms").into());
+    }
+    if let Some(idle_timeout_ms) = idle_timeout_ms {
+        program.leading_args.push("--idle-timeout".into());
+        program
+            .leading_args
+            .push(format!("{idle_timeout_ms}ms").into());
     }
     program
 }
@@ -200,7 +199,7 @@ fn start_runner(
 
 /// Reaps `child` on a thread of its own, so a long-lived process that started it keeps no
 /// zombie; a process that exits first leaves it to init.
-fn reap_in_background(mut child: Child) {
+pub(super) fn reap_in_background(mut child: Child) {
     let spawned = std::thread::Builder::new()
         .name("runjournal-reap".to_string())
         .spawn(move || {
@@ -268,6 +267,9 @@ pub fn reconcile_and_start(
     Result<Vec<Admitted>, QueueError>,
 ) {
     let report = reconcile::reconcile(store, options);
+    // Runs whose dependencies ended are judged before the queues admit: a run met now takes
+    // its place in its queue first. Best effort: what fails here is judged by the next pass.
+    let _ = super::after::settle(store, base, "reconciler", super::after::Scope::All);
     let admitted = start_admissible(store, base, "reconciler", None);
     // Best effort: a deliverer that cannot start now is started by the next pass.
     let _ = crate::hooks::start_deliverer_if_needed(store, &base.program);

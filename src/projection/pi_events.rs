@@ -149,6 +149,9 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
                 .with_some("queue", run.queue.as_ref().map(|queue| queue.name.clone()))
                 .with("by", by.clone()),
         ),
+        Event::DependsOn { .. } | Event::DependenciesMet { .. } => {
+            lines.extend(dependency_line(ts, &record.event, run));
+        }
         Event::SteerRequested {
             id, steps, mode, ..
         } => lines.extend(steer_requested(before, ts, id, steps, mode.as_str(), run)),
@@ -169,6 +172,26 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
         .into_iter()
         .map(|line| Value::Object(line.with(JOURNAL_SEQ, record.seq).0))
         .collect()
+}
+
+/// The line of a dependency's record: the runs a run waits for, or that they were met.
+fn dependency_line(ts: UnixMs, event: &Event, run: &RunState) -> Option<Line> {
+    let ids = |runs: &[crate::event::RunId]| -> Vec<String> {
+        runs.iter().map(ToString::to_string).collect()
+    };
+    match event {
+        Event::DependsOn {
+            after, after_any, ..
+        } => Some(
+            Line::new("subagent.run.waiting", ts, run)
+                .with("after", ids(after))
+                .with("afterAny", ids(after_any)),
+        ),
+        Event::DependenciesMet { by } => {
+            Some(Line::new("subagent.run.dependencies_met", ts, run).with("by", by.clone()))
+        }
+        _ => None,
+    }
 }
 
 /// The line of a hook's record. A hook is named by its place in the run's list: its command is

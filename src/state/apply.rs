@@ -6,15 +6,15 @@
 use std::sync::Arc;
 
 use super::{
-    AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
-    QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo, SteerTarget, StepState,
-    StepStatus, TerminalInfo, TransitionError, Undelivered,
+    AdmissionInfo, ControlInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
+    ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
+    SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError, Undelivered,
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS,
     MAX_PENDING_STEERS, MAX_STEERS_PER_RUN, Mode, Observer, ProcessExit, ProcessIdentity, Proof,
     Record, Repairer, RunId, SteerMode, StepEnd, StepOutcome, TerminalState, UnixMs,
-    check_queue_name, steer_preview, steer_request_flaw,
+    check_queue_name, dependencies_flaw, steer_preview, steer_request_flaw,
 };
 
 /// Applies one record to a run's state. `None` is a run that does not exist yet, which only
@@ -87,6 +87,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         process_terminal: None,
         dismissed_at_ms: None,
         queue: None,
+        dependencies: None,
         hooks: Vec::new(),
         steers: Vec::new(),
         head_seq: 1,
@@ -213,6 +214,22 @@ impl RunState {
                 heartbeat_ms,
             } => self.queue_joined(queue, *idle_timeout_ms, *heartbeat_ms, record.seq, at_ms),
             Event::QueueAdmitted { by } => self.queue_admitted(by, at_ms),
+            Event::DependsOn {
+                after,
+                after_any,
+                idle_timeout_ms,
+                heartbeat_ms,
+            } => self.depends_on(
+                DependencyInfo {
+                    after: after.clone(),
+                    after_any: after_any.clone(),
+                    idle_timeout_ms: *idle_timeout_ms,
+                    heartbeat_ms: *heartbeat_ms,
+                    met: None,
+                },
+                record.seq,
+            ),
+            Event::DependenciesMet { by } => self.dependencies_met(by, at_ms),
             Event::HookAttempted { .. } | Event::HookEnded { .. } => self.hook_event(event, at_ms),
             Event::SteerRequested {
                 id,
@@ -260,6 +277,12 @@ impl RunState {
             return Err(TransitionError::RunnerAfterProcessTerminal {
                 run,
                 proof: observed.proof.as_str(),
+            });
+        }
+        if self.is_waiting_for_dependencies() {
+            return Err(TransitionError::BeforeDependencies {
+                run,
+                event: "RunnerStarted",
             });
         }
         if let Some(queue) = self.queue.as_ref().filter(|queue| queue.admitted.is_none()) {
@@ -608,7 +631,64 @@ impl RunState {
                 queue: queue.name.clone(),
             });
         }
+        let is_waiting_for_dependencies = self
+            .dependencies
+            .as_ref()
+            .is_some_and(|dependencies| dependencies.met.is_none());
+        if is_waiting_for_dependencies {
+            return Err(TransitionError::BeforeDependencies {
+                run,
+                event: "QueueAdmitted",
+            });
+        }
         queue.admitted = Some(AdmissionInfo {
+            by: by.to_string(),
+            at_ms,
+        });
+        Ok(())
+    }
+
+    /// `DependsOn`: only in the creation batch, right after `RunCreated` (seq 2) or its
+    /// `QueueJoined` (seq 3), once; lists that name some run, none twice, not the run itself,
+    /// no more than the limit. Whether the runs exist is the journal's check, across runs.
+    fn depends_on(
+        &mut self,
+        dependencies: DependencyInfo,
+        seq: u64,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let at_creation = match seq {
+            2 => true,
+            3 => self.queue.is_some() && self.dependencies.is_none(),
+            _ => false,
+        };
+        if !at_creation {
+            return Err(TransitionError::DependsOnLate { run, found: seq });
+        }
+        if let Some(flaw) = dependencies_flaw(&dependencies.after, &dependencies.after_any) {
+            return Err(TransitionError::InvalidDependencies { run, flaw });
+        }
+        if dependencies.runs().any(|dependency| dependency == run) {
+            return Err(TransitionError::InvalidDependencies {
+                run,
+                flaw: "name the run itself",
+            });
+        }
+        self.dependencies = Some(dependencies);
+        Ok(())
+    }
+
+    /// `DependenciesMet`: the run has dependencies, not yet met. Whether each ended as asked
+    /// is the journal's check, across runs.
+    fn dependencies_met(&mut self, by: &str, at_ms: UnixMs) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let Some(dependencies) = self.dependencies.as_mut() else {
+            return Err(TransitionError::NoDependencies { run });
+        };
+        if dependencies.met.is_some() {
+            return Err(TransitionError::DependenciesAlreadyMet { run });
+        }
+        dependencies.met = Some(AdmissionInfo {
             by: by.to_string(),
             at_ms,
         });

@@ -223,6 +223,83 @@ pub struct AdmissionInfo {
     pub at_ms: UnixMs,
 }
 
+/// The runs a run waits for before it starts (docs/design.md, "Dependencies").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DependencyInfo {
+    /// Each must end `complete`; one that ends otherwise ends this run without starting.
+    pub after: Vec<RunId>,
+    /// Each must end, however.
+    pub after_any: Vec<RunId>,
+    /// The runner settings the launcher would have given, for whoever starts it later.
+    pub idle_timeout_ms: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
+    /// Set once the journal found every dependency ended as asked (`DependenciesMet`).
+    pub met: Option<AdmissionInfo>,
+}
+
+impl DependencyInfo {
+    /// Every run waited for: `after`, then `after_any`.
+    pub fn runs(&self) -> impl Iterator<Item = RunId> + '_ {
+        self.after.iter().chain(&self.after_any).copied()
+    }
+}
+
+/// How a run's dependencies stand (docs/design.md, "Dependencies").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DependencyVerdict {
+    /// Some have yet to end (these, in the order named).
+    Waiting { pending: Vec<RunId> },
+    /// Every one ended as asked: the run may start.
+    Met,
+    /// `dependency`, which had to end `complete`, ended `ended` (`None`: it is no longer in
+    /// the journal): the run ends without starting.
+    Failed {
+        dependency: RunId,
+        ended: Option<RunStatus>,
+    },
+}
+
+impl DependencyInfo {
+    /// The verdict on these dependencies, given each run's state (`None`: not in the
+    /// journal). A failed `after` dependency decides at once, even while others have yet to
+    /// end; an `after_any` one no longer in the journal has ended (only ended runs are
+    /// pruned). Pure.
+    pub fn verdict(
+        &self,
+        mut status_of: impl FnMut(RunId) -> Option<RunStatus>,
+    ) -> DependencyVerdict {
+        let mut pending = Vec::new();
+        for &dependency in &self.after {
+            match status_of(dependency) {
+                None => {
+                    return DependencyVerdict::Failed {
+                        dependency,
+                        ended: None,
+                    };
+                }
+                Some(RunStatus::Complete) => {}
+                Some(status) if status.is_terminal() => {
+                    return DependencyVerdict::Failed {
+                        dependency,
+                        ended: Some(status),
+                    };
+                }
+                Some(_) => pending.push(dependency),
+            }
+        }
+        for &dependency in &self.after_any {
+            if status_of(dependency).is_some_and(|status| !status.is_terminal()) {
+                pending.push(dependency);
+            }
+        }
+        if pending.is_empty() {
+            DependencyVerdict::Met
+        } else {
+            DependencyVerdict::Waiting { pending }
+        }
+    }
+}
+
 /// One completion hook's deliveries (docs/design.md, "Hooks"): its attempts so far, the one
 /// claimed now, and how the last one ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -352,6 +429,8 @@ pub struct RunState {
     pub dismissed_at_ms: Option<UnixMs>,
     /// Its queue, when it was created in one.
     pub queue: Option<QueueInfo>,
+    /// The runs it waits for, when it was created with some.
+    pub dependencies: Option<DependencyInfo>,
     /// Its completion hooks that were attempted, by hook (only once the run is terminal).
     pub hooks: Vec<HookState>,
     /// Its steer requests, in the order they were recorded.
@@ -447,13 +526,30 @@ impl RunState {
             .count()
     }
 
-    /// Waiting in a queue for a slot: in a queue, not admitted, not terminal.
+    /// Waiting in a queue for a slot: in a queue, not admitted, not terminal, and waiting for
+    /// no dependency (a run takes its place among its queue's waiting runs only once its
+    /// dependencies are met).
     pub fn is_waiting_for_slot(&self) -> bool {
         !self.is_terminal()
+            && !self.is_waiting_for_dependencies()
             && self
                 .queue
                 .as_ref()
                 .is_some_and(|queue| queue.admitted.is_none())
+    }
+
+    /// Waiting for its dependencies: it has some, they are not met, and it is not terminal.
+    pub fn is_waiting_for_dependencies(&self) -> bool {
+        !self.is_terminal()
+            && self
+                .dependencies
+                .as_ref()
+                .is_some_and(|dependencies| dependencies.met.is_none())
+    }
+
+    /// Waiting for something before its runner may start: its dependencies or a slot.
+    pub fn is_waiting(&self) -> bool {
+        self.is_waiting_for_dependencies() || self.is_waiting_for_slot()
     }
 
     /// Holding a slot of its queue: admitted and not terminal. The slot frees with the run's
@@ -469,9 +565,20 @@ impl RunState {
     /// When the run became startable: its admission in a queue, else its creation. The start
     /// grace counts from here.
     pub fn startable_at_ms(&self) -> Option<UnixMs> {
-        match &self.queue {
-            None => Some(self.created_at_ms),
-            Some(queue) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
+        match (&self.queue, &self.dependencies) {
+            (Some(queue), _) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
+            (None, Some(dependencies)) => dependencies.met.as_ref().map(|met| met.at_ms),
+            (None, None) => Some(self.created_at_ms),
+        }
+    }
+
+    /// The runner settings its launcher kept for a later starter: its queue's, else its
+    /// dependencies'. `(idle_timeout_ms, heartbeat_ms)`.
+    pub fn kept_runner_settings(&self) -> (Option<u64>, Option<u64>) {
+        match (&self.queue, &self.dependencies) {
+            (Some(queue), _) => (queue.idle_timeout_ms, queue.heartbeat_ms),
+            (None, Some(dependencies)) => (dependencies.idle_timeout_ms, dependencies.heartbeat_ms),
+            (None, None) => (None, None),
         }
     }
 
@@ -646,6 +753,20 @@ pub enum TransitionError {
         "run {run}: RunnerStarted while the run waits in queue {queue}; a queued run starts only once admitted"
     )]
     RunnerBeforeAdmission { run: RunId, queue: String },
+    #[error(
+        "run {run}: DependsOn at seq {found}; a run's dependencies are recorded only in its creation batch, right after RunCreated or its QueueJoined"
+    )]
+    DependsOnLate { run: RunId, found: u64 },
+    #[error("run {run}: its dependencies {flaw}")]
+    InvalidDependencies { run: RunId, flaw: &'static str },
+    #[error("run {run}: DependenciesMet, but the run waits for no run")]
+    NoDependencies { run: RunId },
+    #[error("run {run}: its dependencies were already met")]
+    DependenciesAlreadyMet { run: RunId },
+    #[error(
+        "run {run}: {event} while the run waits for its dependencies; it starts or takes a slot only once they are met"
+    )]
+    BeforeDependencies { run: RunId, event: &'static str },
     #[error("run {run}: {event} while the run is {state}; hooks run only once the run has ended")]
     HookBeforeEnd {
         run: RunId,

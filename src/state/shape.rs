@@ -16,6 +16,7 @@ use super::{
 use crate::event::{
     HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS, MAX_PENDING_STEERS, MAX_STEER_ID_BYTES,
     MAX_STEERS_PER_RUN, MAX_TEXT_BYTES, Mode, Proof, STEER_PREVIEW_CHARS, check_queue_name,
+    dependencies_flaw,
 };
 
 /// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
@@ -97,6 +98,14 @@ shape_rules! {
     /// batch's two records. Times are not ordered: they are writers' clocks, which may step back
     /// between the join and the admission, and the reducer takes each record's time as given.
     QueueJoinedAtCreation,
+    /// A run's dependencies name some run, none twice, not the run itself, no more than
+    /// [`crate::event::MAX_DEPENDENCIES`].
+    DependenciesWellFormed,
+    /// A run's dependencies were recorded at its creation: a state with them holds at least
+    /// the creation batch's records.
+    DependenciesAtCreation,
+    /// A run that waits for its dependencies has no runner and no slot of its queue yet.
+    NothingStartedBeforeDependencies,
     /// Hooks are attempted only once the run has ended.
     HooksOnlyAfterEnd,
     /// One state per hook, in hook order, each naming a hook a run may have.
@@ -168,6 +177,15 @@ impl ShapeRule {
             }
             ShapeRule::QueueJoinedAtCreation => {
                 "it is in a queue but holds fewer records than its creation batch"
+            }
+            ShapeRule::DependenciesWellFormed => {
+                "its dependencies name no run, the run itself, a run twice, or too many runs"
+            }
+            ShapeRule::DependenciesAtCreation => {
+                "it has dependencies but holds fewer records than its creation batch"
+            }
+            ShapeRule::NothingStartedBeforeDependencies => {
+                "it has a runner or a slot while it waits for its dependencies"
             }
             ShapeRule::HooksOnlyAfterEnd => "a hook was attempted before it ended",
             ShapeRule::HooksInOrder => {
@@ -282,6 +300,9 @@ impl ShapeRule {
                         .is_none_or(|queue| queue.admitted.is_some())
             }
             ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
+            ShapeRule::DependenciesWellFormed
+            | ShapeRule::DependenciesAtCreation
+            | ShapeRule::NothingStartedBeforeDependencies => self.dependencies_hold(state),
             ShapeRule::SteerWellFormed
             | ShapeRule::SteerIdsDistinct
             | ShapeRule::SteerQueueBounded
@@ -334,6 +355,29 @@ impl ShapeRule {
     }
 
     /// Whether `state`'s steer requests keep this rule, one of those about them.
+    /// The rules of a run's dependencies.
+    fn dependencies_hold(self, state: &RunState) -> bool {
+        let Some(dependencies) = &state.dependencies else {
+            return true;
+        };
+        match self {
+            ShapeRule::DependenciesWellFormed => {
+                dependencies_flaw(&dependencies.after, &dependencies.after_any).is_none()
+                    && dependencies.runs().all(|run| run != state.run_id)
+            }
+            ShapeRule::DependenciesAtCreation => state.head_seq >= 2,
+            ShapeRule::NothingStartedBeforeDependencies => {
+                dependencies.met.is_some()
+                    || (state.runner.is_none()
+                        && state
+                            .queue
+                            .as_ref()
+                            .is_none_or(|queue| queue.admitted.is_none()))
+            }
+            _ => true,
+        }
+    }
+
     fn steers_hold(self, state: &RunState) -> bool {
         match self {
             ShapeRule::SteerWellFormed => state.steers.iter().all(|steer| {
@@ -501,6 +545,11 @@ fn texts(state: &RunState) -> impl Iterator<Item = &str> {
             .as_ref()
             .and_then(|queue| queue.admitted.as_ref())
             .map(|admitted| admitted.by.as_str()),
+        state
+            .dependencies
+            .as_ref()
+            .and_then(|dependencies| dependencies.met.as_ref())
+            .map(|met| met.by.as_str()),
     ];
     let steps = state.steps.iter().flat_map(|step| {
         let job = step.job.as_ref();
@@ -618,6 +667,17 @@ impl TransitionError {
                 RecordsOnly("a state holds at most one admission, by its type")
             }
             TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
+            TransitionError::DependsOnLate { .. } => Rules(&[R::DependenciesAtCreation]),
+            TransitionError::InvalidDependencies { .. } => Rules(&[R::DependenciesWellFormed]),
+            TransitionError::NoDependencies { .. } => RecordsOnly(
+                "a state holds a dependencies' end only inside its dependencies, by its type",
+            ),
+            TransitionError::DependenciesAlreadyMet { .. } => {
+                RecordsOnly("a state holds at most one dependencies' end, by its type")
+            }
+            TransitionError::BeforeDependencies { .. } => {
+                Rules(&[R::NothingStartedBeforeDependencies])
+            }
             TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
             TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
             TransitionError::HookAttemptNotNext { .. }

@@ -2355,10 +2355,15 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::TooManySteers { .. } => 43,
         TransitionError::NoSuchSteer { .. } => 44,
         TransitionError::SteerNotQueued { .. } => 45,
+        TransitionError::DependsOnLate { .. } => 46,
+        TransitionError::InvalidDependencies { .. } => 47,
+        TransitionError::NoDependencies { .. } => 48,
+        TransitionError::DependenciesAlreadyMet { .. } => 49,
+        TransitionError::BeforeDependencies { .. } => 50,
     }
 }
 
-const TRANSITION_KINDS: usize = 46;
+const TRANSITION_KINDS: usize = 51;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2472,7 +2477,99 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
             .then(steer("s", &[0]))
             .then(kit::steer_delivered("s", 0))
             .rejects(kit::steer_delivered("s", 0)),
+        running().rejects(depends_on(&[OTHER_RUN], &[])),
+        queued().rejects(depends_on(&[OTHER_RUN], &[OTHER_RUN])),
+        queued().rejects(dependencies_met()),
+        queued()
+            .then(depends_on(&[OTHER_RUN], &[]))
+            .then(dependencies_met())
+            .rejects(dependencies_met()),
+        queued()
+            .then(depends_on(&[OTHER_RUN], &[]))
+            .rejects(runner_started("i1")),
     ]
+}
+
+fn depends_on(after: &[RunId], after_any: &[RunId]) -> Event {
+    Event::DependsOn {
+        after: after.to_vec(),
+        after_any: after_any.to_vec(),
+        idle_timeout_ms: None,
+        heartbeat_ms: None,
+    }
+}
+
+fn dependencies_met() -> Event {
+    Event::DependenciesMet {
+        by: "runner of a dependency".to_string(),
+    }
+}
+
+#[test]
+fn a_run_with_dependencies_starts_only_once_they_are_met() {
+    let waiting = Story::new(chain_spec(1)).then(depends_on(&[OTHER_RUN], &[]));
+    assert!(waiting.state.is_waiting_for_dependencies());
+    assert!(waiting.state.is_waiting());
+    assert!(matches!(
+        waiting.rejects(runner_started("i1")),
+        TransitionError::BeforeDependencies { .. }
+    ));
+    let met = waiting.then(dependencies_met());
+    assert!(!met.state.is_waiting());
+    let started = met.then(runner_started("i1"));
+    assert_eq!(started.state.status, RunStatus::Running);
+}
+
+#[test]
+fn a_queued_run_with_dependencies_takes_no_slot_and_joins_the_waiting_runs_only_once_met() {
+    let waiting = Story::new(chain_spec(1))
+        .then(joined("q"))
+        .then(depends_on(&[OTHER_RUN], &[]));
+    assert!(
+        !waiting.state.is_waiting_for_slot(),
+        "not among the queue's waiting runs yet"
+    );
+    assert!(matches!(
+        waiting.rejects(admitted()),
+        TransitionError::BeforeDependencies { .. }
+    ));
+    let met = waiting.then(dependencies_met());
+    assert!(met.state.is_waiting_for_slot());
+    let admitted = met.then(admitted());
+    assert!(admitted.state.holds_slot());
+}
+
+#[test]
+fn dependencies_are_recorded_only_at_creation_and_never_name_the_run_itself() {
+    let queued = Story::new(chain_spec(1));
+    assert!(matches!(
+        queued.rejects(depends_on(&[RUN], &[])),
+        TransitionError::InvalidDependencies { .. }
+    ));
+    assert!(matches!(
+        queued.rejects(depends_on(&[], &[])),
+        TransitionError::InvalidDependencies { .. }
+    ));
+    let late = queued.then(dismissed());
+    assert!(matches!(
+        late.rejects(depends_on(&[OTHER_RUN], &[])),
+        TransitionError::DependsOnLate { .. }
+    ));
+}
+
+#[test]
+fn a_run_waiting_for_dependencies_ends_with_its_steps_skipped() {
+    let ended = Story::new(chain_spec(2))
+        .then(depends_on(&[OTHER_RUN], &[]))
+        .then(terminal(TerminalState::Failed, Some("dependency failed")));
+    assert!(!ended.state.is_waiting());
+    assert!(
+        ended
+            .state
+            .steps
+            .iter()
+            .all(|step| step.status == StepStatus::Skipped)
+    );
 }
 
 fn steer(id: &str, steps: &[u32]) -> Event {
@@ -2548,7 +2645,36 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
         .then(steer("s0", &[0, 1]))
         .then(kit::steer_delivered("s0", 0))
         .state;
+    let waiting_for_dependencies = Story::new(chain_spec(1))
+        .then(joined("q"))
+        .then(depends_on(&[OTHER_RUN], &[]))
+        .state;
     let (base, change): (RunState, Breach) = match rule {
+        ShapeRule::DependenciesWellFormed => (
+            waiting_for_dependencies,
+            Box::new(|state| {
+                if let Some(dependencies) = &mut state.dependencies {
+                    dependencies.after.push(state.run_id);
+                }
+            }),
+        ),
+        ShapeRule::DependenciesAtCreation => {
+            let base = Story::new(chain_spec(1))
+                .then(depends_on(&[OTHER_RUN], &[]))
+                .state;
+            (base, Box::new(|state| state.head_seq = 1))
+        }
+        ShapeRule::NothingStartedBeforeDependencies => (
+            waiting_for_dependencies,
+            Box::new(|state| {
+                if let Some(queue) = &mut state.queue {
+                    queue.admitted = Some(crate::state::AdmissionInfo {
+                        by: "x".to_string(),
+                        at_ms: 1,
+                    });
+                }
+            }),
+        ),
         ShapeRule::HooksOnlyAfterEnd => {
             let hooks = hook_failing.hooks.clone();
             (running, Box::new(move |state| state.hooks = hooks.clone()))

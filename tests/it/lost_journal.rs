@@ -727,3 +727,62 @@ fn recovery_names_undelivered_hooks_and_lost_environments_per_run() {
         vec!["its kept environment (variables, working directory, umask)".to_string()]
     );
 }
+
+/// A waiting run whose dependency is not rebuilt (its run directory is gone) is named with that
+/// lost fact; the rebuilt journal still holds its dependencies (they are in its records), and
+/// the next pass judges it: an `--after` run whose dependency is gone ends failed, naming it,
+/// and an `--after-any` one starts.
+#[test]
+fn a_dependency_not_rebuilt_is_named_for_its_waiting_run_and_the_next_pass_judges_it() {
+    let home = TestHome::new();
+    home.cmd()
+        .args(["queue", "held", "--max-active", "0"])
+        .assert()
+        .success();
+    let launch = |args: &[&str]| {
+        let output = home
+            .cmd()
+            .args(["run", "--json"])
+            .args(args)
+            .output()
+            .expect("run");
+        assert!(output.status.success(), "{output:?}");
+        support::run_id_of(&output.stdout)
+    };
+    let dependency = launch(&["--queue", "held", "--", "true"]);
+    let after = launch(&["--after", &dependency.to_string(), "--", "true"]);
+    let after_any = launch(&["--after-any", &dependency.to_string(), "--", "true"]);
+    let layout = Home::at(home.path());
+    std::fs::remove_dir_all(layout.run_dir(dependency)).expect("its run directory goes");
+    Damage::Missing.apply(&home.file("journal.redb"));
+    let recovery =
+        runjournal::recover::recover_from_projections(&layout).expect("the journal is rebuilt");
+    for run in [after, after_any] {
+        let rebuilt = recovery
+            .runs
+            .iter()
+            .find(|rebuilt| rebuilt.run == run)
+            .unwrap_or_else(|| panic!("run {run} is rebuilt"));
+        assert!(
+            rebuilt
+                .facts_not_recovered
+                .iter()
+                .any(|fact| fact.fact == format!("its dependency on run {dependency}")),
+            "{:?}",
+            rebuilt.facts_not_recovered
+        );
+    }
+    home.cmd().arg("reconcile").assert().success();
+    let journal = home.journal();
+    let failed = support::wait_terminal(&journal, after);
+    assert_eq!(failed.status, runjournal::RunStatus::Failed);
+    let error = failed
+        .terminal
+        .and_then(|terminal| terminal.error)
+        .unwrap_or_default();
+    assert!(error.contains(&dependency.to_string()), "{error}");
+    assert_eq!(
+        support::wait_terminal(&journal, after_any).status,
+        runjournal::RunStatus::Complete
+    );
+}

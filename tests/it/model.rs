@@ -1220,6 +1220,12 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
             Rule::AdmittedOnceInQueue
         }
         TransitionError::RunnerBeforeAdmission { .. } => Rule::RunnerAfterAdmission,
+        TransitionError::DependsOnLate { .. } => Rule::DependenciesAtCreation,
+        TransitionError::InvalidDependencies { .. } => Rule::DependenciesWellFormed,
+        TransitionError::NoDependencies { .. } | TransitionError::DependenciesAlreadyMet { .. } => {
+            Rule::MetOnceWithDependencies
+        }
+        TransitionError::BeforeDependencies { .. } => Rule::NothingBeforeDependencies,
         TransitionError::HookBeforeEnd { .. } => Rule::HookAfterEnd,
         TransitionError::HookOutOfRange { .. } => Rule::HookInRange,
         TransitionError::HookAttemptNotNext { .. } | TransitionError::HookAttemptOpen { .. } => {
@@ -1313,6 +1319,13 @@ fn view_of(state: &RunState) -> Run {
             .queue
             .as_ref()
             .map(|queue| (queue.name.clone(), queue.admitted.is_some())),
+        dependencies: state.dependencies.as_ref().map(|dependencies| {
+            (
+                dependencies.after.clone(),
+                dependencies.after_any.clone(),
+                dependencies.met.is_some(),
+            )
+        }),
         hooks: state
             .hooks
             .iter()
@@ -1355,8 +1368,9 @@ fn view_of(state: &RunState) -> Run {
     }
 }
 
-/// The queue events of a run's life against both statements of the lifecycle: every sequence
-/// of up to four events drawn from a queue's events and those around them, folded through the
+/// The queue and dependency events of a run's life against both statements of the lifecycle:
+/// every sequence of up to four events drawn from a queue's events, a dependency's and those
+/// around them, folded through the
 /// library's reducer and the reference, record by record; each record is accepted by both
 /// (to the same state) or refused by both (the library naming one of the reference's rules).
 #[test]
@@ -1370,6 +1384,22 @@ fn the_queue_rules_of_the_reducer_agree_with_the_reference() {
         joined("q"),
         joined("a b"),
         Event::QueueAdmitted {
+            by: "test".to_string(),
+        },
+        Event::DependsOn {
+            after: vec![RunId::from_bytes([8; 16])],
+            after_any: Vec::new(),
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        },
+        // It names the run itself.
+        Event::DependsOn {
+            after: Vec::new(),
+            after_any: vec![RunId::from_bytes([7; 16])],
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        },
+        Event::DependenciesMet {
             by: "test".to_string(),
         },
         Event::RunnerStarted {
@@ -2518,8 +2548,9 @@ fn arb_hook_event(run: Option<&Run>) -> BoxedStrategy<Event> {
     .boxed()
 }
 
-/// A run's queue events, right or wrong for where it is: joining a queue (by a name that may
-/// not be one), being admitted.
+/// A run's queue and dependency events, right or wrong for where it is: joining a queue (by
+/// a name that may not be one), being admitted, recording dependencies (one naming a run twice),
+/// finding them met.
 fn arb_queue_event() -> BoxedStrategy<Event> {
     prop_oneof![
         prop_oneof![Just("q"), Just("a b"), Just("")].prop_map(|queue| Event::QueueJoined {
@@ -2528,6 +2559,19 @@ fn arb_queue_event() -> BoxedStrategy<Event> {
             heartbeat_ms: None,
         }),
         Just(Event::QueueAdmitted {
+            by: "test".to_string(),
+        }),
+        prop_oneof![Just(0u8), Just(1), Just(2)].prop_map(|which| Event::DependsOn {
+            after: vec![RunId::from_bytes([which; 16])],
+            after_any: if which == 2 {
+                vec![RunId::from_bytes([which; 16])]
+            } else {
+                Vec::new()
+            },
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        }),
+        Just(Event::DependenciesMet {
             by: "test".to_string(),
         }),
     ]

@@ -412,6 +412,29 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         expected.insert(run.clone(), "queued");
         queued.push(run);
     }
+    // A run waiting for its dependency (a run held in the queue): `queued` as well.
+    let output = runjournal(&root)
+        .args([
+            "run",
+            "--json",
+            "--session-id",
+            SESSION_ID,
+            "--owner-id",
+            OWNER_ID,
+            "--after",
+            &queued[0],
+            "--",
+            "true",
+        ])
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{output:?}");
+    let launched: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(launched["state"], "queued", "{launched}");
+    assert_eq!(launched["waitingFor"][0], queued[0], "{launched}");
+    let run = launched["runId"].as_str().expect("runId").to_string();
+    expected.insert(run.clone(), "queued");
+    queued.push(run);
     // Our reconciler closes the killed runner's run, and makes sure every projection is
     // written before pi-subagents looks.
     runjournal(&root).arg("reconcile").assert().success();

@@ -83,9 +83,9 @@ pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
                 "run {run} has already ended ({state}); nothing to stop"
             ))?;
         }
-        StopOutcome::StoppedWaiting { queue } => {
+        StopOutcome::StoppedWaiting { waiting } => {
             print_line(&format!(
-                "run {run}: stopped while it waited in queue {queue}; it never started"
+                "run {run}: stopped while it waited {waiting}; it never started"
             ))?;
         }
     }
@@ -121,9 +121,9 @@ pub fn interrupt(home: Home, text: &str, reason: &str) -> CliResult {
             "run {run} has already ended ({state}); nothing to interrupt"
         ))?,
         // Only a stop ends a waiting run; an interrupt is recorded for when it starts.
-        StopOutcome::StoppedWaiting { queue } => print_line(&format!(
-            "run {run}: stopped while it waited in queue {queue}"
-        ))?,
+        StopOutcome::StoppedWaiting { waiting } => {
+            print_line(&format!("run {run}: stopped while it waited {waiting}"))?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

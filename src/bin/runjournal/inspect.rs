@@ -15,13 +15,13 @@ use runjournal::{Home, RunId, RunState, RunStatus};
 use crate::launch::exit_code_of;
 use crate::reconcile::report_reconciled;
 use crate::{
-    CliResult, EXIT_WAIT_TIMEOUT, Failure, Named, bad_input, check_run_text, note,
+    CliResult, EXIT_WAIT_TIMEOUT, Failure, ForReading, Named, bad_input, check_run_text, note,
     open_for_reading, print, print_line, reconcile_before_reading, resolve, resolve_named,
 };
 use runjournal::journal::Tombstone;
 use runjournal::json::{
-    CapacityDoc, EnvironmentDoc, ListedDoc, ListedRunDoc, PrunedRunDoc, QueueUseDoc,
-    StatusCommandDoc,
+    CapacityDoc, DependenciesDoc, EnvironmentDoc, ListedDoc, ListedRunDoc, PrunedRunDoc,
+    QueueUseDoc, StatusCommandDoc,
 };
 
 /// The longest `logs --follow` sleeps between two looks for new output; a watch of the run's
@@ -55,6 +55,35 @@ fn wait_pruned(tombstone: &Tombstone) -> CliResult {
     ))
 }
 
+/// What `status` shows of a run beside its state, read in one view of the journal.
+struct Beside {
+    shipping_lag: Option<runjournal::ship::state::Lag>,
+    links: runjournal::journal::ResumeLinks,
+    environment: Option<EnvironmentDoc>,
+    hooks: Vec<runjournal::hooks::HookReport>,
+    dependencies: Option<DependenciesDoc>,
+}
+
+fn beside(store: &ForReading, state: &RunState, show_env: bool) -> anyhow::Result<Beside> {
+    let home = store.home();
+    let run = state.run_id;
+    let view = store.view().context("reading the journal")?;
+    let waiting_for = view
+        .waiting_for(state)
+        .context("reading the run's dependencies")?;
+    let environment = view
+        .run_env(run)
+        .context("reading the run's environment")?
+        .map(|environment| EnvironmentDoc::of(&environment, show_env));
+    Ok(Beside {
+        shipping_lag: show::shipping_lag(home, &view),
+        links: view.resume_links(run).context("reading the run's links")?,
+        environment,
+        hooks: runjournal::hooks::hooks_of(home, &view, run).context("reading the run's hooks")?,
+        dependencies: DependenciesDoc::of(state, &waiting_for),
+    })
+}
+
 /// `runjournal status RUN [--json] [--show-env]`.
 pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
     check_run_text(text)?;
@@ -69,17 +98,13 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
         None => read_state(&store, run)?,
     };
     let home = store.home();
-    let (shipping_lag, links, environment, hooks) = {
-        let view = store.view().context("reading the journal")?;
-        let links = view.resume_links(run).context("reading the run's links")?;
-        let environment = view
-            .run_env(run)
-            .context("reading the run's environment")?
-            .map(|environment| EnvironmentDoc::of(&environment, show_env));
-        let hooks =
-            runjournal::hooks::hooks_of(home, &view, run).context("reading the run's hooks")?;
-        (show::shipping_lag(home, &view), links, environment, hooks)
-    };
+    let Beside {
+        shipping_lag,
+        links,
+        environment,
+        hooks,
+        dependencies,
+    } = beside(&store, &state, show_env)?;
     // What the runner's heartbeat last wrote, while the run is live.
     let heard_at = (!state.is_terminal())
         .then(|| runjournal::projection::read_runner_heard_at(home, run))
@@ -106,6 +131,7 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
             queue_use: queue_use.clone(),
             environment,
             hooks,
+            dependencies,
         };
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
@@ -126,7 +152,12 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
         view.fields
             .push((label.to_string(), Cell::plain(path.display().to_string())));
     }
-    add_kept_fields(&mut view, environment.as_ref(), &hooks);
+    add_kept_fields(
+        &mut view,
+        environment.as_ref(),
+        &hooks,
+        dependencies.as_ref(),
+    );
     let mut text = view.lines(&show::no_colour).join("\n");
     text.push('\n');
     if let Some(values) = environment.as_ref().and_then(|doc| doc.values.as_ref()) {
@@ -151,12 +182,24 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
 }
 
 /// The fields of `status` on what the run keeps in the home only: its environment (its size;
-/// the values are printed apart, and only when asked) and its hooks' deliveries.
+/// the values are printed apart, and only when asked) and its hooks' deliveries; and the runs
+/// it waits for.
 fn add_kept_fields(
     view: &mut RunView,
     environment: Option<&EnvironmentDoc>,
     hooks: &[runjournal::hooks::HookReport],
+    dependencies: Option<&DependenciesDoc>,
 ) {
+    if let Some(dependencies) = dependencies {
+        view.fields.push((
+            "after".to_string(),
+            Cell::plain(show::dependencies_line(
+                &dependencies.after,
+                &dependencies.after_any,
+                &dependencies.waiting_for,
+            )),
+        ));
+    }
     if let Some(environment) = environment {
         view.fields.push((
             "env".to_string(),
@@ -272,6 +315,7 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
                 ListedDoc::Run(ListedRunDoc::of(
                     state,
                     place_of(state).map(|(_, place)| place),
+                    listed.waiting_for(state),
                 ))
             })
             .chain(
@@ -292,7 +336,8 @@ pub fn list(home: Home, state_filter: Option<&str>, all: bool, json: bool) -> Cl
             text.push_str(notice);
             text.push('\n');
         }
-        let mut rows = list_rows(states, now_ms, &place_of);
+        let waiting_for = |state: &RunState| listed.waiting_for(state).to_vec();
+        let mut rows = list_rows(states, now_ms, &place_of, &waiting_for);
         rows.extend(pruned.iter().map(|tombstone| pruned_row(tombstone, now_ms)));
         for line in show::table_lines(&rows, &show::no_colour) {
             text.push_str(&line);
@@ -311,6 +356,7 @@ fn list_rows(
     states: &[RunState],
     now_ms: runjournal::event::UnixMs,
     place_of: &dyn Fn(&RunState) -> Option<(String, u64)>,
+    waiting_for: &dyn Fn(&RunState) -> Vec<runjournal::event::RunId>,
 ) -> Vec<Vec<Cell>> {
     let mut rows = vec![show::header(&[
         "RUN", "STATE", "MODE", "STEPS", "EXIT", "AGE", "NAME",
@@ -330,9 +376,17 @@ fn list_rows(
         });
         rows.push(vec![
             Cell::plain(state.run_id.to_string()),
-            Cell::plain(match place_of(state) {
-                Some((queue, place)) => format!("queued ({queue} #{place})"),
-                None => state.status.as_str().to_string(),
+            Cell::plain(match (place_of(state), waiting_for(state)) {
+                (Some((queue, place)), _) => format!("queued ({queue} #{place})"),
+                (None, pending) if !pending.is_empty() => format!(
+                    "queued (after {})",
+                    pending
+                        .iter()
+                        .map(|run| show::short_id(*run))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                (None, _) => state.status.as_str().to_string(),
             }),
             Cell::plain(state.spec.mode.as_str()),
             Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),

@@ -14,7 +14,7 @@ use runjournal::event::{Event, Mode, StepAction};
 use runjournal::exit::describe_exit;
 use runjournal::json::{EndedDoc, LaunchedDoc};
 use runjournal::launch::{
-    self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart, queue,
+    self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart, after, queue,
 };
 use runjournal::runner::{self, RunnerConfig, RunnerOutcome};
 use runjournal::show;
@@ -61,6 +61,13 @@ pub struct RunArgs {
     /// out); until then it is `queued` and `run` returns at once saying so.
     #[arg(long, value_name = "NAME")]
     queue: Option<String>,
+    /// Start only once this run has ended `complete` (repeatable: once they all have); if it
+    /// ends otherwise, this run ends `failed` without starting. An id, a unique prefix or a name.
+    #[arg(long = "after", value_name = "RUN")]
+    after: Vec<String>,
+    /// Start only once this run has ended, however it ended (repeatable).
+    #[arg(long = "after-any", value_name = "RUN")]
+    after_any: Vec<String>,
     /// Set a variable in the environment the run keeps (repeatable). The run keeps this
     /// command's environment (and its cwd and umask) with these over it: every runner of the
     /// run starts its steps with exactly that, whoever starts it later (a queue, a resume).
@@ -234,6 +241,8 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     draft.env.set.extend(args.env.iter().cloned());
     draft.env.clear |= args.clear_env;
     draft.on_exit.extend(args.on_exit.iter().cloned());
+    draft.after.extend(args.after.iter().cloned());
+    draft.after_any.extend(args.after_any.iter().cloned());
     let hosts = &mut draft.hosts;
     for (field, flag) in [
         (&mut hosts.session_id, &args.session_id),
@@ -388,7 +397,9 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     }
     // A queued run keeps its runner settings in the journal: its runner may be started by
     // another process, which adds them to the base program.
-    let program = if request.queue.is_some() {
+    let waits =
+        request.queue.is_some() || !request.after.is_empty() || !request.after_any.is_empty();
+    let program = if waits {
         runner_base()?
     } else {
         runner_program(args.heartbeat, request.idle_timeout)?
@@ -522,10 +533,26 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let RunnerStart::Waiting { pending } = &launched.start {
+        let report = after::WaitingLaunchReport::of(home, run, pending);
+        if json {
+            print_line(&serde_json::to_string(&report).context("writing JSON")?)?;
+        } else {
+            print(&format!(
+                "run {run} waits for {}\nstatus: {}\nresult: {}\n",
+                report.waiting_for.join(", "),
+                show::escape_control(&home.status_path(run).display().to_string()),
+                show::escape_control(&home.result_path(run).display().to_string())
+            ))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let runner = match &launched.start {
         RunnerStart::Started { pid, .. } => Ok(*pid),
         RunnerStart::NotStarted { error } => Err(error.clone()),
-        RunnerStart::Queued { .. } => unreachable!("a queued launch was reported above"),
+        RunnerStart::Queued { .. } | RunnerStart::Waiting { .. } => {
+            unreachable!("a waiting launch was reported above")
+        }
     };
     let runner_pid = runner.as_ref().ok().copied();
     let error = runner.as_ref().err().cloned();
@@ -738,13 +765,21 @@ pub fn runner(
 fn start_next_in_queue(home: Home, run: RunId) {
     let started = (|| -> anyhow::Result<()> {
         let store = Store::open(home)?;
+        let by = format!("runner of {run} (pid {})", std::process::id());
+        // The runs waiting for this one are judged first: those met take their place in their
+        // queue, and those failed fail their own dependents.
+        after::settle(
+            &store,
+            &runner_base()?,
+            &by,
+            after::Scope::DependentsOf(run),
+        )?;
         let queue = store
             .journal()
             .view()?
             .snapshot(run)?
             .and_then(|state| state.queue.map(|queue| queue.name));
         if let Some(queue) = queue {
-            let by = format!("runner of {run} (pid {})", std::process::id());
             queue::start_admissible(&store, &runner_base()?, &by, Some(&queue))?;
         }
         Ok(())

@@ -95,7 +95,7 @@ struct Cli {
 enum Command {
     /// Launch a run in the background: its steps run in a detached runner that outlives this
     /// command.
-    Run(launch::RunArgs),
+    Run(Box<launch::RunArgs>),
     /// Show a run's state.
     Status {
         /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
@@ -426,7 +426,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
                 .subcommand_matches("run")
                 .map(launch::StepOrder::from_matches)
                 .unwrap_or_default();
-            launch::run(home, args, order)
+            launch::run(home, *args, order)
         }
         Command::Status {
             run,

@@ -63,16 +63,16 @@ pub fn skipped(held: &runjournal::journal::LockHeld) {
     ));
 }
 
-/// The admissions that follow a reconcile pass: every queue's free slots go to its first
-/// waiting runs, whose runners are started (the runner program is this one).
+/// The starts that follow a reconcile pass: every run waiting for its dependencies is judged
+/// (those met start, or take their place in their queue; those failed end, and their
+/// dependents are judged in turn), then every queue's free slots go to its first waiting runs,
+/// whose runners are started (the runner program is this one).
 pub fn admit_pass(store: &Store) -> anyhow::Result<Vec<queue::Admitted>> {
     let program = crate::launch::runner_base()?;
-    Ok(queue::start_admissible(
-        store,
-        &program,
-        &format!("reconciler (pid {})", std::process::id()),
-        None,
-    )?)
+    let by = format!("reconciler (pid {})", std::process::id());
+    runjournal::launch::after::settle(store, &program, &by, runjournal::launch::after::Scope::All)
+        .context("judging the runs that wait for others")?;
+    Ok(queue::start_admissible(store, &program, &by, None)?)
 }
 
 /// The hook delivery that follows a reconcile pass: a deliverer (this program) is started,

@@ -444,6 +444,16 @@ pub enum QueueRefusal {
     },
     #[error("run {first} waits before it in queue {queue}")]
     NotFirst { queue: String, first: RunId },
+    /// A run's dependencies are judged with its admission (docs/design.md, "Dependencies"):
+    /// a dependency that is not in the journal.
+    #[error("dependency {dependency} is not in the journal")]
+    UnknownDependency { dependency: RunId },
+    /// A dependency has yet to end.
+    #[error("dependency {dependency} has not ended yet")]
+    DependencyNotEnded { dependency: RunId },
+    /// A dependency the run needs `complete` ended otherwise.
+    #[error("dependency {dependency} ended {state}, not complete")]
+    DependencyFailed { dependency: RunId, state: String },
 }
 
 impl From<ReadError> for AppendError {

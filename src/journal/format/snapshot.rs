@@ -23,9 +23,9 @@ use crate::event::{
     UnixMs,
 };
 use crate::state::{
-    AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
-    QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo, SteerTarget, StepState,
-    StepStatus, TerminalInfo, Undelivered,
+    AdmissionInfo, ControlInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
+    ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
+    SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -333,6 +333,7 @@ impl SnapshotV1 {
             }),
             dismissed_at_ms: self.dismissed_at_ms,
             queue: None,
+            dependencies: None,
             hooks: Vec::new(),
             steers: Vec::new(),
             head_seq: self.head_seq,
@@ -476,6 +477,51 @@ impl SnapshotQueue {
 /// its [`SnapshotExtras`] when it has them): a queue's encoding starts with its name's length
 /// (1 to 64), the extras with [`EXTRAS_MARK`] (0), so the tag tells the three apart.
 const HOOKS_TAG: u8 = 0xff;
+
+/// The tag byte before a snapshot's dependencies (the very last extension, after its hooks
+/// when it has them): neither a queue's first byte (1 to 64), [`EXTRAS_MARK`] nor
+/// [`HOOKS_TAG`].
+const DEPENDENCIES_TAG: u8 = 0xfe;
+
+/// What ends a layout-1 snapshot of a run created with dependencies: [`DEPENDENCIES_TAG`],
+/// then this. A snapshot without them is as before; builds without dependencies refuse one
+/// with them and re-derive the state from the records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotDependencies {
+    after: Vec<RunId>,
+    after_any: Vec<RunId>,
+    idle_timeout_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    met: Option<SnapshotAdmission>,
+}
+
+impl SnapshotDependencies {
+    fn of(dependencies: &DependencyInfo) -> SnapshotDependencies {
+        SnapshotDependencies {
+            after: dependencies.after.clone(),
+            after_any: dependencies.after_any.clone(),
+            idle_timeout_ms: dependencies.idle_timeout_ms,
+            heartbeat_ms: dependencies.heartbeat_ms,
+            met: dependencies.met.as_ref().map(|met| SnapshotAdmission {
+                by: met.by.clone(),
+                at_ms: met.at_ms,
+            }),
+        }
+    }
+
+    fn into_info(self) -> DependencyInfo {
+        DependencyInfo {
+            after: self.after,
+            after_any: self.after_any,
+            idle_timeout_ms: self.idle_timeout_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            met: self.met.map(|met| AdmissionInfo {
+                by: met.by,
+                at_ms: met.at_ms,
+            }),
+        }
+    }
+}
 
 /// What follows a layout-1 snapshot's PID namespaces (and its queue, if any) when the run's
 /// hooks were attempted: [`HOOKS_TAG`], then this. A snapshot without hooks is as before; one
@@ -687,7 +733,9 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
     let namespaces = SnapshotNamespaces::of(state);
     let has_steers = !state.steers.is_empty();
     let has_hooks = !state.hooks.is_empty();
-    if namespaces.is_some() || state.queue.is_some() || has_steers || has_hooks {
+    let has_dependencies = state.dependencies.is_some();
+    if namespaces.is_some() || state.queue.is_some() || has_steers || has_hooks || has_dependencies
+    {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
         bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
         if has_steers {
@@ -703,6 +751,11 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
         if has_hooks {
             bytes.push(HOOKS_TAG);
             bytes = postcard::to_extend(&SnapshotHooks::of(&state.hooks), bytes)
+                .map_err(serialize_error)?;
+        }
+        if let Some(dependencies) = &state.dependencies {
+            bytes.push(DEPENDENCIES_TAG);
+            bytes = postcard::to_extend(&SnapshotDependencies::of(dependencies), bytes)
                 .map_err(serialize_error)?;
         }
     }
@@ -900,6 +953,28 @@ impl<'a> QueueOf<'a> {
     }
 }
 
+/// The dependencies at the end of a snapshot's extensions (after its hooks): none, or
+/// [`DEPENDENCIES_TAG`] and them, and nothing after.
+fn decode_dependencies(rest: &[u8]) -> Result<Option<DependencyInfo>, SnapshotError> {
+    match rest {
+        [] => Ok(None),
+        [DEPENDENCIES_TAG, dependencies @ ..] => {
+            match postcard::take_from_bytes::<SnapshotDependencies>(dependencies) {
+                Ok((dependencies, [])) => Ok(Some(dependencies.into_info())),
+                _ => Err(SnapshotError::Malformed {
+                    reason: format!(
+                        "{} bytes after its hooks that are not its dependencies",
+                        rest.len()
+                    ),
+                }),
+            }
+        }
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its hooks", rest.len()),
+        }),
+    }
+}
+
 /// Decodes stored snapshot bytes of `run`: size, then checksum, then layout, then the fields,
 /// then whether the state is `run`'s and agrees with its spec.
 pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, SnapshotError> {
@@ -942,7 +1017,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 ),
             };
             let (queue, steers, rest) = match rest {
-                [] | [HOOKS_TAG, ..] => (None, Vec::new(), rest),
+                [] | [HOOKS_TAG | DEPENDENCIES_TAG, ..] => (None, Vec::new(), rest),
                 [EXTRAS_MARK, extras @ ..] => {
                     match postcard::take_from_bytes::<SnapshotExtras>(extras) {
                         // Written only for a run with steer requests.
@@ -959,11 +1034,11 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     Err(_) => return Err(not_extensions(rest)),
                 },
             };
-            let hooks = match rest {
-                [] => Vec::new(),
+            let (hooks, rest) = match rest {
+                [] | [DEPENDENCIES_TAG, ..] => (Vec::new(), rest),
                 [HOOKS_TAG, hooks @ ..] => {
                     match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
-                        Ok((hooks, [])) if !hooks.hooks.is_empty() => hooks.into_states(),
+                        Ok((hooks, rest)) if !hooks.hooks.is_empty() => (hooks.into_states(), rest),
                         _ => {
                             return Err(SnapshotError::Malformed {
                                 reason: format!(
@@ -980,11 +1055,14 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     });
                 }
             };
+            let dependencies = decode_dependencies(rest)?;
             let mut state = snapshot.into_state(run)?;
-            if queue.is_some() || !steers.is_empty() || !hooks.is_empty() {
+            if queue.is_some() || !steers.is_empty() || !hooks.is_empty() || dependencies.is_some()
+            {
                 state.queue = queue;
                 state.steers = steers;
                 state.hooks = hooks;
+                state.dependencies = dependencies;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
             namespaces.apply(&mut state)?;

@@ -70,6 +70,11 @@ pub(crate) const HOOKS_DUE: TableDefinition<&[u8; 16], ()> = TableDefinition::ne
 /// run id → (): runs with a hook given up, until they are pruned: what `hooks` lists as lost.
 pub(crate) const HOOKS_GIVEN_UP: TableDefinition<&[u8; 16], ()> =
     TableDefinition::new("hooks_given_up");
+/// (dependency's run id, dependent's run id) → (): the runs that wait for each run
+/// ([`dependents_key`]), written with the dependent's `DependsOn` and removed, all its entries,
+/// once it waits no more (its dependencies met, or it ended). Whoever records a run's end finds
+/// its dependents here, and retention keeps a run listed as a dependency.
+pub(crate) const DEPENDENTS: TableDefinition<&[u8; 32], ()> = TableDefinition::new("dependents");
 
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
 /// The home's completion hook ([`crate::run_env::HookCommands`] of one command); absent: none.
@@ -243,7 +248,25 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
     create(txn, RUN_HOOKS)?;
     create(txn, HOOKS_DUE)?;
     create(txn, HOOKS_GIVEN_UP)?;
+    create(txn, DEPENDENTS)?;
     Ok(())
+}
+
+/// The key of `dependent`'s entry under `dependency` in [`DEPENDENTS`].
+pub(crate) fn dependents_key(dependency: RunId, dependent: RunId) -> [u8; 32] {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(&dependency.to_bytes());
+    key[16..].copy_from_slice(&dependent.to_bytes());
+    key
+}
+
+/// The dependency and the dependent of a [`DEPENDENTS`] key.
+pub(crate) fn split_dependents_key(key: &[u8; 32]) -> (RunId, RunId) {
+    let mut dependency = [0u8; 16];
+    let mut dependent = [0u8; 16];
+    dependency.copy_from_slice(&key[..16]);
+    dependent.copy_from_slice(&key[16..]);
+    (RunId::from_bytes(dependency), RunId::from_bytes(dependent))
 }
 
 #[cfg(test)]

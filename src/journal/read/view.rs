@@ -18,12 +18,12 @@ use crate::journal::format::recovery::RecoveryNote;
 use crate::journal::format::retention::{self, Retention, Tombstone};
 use crate::journal::format::snapshot::{SnapshotError, decode_snapshot};
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED, PRUNING,
-    QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
-    WRITERS,
+    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED,
+    PRUNING, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS,
+    TERMINAL, WRITERS,
 };
 use crate::run_env::{HookCommands, RunEnvironment};
-use crate::state::{self, RunState};
+use crate::state::{self, DependencyVerdict, RunState};
 
 /// Facts about the journal file itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +228,82 @@ impl View {
                 runs.push(RunId::from_bytes(bytes));
             }
             Ok(runs)
+        })
+    }
+
+    /// The verdict on `state`'s dependencies as this view reads them; `None` when it waits for
+    /// none (it has none, they were met, or it ended).
+    pub fn dependency_verdict(
+        &self,
+        state: &RunState,
+    ) -> Result<Option<DependencyVerdict>, ReadError> {
+        let Some(dependencies) = state
+            .dependencies
+            .as_ref()
+            .filter(|_| state.is_waiting_for_dependencies())
+        else {
+            return Ok(None);
+        };
+        let mut statuses = Vec::new();
+        for dependency in dependencies.runs() {
+            statuses.push((
+                dependency,
+                self.snapshot(dependency)?.map(|state| state.status),
+            ));
+        }
+        Ok(Some(dependencies.verdict(|run| {
+            statuses
+                .iter()
+                .find(|(dependency, _)| *dependency == run)
+                .and_then(|(_, status)| *status)
+        })))
+    }
+
+    /// The runs `state` still waits for (not yet ended), in the order named: what `list` and
+    /// `status` show. Empty when it waits for none.
+    pub fn waiting_for(&self, state: &RunState) -> Result<Vec<RunId>, ReadError> {
+        Ok(match self.dependency_verdict(state)? {
+            Some(DependencyVerdict::Waiting { pending }) => pending,
+            _ => Vec::new(),
+        })
+    }
+
+    /// The runs that wait for `dependency` to end: one range read of the dependents index.
+    pub fn dependents_of(&self, dependency: RunId) -> Result<Vec<RunId>, ReadError> {
+        self.guarded("reading the dependents index", || {
+            let Some(dependents) = self.optional_table(DEPENDENTS)? else {
+                return Ok(Vec::new());
+            };
+            let low = tables::dependents_key(dependency, RunId::from_bytes([0; 16]));
+            let high = tables::dependents_key(dependency, RunId::from_bytes([0xff; 16]));
+            let mut runs = Vec::new();
+            for entry in dependents
+                .range::<&[u8; 32]>(&low..=&high)
+                .map_err(storage("reading the dependents index"))?
+            {
+                let (key, _) = entry.map_err(storage("reading the dependents index"))?;
+                runs.push(tables::split_dependents_key(key.value()).1);
+            }
+            Ok(runs)
+        })
+    }
+
+    /// Every (dependency, dependent) pair of runs that wait for their dependencies, in
+    /// dependency order: the dependents index whole.
+    pub fn dependency_edges(&self) -> Result<Vec<(RunId, RunId)>, ReadError> {
+        self.guarded("reading the dependents index", || {
+            let Some(dependents) = self.optional_table(DEPENDENTS)? else {
+                return Ok(Vec::new());
+            };
+            let mut edges = Vec::new();
+            for entry in dependents
+                .iter()
+                .map_err(storage("reading the dependents index"))?
+            {
+                let (key, _) = entry.map_err(storage("reading the dependents index"))?;
+                edges.push(tables::split_dependents_key(key.value()));
+            }
+            Ok(edges)
         })
     }
 

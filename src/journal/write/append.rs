@@ -9,7 +9,7 @@ use crate::journal::format::error::{
 };
 use crate::journal::format::snapshot::encode_snapshot;
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, QUEUE_ACTIVE,
+    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, QUEUE_ACTIVE,
     QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL, WRITERS,
 };
 use crate::journal::read::view::state_of;
@@ -117,6 +117,8 @@ struct Tables<'txn> {
     run_hooks: Lazy<'txn, &'static [u8; 16], &'static [u8]>,
     hooks_due: Lazy<'txn, &'static [u8; 16], ()>,
     hooks_given_up: Lazy<'txn, &'static [u8; 16], ()>,
+    /// A batch that records a run's dependencies, or ends its wait for them.
+    dependents: Lazy<'txn, &'static [u8; 32], ()>,
 }
 
 /// A table opened the first time it is needed (and created then, in a journal written before
@@ -170,6 +172,7 @@ impl<'txn> Tables<'txn> {
             run_hooks: Lazy::new(RUN_HOOKS),
             hooks_due: Lazy::new(HOOKS_DUE),
             hooks_given_up: Lazy::new(HOOKS_GIVEN_UP),
+            dependents: Lazy::new(DEPENDENTS),
         })
     }
 
@@ -227,6 +230,10 @@ impl<'txn> Tables<'txn> {
         &mut self,
     ) -> Result<&mut Table<'txn, &'static [u8; 16], ()>, StorageFailure> {
         self.hooks_given_up.open(self.txn)
+    }
+
+    fn dependents(&mut self) -> Result<&mut Table<'txn, &'static [u8; 32], ()>, StorageFailure> {
+        self.dependents.open(self.txn)
     }
 }
 
@@ -408,6 +415,9 @@ pub(crate) struct Prepared {
     was_waiting: bool,
     /// The run held a slot before the batch ([`RunState::holds_slot`]).
     held_slot: bool,
+    /// The run waited for its dependencies before the batch
+    /// ([`RunState::is_waiting_for_dependencies`]).
+    was_waiting_for_dependencies: bool,
     after: RunState,
     snapshot: Vec<u8>,
     /// The batch records that the run resumes a paused run: link them in the resume index.
@@ -510,7 +520,7 @@ fn apply_batch(
     let prepared = match prepare(tables, group, batch, marks).and_then(|prepared| {
         // A rebuild writes what happened: the slots were judged when the records were made.
         if marks == Marks::Idempotent {
-            check_queue(tables, batch.run, &prepared)?;
+            check_start(tables, batch, &prepared)?;
         }
         Ok(prepared)
     }) {
@@ -533,6 +543,69 @@ fn apply_batch(
         }
     };
     write(tables, group, batch, prepared)
+}
+
+/// The one judge of whether a waiting run may go on towards its start, across runs, after the
+/// reducer accepted its batch, inside the write transaction that commits it: its dependencies
+/// ([`check_dependencies`]), then its queue ([`check_queue`]). A refused batch writes nothing.
+fn check_start(
+    tables: &mut Tables<'_>,
+    batch: &Batch,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    check_dependencies(tables, batch, prepared)?;
+    check_queue(tables, batch.run, prepared)
+}
+
+/// The dependencies' half of judging a batch: a run that records its dependencies names runs
+/// the journal holds; a run whose dependencies are found met (`DependenciesMet`) has every
+/// one of them ended, and every one it needs `complete` ended so, as this transaction reads
+/// their states. A dependency ends only once and never changes its end, so a run found met
+/// stays met. Its cost follows the run's own dependencies, never the journal's runs.
+fn check_dependencies(
+    tables: &mut Tables<'_>,
+    batch: &Batch,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let run = batch.run;
+    let Some(dependencies) = &prepared.after.dependencies else {
+        return Ok(());
+    };
+    let refuse = |refusal| AppendError::Queue { run, refusal };
+    let records_them = batch
+        .events
+        .iter()
+        .any(|event| matches!(event, Event::DependsOn { .. }));
+    let meets_them = batch
+        .events
+        .iter()
+        .any(|event| matches!(event, Event::DependenciesMet { .. }));
+    if !records_them && !meets_them {
+        return Ok(());
+    }
+    for dependency in dependencies.runs() {
+        let needs_complete = dependencies.after.contains(&dependency);
+        let Some(state) = state_before(tables, dependency)? else {
+            // Only ended runs leave the journal: one that any end satisfies is met.
+            if records_them || needs_complete {
+                return Err(refuse(QueueRefusal::UnknownDependency { dependency }));
+            }
+            continue;
+        };
+        if !meets_them {
+            continue;
+        }
+        if !state.is_terminal() {
+            return Err(refuse(QueueRefusal::DependencyNotEnded { dependency }));
+        }
+        if needs_complete && state.status != RunStatus::Complete {
+            return Err(refuse(QueueRefusal::DependencyFailed {
+                dependency,
+                state: state.status.to_string(),
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// The queue's half of judging a batch, after the reducer accepted it: a run that joins a
@@ -809,6 +882,9 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
     let was_admitted = before_queue.is_some_and(|queue| queue.admitted.is_some());
     let was_waiting = before.as_ref().is_some_and(RunState::is_waiting_for_slot);
     let held_slot = before.as_ref().is_some_and(RunState::holds_slot);
+    let was_waiting_for_dependencies = before
+        .as_ref()
+        .is_some_and(RunState::is_waiting_for_dependencies);
     // Folded in place: a refused event leaves `state` half-way, but it is then dropped.
     let mut state = before;
     let mut records = Vec::with_capacity(batch.events.len());
@@ -853,6 +929,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
         was_admitted,
         was_waiting,
         held_slot,
+        was_waiting_for_dependencies,
         after,
         snapshot,
         resumes: false,
@@ -943,6 +1020,7 @@ fn write(
             .map_err(storage("writing the resume index"))?;
     }
     write_queue_indexes(tables, run, &prepared)?;
+    write_dependents(tables, run, &prepared)?;
     write_private(tables, batch, &prepared)?;
     write_hook_indexes(tables, batch, &prepared)?;
     group.advance_mark(batch.writer, batch.writer_seq);
@@ -1010,6 +1088,37 @@ fn write_queue_indexes(
                 .queue_active()?
                 .remove(key.as_slice())
                 .map_err(storage("updating a queue's active runs"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Keeps the run's entries in [`DEPENDENTS`] as the batch moved it: one per dependency while
+/// it waits for them, none once it waits no more (they were met, or it ended).
+fn write_dependents(
+    tables: &mut Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let after = &prepared.after;
+    let Some(dependencies) = &after.dependencies else {
+        return Ok(());
+    };
+    let is_waiting = after.is_waiting_for_dependencies();
+    if prepared.was_waiting_for_dependencies == is_waiting {
+        return Ok(());
+    }
+    let table = tables.dependents()?;
+    for dependency in dependencies.runs() {
+        let key = tables::dependents_key(dependency, run);
+        if is_waiting {
+            table
+                .insert(&key, ())
+                .map_err(storage("updating the dependents index"))?;
+        } else {
+            table
+                .remove(&key)
+                .map_err(storage("updating the dependents index"))?;
         }
     }
     Ok(())

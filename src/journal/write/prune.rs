@@ -19,8 +19,8 @@ use crate::event::{FORMAT_VERSION, RunId, UnixMs};
 use crate::journal::format::error::{ReadError, StorageFailure, storage};
 use crate::journal::format::retention::{MAX_TOMBSTONES, Retention, Tombstone, encode_retention};
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED, PRUNED_AT,
-    PRUNING, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
+    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED,
+    PRUNED_AT, PRUNING, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
 };
 use crate::journal::read::view::state_of;
 use redb::{ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
@@ -62,6 +62,7 @@ struct PruneTables<'txn> {
     run_hooks: Table<'txn, &'static [u8; 16], &'static [u8]>,
     hooks_due: Table<'txn, &'static [u8; 16], ()>,
     hooks_given_up: Table<'txn, &'static [u8; 16], ()>,
+    dependents: Table<'txn, &'static [u8; 32], ()>,
 }
 
 impl<'txn> PruneTables<'txn> {
@@ -92,6 +93,9 @@ impl<'txn> PruneTables<'txn> {
                 .map_err(storage("opening tables"))?,
             hooks_given_up: txn
                 .open_table(HOOKS_GIVEN_UP)
+                .map_err(storage("opening tables"))?,
+            dependents: txn
+                .open_table(DEPENDENTS)
                 .map_err(storage("opening tables"))?,
         })
     }
@@ -165,6 +169,18 @@ impl<'txn> PruneTables<'txn> {
             .is_some())
     }
 
+    /// Whether a run waits for `run` (the dependents index holds an entry under it).
+    fn has_dependents(&self, run: RunId) -> Result<bool, StorageFailure> {
+        let low = tables::dependents_key(run, RunId::from_bytes([0; 16]));
+        let high = tables::dependents_key(run, RunId::from_bytes([0xff; 16]));
+        Ok(self
+            .dependents
+            .range::<&[u8; 32]>(&low..=&high)
+            .map_err(storage("reading the dependents index"))?
+            .next()
+            .is_some())
+    }
+
     /// What a run kept in the home only goes with it: its environment, its hooks.
     fn forget_private(&mut self, run_key: &[u8; 16]) -> Result<(), StorageFailure> {
         self.run_env
@@ -207,6 +223,10 @@ impl<'txn> PruneTables<'txn> {
         // A hook still to deliver needs the run's state and its environment.
         if self.has_hooks_due(&run_key)? {
             return Ok(Pruned::Skipped("a hook of it is still due"));
+        }
+        // A waiting run reads its dependency's end to know whether it may start.
+        if self.has_dependents(run)? {
+            return Ok(Pruned::Skipped("a waiting run depends on it"));
         }
         let low = tables::record_key(run, 0);
         let high = tables::record_key(run, u64::MAX);

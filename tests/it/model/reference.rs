@@ -130,6 +130,9 @@ pub struct Run {
     pub dismissed_at_ms: Option<UnixMs>,
     /// "Queues": the queue the run waits in, and whether it was admitted.
     pub queue: Option<(String, bool)>,
+    /// "Dependencies": the runs it waits for (`--after`, then `--after-any`), and whether
+    /// they were found met.
+    pub dependencies: Option<(Vec<RunId>, Vec<RunId>, bool)>,
     /// "Hooks": each hook attempted, by number, in order.
     pub hooks: Vec<Hook>,
     /// "Steering": each request's id, and where its message is for each target step.
@@ -248,6 +251,15 @@ pub enum Rule {
     AdmittedOnceInQueue,
     /// "Queues": a run in a queue starts its runner only once admitted.
     RunnerAfterAdmission,
+    /// "Dependencies": recorded in the creation batch, right after `RunCreated` or its
+    /// `QueueJoined`.
+    DependenciesAtCreation,
+    /// "Dependencies": they name some run, none twice, not the run itself, at most 64.
+    DependenciesWellFormed,
+    /// "Dependencies": only a run with dependencies has them met, and once.
+    MetOnceWithDependencies,
+    /// "Dependencies": a run starts, or takes its queue's slot, only once they are met.
+    NothingBeforeDependencies,
     /// "Hooks": "A hook runs once the run's end is journaled."
     HookAfterEnd,
     /// "Hooks": a run has at most its own sixteen hooks and the home's.
@@ -279,7 +291,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 40] = [
+    pub const ALL: [Rule; 44] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -308,6 +320,10 @@ impl Rule {
         Rule::QueueNameValid,
         Rule::AdmittedOnceInQueue,
         Rule::RunnerAfterAdmission,
+        Rule::DependenciesAtCreation,
+        Rule::DependenciesWellFormed,
+        Rule::MetOnceWithDependencies,
+        Rule::NothingBeforeDependencies,
         Rule::HookAfterEnd,
         Rule::HookInRange,
         Rule::HookAttemptsInTurn,
@@ -404,7 +420,8 @@ fn texts(event: &Event) -> Vec<&str> {
         Event::ProcessTerminalObserved { instance_id, .. } => texts.push(instance_id),
         Event::Dismissed { .. } | Event::Resumed { .. } => {}
         Event::QueueJoined { queue, .. } => texts.push(queue),
-        Event::QueueAdmitted { by } => texts.push(by),
+        Event::QueueAdmitted { by } | Event::DependenciesMet { by } => texts.push(by),
+        Event::DependsOn { .. } => {}
         Event::HookAttempted { claimant, by, .. } => {
             texts.extend([claimant.boot_id.as_str(), by.as_str()]);
         }
@@ -519,6 +536,9 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             }
             if matches!(run.queue, Some((_, false))) {
                 broken.push(Rule::RunnerAfterAdmission);
+            }
+            if matches!(run.dependencies, Some((_, _, false))) {
+                broken.push(Rule::NothingBeforeDependencies);
             }
             next.status = Status::Running;
             next.runner = Some((runner.clone(), instance_id.clone()));
@@ -749,9 +769,36 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             }
             next.queue = Some((queue.clone(), false));
         }
-        Event::QueueAdmitted { .. } => match &run.queue {
-            Some((name, false)) => next.queue = Some((name.clone(), true)),
-            _ => broken.push(Rule::AdmittedOnceInQueue),
+        Event::QueueAdmitted { .. } => {
+            match &run.queue {
+                Some((name, false)) => next.queue = Some((name.clone(), true)),
+                _ => broken.push(Rule::AdmittedOnceInQueue),
+            }
+            if run.queue.is_some() && matches!(run.dependencies, Some((_, _, false))) {
+                broken.push(Rule::NothingBeforeDependencies);
+            }
+        }
+        Event::DependsOn {
+            after, after_any, ..
+        } => {
+            let right_after_join = run.head == 2 && run.queue.is_some();
+            if run.dependencies.is_some() || !(run.head == 1 || right_after_join) {
+                broken.push(Rule::DependenciesAtCreation);
+            }
+            let mut named: Vec<RunId> = after.iter().chain(after_any).copied().collect();
+            let count = named.len();
+            named.sort();
+            named.dedup();
+            if count == 0 || count > 64 || named.len() != count || named.contains(&id) {
+                broken.push(Rule::DependenciesWellFormed);
+            }
+            next.dependencies = Some((after.clone(), after_any.clone(), false));
+        }
+        Event::DependenciesMet { .. } => match &run.dependencies {
+            Some((after, after_any, false)) => {
+                next.dependencies = Some((after.clone(), after_any.clone(), true));
+            }
+            _ => broken.push(Rule::MetOnceWithDependencies),
         },
         Event::HookAttempted {
             hook,
@@ -874,6 +921,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         observed: None,
         dismissed_at_ms: None,
         queue: None,
+        dependencies: None,
         hooks: Vec::new(),
         steers: Vec::new(),
     })
