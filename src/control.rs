@@ -82,12 +82,15 @@ pub enum StopOutcome {
     /// The run waited in its queue for a slot: it is ended `stopped` with its request, and no
     /// runner will ever start for it.
     StoppedWaiting { queue: String },
+    /// The run waited for its due time: it is ended `stopped` with its request, and no runner
+    /// will ever start for it.
+    StoppedDelayed { due_at_ms: crate::event::UnixMs },
 }
 
 /// Most attempts to end a run waiting in its queue while its head keeps moving.
 const MAX_WAITING_STOP_ATTEMPTS: u32 = 64;
 
-/// Ends a run that waits in its queue, stopped, with the stop request, in one batch on the head
+/// Ends a run that waits in its queue or for its due time, stopped, with the stop request, in one batch on the head
 /// read: if it was admitted meanwhile, the head moved and the caller stops it as a started
 /// run. `None` when it does not wait (any more).
 fn stop_waiting(
@@ -98,16 +101,18 @@ fn stop_waiting(
 ) -> Result<Option<StopOutcome>, ControlError> {
     for _ in 0..MAX_WAITING_STOP_ATTEMPTS {
         let state = snapshot(store, run)?;
-        let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) else {
-            return Ok(None);
+        let outcome = match (&state.queue, &state.delay) {
+            (Some(queue), _) if state.is_waiting_for_slot() => StopOutcome::StoppedWaiting {
+                queue: queue.name.clone(),
+            },
+            (_, Some(delay)) if state.is_waiting_for_due() => StopOutcome::StoppedDelayed {
+                due_at_ms: delay.due_at_ms,
+            },
+            _ => return Ok(None),
         };
         let events = control_inbox::stop_events(&state, by, reason);
         match store.append(run, events, Condition::expect_head(state.head_seq)) {
-            Ok(_) => {
-                return Ok(Some(StopOutcome::StoppedWaiting {
-                    queue: queue.name.clone(),
-                }));
-            }
+            Ok(_) => return Ok(Some(outcome)),
             Err(AppendError::HeadMismatch { .. }) => continue,
             Err(error) => return Err(error.into()),
         }

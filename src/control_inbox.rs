@@ -483,8 +483,8 @@ pub fn steer_targets(state: &RunState) -> Vec<u32> {
     }
 }
 
-/// The events a stop records: the request, and for a run waiting in its queue (no runner will
-/// start for it) its end, stopped, in the same batch. The one wording of both, for `stop` and
+/// The events a stop records: the request, and for a run waiting in its queue or for its due
+/// time (no runner will start for it) its end, stopped, in the same batch. The one wording of both, for `stop` and
 /// for the inbox. Pure.
 pub fn stop_events(state: &RunState, by: &str, reason: &str) -> Vec<Event> {
     let mut events = vec![Event::ControlRequested {
@@ -492,11 +492,19 @@ pub fn stop_events(state: &RunState, by: &str, reason: &str) -> Vec<Event> {
         by: by.to_string(),
         reason: reason.to_string(),
     }];
-    if let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) {
+    let waited_for = match (&state.queue, &state.delay) {
+        (Some(queue), _) if state.is_waiting_for_slot() => Some(format!("in queue {}", queue.name)),
+        (_, Some(delay)) if state.is_waiting_for_due() => Some(format!(
+            "for its due time {}",
+            crate::duration::format_time_s(delay.due_at_ms)
+        )),
+        _ => None,
+    };
+    if let Some(waited_for) = waited_for {
         events.push(Event::Terminal {
             state: TerminalState::Stopped,
             error: None,
-            summary: format!("stopped while it waited in queue {}", queue.name),
+            summary: format!("stopped while it waited {waited_for}"),
             exit_code: STOPPED_EXIT_CODE,
             repaired_by: None,
         });
@@ -535,7 +543,7 @@ pub fn decide(found: &Found, state: &RunState) -> Decision {
                 return Decision::Leave;
             }
             let (events, expect_head) = match action {
-                ControlAction::Stop if state.is_waiting_for_slot() => {
+                ControlAction::Stop if state.is_waiting_to_start() => {
                     (stop_events(state, by, reason), Some(state.head_seq))
                 }
                 action => (

@@ -928,6 +928,21 @@ pub enum Event {
         ended_at_ms: UnixMs,
         result_path: Option<String>,
     },
+    /// The run starts no sooner than `due_at_ms` (`run --at`, `--delay`; docs/design.md,
+    /// "Delayed starts"): only in the run's creation batch, right after `RunCreated`. Until its
+    /// [`Event::DelayEnded`] the run is `queued` and has no runner. It also keeps the runner
+    /// settings its later starter needs, as [`Event::QueueJoined`] does.
+    StartDelayed {
+        due_at_ms: UnixMs,
+        idle_timeout_ms: Option<u64>,
+        heartbeat_ms: Option<u64>,
+    },
+    /// The delayed run's due time came and `by` takes it to start its runner: accepted only
+    /// once, and only in a record whose time is at or past the due time, so no runner starts
+    /// before it.
+    DelayEnded {
+        by: String,
+    },
 }
 
 /// Most bytes of the environment a run keeps (`run --env`, the launcher's variables): names and
@@ -1147,6 +1162,8 @@ impl Event {
                     fields.push(("result_path", path));
                 }
             }
+            Event::StartDelayed { .. } => {}
+            Event::DelayEnded { by } => fields.push(("by", by)),
         }
         fields
     }
@@ -1254,6 +1271,8 @@ impl Event {
             Event::SteerDelivered { .. } => "SteerDelivered",
             Event::ControlRefused { .. } => "ControlRefused",
             Event::HostEnded { .. } => "HostEnded",
+            Event::StartDelayed { .. } => "StartDelayed",
+            Event::DelayEnded { .. } => "DelayEnded",
         }
     }
 }
@@ -1658,6 +1677,20 @@ pub(crate) mod tests {
                     result_path: Some("p".to_string()),
                 },
             ),
+            (
+                "StartDelayed",
+                Event::StartDelayed {
+                    due_at_ms: 9,
+                    idle_timeout_ms: Some(5),
+                    heartbeat_ms: None,
+                },
+            ),
+            (
+                "DelayEnded",
+                Event::DelayEnded {
+                    by: "b".to_string(),
+                },
+            ),
         ]
     }
 
@@ -1698,6 +1731,8 @@ pub(crate) mod tests {
             ("SteerDelivered", "0f016902e019bb09"),
             ("ControlRefused", "10016601729bf292bb"),
             ("HostEnded", "110102016d08010170cdd6eff8"),
+            ("StartDelayed", "1209010500a7140cb1"),
+            ("DelayEnded", "13016256748f88"),
         ];
         let variants = every_variant();
         assert_eq!(

@@ -121,6 +121,8 @@ pub struct ListedRunDoc {
     /// The queue the run is in, and its place there while it waits (1: the next admitted).
     pub queue: Option<String>,
     pub queue_place: Option<u64>,
+    /// When a delayed run may start (`run --at`, `--delay`).
+    pub due_at_ms: Option<UnixMs>,
 }
 
 impl ListedRunDoc {
@@ -130,6 +132,7 @@ impl ListedRunDoc {
         ListedRunDoc {
             queue: state.queue.as_ref().map(|queue| queue.name.clone()),
             queue_place,
+            due_at_ms: state.delay.as_ref().map(|delay| delay.due_at_ms),
             run_id: state.run_id.to_string(),
             name: state.spec.name.clone(),
             state: state.status.as_str(),
@@ -265,6 +268,30 @@ pub struct StatusCommandDoc {
     /// Its completion hooks and their deliveries.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<crate::hooks::HookReport>,
+    /// Its delayed start, when it was created with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelayDoc>,
+}
+
+/// A run's delayed start (`run --at`, `--delay`), as `status --json` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DelayDoc {
+    pub due_at_ms: UnixMs,
+    /// When its delay ended and its runner was started, and by whom; `None` while it waits.
+    pub started_at_ms: Option<UnixMs>,
+    pub started_by: Option<String>,
+}
+
+impl DelayDoc {
+    pub fn of(state: &RunState) -> Option<DelayDoc> {
+        let delay = state.delay.as_ref()?;
+        Some(DelayDoc {
+            due_at_ms: delay.due_at_ms,
+            started_at_ms: delay.ended.as_ref().map(|ended| ended.at_ms),
+            started_by: delay.ended.as_ref().map(|ended| ended.by.clone()),
+        })
+    }
 }
 
 /// The environment a run keeps, as `status` shows it: the variables (secrets) only when asked.

@@ -47,6 +47,7 @@ use crate::spec::RunRequest;
 use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::{ReadHome, Store};
 
+pub mod delay;
 pub mod queue;
 pub mod startable;
 
@@ -99,6 +100,13 @@ pub enum RunnerStart {
     /// The runner did not take the run; the run is recorded failed (or was ended by someone
     /// else first).
     NotStarted { error: String },
+    /// The run waits for its due time; the home's timer, or a reconcile pass, starts it then.
+    Delayed {
+        due_at_ms: crate::event::UnixMs,
+        /// The home's timer's pid, when this launch started one (one already running may
+        /// hold the home's lock: it exits at once, leaving the due time to that one).
+        timer: Result<u32, String>,
+    },
     /// The run waits in its queue for a slot; whoever frees one starts it.
     Queued {
         queue: String,
@@ -164,6 +172,11 @@ pub enum LaunchError {
     /// The run could not start ([`startable::check_startable`]); it was not created.
     #[error(transparent)]
     Unstartable(#[from] startable::Unstartable),
+    /// A run waits for a queue's slot or for its due time, not both: nothing was written.
+    #[error(
+        "a run cannot both wait in queue {queue} and start later (--at, --delay); use one of them"
+    )]
+    DelayedInQueue { queue: String },
 }
 
 impl LaunchError {
@@ -172,7 +185,10 @@ impl LaunchError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            LaunchError::Environment(_) | LaunchError::Hook(_) | LaunchError::Unstartable(_)
+            LaunchError::Environment(_)
+                | LaunchError::Hook(_)
+                | LaunchError::Unstartable(_)
+                | LaunchError::DelayedInQueue { .. }
         )
     }
 }
@@ -208,6 +224,14 @@ pub fn launch(
 ) -> Result<Launched, LaunchError> {
     check_launchable(&request.spec)?;
     let private = private_of(&request)?;
+    if let (Some(queue), Some(_)) = (&request.queue, request.start_at_ms) {
+        return Err(LaunchError::DelayedInQueue {
+            queue: queue.clone(),
+        });
+    }
+    if let Some(due_at_ms) = request.start_at_ms {
+        return launch_delayed(store, request, private, due_at_ms, program);
+    }
     if let Some(queue_name) = request.queue.clone() {
         return launch_queued(store, request, private, &queue_name, program, start_timeout);
     }
@@ -263,6 +287,44 @@ fn launch_with(
         }
     };
     await_runner(store, run, runner, ready, start_timeout)
+}
+
+/// Creates a delayed run (`StartDelayed` in its creation batch), then starts the home's timer
+/// (`program` with [`delay::TIMER_SUBCOMMAND`]) and returns at once: the timer, or a reconcile
+/// pass, starts the run once due. A timer that cannot be started is left to the next reconcile
+/// pass, as one killed is.
+fn launch_delayed(
+    store: &Store,
+    request: RunRequest,
+    private: RunPrivate,
+    due_at_ms: crate::event::UnixMs,
+    program: &RunnerProgram,
+) -> Result<Launched, LaunchError> {
+    let delayed = Event::StartDelayed {
+        due_at_ms,
+        idle_timeout_ms: request
+            .idle_timeout
+            .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        heartbeat_ms: request
+            .heartbeat
+            .map(|heartbeat| u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX)),
+    };
+    let creation = crate::journal::Creation {
+        spec: request.spec,
+        hosts: request.hosts,
+        more: vec![delayed],
+        private: Some(private),
+    };
+    let (created, ()) = store
+        .create_then(creation, |_| ())
+        .map_err(LaunchError::Create)?;
+    let timer =
+        delay::start_timer(store.home(), &program.program).map_err(|error| error.to_string());
+    Ok(Launched {
+        run: created.run,
+        runner: None,
+        start: RunnerStart::Delayed { due_at_ms, timer },
+    })
 }
 
 fn launch_queued(
@@ -645,6 +707,7 @@ pub fn resume_with(
         queue: None,
         env: crate::spec::EnvRequest::default(),
         on_exit: Vec::new(),
+        start_at_ms: None,
     };
     let private = resume_private(store, run, options)?;
     // The messages the paused run kept for its resume wait for the new run's steps.
@@ -700,7 +763,7 @@ impl ResumeReport {
         let (state, runner_pid, error) = match &resumed.launched.start {
             RunnerStart::Started { pid, .. } => ("running", Some(*pid), None),
             RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
-            RunnerStart::Queued { .. } => ("queued", None, None),
+            RunnerStart::Queued { .. } | RunnerStart::Delayed { .. } => ("queued", None, None),
         };
         ResumeReport {
             run_id: run.to_string(),
@@ -1161,7 +1224,9 @@ pub fn follow_launched_looking(
     let run = launched.run;
     let instance_id = match &launched.start {
         RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
-        RunnerStart::NotStarted { .. } | RunnerStart::Queued { .. } => None,
+        RunnerStart::NotStarted { .. }
+        | RunnerStart::Queued { .. }
+        | RunnerStart::Delayed { .. } => None,
     };
     let end = follow_looking(
         store,

@@ -64,7 +64,8 @@ pub struct Inputs {
     /// The run became startable — created, or admitted by its queue — longer than
     /// [`START_GRACE_MS`] ago.
     pub is_past_start_grace: bool,
-    /// The run waits in its queue for a slot: no runner is due until it is admitted.
+    /// The run waits in its queue for a slot, or for its due time: no runner is due until it
+    /// is admitted or its delay ends.
     pub is_waiting_for_slot: bool,
     /// A host's own repair ended the run (pi-subagents' `subagent.run.repaired_stale`, in the
     /// pi-subagents layout's events.jsonl) before runjournal's reconciler did.
@@ -285,7 +286,7 @@ pub const TABLE: &[Row] = &[
     },
     Row {
         name: "waiting-for-slot",
-        why: "it waits in its queue for a slot: no runner is due before it is admitted, however long it waits",
+        why: "it waits in its queue for a slot, or for its due time: no runner is due before it is admitted or due, however long it waits",
         matches: |i| {
             !i.is_terminal
                 && !is_host_ended(i)
@@ -405,7 +406,7 @@ pub fn inputs_of(state: &RunState, now_ms: UnixMs, options: &Options) -> Inputs 
         is_past_start_grace: state.startable_at_ms().is_some_and(|startable_at_ms| {
             now_ms.saturating_sub(startable_at_ms) > options.start_grace_ms
         }),
-        is_waiting_for_slot: state.is_waiting_for_slot(),
+        is_waiting_for_slot: state.is_waiting_to_start(),
         has_host_verdict: false,
     }
 }

@@ -156,6 +156,8 @@ pub struct RunRequest {
     pub env: EnvRequest,
     /// Its completion hooks (`--on-exit`), in order.
     pub on_exit: Vec<String>,
+    /// When it may start (`--at`, `--delay`); `None`: at once.
+    pub start_at_ms: Option<crate::event::UnixMs>,
 }
 
 /// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
@@ -220,6 +222,7 @@ impl RunDraft {
             heartbeat: None,
             env: self.env,
             on_exit: self.on_exit,
+            start_at_ms: None,
         })
     }
 }

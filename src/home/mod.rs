@@ -423,6 +423,12 @@ impl Home {
         self.state_dir().join("shipping.json")
     }
 
+    /// `timer.lock`: held by the home's timer, the one process that sleeps until delayed runs
+    /// are due (see `launch::delay`).
+    pub fn timer_lock_path(&self) -> PathBuf {
+        self.state_dir().join("timer.lock")
+    }
+
     /// `blocked/`: one empty marker per writer blocked on a full disk (see `capacity`).
     pub fn blocked_dir(&self) -> PathBuf {
         self.state_dir().join("blocked")

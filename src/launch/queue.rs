@@ -149,17 +149,22 @@ pub fn admit_next(store: &Store, queue: &str, by: &str) -> Result<Option<RunStat
 }
 
 /// The program that starts `state`'s runner: `base`, with the runner settings its launcher
-/// kept in its `QueueJoined`.
+/// kept in its `QueueJoined` or `StartDelayed`.
 pub fn program_for(base: &RunnerProgram, state: &RunState) -> RunnerProgram {
     let mut program = base.clone();
-    if let Some(queue) = &state.queue {
-        if let Some(heartbeat_ms) = queue.heartbeat_ms {
+    let settings = match (&state.queue, &state.delay) {
+        (Some(queue), _) => Some((queue.heartbeat_ms, queue.idle_timeout_ms)),
+        (None, Some(delay)) => Some((delay.heartbeat_ms, delay.idle_timeout_ms)),
+        (None, None) => None,
+    };
+    if let Some((heartbeat_ms, idle_timeout_ms)) = settings {
+        if let Some(heartbeat_ms) = heartbeat_ms {
             program.leading_args.push("--heartbeat".into());
             program
                 .leading_args
                 .push(format!("{heartbeat_ms}ms").into());
         }
-        if let Some(idle_timeout_ms) = queue.idle_timeout_ms {
+        if let Some(idle_timeout_ms) = idle_timeout_ms {
             program.leading_args.push("--idle-timeout".into());
             program
                 .leading_args
@@ -196,6 +201,20 @@ fn start_runner(
             Ok(Err(error))
         }
     }
+}
+
+/// [`start_runner`], its child reaped on a thread of this process: the runner's pid, or why
+/// it could not be started (the run is then recorded failed).
+pub(super) fn start_runner_detached(
+    store: &Store,
+    state: &RunState,
+    base: &RunnerProgram,
+) -> Result<Result<u32, String>, LaunchError> {
+    Ok(start_runner(store, state, base)?.map(|child| {
+        let pid = child.id();
+        reap_in_background(child);
+        pid
+    }))
 }
 
 /// Reaps `child` on a thread of its own, so a long-lived process that started it keeps no
@@ -255,7 +274,8 @@ pub fn start_admissible(
     Ok(admitted)
 }
 
-/// A reconcile pass, then the admissions its closings allow, then a hook deliverer if a
+/// A reconcile pass, then the admissions its closings allow, the delayed runs due (and the
+/// home's timer if runs still wait and none runs), then a hook deliverer if a
 /// completion hook is due (`base.program` started with [`crate::hooks::DELIVERER_SUBCOMMAND`]):
 /// the pass `status`, `list`, `wait` and `reconcile` make, and what a host should call in
 /// their place.
@@ -269,6 +289,9 @@ pub fn reconcile_and_start(
 ) {
     let report = reconcile::reconcile(store, options);
     let admitted = start_admissible(store, base, "reconciler", None);
+    // Best effort, as the deliverer: what is due and not started now is started by the timer
+    // or the next pass.
+    let _ = super::delay::reconcile_delayed(store, base, "reconciler");
     // Best effort: a deliverer that cannot start now is started by the next pass.
     let _ = crate::hooks::start_deliverer_if_needed(store, &base.program);
     (report, admitted)

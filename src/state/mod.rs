@@ -216,6 +216,18 @@ pub struct QueueInfo {
     pub admitted: Option<AdmissionInfo>,
 }
 
+/// A delayed start (docs/design.md, "Delayed starts"): the run starts no sooner than its due
+/// time, by whoever records its [`crate::event::Event::DelayEnded`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DelayInfo {
+    pub due_at_ms: UnixMs,
+    /// The runner settings its launcher would have given.
+    pub idle_timeout_ms: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
+    /// When and by whom its due time was taken to start it.
+    pub ended: Option<AdmissionInfo>,
+}
+
 /// When and by whom a queued run took its slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdmissionInfo {
@@ -352,6 +364,8 @@ pub struct RunState {
     pub dismissed_at_ms: Option<UnixMs>,
     /// Its queue, when it was created in one.
     pub queue: Option<QueueInfo>,
+    /// Its delayed start, when it was created with one.
+    pub delay: Option<DelayInfo>,
     /// Its completion hooks that were attempted, by hook (only once the run is terminal).
     pub hooks: Vec<HookState>,
     /// Its steer requests, in the order they were recorded.
@@ -466,12 +480,28 @@ impl RunState {
                 .is_some_and(|queue| queue.admitted.is_some())
     }
 
-    /// When the run became startable: its admission in a queue, else its creation. The start
-    /// grace counts from here.
+    /// Waiting for its due time: delayed, its delay not ended, not terminal.
+    pub fn is_waiting_for_due(&self) -> bool {
+        !self.is_terminal()
+            && self
+                .delay
+                .as_ref()
+                .is_some_and(|delay| delay.ended.is_none())
+    }
+
+    /// Waiting to start: for a slot of its queue or for its due time. No runner is due yet,
+    /// and a stop ends it without one.
+    pub fn is_waiting_to_start(&self) -> bool {
+        self.is_waiting_for_slot() || self.is_waiting_for_due()
+    }
+
+    /// When the run became startable: its admission in a queue, the end of its delay, else its
+    /// creation. The start grace counts from here.
     pub fn startable_at_ms(&self) -> Option<UnixMs> {
-        match &self.queue {
-            None => Some(self.created_at_ms),
-            Some(queue) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
+        match (&self.queue, &self.delay) {
+            (Some(queue), _) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
+            (None, Some(delay)) => delay.ended.as_ref().map(|ended| ended.at_ms),
+            (None, None) => Some(self.created_at_ms),
         }
     }
 
@@ -646,6 +676,24 @@ pub enum TransitionError {
         "run {run}: RunnerStarted while the run waits in queue {queue}; a queued run starts only once admitted"
     )]
     RunnerBeforeAdmission { run: RunId, queue: String },
+    #[error(
+        "run {run}: StartDelayed at seq {found}; a run is delayed only in its creation batch, right after RunCreated"
+    )]
+    StartDelayedLate { run: RunId, found: u64 },
+    #[error("run {run}: DelayEnded, but the run has no delayed start")]
+    NotDelayed { run: RunId },
+    #[error("run {run}: its delay already ended")]
+    DelayAlreadyEnded { run: RunId },
+    #[error("run {run}: DelayEnded at {at_ms} ms, before its due time {due_at_ms} ms")]
+    NotYetDue {
+        run: RunId,
+        due_at_ms: UnixMs,
+        at_ms: UnixMs,
+    },
+    #[error(
+        "run {run}: RunnerStarted while the run waits for its due time {due_at_ms} ms; a delayed run starts only once its delay ended"
+    )]
+    RunnerBeforeDue { run: RunId, due_at_ms: UnixMs },
     #[error("run {run}: {event} while the run is {state}; hooks run only once the run has ended")]
     HookBeforeEnd {
         run: RunId,

@@ -97,6 +97,13 @@ shape_rules! {
     /// batch's two records. Times are not ordered: they are writers' clocks, which may step back
     /// between the join and the admission, and the reducer takes each record's time as given.
     QueueJoinedAtCreation,
+    /// A delayed run has a runner only once its delay ended.
+    RunnerOnlyAfterDue,
+    /// A run was delayed at its creation: a delayed state holds at least the creation batch's
+    /// two records, and is in no queue (both take the record after `RunCreated`).
+    DelayedAtCreation,
+    /// A delay ended at or past its due time.
+    DelayEndedWhenDue,
     /// Hooks are attempted only once the run has ended.
     HooksOnlyAfterEnd,
     /// One state per hook, in hook order, each naming a hook a run may have.
@@ -169,6 +176,11 @@ impl ShapeRule {
             ShapeRule::QueueJoinedAtCreation => {
                 "it is in a queue but holds fewer records than its creation batch"
             }
+            ShapeRule::RunnerOnlyAfterDue => "it has a runner while it waits for its due time",
+            ShapeRule::DelayedAtCreation => {
+                "it is delayed but holds fewer records than its creation batch, or is in a queue too"
+            }
+            ShapeRule::DelayEndedWhenDue => "its delay ended before its due time",
             ShapeRule::HooksOnlyAfterEnd => "a hook was attempted before it ended",
             ShapeRule::HooksInOrder => {
                 "its hooks are out of order, twice there, or beyond the most a run has"
@@ -282,6 +294,22 @@ impl ShapeRule {
                         .is_none_or(|queue| queue.admitted.is_some())
             }
             ShapeRule::QueueJoinedAtCreation => state.queue.is_none() || state.head_seq >= 2,
+            ShapeRule::RunnerOnlyAfterDue => {
+                state.runner.is_none()
+                    || state
+                        .delay
+                        .as_ref()
+                        .is_none_or(|delay| delay.ended.is_some())
+            }
+            ShapeRule::DelayedAtCreation => {
+                state.delay.is_none() || (state.head_seq >= 2 && state.queue.is_none())
+            }
+            ShapeRule::DelayEndedWhenDue => state.delay.as_ref().is_none_or(|delay| {
+                delay
+                    .ended
+                    .as_ref()
+                    .is_none_or(|ended| ended.at_ms >= delay.due_at_ms)
+            }),
             ShapeRule::SteerWellFormed
             | ShapeRule::SteerIdsDistinct
             | ShapeRule::SteerQueueBounded
@@ -501,6 +529,11 @@ fn texts(state: &RunState) -> impl Iterator<Item = &str> {
             .as_ref()
             .and_then(|queue| queue.admitted.as_ref())
             .map(|admitted| admitted.by.as_str()),
+        state
+            .delay
+            .as_ref()
+            .and_then(|delay| delay.ended.as_ref())
+            .map(|ended| ended.by.as_str()),
     ];
     let steps = state.steps.iter().flat_map(|step| {
         let job = step.job.as_ref();
@@ -618,6 +651,15 @@ impl TransitionError {
                 RecordsOnly("a state holds at most one admission, by its type")
             }
             TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
+            TransitionError::StartDelayedLate { .. } => Rules(&[R::DelayedAtCreation]),
+            TransitionError::NotDelayed { .. } => {
+                RecordsOnly("a state holds a delay's end only inside its delay, by its type")
+            }
+            TransitionError::DelayAlreadyEnded { .. } => {
+                RecordsOnly("a state holds at most one end of its delay, by its type")
+            }
+            TransitionError::NotYetDue { .. } => Rules(&[R::DelayEndedWhenDue]),
+            TransitionError::RunnerBeforeDue { .. } => Rules(&[R::RunnerOnlyAfterDue]),
             TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
             TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
             TransitionError::HookAttemptNotNext { .. }

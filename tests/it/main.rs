@@ -15,6 +15,7 @@ mod commit_leader;
 mod concurrent_writers;
 mod crash_kill;
 mod damaged_journal;
+mod delay;
 mod fault_sweep;
 mod flaky_disk;
 mod full_disk;

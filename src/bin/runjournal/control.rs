@@ -88,6 +88,12 @@ pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
                 "run {run}: stopped while it waited in queue {queue}; it never started"
             ))?;
         }
+        StopOutcome::StoppedDelayed { due_at_ms } => {
+            print_line(&format!(
+                "run {run}: stopped while it waited for its due time {}; it never started",
+                runjournal::duration::format_time_s(due_at_ms)
+            ))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -123,6 +129,10 @@ pub fn interrupt(home: Home, text: &str, reason: &str) -> CliResult {
         // Only a stop ends a waiting run; an interrupt is recorded for when it starts.
         StopOutcome::StoppedWaiting { queue } => print_line(&format!(
             "run {run}: stopped while it waited in queue {queue}"
+        ))?,
+        StopOutcome::StoppedDelayed { due_at_ms } => print_line(&format!(
+            "run {run}: stopped while it waited for its due time {}",
+            runjournal::duration::format_time_s(due_at_ms)
         ))?,
     }
     Ok(ExitCode::SUCCESS)

@@ -106,6 +106,7 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
             queue_use: queue_use.clone(),
             environment,
             hooks,
+            delay: runjournal::json::DelayDoc::of(&state),
         };
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
@@ -330,9 +331,13 @@ fn list_rows(
         });
         rows.push(vec![
             Cell::plain(state.run_id.to_string()),
-            Cell::plain(match place_of(state) {
-                Some((queue, place)) => format!("queued ({queue} #{place})"),
-                None => state.status.as_str().to_string(),
+            Cell::plain(match (place_of(state), &state.delay) {
+                (Some((queue, place)), _) => format!("queued ({queue} #{place})"),
+                (None, Some(delay)) if state.is_waiting_for_due() => format!(
+                    "queued (due {})",
+                    runjournal::duration::format_time_s(delay.due_at_ms)
+                ),
+                (None, _) => state.status.as_str().to_string(),
             }),
             Cell::plain(state.spec.mode.as_str()),
             Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),

@@ -14,7 +14,7 @@ use runjournal::event::{Event, Mode, StepAction};
 use runjournal::exit::describe_exit;
 use runjournal::json::{EndedDoc, LaunchedDoc};
 use runjournal::launch::{
-    self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart, queue,
+    self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart, delay, queue,
 };
 use runjournal::runner::{self, RunnerConfig, RunnerOutcome};
 use runjournal::show;
@@ -61,6 +61,14 @@ pub struct RunArgs {
     /// out); until then it is `queued` and `run` returns at once saying so.
     #[arg(long, value_name = "NAME")]
     queue: Option<String>,
+    /// Start the run no sooner than this time: RFC 3339 (2025-01-31T14:30:00+01:00) or a
+    /// local time today (14:30). Until then it is `queued`; a timer process starts it.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "queue"])]
+    at: Option<String>,
+    /// Start the run no sooner than this long from now (30s, 5m, 2h).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg,
+          conflicts_with = "queue")]
+    delay: Option<Duration>,
     /// Set a variable in the environment the run keeps (repeatable). The run keeps this
     /// command's environment (and its cwd and umask) with these over it: every runner of the
     /// run starts its steps with exactly that, whoever starts it later (a queue, a resume).
@@ -373,6 +381,17 @@ fn report_resume(store: &Store, resumed: &launch::Resumed) -> CliResult {
 pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     let mut request = request(&args, order)?;
     request.heartbeat = args.heartbeat;
+    let now_ms = runjournal::event::now_ms();
+    request.start_at_ms = match (&args.at, args.delay) {
+        (Some(at), _) => Some(
+            runjournal::duration::parse_start_time(at, now_ms)
+                .map_err(|error| bad_input(format!("--at: {error}")))?,
+        ),
+        (None, Some(delay)) => {
+            Some(now_ms.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)))
+        }
+        (None, None) => None,
+    };
     let store = open_store(home)?;
     if let Some(queue) = &request.queue {
         let limit = store
@@ -386,9 +405,9 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
             )));
         }
     }
-    // A queued run keeps its runner settings in the journal: its runner may be started by
-    // another process, which adds them to the base program.
-    let program = if request.queue.is_some() {
+    // A queued or delayed run keeps its runner settings in the journal: its runner may be
+    // started by another process, which adds them to the base program.
+    let program = if request.queue.is_some() || request.start_at_ms.is_some() {
         runner_base()?
     } else {
         runner_program(args.heartbeat, request.idle_timeout)?
@@ -451,6 +470,22 @@ pub fn runner_base() -> anyhow::Result<RunnerProgram> {
         program: std::env::current_exe().context("finding this program to start the runner")?,
         leading_args: vec!["__runner".into()],
     })
+}
+
+/// `runjournal __timer`: the home's timer. Starts delayed runs as they come due and exits
+/// once none waits; exits at once if another timer holds the home's lock. Started detached;
+/// its stdout and stderr are /dev/null.
+pub fn timer(home: Home) -> CliResult {
+    let store = Store::open(home).context("opening the home")?;
+    let by = format!("timer (pid {})", std::process::id());
+    let base = runner_base()?;
+    match delay::run_timer(&store, &base, &by, &mut |line| note(line)) {
+        Ok(_) => {
+            store.flush_projections(std::time::Duration::from_secs(2));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => Err(Failure::Error(anyhow::Error::new(error))),
+    }
 }
 
 /// `runjournal queue NAME [--max-active N] [--json]`.
@@ -522,10 +557,38 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let RunnerStart::Delayed { due_at_ms, timer } = &launched.start {
+        if json {
+            let report = delay::DelayedLaunchReport {
+                run_id: run.to_string(),
+                state: "queued",
+                due_at_ms: *due_at_ms,
+                timer_pid: timer.as_ref().ok().copied(),
+                status_path: home.status_path(run),
+                result_path: home.result_path(run),
+            };
+            print_line(&serde_json::to_string(&report).context("writing JSON")?)?;
+        } else {
+            print(&format!(
+                "run {run} delayed until {}\nstatus: {}\nresult: {}\n",
+                runjournal::duration::format_time_s(*due_at_ms),
+                show::escape_control(&home.status_path(run).display().to_string()),
+                show::escape_control(&home.result_path(run).display().to_string())
+            ))?;
+        }
+        if let Err(error) = timer {
+            note(&format!(
+                "run {run}: starting the home's timer: {error}; the next reconcile pass (`runjournal list`) starts it"
+            ));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let runner = match &launched.start {
         RunnerStart::Started { pid, .. } => Ok(*pid),
         RunnerStart::NotStarted { error } => Err(error.clone()),
-        RunnerStart::Queued { .. } => unreachable!("a queued launch was reported above"),
+        RunnerStart::Queued { .. } | RunnerStart::Delayed { .. } => {
+            unreachable!("a waiting launch was reported above")
+        }
     };
     let runner_pid = runner.as_ref().ok().copied();
     let error = runner.as_ref().err().cloned();

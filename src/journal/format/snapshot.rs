@@ -23,9 +23,9 @@ use crate::event::{
     UnixMs,
 };
 use crate::state::{
-    AdmissionInfo, ControlInfo, HookAttemptEnd, HookClaim, HookState, ProcessTerminalInfo,
-    QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo, SteerTarget, StepState,
-    StepStatus, TerminalInfo, Undelivered,
+    AdmissionInfo, ControlInfo, DelayInfo, HookAttemptEnd, HookClaim, HookState,
+    ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
+    SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -333,6 +333,7 @@ impl SnapshotV1 {
             }),
             dismissed_at_ms: self.dismissed_at_ms,
             queue: None,
+            delay: None,
             hooks: Vec::new(),
             steers: Vec::new(),
             head_seq: self.head_seq,
@@ -405,9 +406,10 @@ impl SnapshotNamespaces {
             && state.queue.is_none()
             && state.hooks.is_empty()
             && state.steers.is_empty()
+            && state.delay.is_none()
         {
-            // Written all absent only before a queue or hooks: anything else is not what this
-            // build writes.
+            // Written all absent only before a queue, steers, hooks or a delayed start:
+            // anything else is not what this build writes.
             return Err(SnapshotError::Malformed {
                 reason: "PID namespaces that are all absent".to_string(),
             });
@@ -476,6 +478,45 @@ impl SnapshotQueue {
 /// its [`SnapshotExtras`] when it has them): a queue's encoding starts with its name's length
 /// (1 to 64), the extras with [`EXTRAS_MARK`] (0), so the tag tells the three apart.
 const HOOKS_TAG: u8 = 0xff;
+
+/// The tag byte before a snapshot's delayed start, the last extension (after its hooks, if
+/// any): neither a queue's first byte (1 to 64), [`EXTRAS_MARK`] nor [`HOOKS_TAG`].
+const DELAY_TAG: u8 = 0xfe;
+
+/// A delayed run's start ([`crate::state::DelayInfo`]): [`DELAY_TAG`], then this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotDelay {
+    due_at_ms: UnixMs,
+    idle_timeout_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    ended: Option<SnapshotAdmission>,
+}
+
+impl SnapshotDelay {
+    fn of(delay: &DelayInfo) -> SnapshotDelay {
+        SnapshotDelay {
+            due_at_ms: delay.due_at_ms,
+            idle_timeout_ms: delay.idle_timeout_ms,
+            heartbeat_ms: delay.heartbeat_ms,
+            ended: delay.ended.as_ref().map(|ended| SnapshotAdmission {
+                by: ended.by.clone(),
+                at_ms: ended.at_ms,
+            }),
+        }
+    }
+
+    fn into_info(self) -> DelayInfo {
+        DelayInfo {
+            due_at_ms: self.due_at_ms,
+            idle_timeout_ms: self.idle_timeout_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            ended: self.ended.map(|ended| AdmissionInfo {
+                by: ended.by,
+                at_ms: ended.at_ms,
+            }),
+        }
+    }
+}
 
 /// What follows a layout-1 snapshot's PID namespaces (and its queue, if any) when the run's
 /// hooks were attempted: [`HOOKS_TAG`], then this. A snapshot without hooks is as before; one
@@ -687,7 +728,12 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
     let namespaces = SnapshotNamespaces::of(state);
     let has_steers = !state.steers.is_empty();
     let has_hooks = !state.hooks.is_empty();
-    if namespaces.is_some() || state.queue.is_some() || has_steers || has_hooks {
+    if namespaces.is_some()
+        || state.queue.is_some()
+        || has_steers
+        || has_hooks
+        || state.delay.is_some()
+    {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
         bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
         if has_steers {
@@ -704,6 +750,11 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
             bytes.push(HOOKS_TAG);
             bytes = postcard::to_extend(&SnapshotHooks::of(&state.hooks), bytes)
                 .map_err(serialize_error)?;
+        }
+        if let Some(delay) = &state.delay {
+            bytes.push(DELAY_TAG);
+            bytes =
+                postcard::to_extend(&SnapshotDelay::of(delay), bytes).map_err(serialize_error)?;
         }
     }
     event::push_checksum(&mut bytes);
@@ -942,7 +993,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 ),
             };
             let (queue, steers, rest) = match rest {
-                [] | [HOOKS_TAG, ..] => (None, Vec::new(), rest),
+                [] | [HOOKS_TAG | DELAY_TAG, ..] => (None, Vec::new(), rest),
                 [EXTRAS_MARK, extras @ ..] => {
                     match postcard::take_from_bytes::<SnapshotExtras>(extras) {
                         // Written only for a run with steer requests.
@@ -959,11 +1010,13 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     Err(_) => return Err(not_extensions(rest)),
                 },
             };
-            let hooks = match rest {
-                [] => Vec::new(),
+            let (hooks, rest) = match rest {
+                [] | [DELAY_TAG, ..] => (Vec::new(), rest),
                 [HOOKS_TAG, hooks @ ..] => {
                     match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
-                        Ok((hooks, [])) if !hooks.hooks.is_empty() => hooks.into_states(),
+                        Ok((hooks, rest @ ([] | [DELAY_TAG, ..]))) if !hooks.hooks.is_empty() => {
+                            (hooks.into_states(), rest)
+                        }
                         _ => {
                             return Err(SnapshotError::Malformed {
                                 reason: format!(
@@ -980,16 +1033,38 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     });
                 }
             };
+            let delay = decode_delay(rest)?;
             let mut state = snapshot.into_state(run)?;
-            if queue.is_some() || !steers.is_empty() || !hooks.is_empty() {
+            if queue.is_some() || !steers.is_empty() || !hooks.is_empty() || delay.is_some() {
                 state.queue = queue;
                 state.steers = steers;
                 state.hooks = hooks;
+                state.delay = delay;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
             namespaces.apply(&mut state)?;
             Ok(state)
         }
+    }
+}
+
+/// The delayed start at the end of a snapshot, after its hooks: nothing, or [`DELAY_TAG`] and
+/// a [`SnapshotDelay`] that ends the bytes.
+fn decode_delay(rest: &[u8]) -> Result<Option<DelayInfo>, SnapshotError> {
+    match rest {
+        [] => Ok(None),
+        [DELAY_TAG, delay @ ..] => match postcard::take_from_bytes::<SnapshotDelay>(delay) {
+            Ok((delay, [])) => Ok(Some(delay.into_info())),
+            _ => Err(SnapshotError::Malformed {
+                reason: format!(
+                    "{} bytes after its hooks that are not its delayed start",
+                    rest.len()
+                ),
+            }),
+        },
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its hooks", rest.len()),
+        }),
     }
 }
 
@@ -1154,6 +1229,68 @@ mod tests {
         let bytes = encode_snapshot(&state).expect("encodes");
         assert_eq!(bytes[0], 1, "the layout leads, as the varint 1");
         assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// A delayed run's start follows everything else, hooks included, after its own tag: while
+    /// it waits, once it started, and once it ended with a hook attempted.
+    #[test]
+    fn a_delayed_start_round_trips_after_the_hooks() {
+        let created = crate::testkit::created(crate::testkit::chain_spec(1), 1, Default::default());
+        let identity = crate::testkit::identity(42);
+        let events = vec![
+            created,
+            Event::StartDelayed {
+                due_at_ms: 11,
+                idle_timeout_ms: Some(5),
+                heartbeat_ms: None,
+            },
+            Event::DelayEnded {
+                by: "timer".to_string(),
+            },
+            Event::RunnerStarted {
+                runner: identity.clone(),
+                instance_id: "i".to_string(),
+            },
+            Event::Terminal {
+                state: TerminalState::Failed,
+                error: Some("e".to_string()),
+                summary: "s".to_string(),
+                exit_code: 1,
+                repaired_by: None,
+            },
+            Event::HookAttempted {
+                hook: 0,
+                attempt: 1,
+                claimant: identity,
+                by: "runner".to_string(),
+                lease_ms: 1000,
+            },
+        ];
+        let records: Vec<Record> = events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| Record {
+                format_version: FORMAT_VERSION,
+                run_id: RUN,
+                seq: index as u64 + 1,
+                time_ms: 10 + index as u64,
+                writer: WriterId(1),
+                writer_seq: 1,
+                event,
+            })
+            .collect();
+        for count in [2, 3, 4, 6] {
+            let state = state::replay(&records[..count])
+                .expect("a legal life")
+                .expect("records");
+            assert!(state.delay.is_some());
+            let bytes = encode_snapshot(&state).expect("encodes");
+            assert_eq!(
+                decode_snapshot(RUN, &bytes),
+                Ok(state),
+                "after {count} records"
+            );
+        }
     }
 
     /// The borrowed twins encode to the bytes of the owned wire types, for a state with every

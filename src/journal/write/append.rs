@@ -9,7 +9,7 @@ use crate::journal::format::error::{
 };
 use crate::journal::format::snapshot::encode_snapshot;
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, QUEUE_ACTIVE,
+    self, ACTIVE, ALIASES, DELAYED, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, QUEUE_ACTIVE,
     QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL, WRITERS,
 };
 use crate::journal::read::view::state_of;
@@ -117,6 +117,8 @@ struct Tables<'txn> {
     run_hooks: Lazy<'txn, &'static [u8; 16], &'static [u8]>,
     hooks_due: Lazy<'txn, &'static [u8; 16], ()>,
     hooks_given_up: Lazy<'txn, &'static [u8; 16], ()>,
+    /// A delayed run's creation, the end of its delay, or its end while it waited.
+    delayed: Lazy<'txn, &'static [u8; 24], ()>,
 }
 
 /// A table opened the first time it is needed (and created then, in a journal written before
@@ -170,6 +172,7 @@ impl<'txn> Tables<'txn> {
             run_hooks: Lazy::new(RUN_HOOKS),
             hooks_due: Lazy::new(HOOKS_DUE),
             hooks_given_up: Lazy::new(HOOKS_GIVEN_UP),
+            delayed: Lazy::new(DELAYED),
         })
     }
 
@@ -227,6 +230,10 @@ impl<'txn> Tables<'txn> {
         &mut self,
     ) -> Result<&mut Table<'txn, &'static [u8; 16], ()>, StorageFailure> {
         self.hooks_given_up.open(self.txn)
+    }
+
+    fn delayed(&mut self) -> Result<&mut Table<'txn, &'static [u8; 24], ()>, StorageFailure> {
+        self.delayed.open(self.txn)
     }
 }
 
@@ -408,6 +415,8 @@ pub(crate) struct Prepared {
     was_waiting: bool,
     /// The run held a slot before the batch ([`RunState::holds_slot`]).
     held_slot: bool,
+    /// The run waited for its due time before the batch ([`RunState::is_waiting_for_due`]).
+    was_waiting_for_due: bool,
     after: RunState,
     snapshot: Vec<u8>,
     /// The batch records that the run resumes a paused run: link them in the resume index.
@@ -809,6 +818,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
     let was_admitted = before_queue.is_some_and(|queue| queue.admitted.is_some());
     let was_waiting = before.as_ref().is_some_and(RunState::is_waiting_for_slot);
     let held_slot = before.as_ref().is_some_and(RunState::holds_slot);
+    let was_waiting_for_due = before.as_ref().is_some_and(RunState::is_waiting_for_due);
     // Folded in place: a refused event leaves `state` half-way, but it is then dropped.
     let mut state = before;
     let mut records = Vec::with_capacity(batch.events.len());
@@ -853,6 +863,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
         was_admitted,
         was_waiting,
         held_slot,
+        was_waiting_for_due,
         after,
         snapshot,
         resumes: false,
@@ -943,6 +954,7 @@ fn write(
             .map_err(storage("writing the resume index"))?;
     }
     write_queue_indexes(tables, run, &prepared)?;
+    write_delay_index(tables, run, &prepared)?;
     write_private(tables, batch, &prepared)?;
     write_hook_indexes(tables, batch, &prepared)?;
     group.advance_mark(batch.writer, batch.writer_seq);
@@ -1011,6 +1023,34 @@ fn write_queue_indexes(
                 .remove(key.as_slice())
                 .map_err(storage("updating a queue's active runs"))?;
         }
+    }
+    Ok(())
+}
+
+/// Moves the run in the `delayed` index as the batch moved it: in while it waits for its due
+/// time (from its creation batch), out once its delay ended or it ended first.
+fn write_delay_index(
+    tables: &mut Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let Some(delay) = &prepared.after.delay else {
+        return Ok(());
+    };
+    let is_waiting = prepared.after.is_waiting_for_due();
+    if prepared.was_waiting_for_due == is_waiting {
+        return Ok(());
+    }
+    let key = tables::terminal_key(delay.due_at_ms, run);
+    let table = tables.delayed()?;
+    if is_waiting {
+        table
+            .insert(&key, ())
+            .map_err(storage("updating the delayed runs"))?;
+    } else {
+        table
+            .remove(&key)
+            .map_err(storage("updating the delayed runs"))?;
     }
     Ok(())
 }

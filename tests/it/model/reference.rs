@@ -130,6 +130,8 @@ pub struct Run {
     pub dismissed_at_ms: Option<UnixMs>,
     /// "Queues": the queue the run waits in, and whether it was admitted.
     pub queue: Option<(String, bool)>,
+    /// "Delayed starts": the due time, and whether the delay ended.
+    pub delay: Option<(UnixMs, bool)>,
     /// "Hooks": each hook attempted, by number, in order.
     pub hooks: Vec<Hook>,
     /// "Steering": each request's id, and where its message is for each target step.
@@ -248,6 +250,15 @@ pub enum Rule {
     AdmittedOnceInQueue,
     /// "Queues": a run in a queue starts its runner only once admitted.
     RunnerAfterAdmission,
+    /// "Delayed starts": a run is delayed only in its creation batch, right after
+    /// `RunCreated` — never beside a queue or a resume, which take that place.
+    DelayedAtCreation,
+    /// "Delayed starts": only a delayed run's delay ends, and once.
+    DelayEndsOnce,
+    /// "Delayed starts": "accepted only in a record whose time is at or past the due time".
+    DelayEndsWhenDue,
+    /// "Delayed starts": a delayed run starts its runner only once its delay ended.
+    RunnerAfterDue,
     /// "Hooks": "A hook runs once the run's end is journaled."
     HookAfterEnd,
     /// "Hooks": a run has at most its own sixteen hooks and the home's.
@@ -279,7 +290,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 40] = [
+    pub const ALL: [Rule; 44] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -308,6 +319,10 @@ impl Rule {
         Rule::QueueNameValid,
         Rule::AdmittedOnceInQueue,
         Rule::RunnerAfterAdmission,
+        Rule::DelayedAtCreation,
+        Rule::DelayEndsOnce,
+        Rule::DelayEndsWhenDue,
+        Rule::RunnerAfterDue,
         Rule::HookAfterEnd,
         Rule::HookInRange,
         Rule::HookAttemptsInTurn,
@@ -424,6 +439,8 @@ fn texts(event: &Event) -> Vec<&str> {
             texts.push(message);
             texts.extend(result_path.as_deref());
         }
+        Event::StartDelayed { .. } => {}
+        Event::DelayEnded { by } => texts.push(by),
     }
     texts
 }
@@ -469,8 +486,9 @@ fn lose_waiting(run: &mut Run, step: Option<u32>) {
     }
 }
 
-/// The run `id` after `event`, or every rule it breaks (then the run is as it was).
-pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rule>> {
+/// The run `id` after `event`, recorded at `at_ms`, or every rule it breaks (then the run is
+/// as it was).
+pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Result<Run, Vec<Rule>> {
     let mut broken = Vec::new();
     if !texts_are_bounded(event) {
         broken.push(Rule::TextBounded);
@@ -519,6 +537,9 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             }
             if matches!(run.queue, Some((_, false))) {
                 broken.push(Rule::RunnerAfterAdmission);
+            }
+            if matches!(run.delay, Some((_, false))) {
+                broken.push(Rule::RunnerAfterDue);
             }
             next.status = Status::Running;
             next.runner = Some((runner.clone(), instance_id.clone()));
@@ -749,6 +770,21 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             }
             next.queue = Some((queue.clone(), false));
         }
+        Event::StartDelayed { due_at_ms, .. } => {
+            if run.head != 1 {
+                broken.push(Rule::DelayedAtCreation);
+            }
+            next.delay = Some((*due_at_ms, false));
+        }
+        Event::DelayEnded { .. } => match run.delay {
+            Some((due_at_ms, false)) => {
+                if at_ms < due_at_ms {
+                    broken.push(Rule::DelayEndsWhenDue);
+                }
+                next.delay = Some((due_at_ms, true));
+            }
+            _ => broken.push(Rule::DelayEndsOnce),
+        },
         Event::QueueAdmitted { .. } => match &run.queue {
             Some((name, false)) => next.queue = Some((name.clone(), true)),
             _ => broken.push(Rule::AdmittedOnceInQueue),
@@ -874,6 +910,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         observed: None,
         dismissed_at_ms: None,
         queue: None,
+        delay: None,
         hooks: Vec::new(),
         steers: Vec::new(),
     })
