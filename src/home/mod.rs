@@ -74,6 +74,7 @@ impl Layout {
                         "reserve",
                         "shipping.json",
                         ".shipping.json.",
+                        "timer.lock",
                     ]
                     .iter()
                     .any(|prefix| name.starts_with(prefix))
@@ -865,6 +866,7 @@ mod tests {
             "blocked",
             "reserve",
             "journal.redb.commit.lock",
+            "timer.lock",
         ] {
             std::fs::write(root.join(name), b"").expect("what the layout makes");
         }

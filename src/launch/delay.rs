@@ -95,13 +95,10 @@ pub fn start_due(
     let mut started = Vec::new();
     loop {
         let now_ms = event::now_ms();
-        let due: Vec<(UnixMs, RunId)> = store
+        let due = store
             .journal()
             .view()?
-            .soonest_delayed(MAX_DUE_PER_LOOK)?
-            .into_iter()
-            .take_while(|(due_at_ms, _)| *due_at_ms <= now_ms)
-            .collect();
+            .delayed_due_by(now_ms, MAX_DUE_PER_LOOK)?;
         let is_more = due.len() == MAX_DUE_PER_LOOK;
         for (due_at_ms, run) in due {
             let event = Event::DelayEnded { by: by.to_string() };

@@ -81,6 +81,8 @@ fn a_delay_2s_run_starts_after_two_seconds_and_not_before_started_by_the_timer()
     let waiting = state(&journal, run);
     assert_eq!(waiting.status, RunStatus::Queued);
     assert!(waiting.runner.is_none());
+    // Waiting or started, the delayed index agrees with the runs (`verify`).
+    crate::support::check_journal(&journal.view().expect("view"), None);
     // `list` and `status` say when it is due while it waits (unless it was due meanwhile).
     let listed = home.cmd().arg("list").assert().success();
     let listed = String::from_utf8_lossy(&listed.get_output().stdout).into_owned();
@@ -160,6 +162,11 @@ fn stop_of_a_delayed_run_ends_it_without_starting_it() {
     let said = String::from_utf8_lossy(&stopped.get_output().stdout).into_owned();
     assert!(said.contains("waited for its due time"), "{said}");
     let journal = home.journal();
+    // Stopped, the journal and its delayed index agree (`verify`): it left the index.
+    crate::support::check_journal(
+        &journal.view().expect("view"),
+        Some(&runjournal::Home::at(home.path())),
+    );
     let ended = state(&journal, run);
     assert_eq!(ended.status, RunStatus::Stopped);
     assert!(ended.runner.is_none());
@@ -173,6 +180,7 @@ fn stop_of_a_delayed_run_ends_it_without_starting_it() {
     let view = journal.view().expect("view");
     assert!(view.soonest_delayed(10).expect("read").is_empty());
     assert_eq!(view.delayed_count().expect("read"), 0);
+    crate::support::check_journal(&view, Some(&runjournal::Home::at(home.path())));
 }
 
 #[test]

@@ -667,6 +667,34 @@ impl View {
         })
     }
 
+    /// Up to `limit` delayed runs due by `now_ms`, the soonest due first, with their due
+    /// times: the index is read only up to the first run not yet due.
+    pub fn delayed_due_by(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        self.guarded("reading the delayed runs", || {
+            let Some(delayed) = self.optional_table(DELAYED)? else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            for entry in delayed
+                .iter()
+                .map_err(storage("reading the delayed runs"))?
+                .take(limit)
+            {
+                let (key, _) = entry.map_err(storage("reading the delayed runs"))?;
+                let (due_at_ms, run) = tables::split_terminal_key(key.value());
+                if due_at_ms > now_ms {
+                    break;
+                }
+                out.push((due_at_ms, run));
+            }
+            Ok(out)
+        })
+    }
+
     /// How many delayed runs wait for their due time.
     pub fn delayed_count(&self) -> Result<u64, ReadError> {
         self.guarded("counting the delayed runs", || {
