@@ -154,12 +154,25 @@ pub enum TimerEnd {
     AlreadyRunning,
     /// Nothing waits any more.
     NothingWaits,
+    /// The home's journal is no longer the file this timer opened (it was rebuilt, say): the
+    /// next reconcile pass starts a timer on the one there now.
+    JournalReplaced,
+}
+
+/// The journal file at `path`, as the file system names it (device and inode); `None` when
+/// nothing is there.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
 /// The home's timer: takes the home's timer lock (or returns at once if another timer holds
 /// it), then starts what is due, sleeps until the soonest due time (at most
 /// [`TIMER_RECHECK`] at a time, so a run delayed meanwhile to a sooner time is not missed), and
-/// returns once nothing waits. A failure to start one run is written through `note` and the
+/// returns once nothing waits, or once the home's journal is another file than the one it
+/// opened. A failure to start one run is written through `note` and the
 /// timer goes on; a failure to read the journal ends it (the next reconcile pass starts
 /// another).
 pub fn run_timer(
@@ -178,7 +191,12 @@ pub fn run_timer(
     };
     let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
     kill_here_if_asked();
+    let journal_path = store.home().journal_path();
+    let journal = file_identity(&journal_path);
     loop {
+        if journal.is_none() || file_identity(&journal_path) != journal {
+            return Ok(TimerEnd::JournalReplaced);
+        }
         match start_due(store, base, by) {
             Ok(started) => {
                 for started in started {
