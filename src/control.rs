@@ -87,7 +87,7 @@ pub enum StopOutcome {
 /// Most attempts to end a run waiting in its queue while its head keeps moving.
 const MAX_WAITING_STOP_ATTEMPTS: u32 = 64;
 
-/// Ends a run that waits in its queue, stopped, with the stop request, in one batch on the head
+/// Ends a run that waits in its queue or for its due time, stopped, with the stop request, in one batch on the head
 /// read: if it was admitted meanwhile, the head moved and the caller stops it as a started
 /// run. `None` when it does not wait (any more).
 fn stop_waiting(

@@ -483,8 +483,8 @@ pub fn steer_targets(state: &RunState) -> Vec<u32> {
     }
 }
 
-/// The events a stop records: the request, and for a run waiting in its queue (no runner will
-/// start for it) its end, stopped, in the same batch. The one wording of both, for `stop` and
+/// The events a stop records: the request, and for a run waiting in its queue or for its due
+/// time (no runner will start for it) its end, stopped, in the same batch. The one wording of both, for `stop` and
 /// for the inbox. Pure.
 pub fn stop_events(state: &RunState, by: &str, reason: &str) -> Vec<Event> {
     let mut events = vec![Event::ControlRequested {
@@ -509,6 +509,12 @@ pub fn stop_events(state: &RunState, by: &str, reason: &str) -> Vec<Event> {
 pub fn waiting_text(state: &RunState) -> Option<String> {
     if state.is_waiting_for_dependencies() {
         return Some("for its dependencies".to_string());
+    }
+    if let Some(delay) = state.delay.as_ref().filter(|_| state.is_waiting_for_due()) {
+        return Some(format!(
+            "for its due time {}",
+            crate::duration::format_time_s(delay.due_at_ms)
+        ));
     }
     state
         .queue

@@ -182,6 +182,53 @@ pub fn parse_time(text: &str, now_ms: UnixMs) -> Result<UnixMs, TimeError> {
     u64::try_from(time.as_millisecond()).map_err(|_| out_of_range())
 }
 
+/// Why a start time (`run --at`) is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartTimeError {
+    #[error(
+        "{text:?} is not a start time: give an RFC 3339 time (2025-01-31T14:30:00+01:00) or a local time today (14:30, 14:30:15)"
+    )]
+    Malformed { text: String },
+    #[error("{text:?} is already past; give a later time (a local time means today), or --delay")]
+    Past { text: String },
+    #[error("{text:?} is before 1970 or after 9999")]
+    OutOfRange { text: String },
+}
+
+/// Parses when a run may start (`run --at`) into Unix milliseconds: an RFC 3339 time (any
+/// offset), or a local time of today in this system's time zone (`14:30`, `14:30:15`). A time
+/// at or before `now_ms` is refused: a run does not start in the past.
+pub fn parse_start_time(text: &str, now_ms: UnixMs) -> Result<UnixMs, StartTimeError> {
+    let trimmed = text.trim();
+    let out_of_range = || StartTimeError::OutOfRange {
+        text: quoted(trimmed),
+    };
+    let time = if let Ok(time) = Timestamp::from_str(trimmed) {
+        time
+    } else if let Ok(time) = Time::from_str(trimmed) {
+        let now = i64::try_from(now_ms)
+            .ok()
+            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+            .ok_or_else(out_of_range)?;
+        let zone = TimeZone::system();
+        let today = zone.to_datetime(now).date();
+        zone.to_timestamp(today.to_datetime(time))
+            .map_err(|_| out_of_range())?
+    } else {
+        return Err(StartTimeError::Malformed {
+            text: quoted(trimmed),
+        });
+    };
+    let at_ms = u64::try_from(time.as_millisecond()).map_err(|_| out_of_range())?;
+    if at_ms <= now_ms {
+        return Err(StartTimeError::Past {
+            text: quoted(trimmed),
+        });
+    }
+    Ok(at_ms)
+}
+
 /// Unix milliseconds as `YYYY-MM-DD HH:MM:SSZ` (UTC); what [`parse_time`] reads back.
 pub fn format_time_s(ms: UnixMs) -> String {
     format_time(ms, "%Y-%m-%d %H:%M:%SZ")
@@ -205,6 +252,48 @@ fn format_time(ms: UnixMs, format: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_time_is_an_rfc_3339_time_or_a_local_time_today_and_never_past() {
+        // 2025-01-31T12:00:00Z.
+        let now_ms = 1_738_324_800_000;
+        assert_eq!(
+            parse_start_time("2025-01-31T12:00:05Z", now_ms),
+            Ok(now_ms + 5_000)
+        );
+        assert_eq!(
+            parse_start_time("2025-01-31T13:00:05+01:00", now_ms),
+            Ok(now_ms + 5_000)
+        );
+        assert!(matches!(
+            parse_start_time("2025-01-31T11:59:59Z", now_ms),
+            Err(StartTimeError::Past { .. })
+        ));
+        assert!(matches!(
+            parse_start_time("2025-01-31T12:00:00Z", now_ms),
+            Err(StartTimeError::Past { .. })
+        ));
+        assert!(matches!(
+            parse_start_time("soon", now_ms),
+            Err(StartTimeError::Malformed { .. })
+        ));
+        // A local time names today in the system's zone: one second before the end of today
+        // is later than now, the start of today is not.
+        let zone = TimeZone::system();
+        let now = Timestamp::from_millisecond(now_ms as i64).expect("in range");
+        let today = zone.to_datetime(now).date();
+        let last_second = zone
+            .to_timestamp(today.to_datetime(Time::constant(23, 59, 59, 0)))
+            .expect("in range");
+        assert_eq!(
+            parse_start_time("23:59:59", now_ms),
+            Ok(last_second.as_millisecond() as u64)
+        );
+        assert!(matches!(
+            parse_start_time("00:00", now_ms),
+            Err(StartTimeError::Past { .. })
+        ));
+    }
 
     #[test]
     fn every_documented_form_parses() {

@@ -947,6 +947,21 @@ pub enum Event {
     DependenciesMet {
         by: String,
     },
+    /// The run starts no sooner than `due_at_ms` (`run --at`, `--delay`; docs/design.md,
+    /// "Delayed starts"): only in the run's creation batch, right after `RunCreated`. Until its
+    /// [`Event::DelayEnded`] the run is `queued` and has no runner. It also keeps the runner
+    /// settings its later starter needs, as [`Event::QueueJoined`] does.
+    StartDelayed {
+        due_at_ms: UnixMs,
+        idle_timeout_ms: Option<u64>,
+        heartbeat_ms: Option<u64>,
+    },
+    /// The delayed run's due time came and `by` takes it to start its runner: accepted only
+    /// once, and only in a record whose time is at or past the due time, so no runner starts
+    /// before it.
+    DelayEnded {
+        by: String,
+    },
 }
 
 /// Most runs one run may wait for (`run --after` and `--after-any` together).
@@ -1217,6 +1232,8 @@ impl Event {
                     fields.push(("result_path", path));
                 }
             }
+            Event::StartDelayed { .. } => {}
+            Event::DelayEnded { by } => fields.push(("by", by)),
         }
         fields
     }
@@ -1335,6 +1352,8 @@ impl Event {
             Event::HostEnded { .. } => "HostEnded",
             Event::DependsOn { .. } => "DependsOn",
             Event::DependenciesMet { .. } => "DependenciesMet",
+            Event::StartDelayed { .. } => "StartDelayed",
+            Event::DelayEnded { .. } => "DelayEnded",
         }
     }
 }
@@ -1754,6 +1773,20 @@ pub(crate) mod tests {
                     by: "b".to_string(),
                 },
             ),
+            (
+                "StartDelayed",
+                Event::StartDelayed {
+                    due_at_ms: 9,
+                    idle_timeout_ms: Some(5),
+                    heartbeat_ms: None,
+                },
+            ),
+            (
+                "DelayEnded",
+                Event::DelayEnded {
+                    by: "b".to_string(),
+                },
+            ),
         ]
     }
 
@@ -1794,12 +1827,13 @@ pub(crate) mod tests {
             ("SteerDelivered", "0f016902e019bb09"),
             ("ControlRefused", "10016601729bf292bb"),
             ("HostEnded", "110102016d08010170cdd6eff8"),
-            // The lead renumbers new variants at merge: only the first byte and the CRC move.
             (
                 "DependsOn",
                 "1201020202020202020202020202020202020103030303030303030303030303030303010500794e7444",
             ),
             ("DependenciesMet", "13016256748f88"),
+            ("StartDelayed", "14090105004f756b21"),
+            ("DelayEnded", "15016241823e59"),
         ];
         let variants = every_variant();
         assert_eq!(

@@ -330,7 +330,15 @@ impl Choices<'_> {
             },
             16 => self.depends_on(),
             17 => Event::DependenciesMet { by: self.text() },
-            _ => Event::HostEnded {
+            // The last arm splits, so the events added later leave the others' inputs alone.
+            _ => self.later_event(),
+        }
+    }
+
+    /// The events of the lifecycle's last arm: a host's end, and those added after it.
+    fn later_event(&mut self) -> Event {
+        match self.below(3) {
+            0 => Event::HostEnded {
                 state: self.pick(&[
                     TerminalState::Complete,
                     TerminalState::Failed,
@@ -342,6 +350,12 @@ impl Choices<'_> {
                 ended_at_ms: self.number(),
                 result_path: self.optional(Self::text),
             },
+            1 => Event::StartDelayed {
+                due_at_ms: self.number(),
+                idle_timeout_ms: self.optional(Self::number),
+                heartbeat_ms: self.optional(Self::number),
+            },
+            _ => Event::DelayEnded { by: self.text() },
         }
     }
 

@@ -570,14 +570,16 @@ fn kill_here_if_asked() {}
 /// a thread of this process (a process that exits first leaves it to init). What a reconcile
 /// pass does when [`needs_delivery`] says so: the pass never waits on a hook.
 pub fn start_deliverer(home: &Home, program: &Path) -> io::Result<u32> {
-    let root = std::path::absolute(home.root())?;
+    start_detached(program, &deliverer_args(home)?)
+}
+
+/// Starts `program args...` detached, as a deliverer is ([`start_deliverer`]): in a session of
+/// its own, /dev/null on 0-2 and no other descriptor of this process's, reaped by a thread of
+/// this process. Also how the home's timer is started (`launch::delay`).
+pub fn start_detached(program: &Path, args: &[OsString]) -> io::Result<u32> {
     let mut command = Command::new(program);
     command
-        .arg(DELIVERER_SUBCOMMAND)
-        .arg("--home")
-        .arg(root)
-        .arg("--layout")
-        .arg(home.layout().as_str())
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -123,6 +123,8 @@ pub struct ListedRunDoc {
     pub queue_place: Option<u64>,
     /// The runs it waits for that have yet to end (empty: it waits for none).
     pub waiting_for: Vec<String>,
+    /// When a delayed run may start (`run --at`, `--delay`).
+    pub due_at_ms: Option<UnixMs>,
 }
 
 impl ListedRunDoc {
@@ -133,6 +135,7 @@ impl ListedRunDoc {
             queue: state.queue.as_ref().map(|queue| queue.name.clone()),
             queue_place,
             waiting_for: waiting_for.iter().map(RunId::to_string).collect(),
+            due_at_ms: state.delay.as_ref().map(|delay| delay.due_at_ms),
             run_id: state.run_id.to_string(),
             name: state.spec.name.clone(),
             state: state.status.as_str(),
@@ -271,6 +274,9 @@ pub struct StatusCommandDoc {
     /// The runs it waits for, when it was created with some.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dependencies: Option<DependenciesDoc>,
+    /// Its delayed start, when it was created with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelayDoc>,
 }
 
 /// A run's dependencies as `status` shows them (docs/design.md, "Dependencies").
@@ -297,6 +303,27 @@ impl DependenciesDoc {
             after_any: texts(&dependencies.after_any),
             waiting_for: texts(waiting_for),
             met_at_ms: dependencies.met.as_ref().map(|met| met.at_ms),
+        })
+    }
+}
+
+/// A run's delayed start (`run --at`, `--delay`), as `status --json` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DelayDoc {
+    pub due_at_ms: UnixMs,
+    /// When its delay ended and its runner was started, and by whom; `None` while it waits.
+    pub started_at_ms: Option<UnixMs>,
+    pub started_by: Option<String>,
+}
+
+impl DelayDoc {
+    pub fn of(state: &RunState) -> Option<DelayDoc> {
+        let delay = state.delay.as_ref()?;
+        Some(DelayDoc {
+            due_at_ms: delay.due_at_ms,
+            started_at_ms: delay.ended.as_ref().map(|ended| ended.at_ms),
+            started_by: delay.ended.as_ref().map(|ended| ended.by.clone()),
         })
     }
 }

@@ -48,6 +48,7 @@ use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::{ReadHome, Store};
 
 pub mod after;
+pub mod delay;
 pub mod queue;
 pub mod startable;
 
@@ -103,6 +104,13 @@ pub enum RunnerStart {
     /// The run waits for its dependencies (`pending`: those that have yet to end); whoever
     /// records the last one's end starts it.
     Waiting { pending: Vec<RunId> },
+    /// The run waits for its due time; the home's timer, or a reconcile pass, starts it then.
+    Delayed {
+        due_at_ms: crate::event::UnixMs,
+        /// The home's timer's pid, when this launch started one (one already running may
+        /// hold the home's lock: it exits at once, leaving the due time to that one).
+        timer: Result<u32, String>,
+    },
     /// The run waits in its queue for a slot; whoever frees one starts it.
     Queued {
         queue: String,
@@ -179,6 +187,16 @@ pub enum LaunchError {
         #[source]
         source: Box<after::DependencyError>,
     },
+    /// A run waits for a queue's slot or for its due time, not both: nothing was written.
+    #[error(
+        "a run cannot both wait in queue {queue} and start later (--at, --delay); use one of them"
+    )]
+    DelayedInQueue { queue: String },
+    /// A run waits for other runs or for its due time, not both: nothing was written.
+    #[error(
+        "a run cannot both wait for other runs (--after, --after-any) and start later (--at, --delay); use one of them"
+    )]
+    DelayedAfterRuns,
 }
 
 impl LaunchError {
@@ -191,6 +209,8 @@ impl LaunchError {
                 | LaunchError::Hook(_)
                 | LaunchError::Unstartable(_)
                 | LaunchError::Dependency { .. }
+                | LaunchError::DelayedInQueue { .. }
+                | LaunchError::DelayedAfterRuns
         )
     }
 }
@@ -226,6 +246,18 @@ pub fn launch(
 ) -> Result<Launched, LaunchError> {
     check_launchable(&request.spec)?;
     let private = private_of(&request)?;
+    if let (Some(queue), Some(_)) = (&request.queue, request.start_at_ms) {
+        return Err(LaunchError::DelayedInQueue {
+            queue: queue.clone(),
+        });
+    }
+    if request.start_at_ms.is_some() && !(request.after.is_empty() && request.after_any.is_empty())
+    {
+        return Err(LaunchError::DelayedAfterRuns);
+    }
+    if let Some(due_at_ms) = request.start_at_ms {
+        return launch_delayed(store, request, private, due_at_ms, program);
+    }
     if !request.after.is_empty() || !request.after_any.is_empty() {
         return launch_dependent(store, request, private, program, start_timeout);
     }
@@ -286,7 +318,8 @@ fn launch_with(
     await_runner(store, run, runner, ready, start_timeout)
 }
 
-/// The runner settings a run keeps for a later starter (`QueueJoined`, `DependsOn`), in ms:
+/// The runner settings a run keeps for a later starter (`QueueJoined`, `DependsOn`,
+/// `StartDelayed`), in ms:
 /// `(idle_timeout_ms, heartbeat_ms)`.
 fn kept_settings(request: &RunRequest) -> (Option<u64>, Option<u64>) {
     let ms = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
@@ -340,14 +373,11 @@ fn launch_queued(
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    let (idle_timeout_ms, heartbeat_ms) = kept_settings(&request);
     let joined = Event::QueueJoined {
         queue: queue_name.to_string(),
-        idle_timeout_ms: request
-            .idle_timeout
-            .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-        heartbeat_ms: request
-            .heartbeat
-            .map(|heartbeat| u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX)),
+        idle_timeout_ms,
+        heartbeat_ms,
     };
     let creation = crate::journal::Creation {
         spec: request.spec,
@@ -359,6 +389,41 @@ fn launch_queued(
         .create_then(creation, |_| ())
         .map_err(LaunchError::Create)?;
     enter_queue(store, created.run, queue_name, program, start_timeout)
+}
+
+/// Creates a delayed run (`StartDelayed` in its creation batch), then starts the home's timer
+/// (`program` with [`delay::TIMER_SUBCOMMAND`]) and returns at once: the timer, or a reconcile
+/// pass, starts the run once due. A timer that cannot be started is left to the next reconcile
+/// pass, as one killed is.
+fn launch_delayed(
+    store: &Store,
+    request: RunRequest,
+    private: RunPrivate,
+    due_at_ms: crate::event::UnixMs,
+    program: &RunnerProgram,
+) -> Result<Launched, LaunchError> {
+    let (idle_timeout_ms, heartbeat_ms) = kept_settings(&request);
+    let delayed = Event::StartDelayed {
+        due_at_ms,
+        idle_timeout_ms,
+        heartbeat_ms,
+    };
+    let creation = crate::journal::Creation {
+        spec: request.spec,
+        hosts: request.hosts,
+        more: vec![delayed],
+        private: Some(private),
+    };
+    let (created, ()) = store
+        .create_then(creation, |_| ())
+        .map_err(LaunchError::Create)?;
+    let timer =
+        delay::start_timer(store.home(), &program.program).map_err(|error| error.to_string());
+    Ok(Launched {
+        run: created.run,
+        runner: None,
+        start: RunnerStart::Delayed { due_at_ms, timer },
+    })
 }
 
 /// After creating `run` in `queue_name` (or finding its dependencies met): admits what the
@@ -725,6 +790,7 @@ pub fn resume_with(
         on_exit: Vec::new(),
         after: Vec::new(),
         after_any: Vec::new(),
+        start_at_ms: None,
     };
     let private = resume_private(store, run, options)?;
     // The messages the paused run kept for its resume wait for the new run's steps.
@@ -780,7 +846,9 @@ impl ResumeReport {
         let (state, runner_pid, error) = match &resumed.launched.start {
             RunnerStart::Started { pid, .. } => ("running", Some(*pid), None),
             RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
-            RunnerStart::Queued { .. } | RunnerStart::Waiting { .. } => ("queued", None, None),
+            RunnerStart::Queued { .. }
+            | RunnerStart::Waiting { .. }
+            | RunnerStart::Delayed { .. } => ("queued", None, None),
         };
         ResumeReport {
             run_id: run.to_string(),
@@ -1243,7 +1311,8 @@ pub fn follow_launched_looking(
         RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
         RunnerStart::NotStarted { .. }
         | RunnerStart::Queued { .. }
-        | RunnerStart::Waiting { .. } => None,
+        | RunnerStart::Waiting { .. }
+        | RunnerStart::Delayed { .. } => None,
     };
     let end = follow_looking(
         store,

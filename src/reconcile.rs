@@ -64,8 +64,8 @@ pub struct Inputs {
     /// The run became startable — created, or admitted by its queue — longer than
     /// [`START_GRACE_MS`] ago.
     pub is_past_start_grace: bool,
-    /// The run waits — in its queue for a slot, or for its dependencies: no runner is due
-    /// until it is admitted or they are met.
+    /// The run waits — in its queue for a slot, for its dependencies or for its due time: no
+    /// runner is due until it is admitted, they are met or its delay ends.
     pub is_waiting_for_slot: bool,
     /// A host's own repair ended the run (pi-subagents' `subagent.run.repaired_stale`, in the
     /// pi-subagents layout's events.jsonl) before runjournal's reconciler did.
@@ -286,7 +286,7 @@ pub const TABLE: &[Row] = &[
     },
     Row {
         name: "waiting-for-slot",
-        why: "it waits in its queue for a slot, or for its dependencies: no runner is due before it is admitted or they are met, however long it waits",
+        why: "it waits in its queue for a slot, for its dependencies or for its due time: no runner is due before it is admitted, they are met or it is due, however long it waits",
         matches: |i| {
             !i.is_terminal
                 && !is_host_ended(i)

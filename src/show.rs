@@ -587,6 +587,17 @@ impl RunView {
     }
 }
 
+/// A delayed run's due time, and whether its delay ended: `None` for a run not delayed.
+fn due_text(state: &RunState) -> Option<String> {
+    let delay = state.delay.as_ref()?;
+    let started = match &delay.ended {
+        Some(ended) => format!(", started {} by {}", format_time_ms(ended.at_ms), ended.by),
+        None if state.is_terminal() => ", never started".to_string(),
+        None => ", waiting".to_string(),
+    };
+    Some(format!("{}{started}", format_time_ms(delay.due_at_ms)))
+}
+
 fn state_fields(state: &RunState, runner: Option<RunnerSeen>) -> Vec<(String, Cell)> {
     let mut fields: Vec<(String, Cell)> = Vec::new();
     let mut field = |label: &str, value: Cell| fields.push((label.to_string(), value));
@@ -608,6 +619,9 @@ fn state_fields(state: &RunState, runner: Option<RunnerSeen>) -> Vec<(String, Ce
     }
     field("state", status);
     field("created", Cell::plain(format_time_ms(state.created_at_ms)));
+    if let Some(due) = due_text(state) {
+        field("due", Cell::plain(due));
+    }
     for (label, value) in [
         ("session", &state.session_id),
         ("owner", &state.completion_owner_id),
@@ -1009,6 +1023,13 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
             after, after_any, ..
         } => dependencies_text(after, after_any),
         Event::DependenciesMet { by } => format!("dependencies met ({by})"),
+        Event::StartDelayed { due_at_ms, .. } => {
+            format!(
+                "delayed until {}",
+                crate::duration::format_time_s(*due_at_ms)
+            )
+        }
+        Event::DelayEnded { by } => format!("due: started ({by})"),
         Event::HookAttempted { .. } | Event::HookEnded { .. } => hook_record_text(&record.event),
         Event::SteerRequested { .. }
         | Event::SteerDelivered { .. }

@@ -167,6 +167,8 @@ pub struct RunRequest {
     pub after: Vec<String>,
     /// Runs it waits for, to end however (`--after-any`), as given.
     pub after_any: Vec<String>,
+    /// When it may start (`--at`, `--delay`); `None`: at once.
+    pub start_at_ms: Option<crate::event::UnixMs>,
 }
 
 /// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
@@ -237,6 +239,7 @@ impl RunDraft {
             on_exit: self.on_exit,
             after: self.after,
             after_any: self.after_any,
+            start_at_ms: None,
         })
     }
 }

@@ -85,6 +85,8 @@ pub enum ProblemKind {
     ActiveIndex,
     /// A queue's index of waiting or active runs.
     QueueIndex,
+    /// The index of delayed runs waiting for their due time.
+    DelayedIndex,
     /// The terminal index.
     TerminalIndex,
     /// The alias index.
@@ -114,6 +116,7 @@ impl ProblemKind {
             ProblemKind::Log => "log",
             ProblemKind::ActiveIndex => "active-index",
             ProblemKind::QueueIndex => "queue-index",
+            ProblemKind::DelayedIndex => "delayed-index",
             ProblemKind::TerminalIndex => "terminal-index",
             ProblemKind::Alias => "alias",
             ProblemKind::ResumeIndex => "resume-index",
@@ -287,6 +290,8 @@ struct IndexFacts {
     queue: Option<String>,
     is_waiting: bool,
     holds_slot: bool,
+    /// Its due time, while it waits for it.
+    due_waiting: Option<UnixMs>,
 }
 
 impl IndexFacts {
@@ -299,6 +304,11 @@ impl IndexFacts {
             queue: state.queue.as_ref().map(|queue| queue.name.clone()),
             is_waiting: state.is_waiting_for_slot(),
             holds_slot: state.holds_slot(),
+            due_waiting: state
+                .delay
+                .as_ref()
+                .filter(|_| state.is_waiting_for_due())
+                .map(|delay| delay.due_at_ms),
         }
     }
 }
@@ -444,6 +454,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     check_log(view, &mut runs, &mut report);
     check_active(view, &runs, &mut report);
     check_queues(view, &runs, &mut report);
+    check_delayed(view, &runs, &mut report);
     check_terminal(view, &runs, &mut report);
     check_aliases(view, &runs, &mut report);
     check_resumes(&resumes, &runs, &mut report);
@@ -852,6 +863,43 @@ fn check_active(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Repo
             )
             .of_run(*run),
         );
+    }
+}
+
+/// The `delayed` index against the runs: each run waiting for its due time listed once, at
+/// that time; nothing else.
+fn check_delayed(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Report) {
+    let listed = match view.soonest_delayed(usize::MAX) {
+        Ok(listed) => listed,
+        Err(error) => {
+            report.problems.push(Problem::read(&error));
+            return;
+        }
+    };
+    let problem = |run: RunId, message: String| {
+        Problem::new(Severity::Inconsistent, ProblemKind::DelayedIndex, message).of_run(run)
+    };
+    let listed: BTreeSet<(UnixMs, RunId)> = listed.into_iter().collect();
+    let expected: BTreeSet<(UnixMs, RunId)> = runs
+        .iter()
+        .filter_map(|(run, facts)| {
+            let due = facts.facts.as_ref()?.due_waiting?;
+            Some((due, *run))
+        })
+        .collect();
+    for (due, run) in expected.difference(&listed) {
+        report.problems.push(problem(
+            *run,
+            format!("run {run} waits for its due time {due} ms but the delayed index lacks it"),
+        ));
+    }
+    for (due, run) in listed.difference(&expected) {
+        report.problems.push(problem(
+            *run,
+            format!(
+                "the delayed index lists run {run} due at {due} ms, which does not wait for that"
+            ),
+        ));
     }
 }
 

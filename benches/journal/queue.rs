@@ -1,6 +1,7 @@
 //! Queues: how long a freed slot stays unused before the next run's step starts, and what
 //! admitting a queue's next run costs with 10 runs waiting and with 10,000 (the journal's
-//! index of waiting runs is read at one place, so the two should cost the same).
+//! index of waiting runs is read at one place, so the two should cost the same); and the same
+//! for a reconcile pass's delayed starts with 10 and 10,000 delayed runs waiting.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,12 +20,14 @@ const MANY_WAITING: usize = 10_000;
 /// Runs waiting in the small queue.
 const FEW_WAITING: usize = 10;
 
-pub const QUEUE_IDS: [&str; 5] = [
+pub const QUEUE_IDS: [&str; 7] = [
     "process-start",
     "durable-commit",
     "admit-10",
     "admit-10000",
     "slot-to-step",
+    "delayed-10",
+    "delayed-10000",
 ];
 
 /// The `queue` group, when reported.
@@ -54,6 +57,50 @@ fn waiting(queue: &str) -> (RunId, Vec<Event>, Condition) {
         ],
         Condition::expect_head(0),
     )
+}
+
+/// A delayed run's creation batch, due in a day: it waits through the benchmark.
+fn delayed() -> (RunId, Vec<Event>, Condition) {
+    (
+        RunId::generate(),
+        vec![
+            fixture::created(fixture::job_spec()),
+            Event::StartDelayed {
+                due_at_ms: runjournal::event::now_ms() + 86_400_000,
+                idle_timeout_ms: None,
+                heartbeat_ms: None,
+            },
+        ],
+        Condition::expect_head(0),
+    )
+}
+
+/// The delayed starts of a reconcile pass (`launch::delay::reconcile_delayed`) in a home of
+/// `count` delayed runs waiting: what is due is read from the `delayed` index, so 10 and 10,000
+/// should cost the same. The bench holds the home's timer lock, as a live timer would, so no
+/// timer is started.
+fn delayed_pass(dir: &Path, count: usize) -> Box<dyn FnMut(u64) -> Duration> {
+    let store = open_store(dir);
+    let joined = store.append_all(std::iter::repeat_with(delayed).take(count));
+    assert!(
+        joined.iter().all(Result::is_ok),
+        "the delayed runs are created"
+    );
+    let lock = runjournal::durable_fs::FileLock::try_acquire(&store.home().timer_lock_path())
+        .expect("the timer lock opens")
+        .expect("no timer holds it");
+    let base = runjournal::launch::RunnerProgram {
+        program: "/nonexistent/runjournal".into(),
+        leading_args: Vec::new(),
+    };
+    Box::new(move |iters| {
+        let _held = &lock;
+        timed(iters, || {
+            let started = runjournal::launch::delay::reconcile_delayed(&store, &base, "bench")
+                .expect("the pass reads the index");
+            assert!(started.is_empty(), "nothing is due");
+        })
+    })
 }
 
 /// Ends a run, stopped: its slot frees.
@@ -148,6 +195,14 @@ pub fn queue_ways(scratch: &Path) -> Vec<Way<'static>> {
         ),
         (QUEUE_IDS[2].into(), admit("few")),
         (QUEUE_IDS[3].into(), admit("many")),
+        (
+            QUEUE_IDS[5].into(),
+            delayed_pass(&scratch.join("delayed-few"), FEW_WAITING),
+        ),
+        (
+            QUEUE_IDS[6].into(),
+            delayed_pass(&scratch.join("delayed-many"), MANY_WAITING),
+        ),
         (
             QUEUE_IDS[4].into(),
             Box::new(move |iters| {

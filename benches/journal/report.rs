@@ -810,7 +810,10 @@ pub fn render_queue(measured: &Measured, verdicts: &mut Vec<String>) -> String {
          records `RunnerStarted` and `StepRunning` (two more commits); its floor is one process \
          start and three durable commits, measured in the same rounds. Admitting a queue's \
          next run (`launch::queue::admit_next`: a read of the queue's index, then the \
-         conditional append) with 10 runs waiting and with 10,000, in one journal.\n"
+         conditional append) with 10 runs waiting and with 10,000, in one journal. A reconcile \
+         pass's delayed starts (`launch::delay::reconcile_delayed`: the runs due, read from the \
+         `delayed` index, and whether the home's timer runs) with 10 delayed runs waiting and \
+         with 10,000, each in a home of its own, none due.\n"
     );
     let mut table = Table::new(&["what", "time", "ratio", "target"]);
     let floor = composite(
@@ -864,6 +867,34 @@ pub fn render_queue(measured: &Measured, verdicts: &mut Vec<String>) -> String {
         };
         table.row(&[
             "admitting the next run, 10,000 waiting".into(),
+            time(median(many.clone())),
+            format!("{} with 10 waiting", ratio_cell(ratio, false)),
+            target,
+        ]);
+    }
+    let few = measured.per_round(group, "delayed-10");
+    if let (Some(many), Some(few)) = (measured.per_round(group, "delayed-10000"), few) {
+        table.row(&[
+            "a pass's delayed starts, 10 delayed runs waiting".into(),
+            time(median(few.clone())),
+            String::new(),
+            String::new(),
+        ]);
+        let ratio = ratio_of(many, few);
+        let bound = 1.5;
+        let target = match ratio {
+            Some((mid, _, _)) => {
+                let is_met = mid <= bound;
+                verdicts.push(format!(
+                    "a pass's delayed starts with 10,000 waiting ≤ {bound}× with 10: {} ({mid:.2}×)",
+                    verdict(is_met)
+                ));
+                format!("≤ {bound}×: {}", verdict(is_met))
+            }
+            None => String::new(),
+        };
+        table.row(&[
+            "a pass's delayed starts, 10,000 delayed runs waiting".into(),
             time(median(many.clone())),
             format!("{} with 10 waiting", ratio_cell(ratio, false)),
             target,

@@ -74,6 +74,7 @@ impl Layout {
                         "reserve",
                         "shipping.json",
                         ".shipping.json.",
+                        "timer.lock",
                     ]
                     .iter()
                     .any(|prefix| name.starts_with(prefix))
@@ -421,6 +422,12 @@ impl Home {
     /// journal it reports on.
     pub fn shipping_state_path(&self) -> PathBuf {
         self.state_dir().join("shipping.json")
+    }
+
+    /// `timer.lock`: held by the home's timer, the one process that sleeps until delayed runs
+    /// are due (see `launch::delay`).
+    pub fn timer_lock_path(&self) -> PathBuf {
+        self.state_dir().join("timer.lock")
     }
 
     /// `blocked/`: one empty marker per writer blocked on a full disk (see `capacity`).
@@ -859,6 +866,7 @@ mod tests {
             "blocked",
             "reserve",
             "journal.redb.commit.lock",
+            "timer.lock",
         ] {
             std::fs::write(root.join(name), b"").expect("what the layout makes");
         }

@@ -149,7 +149,7 @@ pub fn admit_next(store: &Store, queue: &str, by: &str) -> Result<Option<RunStat
 }
 
 /// The program that starts `state`'s runner: `base`, with the runner settings its launcher
-/// kept in its `QueueJoined` or its `DependsOn`.
+/// kept in its `QueueJoined`, its `DependsOn` or its `StartDelayed`.
 pub fn program_for(base: &RunnerProgram, state: &RunState) -> RunnerProgram {
     let mut program = base.clone();
     let (idle_timeout_ms, heartbeat_ms) = state.kept_runner_settings();
@@ -195,6 +195,20 @@ fn start_runner(
             Ok(Err(error))
         }
     }
+}
+
+/// [`start_runner`], its child reaped on a thread of this process: the runner's pid, or why
+/// it could not be started (the run is then recorded failed).
+pub(super) fn start_runner_detached(
+    store: &Store,
+    state: &RunState,
+    base: &RunnerProgram,
+) -> Result<Result<u32, String>, LaunchError> {
+    Ok(start_runner(store, state, base)?.map(|child| {
+        let pid = child.id();
+        reap_in_background(child);
+        pid
+    }))
 }
 
 /// Reaps `child` on a thread of its own, so a long-lived process that started it keeps no
@@ -254,7 +268,8 @@ pub fn start_admissible(
     Ok(admitted)
 }
 
-/// A reconcile pass, then the admissions its closings allow, then a hook deliverer if a
+/// A reconcile pass, then the admissions its closings allow, the delayed runs due (and the
+/// home's timer if runs still wait and none runs), then a hook deliverer if a
 /// completion hook is due (`base.program` started with [`crate::hooks::DELIVERER_SUBCOMMAND`]):
 /// the pass `status`, `list`, `wait` and `reconcile` make, and what a host should call in
 /// their place.
@@ -271,6 +286,9 @@ pub fn reconcile_and_start(
     // its place in its queue first. Best effort: what fails here is judged by the next pass.
     let _ = super::after::settle(store, base, "reconciler", super::after::Scope::All);
     let admitted = start_admissible(store, base, "reconciler", None);
+    // Best effort, as the deliverer: what is due and not started now is started by the timer
+    // or the next pass.
+    let _ = super::delay::reconcile_delayed(store, base, "reconciler");
     // Best effort: a deliverer that cannot start now is started by the next pass.
     let _ = crate::hooks::start_deliverer_if_needed(store, &base.program);
     (report, admitted)

@@ -167,6 +167,14 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
         Event::HookAttempted { .. } | Event::HookEnded { .. } => {
             lines.extend(hook_line(ts, &record.event, run));
         }
+        Event::StartDelayed { due_at_ms, .. } => {
+            lines.push(Line::new("subagent.run.delayed", ts, run).with("dueAt", *due_at_ms));
+        }
+        Event::DelayEnded { by } => lines.push(
+            Line::new("subagent.run.due", ts, run)
+                .with_some("dueAt", run.delay.as_ref().map(|delay| delay.due_at_ms))
+                .with("by", by.clone()),
+        ),
     }
     lines
         .into_iter()

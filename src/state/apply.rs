@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::{
-    AdmissionInfo, ControlInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
+    AdmissionInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
     ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
     SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError, Undelivered,
 };
@@ -88,6 +88,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         dismissed_at_ms: None,
         queue: None,
         dependencies: None,
+        delay: None,
         hooks: Vec::new(),
         steers: Vec::new(),
         head_seq: 1,
@@ -255,6 +256,12 @@ impl RunState {
                 Some(Repairer::Host),
                 *ended_at_ms,
             ),
+            Event::StartDelayed {
+                due_at_ms,
+                idle_timeout_ms,
+                heartbeat_ms,
+            } => self.start_delayed(*due_at_ms, *idle_timeout_ms, *heartbeat_ms, record.seq),
+            Event::DelayEnded { by } => self.delay_ended(by, at_ms),
         }
     }
 
@@ -289,6 +296,12 @@ impl RunState {
             return Err(TransitionError::RunnerBeforeAdmission {
                 run,
                 queue: queue.name.clone(),
+            });
+        }
+        if let Some(delay) = self.delay.as_ref().filter(|delay| delay.ended.is_none()) {
+            return Err(TransitionError::RunnerBeforeDue {
+                run,
+                due_at_ms: delay.due_at_ms,
             });
         }
         self.status = RunStatus::Running;
@@ -689,6 +702,53 @@ impl RunState {
             return Err(TransitionError::DependenciesAlreadyMet { run });
         }
         dependencies.met = Some(AdmissionInfo {
+            by: by.to_string(),
+            at_ms,
+        });
+        Ok(())
+    }
+
+    /// `StartDelayed`: only as the run's second record, in its creation batch (so never beside
+    /// a queue or a resume, which take that place too).
+    fn start_delayed(
+        &mut self,
+        due_at_ms: UnixMs,
+        idle_timeout_ms: Option<u64>,
+        heartbeat_ms: Option<u64>,
+        seq: u64,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if seq != 2 {
+            return Err(TransitionError::StartDelayedLate { run, found: seq });
+        }
+        self.delay = Some(DelayInfo {
+            due_at_ms,
+            idle_timeout_ms,
+            heartbeat_ms,
+            ended: None,
+        });
+        Ok(())
+    }
+
+    /// `DelayEnded`: the run is delayed, its delay has not ended, and the record's time is at
+    /// or past its due time. The record's time is its writer's clock when it made the batch,
+    /// judged inside the transaction that commits it: no runner starts before the due time.
+    fn delay_ended(&mut self, by: &str, at_ms: UnixMs) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let Some(delay) = self.delay.as_mut() else {
+            return Err(TransitionError::NotDelayed { run });
+        };
+        if delay.ended.is_some() {
+            return Err(TransitionError::DelayAlreadyEnded { run });
+        }
+        if at_ms < delay.due_at_ms {
+            return Err(TransitionError::NotYetDue {
+                run,
+                due_at_ms: delay.due_at_ms,
+                at_ms,
+            });
+        }
+        delay.ended = Some(AdmissionInfo {
             by: by.to_string(),
             at_ms,
         });

@@ -216,6 +216,18 @@ pub struct QueueInfo {
     pub admitted: Option<AdmissionInfo>,
 }
 
+/// A delayed start (docs/design.md, "Delayed starts"): the run starts no sooner than its due
+/// time, by whoever records its [`crate::event::Event::DelayEnded`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DelayInfo {
+    pub due_at_ms: UnixMs,
+    /// The runner settings its launcher would have given.
+    pub idle_timeout_ms: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
+    /// When and by whom its due time was taken to start it.
+    pub ended: Option<AdmissionInfo>,
+}
+
 /// When and by whom a queued run took its slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdmissionInfo {
@@ -431,6 +443,8 @@ pub struct RunState {
     pub queue: Option<QueueInfo>,
     /// The runs it waits for, when it was created with some.
     pub dependencies: Option<DependencyInfo>,
+    /// Its delayed start, when it was created with one.
+    pub delay: Option<DelayInfo>,
     /// Its completion hooks that were attempted, by hook (only once the run is terminal).
     pub hooks: Vec<HookState>,
     /// Its steer requests, in the order they were recorded.
@@ -547,9 +561,12 @@ impl RunState {
                 .is_some_and(|dependencies| dependencies.met.is_none())
     }
 
-    /// Waiting for something before its runner may start: its dependencies or a slot.
+    /// Waiting for something before its runner may start: its dependencies, a slot of its
+    /// queue or its due time. No runner is due yet, and a stop ends it without one.
     pub fn is_waiting(&self) -> bool {
-        self.is_waiting_for_dependencies() || self.is_waiting_for_slot()
+        self.is_waiting_for_dependencies()
+            || self.is_waiting_for_slot()
+            || self.is_waiting_for_due()
     }
 
     /// Holding a slot of its queue: admitted and not terminal. The slot frees with the run's
@@ -562,23 +579,36 @@ impl RunState {
                 .is_some_and(|queue| queue.admitted.is_some())
     }
 
-    /// When the run became startable: its admission in a queue, else its creation. The start
-    /// grace counts from here.
+    /// Waiting for its due time: delayed, its delay not ended, not terminal.
+    pub fn is_waiting_for_due(&self) -> bool {
+        !self.is_terminal()
+            && self
+                .delay
+                .as_ref()
+                .is_some_and(|delay| delay.ended.is_none())
+    }
+
+    /// When the run became startable: its admission in a queue, the end of its delay, else its
+    /// creation. The start grace counts from here.
     pub fn startable_at_ms(&self) -> Option<UnixMs> {
-        match (&self.queue, &self.dependencies) {
-            (Some(queue), _) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
-            (None, Some(dependencies)) => dependencies.met.as_ref().map(|met| met.at_ms),
-            (None, None) => Some(self.created_at_ms),
+        match (&self.queue, &self.dependencies, &self.delay) {
+            (Some(queue), _, _) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
+            (None, Some(dependencies), _) => dependencies.met.as_ref().map(|met| met.at_ms),
+            (None, None, Some(delay)) => delay.ended.as_ref().map(|ended| ended.at_ms),
+            (None, None, None) => Some(self.created_at_ms),
         }
     }
 
     /// The runner settings its launcher kept for a later starter: its queue's, else its
-    /// dependencies'. `(idle_timeout_ms, heartbeat_ms)`.
+    /// dependencies', else its delayed start's. `(idle_timeout_ms, heartbeat_ms)`.
     pub fn kept_runner_settings(&self) -> (Option<u64>, Option<u64>) {
-        match (&self.queue, &self.dependencies) {
-            (Some(queue), _) => (queue.idle_timeout_ms, queue.heartbeat_ms),
-            (None, Some(dependencies)) => (dependencies.idle_timeout_ms, dependencies.heartbeat_ms),
-            (None, None) => (None, None),
+        match (&self.queue, &self.dependencies, &self.delay) {
+            (Some(queue), _, _) => (queue.idle_timeout_ms, queue.heartbeat_ms),
+            (None, Some(dependencies), _) => {
+                (dependencies.idle_timeout_ms, dependencies.heartbeat_ms)
+            }
+            (None, None, Some(delay)) => (delay.idle_timeout_ms, delay.heartbeat_ms),
+            (None, None, None) => (None, None),
         }
     }
 
@@ -767,6 +797,24 @@ pub enum TransitionError {
         "run {run}: {event} while the run waits for its dependencies; it starts or takes a slot only once they are met"
     )]
     BeforeDependencies { run: RunId, event: &'static str },
+    #[error(
+        "run {run}: StartDelayed at seq {found}; a run is delayed only in its creation batch, right after RunCreated"
+    )]
+    StartDelayedLate { run: RunId, found: u64 },
+    #[error("run {run}: DelayEnded, but the run has no delayed start")]
+    NotDelayed { run: RunId },
+    #[error("run {run}: its delay already ended")]
+    DelayAlreadyEnded { run: RunId },
+    #[error("run {run}: DelayEnded at {at_ms} ms, before its due time {due_at_ms} ms")]
+    NotYetDue {
+        run: RunId,
+        due_at_ms: UnixMs,
+        at_ms: UnixMs,
+    },
+    #[error(
+        "run {run}: RunnerStarted while the run waits for its due time {due_at_ms} ms; a delayed run starts only once its delay ended"
+    )]
+    RunnerBeforeDue { run: RunId, due_at_ms: UnixMs },
     #[error("run {run}: {event} while the run is {state}; hooks run only once the run has ended")]
     HookBeforeEnd {
         run: RunId,

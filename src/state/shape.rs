@@ -106,6 +106,13 @@ shape_rules! {
     DependenciesAtCreation,
     /// A run that waits for its dependencies has no runner and no slot of its queue yet.
     NothingStartedBeforeDependencies,
+    /// A delayed run has a runner only once its delay ended.
+    RunnerOnlyAfterDue,
+    /// A run was delayed at its creation: a delayed state holds at least the creation batch's
+    /// two records, and is in no queue (both take the record after `RunCreated`).
+    DelayedAtCreation,
+    /// A delay ended at or past its due time.
+    DelayEndedWhenDue,
     /// Hooks are attempted only once the run has ended.
     HooksOnlyAfterEnd,
     /// One state per hook, in hook order, each naming a hook a run may have.
@@ -187,6 +194,11 @@ impl ShapeRule {
             ShapeRule::NothingStartedBeforeDependencies => {
                 "it has a runner or a slot while it waits for its dependencies"
             }
+            ShapeRule::RunnerOnlyAfterDue => "it has a runner while it waits for its due time",
+            ShapeRule::DelayedAtCreation => {
+                "it is delayed but holds fewer records than its creation batch, or is in a queue too"
+            }
+            ShapeRule::DelayEndedWhenDue => "its delay ended before its due time",
             ShapeRule::HooksOnlyAfterEnd => "a hook was attempted before it ended",
             ShapeRule::HooksInOrder => {
                 "its hooks are out of order, twice there, or beyond the most a run has"
@@ -303,6 +315,22 @@ impl ShapeRule {
             ShapeRule::DependenciesWellFormed
             | ShapeRule::DependenciesAtCreation
             | ShapeRule::NothingStartedBeforeDependencies => self.dependencies_hold(state),
+            ShapeRule::RunnerOnlyAfterDue => {
+                state.runner.is_none()
+                    || state
+                        .delay
+                        .as_ref()
+                        .is_none_or(|delay| delay.ended.is_some())
+            }
+            ShapeRule::DelayedAtCreation => {
+                state.delay.is_none() || (state.head_seq >= 2 && state.queue.is_none())
+            }
+            ShapeRule::DelayEndedWhenDue => state.delay.as_ref().is_none_or(|delay| {
+                delay
+                    .ended
+                    .as_ref()
+                    .is_none_or(|ended| ended.at_ms >= delay.due_at_ms)
+            }),
             ShapeRule::SteerWellFormed
             | ShapeRule::SteerIdsDistinct
             | ShapeRule::SteerQueueBounded
@@ -550,6 +578,11 @@ fn texts(state: &RunState) -> impl Iterator<Item = &str> {
             .as_ref()
             .and_then(|dependencies| dependencies.met.as_ref())
             .map(|met| met.by.as_str()),
+        state
+            .delay
+            .as_ref()
+            .and_then(|delay| delay.ended.as_ref())
+            .map(|ended| ended.by.as_str()),
     ];
     let steps = state.steps.iter().flat_map(|step| {
         let job = step.job.as_ref();
@@ -678,6 +711,15 @@ impl TransitionError {
             TransitionError::BeforeDependencies { .. } => {
                 Rules(&[R::NothingStartedBeforeDependencies])
             }
+            TransitionError::StartDelayedLate { .. } => Rules(&[R::DelayedAtCreation]),
+            TransitionError::NotDelayed { .. } => {
+                RecordsOnly("a state holds a delay's end only inside its delay, by its type")
+            }
+            TransitionError::DelayAlreadyEnded { .. } => {
+                RecordsOnly("a state holds at most one end of its delay, by its type")
+            }
+            TransitionError::NotYetDue { .. } => Rules(&[R::DelayEndedWhenDue]),
+            TransitionError::RunnerBeforeDue { .. } => Rules(&[R::RunnerOnlyAfterDue]),
             TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
             TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
             TransitionError::HookAttemptNotNext { .. }

@@ -135,6 +135,20 @@ fn admitted() -> Event {
     }
 }
 
+fn delayed(due_at_ms: UnixMs) -> Event {
+    Event::StartDelayed {
+        due_at_ms,
+        idle_timeout_ms: Some(30_000),
+        heartbeat_ms: None,
+    }
+}
+
+fn delay_ended() -> Event {
+    Event::DelayEnded {
+        by: "timer".to_string(),
+    }
+}
+
 fn dismissed() -> Event {
     Event::Dismissed { at_ms: 42 }
 }
@@ -1631,6 +1645,68 @@ fn a_paused_run_keeps_its_waiting_steers_and_takes_more_for_its_resume() {
     }
 }
 
+// StartDelayed, DelayEnded: a delayed run waits, queued and without a runner, until a record at
+// or past its due time ends its delay.
+
+#[test]
+fn a_delayed_run_takes_a_runner_only_after_its_delay_ended_at_its_due_time() {
+    let waiting = Story::new(chain_spec(1)).then(delayed(time_of(4)));
+    assert!(waiting.state.is_waiting_for_due());
+    assert!(waiting.state.is_waiting());
+    assert_eq!(waiting.state.startable_at_ms(), None);
+    assert!(matches!(
+        waiting.rejects(runner_started("i1")),
+        TransitionError::RunnerBeforeDue { due_at_ms, .. } if due_at_ms == time_of(4)
+    ));
+    // Seq 3 is written at time_of(3), before the due time.
+    assert!(matches!(
+        waiting.rejects(delay_ended()),
+        TransitionError::NotYetDue { .. }
+    ));
+    let due = waiting
+        .then(dismissed())
+        .then(delay_ended())
+        .then(runner_started("i1"));
+    assert_eq!(due.state.status, RunStatus::Running);
+    assert!(!due.state.is_waiting_for_due());
+    let ended = due
+        .state
+        .delay
+        .as_ref()
+        .and_then(|delay| delay.ended.as_ref());
+    assert_eq!(ended.map(|ended| ended.at_ms), Some(time_of(4)));
+    assert_eq!(due.state.startable_at_ms(), Some(time_of(4)));
+}
+
+#[test]
+fn a_run_is_delayed_only_in_its_creation_batch_and_never_in_a_queue_too() {
+    assert!(matches!(
+        Story::new(chain_spec(1))
+            .then(joined("q"))
+            .rejects(delayed(time_of(9))),
+        TransitionError::StartDelayedLate { found: 3, .. }
+    ));
+    assert!(matches!(
+        Story::new(chain_spec(1))
+            .then(delayed(time_of(9)))
+            .rejects(joined("q")),
+        TransitionError::QueueJoinedLate { found: 3, .. }
+    ));
+}
+
+#[test]
+fn a_stop_ends_a_delayed_run_that_waits_and_its_delay_never_ends_after() {
+    let stopped = Story::new(chain_spec(1))
+        .then(delayed(time_of(9)))
+        .then(control(ControlAction::Stop))
+        .then(terminal(TerminalState::Stopped, None));
+    assert!(!stopped.state.is_waiting_for_due());
+    assert!(matches!(
+        stopped.rejects(delay_ended()),
+        TransitionError::AfterTerminal { .. }
+    ));
+}
+
 // HostEnded: a host's repair is the run's end, at the host's time, by the host.
 
 #[test]
@@ -2360,10 +2436,15 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::NoDependencies { .. } => 48,
         TransitionError::DependenciesAlreadyMet { .. } => 49,
         TransitionError::BeforeDependencies { .. } => 50,
+        TransitionError::StartDelayedLate { .. } => 51,
+        TransitionError::NotDelayed { .. } => 52,
+        TransitionError::DelayAlreadyEnded { .. } => 53,
+        TransitionError::NotYetDue { .. } => 54,
+        TransitionError::RunnerBeforeDue { .. } => 55,
     }
 }
 
-const TRANSITION_KINDS: usize = 51;
+const TRANSITION_KINDS: usize = 56;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2486,6 +2567,16 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
             .rejects(dependencies_met()),
         queued()
             .then(depends_on(&[OTHER_RUN], &[]))
+            .rejects(runner_started("i1")),
+        running().rejects(delayed(time_of(5))),
+        queued().rejects(delay_ended()),
+        queued()
+            .then(delayed(time_of(3)))
+            .then(delay_ended())
+            .rejects(delay_ended()),
+        queued().then(delayed(time_of(9))).rejects(delay_ended()),
+        queued()
+            .then(delayed(time_of(9)))
             .rejects(runner_started("i1")),
     ]
 }
@@ -2771,6 +2862,33 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
         ShapeRule::QueueJoinedAtCreation => {
             (admitted_waiting, Box::new(|state| state.head_seq = 1))
         }
+        ShapeRule::RunnerOnlyAfterDue => (
+            Story::new(chain_spec(2))
+                .then(delayed(time_of(3)))
+                .then(delay_ended())
+                .then(runner_started("i1"))
+                .state,
+            Box::new(|state| {
+                if let Some(delay) = &mut state.delay {
+                    delay.ended = None;
+                }
+            }),
+        ),
+        ShapeRule::DelayedAtCreation => (
+            Story::new(chain_spec(2)).then(delayed(time_of(9))).state,
+            Box::new(|state| state.head_seq = 1),
+        ),
+        ShapeRule::DelayEndedWhenDue => (
+            Story::new(chain_spec(2))
+                .then(delayed(time_of(3)))
+                .then(delay_ended())
+                .state,
+            Box::new(|state| {
+                if let Some(delay) = &mut state.delay {
+                    delay.due_at_ms = time_of(4);
+                }
+            }),
+        ),
         ShapeRule::SpecChecks => (
             queued,
             Box::new(|state| state.spec = Arc::new(parallel_spec(0, 2))),

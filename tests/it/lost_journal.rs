@@ -786,3 +786,54 @@ fn a_dependency_not_rebuilt_is_named_for_its_waiting_run_and_the_next_pass_judge
         runjournal::RunStatus::Complete
     );
 }
+
+/// A delayed run's due time is in its own record (`StartDelayed`), so a journal rebuilt from
+/// events.jsonl holds the run waiting for it, in the `delayed` index a reconcile pass reads:
+/// nothing of the delay is lost (only its kept environment, as for any run still to start).
+/// Stopped, it ends without starting.
+#[test]
+fn a_delayed_run_is_rebuilt_waiting_for_its_due_time_and_a_pass_finds_it() {
+    let home = TestHome::new();
+    let launched = home
+        .cmd()
+        .args(["run", "--json", "--delay", "1h", "--", "true"])
+        .output()
+        .expect("run");
+    assert!(launched.status.success(), "{launched:?}");
+    let delayed = support::run_id_of(&launched.stdout);
+    let document: serde_json::Value = serde_json::from_slice(&launched.stdout).expect("JSON");
+    let due_at_ms = document["dueAtMs"].as_u64().expect("dueAtMs");
+
+    Damage::Missing.apply(&home.file("journal.redb"));
+    let recovery = runjournal::recover::recover_from_projections(&Home::at(home.path()))
+        .expect("the journal is rebuilt");
+    let facts: Vec<String> = recovery
+        .runs
+        .iter()
+        .find(|rebuilt| rebuilt.run == delayed)
+        .expect("the delayed run is rebuilt")
+        .facts_not_recovered
+        .iter()
+        .map(|fact| fact.fact.clone())
+        .collect();
+    assert_eq!(
+        facts,
+        vec!["its kept environment (variables, working directory, umask)".to_string()]
+    );
+    let journal = home.journal();
+    let state = support::state(&journal, delayed);
+    assert!(state.is_waiting_for_due(), "{state:?}");
+    let view = journal.view().expect("view");
+    assert_eq!(
+        view.soonest_delayed(10).expect("the index reads"),
+        vec![(due_at_ms, delayed)]
+    );
+    drop(view);
+    home.cmd()
+        .args(["stop", &delayed.to_string()])
+        .assert()
+        .success();
+    let stopped = support::state(&journal, delayed);
+    assert_eq!(stopped.status, runjournal::RunStatus::Stopped);
+    assert!(stopped.runner.is_none());
+}

@@ -15,6 +15,7 @@ mod commit_leader;
 mod concurrent_writers;
 mod crash_kill;
 mod damaged_journal;
+mod delay;
 mod dependencies;
 mod fault_sweep;
 mod flaky_disk;

@@ -79,6 +79,18 @@ const ANCIENT_MS: UnixMs = 1_000_000;
 /// `created_at_ms` in the far future: within the start grace, whatever the clock says.
 const FUTURE_MS: UnixMs = 4_000_000_000_000;
 
+/// The time the reference judges a batch's records at: a test batch's own; a handle's batch
+/// takes the journal's clock, which the model cannot know, but which lies, as
+/// [`TEST_BATCH_TIME_MS`] does, between [`ANCIENT_MS`] and [`FUTURE_MS`] — the only due
+/// times the model draws — so either decides a delay's end alike.
+fn clock_of(batch: &Batch) -> UnixMs {
+    if batch.writer == TEST_WRITER {
+        batch.time_ms
+    } else {
+        TEST_BATCH_TIME_MS
+    }
+}
+
 const ENOSPC: i32 = 28;
 const EIO: i32 = 5;
 
@@ -378,6 +390,7 @@ fn arb_event() -> BoxedStrategy<Event> {
         observed,
         dismissed,
         arb_pi_host_event(),
+        arb_delay_event(),
     ]
     .boxed()
 }
@@ -525,7 +538,7 @@ fn happy_path(run: Option<Run>, variant: u8, len: usize) -> Vec<Event> {
             break;
         };
         // No happy path resumes a run, so no rule reads the run's id.
-        run = reference::apply(run_id(0), run.as_ref(), &event).ok();
+        run = reference::apply(run_id(0), run.as_ref(), &event, TEST_BATCH_TIME_MS).ok();
         events.push(event);
         if run.is_none() {
             break;
@@ -816,7 +829,7 @@ impl Model {
         }
         let mut run = before;
         for (index, event) in batch.events.iter().enumerate() {
-            match reference::apply(batch.run, run.as_ref(), event) {
+            match reference::apply(batch.run, run.as_ref(), event, clock_of(batch)) {
                 Ok(next) => run = Some(next),
                 Err(rules) => return Outcome::Refused(Refusal::Transition { index, rules }),
             }
@@ -1226,6 +1239,12 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
             Rule::MetOnceWithDependencies
         }
         TransitionError::BeforeDependencies { .. } => Rule::NothingBeforeDependencies,
+        TransitionError::StartDelayedLate { .. } => Rule::DelayedAtCreation,
+        TransitionError::NotDelayed { .. } | TransitionError::DelayAlreadyEnded { .. } => {
+            Rule::DelayEndsOnce
+        }
+        TransitionError::NotYetDue { .. } => Rule::DelayEndsWhenDue,
+        TransitionError::RunnerBeforeDue { .. } => Rule::RunnerAfterDue,
         TransitionError::HookBeforeEnd { .. } => Rule::HookAfterEnd,
         TransitionError::HookOutOfRange { .. } => Rule::HookInRange,
         TransitionError::HookAttemptNotNext { .. } | TransitionError::HookAttemptOpen { .. } => {
@@ -1326,6 +1345,10 @@ fn view_of(state: &RunState) -> Run {
                 dependencies.met.is_some(),
             )
         }),
+        delay: state
+            .delay
+            .as_ref()
+            .map(|delay| (delay.due_at_ms, delay.ended.is_some())),
         hooks: state
             .hooks
             .iter()
@@ -1448,13 +1471,13 @@ fn the_queue_rules_of_the_reducer_agree_with_the_reference() {
             event: event.clone(),
         };
         let mut library = runjournal::state::apply(None, &record(1, &first)).expect("created");
-        let mut reference_run = reference::apply(run, None, &first).expect("created");
+        let mut reference_run = reference::apply(run, None, &first, 0).expect("created");
         for &pick in sequence {
             let event = &pool[pick];
             let seq = library.head_seq + 1;
             match (
                 runjournal::state::apply(Some(&library), &record(seq, event)),
-                reference::apply(run, Some(&reference_run), event),
+                reference::apply(run, Some(&reference_run), event, 0),
             ) {
                 (Ok(next), Ok(reference_next)) => {
                     assert_eq!(view_of(&next), reference_next, "{sequence:?}");
@@ -2288,7 +2311,12 @@ fn agree(
     record: &Record,
     refused_by: &mut BTreeMap<Rule, usize>,
 ) -> Option<(Run, RunState)> {
-    let expected = reference::apply(record.run_id, expected_run.as_ref(), &record.event);
+    let expected = reference::apply(
+        record.run_id,
+        expected_run.as_ref(),
+        &record.event,
+        record.time_ms,
+    );
     match (expected, state::apply(library.as_ref(), record)) {
         (Ok(run), Ok(state)) => {
             assert_eq!(view_of(&state), run, "after {:?}", record.event);
@@ -2349,6 +2377,7 @@ fn the_reducer_and_the_reference_agree_event_by_event() {
                 2 => arb_event(),
                 1 => arb_rare_event(expected_run.as_ref()),
                 1 => arb_queue_event(),
+                1 => arb_delay_event(),
                 hook_weight => arb_hook_event(expected_run.as_ref()),
                 1 => arb_steer_event(expected_run.as_ref()),
             ];
@@ -2544,6 +2573,24 @@ fn arb_hook_event(run: Option<&Run>) -> BoxedStrategy<Event> {
                 retry_at_ms,
             }
         ),
+    ]
+    .boxed()
+}
+
+/// A delayed start, due long ago or far in the future (so any clock the model's records are
+/// written at judges it alike: [`clock_of`]), and the end of a delay.
+fn arb_delay_event() -> BoxedStrategy<Event> {
+    prop_oneof![
+        prop_oneof![Just(ANCIENT_MS), Just(FUTURE_MS)].prop_map(|due_at_ms| {
+            Event::StartDelayed {
+                due_at_ms,
+                idle_timeout_ms: None,
+                heartbeat_ms: Some(5),
+            }
+        }),
+        Just(Event::DelayEnded {
+            by: "test".to_string(),
+        }),
     ]
     .boxed()
 }

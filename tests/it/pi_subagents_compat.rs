@@ -435,6 +435,30 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     let run = launched["runId"].as_str().expect("runId").to_string();
     expected.insert(run.clone(), "queued");
     queued.push(run);
+    // A run delayed by an hour: `queued` too, with no runner, until its due time.
+    let delayed = {
+        let output = runjournal(&root)
+            .args([
+                "run",
+                "--json",
+                "--session-id",
+                SESSION_ID,
+                "--owner-id",
+                OWNER_ID,
+                "--delay",
+                "1h",
+                "--",
+                "true",
+            ])
+            .output()
+            .expect("run");
+        assert!(output.status.success(), "{output:?}");
+        let launched: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        assert_eq!(launched["state"], "queued", "{launched}");
+        launched["runId"].as_str().expect("runId").to_string()
+    };
+    expected.insert(delayed.clone(), "queued");
+    queued.push(delayed.clone());
     // Our reconciler closes the killed runner's run, and makes sure every projection is
     // written before pi-subagents looks.
     runjournal(&root).arg("reconcile").assert().success();
@@ -633,6 +657,11 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         changed.is_empty(),
         "pi-subagents changed files, so it repaired something: {changed:?}"
     );
+    // Nothing waits once the delayed run is stopped: the home's timer exits.
+    runjournal(&root)
+        .args(["stop", &delayed])
+        .assert()
+        .success();
 }
 
 #[test]

@@ -215,6 +215,8 @@ struct Launch {
     stdout: PathBuf,
     /// The run id, once a detached launch printed it.
     run: Option<RunId>,
+    /// Started with `--delay 1h`: it waits through the cut, never started.
+    is_delayed: bool,
 }
 
 /// A command whose exit 0 acknowledges a record: `job update` or `stop`.
@@ -230,6 +232,8 @@ struct Request {
 enum Acknowledged {
     /// A detached launch printed the run id: the run with its runner started.
     Launched { run: RunId },
+    /// A delayed launch printed the run id: the run waiting for its due time, its delay kept.
+    Delayed { run: RunId },
     /// `run --wait` printed records 1..=seq of the run named so; `end` the last line when it
     /// printed the run's end.
     Followed {
@@ -347,6 +351,13 @@ impl Cut<'_> {
             ]);
             self.count("with a hook");
         }
+        // A sixth of the detached launches of runs that need no feeding are delayed past the
+        // cut: the run, its due time and the home's timer must survive it.
+        let is_delayed = !is_wait && shape != Shape::ExternalJob && self.rng.random_bool(1.0 / 6.0);
+        if is_delayed {
+            args.extend(["--delay".into(), "1h".into()]);
+            self.count("delayed");
+        }
         args.push(if is_wait { "--wait" } else { "--json" }.into());
         let stdout = self.out.join(format!("{name}.out"));
         let child = self.command(&args, Some(&stdout));
@@ -367,6 +378,7 @@ impl Cut<'_> {
             child,
             stdout,
             run: None,
+            is_delayed,
         });
     }
 
@@ -519,7 +531,11 @@ impl Cut<'_> {
                     "{} printed its run id {run} ({status:?})",
                     launch.name
                 ));
-                acknowledged.push(Acknowledged::Launched { run });
+                acknowledged.push(if launch.is_delayed {
+                    Acknowledged::Delayed { run }
+                } else {
+                    Acknowledged::Launched { run }
+                });
             }
         }
         for request in &mut self.requests {
@@ -637,6 +653,12 @@ fn close_unstarted(home: &Home, seed: u64) {
         if state.is_terminal() {
             continue;
         }
+        if state.is_waiting_for_due() {
+            // Due in an hour: ended by a stop, which starts nothing.
+            runjournal::control::request_stop(&store, run, "power-cut test", "after the cut")
+                .expect("a delayed run is stopped");
+            continue;
+        }
         assert!(
             state.runner.is_none(),
             "seed {seed}: run {run} is left {} after reconcile, its runner started",
@@ -672,6 +694,19 @@ fn check(home: &Home, acknowledged: &[Acknowledged], seed: u64) -> usize {
     for ack in acknowledged {
         let lost = |what: &str| -> ! { lost(seed, what, ack) };
         match ack {
+            Acknowledged::Delayed { run } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                let records = records_of(*run);
+                let has = |name: &str| records.iter().any(|record| record.event.name() == name);
+                if !has("StartDelayed") {
+                    lost("a delayed run's due time");
+                }
+                if has("DelayEnded") || has("RunnerStarted") {
+                    lost("a run delayed by an hour that started");
+                }
+            }
             Acknowledged::Launched { run } => {
                 if is_pruned(*run) {
                     continue;

@@ -132,6 +132,7 @@ pub fn status(home: Home, text: &str, json: bool, show_env: bool) -> CliResult {
             environment,
             hooks,
             dependencies,
+            delay: runjournal::json::DelayDoc::of(&state),
         };
         let text = serde_json::to_string_pretty(&value).context("rendering the status")?;
         return print_line(&text).map(|()| ExitCode::SUCCESS);
@@ -376,9 +377,9 @@ fn list_rows(
         });
         rows.push(vec![
             Cell::plain(state.run_id.to_string()),
-            Cell::plain(match (place_of(state), waiting_for(state)) {
-                (Some((queue, place)), _) => format!("queued ({queue} #{place})"),
-                (None, pending) if !pending.is_empty() => format!(
+            Cell::plain(match (place_of(state), waiting_for(state), &state.delay) {
+                (Some((queue, place)), _, _) => format!("queued ({queue} #{place})"),
+                (None, pending, _) if !pending.is_empty() => format!(
                     "queued (after {})",
                     pending
                         .iter()
@@ -386,7 +387,11 @@ fn list_rows(
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                (None, _) => state.status.as_str().to_string(),
+                (None, _, Some(delay)) if state.is_waiting_for_due() => format!(
+                    "queued (due {})",
+                    runjournal::duration::format_time_s(delay.due_at_ms)
+                ),
+                _ => state.status.as_str().to_string(),
             }),
             Cell::plain(state.spec.mode.as_str()),
             Cell::plain(format!("{}/{}", state.steps_done(), state.steps.len())),

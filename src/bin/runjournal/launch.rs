@@ -14,7 +14,7 @@ use runjournal::event::{Event, Mode, StepAction};
 use runjournal::exit::describe_exit;
 use runjournal::json::{EndedDoc, LaunchedDoc};
 use runjournal::launch::{
-    self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart, after, queue,
+    self, Followed, Launched, RunnerExitSeen, RunnerProgram, RunnerStart, after, delay, queue,
 };
 use runjournal::runner::{self, RunnerConfig, RunnerOutcome};
 use runjournal::show;
@@ -68,6 +68,14 @@ pub struct RunArgs {
     /// Start only once this run has ended, however it ended (repeatable).
     #[arg(long = "after-any", value_name = "RUN")]
     after_any: Vec<String>,
+    /// Start the run no sooner than this time: RFC 3339 (2025-01-31T14:30:00+01:00) or a
+    /// local time today (14:30). Until then it is `queued`; a timer process starts it.
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "queue"])]
+    at: Option<String>,
+    /// Start the run no sooner than this long from now (30s, 5m, 2h).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg,
+          conflicts_with = "queue")]
+    delay: Option<Duration>,
     /// Set a variable in the environment the run keeps (repeatable). The run keeps this
     /// command's environment (and its cwd and umask) with these over it: every runner of the
     /// run starts its steps with exactly that, whoever starts it later (a queue, a resume).
@@ -382,6 +390,17 @@ fn report_resume(store: &Store, resumed: &launch::Resumed) -> CliResult {
 pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
     let mut request = request(&args, order)?;
     request.heartbeat = args.heartbeat;
+    let now_ms = runjournal::event::now_ms();
+    request.start_at_ms = match (&args.at, args.delay) {
+        (Some(at), _) => Some(
+            runjournal::duration::parse_start_time(at, now_ms)
+                .map_err(|error| bad_input(format!("--at: {error}")))?,
+        ),
+        (None, Some(delay)) => {
+            Some(now_ms.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)))
+        }
+        (None, None) => None,
+    };
     let store = open_store(home)?;
     if let Some(queue) = &request.queue {
         let limit = store
@@ -395,10 +414,13 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
             )));
         }
     }
-    // A queued run keeps its runner settings in the journal: its runner may be started by
-    // another process, which adds them to the base program.
-    let waits =
-        request.queue.is_some() || !request.after.is_empty() || !request.after_any.is_empty();
+    // A run that waits (in a queue, for other runs, or for its due time) keeps its runner
+    // settings in the journal: its runner may be started by another process, which adds them
+    // to the base program.
+    let waits = request.queue.is_some()
+        || !request.after.is_empty()
+        || !request.after_any.is_empty()
+        || request.start_at_ms.is_some();
     let program = if waits {
         runner_base()?
     } else {
@@ -462,6 +484,22 @@ pub fn runner_base() -> anyhow::Result<RunnerProgram> {
         program: std::env::current_exe().context("finding this program to start the runner")?,
         leading_args: vec!["__runner".into()],
     })
+}
+
+/// `runjournal __timer`: the home's timer. Starts delayed runs as they come due and exits
+/// once none waits; exits at once if another timer holds the home's lock. Started detached;
+/// its stdout and stderr are /dev/null.
+pub fn timer(home: Home) -> CliResult {
+    let store = Store::open(home).context("opening the home")?;
+    let by = format!("timer (pid {})", std::process::id());
+    let base = runner_base()?;
+    match delay::run_timer(&store, &base, &by, &mut |line| note(line)) {
+        Ok(_) => {
+            store.flush_projections(std::time::Duration::from_secs(2));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => Err(Failure::Error(anyhow::Error::new(error))),
+    }
 }
 
 /// `runjournal queue NAME [--max-active N] [--json]`.
@@ -547,10 +585,36 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let RunnerStart::Delayed { due_at_ms, timer } = &launched.start {
+        if json {
+            let report = delay::DelayedLaunchReport {
+                run_id: run.to_string(),
+                state: "queued",
+                due_at_ms: *due_at_ms,
+                timer_pid: timer.as_ref().ok().copied(),
+                status_path: home.status_path(run),
+                result_path: home.result_path(run),
+            };
+            print_line(&serde_json::to_string(&report).context("writing JSON")?)?;
+        } else {
+            print(&format!(
+                "run {run} delayed until {}\nstatus: {}\nresult: {}\n",
+                runjournal::duration::format_time_s(*due_at_ms),
+                show::escape_control(&home.status_path(run).display().to_string()),
+                show::escape_control(&home.result_path(run).display().to_string())
+            ))?;
+        }
+        if let Err(error) = timer {
+            note(&format!(
+                "run {run}: starting the home's timer: {error}; the next reconcile pass (`runjournal list`) starts it"
+            ));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let runner = match &launched.start {
         RunnerStart::Started { pid, .. } => Ok(*pid),
         RunnerStart::NotStarted { error } => Err(error.clone()),
-        RunnerStart::Queued { .. } | RunnerStart::Waiting { .. } => {
+        RunnerStart::Queued { .. } | RunnerStart::Waiting { .. } | RunnerStart::Delayed { .. } => {
             unreachable!("a waiting launch was reported above")
         }
     };

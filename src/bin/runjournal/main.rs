@@ -238,6 +238,10 @@ enum Command {
     /// direct use).
     #[command(name = "__deliver-hooks", hide = true)]
     DeliverHooks,
+    /// Starts delayed runs as they come due, and exits once none waits (started when a run is
+    /// delayed, and by a reconcile pass; not for direct use).
+    #[command(name = "__timer", hide = true)]
+    Timer,
     /// The runner of a run (started by `run`; not for direct use).
     #[command(name = "__runner", hide = true)]
     Runner {
@@ -451,6 +455,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::Hook { command } => hooks::hook(home, command),
         Command::Hooks { run, json } => hooks::hooks(home, run.as_deref(), json),
         Command::DeliverHooks => hooks::deliver(home),
+        Command::Timer => launch::timer(home),
         Command::Reconcile { json } => reconcile::command(home, json),
         Command::Queue {
             name,

@@ -42,6 +42,9 @@ pub fn before_reading(store: &Store) {
     if let Err(error) = admit_pass(store) {
         note(&format!("starting queued runs: {error:#}"));
     }
+    if let Err(error) = delay_pass(store) {
+        note(&format!("starting delayed runs: {error:#}"));
+    }
     if let Err(error) = hooks_pass(store) {
         note(&format!("delivering hooks: {error:#}"));
     }
@@ -73,6 +76,33 @@ pub fn admit_pass(store: &Store) -> anyhow::Result<Vec<queue::Admitted>> {
     runjournal::launch::after::settle(store, &program, &by, runjournal::launch::after::Scope::All)
         .context("judging the runs that wait for others")?;
     Ok(queue::start_admissible(store, &program, &by, None)?)
+}
+
+/// The delayed starts that follow a reconcile pass: the runs due are started (the runner
+/// program is this one), and the home's timer too when runs still wait and none runs.
+pub fn delay_pass(store: &Store) -> anyhow::Result<Vec<runjournal::launch::delay::DueStarted>> {
+    let program = crate::launch::runner_base()?;
+    Ok(runjournal::launch::delay::reconcile_delayed(
+        store,
+        &program,
+        &format!("reconciler (pid {})", std::process::id()),
+    )?)
+}
+
+/// [`delay_pass`], and a line for each run it started (JSON with `json`).
+fn delay_lines(store: &Store, json: bool) -> anyhow::Result<String> {
+    let mut text = String::new();
+    for started in &delay_pass(store)? {
+        let report = runjournal::launch::delay::DueStartedReport::of(started);
+        let line = if json {
+            serde_json::to_string(&report).context("writing JSON")?
+        } else {
+            report.line()
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 /// The hook delivery that follows a reconcile pass: a deliverer (this program) is started,
@@ -155,6 +185,13 @@ pub fn command(home: Home, json: bool) -> CliResult {
         Err(error) => {
             errors += 1;
             note(&format!("starting queued runs: {error:#}"));
+        }
+    }
+    match delay_lines(&store, json) {
+        Ok(lines) => text.push_str(&lines),
+        Err(error) => {
+            errors += 1;
+            note(&format!("starting delayed runs: {error:#}"));
         }
     }
     if let Err(error) = hooks_pass(&store) {

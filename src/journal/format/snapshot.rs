@@ -23,7 +23,7 @@ use crate::event::{
     UnixMs,
 };
 use crate::state::{
-    AdmissionInfo, ControlInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
+    AdmissionInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
     ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
     SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered,
 };
@@ -334,6 +334,7 @@ impl SnapshotV1 {
             dismissed_at_ms: self.dismissed_at_ms,
             queue: None,
             dependencies: None,
+            delay: None,
             hooks: Vec::new(),
             steers: Vec::new(),
             head_seq: self.head_seq,
@@ -406,9 +407,10 @@ impl SnapshotNamespaces {
             && state.queue.is_none()
             && state.hooks.is_empty()
             && state.steers.is_empty()
+            && state.delay.is_none()
         {
-            // Written all absent only before a queue or hooks: anything else is not what this
-            // build writes.
+            // Written all absent only before a queue, steers, hooks or a delayed start:
+            // anything else is not what this build writes.
             return Err(SnapshotError::Malformed {
                 reason: "PID namespaces that are all absent".to_string(),
             });
@@ -478,9 +480,8 @@ impl SnapshotQueue {
 /// (1 to 64), the extras with [`EXTRAS_MARK`] (0), so the tag tells the three apart.
 const HOOKS_TAG: u8 = 0xff;
 
-/// The tag byte before a snapshot's dependencies (the very last extension, after its hooks
-/// when it has them): neither a queue's first byte (1 to 64), [`EXTRAS_MARK`] nor
-/// [`HOOKS_TAG`].
+/// The tag byte before a snapshot's dependencies (after its hooks when it has them): neither a
+/// queue's first byte (1 to 64), [`EXTRAS_MARK`] nor [`HOOKS_TAG`].
 const DEPENDENCIES_TAG: u8 = 0xfe;
 
 /// What ends a layout-1 snapshot of a run created with dependencies: [`DEPENDENCIES_TAG`],
@@ -518,6 +519,46 @@ impl SnapshotDependencies {
             met: self.met.map(|met| AdmissionInfo {
                 by: met.by,
                 at_ms: met.at_ms,
+            }),
+        }
+    }
+}
+
+/// The tag byte before a snapshot's delayed start, the last extension (after its hooks and
+/// dependencies, if any): neither a queue's first byte (1 to 64), [`EXTRAS_MARK`],
+/// [`HOOKS_TAG`] nor [`DEPENDENCIES_TAG`].
+const DELAY_TAG: u8 = 0xfd;
+
+/// A delayed run's start ([`crate::state::DelayInfo`]): [`DELAY_TAG`], then this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotDelay {
+    due_at_ms: UnixMs,
+    idle_timeout_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    ended: Option<SnapshotAdmission>,
+}
+
+impl SnapshotDelay {
+    fn of(delay: &DelayInfo) -> SnapshotDelay {
+        SnapshotDelay {
+            due_at_ms: delay.due_at_ms,
+            idle_timeout_ms: delay.idle_timeout_ms,
+            heartbeat_ms: delay.heartbeat_ms,
+            ended: delay.ended.as_ref().map(|ended| SnapshotAdmission {
+                by: ended.by.clone(),
+                at_ms: ended.at_ms,
+            }),
+        }
+    }
+
+    fn into_info(self) -> DelayInfo {
+        DelayInfo {
+            due_at_ms: self.due_at_ms,
+            idle_timeout_ms: self.idle_timeout_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            ended: self.ended.map(|ended| AdmissionInfo {
+                by: ended.by,
+                at_ms: ended.at_ms,
             }),
         }
     }
@@ -721,7 +762,8 @@ impl SteerV1 {
 /// The stored bytes of `state`'s snapshot: postcard of [`SnapshotV1`], then — when it has any
 /// of them — its PID namespaces ([`SnapshotNamespaces`]); its queue ([`SnapshotQueue`]) or, for
 /// a run with steer requests, [`SnapshotExtras`] after their mark; its hooks
-/// ([`SnapshotHooks`]) after theirs; then a CRC-32C of everything before. Encoded from the state
+/// ([`SnapshotHooks`]), its dependencies ([`SnapshotDependencies`]) and its delayed start
+/// ([`SnapshotDelay`]), each after its tag; then a CRC-32C of everything before. Encoded from the state
 /// as it is, through borrowed twins of the wire types that encode to the same bytes where it can
 /// (the append path encodes a snapshot for every batch), into one buffer.
 pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> {
@@ -733,8 +775,12 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
     let namespaces = SnapshotNamespaces::of(state);
     let has_steers = !state.steers.is_empty();
     let has_hooks = !state.hooks.is_empty();
-    let has_dependencies = state.dependencies.is_some();
-    if namespaces.is_some() || state.queue.is_some() || has_steers || has_hooks || has_dependencies
+    if namespaces.is_some()
+        || state.queue.is_some()
+        || has_steers
+        || has_hooks
+        || state.dependencies.is_some()
+        || state.delay.is_some()
     {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
         bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
@@ -757,6 +803,11 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
             bytes.push(DEPENDENCIES_TAG);
             bytes = postcard::to_extend(&SnapshotDependencies::of(dependencies), bytes)
                 .map_err(serialize_error)?;
+        }
+        if let Some(delay) = &state.delay {
+            bytes.push(DELAY_TAG);
+            bytes =
+                postcard::to_extend(&SnapshotDelay::of(delay), bytes).map_err(serialize_error)?;
         }
     }
     event::push_checksum(&mut bytes);
@@ -953,14 +1004,16 @@ impl<'a> QueueOf<'a> {
     }
 }
 
-/// The dependencies at the end of a snapshot's extensions (after its hooks): none, or
-/// [`DEPENDENCIES_TAG`] and them, and nothing after.
-fn decode_dependencies(rest: &[u8]) -> Result<Option<DependencyInfo>, SnapshotError> {
+/// The dependencies after a snapshot's hooks: none, or [`DEPENDENCIES_TAG`] and them; what
+/// follows is nothing or its delayed start.
+fn decode_dependencies(rest: &[u8]) -> Result<(Option<DependencyInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] => Ok(None),
+        [] | [DELAY_TAG, ..] => Ok((None, rest)),
         [DEPENDENCIES_TAG, dependencies @ ..] => {
             match postcard::take_from_bytes::<SnapshotDependencies>(dependencies) {
-                Ok((dependencies, [])) => Ok(Some(dependencies.into_info())),
+                Ok((dependencies, rest @ ([] | [DELAY_TAG, ..]))) => {
+                    Ok((Some(dependencies.into_info()), rest))
+                }
                 _ => Err(SnapshotError::Malformed {
                     reason: format!(
                         "{} bytes after its hooks that are not its dependencies",
@@ -1017,7 +1070,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 ),
             };
             let (queue, steers, rest) = match rest {
-                [] | [HOOKS_TAG | DEPENDENCIES_TAG, ..] => (None, Vec::new(), rest),
+                [] | [HOOKS_TAG | DEPENDENCIES_TAG | DELAY_TAG, ..] => (None, Vec::new(), rest),
                 [EXTRAS_MARK, extras @ ..] => {
                     match postcard::take_from_bytes::<SnapshotExtras>(extras) {
                         // Written only for a run with steer requests.
@@ -1035,10 +1088,14 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 },
             };
             let (hooks, rest) = match rest {
-                [] | [DEPENDENCIES_TAG, ..] => (Vec::new(), rest),
+                [] | [DEPENDENCIES_TAG | DELAY_TAG, ..] => (Vec::new(), rest),
                 [HOOKS_TAG, hooks @ ..] => {
                     match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
-                        Ok((hooks, rest)) if !hooks.hooks.is_empty() => (hooks.into_states(), rest),
+                        Ok((hooks, rest @ ([] | [DEPENDENCIES_TAG | DELAY_TAG, ..])))
+                            if !hooks.hooks.is_empty() =>
+                        {
+                            (hooks.into_states(), rest)
+                        }
                         _ => {
                             return Err(SnapshotError::Malformed {
                                 reason: format!(
@@ -1055,19 +1112,45 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     });
                 }
             };
-            let dependencies = decode_dependencies(rest)?;
+            let (dependencies, rest) = decode_dependencies(rest)?;
+            let delay = decode_delay(rest)?;
             let mut state = snapshot.into_state(run)?;
-            if queue.is_some() || !steers.is_empty() || !hooks.is_empty() || dependencies.is_some()
+            if queue.is_some()
+                || !steers.is_empty()
+                || !hooks.is_empty()
+                || dependencies.is_some()
+                || delay.is_some()
             {
                 state.queue = queue;
                 state.steers = steers;
                 state.hooks = hooks;
                 state.dependencies = dependencies;
+                state.delay = delay;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
             namespaces.apply(&mut state)?;
             Ok(state)
         }
+    }
+}
+
+/// The delayed start at the end of a snapshot, after its hooks: nothing, or [`DELAY_TAG`] and
+/// a [`SnapshotDelay`] that ends the bytes.
+fn decode_delay(rest: &[u8]) -> Result<Option<DelayInfo>, SnapshotError> {
+    match rest {
+        [] => Ok(None),
+        [DELAY_TAG, delay @ ..] => match postcard::take_from_bytes::<SnapshotDelay>(delay) {
+            Ok((delay, [])) => Ok(Some(delay.into_info())),
+            _ => Err(SnapshotError::Malformed {
+                reason: format!(
+                    "{} bytes after its hooks that are not its delayed start",
+                    rest.len()
+                ),
+            }),
+        },
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its hooks", rest.len()),
+        }),
     }
 }
 
@@ -1232,6 +1315,68 @@ mod tests {
         let bytes = encode_snapshot(&state).expect("encodes");
         assert_eq!(bytes[0], 1, "the layout leads, as the varint 1");
         assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// A delayed run's start follows everything else, hooks included, after its own tag: while
+    /// it waits, once it started, and once it ended with a hook attempted.
+    #[test]
+    fn a_delayed_start_round_trips_after_the_hooks() {
+        let created = crate::testkit::created(crate::testkit::chain_spec(1), 1, Default::default());
+        let identity = crate::testkit::identity(42);
+        let events = vec![
+            created,
+            Event::StartDelayed {
+                due_at_ms: 11,
+                idle_timeout_ms: Some(5),
+                heartbeat_ms: None,
+            },
+            Event::DelayEnded {
+                by: "timer".to_string(),
+            },
+            Event::RunnerStarted {
+                runner: identity.clone(),
+                instance_id: "i".to_string(),
+            },
+            Event::Terminal {
+                state: TerminalState::Failed,
+                error: Some("e".to_string()),
+                summary: "s".to_string(),
+                exit_code: 1,
+                repaired_by: None,
+            },
+            Event::HookAttempted {
+                hook: 0,
+                attempt: 1,
+                claimant: identity,
+                by: "runner".to_string(),
+                lease_ms: 1000,
+            },
+        ];
+        let records: Vec<Record> = events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| Record {
+                format_version: FORMAT_VERSION,
+                run_id: RUN,
+                seq: index as u64 + 1,
+                time_ms: 10 + index as u64,
+                writer: WriterId(1),
+                writer_seq: 1,
+                event,
+            })
+            .collect();
+        for count in [2, 3, 4, 6] {
+            let state = state::replay(&records[..count])
+                .expect("a legal life")
+                .expect("records");
+            assert!(state.delay.is_some());
+            let bytes = encode_snapshot(&state).expect("encodes");
+            assert_eq!(
+                decode_snapshot(RUN, &bytes),
+                Ok(state),
+                "after {count} records"
+            );
+        }
     }
 
     /// The borrowed twins encode to the bytes of the owned wire types, for a state with every

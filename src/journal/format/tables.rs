@@ -75,6 +75,11 @@ pub(crate) const HOOKS_GIVEN_UP: TableDefinition<&[u8; 16], ()> =
 /// once it waits no more (its dependencies met, or it ended). Whoever records a run's end finds
 /// its dependents here, and retention keeps a run listed as a dependency.
 pub(crate) const DEPENDENTS: TableDefinition<&[u8; 32], ()> = TableDefinition::new("dependents");
+/// due time (8 bytes, big-endian ms) + run id → (): delayed runs waiting for their due time,
+/// soonest first — what the timer and every reconcile pass read to start what is due, so their
+/// cost follows the runs due, never the runs waiting. Written with the run's creation batch,
+/// removed with the record that ends its delay or the run.
+pub(crate) const DELAYED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("delayed");
 
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
 /// The home's completion hook ([`crate::run_env::HookCommands`] of one command); absent: none.
@@ -249,6 +254,7 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
     create(txn, HOOKS_DUE)?;
     create(txn, HOOKS_GIVEN_UP)?;
     create(txn, DEPENDENTS)?;
+    create(txn, DELAYED)?;
     Ok(())
 }
 

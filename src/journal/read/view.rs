@@ -18,9 +18,9 @@ use crate::journal::format::recovery::RecoveryNote;
 use crate::journal::format::retention::{self, Retention, Tombstone};
 use crate::journal::format::snapshot::{SnapshotError, decode_snapshot};
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, PRUNED,
-    PRUNING, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS,
-    TERMINAL, WRITERS,
+    self, ACTIVE, ALIASES, DELAYED, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META,
+    PRUNED, PRUNING, QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS,
+    RUNS, TERMINAL, WRITERS,
 };
 use crate::run_env::{HookCommands, RunEnvironment};
 use crate::state::{self, DependencyVerdict, RunState};
@@ -719,6 +719,67 @@ impl View {
                 out.push(tables::split_terminal_key(key.value()));
             }
             Ok(out)
+        })
+    }
+
+    /// Up to `limit` delayed runs waiting for their due time, the soonest due first, with their
+    /// due times: read from the `delayed` index, so the cost follows `limit`, never how many
+    /// wait.
+    pub fn soonest_delayed(&self, limit: usize) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        self.guarded("reading the delayed runs", || {
+            let Some(delayed) = self.optional_table(DELAYED)? else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            for entry in delayed
+                .iter()
+                .map_err(storage("reading the delayed runs"))?
+                .take(limit)
+            {
+                let (key, _) = entry.map_err(storage("reading the delayed runs"))?;
+                out.push(tables::split_terminal_key(key.value()));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Up to `limit` delayed runs due by `now_ms`, the soonest due first, with their due
+    /// times: the index is read only up to the first run not yet due.
+    pub fn delayed_due_by(
+        &self,
+        now_ms: UnixMs,
+        limit: usize,
+    ) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        self.guarded("reading the delayed runs", || {
+            let Some(delayed) = self.optional_table(DELAYED)? else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            for entry in delayed
+                .iter()
+                .map_err(storage("reading the delayed runs"))?
+                .take(limit)
+            {
+                let (key, _) = entry.map_err(storage("reading the delayed runs"))?;
+                let (due_at_ms, run) = tables::split_terminal_key(key.value());
+                if due_at_ms > now_ms {
+                    break;
+                }
+                out.push((due_at_ms, run));
+            }
+            Ok(out)
+        })
+    }
+
+    /// How many delayed runs wait for their due time.
+    pub fn delayed_count(&self) -> Result<u64, ReadError> {
+        self.guarded("counting the delayed runs", || {
+            let Some(delayed) = self.optional_table(DELAYED)? else {
+                return Ok(0);
+            };
+            Ok(delayed
+                .len()
+                .map_err(storage("counting the delayed runs"))?)
         })
     }
 

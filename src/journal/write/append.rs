@@ -9,8 +9,9 @@ use crate::journal::format::error::{
 };
 use crate::journal::format::snapshot::encode_snapshot;
 use crate::journal::format::tables::{
-    self, ACTIVE, ALIASES, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META, QUEUE_ACTIVE,
-    QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL, WRITERS,
+    self, ACTIVE, ALIASES, DELAYED, DEPENDENTS, GLOBALS, HOOKS_DUE, HOOKS_GIVEN_UP, LOG, META,
+    QUEUE_ACTIVE, QUEUE_WAITING, QUEUES, RECORDS, RESUMES, RUN_ENV, RUN_HOOKS, RUNS, TERMINAL,
+    WRITERS,
 };
 use crate::journal::read::view::state_of;
 use crate::run_env::{HookCommands, RunPrivate};
@@ -119,6 +120,8 @@ struct Tables<'txn> {
     hooks_given_up: Lazy<'txn, &'static [u8; 16], ()>,
     /// A batch that records a run's dependencies, or ends its wait for them.
     dependents: Lazy<'txn, &'static [u8; 32], ()>,
+    /// A delayed run's creation, the end of its delay, or its end while it waited.
+    delayed: Lazy<'txn, &'static [u8; 24], ()>,
 }
 
 /// A table opened the first time it is needed (and created then, in a journal written before
@@ -173,6 +176,7 @@ impl<'txn> Tables<'txn> {
             hooks_due: Lazy::new(HOOKS_DUE),
             hooks_given_up: Lazy::new(HOOKS_GIVEN_UP),
             dependents: Lazy::new(DEPENDENTS),
+            delayed: Lazy::new(DELAYED),
         })
     }
 
@@ -234,6 +238,10 @@ impl<'txn> Tables<'txn> {
 
     fn dependents(&mut self) -> Result<&mut Table<'txn, &'static [u8; 32], ()>, StorageFailure> {
         self.dependents.open(self.txn)
+    }
+
+    fn delayed(&mut self) -> Result<&mut Table<'txn, &'static [u8; 24], ()>, StorageFailure> {
+        self.delayed.open(self.txn)
     }
 }
 
@@ -418,6 +426,8 @@ pub(crate) struct Prepared {
     /// The run waited for its dependencies before the batch
     /// ([`RunState::is_waiting_for_dependencies`]).
     was_waiting_for_dependencies: bool,
+    /// The run waited for its due time before the batch ([`RunState::is_waiting_for_due`]).
+    was_waiting_for_due: bool,
     after: RunState,
     snapshot: Vec<u8>,
     /// The batch records that the run resumes a paused run: link them in the resume index.
@@ -885,6 +895,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
     let was_waiting_for_dependencies = before
         .as_ref()
         .is_some_and(RunState::is_waiting_for_dependencies);
+    let was_waiting_for_due = before.as_ref().is_some_and(RunState::is_waiting_for_due);
     // Folded in place: a refused event leaves `state` half-way, but it is then dropped.
     let mut state = before;
     let mut records = Vec::with_capacity(batch.events.len());
@@ -930,6 +941,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
         was_waiting,
         held_slot,
         was_waiting_for_dependencies,
+        was_waiting_for_due,
         after,
         snapshot,
         resumes: false,
@@ -1021,6 +1033,7 @@ fn write(
     }
     write_queue_indexes(tables, run, &prepared)?;
     write_dependents(tables, run, &prepared)?;
+    write_delay_index(tables, run, &prepared)?;
     write_private(tables, batch, &prepared)?;
     write_hook_indexes(tables, batch, &prepared)?;
     group.advance_mark(batch.writer, batch.writer_seq);
@@ -1120,6 +1133,34 @@ fn write_dependents(
                 .remove(&key)
                 .map_err(storage("updating the dependents index"))?;
         }
+    }
+    Ok(())
+}
+
+/// Moves the run in the `delayed` index as the batch moved it: in while it waits for its due
+/// time (from its creation batch), out once its delay ended or it ended first.
+fn write_delay_index(
+    tables: &mut Tables<'_>,
+    run: RunId,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let Some(delay) = &prepared.after.delay else {
+        return Ok(());
+    };
+    let is_waiting = prepared.after.is_waiting_for_due();
+    if prepared.was_waiting_for_due == is_waiting {
+        return Ok(());
+    }
+    let key = tables::terminal_key(delay.due_at_ms, run);
+    let table = tables.delayed()?;
+    if is_waiting {
+        table
+            .insert(&key, ())
+            .map_err(storage("updating the delayed runs"))?;
+    } else {
+        table
+            .remove(&key)
+            .map_err(storage("updating the delayed runs"))?;
     }
     Ok(())
 }

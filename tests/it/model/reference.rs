@@ -133,6 +133,8 @@ pub struct Run {
     /// "Dependencies": the runs it waits for (`--after`, then `--after-any`), and whether
     /// they were found met.
     pub dependencies: Option<(Vec<RunId>, Vec<RunId>, bool)>,
+    /// "Delayed starts": the due time, and whether the delay ended.
+    pub delay: Option<(UnixMs, bool)>,
     /// "Hooks": each hook attempted, by number, in order.
     pub hooks: Vec<Hook>,
     /// "Steering": each request's id, and where its message is for each target step.
@@ -260,6 +262,15 @@ pub enum Rule {
     MetOnceWithDependencies,
     /// "Dependencies": a run starts, or takes its queue's slot, only once they are met.
     NothingBeforeDependencies,
+    /// "Delayed starts": a run is delayed only in its creation batch, right after
+    /// `RunCreated` — never beside a queue or a resume, which take that place.
+    DelayedAtCreation,
+    /// "Delayed starts": only a delayed run's delay ends, and once.
+    DelayEndsOnce,
+    /// "Delayed starts": "accepted only in a record whose time is at or past the due time".
+    DelayEndsWhenDue,
+    /// "Delayed starts": a delayed run starts its runner only once its delay ended.
+    RunnerAfterDue,
     /// "Hooks": "A hook runs once the run's end is journaled."
     HookAfterEnd,
     /// "Hooks": a run has at most its own sixteen hooks and the home's.
@@ -291,7 +302,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 44] = [
+    pub const ALL: [Rule; 48] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -324,6 +335,10 @@ impl Rule {
         Rule::DependenciesWellFormed,
         Rule::MetOnceWithDependencies,
         Rule::NothingBeforeDependencies,
+        Rule::DelayedAtCreation,
+        Rule::DelayEndsOnce,
+        Rule::DelayEndsWhenDue,
+        Rule::RunnerAfterDue,
         Rule::HookAfterEnd,
         Rule::HookInRange,
         Rule::HookAttemptsInTurn,
@@ -441,6 +456,8 @@ fn texts(event: &Event) -> Vec<&str> {
             texts.push(message);
             texts.extend(result_path.as_deref());
         }
+        Event::StartDelayed { .. } => {}
+        Event::DelayEnded { by } => texts.push(by),
     }
     texts
 }
@@ -486,8 +503,9 @@ fn lose_waiting(run: &mut Run, step: Option<u32>) {
     }
 }
 
-/// The run `id` after `event`, or every rule it breaks (then the run is as it was).
-pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rule>> {
+/// The run `id` after `event`, recorded at `at_ms`, or every rule it breaks (then the run is
+/// as it was).
+pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Result<Run, Vec<Rule>> {
     let mut broken = Vec::new();
     if !texts_are_bounded(event) {
         broken.push(Rule::TextBounded);
@@ -539,6 +557,9 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             }
             if matches!(run.dependencies, Some((_, _, false))) {
                 broken.push(Rule::NothingBeforeDependencies);
+            }
+            if matches!(run.delay, Some((_, false))) {
+                broken.push(Rule::RunnerAfterDue);
             }
             next.status = Status::Running;
             next.runner = Some((runner.clone(), instance_id.clone()));
@@ -800,6 +821,21 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event) -> Result<Run, Vec<Rul
             }
             _ => broken.push(Rule::MetOnceWithDependencies),
         },
+        Event::StartDelayed { due_at_ms, .. } => {
+            if run.head != 1 {
+                broken.push(Rule::DelayedAtCreation);
+            }
+            next.delay = Some((*due_at_ms, false));
+        }
+        Event::DelayEnded { .. } => match run.delay {
+            Some((due_at_ms, false)) => {
+                if at_ms < due_at_ms {
+                    broken.push(Rule::DelayEndsWhenDue);
+                }
+                next.delay = Some((due_at_ms, true));
+            }
+            _ => broken.push(Rule::DelayEndsOnce),
+        },
         Event::HookAttempted {
             hook,
             attempt,
@@ -922,6 +958,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         dismissed_at_ms: None,
         queue: None,
         dependencies: None,
+        delay: None,
         hooks: Vec::new(),
         steers: Vec::new(),
     })

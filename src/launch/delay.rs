@@ -1,0 +1,449 @@
+//! Delayed starts (docs/design.md, "Delayed starts"): a run created with `StartDelayed` waits,
+//! `queued` and without a runner, until its due time; then whoever records its `DelayEnded`
+//! starts its runner. The home's timer — one detached process per home, held by a lock file,
+//! started when a run is delayed — sleeps until the soonest due time, starts what is due and
+//! exits when nothing waits; every reconcile pass also starts what is due and starts the timer
+//! again if it is gone.
+//!
+//! Invariants:
+//! * a runner is started only for a run whose `DelayEnded` is durable, by the process whose
+//!   append recorded it; the journal accepts it only once, and only in a record whose time is
+//!   at or past the due time, so no runner starts early and two starters cannot both start one;
+//!   should that process die before the runner takes the run, the reconciler fails the run
+//!   "runner never started" once the start grace, counted from the delay's end, has passed;
+//! * what is due is read from the `delayed` index, soonest first: a pass costs the same with 10
+//!   runs waiting or 10,000;
+//! * at most one timer runs per home (`Home::timer_lock_path`); one that finds nothing waiting
+//!   lets the lock go and looks once more, so a run delayed meanwhile is never left without a
+//!   timer and a reconcile pass.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{LaunchError, RunnerProgram, queue};
+use crate::durable_fs::FileLock;
+use crate::event::{self, Event, RunId, UnixMs};
+use crate::home::Home;
+use crate::journal::{AppendError, Condition, ReadError};
+use crate::state::TransitionError;
+use crate::store::Store;
+
+/// The hidden subcommand of `runjournal` that is the home's timer (`runjournal __timer --home
+/// HOME --layout LAYOUT`), started detached ([`start_timer`]).
+pub const TIMER_SUBCOMMAND: &str = "__timer";
+
+/// The longest the timer sleeps between two looks at the `delayed` index: a run delayed to a
+/// sooner time than the one it sleeps for is started at most this late.
+pub const TIMER_RECHECK: Duration = Duration::from_secs(1);
+
+/// Most runs one look starts; the rest are started by the next look, at once.
+pub const MAX_DUE_PER_LOOK: usize = 256;
+
+/// The environment variable of a test hook, in builds with the `testkit` feature: when it
+/// names a file, the timer that finds it there removes it and SIGKILLs itself before it starts
+/// anything — a timer killed while runs wait.
+pub const KILL_TIMER_ENV: &str = "RUNJOURNAL_TEST_KILL_TIMER";
+
+/// Why starting delayed runs failed. What was journaled stays.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DelayError {
+    #[error("reading the delayed runs: {0}")]
+    Read(#[from] ReadError),
+    #[error("run {run}: recording that it is due: {source}")]
+    Record {
+        run: RunId,
+        #[source]
+        source: Box<AppendError>,
+    },
+    #[error("run {run}: starting its runner: {source}")]
+    Start {
+        run: RunId,
+        #[source]
+        source: Box<LaunchError>,
+    },
+    #[error("the home's timer: {path}: {source}")]
+    Lock {
+        path: std::path::PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("starting the home's timer: {0}")]
+    Spawn(#[source] io::Error),
+}
+
+/// A delayed run that was due and whose runner was started (or not: then the run is recorded
+/// failed).
+#[derive(Debug)]
+pub struct DueStarted {
+    pub run: RunId,
+    pub due_at_ms: UnixMs,
+    /// The runner's pid; `Err` says why it could not be started.
+    pub runner: Result<u32, String>,
+}
+
+/// Starts every delayed run due by now: for each, soonest first, one conditional append of
+/// `DelayEnded` (which the journal refuses before the due time, after the run ended, or once
+/// another process recorded it), then its runner. `by` is recorded as who started it.
+pub fn start_due(
+    store: &Store,
+    base: &RunnerProgram,
+    by: &str,
+) -> Result<Vec<DueStarted>, DelayError> {
+    let mut started = Vec::new();
+    loop {
+        let now_ms = event::now_ms();
+        let due = store
+            .journal()
+            .view()?
+            .delayed_due_by(now_ms, MAX_DUE_PER_LOOK)?;
+        let is_more = due.len() == MAX_DUE_PER_LOOK;
+        for (due_at_ms, run) in due {
+            let event = Event::DelayEnded { by: by.to_string() };
+            let state = match store.append(run, vec![event], Condition::expect_not_terminal()) {
+                Ok(appended) => appended.state,
+                // Another process took it, or it ended (a stop) since the index was read.
+                Err(
+                    AppendError::AlreadyTerminal { .. }
+                    | AppendError::Transition {
+                        source: TransitionError::DelayAlreadyEnded { .. },
+                        ..
+                    },
+                ) => continue,
+                Err(source) => {
+                    return Err(DelayError::Record {
+                        run,
+                        source: Box::new(source),
+                    });
+                }
+            };
+            let runner = queue::start_runner_detached(store, &state, base).map_err(|source| {
+                DelayError::Start {
+                    run,
+                    source: Box::new(source),
+                }
+            })?;
+            started.push(DueStarted {
+                run,
+                due_at_ms,
+                runner,
+            });
+        }
+        if !is_more {
+            return Ok(started);
+        }
+    }
+}
+
+/// The soonest due time of a delayed run waiting, if one waits.
+pub fn soonest_due(store: &Store) -> Result<Option<UnixMs>, DelayError> {
+    Ok(store
+        .journal()
+        .view()?
+        .soonest_delayed(1)?
+        .first()
+        .map(|(due_at_ms, _)| *due_at_ms))
+}
+
+/// How a timer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerEnd {
+    /// Another timer holds the home's lock: this one did nothing.
+    AlreadyRunning,
+    /// Nothing waits any more.
+    NothingWaits,
+    /// The home's journal is no longer the file this timer opened (it was rebuilt, say): the
+    /// next reconcile pass starts a timer on the one there now.
+    JournalReplaced,
+}
+
+/// The journal file at `path`, as the file system names it (device and inode); `None` when
+/// nothing is there.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|metadata| (metadata.dev(), metadata.ino()))
+}
+
+/// The home's timer: takes the home's timer lock (or returns at once if another timer holds
+/// it), then starts what is due, sleeps until the soonest due time (at most
+/// [`TIMER_RECHECK`] at a time, so a run delayed meanwhile to a sooner time is not missed), and
+/// returns once nothing waits, or once the home's journal is another file than the one it
+/// opened. A failure to start one run is written through `note` and the
+/// timer goes on; a failure to read the journal ends it (the next reconcile pass starts
+/// another).
+pub fn run_timer(
+    store: &Store,
+    base: &RunnerProgram,
+    by: &str,
+    note: &mut dyn FnMut(&str),
+) -> Result<TimerEnd, DelayError> {
+    let path = store.home().timer_lock_path();
+    let lock_error = |source| DelayError::Lock {
+        path: path.clone(),
+        source,
+    };
+    let Some(mut lock) = FileLock::try_acquire(&path).map_err(lock_error)? else {
+        return Ok(TimerEnd::AlreadyRunning);
+    };
+    let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
+    kill_here_if_asked();
+    let journal_path = store.home().journal_path();
+    let journal = file_identity(&journal_path);
+    loop {
+        if journal.is_none() || file_identity(&journal_path) != journal {
+            return Ok(TimerEnd::JournalReplaced);
+        }
+        match start_due(store, base, by) {
+            Ok(started) => {
+                for started in started {
+                    if let Err(error) = started.runner {
+                        note(&format!("run {}: {error}", started.run));
+                    }
+                }
+            }
+            Err(error @ DelayError::Read(_)) => return Err(error),
+            Err(error) => note(&error.to_string()),
+        }
+        match soonest_due(store)? {
+            Some(due_at_ms) => {
+                let wait = Duration::from_millis(due_at_ms.saturating_sub(event::now_ms()));
+                std::thread::sleep(wait.min(TIMER_RECHECK));
+            }
+            None => {
+                // Let the lock go, then look once more: a run delayed after the look above
+                // started a timer that found the lock held; it is found here, or its own timer
+                // takes the lock now.
+                drop(lock);
+                if soonest_due(store)?.is_none() {
+                    return Ok(TimerEnd::NothingWaits);
+                }
+                match FileLock::try_acquire(&path).map_err(lock_error)? {
+                    Some(taken) => lock = taken,
+                    None => return Ok(TimerEnd::AlreadyRunning),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "testkit")]
+fn kill_here_if_asked() {
+    let Some(path) = std::env::var_os(KILL_TIMER_ENV) else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+#[cfg(not(feature = "testkit"))]
+fn kill_here_if_asked() {}
+
+/// The arguments the timer is started with, after the program.
+pub fn timer_args(home: &Home) -> io::Result<Vec<OsString>> {
+    Ok(vec![
+        TIMER_SUBCOMMAND.into(),
+        "--home".into(),
+        std::path::absolute(home.root())?.into_os_string(),
+        "--layout".into(),
+        home.layout().as_str().into(),
+    ])
+}
+
+/// Starts the home's timer detached (`program TIMER_SUBCOMMAND --home HOME --layout LAYOUT`);
+/// its pid. A timer that finds another holding the lock exits at once.
+pub fn start_timer(home: &Home, program: &Path) -> Result<u32, DelayError> {
+    let args = timer_args(home).map_err(DelayError::Spawn)?;
+    crate::hooks::start_detached(program, &args).map_err(DelayError::Spawn)
+}
+
+/// What a reconcile pass does for delayed runs: starts what is due, then, when runs still wait
+/// and no timer holds the home's lock, starts one with `base.program`. The pass never waits
+/// for a due time.
+pub fn reconcile_delayed(
+    store: &Store,
+    base: &RunnerProgram,
+    by: &str,
+) -> Result<Vec<DueStarted>, DelayError> {
+    let started = start_due(store, base, by)?;
+    if soonest_due(store)?.is_some() && !is_timer_running(store.home())? {
+        start_timer(store.home(), &base.program)?;
+    }
+    Ok(started)
+}
+
+/// Whether a timer holds the home's lock now.
+pub fn is_timer_running(home: &Home) -> Result<bool, DelayError> {
+    let path = home.timer_lock_path();
+    match FileLock::try_acquire(&path) {
+        Ok(Some(_free)) => Ok(false),
+        Ok(None) => Ok(true),
+        Err(source) => Err(DelayError::Lock { path, source }),
+    }
+}
+
+/// A delayed run a pass started, as `runjournal reconcile --json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DueStartedReport {
+    /// Always `due`: the line's kind among the pass's lines.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub run_id: String,
+    pub due_at_ms: UnixMs,
+    pub runner_pid: Option<u32>,
+    pub error: Option<String>,
+}
+
+impl DueStartedReport {
+    pub fn of(started: &DueStarted) -> DueStartedReport {
+        DueStartedReport {
+            kind: "due",
+            run_id: started.run.to_string(),
+            due_at_ms: started.due_at_ms,
+            runner_pid: started.runner.as_ref().ok().copied(),
+            error: started.runner.as_ref().err().cloned(),
+        }
+    }
+
+    /// The line `runjournal reconcile` prints for it.
+    pub fn line(&self) -> String {
+        let due = crate::duration::format_time_s(self.due_at_ms);
+        match (&self.runner_pid, &self.error) {
+            (Some(pid), _) => format!("{}  due at {due}  runner pid {pid}", self.run_id),
+            (None, error) => crate::text::escape_control(&format!(
+                "{}  due at {due}  its runner did not start: {}",
+                self.run_id,
+                error.as_deref().unwrap_or("")
+            ))
+            .into_owned(),
+        }
+    }
+}
+
+/// A launch that left its run waiting for its due time, as `runjournal run --json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DelayedLaunchReport {
+    pub run_id: String,
+    /// Always `queued`.
+    pub state: &'static str,
+    pub due_at_ms: UnixMs,
+    /// The timer this launch started, if it could start one.
+    pub timer_pid: Option<u32>,
+    pub status_path: std::path::PathBuf,
+    pub result_path: std::path::PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(Home::at(dir.path())).expect("open store");
+        (dir, store)
+    }
+
+    fn delayed(store: &Store, due_at_ms: UnixMs) -> RunId {
+        let creation = crate::journal::Creation {
+            spec: testkit::chain_spec(1),
+            hosts: Default::default(),
+            more: vec![Event::StartDelayed {
+                due_at_ms,
+                idle_timeout_ms: None,
+                heartbeat_ms: None,
+            }],
+            private: None,
+        };
+        store.create_then(creation, |_| ()).expect("created").0.run
+    }
+
+    #[test]
+    fn a_delay_ends_only_at_its_due_time_and_once() {
+        let (_dir, store) = store();
+        let due_at_ms = event::now_ms() + 60_000;
+        let run = delayed(&store, due_at_ms);
+        let ended = |store: &Store| {
+            store.append(
+                run,
+                vec![Event::DelayEnded {
+                    by: "test".to_string(),
+                }],
+                Condition::expect_not_terminal(),
+            )
+        };
+        assert!(matches!(
+            ended(&store),
+            Err(AppendError::Transition {
+                source: TransitionError::NotYetDue { .. },
+                ..
+            })
+        ));
+        assert_eq!(soonest_due(&store).expect("read"), Some(due_at_ms));
+    }
+
+    #[test]
+    fn the_delayed_index_gives_the_soonest_first_and_loses_a_run_once_it_is_due_or_stopped() {
+        let (_dir, store) = store();
+        let now_ms = event::now_ms();
+        let later = delayed(&store, now_ms + 120_000);
+        let sooner = delayed(&store, now_ms + 60_000);
+        let past = delayed(&store, now_ms.saturating_sub(1));
+        let view = store.journal().view().expect("view");
+        let soonest: Vec<RunId> = view
+            .soonest_delayed(10)
+            .expect("read")
+            .into_iter()
+            .map(|(_, run)| run)
+            .collect();
+        assert_eq!(soonest, vec![past, sooner, later]);
+        drop(view);
+        let stopped =
+            crate::control::request_stop(&store, sooner, "test", "not needed").expect("stopped");
+        assert!(
+            matches!(
+                &stopped,
+                crate::control::StopOutcome::StoppedWaiting { waiting }
+                    if waiting.starts_with("for its due time")
+            ),
+            "{stopped:?}"
+        );
+        // The past one is due: its delay ends (its runner, a program that does not exist here,
+        // cannot start, so it is recorded failed).
+        let base = RunnerProgram {
+            program: "/nonexistent/runjournal".into(),
+            leading_args: Vec::new(),
+        };
+        let started = start_due(&store, &base, "test").expect("started");
+        assert_eq!(started.len(), 1);
+        assert_eq!(started[0].run, past);
+        let state = store
+            .journal()
+            .view()
+            .expect("view")
+            .snapshot(past)
+            .expect("read");
+        let state = state.expect("the run");
+        let ended = state
+            .delay
+            .and_then(|delay| delay.ended)
+            .expect("its delay ended");
+        assert!(ended.at_ms >= now_ms.saturating_sub(1));
+        let left: Vec<RunId> = store
+            .journal()
+            .view()
+            .expect("view")
+            .soonest_delayed(10)
+            .expect("read")
+            .into_iter()
+            .map(|(_, run)| run)
+            .collect();
+        assert_eq!(left, vec![later]);
+    }
+}
