@@ -293,7 +293,8 @@ pub fn write_plan_observed(
     // The marker says that every file a host may consume (the result and its session index
     // entry) was written: made after the last of them, so a crash or a full disk between two
     // of them leaves the result unpublished, and the next projection writes them all again
-    // rather than taking the missing one for consumed.
+    // rather than taking the missing one for consumed. At a power cut it must not outlive
+    // them either ([`publish_durably`]).
     let last_consumable = plan
         .files
         .iter()
@@ -304,16 +305,43 @@ pub fn write_plan_observed(
         }
         if Some(index) == last_consumable
             && let Some(marker) = &plan.result_published_marker
+            && !was_published_before
         {
-            durable_fs::touch(marker).map_err(|source| ProjectionError::Io {
-                run: plan.run,
-                path: marker.clone(),
-                source,
-            })?;
+            publish_durably(plan, marker)?;
         }
         after_file(file);
     }
     Ok(())
+}
+
+/// Makes the files a host may consume durable, then the marker that says they were
+/// published. A power cut must neither keep the marker without them (the next projection
+/// would take the lost result for consumed and never write it again: a run with no result)
+/// nor lose the marker of a result a host may have consumed since (it would be published a
+/// second time). Once per run: a marker already there is left alone.
+fn publish_durably(plan: &Plan, marker: &Path) -> Result<(), ProjectionError> {
+    let io_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProjectionError::Io {
+            run: plan.run,
+            path,
+            source,
+        }
+    };
+    for file in &plan.files {
+        if !file.kind.may_be_consumed() || file.content == Content::Absent {
+            continue;
+        }
+        durable_fs::open_existing_read_only(&file.path)
+            .and_then(|opened| opened.sync_all())
+            .map_err(io_error(&file.path))?;
+        durable_fs::sync_parent(&file.path).map_err(io_error(&file.path))?;
+    }
+    durable_fs::touch(marker).map_err(io_error(marker))?;
+    // The marker's entry, and the run directory's that holds it.
+    durable_fs::sync_parent(marker).map_err(io_error(marker))?;
+    let run_dir = marker.parent().unwrap_or(marker);
+    durable_fs::sync_parent(run_dir).map_err(io_error(run_dir))
 }
 
 fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
@@ -328,6 +356,12 @@ fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
     match &file.content {
         Content::Bytes(bytes) if file.kind == FileKind::SteerInboxClosed => {
             ensure_control_dir(parent).map_err(io_error(parent))?;
+            durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+        }
+        Content::Bytes(bytes) if file.kind.may_be_consumed() => {
+            // Made durable before its marker is (`publish_durably`): so are the directories
+            // it is in, the session's index directory included.
+            durable_fs::ensure_private_dir_durable(parent).map_err(io_error(parent))?;
             durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
         }
         Content::Bytes(bytes) => {
