@@ -787,6 +787,7 @@ pub fn take(
                 } => (events, expect_head, settle),
             };
             let condition = expect_head.map_or_else(Condition::none, Condition::expect_head);
+            fail_here_if_asked()?;
             match append(events, condition) {
                 Ok(_) => {
                     match how {
@@ -846,6 +847,32 @@ fn kill_here_if_asked() {
 
 #[cfg(not(feature = "testkit"))]
 fn kill_here_if_asked() {}
+
+/// The environment variable of a test hook, in builds with the `testkit` feature: when it
+/// names a file, the taker that finds it there removes it and fails its next append as one
+/// fails when another process holds the journal's write lock past its bound (nothing written).
+pub const FAIL_APPEND_ENV: &str = "RUNJOURNAL_TEST_FAIL_CONTROL_APPEND";
+
+#[cfg(feature = "testkit")]
+fn fail_here_if_asked() -> Result<(), TakeError> {
+    let Some(path) = std::env::var_os(FAIL_APPEND_ENV) else {
+        return Ok(());
+    };
+    if std::fs::remove_file(path).is_err() {
+        return Ok(());
+    }
+    Err(TakeError::Append(AppendError::WriteLockHeld(
+        crate::journal::LockHeld {
+            since_ms: crate::event::now_ms(),
+            holder: None,
+        },
+    )))
+}
+
+#[cfg(not(feature = "testkit"))]
+fn fail_here_if_asked() -> Result<(), TakeError> {
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests;
