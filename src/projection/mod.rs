@@ -299,6 +299,7 @@ pub fn write_plan_observed(
         .files
         .iter()
         .rposition(|file| file.kind.may_be_consumed());
+    let mut made_marker = None;
     for (index, file) in plan.files.iter().enumerate() {
         if !is_consumed(file) {
             write_file(plan.run, file)?;
@@ -308,17 +309,24 @@ pub fn write_plan_observed(
             && !was_published_before
         {
             publish_durably(plan, marker)?;
+            made_marker = Some(marker);
         }
         after_file(file);
+    }
+    // The marker's own entry, and the run directory's, synced last: the rest of the run's
+    // files are not held up by these syncs.
+    if let Some(marker) = made_marker {
+        sync_marker(plan.run, marker)?;
     }
     Ok(())
 }
 
-/// Makes the files a host may consume durable, then the marker that says they were
-/// published. A power cut must neither keep the marker without them (the next projection
-/// would take the lost result for consumed and never write it again: a run with no result)
-/// nor lose the marker of a result a host may have consumed since (it would be published a
-/// second time). Once per run: a marker already there is left alone.
+/// Makes the files a host may consume durable, then makes the marker that says they were
+/// published ([`sync_marker`] makes it durable). A power cut must neither keep the marker
+/// without them (the next projection would take the lost result for consumed and never write
+/// it again: a run with no result) nor lose the marker of a result a host may have consumed
+/// since (it would be published a second time). Once per run: a marker already there is left
+/// alone.
 fn publish_durably(plan: &Plan, marker: &Path) -> Result<(), ProjectionError> {
     let io_error = |path: &Path| {
         let path = path.to_path_buf();
@@ -332,13 +340,24 @@ fn publish_durably(plan: &Plan, marker: &Path) -> Result<(), ProjectionError> {
         if !file.kind.may_be_consumed() || file.content == Content::Absent {
             continue;
         }
-        durable_fs::open_existing_read_only(&file.path)
-            .and_then(|opened| opened.sync_all())
-            .map_err(io_error(&file.path))?;
+        match durable_fs::open_existing_read_only(&file.path).and_then(|opened| opened.sync_all()) {
+            Ok(()) => {}
+            // A host consumed it already: it was published (its removal is the host's to
+            // make durable).
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(io_error(&file.path)(error)),
+        }
         durable_fs::sync_parent(&file.path).map_err(io_error(&file.path))?;
     }
-    durable_fs::touch(marker).map_err(io_error(marker))?;
-    // The marker's entry, and the run directory's that holds it.
+    durable_fs::touch(marker).map_err(io_error(marker))
+}
+
+/// Makes a result's marker durable: its entry, and the run directory's that holds it.
+fn sync_marker(run: RunId, marker: &Path) -> Result<(), ProjectionError> {
+    let io_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProjectionError::Io { run, path, source }
+    };
     durable_fs::sync_parent(marker).map_err(io_error(marker))?;
     let run_dir = marker.parent().unwrap_or(marker);
     durable_fs::sync_parent(run_dir).map_err(io_error(run_dir))
