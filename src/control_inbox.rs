@@ -678,12 +678,31 @@ pub fn settle(home: &Home, run: RunId, found: &Found, how: Settle) -> io::Result
         crate::event::now_ms(),
         found.name.to_string_lossy()
     );
-    gone_is_fine(nix::fcntl::renameat(
-        &dir,
-        found.name.as_os_str(),
-        &refused,
-        aside.as_str(),
-    ))
+    move_aside(&dir, found.name.as_os_str(), &refused, &aside)
+}
+
+/// Moves `name` from `dir` into `refused` as `aside`, so that a power cut keeps it in one
+/// place or the other, never in neither: a host that made its file durable syncs its own
+/// directory, which would make the file's removal from there durable before its new entry
+/// is. So the entry is linked into `refused` and that directory synced before it is unlinked
+/// from `dir`. An entry that cannot be linked (a directory) is renamed, then `refused` synced.
+/// A cut between the two leaves it in both: found again, and refused again.
+fn move_aside(dir: &OwnedFd, name: &OsStr, refused: &OwnedFd, aside: &str) -> io::Result<()> {
+    match nix::unistd::linkat(dir, name, refused, aside, AtFlags::empty()) {
+        Ok(()) => {
+            nix::unistd::fsync(refused)?;
+            gone_is_fine(nix::unistd::unlinkat(
+                dir,
+                name,
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            ))
+        }
+        Err(nix::errno::Errno::ENOENT) => Ok(()),
+        Err(_) => {
+            gone_is_fine(nix::fcntl::renameat(dir, name, refused, aside))?;
+            Ok(nix::unistd::fsync(refused)?)
+        }
+    }
 }
 
 fn gone_is_fine(result: nix::Result<()>) -> io::Result<()> {
@@ -693,10 +712,12 @@ fn gone_is_fine(result: nix::Result<()>) -> io::Result<()> {
     }
 }
 
-/// `control/refused/`, made 0700 if missing.
+/// `control/refused/`, made 0700 if missing, and then synced into `control/` (what is moved
+/// there must outlive a power cut).
 fn refused_dir(control: &OwnedFd) -> io::Result<OwnedFd> {
     match nix::sys::stat::mkdirat(control.as_fd(), "refused", Mode::from_bits_truncate(0o700)) {
-        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        Ok(()) => nix::unistd::fsync(control)?,
+        Err(nix::errno::Errno::EEXIST) => {}
         Err(error) => return Err(error.into()),
     }
     open_dir(control, OsStr::new("refused"))
@@ -785,6 +806,7 @@ pub fn take(
                 } => (events, expect_head, settle),
             };
             let condition = expect_head.map_or_else(Condition::none, Condition::expect_head);
+            fail_here_if_asked()?;
             match append(events, condition) {
                 Ok(_) => {
                     match how {
@@ -844,6 +866,32 @@ fn kill_here_if_asked() {
 
 #[cfg(not(feature = "testkit"))]
 fn kill_here_if_asked() {}
+
+/// The environment variable of a test hook, in builds with the `testkit` feature: when it
+/// names a file, the taker that finds it there removes it and fails its next append as one
+/// fails when another process holds the journal's write lock past its bound (nothing written).
+pub const FAIL_APPEND_ENV: &str = "RUNJOURNAL_TEST_FAIL_CONTROL_APPEND";
+
+#[cfg(feature = "testkit")]
+fn fail_here_if_asked() -> Result<(), TakeError> {
+    let Some(path) = std::env::var_os(FAIL_APPEND_ENV) else {
+        return Ok(());
+    };
+    if std::fs::remove_file(path).is_err() {
+        return Ok(());
+    }
+    Err(TakeError::Append(AppendError::WriteLockHeld(
+        crate::journal::LockHeld {
+            since_ms: crate::event::now_ms(),
+            holder: None,
+        },
+    )))
+}
+
+#[cfg(not(feature = "testkit"))]
+fn fail_here_if_asked() -> Result<(), TakeError> {
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests;

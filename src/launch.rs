@@ -559,6 +559,17 @@ pub enum ResumeError {
         #[source]
         source: Box<LaunchError>,
     },
+    /// The paused run's control inbox could not be taken (what a host asked of it would be
+    /// left unread): nothing was resumed.
+    #[error(
+        "run {run}: its control inbox could not be taken ({source}); nothing was resumed: run resume again"
+    )]
+    Inbox {
+        run: RunId,
+        /// Boxed, as `Launch`'s.
+        #[source]
+        source: Box<crate::control_inbox::TakeError>,
+    },
 }
 
 impl ResumeError {
@@ -571,7 +582,7 @@ impl ResumeError {
             | ResumeError::Refused { .. }
             | ResumeError::NothingLeft { .. } => true,
             ResumeError::Launch { source, .. } => source.is_bad_input(),
-            ResumeError::Read { .. } => false,
+            ResumeError::Read { .. } | ResumeError::Inbox { .. } => false,
         }
     }
 }
@@ -753,13 +764,23 @@ pub fn resume_with(
         })
     };
     // What a host wrote into the paused run's control inbox is taken first: its messages go
-    // on with the resume. A file that cannot be taken now is left where it is.
-    let _ = crate::control_inbox::take(
+    // on with the resume. Nothing reads a paused run's inbox after its resume, so a resume
+    // that cannot take it resumes nothing: the next one takes it. (A run that is not in the
+    // journal is refused below.)
+    match crate::control_inbox::take(
         store.home(),
         run,
         || store.journal().view()?.snapshot(run),
         |events, condition| store.append(run, events, condition),
-    );
+    ) {
+        Ok(_) | Err(crate::control_inbox::TakeError::UnknownRun { .. }) => {}
+        Err(source) => {
+            return Err(ResumeError::Inbox {
+                run,
+                source: Box::new(source),
+            });
+        }
+    }
     let view = store.journal().view().map_err(read)?;
     let Some(state) = view.snapshot(run).map_err(read)? else {
         return Err(match view.tombstone(run).map_err(read)? {

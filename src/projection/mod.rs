@@ -293,27 +293,74 @@ pub fn write_plan_observed(
     // The marker says that every file a host may consume (the result and its session index
     // entry) was written: made after the last of them, so a crash or a full disk between two
     // of them leaves the result unpublished, and the next projection writes them all again
-    // rather than taking the missing one for consumed.
+    // rather than taking the missing one for consumed. At a power cut it must not outlive
+    // them either ([`publish_durably`]).
     let last_consumable = plan
         .files
         .iter()
         .rposition(|file| file.kind.may_be_consumed());
+    let mut made_marker = None;
     for (index, file) in plan.files.iter().enumerate() {
         if !is_consumed(file) {
             write_file(plan.run, file)?;
         }
         if Some(index) == last_consumable
             && let Some(marker) = &plan.result_published_marker
+            && !was_published_before
         {
-            durable_fs::touch(marker).map_err(|source| ProjectionError::Io {
-                run: plan.run,
-                path: marker.clone(),
-                source,
-            })?;
+            publish_durably(plan, marker)?;
+            made_marker = Some(marker);
         }
         after_file(file);
     }
+    // The marker's own entry, and the run directory's, synced last: the rest of the run's
+    // files are not held up by these syncs.
+    if let Some(marker) = made_marker {
+        sync_marker(plan.run, marker)?;
+    }
     Ok(())
+}
+
+/// Makes the files a host may consume durable, then makes the marker that says they were
+/// published ([`sync_marker`] makes it durable). A power cut must neither keep the marker
+/// without them (the next projection would take the lost result for consumed and never write
+/// it again: a run with no result) nor lose the marker of a result a host may have consumed
+/// since (it would be published a second time). Once per run: a marker already there is left
+/// alone.
+fn publish_durably(plan: &Plan, marker: &Path) -> Result<(), ProjectionError> {
+    let io_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProjectionError::Io {
+            run: plan.run,
+            path,
+            source,
+        }
+    };
+    for file in &plan.files {
+        if !file.kind.may_be_consumed() || file.content == Content::Absent {
+            continue;
+        }
+        match durable_fs::open_existing_read_only(&file.path).and_then(|opened| opened.sync_all()) {
+            Ok(()) => {}
+            // A host consumed it already: it was published (its removal is the host's to
+            // make durable).
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(io_error(&file.path)(error)),
+        }
+        durable_fs::sync_parent(&file.path).map_err(io_error(&file.path))?;
+    }
+    durable_fs::touch(marker).map_err(io_error(marker))
+}
+
+/// Makes a result's marker durable: its entry, and the run directory's that holds it.
+fn sync_marker(run: RunId, marker: &Path) -> Result<(), ProjectionError> {
+    let io_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProjectionError::Io { run, path, source }
+    };
+    durable_fs::sync_parent(marker).map_err(io_error(marker))?;
+    let run_dir = marker.parent().unwrap_or(marker);
+    durable_fs::sync_parent(run_dir).map_err(io_error(run_dir))
 }
 
 fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
@@ -328,6 +375,12 @@ fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
     match &file.content {
         Content::Bytes(bytes) if file.kind == FileKind::SteerInboxClosed => {
             ensure_control_dir(parent).map_err(io_error(parent))?;
+            durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+        }
+        Content::Bytes(bytes) if file.kind.may_be_consumed() => {
+            // Made durable before its marker is (`publish_durably`): so are the directories
+            // it is in, the session's index directory included.
+            durable_fs::ensure_private_dir_durable(parent).map_err(io_error(parent))?;
             durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
         }
         Content::Bytes(bytes) => {

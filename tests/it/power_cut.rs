@@ -16,6 +16,11 @@
 //! * where PostgreSQL is installed, a shipper followed the journal until the cut; `ship --once`
 //!   after it leaves the server with every record of the journal once, with the same content,
 //!   shipped through the journal's head;
+//! * every control file a host made durable before the cut (pi-subagents' stop, interrupt and
+//!   steer requests, and files that are not JSON, written into live runs' inboxes as a careful
+//!   host writes them: [`write_as_careful_host`]) is still in place, or journaled exactly once
+//!   (a steer delivered at most once to each step), or refused into `control/refused/` with
+//!   its `ControlRefused` record; each message `steer` acknowledged is journaled once;
 //! * every run kept its launcher's environment, and every hook of every run that ended is
 //!   delivered at least once (the claims of the processes the cut killed taken over by the
 //!   deliverers reconcile passes start), in the run's kept environment;
@@ -23,8 +28,9 @@
 //!   (`pi_subagents_compat`'s, installed once per test process, one `node` per cut) read every
 //!   run of the journal as the journal has it, find its result, list it, and repair nothing.
 //!
-//! The workload mixes chains, parallel runs, external jobs fed by `job update`, runs with a
-//! kept variable and a completion hook, `stop`, several
+//! The workload mixes chains (whose steps take the messages steered to them), parallel runs,
+//! external jobs fed by `job update`, runs with a kept variable and a completion hook, `stop`,
+//! `steer`, a host's control files, several
 //! launchers at once (so commits are shared through a commit leader), concurrent reconcilers,
 //! `prune` and the shipper. Several cuts fall on one disk in turn, so each workload also starts
 //! on what the last cut left (a stale leader socket, a half-made run directory). After a disk's
@@ -253,6 +259,30 @@ enum Acknowledged {
     Stopped { run: RunId },
     /// `stop` found the run ended.
     Ended { run: RunId },
+    /// `steer` recorded this message.
+    Steer { run: RunId, message: String },
+    /// A host wrote this file into the run's control inbox and made it durable before the cut
+    /// ([`write_as_careful_host`]).
+    HostFile { run: RunId, file: HostFile },
+}
+
+/// A control file a host wrote, as pi-subagents' control code names and fills it.
+#[derive(Debug, Clone)]
+struct HostFile {
+    kind: HostKind,
+    /// Its path under the run's directory (`control/stop-requests/....json`).
+    path: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostKind {
+    Stop,
+    Interrupt,
+    Steer {
+        id: String,
+    },
+    /// Not JSON: refused, with a `ControlRefused` record, and moved into `control/refused/`.
+    Malformed,
 }
 
 struct Cut<'a> {
@@ -266,6 +296,12 @@ struct Cut<'a> {
     requests: Vec<Request>,
     /// Reconcilers and prunes: nothing is checked of them but the journal they leave.
     others: Vec<Child>,
+    /// Control files a host made durable in runs' inboxes.
+    host_files: Vec<Acknowledged>,
+    /// Runs given an `interrupt.json` (one name per run: a second would replace the first).
+    interrupted: Vec<RunId>,
+    /// How the checks after the cut found the host's control files.
+    host_files_found: BTreeMap<&'static str, usize>,
     counts: BTreeMap<&'static str, usize>,
     log: Vec<String>,
 }
@@ -323,8 +359,15 @@ impl Cut<'_> {
         }
         match shape {
             Shape::Chain => {
+                // A chain's steps take the messages steered to them.
                 for index in 0..3 {
-                    args.extend(["--step".into(), step(&format!("chain-{index}"))]);
+                    args.extend([
+                        "--step".into(),
+                        format!(
+                            "{}; rm -f \"$RUNJOURNAL_INBOX\"/*.json",
+                            step(&format!("chain-{index}"))
+                        ),
+                    ]);
                 }
             }
             Shape::Parallel => {
@@ -469,6 +512,105 @@ impl Cut<'_> {
         });
     }
 
+    /// A host's control file in a live run's inbox, written as pi-subagents' control code
+    /// writes it (`requestAsyncStop`, `requestAsyncInterrupt`, `requestAsyncSteer`), or a file
+    /// that is not JSON; made durable as a careful host does ([`write_as_careful_host`]). Only
+    /// a file whose every sync returned is acknowledged: one the cut (or a prune) interrupted
+    /// may be lost.
+    fn host_file(&mut self) {
+        let runs = self.known_runs(None);
+        if runs.is_empty() {
+            return;
+        }
+        let run = runs[self.rng.random_range(0..runs.len())];
+        let number = self.host_files.len();
+        let source = format!("power-cut-{}-{number}", self.seed);
+        let ts = runjournal::event::now_ms();
+        let mut kind = match self.rng.random_range(0..10) {
+            0..=3 => HostKind::Stop,
+            4..=5 => HostKind::Interrupt,
+            6..=8 => HostKind::Steer {
+                id: format!("steer-{}-{number}", self.seed),
+            },
+            _ => HostKind::Malformed,
+        };
+        if kind == HostKind::Interrupt && self.interrupted.contains(&run) {
+            kind = HostKind::Stop;
+        }
+        let (path, content) = match &kind {
+            HostKind::Stop => (
+                format!("control/stop-requests/{ts:013}-{source}.json"),
+                serde_json::json!({"type": "stop", "ts": ts, "source": source, "reason": source})
+                    .to_string(),
+            ),
+            HostKind::Interrupt => {
+                self.interrupted.push(run);
+                (
+                    "control/interrupt.json".to_string(),
+                    serde_json::json!({"type": "interrupt", "ts": ts, "source": source})
+                        .to_string(),
+                )
+            }
+            HostKind::Steer { id } => (
+                format!("control/steer-requests/{ts:013}-{id}.json"),
+                serde_json::json!({
+                    "type": "steer", "id": id, "ts": ts, "message": source, "source": source
+                })
+                .to_string(),
+            ),
+            HostKind::Malformed => (
+                format!("control/stop-requests/{ts:013}-{source}-malformed.json"),
+                "{\"type\": \"stop\", cut short".to_string(),
+            ),
+        };
+        let file = HostFile {
+            kind,
+            path: PathBuf::from(path),
+        };
+        let written = write_as_careful_host(
+            &self.home.runs_dir(),
+            &self.home.run_dir(run),
+            &file.path,
+            content.as_bytes(),
+        );
+        self.log.push(format!(
+            "host file {run} {}: {}",
+            file.path.display(),
+            match &written {
+                Ok(()) => "durable".to_string(),
+                Err(error) => format!("not written: {error}"),
+            }
+        ));
+        self.count("host control file");
+        if written.is_ok() {
+            self.host_files.push(Acknowledged::HostFile { run, file });
+        }
+    }
+
+    fn steer(&mut self) {
+        let runs = self.known_runs(None);
+        if runs.is_empty() {
+            return;
+        }
+        let run = runs[self.rng.random_range(0..runs.len())];
+        let message = format!("steer-{}-{}", self.seed, self.requests.len());
+        let args: Vec<String> = ["steer", &run.to_string(), &message]
+            .map(String::from)
+            .to_vec();
+        let stdout = self
+            .out
+            .join(format!("request-{}-{}.out", self.seed, self.requests.len()));
+        let child = self.command(&args, Some(&stdout));
+        self.log
+            .push(format!("steer {run} {message} (pid {})", child.id()));
+        self.count("steer");
+        self.requests.push(Request {
+            what: Acknowledged::Steer { run, message },
+            child,
+            stdout,
+        });
+    }
+
     fn other(&mut self, what: &'static str, args: &[&str]) {
         let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
         let child = self.command(&args, None);
@@ -492,6 +634,8 @@ impl Cut<'_> {
             12..=13 => self.stop(),
             14 => self.other("reconcile", &["reconcile"]),
             15 => self.other("prune", &["prune", "--keep-runs", "4"]),
+            16..=17 => self.host_file(),
+            18 => self.steer(),
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(self.rng.random_range(5..60)));
@@ -565,6 +709,7 @@ impl Cut<'_> {
         for other in &mut self.others {
             let _ = other.wait();
         }
+        acknowledged.append(&mut self.host_files);
         acknowledged
     }
 }
@@ -677,7 +822,14 @@ fn close_unstarted(home: &Home, seed: u64) {
 }
 
 /// The checks after the remount and `runjournal reconcile`; panics naming what is missing.
-fn check(home: &Home, acknowledged: &[Acknowledged], seed: u64) -> usize {
+/// Returns the runs, and how the host's control files were found (each counted at every
+/// cut it is checked after).
+fn check(
+    home: &Home,
+    acknowledged: &[Acknowledged],
+    seed: u64,
+) -> (usize, BTreeMap<&'static str, usize>) {
+    let mut host_files = BTreeMap::new();
     let journal = Journal::open(home.journal_path()).expect("the journal opens after the cut");
     let view = journal.view().expect("a read view");
     let runs = support::check_journal(&view, Some(home));
@@ -810,9 +962,211 @@ fn check(home: &Home, acknowledged: &[Acknowledged], seed: u64) -> usize {
                     lost("the end a stop found recorded");
                 }
             }
+            Acknowledged::Steer { run, message } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                let requested = records_of(*run)
+                    .iter()
+                    .filter(|record| matches!(&record.event, Event::SteerRequested { message: recorded, .. } if recorded == message))
+                    .count();
+                match requested {
+                    0 => lost("a steer that exited 0"),
+                    1 => {}
+                    _ => panic!("seed {seed}: a steer recorded {requested} times: {ack:?}"),
+                }
+            }
+            Acknowledged::HostFile { run, file } => {
+                if is_pruned(*run) {
+                    continue;
+                }
+                let found = check_host_file(home, *run, file, &records_of(*run), seed);
+                *host_files.entry(found).or_default() += 1;
+            }
         }
     }
-    runs.len()
+    (runs.len(), host_files)
+}
+
+/// After the cut and the reconcile: a control file a host made durable before the cut is still
+/// in place untaken, or taken — its request journaled once (a stop or an interrupt: the
+/// run's one `ControlRequested` of that action, its own or one recorded before it; a steer: its
+/// `SteerRequested`, delivered at most once to each step) — or refused: a `ControlRefused`
+/// naming it and the file in `control/refused/`. Never lost, never twice. Returns which.
+fn check_host_file(
+    home: &Home,
+    run: RunId,
+    file: &HostFile,
+    records: &[runjournal::event::Record],
+    seed: u64,
+) -> &'static str {
+    let lost = |what: &str| -> ! {
+        eprintln!(
+            "run {run}: records {:?}; its control inbox: {:?}",
+            support::events(records),
+            files_in(&home.control_dir(run))
+        );
+        panic!("seed {seed}: {what}: {} of run {run}", file.path.display())
+    };
+    let is_in_place = home.run_dir(run).join(&file.path).is_file();
+    let name = file
+        .path
+        .file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .to_string();
+    let refusals = records
+        .iter()
+        .filter(|record| matches!(&record.event, Event::ControlRefused { file: refused, .. } if Path::new(refused) == file.path))
+        .count();
+    let is_aside = files_in(&home.control_refused_dir(run))
+        .iter()
+        .any(|aside| aside.ends_with(&format!("-{name}")));
+    // A refusal whose move the cut undid is refused again: more than one record, no effect.
+    let is_refused = refusals > 0 && is_aside;
+    if refusals > 0 && !is_aside && !is_in_place {
+        lost("a refused file neither in control/refused/ nor in place");
+    }
+    let controls = |action: ControlAction| {
+        records
+            .iter()
+            .filter(|record| matches!(&record.event, Event::ControlRequested { action: recorded, .. } if *recorded == action))
+            .count()
+    };
+    match &file.kind {
+        HostKind::Stop | HostKind::Interrupt => {
+            let action = if file.kind == HostKind::Stop {
+                ControlAction::Stop
+            } else {
+                ControlAction::Interrupt
+            };
+            let requested = controls(action);
+            if requested > 1 {
+                lost("a control action journaled twice");
+            }
+            if requested == 0 && !is_in_place && !is_refused {
+                lost("a durable control file lost: not in place, not journaled, not refused");
+            }
+            if is_in_place {
+                "control file in place"
+            } else if is_refused {
+                "control file refused"
+            } else {
+                "control file taken"
+            }
+        }
+        HostKind::Steer { id } => {
+            let requested = records
+                .iter()
+                .filter(|record| matches!(&record.event, Event::SteerRequested { id: recorded, .. } if recorded == id))
+                .count();
+            if requested > 1 {
+                lost("a steer request journaled twice");
+            }
+            if requested == 0 && !is_in_place && !is_refused {
+                lost("a durable steer file lost: not in place, not journaled, not refused");
+            }
+            let mut delivered: Vec<u32> = records
+                .iter()
+                .filter_map(|record| match &record.event {
+                    Event::SteerDelivered { id: recorded, step } if recorded == id => Some(*step),
+                    _ => None,
+                })
+                .collect();
+            let count = delivered.len();
+            delivered.sort_unstable();
+            delivered.dedup();
+            if delivered.len() != count {
+                lost("a steer delivered twice to one step");
+            }
+            match (is_in_place, is_refused, count) {
+                (true, _, _) => "steer file in place",
+                (_, true, _) => "steer file refused",
+                (_, _, 0) => "steer file taken",
+                _ => "steer file taken and delivered",
+            }
+        }
+        HostKind::Malformed => {
+            if is_refused {
+                "malformed file refused"
+            } else if is_in_place {
+                "malformed file in place"
+            } else {
+                lost("a malformed file neither refused nor in place")
+            }
+        }
+    }
+}
+
+/// The names of the entries in `dir` (none when it cannot be read).
+fn files_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Writes a control file into a run's inbox as pi-subagents' control code does — its
+/// directories made when missing (the run's must be there), a temporary file beside it renamed
+/// over it — and makes it durable as a careful host must: the temporary file synced before the
+/// rename, then every directory from the file's up to the home's runs directory, whose entries
+/// runjournal never syncs (docs/pi-subagents.md, "Driving runs from a host"). pi-subagents 0.67
+/// syncs none of them.
+fn write_as_careful_host(
+    runs_dir: &Path,
+    run_dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    use std::io::Write;
+    if !run_dir.is_dir() {
+        return Err(std::io::ErrorKind::NotFound.into());
+    }
+    let target = run_dir.join(path);
+    let dir = target
+        .parent()
+        .expect("a file in a directory")
+        .to_path_buf();
+    let mut below: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|ancestor| *ancestor != run_dir)
+        .collect();
+    below.reverse();
+    for made in &below {
+        match std::fs::create_dir(made) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
+            _ => {}
+        }
+    }
+    let name = target.file_name().expect("a name").to_string_lossy();
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&temp, &target)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written?;
+    for synced in dir.ancestors() {
+        std::fs::File::open(synced)?.sync_all()?;
+        if synced == runs_dir {
+            return Ok(());
+        }
+    }
+    Err(std::io::Error::other(
+        "the file is not under the runs directory",
+    ))
 }
 
 /// Waits until the hooks due after the cut are delivered — by deliverers the reconcile passes
@@ -947,6 +1301,7 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
     let mut at_sync = 0;
     let mut pi_reads = 0;
     let mut pi_runs_read = 0;
+    let mut host_files_found: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut recovers: BTreeMap<&'static str, usize> = BTreeMap::new();
     let started = Instant::now();
     let mut index = 0;
@@ -984,6 +1339,9 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
                 launches: Vec::new(),
                 requests: Vec::new(),
                 others: Vec::new(),
+                host_files: Vec::new(),
+                interrupted: Vec::new(),
+                host_files_found: BTreeMap::new(),
                 counts: BTreeMap::new(),
                 log: Vec::new(),
             };
@@ -1044,7 +1402,10 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
                 );
                 close_unstarted(&home, seed);
                 settle_hooks(&cut, seed);
-                let runs = check(&home, &acknowledged, seed);
+                let (runs, found) = check(&home, &acknowledged, seed);
+                for (what, count) in found {
+                    *cut.host_files_found.entry(what).or_default() += count;
+                }
                 check_hooks(&cut, seed);
                 if let (Some(cluster), Some(url)) = (&cluster, ship_url) {
                     let shipper = cut.command(
@@ -1108,12 +1469,15 @@ fn power_cuts_of_the_real_binaries_lose_nothing_acknowledged() {
             for (what, count) in &cut.counts {
                 *totals.entry(what).or_default() += count;
             }
+            for (what, count) in &cut.host_files_found {
+                *host_files_found.entry(what).or_default() += count;
+            }
         }
         acknowledged_total += acknowledged.len();
         drop(disk);
     }
     eprintln!(
-        "power cuts: {cuts} ({at_sync} at a sync of the journal), {acknowledged_total} acknowledgments checked, workload {totals:?}; pi-subagents' readers after {pi_reads} cuts, {pi_runs_read} runs read; recover {recovers:?}; in {:?}",
+        "power cuts: {cuts} ({at_sync} at a sync of the journal), {acknowledged_total} acknowledgments checked, workload {totals:?}; hosts' control files found {host_files_found:?}; pi-subagents' readers after {pi_reads} cuts, {pi_runs_read} runs read; recover {recovers:?}; in {:?}",
         started.elapsed()
     );
     assert!(runs_total > 0, "the workload made runs");
@@ -1150,6 +1514,238 @@ fn a_new_home_and_its_journal_survive_a_cut_after_the_first_commit() {
     let journal = Journal::open(home.journal_path()).expect("the journal is there");
     let view = journal.view().expect("a read view");
     assert_eq!(view.all_runs().expect("the runs"), vec![run]);
+}
+
+/// `runjournal --home HOME ARGS` on a home of the lazy disk, to its end.
+fn runjournal_on(home: &Home, args: &[&str]) -> std::process::Output {
+    Command::new(bin_path())
+        .arg("--home")
+        .arg(home.root())
+        .args(args)
+        .env_remove("RUNJOURNAL_HOME")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .stdin(Stdio::null())
+        .output()
+        .expect("runjournal runs")
+}
+
+/// A detached launch's run id.
+fn launched(home: &Home, args: &[&str]) -> RunId {
+    let output = runjournal_on(home, args);
+    assert!(output.status.success(), "{args:?}: {output:?}");
+    let printed: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    printed["runId"]
+        .as_str()
+        .and_then(|run| run.parse().ok())
+        .expect("a run id")
+}
+
+/// Waits (30 s at most) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < SETTLE_BOUND,
+            "waited in vain for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The run's records, read from the journal.
+fn records_on(home: &Home, run: RunId) -> Vec<runjournal::event::Record> {
+    let journal = JournalReader::open(home.journal_path()).expect("the journal opens");
+    let view = journal.view().expect("a read view");
+    view.records(run).expect("the records")
+}
+
+/// The pid of the run's runner, once it started.
+fn runner_pid(home: &Home, run: RunId) -> i32 {
+    let journal = JournalReader::open(home.journal_path()).expect("the journal opens");
+    let view = journal.view().expect("a read view");
+    let state = view.snapshot(run).expect("a snapshot").expect("the run");
+    let pid = state.runner.expect("its runner started").identity.pid;
+    i32::try_from(pid).expect("a pid")
+}
+
+fn stop_requests_of(records: &[runjournal::event::Record]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|record| match &record.event {
+            Event::ControlRequested {
+                action: ControlAction::Stop,
+                by,
+                ..
+            } => Some(by.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+const HOST_STOP: &[u8] = br#"{"type": "stop", "ts": 1, "source": "a host", "reason": "a test"}"#;
+
+/// The cause of control files lost at power cuts: runjournal syncs no run directory, so a
+/// request file survives a cut only if its host syncs it and every directory from its own up
+/// to the home's runs directory. Written so — into a run that waits in a held queue (no
+/// runner), a run whose runner was killed, and a run whose live runner takes it before the
+/// cut — each request is there after the cut (or its record is), and is journaled exactly
+/// once: taken by the reconcile pass after the cut, or found journaled already.
+#[test]
+fn a_control_file_its_host_made_durable_survives_a_cut_and_is_taken_once() {
+    if !can_run() {
+        return;
+    }
+    let base = tempfile::tempdir().expect("a temporary directory");
+    let mount_point = base.path().join("disk");
+    std::fs::create_dir_all(&mount_point).expect("a mount point");
+    let mut disk = LazyDisk::mount(&mount_point).expect("the lazy disk mounts");
+    let home = Home::at(mount_point.join("home"));
+    let held = runjournal_on(&home, &["queue", "held", "--max-active", "0"]);
+    assert!(held.status.success(), "{held:?}");
+    let queued = launched(&home, &["run", "--json", "--queue", "held", "--", "true"]);
+    let dead = launched(&home, &["run", "--json", "--", "sleep", "30"]);
+    let taking = launched(&home, &["run", "--json", "--", "sleep", "30"]);
+    // The runners watch their inboxes once these are made.
+    wait_until("the runners' inboxes", || {
+        home.stop_requests_dir(dead).is_dir() && home.stop_requests_dir(taking).is_dir()
+    });
+    let dead_pid = runner_pid(&home, dead);
+    let taking_pid = runner_pid(&home, taking);
+    kill(Pid::from_raw(dead_pid), Signal::SIGKILL).expect("SIGKILL the runner");
+    let request = Path::new("control/stop-requests/0000000000001-a-host.json");
+    for run in [queued, dead, taking] {
+        write_as_careful_host(&home.runs_dir(), &home.run_dir(run), request, HOST_STOP)
+            .expect("the host's request written");
+    }
+    wait_until("the live runner's record of the request", || {
+        !stop_requests_of(&records_on(&home, taking)).is_empty()
+    });
+    assert!(disk.cut(Tear::None));
+    let _ = kill(Pid::from_raw(taking_pid), Signal::SIGKILL);
+    disk.remount().expect("the disk mounts again");
+    for run in [queued, dead] {
+        assert!(
+            home.run_dir(run).join(request).is_file(),
+            "run {run}: the host's durable request is there after the cut"
+        );
+    }
+    let reconcile = runjournal_on(&home, &["reconcile"]);
+    assert!(reconcile.status.success(), "{reconcile:?}");
+    for run in [queued, dead, taking] {
+        let records = records_on(&home, run);
+        assert_eq!(
+            stop_requests_of(&records),
+            vec![format!("a host through {}", request.display())],
+            "run {run}: the host's stop, journaled once: {:?}",
+            support::events(&records)
+        );
+        assert!(
+            records
+                .iter()
+                .any(|record| matches!(record.event, Event::Terminal { .. })),
+            "run {run} ended"
+        );
+    }
+    // The queued run ended stopped by it; nobody took the file of a run that ended.
+    assert!(!home.run_dir(queued).join(request).exists());
+}
+
+/// A refused file was lost at a power cut: moved into `control/refused/` by a rename that
+/// nothing synced, while the host's next durable request synced the directory it was moved
+/// out of. It is now linked into `control/refused/`, that directory synced, and only then
+/// removed from where the host put it: after the cut it is in `control/refused/`, with its
+/// one `ControlRefused` record.
+#[test]
+fn a_refused_control_file_survives_a_cut_after_its_host_syncs_its_directory() {
+    if !can_run() {
+        return;
+    }
+    let base = tempfile::tempdir().expect("a temporary directory");
+    let mount_point = base.path().join("disk");
+    std::fs::create_dir_all(&mount_point).expect("a mount point");
+    let mut disk = LazyDisk::mount(&mount_point).expect("the lazy disk mounts");
+    let home = Home::at(mount_point.join("home"));
+    let run = launched(&home, &["run", "--json", "--", "sleep", "30"]);
+    wait_until("the runner's inbox", || {
+        home.stop_requests_dir(run).is_dir()
+    });
+    let malformed = Path::new("control/stop-requests/0000000000001-malformed.json");
+    write_as_careful_host(
+        &home.runs_dir(),
+        &home.run_dir(run),
+        malformed,
+        b"{\"type\": \"stop\", cut short",
+    )
+    .expect("the host's file written");
+    wait_until("the runner's refusal", || {
+        !home.run_dir(run).join(malformed).exists()
+    });
+    // The host's next request syncs `stop-requests/`: the refused file's removal from there
+    // is durable from now on.
+    write_as_careful_host(
+        &home.runs_dir(),
+        &home.run_dir(run),
+        Path::new("control/stop-requests/0000000000002-stop.json"),
+        HOST_STOP,
+    )
+    .expect("the host's stop written");
+    wait_until("the run's end", || {
+        records_on(&home, run)
+            .iter()
+            .any(|record| matches!(record.event, Event::Terminal { .. }))
+    });
+    assert!(disk.cut(Tear::None));
+    disk.remount().expect("the disk mounts again");
+    let reconcile = runjournal_on(&home, &["reconcile"]);
+    assert!(reconcile.status.success(), "{reconcile:?}");
+    let refusals = records_on(&home, run)
+        .iter()
+        .filter(|record| matches!(&record.event, Event::ControlRefused { file, .. } if Path::new(file) == malformed))
+        .count();
+    assert_eq!(refusals, 1, "the malformed file's refusal, recorded once");
+    let aside = files_in(&home.control_refused_dir(run));
+    assert!(
+        aside
+            .iter()
+            .any(|name| name.ends_with("-0000000000001-malformed.json")),
+        "the refused file is in control/refused/ after the cut: {aside:?}"
+    );
+}
+
+/// A run's result was lost for good at a power cut: its `.result-published` marker was made
+/// durable (by whoever synced the run's directory: a host making its control file durable)
+/// while the result file, never synced, was not; the reconciler then took the missing result
+/// for one its host had consumed, and never wrote it again. The result and its directory are
+/// now synced before the marker is made.
+#[test]
+fn a_result_is_not_taken_for_consumed_when_a_cut_keeps_its_marker() {
+    if !can_run() {
+        return;
+    }
+    let base = tempfile::tempdir().expect("a temporary directory");
+    let mount_point = base.path().join("disk");
+    std::fs::create_dir_all(&mount_point).expect("a mount point");
+    let mut disk = LazyDisk::mount(&mount_point).expect("the lazy disk mounts");
+    let home = Home::at(mount_point.join("home"));
+    let run = launched(&home, &["run", "--json", "--", "true"]);
+    wait_until("the published result", || {
+        home.result_published_marker_path(run).exists()
+    });
+    // A host's durable request into the ended run syncs the run's directory.
+    write_as_careful_host(
+        &home.runs_dir(),
+        &home.run_dir(run),
+        Path::new("control/stop-requests/0000000000001-late.json"),
+        HOST_STOP,
+    )
+    .expect("the host's request written");
+    assert!(disk.cut(Tear::None));
+    disk.remount().expect("the disk mounts again");
+    let reconcile = runjournal_on(&home, &["reconcile"]);
+    assert!(reconcile.status.success(), "{reconcile:?}");
+    let result = std::fs::read(home.result_path(run)).expect("the run's result after the cut");
+    let result: serde_json::Value = serde_json::from_slice(&result).expect("a whole result");
+    assert_eq!(result["state"], "complete", "{result}");
 }
 
 /// `/proc/<pid>/stat`'s state letter (`T` for a stopped process).

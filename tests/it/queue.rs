@@ -216,6 +216,16 @@ fn launchers_racing_for_the_last_slot_take_it_once() {
         wait_terminal(&journal, running[0]).status,
         RunStatus::Stopped
     );
+    // A run is terminal before its runner has written the files of its end: they are checked
+    // once the runner is gone.
+    wait_for(&journal, running[0], "its runner to be gone", |state| {
+        state.runner.as_ref().is_some_and(|runner| {
+            matches!(
+                runjournal::liveness::check(&runner.identity),
+                Ok(runjournal::liveness::Liveness::Dead)
+            )
+        })
+    });
     assert_eq!(queue_history(&journal, "q").most_active, 1);
     assert_verifies(&home);
 }

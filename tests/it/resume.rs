@@ -556,3 +556,76 @@ fn verify_checks_the_resume_index_against_the_records() {
         report.problems
     );
 }
+
+/// A resume that could not take its paused run's control inbox went on without it: the host's
+/// message in that inbox was never read again (nothing reads a paused run's inbox after its
+/// resume). Now such a resume fails, saying so, and resumes nothing; the next resume takes the
+/// message and carries it on.
+#[test]
+fn a_resume_that_cannot_take_the_paused_runs_inbox_fails_and_the_next_takes_it() {
+    let home = TestHome::new();
+    let marker = home.file("marker");
+    let run = launch(&home, &["--step", &pausing_step(&marker, 0)]);
+    wait_output(&home, run, 0, "ready");
+    pause(&home, run);
+    let steer_dir = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("control")
+        .join("steer-requests");
+    std::fs::create_dir_all(&steer_dir).expect("the steer requests' directory");
+    let request = steer_dir.join("0000000000001-kept.json");
+    std::fs::write(
+        &request,
+        br#"{"type": "steer", "id": "kept", "ts": 1, "message": "for the resume"}"#,
+    )
+    .expect("the host's request");
+    let fail_file = home.file("fail-control-append");
+    std::fs::write(&fail_file, b"").expect("the hook's file");
+    let failed = home
+        .cmd()
+        .env(runjournal::control_inbox::FAIL_APPEND_ENV, &fail_file)
+        .args(["resume", &run.to_string()])
+        .output()
+        .expect("resume runs");
+    assert_eq!(failed.status.code(), Some(1), "{failed:?}");
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        said.contains("its control inbox could not be taken")
+            && said.contains("nothing was resumed"),
+        "{said}"
+    );
+    assert!(request.exists(), "the host's request is still in the inbox");
+    let journal = home.journal();
+    assert_eq!(
+        journal.view().expect("a view").all_runs().expect("runs"),
+        vec![run],
+        "nothing was resumed"
+    );
+    drop(journal);
+
+    let (end, code) = resume_and_wait(&home, run);
+    assert_eq!(code, 0, "{end}");
+    assert!(!request.exists(), "the next resume took the request");
+    let journal = home.journal();
+    let resumed = journal
+        .view()
+        .expect("a view")
+        .resume_links(run)
+        .expect("links")
+        .resumed_by
+        .expect("the run was resumed");
+    let carried: Vec<String> = support::records(&journal, resumed)
+        .into_iter()
+        .filter_map(|record| match record.event {
+            Event::SteerRequested { id, message, .. } => Some(format!("{id}: {message}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        carried,
+        ["kept: for the resume"],
+        "the message went on with the resume, once"
+    );
+}
