@@ -646,6 +646,44 @@ impl View {
         })
     }
 
+    /// Every terminal run that ended after `after` (end time, run id; `None`: from the
+    /// first), earliest first, with its end time.
+    pub fn terminal_after(
+        &self,
+        after: Option<(UnixMs, RunId)>,
+    ) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        self.guarded("reading the terminal index", || {
+            let terminal = self.table(TERMINAL)?;
+            let low = after.map(|(at, run)| tables::terminal_key(at, run));
+            let entries = match &low {
+                Some(low) => terminal.range::<&[u8; 24]>((
+                    std::ops::Bound::Excluded(low),
+                    std::ops::Bound::Unbounded,
+                )),
+                None => terminal.range::<&[u8; 24]>(..),
+            }
+            .map_err(storage("reading the terminal index"))?;
+            let mut out = Vec::new();
+            for entry in entries {
+                let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+                out.push(tables::split_terminal_key(key.value()));
+            }
+            Ok(out)
+        })
+    }
+
+    /// The home's size as the journal keeps it (meta `home_size`, [`crate::home_size`]), as
+    /// stored; `None` before the first walk.
+    pub fn home_size(&self) -> Result<Option<Vec<u8>>, ReadError> {
+        self.guarded("reading meta", || {
+            let meta = self.table(META)?;
+            let value = meta
+                .get(tables::META_HOME_SIZE)
+                .map_err(storage("reading meta"))?;
+            Ok(value.map(|value| value.value().to_vec()))
+        })
+    }
+
     /// How many runs are terminal (and not pruned).
     pub fn terminal_count(&self) -> Result<u64, ReadError> {
         self.guarded("counting ended runs", || {
