@@ -11,8 +11,8 @@
 //!   damaged records;
 //! * a result the host has not consumed keeps its run until the age bound passes: neither the
 //!   count bound nor space pressure takes it earlier;
-//! * the oldest ended runs go first, and a pass with nothing to prune reads one entry of the
-//!   terminal index (and, with `keep_free`, makes one `statvfs`): its cost does not grow with
+//! * the oldest ended runs go first, and a pass with nothing to prune reads one page (16
+//!   entries) of the terminal index (and, with `keep_free`, makes one `statvfs`): its cost does not grow with
 //!   the ended runs. With `max_size`, the home's size is the count the journal keeps
 //!   ([`size`]): a pass measures the runs not yet counted, and walks the home ([`home_bytes`])
 //!   only rarely;
@@ -273,7 +273,8 @@ fn choose(
     report.size = measured;
     let shipped = crate::ship::state::shipped_through(home, view)?;
     let head = view.global_head()?;
-    for (ended_at, run) in view.oldest_terminal(SCAN_LIMIT)? {
+    for entry in oldest_terminal_paged(view, SCAN_LIMIT) {
+        let (ended_at, run) = entry?;
         if report.chosen.len() >= limit {
             break;
         }
@@ -325,6 +326,36 @@ fn choose(
     }
     report.bytes_short = short;
     Ok(())
+}
+
+/// Up to `limit` entries of the terminal index, oldest first, read a page at a time as the
+/// caller takes them: a pass that stops at the first entry no bound reaches reads one page,
+/// whatever the number of ended runs.
+fn oldest_terminal_paged(
+    view: &View,
+    limit: usize,
+) -> impl Iterator<Item = Result<(UnixMs, RunId), ReadError>> + '_ {
+    const PAGE: usize = 16;
+    let mut page = std::collections::VecDeque::new();
+    let (mut after, mut left, mut is_done) = (None, limit, false);
+    std::iter::from_fn(move || {
+        if page.is_empty() && !is_done && left > 0 {
+            match view.terminal_after(after, PAGE.min(left)) {
+                Ok(read) => {
+                    is_done = read.len() < PAGE.min(left);
+                    page.extend(read);
+                }
+                Err(error) => {
+                    is_done = true;
+                    return Some(Err(error));
+                }
+            }
+        }
+        let entry = page.pop_front()?;
+        after = Some(entry);
+        left -= 1;
+        Some(Ok(entry))
+    })
 }
 
 /// One pass: finishes what an earlier pass left (files of pruned runs), chooses, prunes, and

@@ -145,7 +145,7 @@ pub fn measure(home: &Home, view: &View, max_bytes: u64) -> Result<Measured, Rea
 /// not hold (not ended yet).
 fn count(home: &Home, view: &View, kept: KeptSize) -> Result<(KeptSize, u64), ReadError> {
     let mut counted = kept;
-    for (at, run) in view.terminal_after(kept.through)? {
+    for (at, run) in view.terminal_after(kept.through, usize::MAX)? {
         if let Some(state) = view.snapshot(run)? {
             counted.bytes += run_bytes(home, &state);
         }

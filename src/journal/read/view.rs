@@ -646,11 +646,12 @@ impl View {
         })
     }
 
-    /// Every terminal run that ended after `after` (end time, run id; `None`: from the
-    /// first), earliest first, with its end time.
+    /// Up to `limit` terminal runs that ended after `after` (end time, run id; `None`: from
+    /// the first), earliest first, with their end times.
     pub fn terminal_after(
         &self,
         after: Option<(UnixMs, RunId)>,
+        limit: usize,
     ) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
         self.guarded("reading the terminal index", || {
             let terminal = self.table(TERMINAL)?;
@@ -664,7 +665,7 @@ impl View {
             }
             .map_err(storage("reading the terminal index"))?;
             let mut out = Vec::new();
-            for entry in entries {
+            for entry in entries.take(limit) {
                 let (key, _) = entry.map_err(storage("reading the terminal index"))?;
                 out.push(tables::split_terminal_key(key.value()));
             }
