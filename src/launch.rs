@@ -1251,10 +1251,19 @@ pub fn record_runner_exit(
 }
 
 /// Waits up to `timeout` for a child to exit; its status, or `None` if it is still running.
-/// It looks often at first (a runner exits a few milliseconds after its run ends), then every
-/// 20 ms.
+/// Where the platform has process descriptors (Linux's pidfd) it sleeps on one and wakes the
+/// moment the child exits; elsewhere it looks often at first (a runner exits a few
+/// milliseconds after its run ends), then every 20 ms, and sees the exit up to a pause late.
 pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
     let deadline = Instant::now() + timeout;
+    if let Some(status) = child.try_wait()? {
+        return Ok(Some(status));
+    }
+    // The child is not reaped yet, so its pid names it until this process waits for it.
+    if let Ok(Some(handle)) = crate::platform::open_process(child.id()) {
+        handle.wait_exited(timeout)?;
+        return child.try_wait();
+    }
     let mut pause = Duration::from_millis(1);
     loop {
         if let Some(status) = child.try_wait()? {

@@ -11,10 +11,11 @@
 //!   damaged records;
 //! * a result the host has not consumed keeps its run until the age bound passes: neither the
 //!   count bound nor space pressure takes it earlier;
-//! * the oldest ended runs go first, and a pass with nothing to prune reads one entry of the
-//!   terminal index (and, with `keep_free`, makes one `statvfs`): its cost does not grow with
-//!   the ended runs. `max_size` is the exception: [`home_bytes`] walks the home, so with it a
-//!   pass costs what the kept runs' files hold;
+//! * the oldest ended runs go first, and a pass with nothing to prune reads one page (16
+//!   entries) of the terminal index (and, with `keep_free`, makes one `statvfs`): its cost does not grow with
+//!   the ended runs. With `max_size`, the home's size is the count the journal keeps
+//!   ([`size`]): a pass measures the runs not yet counted, and walks the home ([`home_bytes`])
+//!   only rarely;
 //! * the files of a pruned run go after its journal transaction; a pass cut short leaves the
 //!   run listed as pruning, and the next pass removes what is left before anything else.
 
@@ -28,6 +29,8 @@ use crate::journal::{KeepFree, Retention, Tombstone};
 use crate::platform::space::{Space, room_of, space_of};
 use crate::state::RunState;
 use crate::store::{ReadHome, Store};
+
+pub mod size;
 
 /// Most runs one reconcile pass prunes.
 pub const PASS_LIMIT: usize = 64;
@@ -96,6 +99,9 @@ pub struct PassReport {
     pub space: Option<Space>,
     /// Bytes still to free for the space bounds after this pass (0: none).
     pub bytes_short: u64,
+    /// The home's size, when `max_size` asked for it; the count kept in the journal follows
+    /// it once the pass has pruned.
+    pub size: Option<size::Measured>,
 }
 
 /// Why a pass did not run.
@@ -226,8 +232,13 @@ fn run_bytes(home: &Home, state: &RunState) -> u64 {
     bytes
 }
 
-/// The bytes the space bounds want freed now, and the file system asked (if one was).
-pub fn pressure(home: &Home, policy: &Retention) -> (u64, Option<Space>) {
+/// The bytes the space bounds want freed now, the file system asked (if one was), and the
+/// home's size (if `max_size` asked for it: [`size::measure`]).
+pub fn pressure(
+    home: &Home,
+    view: &View,
+    policy: &Retention,
+) -> Result<(u64, Option<Space>, Option<size::Measured>), ReadError> {
     let mut short = 0u64;
     let mut space = None;
     if let (Some(keep_free), Ok(found)) = (policy.keep_free, room_of(home.root())) {
@@ -235,10 +246,13 @@ pub fn pressure(home: &Home, policy: &Retention) -> (u64, Option<Space>) {
         short = short.max(floor.saturating_sub(found.available_bytes));
         space = Some(found);
     }
+    let mut measured = None;
     if let Some(max) = policy.max_size_bytes {
-        short = short.max(home_bytes(home).total().saturating_sub(max));
+        let found = size::measure(home, view, max)?;
+        short = short.max(found.total.saturating_sub(max));
+        measured = Some(found);
     }
-    (short, space)
+    Ok((short, space, measured))
 }
 
 /// Chooses what a pass prunes, reading `view` and the home's files; prunes nothing.
@@ -254,11 +268,13 @@ fn choose(
         Some(keep) => view.terminal_count()?.saturating_sub(keep),
         None => 0,
     };
-    let (mut short, space) = pressure(home, policy);
+    let (mut short, space, measured) = pressure(home, view, policy)?;
     report.space = space;
+    report.size = measured;
     let shipped = crate::ship::state::shipped_through(home, view)?;
     let head = view.global_head()?;
-    for (ended_at, run) in view.oldest_terminal(SCAN_LIMIT)? {
+    for entry in oldest_terminal_paged(view, SCAN_LIMIT) {
+        let (ended_at, run) = entry?;
         if report.chosen.len() >= limit {
             break;
         }
@@ -316,6 +332,36 @@ fn choose(
     Ok(())
 }
 
+/// Up to `limit` entries of the terminal index, oldest first, read a page at a time as the
+/// caller takes them: a pass that stops at the first entry no bound reaches reads one page,
+/// whatever the number of ended runs.
+fn oldest_terminal_paged(
+    view: &View,
+    limit: usize,
+) -> impl Iterator<Item = Result<(UnixMs, RunId), ReadError>> + '_ {
+    const PAGE: usize = 16;
+    let mut page = std::collections::VecDeque::new();
+    let (mut after, mut left, mut is_done) = (None, limit, false);
+    std::iter::from_fn(move || {
+        if page.is_empty() && !is_done && left > 0 {
+            match view.terminal_after(after, PAGE.min(left)) {
+                Ok(read) => {
+                    is_done = read.len() < PAGE.min(left);
+                    page.extend(read);
+                }
+                Err(error) => {
+                    is_done = true;
+                    return Some(Err(error));
+                }
+            }
+        }
+        let entry = page.pop_front()?;
+        after = Some(entry);
+        left -= 1;
+        Some(Ok(entry))
+    })
+}
+
 /// One pass: finishes what an earlier pass left (files of pruned runs), chooses, prunes, and
 /// removes the files of what it pruned.
 pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassError> {
@@ -344,6 +390,7 @@ pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassErro
     report.finished = finished.len();
     let runs: Vec<RunId> = report.chosen.iter().map(|chosen| chosen.run).collect();
     if runs.is_empty() && finished.is_empty() {
+        keep_size(store, &report);
         return Ok(report);
     }
     let outcomes = store.journal().prune(&runs, &finished, now_ms())?;
@@ -359,7 +406,22 @@ pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassErro
         }
     }
     report.chosen.retain(|chosen| pruned.contains(&chosen.run));
+    keep_size(store, &report);
     Ok(report)
+}
+
+/// Writes the home's size as the pass measured it, less what it pruned. Best effort: a count
+/// not written is counted again by the next pass, and a walk corrects any drift.
+fn keep_size(store: &Store, report: &PassReport) {
+    let Some(measured) = &report.size else {
+        return;
+    };
+    let pruned: Vec<(&RunState, u64)> = report
+        .chosen
+        .iter()
+        .map(|chosen| (&chosen.state, chosen.bytes))
+        .collect();
+    let _ = size::store(store.journal(), measured, &pruned);
 }
 
 /// The environment variable of a test hook, built only with the `testkit` feature (which the

@@ -2,10 +2,13 @@
 //! transition costs when many appenders share a process. Each is measured beside its
 //! baselines in the same rounds, as the rest of the suite is.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::rc::Rc;
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use runjournal::event::{Event, RunId, TerminalState};
 use runjournal::journal::Condition;
@@ -69,7 +72,17 @@ pub fn measure(
     }
     if is_reported("launch") {
         eprintln!("launches...");
-        measured.run_rounds("launch", launch_ways(scratch), budget(500));
+        let samples = Samples::default();
+        // A smoke run has no calibrating round; a report's first call of each way is one.
+        let calibrating = !measured.is_smoke;
+        measured.run_rounds(
+            "launch",
+            launch_ways(scratch, &samples, calibrating),
+            budget(500),
+        );
+        for (id, times) in samples.take() {
+            measured.set_samples("launch", id, times);
+        }
     }
     if is_reported("projected") {
         eprintln!("projected transitions...");
@@ -248,7 +261,7 @@ fn wait_runner_gone(home: &Path, run_json: &[u8]) {
 }
 
 /// The ids of the launch group, in the order [`launch_ways`] returns them.
-pub const LAUNCH_IDS: [&str; 8] = [
+pub const LAUNCH_IDS: [&str; 9] = [
     "process-start",
     "durable-commit",
     "store-open-close",
@@ -257,7 +270,74 @@ pub const LAUNCH_IDS: [&str; 8] = [
     "run-wait",
     "run-clear-env",
     "run-large-env",
+    "wait-tail",
 ];
+
+/// The time of every iteration of the ways that keep them (`run`, `wait-tail` and what their
+/// floors are made of, `process-start` and `durable-commit`), by id, the calibrating round
+/// left out.
+#[derive(Default, Clone)]
+pub struct Samples(Rc<RefCell<BTreeMap<&'static str, Vec<Duration>>>>);
+
+impl Samples {
+    /// A sampler for `id`: it drops the first call's times when `calibrating` (that call only
+    /// sets the round's iteration count).
+    fn of(&self, id: &'static str, calibrating: bool) -> Sampler {
+        Sampler {
+            samples: self.clone(),
+            id,
+            skip_call: calibrating,
+        }
+    }
+
+    fn take(&self) -> BTreeMap<&'static str, Vec<Duration>> {
+        std::mem::take(&mut self.0.borrow_mut())
+    }
+}
+
+struct Sampler {
+    samples: Samples,
+    id: &'static str,
+    skip_call: bool,
+}
+
+impl Sampler {
+    /// `iters` iterations of `once`, which returns the time its iteration counts; their sum.
+    fn each(&mut self, iters: u64, mut once: impl FnMut() -> Duration) -> Duration {
+        let mut times = Vec::with_capacity(iters as usize);
+        for _ in 0..iters {
+            times.push(once());
+        }
+        if !std::mem::take(&mut self.skip_call) {
+            let mut samples = self.samples.0.borrow_mut();
+            samples.entry(self.id).or_default().extend(&times);
+        }
+        times.iter().sum()
+    }
+}
+
+/// The argument that makes this benchmark binary a step of `wait-tail`: it writes the time
+/// (Unix ns) to the file after it, then exits at once.
+const STAMP_EXIT_ARG: &str = "--stamp-exit";
+
+/// If this process was started as the step of `wait-tail`, writes the time it exits and
+/// returns `true`.
+pub fn stamp_exit_if_asked() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(STAMP_EXIT_ARG)) {
+        return false;
+    }
+    let path = PathBuf::from(args.next().expect("--stamp-exit takes a path"));
+    let now = unix_ns(SystemTime::now());
+    std::fs::write(path, now.to_string()).expect("the stamp is written");
+    true
+}
+
+fn unix_ns(time: SystemTime) -> u128 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_nanos()
+}
 
 /// The environment a launch of `run-large-env` adds to this process's: 64 variables of 2 KiB,
 /// near the bound of what a run keeps (a CI job's, a virtualenv's with long paths).
@@ -275,8 +355,11 @@ pub fn large_env() -> Vec<(String, String)> {
 /// status.json rewrite (the pi-subagents and pueue way of recording state). And the launch's
 /// kept environment: `run` keeps this process's; `run --clear-env` keeps none (what a launch
 /// cost before runs kept one, but for an empty row); `run` with [`large_env`] added keeps one
-/// near the bound.
-pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
+/// near the bound. And the end of `run --wait`: from its step's exit (the step, this binary
+/// with [`STAMP_EXIT_ARG`], writes the time just before it exits) to `run --wait`'s exit, by
+/// the wall clock both processes read. The ways of [`LAUNCH_SAMPLED`] keep every iteration's
+/// time in `samples`.
+pub fn launch_ways(scratch: &Path, samples: &Samples, calibrating: bool) -> Vec<Way<'static>> {
     let dir = scratch.join("launch");
     let store = open_store(&dir);
     let run = running_run(&store);
@@ -285,14 +368,23 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
     let status = std::fs::read(store.home().status_path(run)).expect("a status.json");
     let mut rewrite = baselines::RewriteStatus::new(&dir, &status, false);
     let (mut run, mut progress) = (run, 0u32);
+    let tail_home = home.clone();
+    let mut tail_sampler = samples.of("wait-tail", calibrating);
+    let mut start_sampler = samples.of("process-start", calibrating);
+    let mut commit_sampler = samples.of("durable-commit", calibrating);
+    let samples = samples.clone();
     let launch = move |wait: bool,
                        extra: &[&str],
                        env: Vec<(String, String)>|
           -> Box<dyn FnMut(u64) -> Duration> {
         let home = home.clone();
         let extra: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
+        // Only the plain launch is sampled.
+        let mut sampler =
+            (!wait && extra.is_empty() && env.is_empty()).then(|| samples.of("run", calibrating));
         Box::new(move |iters| {
             let mut elapsed = Duration::ZERO;
+            let mut times = Vec::new();
             for _ in 0..iters {
                 let mut command = binary();
                 command
@@ -311,7 +403,9 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
                     .stderr(Stdio::piped())
                     .output()
                     .expect("runjournal runs");
-                elapsed += started.elapsed();
+                let took = started.elapsed();
+                elapsed += took;
+                times.push(took);
                 assert!(
                     output.status.success(),
                     "runjournal run failed: {}",
@@ -321,18 +415,60 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
                 // measured next.
                 wait_runner_gone(&home, &output.stdout);
             }
+            if let Some(sampler) = &mut sampler {
+                let mut times = times.into_iter();
+                sampler.each(iters, || times.next().unwrap_or_default());
+            }
             elapsed
+        })
+    };
+    let stamp = dir.join("step-exit-stamp");
+    let wait_tail = move |iters| {
+        tail_sampler.each(iters, || {
+            let _ = std::fs::remove_file(&stamp);
+            let output = binary()
+                .arg("--home")
+                .arg(&tail_home)
+                .args(["run", "--json", "--wait", "--"])
+                .arg(std::env::current_exe().expect("this benchmark's path"))
+                .arg(STAMP_EXIT_ARG)
+                .arg(&stamp)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .output()
+                .expect("runjournal runs");
+            let exited = unix_ns(SystemTime::now());
+            assert!(
+                output.status.success(),
+                "runjournal run --wait failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let step_exit: u128 = std::fs::read_to_string(&stamp)
+                .expect("the step wrote its stamp")
+                .trim()
+                .parse()
+                .expect("a stamp is a number");
+            let tail = Duration::from_nanos(exited.saturating_sub(step_exit) as u64);
+            wait_runner_gone(&tail_home, &output.stdout);
+            tail
         })
     };
     vec![
         (
             LAUNCH_IDS[0].into(),
-            Box::new(|iters| timed(iters, || succeed(binary().arg("--version")))),
+            Box::new(move |iters| {
+                start_sampler.each(iters, || {
+                    let started = Instant::now();
+                    succeed(binary().arg("--version"));
+                    started.elapsed()
+                })
+            }),
         ),
         (
             LAUNCH_IDS[1].into(),
             Box::new(move |iters| {
-                timed(iters, || {
+                commit_sampler.each(iters, || {
+                    let started = Instant::now();
                     // Runs of at most 50 updates, as the launches beside it make; a new run's
                     // creation is a durable commit as well.
                     progress += 1;
@@ -343,6 +479,7 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
                             .append(run, vec![fixture::job_update(progress)], Condition::none())
                             .expect("an update is acknowledged");
                     }
+                    started.elapsed()
                 })
             }),
         ),
@@ -361,6 +498,7 @@ pub fn launch_ways(scratch: &Path) -> Vec<Way<'static>> {
             launch(false, &["--clear-env"], Vec::new()),
         ),
         (LAUNCH_IDS[7].into(), launch(false, &[], large_env())),
+        (LAUNCH_IDS[8].into(), Box::new(wait_tail)),
     ]
 }
 

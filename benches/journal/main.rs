@@ -21,6 +21,7 @@
 mod baselines;
 mod felt;
 mod fixture;
+mod home_size;
 mod processes;
 mod queue;
 mod report;
@@ -81,6 +82,10 @@ fn main() {
     if processes::child_main_if_asked() {
         return;
     }
+    // The step of the launch group's `wait-tail`: this binary started by a runner.
+    if felt::stamp_exit_if_asked() {
+        return;
+    }
     if let Some(done) = profile_if_asked() {
         eprintln!("{done}");
         return;
@@ -89,7 +94,8 @@ fn main() {
     let is_smoke = is_report && std::env::args().any(|arg| arg == "--smoke");
     // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
     // what users feel (`felt.rs`) are the groups `chatty`, `launch` and `projected`; a home under a
-    // retention policy (`retention.rs`) is the group `retention`.
+    // retention policy (`retention.rs`) is the group `retention`; homes of few and many kept runs
+    // under every bound (`home_size.rs`), `home-size`.
     let report_groups: Vec<String> = std::env::args()
         .skip_while(|arg| arg != "--report")
         .skip(1)
@@ -230,6 +236,16 @@ fn main() {
             &mut measured,
             budget(500),
         ));
+    }
+    if is_reported("home-size") {
+        eprintln!("homes of few and many kept runs, every retention bound set...");
+        let sizes = if is_smoke {
+            home_size::Sizes::SMOKE
+        } else {
+            home_size::Sizes::REPORT
+        };
+        home_size::measure(scratch.path(), sizes, &mut measured, budget(500));
+        facts.home_size = Some(sizes);
     }
     if is_reported("transition") {
         eprintln!("latency percentiles and disk operations per commit...");

@@ -83,6 +83,8 @@ pub struct Facts {
     pub process_cpu: Vec<(String, f64)>,
     /// The steady-size workload of the `retention` group.
     pub retention: Option<crate::retention::Steady>,
+    /// The homes of the `home-size` group, when it ran.
+    pub home_size: Option<crate::home_size::Sizes>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -193,6 +195,8 @@ pub struct Measured {
     groups: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
     /// The same for the CPU time of the whole process (user + system), every thread.
     cpu: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+    /// The time of every iteration of the workloads that keep them, by group and id.
+    samples: BTreeMap<String, BTreeMap<String, Vec<Duration>>>,
     /// Each workload once, one iteration, no calibration (`--smoke`).
     pub is_smoke: bool,
 }
@@ -202,8 +206,23 @@ impl Measured {
         Measured {
             groups: BTreeMap::new(),
             cpu: BTreeMap::new(),
+            samples: BTreeMap::new(),
             is_smoke,
         }
+    }
+
+    /// Keeps the time of every iteration of a workload (over all its rounds), for percentiles.
+    pub fn set_samples(&mut self, group: &str, id: &str, times: Vec<Duration>) {
+        self.samples
+            .entry(group.to_string())
+            .or_default()
+            .insert(id.to_string(), times);
+    }
+
+    /// The percentiles of a workload's iterations, when it kept them.
+    pub fn percentiles(&self, group: &str, id: &str) -> Option<Percentiles> {
+        let times = self.samples.get(group)?.get(id)?;
+        (!times.is_empty()).then(|| Percentiles::of(times.clone()))
     }
 
     /// Rounds kept per group.
@@ -789,6 +808,9 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
     if let Some(steady) = &facts.retention {
         out.push_str(&crate::retention::render(measured, steady, &mut verdicts));
     }
+    if let Some(sizes) = facts.home_size {
+        out.push_str(&crate::home_size::render(measured, sizes, &mut verdicts));
+    }
 
     let _ = writeln!(out, "\n**Targets**\n");
     for line in verdicts {
@@ -935,6 +957,100 @@ fn ratio_of(times: &[f64], bases: &[f64]) -> Option<(f64, f64, f64)> {
 /// today's figure" is measured against. A ratio, because the absolute figure moves with the
 /// machine and its load; the journal alone is the same code before and after.
 pub const BEFORE_PROJECTED_CPU_RATIO: f64 = 14.84;
+
+/// A percentile of a floor made of `terms` (id, factor) of the launch group: the sum of each
+/// term's percentile, taken by `pick`. Percentiles do not add exactly; the sum is what the
+/// floor's parts cost at that percentile each, which no launch made of them can beat.
+fn floor_percentile(
+    measured: &Measured,
+    terms: &[(&str, f64)],
+    pick: impl Fn(&Percentiles) -> f64,
+) -> Option<f64> {
+    let mut sum = 0.0;
+    for (id, factor) in terms {
+        sum += factor * pick(&measured.percentiles("launch", id)?);
+    }
+    Some(sum)
+}
+
+/// The floor of `run -- true`: the launcher's and the runner's process starts, and their
+/// commits (`RunCreated`, `RunnerStarted`).
+const RUN_FLOOR: [(&str, f64); 2] = [("process-start", 2.0), ("durable-commit", 2.0)];
+/// The floor of the end of `run --wait`, from its step's exit: the step's end and the run's
+/// (`StepFinished`, `Terminal`) and the runner's exit (`ProcessTerminalObserved`) each
+/// durable, and one process's start and exit standing for the runner's and the launcher's
+/// exits.
+const WAIT_TAIL_FLOOR: [(&str, f64); 2] = [("process-start", 1.0), ("durable-commit", 3.0)];
+
+/// The launch's rows in percentiles: `run -- true` end to end, and the end of `run --wait`
+/// from its step's exit, p50 and p99 over every iteration of the rounds, against the same
+/// percentiles of their floors, measured in the same rounds.
+fn render_launch_percentiles(measured: &Measured, verdicts: &mut Vec<String>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n**A launch, in percentiles**, over every iteration of the rounds above. `run -- true` \
+         end to end against two process starts and two durable commits; the end of \
+         `run --wait -- STEP`, from the step's exit (the step writes the wall-clock time just \
+         before it exits) to `run --wait`'s exit, against three durable commits (`StepFinished`, \
+         `Terminal`, the runner's exit) and one process start. A floor's percentile is the sum \
+         of its parts' percentiles.\n"
+    );
+    let mut table = Table::new(&[
+        "what",
+        "iterations",
+        "p50",
+        "p99",
+        "floor p50",
+        "floor p99",
+        "p50 × floor",
+        "p99 × floor",
+        "target",
+    ]);
+    for (id, label, terms, floor_label) in [
+        (
+            "run",
+            "`runjournal run -- true`",
+            &RUN_FLOOR[..],
+            "2 process starts + 2 durable commits",
+        ),
+        (
+            "wait-tail",
+            "a step's exit → `run --wait`'s exit",
+            &WAIT_TAIL_FLOOR[..],
+            "1 process start + 3 durable commits",
+        ),
+    ] {
+        let figures = measured.percentiles("launch", id);
+        let floor_p50 = floor_percentile(measured, terms, |p| p.p50_ns);
+        let floor_p99 = floor_percentile(measured, terms, |p| p.p99_ns);
+        let (Some(figures), Some(floor_p50), Some(floor_p99)) = (figures, floor_p50, floor_p99)
+        else {
+            table.row(&[label.to_string(), "not measured".into()]);
+            continue;
+        };
+        let (at_p50, at_p99) = (figures.p50_ns / floor_p50, figures.p99_ns / floor_p99);
+        let is_met = at_p50 <= 1.5 && at_p99 <= 1.5;
+        verdicts.push(format!(
+            "{label} ≤ 1.5× its floor ({floor_label}) at p50 and p99: {} ({at_p50:.2}×, \
+             {at_p99:.2}×)",
+            verdict(is_met)
+        ));
+        table.row(&[
+            label.to_string(),
+            figures.count.to_string(),
+            time(figures.p50_ns),
+            time(figures.p99_ns),
+            time(floor_p50),
+            time(floor_p99),
+            format!("{at_p50:.2}×"),
+            format!("{at_p99:.2}×"),
+            format!("≤ 1.5×: {}", verdict(is_met)),
+        ]);
+    }
+    out.push_str(&table.text);
+    out
+}
 
 /// The rows of the environment a launch keeps: `run` with this process's environment kept, and
 /// with one near the bound, against `run --clear-env`, which keeps none: what keeping the
@@ -1096,6 +1212,7 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
         group,
         &[("process-start", 3.0), ("durable-commit", 6.0)],
     );
+    let tail_floor = composite(measured, group, &WAIT_TAIL_FLOOR);
     let pueue = composite(
         measured,
         group,
@@ -1133,6 +1250,12 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
             "run-wait",
             "`runjournal run --wait -- true`",
             &wait_floor,
+            None,
+        ),
+        (
+            "wait-tail",
+            "a step's exit → `run --wait`'s exit (floor: 1 process start + 3 durable commits)",
+            &tail_floor,
             None,
         ),
     ] {
@@ -1182,6 +1305,7 @@ pub fn render_felt(measured: &Measured, appenders: usize, verdicts: &mut Vec<Str
         ]);
     }
     out.push_str(&table.text);
+    out.push_str(&render_launch_percentiles(measured, verdicts));
     out.push_str(&render_kept_environment(measured, verdicts));
 
     let _ = writeln!(

@@ -139,13 +139,14 @@ pub fn measure(scratch: &Path, sizes: Sizes, measured: &mut Measured, budget: Du
     steady
 }
 
-fn open(dir: &Path) -> Store {
+pub(crate) fn open(dir: &Path) -> Store {
     std::fs::create_dir_all(dir).expect("the home directory can be made");
     Store::open_with(Home::at(dir), StoreOptions::default()).expect("the home opens")
 }
 
-/// `count` runs that ran and ended, projected, their results consumed by their host.
-fn feed(store: &Store, count: usize) {
+/// `count` runs that ran and ended, projected, their results consumed by their host; their
+/// ids, in the order they ended.
+pub(crate) fn feed(store: &Store, count: usize) -> Vec<RunId> {
     let runs: Vec<RunId> = (0..count).map(|_| RunId::generate()).collect();
     let batches = runs
         .iter()
@@ -157,6 +158,7 @@ fn feed(store: &Store, count: usize) {
         store.project(run).expect("an ended run is projected");
         std::fs::remove_file(store.home().result_path(run)).expect("the host consumes the result");
     }
+    runs
 }
 
 fn file_len(path: &Path) -> u64 {

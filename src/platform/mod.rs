@@ -238,6 +238,30 @@ impl ProcessHandle {
     pub fn signal(&self, signal: nix::sys::signal::Signal) -> io::Result<bool> {
         os::pidfd_send_signal(&self.fd, signal)
     }
+
+    /// Sleeps until the process has exited (it may be a zombie still) or `timeout` passed:
+    /// whether it has exited. One `poll` on the descriptor, which becomes readable when the
+    /// process exits: the caller wakes at that moment, not at its next look.
+    pub fn wait_exited(&self, timeout: Duration) -> io::Result<bool> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, left) {
+                Ok(0) => return Ok(false),
+                Ok(_) => return Ok(true),
+                Err(nix::errno::Errno::EINTR) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Ok(false);
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
 }
 
 /// A [`ProcessHandle`] on the process holding `pid` now; `Ok(None)` when no process holds it.
@@ -793,6 +817,36 @@ mod tests {
                 "{implementation}: the child ran the check"
             );
         }
+    }
+
+    /// The launcher waits on its runner's exit through this: a wait wakes once the process has
+    /// exited (before it is reaped), and times out while it runs.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_process_handle_wait_ends_at_the_exit_and_times_out_while_it_runs() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep starts");
+        let handle = open_process(child.id())
+            .expect("pidfd_open works on this kernel")
+            .expect("the child holds its pid");
+        assert!(
+            !handle
+                .wait_exited(Duration::from_millis(50))
+                .expect("a wait"),
+            "a running process has not exited"
+        );
+        child.kill().expect("the child is killed");
+        // Generous: the wait returns at the exit, long before this bound.
+        assert!(
+            handle.wait_exited(Duration::from_secs(30)).expect("a wait"),
+            "a killed process has exited"
+        );
+        assert!(
+            child.try_wait().expect("a look").is_some(),
+            "the exit is there to reap at once"
+        );
     }
 
     /// The body of [`closing_from_a_number_closes_that_one_and_above_only`], in a child.

@@ -190,10 +190,14 @@ pub enum RunnerOutcome {
 /// process ends, see [`crate::durable_fs::HomeDir`]), and runs `run` to its end on a
 /// fresh tokio runtime. At every point where no step runs, and at its end, it ends every
 /// process left below this one: call it only in a process of its own (`runjournal __runner`).
+/// Once the run's end is recorded (and its hooks delivered), `last_act` gets the runner's own
+/// store, still open: what follows the run's end (its queue's next run) needs no store of its
+/// own, whose open and close would each sync the journal again before the runner exits.
 pub fn run_in_process(
     home: Home,
     run: RunId,
     config: RunnerConfig,
+    last_act: impl FnOnce(&Store),
 ) -> Result<RunnerOutcome, RunnerError> {
     // First, before anything is closed: the launch handshake's pipe, the one descriptor above
     // 2 the launcher passes on purpose.
@@ -222,7 +226,7 @@ pub fn run_in_process(
             "cannot start writing runner.log ({error}); its lines go to stderr"
         ));
     }
-    let outcome = run_with_runtime(home, run, config, ready);
+    let outcome = run_with_runtime(home, run, config, ready, last_act);
     if let Err(error) = &outcome {
         log(&format!("the runner failed: {}", with_sources(error)));
     }
@@ -250,6 +254,7 @@ fn run_with_runtime(
     run: RunId,
     config: RunnerConfig,
     ready: Option<ReadySignal>,
+    last_act: impl FnOnce(&Store),
 ) -> Result<RunnerOutcome, RunnerError> {
     if let Err(error) = crate::platform::become_child_subreaper() {
         log(&format!(
@@ -277,6 +282,7 @@ fn run_with_runtime(
     let outcome = runtime.block_on(run_steps(Arc::clone(&store), run, config, ready));
     if outcome.is_ok() {
         deliver_hooks(&store, run);
+        last_act(&store);
     }
     // A journal call that never answered (the runner gave up on it after a stop signal) holds
     // a blocking thread: the runtime does not wait for it, and the process ends without it.

@@ -880,3 +880,119 @@ fn while_a_writer_waits_on_a_full_disk_list_and_status_say_what_pruning_could_fr
     let listed = String::from_utf8_lossy(&listed.get_output().stdout).into_owned();
     assert!(!listed.contains("pruning could free"), "{listed}");
 }
+
+/// The home's size as the journal keeps it (`retention::size`) against a walk of `runs/` and
+/// `results/`, through every way the home changes: runs that end, an active run's output
+/// growing, a prune, and a drift only a walk can see (a file of a counted run grown behind the
+/// count's back, as a crash between a file's growth and the count's update leaves it), which
+/// the next walk corrects.
+#[test]
+fn the_kept_home_size_tracks_the_walked_size_through_runs_prunes_and_a_drift_a_walk_corrects() {
+    use runjournal::retention::{self, PassOptions, size::KeptSize};
+    let test_home = TestHome::new();
+    let home = Home::in_layout(test_home.path(), runjournal::home::Layout::Runjournal);
+    set_policy(
+        &test_home,
+        &[
+            "--keep-for",
+            "off",
+            "--keep-free",
+            "off",
+            "--max-size",
+            "1T",
+        ],
+    );
+    let walked = || {
+        let bytes = retention::home_bytes(&home);
+        bytes.runs + bytes.results
+    };
+    let store = Store::open_with(home.clone(), StoreOptions::default()).expect("the store opens");
+    let pass = |options: &PassOptions| {
+        let report = retention::pass(&store, options).expect("a pass");
+        (
+            report.size.clone().expect("max-size asks for the size"),
+            report,
+        )
+    };
+    let reconcile = PassOptions::reconcile();
+
+    // No count yet: the first pass walks.
+    let ended = record_ended_runs(&home, 4);
+    let (size, _) = pass(&reconcile);
+    assert!(size.walked, "the first pass walks");
+    assert_eq!(size.files, walked());
+
+    // Runs that ended since, and an active run whose output grows: counted without a walk.
+    let mut ended = [ended, record_ended_runs(&home, 4)].concat();
+    let active = store
+        .create_run(chain_spec(1), HostIds::default())
+        .expect("the run is created");
+    for batch in chain_lifecycle(1, 5_000_000).into_iter().take(2) {
+        store
+            .append(active.run, batch, runjournal::Condition::none())
+            .expect("the batch lands");
+    }
+    store.project(active.run).expect("the run is projected");
+    store.flush_projections(Duration::from_secs(10));
+    let output = home.output_log_path(active.run, 0);
+    let grow = |bytes: usize| {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&output)
+            .expect("the step's log opens");
+        file.write_all(&vec![b'x'; bytes]).expect("the log grows");
+    };
+    grow(10_000);
+    let (size, _) = pass(&reconcile);
+    assert!(!size.walked, "a fresh count is not walked again");
+    assert_eq!(size.files, walked());
+    grow(5_000);
+    let (size, _) = pass(&reconcile);
+    assert!(!size.walked);
+    assert_eq!(
+        size.files,
+        walked(),
+        "an active run is measured as it grows"
+    );
+
+    // A prune takes the pruned runs off the count.
+    let mut policy = store.journal().view().unwrap().retention().unwrap();
+    policy.keep_runs = Some(3);
+    let (_, report) = pass(&PassOptions {
+        policy: Some(policy),
+        ..PassOptions::reconcile()
+    });
+    assert_eq!(report.chosen.len(), ended.len() - 3, "{report:?}");
+    ended.drain(..ended.len() - 3);
+    let (size, _) = pass(&reconcile);
+    assert!(!size.walked);
+    assert_eq!(size.files, walked(), "the pruned runs left the count");
+
+    // A kept run's file grows behind the count's back: the count misses it...
+    let drift = 3_000;
+    std::fs::write(
+        home.run_dir(ended[0]).join("grown-behind-the-count"),
+        vec![b'y'; drift],
+    )
+    .expect("a file grows");
+    let (size, _) = pass(&reconcile);
+    assert!(!size.walked);
+    assert_eq!(size.files + drift as u64, walked(), "only a walk sees it");
+    // ...until the next walk, due once the count is older than its interval.
+    store
+        .journal()
+        .update_home_size(|stored| {
+            let mut kept = KeptSize::decode(stored?)?;
+            kept.walked_at_ms = 0;
+            Some(kept.encode())
+        })
+        .expect("the count is aged");
+    let (size, _) = pass(&reconcile);
+    assert!(size.walked, "an old count is walked");
+    assert_eq!(size.files, walked(), "the walk corrects the count");
+    let (size, _) = pass(&reconcile);
+    assert!(!size.walked);
+    assert_eq!(size.files, walked(), "and the count goes on from there");
+}

@@ -807,13 +807,12 @@ pub fn runner(
         config.heartbeat = heartbeat;
     }
     config.idle_timeout = idle_timeout;
-    let outcome = runner::run_in_process(home.clone(), run, config);
     // Its last act: the run ended, so the slot it held is free, and its queue's next run
-    // starts now. A runner that could not record its run's end freed no slot (the reconciler
-    // fails the run, and its pass admits the next).
-    if outcome.is_ok() {
-        start_next_in_queue(home, run);
-    }
+    // starts now, through the runner's own store. A runner that could not record its run's
+    // end freed no slot (the reconciler fails the run, and its pass admits the next).
+    let outcome = runner::run_in_process(home, run, config, |store| {
+        start_next_in_queue(store, run);
+    });
     match outcome {
         Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
             Ok(ExitCode::SUCCESS)
@@ -823,28 +822,22 @@ pub fn runner(
     }
 }
 
-/// After a runner's run ended: admits what the run's queue now allows and starts those runs'
-/// runners. Best effort: a failure is written to runner.log's stream (stderr), and the next
-/// reconcile pass admits them.
-fn start_next_in_queue(home: Home, run: RunId) {
+/// After a runner's run ended: judges the runs waiting for it, then admits what the run's queue
+/// now allows, and starts those runs' runners. Best effort: a failure is written to runner.log's
+/// stream (stderr), and the next reconcile pass judges and admits them.
+fn start_next_in_queue(store: &Store, run: RunId) {
     let started = (|| -> anyhow::Result<()> {
-        let store = Store::open(home)?;
         let by = format!("runner of {run} (pid {})", std::process::id());
         // The runs waiting for this one are judged first: those met take their place in their
         // queue, and those failed fail their own dependents.
-        after::settle(
-            &store,
-            &runner_base()?,
-            &by,
-            after::Scope::DependentsOf(run),
-        )?;
+        after::settle(store, &runner_base()?, &by, after::Scope::DependentsOf(run))?;
         let queue = store
             .journal()
             .view()?
             .snapshot(run)?
             .and_then(|state| state.queue.map(|queue| queue.name));
         if let Some(queue) = queue {
-            queue::start_admissible(&store, &runner_base()?, &by, Some(&queue))?;
+            queue::start_admissible(store, &runner_base()?, &by, Some(&queue))?;
         }
         Ok(())
     })();

@@ -99,6 +99,10 @@ pub(crate) const META_GLOBALS_INDEXED: &str = "globals_indexed";
 /// record above it ([`crate::journal::write::ship_mark`]).
 pub(crate) const META_SHIPPED_THROUGH: &str = "shipped_through";
 pub(crate) const META_JOURNAL_ID: &str = "journal_id";
+/// The home's size as the journal keeps it (42 bytes, [`crate::home_size::KeptSize`]): the
+/// bytes of `runs/` and `results/` found by the last walk and counted since, through which
+/// ended run they are counted, and when the home was last walked. Absent: never walked.
+pub(crate) const META_HOME_SIZE: &str = "home_size";
 /// What a rebuild from projections chose and could not recover (JSON,
 /// [`crate::journal::RecoveryNote`]); present only in a rebuilt journal.
 pub(crate) const META_RECOVERY: &str = "recovered_from_projections";

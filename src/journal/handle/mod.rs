@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::Database;
+use redb::{Database, ReadableTable};
 
 use crate::journal::read::reader::ReadJournal;
 
@@ -14,8 +14,11 @@ use crate::journal::file::Location;
 use crate::journal::file::contain::contain;
 use crate::journal::file::lock_wait::{self, Within};
 use crate::journal::file::open::{open_location, reopen_location};
-use crate::journal::format::error::{AppendError, Damaged, OpenError, ReadError, StorageFailure};
+use crate::journal::format::error::{
+    AppendError, Damaged, OpenError, ReadError, StorageFailure, storage,
+};
 use crate::journal::format::retention::Retention;
+use crate::journal::format::tables;
 use crate::journal::read::reader::JournalReader;
 use crate::journal::read::view::{JournalMeta, View};
 use crate::journal::write::append::{self, Appended, Condition};
@@ -411,6 +414,29 @@ impl Journal {
     /// [`crate::run_env::check_hook_command`]; the caller checks it.
     pub fn set_home_hook(&self, command: Option<&str>) -> Result<(), AppendError> {
         commit::commit_upkeep(&self.shared, |txn| append::set_home_hook_in(txn, command))
+    }
+
+    /// Replaces the home's kept size (meta `home_size`, [`crate::home_size`]) with what
+    /// `update` makes of the stored one (`None`: leave it), in a write transaction of its own,
+    /// never with an append. Durable on return.
+    pub fn update_home_size(
+        &self,
+        mut update: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+    ) -> Result<(), AppendError> {
+        commit::commit_upkeep(&self.shared, |txn| {
+            let mut meta = txn
+                .open_table(tables::META)
+                .map_err(storage("opening meta"))?;
+            let stored = meta
+                .get(tables::META_HOME_SIZE)
+                .map_err(storage("reading the home's size"))?
+                .map(|value| value.value().to_vec());
+            if let Some(new) = update(stored.as_deref()) {
+                meta.insert(tables::META_HOME_SIZE, new.as_slice())
+                    .map_err(storage("writing the home's size"))?;
+            }
+            Ok(())
+        })
     }
 
     /// Facts about the journal file.

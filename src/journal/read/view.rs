@@ -743,6 +743,33 @@ impl View {
         })
     }
 
+    /// Up to `limit` terminal runs that ended after `after` (end time, run id; `None`: from
+    /// the first), earliest first, with their end times.
+    pub fn terminal_after(
+        &self,
+        after: Option<(UnixMs, RunId)>,
+        limit: usize,
+    ) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
+        self.guarded("reading the terminal index", || {
+            let terminal = self.table(TERMINAL)?;
+            let low = after.map(|(at, run)| tables::terminal_key(at, run));
+            let entries = match &low {
+                Some(low) => terminal.range::<&[u8; 24]>((
+                    std::ops::Bound::Excluded(low),
+                    std::ops::Bound::Unbounded,
+                )),
+                None => terminal.range::<&[u8; 24]>(..),
+            }
+            .map_err(storage("reading the terminal index"))?;
+            let mut out = Vec::new();
+            for entry in entries.take(limit) {
+                let (key, _) = entry.map_err(storage("reading the terminal index"))?;
+                out.push(tables::split_terminal_key(key.value()));
+            }
+            Ok(out)
+        })
+    }
+
     /// Up to `limit` delayed runs due by `now_ms`, the soonest due first, with their due
     /// times: the index is read only up to the first run not yet due.
     pub fn delayed_due_by(
@@ -780,6 +807,18 @@ impl View {
             Ok(delayed
                 .len()
                 .map_err(storage("counting the delayed runs"))?)
+        })
+    }
+
+    /// The home's size as the journal keeps it (meta `home_size`, [`crate::home_size`]), as
+    /// stored; `None` before the first walk.
+    pub fn home_size(&self) -> Result<Option<Vec<u8>>, ReadError> {
+        self.guarded("reading meta", || {
+            let meta = self.table(META)?;
+            let value = meta
+                .get(tables::META_HOME_SIZE)
+                .map_err(storage("reading meta"))?;
+            Ok(value.map(|value| value.value().to_vec()))
         })
     }
 
