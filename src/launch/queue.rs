@@ -18,7 +18,6 @@ use std::process::Child;
 use super::{LaunchError, RunnerProgram, give_up, spawn_runner};
 use crate::event::{Event, QueueNameError, RunId, check_queue_name};
 use crate::journal::{AppendError, Condition, QueueRefusal, QueueUsage, ReadError};
-use crate::reconcile::{self, ReconcileError};
 use crate::state::{RunState, TransitionError};
 use crate::store::{ReadHome, Store};
 
@@ -221,17 +220,30 @@ pub fn start_admissible(
 ) -> Result<Vec<Admitted>, QueueError> {
     let queues: Vec<String> = match only {
         Some(queue) => vec![queue.to_string()],
-        None => store
-            .journal()
-            .view()?
-            .queue_limits()?
-            .into_iter()
-            .map(|(name, _)| name)
-            .collect(),
+        None => queue_names(&store.journal().view()?)?,
     };
+    start_admissible_in(store, base, by, &queues)
+}
+
+/// The names of the queues that have a limit, as `view` holds them.
+pub fn queue_names(view: &crate::journal::View) -> Result<Vec<String>, ReadError> {
+    Ok(view
+        .queue_limits()?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect())
+}
+
+/// [`start_admissible`] over `queues`, in order.
+pub fn start_admissible_in(
+    store: &Store,
+    base: &RunnerProgram,
+    by: &str,
+    queues: &[String],
+) -> Result<Vec<Admitted>, QueueError> {
     let mut admitted = Vec::new();
     for queue in queues {
-        while let Some(state) = admit_next(store, &queue, by)? {
+        while let Some(state) = admit_next(store, queue, by)? {
             let run = state.run_id;
             let runner =
                 match start_runner(store, &state, base).map_err(|source| QueueError::Start {
@@ -253,25 +265,6 @@ pub fn start_admissible(
         }
     }
     Ok(admitted)
-}
-
-/// A reconcile pass, then the admissions its closings allow, then a hook deliverer if a
-/// completion hook is due (`base.program` started with [`crate::hooks::DELIVERER_SUBCOMMAND`]):
-/// the pass `status`, `list`, `wait` and `reconcile` make, and what a host should call in
-/// their place.
-pub fn reconcile_and_start(
-    store: &Store,
-    options: &reconcile::Options,
-    base: &RunnerProgram,
-) -> (
-    Result<reconcile::Report, ReconcileError>,
-    Result<Vec<Admitted>, QueueError>,
-) {
-    let report = reconcile::reconcile(store, options);
-    let admitted = start_admissible(store, base, "reconciler", None);
-    // Best effort: a deliverer that cannot start now is started by the next pass.
-    let _ = crate::hooks::start_deliverer_if_needed(store, &base.program);
-    (report, admitted)
 }
 
 /// How a launch into a queue went before the launcher waits for its own run's runner.

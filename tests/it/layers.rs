@@ -35,6 +35,8 @@ const LAYERS: &[&[&str]] = &[
         "recover",
     ],
     &["launch", "show", "retention"],
+    // The handle a host holds: every action, and the upkeep before a read.
+    &["runs"],
     // The JSON documents of the binaries, built from all of the above.
     &["json"],
     // A journal's statistics, its document one of them.

@@ -7,51 +7,46 @@ use anyhow::Context;
 
 use runjournal::json::{PrunedDoc, ReconcileLine};
 use runjournal::launch::queue;
-use runjournal::reconcile::{self, Report};
-use runjournal::retention::{self, PassOptions, PassReport};
+use runjournal::reconcile::Report;
+use runjournal::retention::{self, PassReport};
+use runjournal::runs::{self, Maintained};
 use runjournal::{Home, Store};
 
 use crate::{CliResult, note, open_store, print};
 
-/// One pass with the default options.
-pub fn pass(store: &Store) -> Result<Report, reconcile::ReconcileError> {
-    reconcile::reconcile(store, &reconcile::Options::default())
-}
-
-/// The retention pass that follows a reconcile pass: the home's policy, bounded work.
-pub fn prune_pass(store: &Store) -> Result<PassReport, retention::PassError> {
-    retention::pass(store, &PassOptions::reconcile())
-}
-
-/// The reconcile pass before `status`, `list` and `wait` read, and its retention pass. Routine
+/// The upkeep before `status`, `list` and `wait` read ([`runs::maintain`]). Routine
 /// bookkeeping (recording that the runner of an ended run is gone, rebuilding a projection,
 /// pruning by the policy) says nothing; a repair of a stale run is reported in one line
 /// ([`report_reconciled`]), and so is a result pruned before its host consumed it. A failure
-/// of either does not stop the reading.
+/// of a pass does not stop the reading.
 pub fn before_reading(store: &Store) {
-    let reconciled = pass(store);
-    if let Some(held) = reconciled
-        .as_ref()
-        .ok()
-        .and_then(|report| report.lock_held.as_ref())
-    {
+    let runner = match crate::launch::runner_base() {
+        Ok(runner) => runner,
+        Err(error) => {
+            note(&format!("reconciling: {error:#}"));
+            return;
+        }
+    };
+    let done = runs::maintain(store, &runner);
+    if let Some(held) = done.skipped() {
         skipped(held);
         return;
     }
-    report_reconciled(&reconciled);
-    if let Err(error) = admit_pass(store) {
-        note(&format!("starting queued runs: {error:#}"));
+    report_reconciled(&done.reconciled);
+    if let Some(Err(error)) = &done.admitted {
+        note(&format!("starting queued runs: {error}"));
     }
-    if let Err(error) = hooks_pass(store) {
-        note(&format!("delivering hooks: {error:#}"));
+    if let Some(Err(error)) = &done.deliverer {
+        note(&format!("delivering hooks: {error}"));
     }
-    match prune_pass(store) {
-        Ok(report) => {
-            for line in unconsumed_lines(&report) {
+    match &done.pruned {
+        Some(Ok(report)) => {
+            for line in unconsumed_lines(report) {
                 note(&line);
             }
         }
-        Err(error) => note(&format!("pruning: {error}")),
+        Some(Err(error)) => note(&format!("pruning: {error}")),
+        None => {}
     }
 }
 
@@ -61,28 +56,6 @@ pub fn skipped(held: &runjournal::journal::LockHeld) {
     note(&format!(
         "{held}: reconciling, starting queued runs and pruning skipped; read as the journal stands"
     ));
-}
-
-/// The admissions that follow a reconcile pass: every queue's free slots go to its first
-/// waiting runs, whose runners are started (the runner program is this one).
-pub fn admit_pass(store: &Store) -> anyhow::Result<Vec<queue::Admitted>> {
-    let program = crate::launch::runner_base()?;
-    Ok(queue::start_admissible(
-        store,
-        &program,
-        &format!("reconciler (pid {})", std::process::id()),
-        None,
-    )?)
-}
-
-/// The hook delivery that follows a reconcile pass: a deliverer (this program) is started,
-/// detached, when a completion hook is due and nobody alive holds it. The pass never waits
-/// on a hook.
-pub fn hooks_pass(store: &Store) -> anyhow::Result<Option<u32>> {
-    let program = std::env::current_exe().context("finding this program to deliver hooks")?;
-    Ok(runjournal::hooks::start_deliverer_if_needed(
-        store, &program,
-    )?)
 }
 
 /// One line per run a pass admitted.
@@ -123,10 +96,18 @@ pub fn report_reconciled<E: std::fmt::Display>(pass: &Result<Report, E>) {
     }
 }
 
-/// `runjournal reconcile [--json]`: one pass, every active run's row printed.
+/// `runjournal reconcile [--json]`: one [`runs::maintain`], every active run's row printed,
+/// then the runs it admitted and pruned.
 pub fn command(home: Home, json: bool) -> CliResult {
     let store = open_store(home)?;
-    let report = pass(&store).context("reconciling")?;
+    let runner = crate::launch::runner_base()?;
+    let Maintained {
+        reconciled,
+        admitted,
+        deliverer,
+        pruned: pruning,
+    } = runs::maintain(&store, &runner);
+    let report = reconciled.context("reconciling")?;
     let mut text = String::new();
     let mut errors = 0usize;
     for outcome in &report.outcomes {
@@ -139,8 +120,11 @@ pub fn command(home: Home, json: bool) -> CliResult {
         text.push_str(&line);
         text.push('\n');
     }
-    match admit_pass(&store) {
-        Ok(admitted) => {
+    if let Some(held) = &report.lock_held {
+        skipped(held);
+    }
+    match admitted {
+        Some(Ok(admitted)) => {
             for admitted in &admitted {
                 let line = if json {
                     serde_json::to_string(&queue::AdmittedReport::of(admitted))
@@ -152,18 +136,18 @@ pub fn command(home: Home, json: bool) -> CliResult {
                 text.push('\n');
             }
         }
-        Err(error) => {
+        Some(Err(error)) => {
             errors += 1;
-            note(&format!("starting queued runs: {error:#}"));
+            note(&format!("starting queued runs: {error}"));
         }
+        None => {}
     }
-    if let Err(error) = hooks_pass(&store) {
+    if let Some(Err(error)) = deliverer {
         errors += 1;
-        note(&format!("delivering hooks: {error:#}"));
+        note(&format!("delivering hooks: {error}"));
     }
-    let pruning = prune_pass(&store);
     let pruned = match &pruning {
-        Ok(pruning) => {
+        Some(Ok(pruning)) => {
             for chosen in &pruning.chosen {
                 let line = if json {
                     serde_json::to_string(&ReconcileLine::Pruned(PrunedDoc::of(chosen)))
@@ -180,11 +164,12 @@ pub fn command(home: Home, json: bool) -> CliResult {
             }
             pruning.chosen.len()
         }
-        Err(error) => {
+        Some(Err(error)) => {
             errors += 1;
             note(&format!("pruning: {error}"));
             0
         }
+        None => 0,
     };
     let changed = report.changed().count();
     if json {

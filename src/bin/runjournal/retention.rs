@@ -164,7 +164,10 @@ pub struct PruneArgs {
 pub fn prune(home: Home, args: PruneArgs) -> CliResult {
     let store = open_store(home)?;
     // The reconcile pass alone: its own retention pass would prune before a dry run looked.
-    crate::reconcile::report_reconciled(&crate::reconcile::pass(&store));
+    crate::reconcile::report_reconciled(&runjournal::reconcile::reconcile(
+        &store,
+        &runjournal::reconcile::Options::default(),
+    ));
     let mut policy = store
         .journal()
         .view()
