@@ -442,22 +442,6 @@ pub fn prune_all(
     }
 }
 
-/// One line for a run a pass pruned: `runjournal reconcile`'s, and the note a reading command
-/// prints for a result its host had not consumed.
-pub fn pruned_line(chosen: &Chosen) -> String {
-    let mut line = format!(
-        "{}  pruned  {} ({}), ended {}",
-        chosen.run,
-        chosen.why.as_str(),
-        crate::text::format_bytes(chosen.bytes),
-        crate::duration::format_time_s(chosen.ended_at_ms),
-    );
-    if chosen.unconsumed_result {
-        line.push_str("  its result had not been consumed");
-    }
-    line
-}
-
 /// What `status` and `list` say of the home's room, beside their other notices: a line when
 /// its file system has less free than the policy keeps free, and, while journal writers wait
 /// on a full disk, what pruning could free. Nothing when all is well or nothing can be read

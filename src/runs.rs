@@ -23,6 +23,7 @@ use crate::event::{ExternalJobStatus, Record, RunId, now_ms};
 use crate::home::Home;
 use crate::hooks::{self, HookError};
 use crate::journal::{AppendError, Appended, LockHeld, OpenError, ReadError, Retention};
+use crate::json::{PrunedDoc, ReconcileLine};
 use crate::launch::queue::{self, Admitted, QueueError, QueueView};
 
 use crate::launch::{
@@ -310,6 +311,112 @@ impl std::fmt::Display for Maintained {
         }
         Ok(())
     }
+}
+
+impl Maintained {
+    /// The lines of `runjournal reconcile` (each its `--json` object and, as `Display`, its
+    /// text): a line per run the reconcile pass decided, per run admitted, per run pruned, then
+    /// the summary, which counts the runs' errors and [`Maintained::failures`].
+    pub fn lines(&self) -> Vec<ReconcileLine> {
+        let mut lines = Vec::new();
+        let (active, changed) = match &self.reconciled {
+            Ok(report) => {
+                lines.extend(report.outcomes.iter().map(ReconcileLine::of));
+                (report.active, report.changed().count())
+            }
+            Err(_) => (0, 0),
+        };
+        if let Some(Ok(admitted)) = &self.admitted {
+            lines.extend(admitted.iter().map(ReconcileLine::admitted));
+        }
+        let mut pruned = 0;
+        if let Some(Ok(report)) = &self.pruned {
+            lines.extend(
+                report
+                    .chosen
+                    .iter()
+                    .map(|chosen| ReconcileLine::Pruned(PrunedDoc::of(chosen))),
+            );
+            pruned = report.chosen.len();
+        }
+        let run_errors = match &self.reconciled {
+            Ok(report) => report
+                .outcomes
+                .iter()
+                .filter(|outcome| outcome.error.is_some())
+                .count(),
+            Err(_) => 0,
+        };
+        lines.push(ReconcileLine::Summary {
+            active,
+            changed,
+            pruned,
+            errors: run_errors + self.failures().len(),
+        });
+        lines
+    }
+
+    /// What failed, a line each, beyond a run's own error: a pass that could not run, a file a
+    /// pruning could not remove (the next pass tries again).
+    pub fn failures(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        if let Err(error) = &self.reconciled {
+            failures.push(format!("reconciling: {error}"));
+        }
+        failures.extend(self.pass_failures());
+        if let Some(Ok(report)) = &self.pruned {
+            failures.extend(report.errors.iter().cloned());
+        }
+        failures
+    }
+
+    /// The passes after the reconcile pass that failed.
+    fn pass_failures(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        if let Some(Err(error)) = &self.admitted {
+            failures.push(format!("starting queued runs: {error}"));
+        }
+        if let Some(Err(error)) = &self.deliverer {
+            failures.push(format!("delivering hooks: {error}"));
+        }
+        if let Some(Err(error)) = &self.pruned {
+            failures.push(format!("pruning: {error}"));
+        }
+        failures
+    }
+
+    /// What a reading command says of the upkeep it made, a line each: that the passes were
+    /// skipped ([`skipped_line`]); else a repair of stale runs (one line:
+    /// [`crate::show::repairs_line`]) or why the reconcile pass failed, the passes that failed,
+    /// and each result pruned before its host consumed it. Routine bookkeeping says nothing.
+    pub fn notes(&self) -> Vec<String> {
+        if let Some(held) = self.skipped() {
+            return vec![skipped_line(held)];
+        }
+        let mut notes = Vec::new();
+        match &self.reconciled {
+            Ok(report) => notes.extend(crate::show::repairs_line(report)),
+            Err(error) => notes.push(format!("reconciling: {error}")),
+        }
+        notes.extend(self.pass_failures());
+        if let Some(Ok(report)) = &self.pruned {
+            notes.extend(
+                report
+                    .chosen
+                    .iter()
+                    .filter(|chosen| chosen.unconsumed_result)
+                    .map(|chosen| PrunedDoc::of(chosen).line("pruned")),
+            );
+        }
+        notes
+    }
+}
+
+/// The line that says the passes after the reconcile pass were skipped, and why.
+pub fn skipped_line(held: &LockHeld) -> String {
+    format!(
+        "{held}: reconciling, starting queued runs and pruning skipped; read as the journal stands"
+    )
 }
 
 /// What the passes read before any of them acts, from one view.

@@ -341,31 +341,6 @@ impl QueueReport {
     }
 }
 
-/// A run admitted by a pass, as `runjournal reconcile --json` prints it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmittedReport {
-    /// Always `admitted`: the line's kind among the pass's lines.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub run_id: String,
-    pub queue: String,
-    pub runner_pid: Option<u32>,
-    pub error: Option<String>,
-}
-
-impl AdmittedReport {
-    pub fn of(admitted: &Admitted) -> AdmittedReport {
-        AdmittedReport {
-            kind: "admitted",
-            run_id: admitted.run.to_string(),
-            queue: admitted.queue.clone(),
-            runner_pid: admitted.runner.as_ref().ok().copied(),
-            error: admitted.runner.as_ref().err().cloned(),
-        }
-    }
-}
-
 /// A launch that left its run waiting in its queue, as `runjournal run --json` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

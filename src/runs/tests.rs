@@ -81,6 +81,22 @@ fn a_run_the_reconcile_pass_closes_is_pruned_by_the_same_maintain_under_the_poli
         None,
         "pruned from the journal"
     );
+    // A reading command says so: the result was taken before its host consumed it.
+    let notes = done.notes();
+    assert!(
+        notes.iter().any(|note| note
+            .starts_with(&format!("{run}  pruned  older than the age bound"))
+            && note.ends_with("its result had not been consumed")),
+        "{notes:?}"
+    );
+    // And `runjournal reconcile` prints the run's line, its pruning's, then the summary.
+    let lines: Vec<String> = done.lines().iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[1].starts_with(&format!("{run}  pruned  ")),
+        "{lines:?}"
+    );
+    assert_eq!(lines[2], "1 active run(s), 1 changed, 1 pruned, 0 error(s)");
 }
 
 #[test]

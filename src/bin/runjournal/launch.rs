@@ -21,8 +21,10 @@ use runjournal::show;
 use runjournal::spec::{self, RunDraft, RunRequest, SpecFile};
 use runjournal::{Home, RunId, RunState, Store};
 
-use crate::reconcile::report_reconciled;
-use crate::{CliResult, EXIT_ERROR, Failure, bad_input, note, open_store, print, print_line};
+use crate::{
+    CliResult, EXIT_ERROR, Failure, bad_input, note, open_store, print, print_line,
+    report_reconciled,
+};
 
 #[derive(Args)]
 pub struct RunArgs {
