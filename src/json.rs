@@ -498,8 +498,27 @@ pub enum ReconcileLine {
         note: Option<String>,
         error: Option<String>,
     },
+    /// A run the admissions that follow it admitted from its queue.
+    #[serde(rename_all = "camelCase")]
+    Admitted {
+        run_id: String,
+        queue: String,
+        runner_pid: Option<u32>,
+        /// Why its runner did not start (the run is then recorded failed).
+        error: Option<String>,
+    },
+    /// A delayed run the pass started once due.
+    #[serde(rename_all = "camelCase")]
+    Due {
+        run_id: String,
+        due_at_ms: UnixMs,
+        runner_pid: Option<u32>,
+        /// Why its runner did not start (the run is then recorded failed).
+        error: Option<String>,
+    },
     /// A run the retention pass that follows it pruned.
     Pruned(PrunedDoc),
+    /// The pass's counts: the last line.
     #[serde(rename_all = "camelCase")]
     Summary {
         active: usize,
@@ -509,7 +528,114 @@ pub enum ReconcileLine {
     },
 }
 
+/// The text of a line of `runjournal reconcile`: what `--json` says, in words.
+impl std::fmt::Display for ReconcileLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReconcileLine::Run { .. } => write!(f, "{}", self.run_text()),
+            ReconcileLine::Admitted {
+                run_id,
+                queue,
+                runner_pid,
+                error,
+            } => match (runner_pid, error) {
+                (Some(pid), _) => {
+                    write!(f, "{run_id}  admitted by queue {queue}  runner pid {pid}")
+                }
+                (None, error) => write!(
+                    f,
+                    "{run_id}  admitted by queue {queue}  its runner did not start: {}",
+                    show::escape_control(error.as_deref().unwrap_or("unknown"))
+                ),
+            },
+            ReconcileLine::Due {
+                run_id,
+                due_at_ms,
+                runner_pid,
+                error,
+            } => {
+                let due = crate::duration::format_time_s(*due_at_ms);
+                match (runner_pid, error) {
+                    (Some(pid), _) => write!(f, "{run_id}  due at {due}  runner pid {pid}"),
+                    (None, error) => write!(
+                        f,
+                        "{run_id}  due at {due}  its runner did not start: {}",
+                        show::escape_control(error.as_deref().unwrap_or("unknown"))
+                    ),
+                }
+            }
+            ReconcileLine::Pruned(pruned) => write!(f, "{}", pruned.line("pruned")),
+            ReconcileLine::Summary {
+                active,
+                changed,
+                pruned,
+                errors,
+            } => write!(
+                f,
+                "{active} active run(s), {changed} changed, {pruned} pruned, {errors} error(s)"
+            ),
+        }
+    }
+}
+
 impl ReconcileLine {
+    /// The line of a delayed run a pass started.
+    pub fn due(started: &crate::launch::delay::DueStarted) -> ReconcileLine {
+        ReconcileLine::Due {
+            run_id: started.run.to_string(),
+            due_at_ms: started.due_at_ms,
+            runner_pid: started.runner.as_ref().ok().copied(),
+            error: started.runner.as_ref().err().cloned(),
+        }
+    }
+
+    /// The words of a [`ReconcileLine::Run`] (empty for any other line).
+    fn run_text(&self) -> String {
+        let ReconcileLine::Run {
+            run_id,
+            row,
+            appended,
+            reprojected,
+            reason,
+            note,
+            error,
+            action,
+        } = self
+        else {
+            return String::new();
+        };
+        let mut line = format!("{run_id}  {row}");
+        if !appended.is_empty() {
+            line.push_str(&format!("  recorded {}", appended.join(" + ")));
+        } else if *action != crate::reconcile::Action::Nothing.as_str() {
+            line.push_str("  (someone else acted first)");
+        }
+        if *reprojected && appended.is_empty() {
+            line.push_str("  projection rebuilt");
+        }
+        if let Some(reason) = reason {
+            line.push_str(&format!("  reason: {reason}"));
+        }
+        if let Some(note) = note {
+            line.push_str(&format!("  note: {note}"));
+        }
+        if let Some(error) = error {
+            line.push_str(&format!("  error: {error}"));
+        }
+        show::escape_control(&line).into_owned()
+    }
+
+    /// The line of a run a pass admitted.
+    pub fn admitted(admitted: &crate::launch::queue::Admitted) -> ReconcileLine {
+        ReconcileLine::Admitted {
+            run_id: admitted.run.to_string(),
+            queue: admitted.queue.clone(),
+            runner_pid: admitted.runner.as_ref().ok().copied(),
+            error: admitted.runner.as_ref().err().cloned(),
+        }
+    }
+
+    /// The line of what a pass decided for a run.
     pub fn of(outcome: &Outcome) -> ReconcileLine {
         ReconcileLine::Run {
             run_id: outcome.run.to_string(),
@@ -540,6 +666,22 @@ pub struct PrunedDoc {
 }
 
 impl PrunedDoc {
+    /// Its line in words, `verb` saying what was done: `pruned`, or `would prune` in a dry run.
+    pub fn line(&self, verb: &str) -> String {
+        let mut line = format!(
+            "{}  {verb}  {} ({}), ended {}",
+            self.run_id,
+            self.why,
+            crate::text::format_bytes(self.bytes),
+            crate::duration::format_time_s(self.ended_at_ms),
+        );
+        if self.unconsumed_result {
+            line.push_str("  its result had not been consumed");
+        }
+        line
+    }
+
+    /// The document of a run a pass chose.
     pub fn of(chosen: &Chosen) -> PrunedDoc {
         PrunedDoc {
             run_id: chosen.run.to_string(),
@@ -567,7 +709,41 @@ pub struct PruneDoc {
     pub errors: Vec<String>,
 }
 
+/// `runjournal prune`'s text: a line per run pruned (or that a dry run would prune), then a
+/// line per run kept past a bound.
+impl std::fmt::Display for PruneDoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for run in &self.runs {
+            writeln!(f, "{}", run.line(self.verb()))?;
+        }
+        for kept in &self.kept {
+            writeln!(f, "{}  kept  {}", kept.run_id, kept.why)?;
+        }
+        Ok(())
+    }
+}
+
 impl PruneDoc {
+    fn verb(&self) -> &'static str {
+        if self.dry_run {
+            "would prune"
+        } else {
+            "pruned"
+        }
+    }
+
+    /// The one line that sums it up: `pruned 3 run(s), 12.0 KiB; 1 kept past a bound`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} {} run(s), {}; {} kept past a bound",
+            self.verb(),
+            self.runs.len(),
+            crate::text::format_bytes(self.bytes),
+            self.kept.len()
+        )
+    }
+
+    /// The document of a pruning.
     pub fn of(report: &PassReport, dry_run: bool) -> PruneDoc {
         PruneDoc {
             dry_run,

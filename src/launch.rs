@@ -78,6 +78,38 @@ pub struct RunnerProgram {
 }
 
 impl RunnerProgram {
+    /// The runner of the `runjournal` binary at `program`: `program __runner RUN`.
+    pub fn runjournal(program: impl Into<PathBuf>) -> RunnerProgram {
+        RunnerProgram {
+            program: program.into(),
+            leading_args: vec!["__runner".into()],
+        }
+    }
+
+    /// This program with a runner's own settings after its arguments: how often it rewrites
+    /// status.json while it lives, and its steps' idle timeout (neither is journaled for a run
+    /// started at once).
+    pub fn with_settings(
+        &self,
+        heartbeat: Option<Duration>,
+        idle_timeout: Option<Duration>,
+    ) -> RunnerProgram {
+        let mut program = self.clone();
+        if let Some(heartbeat) = heartbeat {
+            program.leading_args.push("--heartbeat".into());
+            program
+                .leading_args
+                .push(format!("{}ms", heartbeat.as_millis()).into());
+        }
+        if let Some(idle_timeout) = idle_timeout {
+            program.leading_args.push("--idle-timeout".into());
+            program
+                .leading_args
+                .push(format!("{}ms", idle_timeout.as_millis()).into());
+        }
+        program
+    }
+
     /// The command that runs `run`'s runner in `home`.
     pub fn command(&self, home: &Home, run: RunId) -> io::Result<Command> {
         let root = std::path::absolute(home.root())?;

@@ -24,7 +24,7 @@ use crate::event::{
     Event, Observer, Proof, Repairer, RunId, TerminalState, UnixMs, now_ms, truncate_text,
 };
 use crate::exit::{UNKNOWN_EXIT, describe_exit, describe_observed_exit};
-use crate::journal::{AppendError, Condition, ReadError};
+use crate::journal::{AppendError, Condition, ReadError, View};
 use crate::liveness::{self, Liveness};
 use crate::logs::{self, TailBounds};
 use crate::process_group::{self, GroupEnd, Reaping};
@@ -637,10 +637,11 @@ struct Decision {
 fn decide_run(
     store: &Store,
     run: RunId,
+    read: Result<Option<RunState>, ReadError>,
     options: &Options,
     outcome: &mut Outcome,
 ) -> Option<Decision> {
-    let state = match store.journal().view().and_then(|view| view.snapshot(run)) {
+    let state = match read {
         Ok(Some(state)) => state,
         Ok(None) => {
             outcome.error = Some("in the active table but has no snapshot".to_string());
@@ -738,7 +739,8 @@ fn appended(outcome: &mut Outcome, decision: Decision) {
 fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
     let mut outcome = new_outcome(run);
     for _ in 0..ATTEMPTS {
-        let Some(decision) = decide_run(store, run, options, &mut outcome) else {
+        let read = store.journal().view().and_then(|view| view.snapshot(run));
+        let Some(decision) = decide_run(store, run, read, options, &mut outcome) else {
             return outcome;
         };
         let condition = Condition::expect_head(decision.head_seq);
@@ -846,18 +848,26 @@ impl ProjectionCursor {
     }
 }
 
-/// One reconcile pass: every active run is decided by [`TABLE`], and every other run changed
-/// since the last pass (see [`ProjectionCursor`]) has its projection rebuilt if it differs.
-///
-/// Active runs are decided first; then all their appends are queued together
-/// ([`Store::append_all`]), so closing a thousand stale runs costs a few group commits rather
-/// than a thousand. A run that someone else moved on in between is decided and appended again
-/// on its own.
-pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileError> {
-    let view = store.journal().view()?;
+/// What a pass reads of the journal before it acts, all from one view
+/// ([`survey`]); the pass then acts on it with the view dropped ([`act`]).
+#[derive(Debug)]
+pub struct Survey {
+    /// The active runs, each with its snapshot as the view held it.
+    active: Vec<(RunId, Result<Option<RunState>, ReadError>)>,
+    /// Runs changed since the cursor (and the paused runs resumed by them).
+    changed: Vec<RunId>,
+    /// The global seq the changed runs were read through.
+    through: u64,
+    cursor: Option<ProjectionCursor>,
+    boot_id: Option<String>,
+}
+
+/// Reads, from `view`, what a pass decides on: the active runs and their snapshots, and the
+/// runs changed since the last pass (see [`ProjectionCursor`]). Only reads.
+pub fn survey(home: &crate::home::Home, view: &View) -> Result<Survey, ReadError> {
     let active = view.active_runs()?;
     let boot_id = liveness::boot_id().ok();
-    let cursor = ProjectionCursor::read(store.home());
+    let cursor = ProjectionCursor::read(home);
     let start = ProjectionCursor::start(cursor.as_ref(), boot_id.as_deref(), view.global_head()?);
     let (mut changed, through) = view.runs_changed_after(start)?;
     // A run created to resume a paused one changed what the paused run's files show (its
@@ -874,14 +884,50 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
         }
     }
     changed.extend(linked);
-    drop(view);
-    let active_count = active.len();
+    let active = active
+        .into_iter()
+        .map(|run| (run, view.snapshot(run)))
+        .collect();
+    Ok(Survey {
+        active,
+        changed,
+        through,
+        cursor,
+        boot_id,
+    })
+}
 
+/// One reconcile pass: every active run is decided by [`TABLE`], and every other run changed
+/// since the last pass (see [`ProjectionCursor`]) has its projection rebuilt if it differs.
+/// [`survey`] over a view of its own, then [`act`].
+pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileError> {
+    let survey = survey(store.home(), &store.journal().view()?)?;
+    Ok(act(store, survey, options))
+}
+
+/// Acts on what [`survey`] read: decides each active run, appends what it decided, and
+/// re-projects the changed runs whose files differ.
+///
+/// Active runs are decided first; then all their appends are queued together
+/// ([`Store::append_all`]), so closing a thousand stale runs costs a few group commits rather
+/// than a thousand. A run that someone else moved on in between is decided and appended again
+/// on its own, from a fresh read.
+pub fn act(store: &Store, survey: Survey, options: &Options) -> Report {
+    let Survey {
+        active,
+        changed,
+        through,
+        cursor,
+        boot_id,
+    } = survey;
+    let active_count = active.len();
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(active.len());
     let mut decided: Vec<(usize, Decision)> = Vec::new();
-    for &run in &active {
+    let mut active_runs = Vec::with_capacity(active.len());
+    for (run, read) in active {
+        active_runs.push(run);
         let mut outcome = new_outcome(run);
-        if let Some(decision) = decide_run(store, run, options, &mut outcome) {
+        if let Some(decision) = decide_run(store, run, read, options, &mut outcome) {
             decided.push((outcomes.len(), decision));
         }
         outcomes.push(outcome);
@@ -912,7 +958,7 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
         }
     }
 
-    let active: std::collections::HashSet<RunId> = active.into_iter().collect();
+    let active: std::collections::HashSet<RunId> = active_runs.into_iter().collect();
     let mut has_failed_repair = false;
     for run in changed.into_iter().filter(|run| !active.contains(run)) {
         let mut error = None;
@@ -941,11 +987,11 @@ pub fn reconcile(store: &Store, options: &Options) -> Result<Report, ReconcileEr
             let _ = next.write(store.home());
         }
     }
-    Ok(Report {
+    Report {
         outcomes,
         active: active_count,
         lock_held,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -362,19 +362,46 @@ fn oldest_terminal_paged(
     })
 }
 
-/// One pass: finishes what an earlier pass left (files of pruned runs), chooses, prunes, and
-/// removes the files of what it pruned.
-pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassError> {
-    let home = store.home();
+/// What a pass chose, read from one view ([`plan`]); [`carry_out`] prunes it.
+#[derive(Debug)]
+pub struct Plan {
+    /// Runs pruned from the journal by an earlier pass whose files may remain.
+    pending: Vec<Tombstone>,
+    report: PassReport,
+}
+
+/// Chooses, from `view` and the home's files, what a pass prunes: the policy of `options` (or
+/// the home's), and the runs an earlier pass left listed as pruning. Only reads.
+pub fn plan(home: &Home, view: &View, options: &PassOptions) -> Result<Plan, ReadError> {
     let mut report = PassReport::default();
-    let view = store.journal().view()?;
     let policy = match options.policy {
         Some(policy) => policy,
         None => view.retention()?,
     };
     let pending = view.pruning()?;
-    choose(home, &view, &policy, options.limit, &mut report)?;
-    drop(view);
+    choose(home, view, &policy, options.limit, &mut report)?;
+    Ok(Plan { pending, report })
+}
+
+/// One pass: finishes what an earlier pass left (files of pruned runs), chooses, prunes, and
+/// removes the files of what it pruned. [`plan`] over a view of its own, then [`carry_out`].
+pub fn pass(store: &Store, options: &PassOptions) -> Result<PassReport, PassError> {
+    let plan = plan(store.home(), &store.journal().view()?, options)?;
+    carry_out(store, plan, options)
+}
+
+/// Prunes what [`plan`] chose, in one journal transaction (which skips a run found moved on),
+/// then removes the files of the runs it pruned and of those an earlier pass left.
+pub fn carry_out(
+    store: &Store,
+    plan: Plan,
+    options: &PassOptions,
+) -> Result<PassReport, PassError> {
+    let home = store.home();
+    let Plan {
+        pending,
+        mut report,
+    } = plan;
     if options.dry_run {
         return Ok(report);
     }
@@ -479,22 +506,6 @@ pub fn prune_all(
         }
         progress(total.chosen.len());
     }
-}
-
-/// One line for a run a pass pruned: `runjournal reconcile`'s, and the note a reading command
-/// prints for a result its host had not consumed.
-pub fn pruned_line(chosen: &Chosen) -> String {
-    let mut line = format!(
-        "{}  pruned  {} ({}), ended {}",
-        chosen.run,
-        chosen.why.as_str(),
-        crate::text::format_bytes(chosen.bytes),
-        crate::duration::format_time_s(chosen.ended_at_ms),
-    );
-    if chosen.unconsumed_result {
-        line.push_str("  its result had not been consumed");
-    }
-    line
 }
 
 /// What `status` and `list` say of the home's room, beside their other notices: a line when

@@ -1197,31 +1197,6 @@ pub fn shipping_text(
     }
 }
 
-/// One line of `runjournal reconcile` for what a pass decided for a run: its row, what it
-/// recorded or why nothing, and the reason, note or error; escaped (the reason quotes
-/// runner.log).
-pub fn outcome_line(outcome: &crate::reconcile::Outcome) -> String {
-    let mut line = format!("{}  {}", outcome.run, outcome.row);
-    if !outcome.appended.is_empty() {
-        let _ = write!(line, "  recorded {}", outcome.appended.join(" + "));
-    } else if outcome.action != crate::reconcile::Action::Nothing {
-        line.push_str("  (someone else acted first)");
-    }
-    if outcome.reprojected && outcome.appended.is_empty() {
-        line.push_str("  projection rebuilt");
-    }
-    if let Some(reason) = &outcome.reason {
-        let _ = write!(line, "  reason: {reason}");
-    }
-    if let Some(note) = &outcome.note {
-        let _ = write!(line, "  note: {note}");
-    }
-    if let Some(error) = &outcome.error {
-        let _ = write!(line, "  error: {error}");
-    }
-    escape_control(&line).into_owned()
-}
-
 /// Most run ids [`repairs_line`] names.
 const REPAIRS_NAMED: usize = 3;
 

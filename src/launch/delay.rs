@@ -286,45 +286,6 @@ pub fn is_timer_running(home: &Home) -> Result<bool, DelayError> {
     }
 }
 
-/// A delayed run a pass started, as `runjournal reconcile --json` prints it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DueStartedReport {
-    /// Always `due`: the line's kind among the pass's lines.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub run_id: String,
-    pub due_at_ms: UnixMs,
-    pub runner_pid: Option<u32>,
-    pub error: Option<String>,
-}
-
-impl DueStartedReport {
-    pub fn of(started: &DueStarted) -> DueStartedReport {
-        DueStartedReport {
-            kind: "due",
-            run_id: started.run.to_string(),
-            due_at_ms: started.due_at_ms,
-            runner_pid: started.runner.as_ref().ok().copied(),
-            error: started.runner.as_ref().err().cloned(),
-        }
-    }
-
-    /// The line `runjournal reconcile` prints for it.
-    pub fn line(&self) -> String {
-        let due = crate::duration::format_time_s(self.due_at_ms);
-        match (&self.runner_pid, &self.error) {
-            (Some(pid), _) => format!("{}  due at {due}  runner pid {pid}", self.run_id),
-            (None, error) => crate::text::escape_control(&format!(
-                "{}  due at {due}  its runner did not start: {}",
-                self.run_id,
-                error.as_deref().unwrap_or("")
-            ))
-            .into_owned(),
-        }
-    }
-}
-
 /// A launch that left its run waiting for its due time, as `runjournal run --json` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -18,7 +18,6 @@ use std::process::Child;
 use super::{LaunchError, RunnerProgram, give_up, spawn_runner};
 use crate::event::{Event, QueueNameError, RunId, check_queue_name};
 use crate::journal::{AppendError, Condition, QueueRefusal, QueueUsage, ReadError};
-use crate::reconcile::{self, ReconcileError};
 use crate::state::{RunState, TransitionError};
 use crate::store::{ReadHome, Store};
 
@@ -234,17 +233,30 @@ pub fn start_admissible(
 ) -> Result<Vec<Admitted>, QueueError> {
     let queues: Vec<String> = match only {
         Some(queue) => vec![queue.to_string()],
-        None => store
-            .journal()
-            .view()?
-            .queue_limits()?
-            .into_iter()
-            .map(|(name, _)| name)
-            .collect(),
+        None => queue_names(&store.journal().view()?)?,
     };
+    start_admissible_in(store, base, by, &queues)
+}
+
+/// The names of the queues that have a limit, as `view` holds them.
+pub fn queue_names(view: &crate::journal::View) -> Result<Vec<String>, ReadError> {
+    Ok(view
+        .queue_limits()?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect())
+}
+
+/// [`start_admissible`] over `queues`, in order.
+pub fn start_admissible_in(
+    store: &Store,
+    base: &RunnerProgram,
+    by: &str,
+    queues: &[String],
+) -> Result<Vec<Admitted>, QueueError> {
     let mut admitted = Vec::new();
     for queue in queues {
-        while let Some(state) = admit_next(store, &queue, by)? {
+        while let Some(state) = admit_next(store, queue, by)? {
             let run = state.run_id;
             let runner =
                 match start_runner(store, &state, base).map_err(|source| QueueError::Start {
@@ -266,32 +278,6 @@ pub fn start_admissible(
         }
     }
     Ok(admitted)
-}
-
-/// A reconcile pass, then the admissions its closings allow, the delayed runs due (and the
-/// home's timer if runs still wait and none runs), then a hook deliverer if a
-/// completion hook is due (`base.program` started with [`crate::hooks::DELIVERER_SUBCOMMAND`]):
-/// the pass `status`, `list`, `wait` and `reconcile` make, and what a host should call in
-/// their place.
-pub fn reconcile_and_start(
-    store: &Store,
-    options: &reconcile::Options,
-    base: &RunnerProgram,
-) -> (
-    Result<reconcile::Report, ReconcileError>,
-    Result<Vec<Admitted>, QueueError>,
-) {
-    let report = reconcile::reconcile(store, options);
-    // Runs whose dependencies ended are judged before the queues admit: a run met now takes
-    // its place in its queue first. Best effort: what fails here is judged by the next pass.
-    let _ = super::after::settle(store, base, "reconciler", super::after::Scope::All);
-    let admitted = start_admissible(store, base, "reconciler", None);
-    // Best effort, as the deliverer: what is due and not started now is started by the timer
-    // or the next pass.
-    let _ = super::delay::reconcile_delayed(store, base, "reconciler");
-    // Best effort: a deliverer that cannot start now is started by the next pass.
-    let _ = crate::hooks::start_deliverer_if_needed(store, &base.program);
-    (report, admitted)
 }
 
 /// How a launch into a queue went before the launcher waits for its own run's runner.
@@ -364,31 +350,6 @@ impl QueueReport {
             waiting: view.usage.waiting,
             active_runs: view.active.iter().map(RunId::to_string).collect(),
             first_waiting: view.first_waiting.iter().map(RunId::to_string).collect(),
-        }
-    }
-}
-
-/// A run admitted by a pass, as `runjournal reconcile --json` prints it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AdmittedReport {
-    /// Always `admitted`: the line's kind among the pass's lines.
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub run_id: String,
-    pub queue: String,
-    pub runner_pid: Option<u32>,
-    pub error: Option<String>,
-}
-
-impl AdmittedReport {
-    pub fn of(admitted: &Admitted) -> AdmittedReport {
-        AdmittedReport {
-            kind: "admitted",
-            run_id: admitted.run.to_string(),
-            queue: admitted.queue.clone(),
-            runner_pid: admitted.runner.as_ref().ok().copied(),
-            error: admitted.runner.as_ref().err().cloned(),
         }
     }
 }

@@ -237,7 +237,14 @@ fn a_decision_gone_stale_is_refused_and_the_next_pass_decides_again() {
     let (_dir, store) = store();
     let run = started_run(&store, exited_identity());
     let mut outcome = new_outcome(run);
-    let decision = decide_run(&store, run, &Options::default(), &mut outcome).expect("to fail");
+    let decision = decide_run(
+        &store,
+        run,
+        store.journal().view().and_then(|view| view.snapshot(run)),
+        &Options::default(),
+        &mut outcome,
+    )
+    .expect("to fail");
     // Someone else records the end first, between the pass's decision and its append.
     store
         .append(

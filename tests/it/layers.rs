@@ -35,8 +35,10 @@ const LAYERS: &[&[&str]] = &[
         "recover",
     ],
     &["launch", "show", "retention"],
-    // The JSON documents of the binaries, built from all of the above.
+    // The JSON documents and lines of the binaries' reports, and their words.
     &["json"],
+    // The handle a host holds: every action, and the upkeep before a read.
+    &["runs"],
     // A journal's statistics, its document one of them.
     &["stats"],
     // Built only for tests, benchmarks and fuzzing.
@@ -410,4 +412,102 @@ fn the_journal_path_scanner_reads_folder_and_file() {
             ("Journal".to_string(), String::new()),
         ]
     );
+}
+
+/// A circle among `uses` (file → the files it uses), as the files around it; `None` when
+/// there is none.
+fn find_circle(uses: &std::collections::BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        file: &str,
+        uses: &std::collections::BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|seen| seen == file) {
+            let mut circle = path[at..].to_vec();
+            circle.push(file.to_string());
+            return Some(circle);
+        }
+        if done.contains(file) {
+            return None;
+        }
+        path.push(file.to_string());
+        for used in uses.get(file).into_iter().flatten() {
+            if let Some(circle) = visit(used, uses, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(file.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    uses.keys()
+        .find_map(|file| visit(file, uses, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn a_circle_between_files_is_found_and_a_chain_is_not() {
+    let map = |edges: &[(&str, &str)]| {
+        let mut uses = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+        for (from, to) in edges {
+            uses.entry(from.to_string())
+                .or_default()
+                .insert(to.to_string());
+        }
+        uses
+    };
+    assert_eq!(
+        find_circle(&map(&[("inspect", "launch"), ("launch", "output")])),
+        None
+    );
+    assert_eq!(
+        find_circle(&map(&[
+            ("inspect", "launch"),
+            ("launch", "reconcile"),
+            ("reconcile", "launch"),
+        ])),
+        Some(vec![
+            "launch".to_string(),
+            "reconcile".to_string(),
+            "launch".to_string()
+        ])
+    );
+}
+
+/// Inside each binary, the files beside its root (`main.rs`, which declares them, dispatches to
+/// them and holds what they all share: printing, exit codes, opening the home) use one another
+/// without a circle: a command's file never needs a file that needs it back.
+#[test]
+fn no_file_of_a_binary_is_in_a_circle_with_another() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in [
+        root.join("src/bin/runjournal"),
+        root.join("journal-tools/src"),
+    ] {
+        let mut files = BTreeSet::new();
+        for entry in std::fs::read_dir(&dir).expect("a binary's directory reads") {
+            let path = entry.expect("an entry reads").path();
+            if let Some(stem) = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.strip_suffix(".rs"))
+                .filter(|stem| *stem != "main")
+            {
+                files.insert(stem.to_string());
+            }
+        }
+        assert!(files.len() >= 4, "{}: found {files:?}", dir.display());
+        let mut uses = std::collections::BTreeMap::new();
+        for file in &files {
+            let text = std::fs::read_to_string(dir.join(format!("{file}.rs")))
+                .expect("a source file reads");
+            let used: BTreeSet<String> = crate_paths(&code_of(&text))
+                .into_iter()
+                .filter(|used| used != file && files.contains(used))
+                .collect();
+            uses.insert(file.clone(), used);
+        }
+        assert_eq!(find_circle(&uses), None, "{}: {uses:?}", dir.display());
+    }
 }

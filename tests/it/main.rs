@@ -25,6 +25,7 @@ mod golden;
 mod golden_snapshots;
 mod group_commit;
 mod hooks;
+mod host_example;
 mod launch;
 mod layers;
 mod lost_journal;

@@ -13,10 +13,10 @@ use runjournal::store::ReadHome;
 use runjournal::{Home, RunId, RunState, RunStatus};
 
 use crate::launch::exit_code_of;
-use crate::reconcile::report_reconciled;
 use crate::{
     CliResult, EXIT_WAIT_TIMEOUT, Failure, ForReading, Named, bad_input, check_run_text, note,
-    open_for_reading, print, print_line, reconcile_before_reading, resolve, resolve_named,
+    open_for_reading, print, print_line, reconcile_before_reading, report_reconciled, resolve,
+    resolve_named,
 };
 use runjournal::journal::Tombstone;
 use runjournal::json::{

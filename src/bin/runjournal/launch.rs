@@ -21,8 +21,10 @@ use runjournal::show;
 use runjournal::spec::{self, RunDraft, RunRequest, SpecFile};
 use runjournal::{Home, RunId, RunState, Store};
 
-use crate::reconcile::report_reconciled;
-use crate::{CliResult, EXIT_ERROR, Failure, bad_input, note, open_store, print, print_line};
+use crate::{
+    CliResult, EXIT_ERROR, Failure, bad_input, note, open_store, print, print_line,
+    report_reconciled,
+};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -507,12 +509,15 @@ pub fn queue(home: Home, name: &str, max_active: Option<u64>, json: bool) -> Cli
     runjournal::event::check_queue_name(name).map_err(bad_input)?;
     let store = open_store(home)
         .map_err(|failure| crate::needs_journal(failure, &format!("queue {name}'s limit")))?;
+    let runs = runjournal::Runs::new(store, runner_base()?);
     if let Some(max_active) = max_active {
-        queue::set_limit(&store, name, max_active).context("setting the queue's limit")?;
-        // A raised limit frees slots now.
-        crate::reconcile::admit_pass(&store)?;
+        // A raised limit frees slots now: the runs it allows are started.
+        runs.set_queue_limit(name, max_active)
+            .context("setting the queue's limit")?;
     }
-    let view = queue::view(&store, name, QUEUE_SHOWN_RUNS).context("reading the queue")?;
+    let view = runs
+        .queue(name, QUEUE_SHOWN_RUNS)
+        .context("reading the queue")?;
     if json {
         let text = serde_json::to_string(&queue::QueueReport::of(&view)).context("writing JSON")?;
         print_line(&text)?;

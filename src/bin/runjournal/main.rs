@@ -480,7 +480,20 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
 pub fn reconcile_before_reading(home: &ForReading) {
     match home {
         ForReading::Store(store) => reconcile::before_reading(store),
-        ForReading::ReadOnly { held, .. } => reconcile::skipped(held),
+        ForReading::ReadOnly { held, .. } => note(&runjournal::runs::skipped_line(held)),
+    }
+}
+
+/// Says on stderr, in one line, what a reconcile pass the command made (or the library made
+/// for it) repaired, or why it failed; routine bookkeeping says nothing.
+pub fn report_reconciled<E: std::fmt::Display>(pass: &Result<runjournal::reconcile::Report, E>) {
+    match pass {
+        Ok(report) => {
+            if let Some(line) = runjournal::show::repairs_line(report) {
+                note(&line);
+            }
+        }
+        Err(error) => note(&format!("reconciling: {error}")),
     }
 }
 

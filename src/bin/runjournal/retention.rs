@@ -8,7 +8,7 @@ use anyhow::Context;
 use runjournal::Home;
 use runjournal::journal::KeepFree;
 use runjournal::json::{PolicyDoc, PruneDoc};
-use runjournal::retention::{self, PassOptions, PassReport};
+use runjournal::retention::{self, PassOptions};
 
 use crate::{CliResult, EXIT_ERROR, Failure, note, open_store, print, print_line};
 
@@ -164,7 +164,10 @@ pub struct PruneArgs {
 pub fn prune(home: Home, args: PruneArgs) -> CliResult {
     let store = open_store(home)?;
     // The reconcile pass alone: its own retention pass would prune before a dry run looked.
-    crate::reconcile::report_reconciled(&crate::reconcile::pass(&store));
+    crate::report_reconciled(&runjournal::reconcile::reconcile(
+        &store,
+        &runjournal::reconcile::Options::default(),
+    ));
     let mut policy = store
         .journal()
         .view()
@@ -185,24 +188,13 @@ pub fn prune(home: Home, args: PruneArgs) -> CliResult {
         note(&format!("pruned {so_far} runs so far"));
     })
     .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
-    let bytes: u64 = report.chosen.iter().map(|chosen| chosen.bytes).sum();
+    let document = PruneDoc::of(&report, args.dry_run);
     if args.json {
-        let document = PruneDoc::of(&report, args.dry_run);
         let text = serde_json::to_string_pretty(&document).context("rendering the report")?;
         print_line(&text)?;
     } else {
-        print(&report_text(&report, args.dry_run))?;
-        let verb = if args.dry_run {
-            "would prune"
-        } else {
-            "pruned"
-        };
-        note(&format!(
-            "{verb} {} run(s), {}; {} kept past a bound",
-            report.chosen.len(),
-            runjournal::show::format_bytes(bytes),
-            report.kept.len()
-        ));
+        print(&document.to_string())?;
+        note(&document.summary());
     }
     for error in &report.errors {
         note(error);
@@ -212,22 +204,4 @@ pub fn prune(home: Home, args: PruneArgs) -> CliResult {
     } else {
         ExitCode::from(EXIT_ERROR)
     })
-}
-
-fn report_text(report: &PassReport, dry_run: bool) -> String {
-    let mut text = String::new();
-    for chosen in &report.chosen {
-        let line = retention::pruned_line(chosen);
-        let line = if dry_run {
-            line.replacen("  pruned  ", "  would prune  ", 1)
-        } else {
-            line
-        };
-        text.push_str(&line);
-        text.push('\n');
-    }
-    for kept in &report.kept {
-        text.push_str(&format!("{}  kept  {}\n", kept.run, kept.why));
-    }
-    text
 }
