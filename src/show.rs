@@ -1017,19 +1017,12 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         }
         Event::Dismissed { .. } => "dismissed".to_string(),
         Event::Resumed { from } => format!("resumes paused run {from}"),
-        Event::QueueJoined { queue, .. } => format!("queued in {queue}"),
-        Event::QueueAdmitted { by } => format!("admitted by its queue ({by})"),
-        Event::DependsOn {
-            after, after_any, ..
-        } => dependencies_text(after, after_any),
-        Event::DependenciesMet { by } => format!("dependencies met ({by})"),
-        Event::StartDelayed { due_at_ms, .. } => {
-            format!(
-                "delayed until {}",
-                crate::duration::format_time_s(*due_at_ms)
-            )
-        }
-        Event::DelayEnded { by } => format!("due: started ({by})"),
+        Event::QueueJoined { .. }
+        | Event::QueueAdmitted { .. }
+        | Event::DependsOn { .. }
+        | Event::DependenciesMet { .. }
+        | Event::StartDelayed { .. }
+        | Event::DelayEnded { .. } => waiting_record_text(&record.event),
         Event::HookAttempted { .. } | Event::HookEnded { .. } => hook_record_text(&record.event),
         Event::SteerRequested { .. }
         | Event::SteerDelivered { .. }
@@ -1041,6 +1034,25 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         record.seq,
         escape_control(&detail.replace('\n', " "))
     )
+}
+
+/// The words of a record about a run waiting to start: for a queue's slot, for other runs, for
+/// its due time (empty for any other record).
+fn waiting_record_text(event: &Event) -> String {
+    match event {
+        Event::QueueJoined { queue, .. } => format!("queued in {queue}"),
+        Event::QueueAdmitted { by } => format!("admitted by its queue ({by})"),
+        Event::DependsOn {
+            after, after_any, ..
+        } => dependencies_text(after, after_any),
+        Event::DependenciesMet { by } => format!("dependencies met ({by})"),
+        Event::StartDelayed { due_at_ms, .. } => format!(
+            "delayed until {}",
+            crate::duration::format_time_s(*due_at_ms)
+        ),
+        Event::DelayEnded { by } => format!("due: started ({by})"),
+        _ => String::new(),
+    }
 }
 
 /// A run id cut to its first [`RunId::MIN_PREFIX_LEN`] characters plus two, for a table

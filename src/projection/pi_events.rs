@@ -167,19 +167,30 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
         Event::HookAttempted { .. } | Event::HookEnded { .. } => {
             lines.extend(hook_line(ts, &record.event, run));
         }
-        Event::StartDelayed { due_at_ms, .. } => {
-            lines.push(Line::new("subagent.run.delayed", ts, run).with("dueAt", *due_at_ms));
+        Event::StartDelayed { .. } | Event::DelayEnded { .. } => {
+            lines.extend(delay_line(ts, &record.event, run));
         }
-        Event::DelayEnded { by } => lines.push(
-            Line::new("subagent.run.due", ts, run)
-                .with_some("dueAt", run.delay.as_ref().map(|delay| delay.due_at_ms))
-                .with("by", by.clone()),
-        ),
     }
     lines
         .into_iter()
         .map(|line| Value::Object(line.with(JOURNAL_SEQ, record.seq).0))
         .collect()
+}
+
+/// The line of a delayed start's record: the run is delayed until its due time, or its delay
+/// ended and its runner starts.
+fn delay_line(ts: UnixMs, event: &Event, run: &RunState) -> Option<Line> {
+    match event {
+        Event::StartDelayed { due_at_ms, .. } => {
+            Some(Line::new("subagent.run.delayed", ts, run).with("dueAt", *due_at_ms))
+        }
+        Event::DelayEnded { by } => Some(
+            Line::new("subagent.run.due", ts, run)
+                .with_some("dueAt", run.delay.as_ref().map(|delay| delay.due_at_ms))
+                .with("by", by.clone()),
+        ),
+        _ => None,
+    }
 }
 
 /// The line of a dependency's record: the runs a run waits for, or that they were met.

@@ -315,22 +315,9 @@ impl ShapeRule {
             ShapeRule::DependenciesWellFormed
             | ShapeRule::DependenciesAtCreation
             | ShapeRule::NothingStartedBeforeDependencies => self.dependencies_hold(state),
-            ShapeRule::RunnerOnlyAfterDue => {
-                state.runner.is_none()
-                    || state
-                        .delay
-                        .as_ref()
-                        .is_none_or(|delay| delay.ended.is_some())
-            }
-            ShapeRule::DelayedAtCreation => {
-                state.delay.is_none() || (state.head_seq >= 2 && state.queue.is_none())
-            }
-            ShapeRule::DelayEndedWhenDue => state.delay.as_ref().is_none_or(|delay| {
-                delay
-                    .ended
-                    .as_ref()
-                    .is_none_or(|ended| ended.at_ms >= delay.due_at_ms)
-            }),
+            ShapeRule::RunnerOnlyAfterDue
+            | ShapeRule::DelayedAtCreation
+            | ShapeRule::DelayEndedWhenDue => self.delay_holds(state),
             ShapeRule::SteerWellFormed
             | ShapeRule::SteerIdsDistinct
             | ShapeRule::SteerQueueBounded
@@ -402,6 +389,22 @@ impl ShapeRule {
                             .as_ref()
                             .is_none_or(|queue| queue.admitted.is_none()))
             }
+            _ => true,
+        }
+    }
+
+    /// The rules of a delayed start.
+    fn delay_holds(self, state: &RunState) -> bool {
+        let Some(delay) = &state.delay else {
+            return true;
+        };
+        match self {
+            ShapeRule::RunnerOnlyAfterDue => state.runner.is_none() || delay.ended.is_some(),
+            ShapeRule::DelayedAtCreation => state.head_seq >= 2 && state.queue.is_none(),
+            ShapeRule::DelayEndedWhenDue => delay
+                .ended
+                .as_ref()
+                .is_none_or(|ended| ended.at_ms >= delay.due_at_ms),
             _ => true,
         }
     }
@@ -700,26 +703,16 @@ impl TransitionError {
                 RecordsOnly("a state holds at most one admission, by its type")
             }
             TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
-            TransitionError::DependsOnLate { .. } => Rules(&[R::DependenciesAtCreation]),
-            TransitionError::InvalidDependencies { .. } => Rules(&[R::DependenciesWellFormed]),
-            TransitionError::NoDependencies { .. } => RecordsOnly(
-                "a state holds a dependencies' end only inside its dependencies, by its type",
-            ),
-            TransitionError::DependenciesAlreadyMet { .. } => {
-                RecordsOnly("a state holds at most one dependencies' end, by its type")
-            }
-            TransitionError::BeforeDependencies { .. } => {
-                Rules(&[R::NothingStartedBeforeDependencies])
-            }
-            TransitionError::StartDelayedLate { .. } => Rules(&[R::DelayedAtCreation]),
-            TransitionError::NotDelayed { .. } => {
-                RecordsOnly("a state holds a delay's end only inside its delay, by its type")
-            }
-            TransitionError::DelayAlreadyEnded { .. } => {
-                RecordsOnly("a state holds at most one end of its delay, by its type")
-            }
-            TransitionError::NotYetDue { .. } => Rules(&[R::DelayEndedWhenDue]),
-            TransitionError::RunnerBeforeDue { .. } => Rules(&[R::RunnerOnlyAfterDue]),
+            TransitionError::DependsOnLate { .. }
+            | TransitionError::InvalidDependencies { .. }
+            | TransitionError::NoDependencies { .. }
+            | TransitionError::DependenciesAlreadyMet { .. }
+            | TransitionError::BeforeDependencies { .. } => self.kept_in_dependency_state(),
+            TransitionError::StartDelayedLate { .. }
+            | TransitionError::NotDelayed { .. }
+            | TransitionError::DelayAlreadyEnded { .. }
+            | TransitionError::NotYetDue { .. }
+            | TransitionError::RunnerBeforeDue { .. } => self.kept_in_delayed_state(),
             TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
             TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
             TransitionError::HookAttemptNotNext { .. }
@@ -739,6 +732,40 @@ impl TransitionError {
             TransitionError::SteerNotQueued { .. } => RecordsOnly(
                 "a target's delivery is settled once, and a state holds only how it was settled",
             ),
+        }
+    }
+
+    /// [`TransitionError::kept_in_state`] of the refusals of a run's dependencies.
+    fn kept_in_dependency_state(&self) -> KeptInState {
+        use KeptInState::{RecordsOnly, Rules};
+        use ShapeRule as R;
+        match self {
+            TransitionError::DependsOnLate { .. } => Rules(&[R::DependenciesAtCreation]),
+            TransitionError::InvalidDependencies { .. } => Rules(&[R::DependenciesWellFormed]),
+            TransitionError::NoDependencies { .. } => RecordsOnly(
+                "a state holds a dependencies' end only inside its dependencies, by its type",
+            ),
+            TransitionError::DependenciesAlreadyMet { .. } => {
+                RecordsOnly("a state holds at most one dependencies' end, by its type")
+            }
+            _ => Rules(&[R::NothingStartedBeforeDependencies]),
+        }
+    }
+
+    /// [`TransitionError::kept_in_state`] of the refusals of a delayed start.
+    fn kept_in_delayed_state(&self) -> KeptInState {
+        use KeptInState::{RecordsOnly, Rules};
+        use ShapeRule as R;
+        match self {
+            TransitionError::StartDelayedLate { .. } => Rules(&[R::DelayedAtCreation]),
+            TransitionError::NotDelayed { .. } => {
+                RecordsOnly("a state holds a delay's end only inside its delay, by its type")
+            }
+            TransitionError::DelayAlreadyEnded { .. } => {
+                RecordsOnly("a state holds at most one end of its delay, by its type")
+            }
+            TransitionError::NotYetDue { .. } => Rules(&[R::DelayEndedWhenDue]),
+            _ => Rules(&[R::RunnerOnlyAfterDue]),
         }
     }
 }

@@ -591,30 +591,7 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
         return Ok(ExitCode::SUCCESS);
     }
     if let RunnerStart::Delayed { due_at_ms, timer } = &launched.start {
-        if json {
-            let report = delay::DelayedLaunchReport {
-                run_id: run.to_string(),
-                state: "queued",
-                due_at_ms: *due_at_ms,
-                timer_pid: timer.as_ref().ok().copied(),
-                status_path: home.status_path(run),
-                result_path: home.result_path(run),
-            };
-            print_line(&serde_json::to_string(&report).context("writing JSON")?)?;
-        } else {
-            print(&format!(
-                "run {run} delayed until {}\nstatus: {}\nresult: {}\n",
-                runjournal::duration::format_time_s(*due_at_ms),
-                show::escape_control(&home.status_path(run).display().to_string()),
-                show::escape_control(&home.result_path(run).display().to_string())
-            ))?;
-        }
-        if let Err(error) = timer {
-            note(&format!(
-                "run {run}: starting the home's timer: {error}; the next reconcile pass (`runjournal list`) starts it"
-            ));
-        }
-        return Ok(ExitCode::SUCCESS);
+        return report_delayed(home, run, *due_at_ms, timer, json);
     }
     let runner = match &launched.start {
         RunnerStart::Started { pid, .. } => Ok(*pid),
@@ -647,6 +624,41 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
             Ok(ExitCode::from(EXIT_ERROR))
         }
     }
+}
+
+/// What `run` prints for a delayed run: its due time, or its JSON document; and a note when
+/// the home's timer could not be started.
+fn report_delayed(
+    home: &Home,
+    run: RunId,
+    due_at_ms: runjournal::event::UnixMs,
+    timer: &Result<u32, String>,
+    json: bool,
+) -> CliResult {
+    if json {
+        let report = delay::DelayedLaunchReport {
+            run_id: run.to_string(),
+            state: "queued",
+            due_at_ms,
+            timer_pid: timer.as_ref().ok().copied(),
+            status_path: home.status_path(run),
+            result_path: home.result_path(run),
+        };
+        print_line(&serde_json::to_string(&report).context("writing JSON")?)?;
+    } else {
+        print(&format!(
+            "run {run} delayed until {}\nstatus: {}\nresult: {}\n",
+            runjournal::duration::format_time_s(due_at_ms),
+            show::escape_control(&home.status_path(run).display().to_string()),
+            show::escape_control(&home.result_path(run).display().to_string())
+        ))?;
+    }
+    if let Err(error) = timer {
+        note(&format!(
+            "run {run}: starting the home's timer: {error}; the next reconcile pass (`runjournal list`) starts it"
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What `run --wait` prints while it follows.
