@@ -726,21 +726,7 @@ impl View {
     /// due times: read from the `delayed` index, so the cost follows `limit`, never how many
     /// wait.
     pub fn soonest_delayed(&self, limit: usize) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
-        self.guarded("reading the delayed runs", || {
-            let Some(delayed) = self.optional_table(DELAYED)? else {
-                return Ok(Vec::new());
-            };
-            let mut out = Vec::new();
-            for entry in delayed
-                .iter()
-                .map_err(storage("reading the delayed runs"))?
-                .take(limit)
-            {
-                let (key, _) = entry.map_err(storage("reading the delayed runs"))?;
-                out.push(tables::split_terminal_key(key.value()));
-            }
-            Ok(out)
-        })
+        self.delayed_due_by(UnixMs::MAX, limit)
     }
 
     /// Up to `limit` terminal runs that ended after `after` (end time, run id; `None`: from
