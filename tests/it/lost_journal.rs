@@ -9,6 +9,7 @@
 use runjournal::testkit::damage::{Damage, tree};
 use runjournal::{Home, RunId};
 
+use crate::pi_subagents_compat::runjournal as pi_home;
 use crate::support::{self, TestHome};
 
 /// A truncated journal here keeps its first third.
@@ -181,21 +182,6 @@ fn an_empty_journal_in_an_empty_home_is_still_made_a_journal() {
             .is_lost(),
         "it is a journal now"
     );
-}
-
-/// `runjournal --layout pi-subagents --home ROOT`, its environment cleared of homes.
-fn pi_home(root: &std::path::Path) -> assert_cmd::Command {
-    let mut command = assert_cmd::cargo::cargo_bin_cmd!("runjournal");
-    command
-        .env_remove("RUNJOURNAL_HOME")
-        .env_remove("RUNJOURNAL_LAYOUT")
-        .env_remove("PI_SUBAGENTS_TEMP_ROOT")
-        .env("RUNJOURNAL_RESERVE_BYTES", "0")
-        .arg("--home")
-        .arg(root)
-        .args(["--layout", "pi-subagents"])
-        .timeout(std::time::Duration::from_secs(120));
-    command
 }
 
 const PI_SESSION: &str = "pi-session-1";
