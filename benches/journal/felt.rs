@@ -232,7 +232,7 @@ fn succeed(command: &mut Command) {
 }
 
 /// Waits (bounded) until the runner of the run `run --json` printed has exited.
-fn wait_runner_gone(home: &Path, run_json: &[u8]) {
+pub(crate) fn wait_runner_gone(home: &Path, run_json: &[u8]) {
     let printed: serde_json::Value =
         serde_json::from_slice(run_json).expect("run --json prints JSON");
     let run: RunId = printed["runId"]

@@ -19,6 +19,7 @@
 #![allow(clippy::too_many_lines)]
 
 mod baselines;
+mod commands;
 mod felt;
 mod fixture;
 mod home_size;
@@ -86,6 +87,10 @@ fn main() {
     if felt::stamp_exit_if_asked() {
         return;
     }
+    // A sample of the commands group's peak memory: this binary started to run one command.
+    if commands::peak_rss_child_if_asked() {
+        return;
+    }
     if let Some(done) = profile_if_asked() {
         eprintln!("{done}");
         return;
@@ -95,7 +100,9 @@ fn main() {
     // `--report <group>...`: only these groups' rounds (all when none is named); the rows of
     // what users feel (`felt.rs`) are the groups `chatty`, `launch` and `projected`; a home under a
     // retention policy (`retention.rs`) is the group `retention`; homes of few and many kept runs
-    // under every bound (`home_size.rs`), `home-size`.
+    // under every bound (`home_size.rs`), `home-size`; `list`, `status`, `run` and `run --wait`
+    // of the binary, their time and peak memory, in homes of few and many closed runs
+    // (`commands.rs`), `commands`.
     let report_groups: Vec<String> = std::env::args()
         .skip_while(|arg| arg != "--report")
         .skip(1)
@@ -213,16 +220,39 @@ fn main() {
     }
     felt::measure(scratch.path(), sizes, &mut measured, budget, is_reported);
     queue::measure(scratch.path(), &mut measured, budget, is_reported);
+    // The large and small homes, built once for the groups that use them.
+    let built_homes: OnceCell<(BenchHome, BenchHome)> = OnceCell::new();
+    let homes = || {
+        built_homes.get_or_init(|| {
+            eprintln!(
+                "building the homes (100,000 closed runs cached under target/bench-fixtures)..."
+            );
+            (build_large(), build_small())
+        })
+    };
     if is_reported("replay") || is_reported("reconcile") || is_reported("list") {
-        eprintln!("building the homes (100,000 closed runs cached under target/bench-fixtures)...");
-        let large = build_large();
-        let small = build_small();
+        let (large, small) = homes();
         eprintln!("replay...");
-        measured.run_rounds("replay", replay_ways(&large), budget(400));
+        measured.run_rounds("replay", replay_ways(large), budget(400));
         eprintln!("reconcile and list...");
-        measured.run_rounds("reconcile", reconcile_ways(&small, &large), budget(500));
-        measured.run_rounds("list", list_ways(&small, &large), budget(500));
+        measured.run_rounds("reconcile", reconcile_ways(small, large), budget(500));
+        measured.run_rounds("list", list_ways(small, large), budget(500));
     }
+    // After the groups above: the runs it launches stay in the homes.
+    if is_reported("commands") {
+        let (large, small) = homes();
+        eprintln!("list, status, run and run --wait in both homes, with their peak memory...");
+        let samples = if is_smoke { 1 } else { 5 };
+        facts.commands = Some(commands::measure(
+            small,
+            large,
+            &mut measured,
+            budget(300),
+            samples,
+        ));
+    }
+    // Closed before the groups that follow, as they were before the homes were shared.
+    drop(built_homes);
     if is_reported("retention") {
         eprintln!("a home under a retention policy...");
         let sizes = if is_smoke {

@@ -85,6 +85,8 @@ pub struct Facts {
     pub retention: Option<crate::retention::Steady>,
     /// The homes of the `home-size` group, when it ran.
     pub home_size: Option<crate::home_size::Sizes>,
+    /// The peak memory of the `commands` group, when it ran.
+    pub commands: Option<crate::commands::Peaks>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -810,6 +812,9 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
     }
     if let Some(sizes) = facts.home_size {
         out.push_str(&crate::home_size::render(measured, sizes, &mut verdicts));
+    }
+    if let Some(peaks) = &facts.commands {
+        out.push_str(&crate::commands::render(measured, peaks, &mut verdicts));
     }
 
     let _ = writeln!(out, "\n**Targets**\n");
