@@ -34,7 +34,7 @@ pub use file::examine::{check_home_journal, examine};
 pub use file::{BackendFactory, Location, compact, examine, instrumented, lock_wait};
 pub use format::error::{
     AppendError, CorruptError, Damaged, FileFinding, Inconsistency, LockHeld, OpenError,
-    QueueRefusal, ReadError, ResumeRefusal, StorageFailure, StoragePanic, is_damage,
+    QueueRefusal, ReadError, ResumeRefusal, StorageFailure, StoragePanic, damage_advice, is_damage,
 };
 pub use format::recovery::{LostFact, QueueLimitChoice, RecoveryNote};
 pub use format::retention::{KeepFree, MAX_TOMBSTONES, Retention, Tombstone};

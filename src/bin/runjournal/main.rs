@@ -43,6 +43,8 @@ pub const EXIT_UNKNOWN: u8 = 3;
 /// Exit code: the journal is damaged, lost or of an unknown format
 /// ([`runjournal::journal::is_damage`]), as `journal-tools` says it. Nothing was written.
 pub const EXIT_DAMAGED: u8 = 4;
+/// What every report of damage names: the command that rebuilds the journal.
+const RECOVER_ADVICE: &str = "recover --from-projections";
 /// Exit code of `wait --timeout` when the run is still going (EX_TEMPFAIL).
 pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 
@@ -303,8 +305,12 @@ fn main() -> ExitCode {
         // SAFETY: as above, before any thread starts; runners inherit it.
         unsafe { std::env::set_var(runjournal::capacity::IO_RETRY_WINDOW_ENV, window) };
     }
+    let mut journal = None;
     let result = match Home::resolve(cli.home.as_deref(), cli.layout) {
-        Ok(home) => dispatch(home, cli.command, &matches),
+        Ok(home) => {
+            journal = Some(home.journal_path());
+            dispatch(home, cli.command, &matches)
+        }
         Err(error) => Err(Failure::BadInput(error.into())),
     };
     match result {
@@ -321,13 +327,19 @@ fn main() -> ExitCode {
                      once the lock is let go ({held})"
                 ),
             ),
+            None if error.chain().any(runjournal::journal::is_damage) => {
+                let mut text = format!("{error:#}");
+                // Damage met past the open (a page a read reached) says what failed, not what
+                // to do: name the file and the remedy as the open's own refusal does.
+                if let Some(journal) = journal.filter(|_| !text.contains(RECOVER_ADVICE)) {
+                    text = format!("{text}; {}", runjournal::journal::damage_advice(&journal));
+                }
+                note(&one_line(&text));
+                ExitCode::from(EXIT_DAMAGED)
+            }
             None => {
                 note(&one_line(&format!("{error:#}")));
-                if error.chain().any(runjournal::journal::is_damage) {
-                    ExitCode::from(EXIT_DAMAGED)
-                } else {
-                    ExitCode::from(EXIT_ERROR)
-                }
+                ExitCode::from(EXIT_ERROR)
             }
         },
         Err(Failure::Unknown { run, error }) => report_unknown(run, &error),

@@ -1,7 +1,7 @@
 //! The journal file: where its bytes live, opening it (format checks, an unfinished creation,
 //! the safe-open rules under a home), examining a file before opening it, consistent copies,
-//! compaction, waiting for redb's write lock, the storage backends redb is handed, checking the
-//! pages before redb reads them in place (`pages`), and containing redb's panics on a damaged
+//! compaction, waiting for redb's write lock, the storage backends redb is handed, bounding the
+//! page pointers redb follows by the file's length (`pages`), and containing redb's panics on a damaged
 //! file (`contain`).
 
 pub(crate) mod backend;

@@ -10,7 +10,7 @@ use super::contain::contain;
 use super::copy::REDB_HEADER_BYTES;
 use super::location::Location;
 use super::lock_wait::PatientLocks;
-use super::pages::check_pages;
+use super::pages::PageGuard;
 use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
 use crate::journal::format::error::{Damaged, OpenError, StorageFailure};
@@ -34,13 +34,20 @@ pub(crate) fn contained_open<T>(
     path: &Path,
     open: impl FnOnce() -> Result<T, OpenError>,
 ) -> Result<T, OpenError> {
-    contain(open).unwrap_or_else(|panic| {
-        Err(OpenError::Damaged(Damaged::new(
+    match contain(open) {
+        // Damage met while the open read the file's pages (a page refused by the bound on
+        // page pointers, a checksum): the journal's damage, named by its path.
+        Ok(Err(OpenError::Storage(failure))) if failure.is_damage() => Err(OpenError::Corrupt {
+            path: path.to_path_buf(),
+            reason: failure.to_string(),
+        }),
+        Ok(opened) => opened,
+        Err(panic) => Err(OpenError::Damaged(Damaged::new(
             path,
             "opening the journal",
             panic,
-        )))
-    })
+        ))),
+    }
 }
 
 /// Opens (or creates) the database of a source. A panic of redb's on a damaged file is
@@ -60,7 +67,7 @@ fn open_location_unguarded(source: &Location) -> Result<Database, OpenError> {
             let backend = factory().map_err(io_error)?;
             discard_unfinished_creation(backend.as_ref()).map_err(io_error)?;
             let db = builder()
-                .create_with_backend(PatientLocks::new(BoxedBackend(backend), None))
+                .create_with_backend(guarded(BoxedBackend(backend), None))
                 .map_err(|error| OpenError::from_database(name, error))?;
             initialize(name, &db, Creation::Allowed)?;
             Ok(db)
@@ -100,11 +107,8 @@ fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
             if len == 0 {
                 return Err(refuse_empty(path));
             }
-            check_pages(&file).map_err(|error| OpenError::from_database(path, error))?;
             let db = redb::backends::FileBackend::new(file)
-                .and_then(|backend| {
-                    builder().create_with_backend(PatientLocks::new(backend, Some(path)))
-                })
+                .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path))))
                 .map_err(|error| OpenError::from_database(path, error))?;
             initialize(path, &db, Creation::Refused)?;
             Ok(db)
@@ -119,7 +123,7 @@ fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
                 return Err(refuse_empty(name));
             }
             let db = builder()
-                .create_with_backend(PatientLocks::new(BoxedBackend(backend), None))
+                .create_with_backend(guarded(BoxedBackend(backend), None))
                 .map_err(|error| OpenError::from_database(name, error))?;
             initialize(name, &db, Creation::Refused)?;
             Ok(db)
@@ -144,7 +148,7 @@ fn open_database(path: &Path) -> Result<Database, OpenError> {
     let file = durable_fs::open_existing_read_write(path)
         .map_err(|source| OpenError::from_io(path, source))?;
     let db = redb::backends::FileBackend::new(file)
-        .and_then(|backend| builder().create_with_backend(PatientLocks::new(backend, Some(path))))
+        .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path))))
         .map_err(|error| OpenError::from_database(path, error))?;
     initialize(path, &db, Creation::Allowed)?;
     Ok(db)
@@ -268,15 +272,20 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
 }
 
 /// Opens the journal at `path` read-only, without following a link in its place, and only a
-/// regular file of this user that nobody else can write, judged on the file opened, once its
-/// pages pass [`check_pages`] (the read-write open's precheck comes here too). Call it
-/// inside [`contained_open`]: redb may panic on a damaged file.
+/// regular file of this user that nobody else can write, judged on the file opened (the
+/// read-write open's precheck comes here too). Call it inside [`contained_open`]: redb may
+/// panic on a damaged file.
 pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
     let file = durable_fs::open_existing_read_only(path)?;
     durable_fs::check_opened_private(&file, path)?;
-    check_pages(&file)?;
     let backend = redb::backends::FileBackend::new(file)?;
-    builder().open_read_only_with_backend(PatientLocks::new(backend, Some(path)))
+    builder().open_read_only_with_backend(guarded(backend, Some(path)))
+}
+
+/// `backend` as redb is handed every journal: its branch pages bounded by the file's length
+/// ([`PageGuard`]), its locks waited for within the scope's bound ([`PatientLocks`]).
+fn guarded<B: redb::StorageBackend>(backend: B, path: Option<&Path>) -> PatientLocks<PageGuard<B>> {
+    PatientLocks::new(PageGuard::new(backend), path)
 }
 
 /// Refuses a journal file that another user owns or could write, or a link in its place

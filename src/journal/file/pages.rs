@@ -1,124 +1,240 @@
-//! Checking a journal's pages before redb reads them in place.
+//! A bound on the pages redb reads: no page pointer may name a page larger than the file.
 //!
-//! redb trusts a page pointer it reads from its file. A damaged pointer can carry a page order
-//! up to redb's largest (a page of 2^20 pages, 4 GiB), and redb allocates a buffer of the whole
-//! page before it asks the storage backend for the bytes and before it compares the page with
-//! the file's length. Where that allocation fails the process aborts, which no [`contain`] can
-//! catch; where it succeeds it costs gigabytes, and only then does the read fail as damage.
-//! Nothing behind redb's `StorageBackend` can refuse it: the buffer exists before the backend is
-//! called.
+//! redb trusts a page pointer it reads from its file. A pointer carries its page's order (its
+//! size, up to 2^20 pages of 4 KiB), and redb allocates and zero-fills a buffer of the whole page
+//! before it asks the storage backend for the bytes, and before it compares the page with the
+//! file's length. One flipped bit in a branch page's pointers could so make a read ask for
+//! gigabytes: where the allocation fails (a cap on the address space, a memory cgroup) the
+//! process aborts, which no [`contain`] can catch; where it succeeds it costs the memory, and
+//! only then does the read fail as damage.
 //!
-//! redb's integrity check walks the same trees differently: it verifies each page against the
-//! checksum its parent keeps for it (the root's is in the commit slot, which has a checksum of
-//! its own) before it follows any pointer inside the page. A damaged pointer is inside a page
-//! whose checksum no longer matches, so the walk stops before it. So before the journal is opened
-//! in place, [`check_pages`] reads the file into memory and opens that copy with redb's
-//! integrity check: a copy that fails it is damage ([`OpenError::Corrupt`] through
-//! [`OpenError::from_database`]), and the journal itself is never written by the check.
+//! Nothing behind the backend can refuse that buffer once redb has made it, but every pointer
+//! redb follows inside a tree is read first, in the branch page that holds it, and that page
+//! comes through the backend. [`PageGuard`] looks at each branch page as it is read and refuses
+//! the read (as damage: a page past the end of the file, [`past_the_end`]) when one of its
+//! children would be larger than the file, so the pointer is never followed. The cost is a look
+//! at the pointers of the branch pages a command reads, never a walk of the file.
 //!
-//! Limits: the check covers the pages of the commit the copy holds. A commit made afterwards
-//! by a writer is written whole by redb and needs none. A file that changes during each of
-//! [`CHECK_ATTEMPTS`] copies (writers busy committing) is opened unchecked rather than refused:
-//! a torn copy would be judged damaged while the file is whole. A journal opened through a
-//! [`Location::Backend`] (the tests' fault-injecting backends) is not checked: only files are.
+//! What it does not cover: the root of each table, which redb keeps in a leaf of its table of
+//! tables, and the roots in the commit slots (those have a checksum of their own). A damaged
+//! table root is met as the allocation it names, then as damage; the home's scrub (`scrub`)
+//! finds it on its schedule. A pointer of a sane size to the wrong place is read as the page
+//! there: redb panics on it or our records' own checksums refuse it, either way damage.
 //!
-//! [`Location::Backend`]: super::Location::Backend
 //! [`contain`]: super::contain::contain
-//! [`OpenError::Corrupt`]: crate::journal::OpenError::Corrupt
-//! [`OpenError::from_database`]: crate::journal::OpenError
+//! [`past_the_end`]: crate::journal::format::error
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::copy::REDB_HEADER_BYTES;
+use redb::{BackendError, StorageBackend};
 
-/// How many times [`check_pages`] copies a file that changed while it was copied.
-pub(crate) const CHECK_ATTEMPTS: u32 = 4;
+/// redb's page size: the unit a page's order multiplies. A journal is made with redb's default.
+const PAGE_BYTES: u64 = 4096;
 
-/// redb's page cache for the copy being checked: the check reads each page once.
-const CHECK_CACHE_BYTES: usize = 1 << 20;
+/// The first byte of a b-tree branch page.
+const BRANCH: u8 = 2;
 
-/// Checks the pages of the journal open as `file` ([module docs](self)). `Ok` when they pass,
-/// when the file is empty (nothing to read), or when it kept changing while it was copied; the
-/// error redb's check returned otherwise. Call it inside [`super::open::contained_open`].
-pub(crate) fn check_pages(file: &File) -> Result<(), redb::DatabaseError> {
-    for _ in 0..CHECK_ATTEMPTS {
-        let Some(copy) = copy_of(file)? else {
-            continue;
+/// Where a branch page's checksums begin: after its kind, its key count and padding.
+const BRANCH_CHILDREN_AT: usize = 8;
+
+/// A child's checksum in a branch page (redb's 128-bit checksum), then its page number.
+const CHECKSUM_BYTES: usize = 16;
+const POINTER_BYTES: usize = 8;
+
+/// A page number keeps its page's order in its top five bits.
+const ORDER_SHIFT: u32 = 59;
+
+/// The backend every journal is handed to redb through, refusing to hand over a branch page
+/// that names a page larger than the file ([module docs](self)).
+#[derive(Debug)]
+pub(crate) struct PageGuard<B> {
+    inner: B,
+    /// The file's length when last looked at: a bound only grows as the file does, so a stale
+    /// one is looked at again before a read is refused.
+    known_len: AtomicU64,
+}
+
+impl<B: StorageBackend> PageGuard<B> {
+    pub(crate) fn new(inner: B) -> PageGuard<B> {
+        PageGuard {
+            inner,
+            known_len: AtomicU64::new(0),
+        }
+    }
+
+    /// Refuses the branch page read at `offset` when a child it names is larger than the file.
+    fn check_branch(&self, offset: u64, page: &[u8]) -> std::io::Result<()> {
+        let keys = usize::from(u16::from_le_bytes([page[2], page[3]]));
+        let children = keys + 1;
+        let pointers_at = BRANCH_CHILDREN_AT + CHECKSUM_BYTES * children;
+        let pointers_end = pointers_at + POINTER_BYTES * children;
+        let Some(pointers) = page.get(pointers_at..pointers_end) else {
+            return Err(damaged(format!(
+                "the branch page at byte {offset} names {children} children, more than it holds"
+            )));
         };
-        if redb::StorageBackend::len(&copy).map_err(redb::StorageError::from)? == 0 {
+        let largest_order = pointers
+            .chunks_exact(POINTER_BYTES)
+            .map(|pointer| {
+                let mut bytes = [0u8; POINTER_BYTES];
+                bytes.copy_from_slice(pointer);
+                u64::from_le_bytes(bytes) >> ORDER_SHIFT
+            })
+            .max()
+            .unwrap_or(0);
+        let largest = PAGE_BYTES << largest_order;
+        if largest <= self.known_len.load(Ordering::Relaxed) {
             return Ok(());
         }
-        return check_copy(copy);
-    }
-    Ok(())
-}
-
-/// Bytes copied at a time, so the copy costs the file's size in memory and little more.
-const COPY_CHUNK_BYTES: usize = 1 << 20;
-
-/// The whole file in memory as it stood at one commit, or `None` if its header or length
-/// changed while it was read (redb writes a commit's pages, then the header that names them).
-fn copy_of(file: &File) -> std::io::Result<Option<redb::backends::InMemoryBackend>> {
-    use redb::StorageBackend;
-    let Some(before) = state_of(file)? else {
-        return Ok(None);
-    };
-    let copy = redb::backends::InMemoryBackend::new();
-    copy.set_len(before.0)?;
-    let mut chunk = vec![0u8; COPY_CHUNK_BYTES];
-    let mut offset = 0;
-    while offset < before.0 {
-        let len =
-            usize::try_from(before.0 - offset).map_or(chunk.len(), |left| left.min(chunk.len()));
-        match file.read_exact_at(&mut chunk[..len], offset) {
-            Ok(()) => {}
-            // Cut short while it was read: a change like any other.
-            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(error) => return Err(error),
+        let len = self.inner.len()?;
+        self.known_len.fetch_max(len, Ordering::Relaxed);
+        if largest <= len {
+            return Ok(());
         }
-        copy.write(offset, &chunk[..len])?;
-        offset += len as u64;
-    }
-    Ok((state_of(file)? == Some(before)).then_some(copy))
-}
-
-/// The file's length and the bytes of redb's header; `None` if the file was cut short while
-/// they were read.
-fn state_of(file: &File) -> std::io::Result<Option<(u64, Vec<u8>)>> {
-    let len = file.metadata()?.len();
-    let header_len =
-        usize::try_from(len).map_or(REDB_HEADER_BYTES, |len| len.min(REDB_HEADER_BYTES));
-    let mut header = vec![0u8; header_len];
-    match file.read_exact_at(&mut header, 0) {
-        Ok(()) => Ok(Some((len, header))),
-        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(error) => Err(error),
+        Err(damaged(format!(
+            "the branch page at byte {offset} names a child page of {largest} bytes, \
+             larger than the file's {len}"
+        )))
     }
 }
 
-/// Opens the copy with redb's integrity check on open.
-fn check_copy(copy: redb::backends::InMemoryBackend) -> Result<(), redb::DatabaseError> {
-    let db = redb::Database::builder()
-        .set_check_integrity_on_open(true)
-        .set_cache_size(CHECK_CACHE_BYTES)
-        .create_with_backend(copy)
-        .map_err(past_the_end_is_damage)?;
-    drop(db);
-    Ok(())
+/// A read refused as damage, in the form a read past the end of the file takes: the journal's
+/// errors call such a read corruption, never an I/O error to retry.
+fn damaged(reason: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, reason)
 }
 
-/// The copy is in memory, so no read of it fails as storage does: one that fails is a read past
-/// its end, of a page the file's trees name and the file does not hold. That is damage, as a
-/// read past the end of the file itself is.
-fn past_the_end_is_damage(error: redb::DatabaseError) -> redb::DatabaseError {
-    use redb::{DatabaseError, StorageError};
-    match error {
-        DatabaseError::Storage(
-            StorageError::Io(_) | StorageError::Backend(_) | StorageError::PreviousIo,
-        ) => DatabaseError::Storage(StorageError::Corrupted(format!(
-            "a page lies past the end of the file ({error})"
-        ))),
-        other => other,
+impl<B: StorageBackend> StorageBackend for PageGuard<B> {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.inner.read(offset, out)?;
+        // The header is in the first page; every other read is of a whole page.
+        if offset >= PAGE_BYTES && out.len() as u64 >= PAGE_BYTES && out[0] == BRANCH {
+            self.check_branch(offset, out)?;
+        }
+        Ok(())
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.inner.write(offset, data)
+    }
+    fn close(&self) -> Result<(), std::io::Error> {
+        self.inner.close()
+    }
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.try_lock_range(start, end)
+    }
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, BackendError> {
+        self.inner.try_lock_shared_range(start, end)
+    }
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_range(start, end)
+    }
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.lock_shared_range(start, end)
+    }
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.inner.unlock_range(start, end)
+    }
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.inner.query_lock_range(start, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A branch page of one key whose two children have these orders.
+    fn branch(orders: [u64; 2]) -> Vec<u8> {
+        let mut page = vec![0u8; PAGE_BYTES as usize];
+        page[0] = BRANCH;
+        page[2..4].copy_from_slice(&1u16.to_le_bytes());
+        let at = BRANCH_CHILDREN_AT + CHECKSUM_BYTES * 2;
+        for (index, order) in orders.into_iter().enumerate() {
+            let pointer = (order << ORDER_SHIFT) | 7;
+            page[at + index * POINTER_BYTES..][..POINTER_BYTES]
+                .copy_from_slice(&pointer.to_le_bytes());
+        }
+        page
+    }
+
+    /// A memory backend holding `pages` after a first page of zeros (the header's place).
+    fn backend_of(pages: &[Vec<u8>]) -> PageGuard<redb::backends::InMemoryBackend> {
+        let backend = redb::backends::InMemoryBackend::new();
+        let len = PAGE_BYTES * (1 + pages.len() as u64);
+        backend.set_len(len).expect("the memory backend grows");
+        for (index, page) in pages.iter().enumerate() {
+            backend
+                .write(PAGE_BYTES * (1 + index as u64), page)
+                .expect("a page is written");
+        }
+        PageGuard::new(backend)
+    }
+
+    fn read_page(
+        guard: &PageGuard<redb::backends::InMemoryBackend>,
+        index: u64,
+    ) -> std::io::Result<()> {
+        let mut out = vec![0u8; PAGE_BYTES as usize];
+        guard.read(PAGE_BYTES * index, &mut out)
+    }
+
+    #[test]
+    fn a_branch_naming_pages_that_fit_the_file_is_read() {
+        // Three pages of 4 KiB: children of one and two pages fit.
+        let guard = backend_of(&[branch([0, 1]), vec![0u8; PAGE_BYTES as usize]]);
+        read_page(&guard, 1).expect("a sane branch is read");
+    }
+
+    #[test]
+    fn a_branch_naming_a_page_larger_than_the_file_is_refused_as_a_read_past_its_end() {
+        let guard = backend_of(&[branch([0, 19])]);
+        let error = read_page(&guard, 1).expect_err("a 2 GiB child is refused");
+        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof, "{error}");
+        assert!(error.to_string().contains("2147483648 bytes"), "{error}");
+    }
+
+    #[test]
+    fn a_branch_naming_more_children_than_it_holds_is_refused() {
+        let mut page = branch([0, 0]);
+        page[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
+        let guard = backend_of(&[page]);
+        let error = read_page(&guard, 1).expect_err("refused");
+        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof, "{error}");
+    }
+
+    /// The bound follows the file as it grows: a page another process's commit added is read.
+    #[test]
+    fn a_child_that_fits_only_the_grown_file_is_read() {
+        let guard = backend_of(&[branch([0, 3])]);
+        assert!(read_page(&guard, 1).is_err(), "32 KiB does not fit 8 KiB");
+        guard.set_len(PAGE_BYTES * 16).expect("the file grows");
+        read_page(&guard, 1).expect("32 KiB fits 64 KiB");
+    }
+
+    /// Leaves, the header and pages that are not branches are handed over as they are.
+    #[test]
+    fn pages_that_are_not_branches_are_not_looked_into() {
+        let mut leaf = branch([0, 19]);
+        leaf[0] = 1;
+        let guard = backend_of(&[leaf]);
+        read_page(&guard, 1).expect("a leaf is not judged");
+        let mut header = vec![0u8; 320];
+        guard
+            .read(0, &mut header)
+            .expect("the header is not judged");
     }
 }

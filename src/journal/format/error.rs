@@ -101,7 +101,7 @@ pub struct StoragePanic {
 /// however it is wrapped ([`is_damage`] looks for it there).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "journal {} is damaged: redb failed while {during} (see what is damaged with `journal-tools inspect verify`; rebuild the journal from the runs' events.jsonl with `journal-tools recover --from-projections`, which keeps the damaged file aside)",
+    "journal {} is damaged: redb failed while {during} ({REMEDY})",
     .path.display()
 )]
 pub struct Damaged {
@@ -170,9 +170,7 @@ pub enum OpenError {
         "journal {path} was written in format version {found}; this build reads version {FORMAT_VERSION} only (upgrade runjournal)"
     )]
     NewerFormat { path: PathBuf, found: u16 },
-    #[error(
-        "journal {path} is corrupt: {reason} (see what is damaged with `journal-tools inspect verify`; rebuild the journal from the runs' events.jsonl with `journal-tools recover --from-projections`, which keeps the damaged file aside)"
-    )]
+    #[error("journal {path} is corrupt: {reason} ({REMEDY})")]
     Corrupt { path: PathBuf, reason: String },
     #[error(
         "journal {path} is held open by a process in an incompatible mode ({reason}); close it and retry"
@@ -300,6 +298,15 @@ impl OpenError {
             other => OpenError::Storage(StorageFailure::new("opening the database", other)),
         }
     }
+}
+
+/// What to do about a damaged journal, as every report of damage ends.
+const REMEDY: &str = "see what is damaged with `journal-tools inspect verify`; rebuild the journal from the runs' events.jsonl with `journal-tools recover --from-projections`, which keeps the damaged file aside";
+
+/// The journal at `path` is damaged, and what to do: for a report of damage met past the
+/// open (a read that reached a damaged page), which names neither.
+pub fn damage_advice(path: &Path) -> String {
+    format!("journal {} is damaged ({REMEDY})", path.display())
 }
 
 /// Why an append was refused or failed. A refused append wrote nothing.
