@@ -1151,6 +1151,53 @@ pub fn keys_off_convention(value: &Value) -> Vec<String> {
     off
 }
 
+/// `runjournal status --home-health --json`: what the home's last scrub found, and when the
+/// next is due ([`crate::scrub`]).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HomeHealth {
+    /// `None`: never scrubbed.
+    pub last_scrub: Option<crate::scrub::ScrubRecord>,
+    pub scrub_every_ms: u64,
+    pub next_scrub_due_at_ms: UnixMs,
+    /// Why the next is due then: an interval after the last, a restart of the host, a scrub
+    /// that could not run.
+    pub next_scrub_why: &'static str,
+}
+
+impl HomeHealth {
+    /// The document of `view`'s home, judged in the boot `boot_id`.
+    pub fn of(
+        view: &crate::journal::View,
+        boot_id: &str,
+    ) -> Result<HomeHealth, crate::journal::ReadError> {
+        let due = crate::scrub::next_due(view, boot_id)?;
+        Ok(HomeHealth {
+            last_scrub: crate::scrub::last(view)?,
+            scrub_every_ms: u64::try_from(crate::scrub::interval(view)?.as_millis())
+                .unwrap_or(u64::MAX),
+            next_scrub_due_at_ms: due.at_ms,
+            next_scrub_why: due.why,
+        })
+    }
+}
+
+impl std::fmt::Display for HomeHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.last_scrub {
+            Some(record) => writeln!(f, "last scrub: {record}")?,
+            None => writeln!(f, "last scrub: never")?,
+        }
+        write!(
+            f,
+            "next scrub: due {} ({}), every {}",
+            crate::duration::format_time_s(self.next_scrub_due_at_ms),
+            self.next_scrub_why,
+            crate::duration::format_duration_ms(self.scrub_every_ms)
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1185,6 +1232,20 @@ mod tests {
             serde_json::to_value(PruneDoc::of(&PassReport::default(), true)),
             serde_json::to_value(CapacityDoc::Unread {
                 error: "no home".to_string(),
+            }),
+            serde_json::to_value(HomeHealth {
+                last_scrub: Some(crate::scrub::ScrubRecord {
+                    at_ms: 1,
+                    boot_id: "boot".to_string(),
+                    took_ms: 2,
+                    bytes: 4096,
+                    outcome: crate::scrub::ScrubOutcome::Damaged {
+                        problems: vec!["a page".to_string()],
+                    },
+                }),
+                scrub_every_ms: 3,
+                next_scrub_due_at_ms: 4,
+                next_scrub_why: "why",
             }),
         ];
         for document in documents {

@@ -34,6 +34,7 @@ pub mod retention;
 pub mod run_env;
 pub mod runner;
 pub mod runs;
+pub mod scrub;
 pub mod ship;
 pub mod show;
 pub mod source;

@@ -345,6 +345,8 @@ pub struct Outcome {
     pub reprojected: bool,
     /// What went wrong, if anything; the run is left for the next pass.
     pub error: Option<String>,
+    /// Whether what went wrong is damage to the journal ([`crate::journal::is_damage`]).
+    pub damaged: bool,
 }
 
 impl Outcome {
@@ -604,6 +606,7 @@ fn new_outcome(run: RunId) -> Outcome {
         note: None,
         reprojected: false,
         error: None,
+        damaged: false,
     }
 }
 
@@ -648,6 +651,7 @@ fn decide_run(
             return None;
         }
         Err(error) => {
+            outcome.damaged = crate::journal::is_damage_in_chain(&error);
             outcome.error = Some(error.to_string());
             return None;
         }
@@ -684,7 +688,8 @@ fn decide_run(
     }
     let (events, reason) = events_for(store, &state, row.action, &inputs, verdict.as_ref());
     if events.is_empty() {
-        outcome.reprojected = repair_projection(store, run, &mut outcome.error);
+        outcome.reprojected =
+            repair_projection(store, run, &mut outcome.error, &mut outcome.damaged);
         return None;
     }
     // A runner dead in this boot, whether or not someone saw it exit, left its running steps'
@@ -752,6 +757,7 @@ fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
             // Someone else moved the run on: look again.
             Err(AppendError::HeadMismatch { .. }) => continue,
             Err(error) => {
+                outcome.damaged = crate::journal::is_damage_in_chain(&error);
                 outcome.error = Some(error.to_string());
                 return outcome;
             }
@@ -765,7 +771,12 @@ fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
 
 /// Projects the run again if any of its files differs from a fresh projection. Returns
 /// whether it did.
-fn repair_projection(store: &Store, run: RunId, error: &mut Option<String>) -> bool {
+fn repair_projection(
+    store: &Store,
+    run: RunId,
+    error: &mut Option<String>,
+    damaged: &mut bool,
+) -> bool {
     let differs = store
         .journal()
         .view()
@@ -781,11 +792,13 @@ fn repair_projection(store: &Store, run: RunId, error: &mut Option<String>) -> b
         Ok(true) => match store.project(run) {
             Ok(()) => true,
             Err(failure) => {
+                *damaged |= crate::journal::is_damage_in_chain(&failure);
                 *error = Some(failure.to_string());
                 false
             }
         },
         Err(failure) => {
+            *damaged |= crate::journal::is_damage_in_chain(&failure);
             *error = Some(failure.to_string());
             false
         }
@@ -953,6 +966,7 @@ pub fn act(store: &Store, survey: Survey, options: &Options) -> Report {
                 {
                     lock_held.get_or_insert_with(|| held.clone());
                 }
+                outcome.damaged = crate::journal::is_damage_in_chain(&error);
                 outcome.error = Some(error.to_string());
             }
         }
@@ -961,8 +975,8 @@ pub fn act(store: &Store, survey: Survey, options: &Options) -> Report {
     let active: std::collections::HashSet<RunId> = active_runs.into_iter().collect();
     let mut has_failed_repair = false;
     for run in changed.into_iter().filter(|run| !active.contains(run)) {
-        let mut error = None;
-        let reprojected = repair_projection(store, run, &mut error);
+        let (mut error, mut damaged) = (None, false);
+        let reprojected = repair_projection(store, run, &mut error, &mut damaged);
         has_failed_repair |= error.is_some();
         if reprojected || error.is_some() {
             outcomes.push(Outcome {
@@ -974,6 +988,7 @@ pub fn act(store: &Store, survey: Survey, options: &Options) -> Report {
                 note: None,
                 reprojected,
                 error,
+                damaged,
             });
         }
     }

@@ -251,6 +251,8 @@ pub struct Maintained {
     pub deliverer: Option<Result<Option<u32>, HookError>>,
     /// The retention pass.
     pub pruned: Option<Result<PassReport, PassError>>,
+    /// The pid of the scrub started, if one was due and none ran ([`crate::scrub`]).
+    pub scrub: Option<Result<Option<u32>, crate::scrub::ScrubError>>,
 }
 
 impl Maintained {
@@ -277,6 +279,27 @@ impl Maintained {
             && matches!(self.delayed, Some(Ok(_)))
             && matches!(self.deliverer, Some(Ok(_)))
             && matches!(&self.pruned, Some(Ok(report)) if report.errors.is_empty())
+            && matches!(self.scrub, Some(Ok(_)))
+    }
+
+    /// Whether a pass failed on damage to the journal ([`crate::journal::is_damage`] along its
+    /// error's chain): a command that reports the passes then exits as damage does.
+    pub fn met_damage(&self) -> bool {
+        use crate::journal::is_damage_in_chain as chain;
+        fn failed<T, E: std::error::Error + 'static>(pass: &Option<Result<T, E>>) -> bool {
+            matches!(pass, Some(Err(error)) if chain(error))
+        }
+        let reconciled = match &self.reconciled {
+            Ok(report) => report.outcomes.iter().any(|outcome| outcome.damaged),
+            Err(error) => chain(error),
+        };
+        reconciled
+            || failed(&self.judged)
+            || failed(&self.admitted)
+            || failed(&self.delayed)
+            || failed(&self.deliverer)
+            || failed(&self.pruned)
+            || failed(&self.scrub)
     }
 
     /// Whether a pass wrote to the journal, so a pass after it must read again.
@@ -326,6 +349,9 @@ impl std::fmt::Display for Maintained {
             Some(Ok(report)) => write!(f, ", {} pruned", report.chosen.len())?,
             Some(Err(error)) => write!(f, "; pruning: {error}")?,
             None => {}
+        }
+        if let Some(Err(error)) = &self.scrub {
+            write!(f, "; scrubbing: {error}")?;
         }
         Ok(())
     }
@@ -409,6 +435,9 @@ impl Maintained {
         if let Some(Err(error)) = &self.pruned {
             failures.push(format!("pruning: {error}"));
         }
+        if let Some(Err(error)) = &self.scrub {
+            failures.push(format!("scrubbing: {error}"));
+        }
         failures
     }
 
@@ -452,6 +481,7 @@ struct Reads {
     queues: Result<Vec<String>, ReadError>,
     hooks_due: Result<bool, ReadError>,
     plan: Result<retention::Plan, ReadError>,
+    scrub_due: Result<bool, ReadError>,
 }
 
 fn read_all(store: &Store, prune: &PassOptions) -> Result<Reads, ReadError> {
@@ -462,6 +492,11 @@ fn read_all(store: &Store, prune: &PassOptions) -> Result<Reads, ReadError> {
         queues: queue::queue_names(&view),
         hooks_due: hooks::needs_delivery(&view, now_ms()),
         plan: retention::plan(store.home(), &view, prune),
+        scrub_due: crate::scrub::is_due(
+            &view,
+            now_ms(),
+            &crate::platform::boot_id().unwrap_or_default(),
+        ),
     })
 }
 
@@ -476,7 +511,7 @@ fn read_all(store: &Store, prune: &PassOptions) -> Result<Reads, ReadError> {
 pub fn maintain(store: &Store, runner: &RunnerProgram) -> Maintained {
     let prune = PassOptions::reconcile();
     let reads = read_all(store, &prune);
-    let (reconciled, queues, hooks_due, plan) = match reads {
+    let (reconciled, queues, hooks_due, plan, scrub_due) = match reads {
         Ok(reads) => (
             Ok(reconcile::act(
                 store,
@@ -486,8 +521,9 @@ pub fn maintain(store: &Store, runner: &RunnerProgram) -> Maintained {
             Some(reads.queues),
             Some(reads.hooks_due),
             Some(reads.plan),
+            Some(reads.scrub_due),
         ),
-        Err(error) => (Err(ReconcileError::Read(error)), None, None, None),
+        Err(error) => (Err(ReconcileError::Read(error)), None, None, None, None),
     };
     if reconciled
         .as_ref()
@@ -500,6 +536,7 @@ pub fn maintain(store: &Store, runner: &RunnerProgram) -> Maintained {
             delayed: None,
             deliverer: None,
             pruned: None,
+            scrub: None,
         };
     }
     let by = admitter();
@@ -528,6 +565,12 @@ pub fn maintain(store: &Store, runner: &RunnerProgram) -> Maintained {
         Some(Err(error)) if !has_written => Err(PassError::Read(error)),
         _ => retention::pass(store, &prune),
     };
+    let scrub = match scrub_due {
+        Some(Ok(false)) => Ok(None),
+        Some(Ok(true)) => crate::scrub::start(store.home(), &runner.program),
+        Some(Err(error)) => Err(crate::scrub::ScrubError::Read(error)),
+        None => crate::scrub::start_if_due(store, &runner.program),
+    };
     Maintained {
         reconciled,
         judged: Some(judged),
@@ -535,6 +578,7 @@ pub fn maintain(store: &Store, runner: &RunnerProgram) -> Maintained {
         delayed: Some(delayed),
         deliverer: Some(deliverer),
         pruned: Some(pruned),
+        scrub: Some(scrub),
     }
 }
 

@@ -36,6 +36,7 @@ fn args(way: &str, home: &BenchHome) -> Vec<String> {
         "list" => &["list"],
         "status" => &["status"],
         "run" => &["run", "--json", "--", "true"],
+        "scrub" => &["scrub"],
         _ => &["run", "--json", "--wait", "--", "true"],
     };
     let mut args: Vec<String> = words.iter().map(|word| word.to_string()).collect();
@@ -175,7 +176,13 @@ pub struct Peaks {
     active: usize,
     /// Runs the group launched in the small home and in the large one.
     launched: (u64, u64),
+    /// A scrub of each home (`runjournal scrub`, once each): its wall time and peak RSS (KiB)
+    /// in the small home, then in the large one, and the large journal's bytes.
+    scrub: ((Duration, f64), (Duration, f64), u64),
 }
+
+/// The most a scrub may hold in memory, whatever the journal's size.
+const SCRUB_MAX_KIB: f64 = 64.0 * 1024.0;
 
 impl Peaks {
     fn median(&self, id: &str) -> Option<f64> {
@@ -239,7 +246,19 @@ pub fn measure(
             }
         }
     }
+    // The scrub last: it copies the journal beside it, and its time follows the journal's
+    // size by design (a walk of every page, daily); its memory must not.
+    let scrub = |home: &BenchHome| {
+        (
+            invoke(home, &args("scrub", home)).0,
+            peak_kib("scrub", home),
+        )
+    };
+    let journal_bytes =
+        std::fs::metadata(large.store.home().journal_path()).map_or(0, |metadata| metadata.len());
+    let scrubs = (scrub(small), scrub(large), journal_bytes);
     Peaks {
+        scrub: scrubs,
         kib,
         samples,
         small_closed: small.closed,
@@ -332,6 +351,33 @@ pub fn render(measured: &Measured, peaks: &Peaks, verdicts: &mut Vec<String>) ->
             ]);
         }
     }
+    let ((small_time, small_kib), (large_time, large_kib), bytes) = peaks.scrub;
+    let is_met = large_kib <= SCRUB_MAX_KIB;
+    verdicts.push(format!(
+        "`runjournal scrub` of the {}-run journal ({bytes} bytes) within 64 MiB of memory: {} ({})",
+        peaks.large_closed,
+        verdict(is_met),
+        mib(large_kib)
+    ));
+    table.row(&[
+        "`runjournal scrub`: wall time (once; a walk of every page)".to_string(),
+        time(small_time.as_nanos() as f64),
+        time(large_time.as_nanos() as f64),
+        format!(
+            "{:.2}×",
+            large_time.as_secs_f64() / small_time.as_secs_f64()
+        ),
+        "follows the journal".to_string(),
+        "—".to_string(),
+    ]);
+    table.row(&[
+        "`runjournal scrub`: peak RSS (once)".to_string(),
+        mib(small_kib),
+        mib(large_kib),
+        format!("{:.2}×", large_kib / small_kib),
+        "≤ 64 MiB".to_string(),
+        verdict(is_met).to_string(),
+    ]);
     out.push_str(&table.text);
     out
 }

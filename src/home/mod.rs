@@ -430,6 +430,12 @@ impl Home {
         self.state_dir().join("timer.lock")
     }
 
+    /// `scrub.lock`: held by the home's scrub while it runs, so that one runs at a time (see
+    /// `scrub`).
+    pub fn scrub_lock_path(&self) -> PathBuf {
+        self.state_dir().join("scrub.lock")
+    }
+
     /// `blocked/`: one empty marker per writer blocked on a full disk (see `capacity`).
     pub fn blocked_dir(&self) -> PathBuf {
         self.state_dir().join("blocked")

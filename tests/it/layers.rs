@@ -35,6 +35,8 @@ const LAYERS: &[&[&str]] = &[
         "recover",
     ],
     &["launch", "show", "retention"],
+    // The scrub: every page checked on a schedule, started by the upkeep.
+    &["scrub"],
     // The JSON documents and lines of the binaries' reports, and their words.
     &["json"],
     // The handle a host holds: every action, and the upkeep before a read.

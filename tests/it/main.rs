@@ -42,6 +42,7 @@ mod resume;
 mod retention;
 mod run_env;
 mod runner_hygiene;
+mod scrub;
 mod ship;
 mod stall;
 mod stopped_leader;

@@ -13,6 +13,7 @@ mod launch;
 mod output;
 mod reconcile;
 mod retention;
+mod scrub;
 #[cfg(feature = "ship")]
 mod ship;
 
@@ -101,7 +102,12 @@ enum Command {
     /// Show a run's state.
     Status {
         /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
-        run: String,
+        #[arg(required_unless_present = "home_health")]
+        run: Option<String>,
+        /// Instead of a run: the home's health, what its last scrub of the journal found and
+        /// when the next is due.
+        #[arg(long, conflicts_with_all = ["run", "show_env"])]
+        home_health: bool,
         /// Print the status document (status.json's format) as JSON.
         #[arg(long)]
         json: bool,
@@ -236,6 +242,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check every page of the journal against its checksum now, on a copy (the home's
+    /// maintenance does it on a schedule: daily, and after a restart of the host); exit 4 if
+    /// the journal is damaged. With --every, set how often instead.
+    Scrub {
+        /// How often the home's maintenance scrubs the journal (1d, 12h), kept in the journal.
+        #[arg(long, value_name = "DURATION", value_parser = launch::duration_arg)]
+        every: Option<std::time::Duration>,
+        /// Print the scrub's record as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A scheduled scrub (started by a maintenance pass when one is due; not for direct use).
+    #[command(name = "__scrub", hide = true)]
+    ScheduledScrub,
     /// Delivers the completion hooks due in the home (started by a reconcile pass; not for
     /// direct use).
     #[command(name = "__deliver-hooks", hide = true)]
@@ -446,9 +466,15 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         }
         Command::Status {
             run,
+            home_health,
             json,
             show_env,
-        } => inspect::status(home, &run, json, show_env),
+        } => match run {
+            Some(run) if !home_health => inspect::status(home, &run, json, show_env),
+            _ => scrub::home_health(home, json),
+        },
+        Command::Scrub { every, json } => scrub::command(home, every, json, false),
+        Command::ScheduledScrub => scrub::command(home, None, false, true),
         Command::List { state, all, json } => inspect::list(home, state.as_deref(), all, json),
         Command::Wait { run, timeout } => inspect::wait(home, &run, timeout),
         Command::Logs { run, step, follow } => inspect::logs(home, &run, step, follow),

@@ -31,8 +31,11 @@ pub fn command(home: Home, json: bool) -> CliResult {
     let store = open_store(home)?;
     let runner = crate::launch::runner_base()?;
     let done = runs::maintain(&store, &runner);
-    if let Err(error) = &done.reconciled {
-        return Err(anyhow::anyhow!("reconciling: {error}").into());
+    if done.reconciled.is_err() {
+        // Kept as the error itself, so that damage met by the pass exits 4 as damage does.
+        if let Err(error) = done.reconciled {
+            return Err(anyhow::Error::new(error).context("reconciling").into());
+        }
     }
     if let Some(held) = done.skipped() {
         note(&runs::skipped_line(held));
@@ -65,7 +68,12 @@ pub fn command(home: Home, json: bool) -> CliResult {
     if let (false, Some(summary)) = (json, &summary) {
         let _ = writeln!(std::io::stderr().lock(), "{summary}");
     }
-    Ok(if errors == 0 {
+    Ok(if done.met_damage() {
+        note(&runjournal::journal::damage_advice(
+            &store.home().journal_path(),
+        ));
+        ExitCode::from(crate::EXIT_DAMAGED)
+    } else if errors == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(crate::EXIT_ERROR)

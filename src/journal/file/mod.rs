@@ -13,7 +13,8 @@ pub mod examine;
 pub mod instrumented;
 mod location;
 pub mod lock_wait;
+pub(crate) mod marker;
 pub(crate) mod open;
-mod pages;
+pub(crate) mod pages;
 
 pub use location::{BackendFactory, Location};

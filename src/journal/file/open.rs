@@ -10,7 +10,7 @@ use super::contain::contain;
 use super::copy::REDB_HEADER_BYTES;
 use super::location::Location;
 use super::lock_wait::PatientLocks;
-use super::pages::PageGuard;
+use super::pages::{FileId, PageGuard, file_id};
 use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
 use crate::journal::format::error::{Damaged, OpenError, StorageFailure};
@@ -67,7 +67,7 @@ fn open_location_unguarded(source: &Location) -> Result<Database, OpenError> {
             let backend = factory().map_err(io_error)?;
             discard_unfinished_creation(backend.as_ref()).map_err(io_error)?;
             let db = builder()
-                .create_with_backend(guarded(BoxedBackend(backend), None))
+                .create_with_backend(guarded(BoxedBackend(backend), None, None))
                 .map_err(|error| OpenError::from_database(name, error))?;
             initialize(name, &db, Creation::Allowed)?;
             Ok(db)
@@ -107,8 +107,15 @@ fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
             if len == 0 {
                 return Err(refuse_empty(path));
             }
+            if let Some(reason) = super::marker::marked_damage(path, &file) {
+                return Err(OpenError::Corrupt {
+                    path: path.clone(),
+                    reason,
+                });
+            }
+            let id = file_id(&file);
             let db = redb::backends::FileBackend::new(file)
-                .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path))))
+                .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path), id)))
                 .map_err(|error| OpenError::from_database(path, error))?;
             initialize(path, &db, Creation::Refused)?;
             Ok(db)
@@ -123,7 +130,7 @@ fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
                 return Err(refuse_empty(name));
             }
             let db = builder()
-                .create_with_backend(guarded(BoxedBackend(backend), None))
+                .create_with_backend(guarded(BoxedBackend(backend), None, None))
                 .map_err(|error| OpenError::from_database(name, error))?;
             initialize(name, &db, Creation::Refused)?;
             Ok(db)
@@ -147,8 +154,9 @@ fn open_database(path: &Path) -> Result<Database, OpenError> {
     // followed.
     let file = durable_fs::open_existing_read_write(path)
         .map_err(|source| OpenError::from_io(path, source))?;
+    let id = file_id(&file);
     let db = redb::backends::FileBackend::new(file)
-        .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path))))
+        .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path), id)))
         .map_err(|error| OpenError::from_database(path, error))?;
     initialize(path, &db, Creation::Allowed)?;
     Ok(db)
@@ -272,20 +280,29 @@ fn precheck_read_only(path: &Path) -> Result<(), OpenError> {
 }
 
 /// Opens the journal at `path` read-only, without following a link in its place, and only a
-/// regular file of this user that nobody else can write, judged on the file opened (the
-/// read-write open's precheck comes here too). Call it inside [`contained_open`]: redb may
-/// panic on a damaged file.
+/// regular file of this user that nobody else can write, judged on the file opened, and not
+/// one a scrub found damaged ([`super::marker::marked_damage`]; the read-write open's precheck
+/// comes here too). Call it inside [`contained_open`]: redb may panic on a damaged file.
 pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb::DatabaseError> {
     let file = durable_fs::open_existing_read_only(path)?;
     durable_fs::check_opened_private(&file, path)?;
+    if let Some(reason) = super::marker::marked_damage(path, &file) {
+        return Err(redb::StorageError::Corrupted(reason).into());
+    }
+    let id = file_id(&file);
     let backend = redb::backends::FileBackend::new(file)?;
-    builder().open_read_only_with_backend(guarded(backend, Some(path)))
+    builder().open_read_only_with_backend(guarded(backend, Some(path), id))
 }
 
 /// `backend` as redb is handed every journal: its branch pages bounded by the file's length
-/// ([`PageGuard`]), its locks waited for within the scope's bound ([`PatientLocks`]).
-fn guarded<B: redb::StorageBackend>(backend: B, path: Option<&Path>) -> PatientLocks<PageGuard<B>> {
-    PatientLocks::new(PageGuard::new(backend), path)
+/// ([`PageGuard`]; `file`, the journal file's identity), its locks waited for within the
+/// scope's bound ([`PatientLocks`]).
+fn guarded<B: redb::StorageBackend>(
+    backend: B,
+    path: Option<&Path>,
+    file: Option<FileId>,
+) -> PatientLocks<PageGuard<B>> {
+    PatientLocks::new(PageGuard::new(backend, file), path)
 }
 
 /// Refuses a journal file that another user owns or could write, or a link in its place

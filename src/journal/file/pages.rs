@@ -25,6 +25,7 @@
 //! [`past_the_end`]: crate::journal::format::error
 
 use std::ops::Bound;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{BackendError, StorageBackend};
@@ -53,14 +54,85 @@ pub(crate) struct PageGuard<B> {
     /// The file's length when last looked at: a bound only grows as the file does, so a stale
     /// one is looked at again before a read is refused.
     known_len: AtomicU64,
+    /// The journal file's device and inode, for [`refused_in`]; `None` for a backend that is
+    /// no file.
+    file: Option<FileId>,
+}
+
+/// A file by device and inode.
+pub(crate) type FileId = (u64, u64);
+
+/// The files a [`PageGuard`] of this process refused a page of, and why. redb answers every
+/// later call on a handle whose backend failed a read with `PreviousIo`, which says nothing of
+/// why: through this, a caller learns that the failure behind it was damage, and never retries
+/// it as a failing disk. A refused page is a fact about the file: its tree names it until a
+/// commit rewrites the branch, which needs the branch read first.
+static REFUSED: Mutex<Vec<(FileId, String)>> = Mutex::new(Vec::new());
+
+/// Why a guard of this process refused a page of the file `file`, if one did.
+pub(crate) fn refused_in(file: FileId) -> Option<String> {
+    REFUSED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .iter()
+        .find(|(id, _)| *id == file)
+        .map(|(_, reason)| reason.clone())
+}
+
+/// `failure` as the damage behind it, when it is redb's `PreviousIo` on a handle of the
+/// journal at `path` and a guard of this process refused a page of that very file: the read
+/// that latched the handle was damage, and is never retried as a failing disk.
+pub(crate) fn damage_behind(
+    path: &std::path::Path,
+    failure: crate::journal::StorageFailure,
+) -> crate::journal::StorageFailure {
+    use std::os::unix::fs::MetadataExt;
+    if !matches!(failure.source, redb::Error::PreviousIo) {
+        return failure;
+    }
+    let refused = std::fs::metadata(path)
+        .ok()
+        .and_then(|metadata| refused_in((metadata.dev(), metadata.ino())));
+    match refused {
+        Some(reason) => crate::journal::StorageFailure::new(
+            failure.op,
+            redb::Error::Corrupted(format!(
+                "a page past the end of the file ({reason}), met earlier through this handle"
+            )),
+        ),
+        None => failure,
+    }
+}
+
+/// The device and inode of `file`.
+pub(crate) fn file_id(file: &std::fs::File) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata()
+        .ok()
+        .map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
 impl<B: StorageBackend> PageGuard<B> {
-    pub(crate) fn new(inner: B) -> PageGuard<B> {
+    /// `inner`, the journal file `file` (`None`: a backend that is no file).
+    pub(crate) fn new(inner: B, file: Option<FileId>) -> PageGuard<B> {
         PageGuard {
             inner,
             known_len: AtomicU64::new(0),
+            file,
         }
+    }
+
+    /// Refuses the read as damage, and keeps why for [`refused_in`].
+    fn refuse(&self, reason: String) -> std::io::Error {
+        if let Some(file) = self.file {
+            let mut refused = REFUSED
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !refused.iter().any(|(id, _)| *id == file) {
+                refused.push((file, reason.clone()));
+            }
+        }
+        damaged(reason)
     }
 
     /// Refuses the branch page read at `offset` when a child it names is larger than the file.
@@ -70,7 +142,7 @@ impl<B: StorageBackend> PageGuard<B> {
         let pointers_at = BRANCH_CHILDREN_AT + CHECKSUM_BYTES * children;
         let pointers_end = pointers_at + POINTER_BYTES * children;
         let Some(pointers) = page.get(pointers_at..pointers_end) else {
-            return Err(damaged(format!(
+            return Err(self.refuse(format!(
                 "the branch page at byte {offset} names {children} children, more than it holds"
             )));
         };
@@ -92,7 +164,7 @@ impl<B: StorageBackend> PageGuard<B> {
         if largest <= len {
             return Ok(());
         }
-        Err(damaged(format!(
+        Err(self.refuse(format!(
             "the branch page at byte {offset} names a child page of {largest} bytes, \
              larger than the file's {len}"
         )))
@@ -181,7 +253,7 @@ mod tests {
                 .write(PAGE_BYTES * (1 + index as u64), page)
                 .expect("a page is written");
         }
-        PageGuard::new(backend)
+        PageGuard::new(backend, None)
     }
 
     fn read_page(

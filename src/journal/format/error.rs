@@ -123,6 +123,18 @@ impl Damaged {
     }
 }
 
+/// Whether any link of `error`'s chain says the journal is damaged ([`is_damage`]).
+pub fn is_damage_in_chain(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if is_damage(error) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
 /// Whether `cause`, one link of an error chain, says the journal is damaged, lost or of an
 /// unknown format: a panic redb met on its bytes ([`Damaged`]), bytes redb or runjournal found
 /// corrupt, a file that is not a journal, a journal lost beside runs, one of a newer format.

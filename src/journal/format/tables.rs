@@ -107,6 +107,11 @@ pub(crate) const META_HOME_SIZE: &str = "home_size";
 /// [`crate::journal::RecoveryNote`]); present only in a rebuilt journal.
 pub(crate) const META_RECOVERY: &str = "recovered_from_projections";
 pub(crate) const META_CREATED_AT: &str = "created_at_ms";
+/// What the home's last scrub found (JSON, [`crate::scrub::ScrubRecord`]); absent: never
+/// scrubbed.
+pub(crate) const META_SCRUB: &str = "scrub";
+/// The home's scrub interval in ms (u64 BE); absent: [`crate::scrub::DEFAULT_EVERY`].
+pub(crate) const META_SCRUB_EVERY: &str = "scrub_every_ms";
 
 /// Key of a record: run id, then seq big-endian.
 pub(crate) fn record_key(run: RunId, seq: u64) -> [u8; 24] {

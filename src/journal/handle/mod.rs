@@ -151,7 +151,12 @@ impl Journal {
                 .and_then(|db| self.view_of(db))
                 .and_then(|view| read(&view));
             let failure = match outcome {
-                Err(ReadError::Storage(failure)) => failure,
+                Err(ReadError::Storage(failure)) => match &self.shared.location {
+                    Location::Path(path) => {
+                        crate::journal::file::pages::damage_behind(path, failure)
+                    }
+                    Location::Backend { .. } => failure,
+                },
                 done => {
                     if let Ok(db) = db {
                         release(db);
@@ -414,6 +419,27 @@ impl Journal {
     /// [`crate::run_env::check_hook_command`]; the caller checks it.
     pub fn set_home_hook(&self, command: Option<&str>) -> Result<(), AppendError> {
         commit::commit_upkeep(&self.shared, |txn| append::set_home_hook_in(txn, command))
+    }
+
+    /// Keeps what the home's scrub found (meta `scrub`, [`crate::scrub::ScrubRecord`]), in a
+    /// write transaction of its own. Durable on return.
+    pub fn set_scrub_record(&self, record: &[u8]) -> Result<(), AppendError> {
+        self.set_meta(tables::META_SCRUB, record)
+    }
+
+    /// Sets the home's scrub interval in ms (meta `scrub_every_ms`). Durable on return.
+    pub fn set_scrub_every_ms(&self, every_ms: u64) -> Result<(), AppendError> {
+        self.set_meta(tables::META_SCRUB_EVERY, &every_ms.to_be_bytes())
+    }
+
+    fn set_meta(&self, key: &'static str, value: &[u8]) -> Result<(), AppendError> {
+        commit::commit_upkeep(&self.shared, |txn| {
+            let mut meta = txn
+                .open_table(tables::META)
+                .map_err(storage("opening meta"))?;
+            meta.insert(key, value).map_err(storage("writing meta"))?;
+            Ok(())
+        })
     }
 
     /// Replaces the home's kept size (meta `home_size`, [`crate::home_size`]) with what

@@ -808,6 +808,34 @@ impl View {
         })
     }
 
+    /// What the home's last scrub found, as stored (meta `scrub`, [`crate::scrub`]); `None`
+    /// before the first.
+    pub fn scrub_record(&self) -> Result<Option<Vec<u8>>, ReadError> {
+        self.meta_bytes(tables::META_SCRUB)
+    }
+
+    /// The home's scrub interval in ms (meta `scrub_every_ms`); `None`: the default.
+    pub fn scrub_every_ms(&self) -> Result<Option<u64>, ReadError> {
+        let Some(bytes) = self.meta_bytes(tables::META_SCRUB_EVERY)? else {
+            return Ok(None);
+        };
+        let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+            ReadError::Corrupt(CorruptError::Meta {
+                key: tables::META_SCRUB_EVERY,
+                reason: format!("{} bytes, not 8", bytes.len()),
+            })
+        })?;
+        Ok(Some(u64::from_be_bytes(bytes)))
+    }
+
+    fn meta_bytes(&self, key: &'static str) -> Result<Option<Vec<u8>>, ReadError> {
+        self.guarded("reading meta", || {
+            let meta = self.table(META)?;
+            let value = meta.get(key).map_err(storage("reading meta"))?;
+            Ok(value.map(|value| value.value().to_vec()))
+        })
+    }
+
     /// How many runs are terminal (and not pruned).
     pub fn terminal_count(&self) -> Result<u64, ReadError> {
         self.guarded("counting ended runs", || {

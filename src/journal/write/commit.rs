@@ -26,6 +26,7 @@ use crate::event::{Event, RunId, UnixMs, WriterId, now_ms};
 use crate::journal::file::Location;
 use crate::journal::file::lock_wait::{self, BeginError, Within};
 use crate::journal::file::open::reopen_location;
+use crate::journal::file::pages;
 use crate::journal::format::error::{AppendError, LockHeld, OpenError, StorageFailure};
 use crate::journal::write::append::{self, Appended, Batch, Condition};
 use crate::journal::write::options::{CapacityEvent, WriterOptions, open_lock_notice};
@@ -444,7 +445,7 @@ fn commit_retrying<T>(
                     was_retried: attempt > 0,
                 };
             }
-            Err(failure) => failure,
+            Err(failure) => damage_behind(&shared.location, failure),
         };
         shared.stats.failures.fetch_add(1, Ordering::Relaxed);
         // The handle is suspect after any failure: drop it; the next attempt reopens.
@@ -570,6 +571,18 @@ impl From<StorageFailure> for Failed {
             held: None,
         }
     }
+}
+
+/// A handle that latched on a page its guard refused answers `PreviousIo`: that failure is the
+/// damage behind it ([`pages::damage_behind`]), never a disk to wait for.
+fn damage_behind(location: &Location, failed: Failed) -> Failed {
+    let Location::Path(path) = location else {
+        return failed;
+    };
+    if failed.held.is_some() {
+        return failed;
+    }
+    Failed::from(pages::damage_behind(path, failed.failure))
 }
 
 /// Begins the group's write transaction, waiting for another process's write lock as the
