@@ -80,8 +80,7 @@ fn compact_unguarded(path: &Path) -> Result<Compacted, CompactError> {
         });
     }
     // The exclusive mode: the open fails while a multi-writer handle is open anywhere.
-    let opened = redb::backends::FileBackend::new(file)
-        .and_then(|backend| Database::builder().create_with_backend(backend));
+    let opened = Database::builder().create_with_backend(redb::backends::FileBackend::new(file));
     let mut db = match opened {
         Ok(db) => db,
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
@@ -96,7 +95,7 @@ fn compact_unguarded(path: &Path) -> Result<Compacted, CompactError> {
     };
     // Each call compacts what it can; it says when nothing more can be.
     loop {
-        match db.compact() {
+        match db.compact(redb::CompactionMode::Balanced) {
             Ok(true) => {}
             Ok(false) => break,
             Err(error) => {

@@ -93,7 +93,7 @@ fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// A source path from its crate's directory on (`redb-4.6.0/src/types.rs`), so a message names
+/// A source path from its crate's directory on (`redb-5.0.0/src/types.rs`), so a message names
 /// the crate and file without the build machine's paths.
 fn short_source_path(file: &str) -> &str {
     match file.rfind("/src/") {
@@ -151,8 +151,8 @@ mod tests {
     #[test]
     fn a_source_path_keeps_its_crate_and_file() {
         assert_eq!(
-            short_source_path("/root/.cargo/registry/src/index/redb-4.6.0/src/types.rs"),
-            "redb-4.6.0/src/types.rs"
+            short_source_path("/home/someone/.cargo/registry/src/index/redb-5.0.0/src/types.rs"),
+            "redb-5.0.0/src/types.rs"
         );
         assert_eq!(
             short_source_path("src/journal/file/contain.rs"),

@@ -140,7 +140,7 @@ impl InstrumentedFile {
             .truncate(false)
             .mode(0o600)
             .open(path)?;
-        let inner = FileBackend::new(file).map_err(|error| io::Error::other(error.to_string()))?;
+        let inner = FileBackend::new(file);
         Ok(InstrumentedFile {
             inner,
             counters,
@@ -166,20 +166,20 @@ impl InstrumentedFile {
 }
 
 impl StorageBackend for InstrumentedFile {
-    fn len(&self) -> Result<u64, io::Error> {
+    fn len(&self) -> Result<u64, redb::BackendError> {
         self.inner.len()
     }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), redb::BackendError> {
         self.counters
             .bytes_read
             .fetch_add(out.len() as u64, Ordering::Relaxed);
         self.inner.read(offset, out)
     }
-    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+    fn set_len(&self, len: u64) -> Result<(), redb::BackendError> {
         self.counters.set_lens.fetch_add(1, Ordering::Relaxed);
         self.inner.set_len(len)
     }
-    fn sync_data(&self) -> Result<(), io::Error> {
+    fn sync_data(&self) -> Result<(), redb::BackendError> {
         if let Some(gate) = &self.gate {
             gate.pass();
         }
@@ -189,7 +189,7 @@ impl StorageBackend for InstrumentedFile {
         add_elapsed(&self.counters.sync_ns, started);
         result
     }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), redb::BackendError> {
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_written
@@ -199,7 +199,7 @@ impl StorageBackend for InstrumentedFile {
         add_elapsed(&self.counters.write_ns, started);
         result
     }
-    fn close(&self) -> Result<(), io::Error> {
+    fn close(&self) -> Result<(), redb::BackendError> {
         self.inner.close()
     }
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {

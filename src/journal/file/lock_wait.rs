@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use redb::{BackendError, Database, TransactionError, WriteTransaction};
 
+use super::pages::{FileId, PageBound};
 use crate::event::now_ms;
 use crate::journal::format::error::LockHeld;
 
@@ -274,15 +275,19 @@ pub(crate) struct PatientLocks<B> {
     path: Option<PathBuf>,
     /// The bound of waits made outside any scope.
     bound: Option<Duration>,
+    /// What every page read through it is checked against before redb sees it.
+    pages: PageBound,
 }
 
 impl<B: redb::StorageBackend> PatientLocks<B> {
-    /// `inner`, the journal file at `path`, with the bound of the current scope.
-    pub(crate) fn new(inner: B, path: Option<&Path>) -> PatientLocks<B> {
+    /// `inner`, the journal file at `path` (of identity `file`, when it is a file), with the
+    /// bound of the current scope.
+    pub(crate) fn new(inner: B, path: Option<&Path>, file: Option<FileId>) -> PatientLocks<B> {
         PatientLocks {
             inner,
             path: path.map(Path::to_path_buf),
             bound: scope_bound().flatten(),
+            pages: PageBound::new(file),
         }
     }
 
@@ -332,22 +337,23 @@ impl<B: redb::StorageBackend> PatientLocks<B> {
 }
 
 impl<B: redb::StorageBackend> redb::StorageBackend for PatientLocks<B> {
-    fn len(&self) -> Result<u64, std::io::Error> {
+    fn len(&self) -> Result<u64, redb::BackendError> {
         self.inner.len()
     }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.inner.read(offset, out)
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), redb::BackendError> {
+        self.inner.read(offset, out)?;
+        Ok(self.pages.check(&self.inner, offset, out)?)
     }
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+    fn set_len(&self, len: u64) -> Result<(), redb::BackendError> {
         self.inner.set_len(len)
     }
-    fn sync_data(&self) -> Result<(), std::io::Error> {
+    fn sync_data(&self) -> Result<(), redb::BackendError> {
         self.inner.sync_data()
     }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), redb::BackendError> {
         self.inner.write(offset, data)
     }
-    fn close(&self) -> Result<(), std::io::Error> {
+    fn close(&self) -> Result<(), redb::BackendError> {
         self.inner.close()
     }
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
@@ -406,9 +412,9 @@ mod tests {
 
     fn opened(path: &Path) -> Database {
         let file = crate::durable_fs::open_existing_read_write(path).expect("open");
-        let backend = redb::backends::FileBackend::new(file).expect("backend");
+        let backend = redb::backends::FileBackend::new(file);
         builder()
-            .create_with_backend(PatientLocks::new(backend, Some(path)))
+            .create_with_backend(PatientLocks::new(backend, Some(path), None))
             .expect("opens")
     }
 

@@ -10,7 +10,7 @@ use super::contain::contain;
 use super::copy::REDB_HEADER_BYTES;
 use super::location::Location;
 use super::lock_wait::PatientLocks;
-use super::pages::{FileId, PageGuard, file_id};
+use super::pages::{FileId, file_id};
 use crate::durable_fs;
 use crate::event::{self, FORMAT_VERSION};
 use crate::journal::format::error::{Damaged, OpenError, StorageFailure};
@@ -114,8 +114,9 @@ fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
                 });
             }
             let id = file_id(&file);
-            let db = redb::backends::FileBackend::new(file)
-                .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path), id)))
+            let backend = redb::backends::FileBackend::new(file);
+            let db = builder()
+                .create_with_backend(guarded(backend, Some(path), id))
                 .map_err(|error| OpenError::from_database(path, error))?;
             initialize(path, &db, Creation::Refused)?;
             Ok(db)
@@ -126,7 +127,7 @@ fn reopen_location_unguarded(source: &Location) -> Result<Database, OpenError> {
                 source,
             };
             let backend = factory().map_err(io_error)?;
-            if backend.len().map_err(io_error)? == 0 {
+            if backend.len().map_err(|error| io_error(error.into()))? == 0 {
                 return Err(refuse_empty(name));
             }
             let db = builder()
@@ -155,8 +156,9 @@ fn open_database(path: &Path) -> Result<Database, OpenError> {
     let file = durable_fs::open_existing_read_write(path)
         .map_err(|source| OpenError::from_io(path, source))?;
     let id = file_id(&file);
-    let db = redb::backends::FileBackend::new(file)
-        .and_then(|backend| builder().create_with_backend(guarded(backend, Some(path), id)))
+    let backend = redb::backends::FileBackend::new(file);
+    let db = builder()
+        .create_with_backend(guarded(backend, Some(path), id))
         .map_err(|error| OpenError::from_database(path, error))?;
     initialize(path, &db, Creation::Allowed)?;
     Ok(db)
@@ -176,12 +178,9 @@ fn discard_unfinished_file(path: &Path) -> Result<(), OpenError> {
         source,
     };
     let file = durable_fs::open_existing_read_write(path).map_err(io_error)?;
-    let backend = redb::backends::FileBackend::new(file).map_err(|error| OpenError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::other(error.to_string()),
-    })?;
+    let backend = redb::backends::FileBackend::new(file);
     let discarded = discard_unfinished_creation(&backend);
-    let closed = redb::StorageBackend::close(&backend);
+    let closed = redb::StorageBackend::close(&backend).map_err(std::io::Error::from);
     discarded.and(closed).map_err(io_error)
 }
 
@@ -290,19 +289,19 @@ pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, redb
         return Err(redb::StorageError::Corrupted(reason).into());
     }
     let id = file_id(&file);
-    let backend = redb::backends::FileBackend::new(file)?;
+    let backend = redb::backends::FileBackend::new(file);
     builder().open_read_only_with_backend(guarded(backend, Some(path), id))
 }
 
-/// `backend` as redb is handed every journal: its branch pages bounded by the file's length
-/// ([`PageGuard`]; `file`, the journal file's identity), its locks waited for within the
-/// scope's bound ([`PatientLocks`]).
+/// `backend` as redb is handed every journal: its locks waited for within the scope's bound,
+/// its branch pages bounded by the file's length (`file`, the journal file's identity), both by
+/// [`PatientLocks`].
 fn guarded<B: redb::StorageBackend>(
     backend: B,
     path: Option<&Path>,
     file: Option<FileId>,
-) -> PatientLocks<PageGuard<B>> {
-    PatientLocks::new(PageGuard::new(backend, file), path)
+) -> PatientLocks<B> {
+    PatientLocks::new(backend, path, file)
 }
 
 /// Refuses a journal file that another user owns or could write, or a link in its place

@@ -10,7 +10,7 @@
 //!
 //! Nothing behind the backend can refuse that buffer once redb has made it, but every pointer
 //! redb follows inside a tree is read first, in the branch page that holds it, and that page
-//! comes through the backend. [`PageGuard`] looks at each branch page as it is read and refuses
+//! comes through the backend. [`PageBound`] looks at each branch page as it is read and refuses
 //! the read (as damage: a page past the end of the file, [`past_the_end`]) when one of its
 //! children would be larger than the file, so the pointer is never followed. The cost is a look
 //! at the pointers of the branch pages a command reads, never a walk of the file.
@@ -24,11 +24,10 @@
 //! [`contain`]: super::contain::contain
 //! [`past_the_end`]: crate::journal::format::error
 
-use std::ops::Bound;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redb::{BackendError, StorageBackend};
+use redb::StorageBackend;
 
 /// redb's page size: the unit a page's order multiplies. A journal is made with redb's default.
 const PAGE_BYTES: u64 = 4096;
@@ -46,11 +45,11 @@ const POINTER_BYTES: usize = 8;
 /// A page number keeps its page's order in its top five bits.
 const ORDER_SHIFT: u32 = 59;
 
-/// The backend every journal is handed to redb through, refusing to hand over a branch page
-/// that names a page larger than the file ([module docs](self)).
+/// The bound every journal handed to redb is read through ([module docs](self)): the handle's
+/// backend ([`super::lock_wait::PatientLocks`]) hands each page it read to [`PageBound::check`]
+/// before redb sees it.
 #[derive(Debug)]
-pub(crate) struct PageGuard<B> {
-    inner: B,
+pub(crate) struct PageBound {
     /// The file's length when last looked at: a bound only grows as the file does, so a stale
     /// one is looked at again before a read is refused.
     known_len: AtomicU64,
@@ -62,7 +61,7 @@ pub(crate) struct PageGuard<B> {
 /// A file by device and inode.
 pub(crate) type FileId = (u64, u64);
 
-/// The files a [`PageGuard`] of this process refused a page of, and why. redb answers every
+/// The files a [`PageBound`] of this process refused a page of, and why. redb answers every
 /// later call on a handle whose backend failed a read with `PreviousIo`, which says nothing of
 /// why: through this, a caller learns that the failure behind it was damage, and never retries
 /// it as a failing disk. A refused page is a fact about the file: its tree names it until a
@@ -84,8 +83,8 @@ pub(crate) fn refused_in(file: FileId) -> Option<String> {
 /// that latched the handle was damage, and is never retried as a failing disk.
 pub(crate) fn damage_behind(
     path: &std::path::Path,
-    failure: crate::journal::StorageFailure,
-) -> crate::journal::StorageFailure {
+    failure: crate::journal::format::error::StorageFailure,
+) -> crate::journal::format::error::StorageFailure {
     use std::os::unix::fs::MetadataExt;
     if !matches!(failure.source, redb::Error::PreviousIo) {
         return failure;
@@ -94,7 +93,7 @@ pub(crate) fn damage_behind(
         .ok()
         .and_then(|metadata| refused_in((metadata.dev(), metadata.ino())));
     match refused {
-        Some(reason) => crate::journal::StorageFailure::new(
+        Some(reason) => crate::journal::format::error::StorageFailure::new(
             failure.op,
             redb::Error::Corrupted(format!(
                 "a page past the end of the file ({reason}), met earlier through this handle"
@@ -112,14 +111,28 @@ pub(crate) fn file_id(file: &std::fs::File) -> Option<FileId> {
         .map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
-impl<B: StorageBackend> PageGuard<B> {
-    /// `inner`, the journal file `file` (`None`: a backend that is no file).
-    pub(crate) fn new(inner: B, file: Option<FileId>) -> PageGuard<B> {
-        PageGuard {
-            inner,
+impl PageBound {
+    /// The bound of the journal file `file` (`None`: a backend that is no file).
+    pub(crate) fn new(file: Option<FileId>) -> PageBound {
+        PageBound {
             known_len: AtomicU64::new(0),
             file,
         }
+    }
+
+    /// Refuses `page`, just read at `offset` from `backend`, when it is a branch page naming a
+    /// child larger than the file: as a read past the end of the file.
+    pub(crate) fn check(
+        &self,
+        backend: &dyn StorageBackend,
+        offset: u64,
+        page: &[u8],
+    ) -> std::io::Result<()> {
+        // The header is in the first page; every other read is of a whole page.
+        if offset < PAGE_BYTES || (page.len() as u64) < PAGE_BYTES || page[0] != BRANCH {
+            return Ok(());
+        }
+        self.check_branch(backend, offset, page)
     }
 
     /// Refuses the read as damage, and keeps why for [`refused_in`].
@@ -136,7 +149,12 @@ impl<B: StorageBackend> PageGuard<B> {
     }
 
     /// Refuses the branch page read at `offset` when a child it names is larger than the file.
-    fn check_branch(&self, offset: u64, page: &[u8]) -> std::io::Result<()> {
+    fn check_branch(
+        &self,
+        backend: &dyn StorageBackend,
+        offset: u64,
+        page: &[u8],
+    ) -> std::io::Result<()> {
         let keys = usize::from(u16::from_le_bytes([page[2], page[3]]));
         let children = keys + 1;
         let pointers_at = BRANCH_CHILDREN_AT + CHECKSUM_BYTES * children;
@@ -159,7 +177,7 @@ impl<B: StorageBackend> PageGuard<B> {
         if largest <= self.known_len.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let len = self.inner.len()?;
+        let len = backend.len()?;
         self.known_len.fetch_max(len, Ordering::Relaxed);
         if largest <= len {
             return Ok(());
@@ -175,54 +193,6 @@ impl<B: StorageBackend> PageGuard<B> {
 /// errors call such a read corruption, never an I/O error to retry.
 fn damaged(reason: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::UnexpectedEof, reason)
-}
-
-impl<B: StorageBackend> StorageBackend for PageGuard<B> {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.inner.read(offset, out)?;
-        // The header is in the first page; every other read is of a whole page.
-        if offset >= PAGE_BYTES && out.len() as u64 >= PAGE_BYTES && out[0] == BRANCH {
-            self.check_branch(offset, out)?;
-        }
-        Ok(())
-    }
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.inner.set_len(len)
-    }
-    fn sync_data(&self) -> Result<(), std::io::Error> {
-        self.inner.sync_data()
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.inner.write(offset, data)
-    }
-    fn close(&self) -> Result<(), std::io::Error> {
-        self.inner.close()
-    }
-    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.try_lock_range(start, end)
-    }
-    fn try_lock_shared_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> Result<bool, BackendError> {
-        self.inner.try_lock_shared_range(start, end)
-    }
-    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_range(start, end)
-    }
-    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_shared_range(start, end)
-    }
-    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.unlock_range(start, end)
-    }
-    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.query_lock_range(start, end)
-    }
 }
 
 #[cfg(test)]
@@ -244,7 +214,7 @@ mod tests {
     }
 
     /// A memory backend holding `pages` after a first page of zeros (the header's place).
-    fn backend_of(pages: &[Vec<u8>]) -> PageGuard<redb::backends::InMemoryBackend> {
+    fn backend_of(pages: &[Vec<u8>]) -> redb::backends::InMemoryBackend {
         let backend = redb::backends::InMemoryBackend::new();
         let len = PAGE_BYTES * (1 + pages.len() as u64);
         backend.set_len(len).expect("the memory backend grows");
@@ -253,28 +223,43 @@ mod tests {
                 .write(PAGE_BYTES * (1 + index as u64), page)
                 .expect("a page is written");
         }
-        PageGuard::new(backend, None)
+        backend
     }
 
-    fn read_page(
-        guard: &PageGuard<redb::backends::InMemoryBackend>,
-        index: u64,
+    /// Reads page `index` of `backend` and hands it to a bound, as the journal's backend does.
+    fn read_page(backend: &redb::backends::InMemoryBackend, index: u64) -> std::io::Result<()> {
+        read_at(
+            &PageBound::new(None),
+            backend,
+            PAGE_BYTES * index,
+            PAGE_BYTES as usize,
+        )
+    }
+
+    fn read_at(
+        bound: &PageBound,
+        backend: &redb::backends::InMemoryBackend,
+        offset: u64,
+        len: usize,
     ) -> std::io::Result<()> {
-        let mut out = vec![0u8; PAGE_BYTES as usize];
-        guard.read(PAGE_BYTES * index, &mut out)
+        let mut out = vec![0u8; len];
+        backend
+            .read(offset, &mut out)
+            .map_err(std::io::Error::from)?;
+        bound.check(backend, offset, &out)
     }
 
     #[test]
     fn a_branch_naming_pages_that_fit_the_file_is_read() {
         // Three pages of 4 KiB: children of one and two pages fit.
-        let guard = backend_of(&[branch([0, 1]), vec![0u8; PAGE_BYTES as usize]]);
-        read_page(&guard, 1).expect("a sane branch is read");
+        let backend = backend_of(&[branch([0, 1]), vec![0u8; PAGE_BYTES as usize]]);
+        read_page(&backend, 1).expect("a sane branch is read");
     }
 
     #[test]
     fn a_branch_naming_a_page_larger_than_the_file_is_refused_as_a_read_past_its_end() {
-        let guard = backend_of(&[branch([0, 19])]);
-        let error = read_page(&guard, 1).expect_err("a 2 GiB child is refused");
+        let backend = backend_of(&[branch([0, 19])]);
+        let error = read_page(&backend, 1).expect_err("a 2 GiB child is refused");
         assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof, "{error}");
         assert!(error.to_string().contains("2147483648 bytes"), "{error}");
     }
@@ -283,18 +268,40 @@ mod tests {
     fn a_branch_naming_more_children_than_it_holds_is_refused() {
         let mut page = branch([0, 0]);
         page[2..4].copy_from_slice(&u16::MAX.to_le_bytes());
-        let guard = backend_of(&[page]);
-        let error = read_page(&guard, 1).expect_err("refused");
+        let backend = backend_of(&[page]);
+        let error = read_page(&backend, 1).expect_err("refused");
         assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof, "{error}");
     }
 
     /// The bound follows the file as it grows: a page another process's commit added is read.
     #[test]
     fn a_child_that_fits_only_the_grown_file_is_read() {
-        let guard = backend_of(&[branch([0, 3])]);
-        assert!(read_page(&guard, 1).is_err(), "32 KiB does not fit 8 KiB");
-        guard.set_len(PAGE_BYTES * 16).expect("the file grows");
-        read_page(&guard, 1).expect("32 KiB fits 64 KiB");
+        let backend = backend_of(&[branch([0, 3])]);
+        let bound = PageBound::new(None);
+        let page = PAGE_BYTES as usize;
+        assert!(
+            read_at(&bound, &backend, PAGE_BYTES, page).is_err(),
+            "32 KiB does not fit 8 KiB"
+        );
+        backend.set_len(PAGE_BYTES * 16).expect("the file grows");
+        read_at(&bound, &backend, PAGE_BYTES, page).expect("32 KiB fits 64 KiB");
+    }
+
+    /// A refusal is kept by the file's identity, for a handle that latched on it.
+    #[test]
+    fn a_refusal_is_kept_for_the_file_it_was_of() {
+        let file = (u64::MAX, 42);
+        let backend = backend_of(&[branch([0, 19])]);
+        let bound = PageBound::new(Some(file));
+        assert_eq!(refused_in(file), None);
+        read_at(&bound, &backend, PAGE_BYTES, PAGE_BYTES as usize).expect_err("refused");
+        let reason = refused_in(file).expect("kept");
+        assert!(reason.contains("2147483648 bytes"), "{reason}");
+        assert_eq!(
+            refused_in((u64::MAX, 43)),
+            None,
+            "another file is not damaged"
+        );
     }
 
     /// Leaves, the header and pages that are not branches are handed over as they are.
@@ -302,11 +309,11 @@ mod tests {
     fn pages_that_are_not_branches_are_not_looked_into() {
         let mut leaf = branch([0, 19]);
         leaf[0] = 1;
-        let guard = backend_of(&[leaf]);
-        read_page(&guard, 1).expect("a leaf is not judged");
-        let mut header = vec![0u8; 320];
-        guard
-            .read(0, &mut header)
-            .expect("the header is not judged");
+        let backend = backend_of(&[leaf]);
+        read_page(&backend, 1).expect("a leaf is not judged");
+        let mut header = branch([0, 19]);
+        header.truncate(320);
+        backend.write(0, &header).expect("a header is written");
+        read_at(&PageBound::new(None), &backend, 0, 320).expect("the header is not judged");
     }
 }

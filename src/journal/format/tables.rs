@@ -199,7 +199,7 @@ pub(crate) fn global_of(
     let key = record_key(run, seq);
     let low = record_key(run, 0);
     let nearest = globals
-        .range::<&[u8; 24]>(&low..=&key)
+        .range(&low..=&key)
         .map_err(storage("reading the log index"))?
         .next_back()
         .transpose()

@@ -215,7 +215,7 @@ impl View {
             let high = tables::queue_prefix_end(queue);
             let mut runs = Vec::new();
             for entry in active
-                .range::<&[u8]>(low.as_slice()..high.as_slice())
+                .range(low.as_slice()..high.as_slice())
                 .map_err(storage("reading a queue's active runs"))?
             {
                 let (key, _) = entry.map_err(storage("reading a queue's active runs"))?;
@@ -278,7 +278,7 @@ impl View {
             let high = tables::dependents_key(dependency, RunId::from_bytes([0xff; 16]));
             let mut runs = Vec::new();
             for entry in dependents
-                .range::<&[u8; 32]>(&low..=&high)
+                .range(&low..=&high)
                 .map_err(storage("reading the dependents index"))?
             {
                 let (key, _) = entry.map_err(storage("reading the dependents index"))?;
@@ -318,7 +318,7 @@ impl View {
             let high = tables::queue_prefix_end(queue);
             let mut runs = Vec::new();
             for entry in waiting
-                .range::<&[u8]>(low.as_slice()..high.as_slice())
+                .range(low.as_slice()..high.as_slice())
                 .map_err(storage("reading a queue's waiting runs"))?
                 .take(limit)
             {
@@ -340,7 +340,7 @@ impl View {
             let high = tables::queue_prefix_end(queue);
             let mut count = 0;
             for entry in waiting
-                .range::<&[u8]>(low.as_slice()..high.as_slice())
+                .range(low.as_slice()..high.as_slice())
                 .map_err(storage("counting a queue's waiting runs"))?
             {
                 entry.map_err(storage("counting a queue's waiting runs"))?;
@@ -740,11 +740,10 @@ impl View {
             let terminal = self.table(TERMINAL)?;
             let low = after.map(|(at, run)| tables::terminal_key(at, run));
             let entries = match &low {
-                Some(low) => terminal.range::<&[u8; 24]>((
-                    std::ops::Bound::Excluded(low),
-                    std::ops::Bound::Unbounded,
-                )),
-                None => terminal.range::<&[u8; 24]>(..),
+                Some(low) => {
+                    terminal.range((std::ops::Bound::Excluded(low), std::ops::Bound::Unbounded))
+                }
+                None => terminal.range(..),
             }
             .map_err(storage("reading the terminal index"))?;
             let mut out = Vec::new();
@@ -958,7 +957,7 @@ impl View {
             let low = tables::record_key(run, 0);
             let high = tables::record_key(run, u64::MAX);
             for entry in records
-                .range::<&[u8; 24]>(&low..=&high)
+                .range(&low..=&high)
                 .map_err(storage("reading records"))?
                 .rev()
             {
@@ -1332,10 +1331,7 @@ impl View {
             let pruned = self.optional_table(PRUNED)?;
             let mut matches = Vec::new();
             let mut count = 0usize;
-            for entry in runs
-                .range::<&[u8; 16]>(&low..=&high)
-                .map_err(storage("reading runs"))?
-            {
+            for entry in runs.range(&low..=&high).map_err(storage("reading runs"))? {
                 let (key, _) = entry.map_err(storage("reading runs"))?;
                 if matches.len() < 4 {
                     matches.push(RunId::from_bytes(*key.value()));
@@ -1344,7 +1340,7 @@ impl View {
             }
             if let Some(pruned) = &pruned {
                 for entry in pruned
-                    .range::<&[u8; 16]>(&low..=&high)
+                    .range(&low..=&high)
                     .map_err(storage("reading tombstones"))?
                 {
                     let (key, _) = entry.map_err(storage("reading tombstones"))?;
@@ -1439,7 +1435,7 @@ fn run_records_between(
     let high = tables::record_key(run, until_seq);
     let mut out = Vec::new();
     for entry in records
-        .range::<&[u8; 24]>(&low..=&high)
+        .range(&low..=&high)
         .map_err(storage("reading records"))?
     {
         let (key, value) = entry.map_err(storage("reading records"))?;

@@ -1,6 +1,7 @@
 //! Corruption is detected on read.
 
 use super::*;
+use redb::ReadableTable as _;
 
 fn raw_record(db: &redb::Database, run: RunId, seq: u64) -> Vec<u8> {
     let txn = db.begin_read().expect("a read begins");

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::journal::prune::Pruned;
+use redb::ReadableTable as _;
 
 #[test]
 fn a_run_stays_active_until_it_is_terminal_and_its_process_is_observed() {
@@ -193,7 +194,7 @@ fn globals_of(journal: &Journal, run: RunId) -> Vec<(u64, u64)> {
     let low = tables::record_key(run, 0);
     let high = tables::record_key(run, u64::MAX);
     globals
-        .range::<&[u8; 24]>(&low..=&high)
+        .range(&low..=&high)
         .expect("reads")
         .map(|entry| {
             let (key, global) = entry.expect("reads");

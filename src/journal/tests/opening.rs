@@ -1,6 +1,7 @@
 //! Opening: format version and foreign files.
 
 use super::*;
+use redb::ReadableTable as _;
 
 #[test]
 fn a_journal_reopens_for_writing_and_reading_with_its_records() {

@@ -1,6 +1,7 @@
 //! A snapshot is a cache: one that does not decode is re-derived from the records.
 
 use super::*;
+use redb::ReadableTable as _;
 
 fn raw_snapshot(db: &redb::Database, run: RunId) -> Vec<u8> {
     let txn = db.begin_read().expect("a read begins");

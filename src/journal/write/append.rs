@@ -664,7 +664,7 @@ fn check_queue(
     let mut active = 0u64;
     for entry in tables
         .queue_active()?
-        .range::<&[u8]>(low.as_slice()..high.as_slice())
+        .range(low.as_slice()..high.as_slice())
         .map_err(storage("counting a queue's active runs"))?
     {
         entry.map_err(storage("counting a queue's active runs"))?;
@@ -686,7 +686,7 @@ fn check_queue(
     }
     let first = tables
         .queue_waiting()?
-        .range::<&[u8]>(low.as_slice()..high.as_slice())
+        .range(low.as_slice()..high.as_slice())
         .map_err(storage("reading a queue's first run"))?
         .next()
         .transpose()
@@ -1314,7 +1314,7 @@ fn find_duplicate(tables: &Tables<'_>, batch: &Batch) -> Result<Appended, Append
     let mut found: Vec<(u64, Event)> = Vec::new();
     let range = tables
         .records
-        .range::<&[u8; 24]>(&low..=&high)
+        .range(&low..=&high)
         .map_err(storage("scanning the run's records"))?;
     for entry in range.rev() {
         let (key, value) = entry.map_err(storage("scanning the run's records"))?;

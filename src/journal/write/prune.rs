@@ -175,7 +175,7 @@ impl<'txn> PruneTables<'txn> {
         let high = tables::dependents_key(run, RunId::from_bytes([0xff; 16]));
         Ok(self
             .dependents
-            .range::<&[u8; 32]>(&low..=&high)
+            .range(&low..=&high)
             .map_err(storage("reading the dependents index"))?
             .next()
             .is_some())
@@ -233,7 +233,7 @@ impl<'txn> PruneTables<'txn> {
         let mut keys = Vec::new();
         for entry in self
             .records
-            .range::<&[u8; 24]>(&low..=&high)
+            .range(&low..=&high)
             .map_err(storage("reading records"))?
         {
             let (key, _) = entry.map_err(storage("reading records"))?;
@@ -258,7 +258,7 @@ impl<'txn> PruneTables<'txn> {
                 .map_err(storage("pruning records"))?;
         }
         self.globals
-            .retain_in::<&[u8; 24], _>(&low..=&high, |_, _| false)
+            .retain_in(&low..=&high, |_, _| false)
             .map_err(storage("pruning the log index"))?;
         self.runs
             .remove(&run_key)

@@ -124,43 +124,43 @@ impl FaultyFile {
             .truncate(false)
             .mode(0o600)
             .open(path)?;
-        let inner = FileBackend::new(file).map_err(|error| io::Error::other(error.to_string()))?;
+        let inner = FileBackend::new(file);
         Ok(FaultyFile { inner, faults })
     }
 }
 
 impl StorageBackend for FaultyFile {
-    fn len(&self) -> Result<u64, io::Error> {
+    fn len(&self) -> Result<u64, redb::BackendError> {
         match self.faults.count(Call::Len) {
-            Some(error) => Err(error),
+            Some(error) => Err(error.into()),
             None => self.inner.len(),
         }
     }
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), redb::BackendError> {
         match self.faults.count(Call::Read) {
-            Some(error) => Err(error),
+            Some(error) => Err(error.into()),
             None => self.inner.read(offset, out),
         }
     }
-    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+    fn set_len(&self, len: u64) -> Result<(), redb::BackendError> {
         match self.faults.count(Call::SetLen) {
-            Some(error) => Err(error),
+            Some(error) => Err(error.into()),
             None => self.inner.set_len(len),
         }
     }
-    fn sync_data(&self) -> Result<(), io::Error> {
+    fn sync_data(&self) -> Result<(), redb::BackendError> {
         match self.faults.count(Call::Sync) {
-            Some(error) => Err(error),
+            Some(error) => Err(error.into()),
             None => self.inner.sync_data(),
         }
     }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), redb::BackendError> {
         match self.faults.count(Call::Write) {
-            Some(error) => Err(error),
+            Some(error) => Err(error.into()),
             None => self.inner.write(offset, data),
         }
     }
-    fn close(&self) -> Result<(), io::Error> {
+    fn close(&self) -> Result<(), redb::BackendError> {
         self.inner.close()
     }
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {

@@ -426,27 +426,27 @@ impl DiskBackend {
 }
 
 impl StorageBackend for DiskBackend {
-    fn len(&self) -> Result<u64, io::Error> {
+    fn len(&self) -> Result<u64, redb::BackendError> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
         self.disk.count_call(&mut state, Call::Len)?;
         Ok(state.written.len() as u64)
     }
 
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), redb::BackendError> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
         self.disk.count_call(&mut state, Call::Read)?;
         let offset =
             usize::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let Some(bytes) = state.written.get(offset..offset + out.len()) else {
-            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
         };
         out.copy_from_slice(bytes);
         Ok(())
     }
 
-    fn set_len(&self, len: u64) -> Result<(), io::Error> {
+    fn set_len(&self, len: u64) -> Result<(), redb::BackendError> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
         self.disk.count_call(&mut state, Call::SetLen)?;
@@ -457,7 +457,7 @@ impl StorageBackend for DiskBackend {
         Ok(())
     }
 
-    fn sync_data(&self) -> Result<(), io::Error> {
+    fn sync_data(&self) -> Result<(), redb::BackendError> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
         self.disk.count_call(&mut state, Call::Sync)?;
@@ -470,7 +470,7 @@ impl StorageBackend for DiskBackend {
                 }
                 state.is_dead = true;
                 state.injected += 1;
-                return Err(eio());
+                return Err(eio().into());
             }
             _ => {}
         }
@@ -483,7 +483,7 @@ impl StorageBackend for DiskBackend {
         Ok(())
     }
 
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), redb::BackendError> {
         let mut state = self.disk.lock();
         MemDisk::check_alive(&state)?;
         self.disk.count_call(&mut state, Call::Write)?;
@@ -498,7 +498,7 @@ impl StorageBackend for DiskBackend {
         Ok(())
     }
 
-    fn close(&self) -> Result<(), io::Error> {
+    fn close(&self) -> Result<(), redb::BackendError> {
         let mut state = self.disk.lock();
         state.locks.retain(|held| held.backend != self.id);
         drop(state);
