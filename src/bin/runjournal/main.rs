@@ -441,9 +441,19 @@ fn usage_error(error: clap::Error) -> ExitCode {
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
         _ => {
             let rendered = error.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            note(first);
+            let mut lines = rendered.lines();
+            let first = lines.next().unwrap_or("invalid arguments");
+            let mut first = first.strip_prefix("error: ").unwrap_or(first).to_string();
+            // "the following required arguments were not provided:" names them on the lines
+            // that follow, indented: keep them on the one line.
+            if first.ends_with(':') {
+                let named: Vec<&str> = lines
+                    .take_while(|line| line.starts_with("  "))
+                    .map(str::trim)
+                    .collect();
+                first = format!("{first} {}", named.join(", "));
+            }
+            note(first.trim_end());
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
