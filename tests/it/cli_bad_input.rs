@@ -560,3 +560,20 @@ fn a_run_that_cannot_start_is_refused_at_launch_naming_why() {
         .count();
     assert_eq!(runs, 1, "no run directory was made but the first run's");
 }
+
+/// A missing argument is named on the one line, and so is one that cannot go with another.
+#[test]
+fn a_missing_or_conflicting_argument_is_named() {
+    let (home, journal, run) = home_with_a_run();
+    for command in ["status", "wait", "logs", "stop"] {
+        refuse(&home, &journal, &[command], "<RUN>");
+    }
+    let run = run.to_string();
+    refuse(
+        &home,
+        &journal,
+        &["status", &run, "--home-health"],
+        "cannot be used with",
+    );
+    refuse(&home, &journal, &["scrub", "--every", "0s"], "is zero");
+}
