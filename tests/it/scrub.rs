@@ -61,21 +61,14 @@ fn a_flipped_byte_no_command_reads_is_found_by_the_next_scheduled_scrub() {
     let first = scrub_json(&home);
     assert_eq!(first.outcome, ScrubOutcome::Clean, "{first:?}");
     assert!(first.bytes > 0, "it says what it covered: {first:?}");
-    // Due every second from now on: the next maintenance pass after one starts a scrub.
-    let set = home
-        .cmd()
-        .args(["scrub", "--every", "1s"])
-        .output()
-        .expect("scrub --every");
-    assert!(set.status.success(), "{set:?}");
-    // No scrub runs between the flip and the first list below: the interval has not passed.
     let journal = home.file("journal.redb");
     assert!(
         flip_every(&journal, SECRET.as_bytes()) > 0,
         "the value is in the journal"
     );
 
-    // Commands never read that page: they answer as before.
+    // Commands never read that page: they answer as before. (No scrub is due: the last was
+    // just now, and the interval is a day.)
     let before = list(&home);
     assert!(
         before.status.success(),
@@ -83,7 +76,14 @@ fn a_flipped_byte_no_command_reads_is_found_by_the_next_scheduled_scrub() {
     );
     assert!(!damage_marker_path(&journal).exists());
 
-    // Once due, the next command's maintenance starts the scrub, which finds the page.
+    // Due every second from now on: once due, the next command's maintenance starts the scrub,
+    // which finds the page.
+    let set = home
+        .cmd()
+        .args(["scrub", "--every", "1s"])
+        .output()
+        .expect("scrub --every");
+    assert!(set.status.success(), "{set:?}");
     std::thread::sleep(Duration::from_millis(1100));
     let started = Instant::now();
     let damaged = loop {
