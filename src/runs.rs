@@ -504,7 +504,9 @@ fn read_all(store: &Store, prune: &PassOptions) -> Result<Reads, ReadError> {
 /// place: a reconcile pass ([`reconcile::act`]), the admissions its closings allow (each
 /// admitted run's runner started with `runner`), a hook deliverer (`runner.program` with
 /// [`hooks::DELIVERER_SUBCOMMAND`]) when a completion hook is due and nobody alive holds it,
-/// then a retention pass by the home's policy, bounded ([`PassOptions::reconcile`]).
+/// then a retention pass by the home's policy, bounded ([`PassOptions::reconcile`]), and a scrub
+/// of the journal started detached (`runner.program` with [`crate::scrub::SCRUB_SUBCOMMAND`]) when
+/// one is due.
 ///
 /// Every pass reads from one view taken first; a pass after one that wrote reads again. A
 /// failure of one pass does not stop the next.
