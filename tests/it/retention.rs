@@ -391,7 +391,7 @@ fn pruned_runs_leave_the_journal_from_growing_and_compact_shrinks_it_only_alone(
     set_policy(&home, &["--keep-runs", "0"]);
     let journal = home.file("journal.redb");
     let mut sizes = Vec::new();
-    for round in 0..3 {
+    for round in 0..4 {
         for _ in 0..8 {
             let run = run_to_end(&home, "seq 1 500");
             consume_result(&home, run);
@@ -401,8 +401,12 @@ fn pruned_runs_leave_the_journal_from_growing_and_compact_shrinks_it_only_alone(
         eprintln!("round {round}: journal {} bytes", sizes[round]);
     }
     // Pages the pruned runs freed are reused: later rounds do not grow the file past the
-    // first round's size by more than redb's growth step.
-    assert!(sizes[2] <= sizes[0] * 2, "the journal grew: {sizes:?}");
+    // first round's size by more than redb's growth step. A round may end before redb frees
+    // what its prune released (a read transaction of another process still sees it), so the
+    // smaller of the last two rounds is judged: a journal that reused nothing would be about
+    // three and four times the first by then.
+    let later = sizes[2].min(sizes[3]);
+    assert!(later <= sizes[0] * 2, "the journal grew: {sizes:?}");
     // Compaction while another handle holds the journal open is refused.
     let holder = home.journal();
     let refused = runjournal::journal::compact::compact(&journal);
