@@ -1996,9 +1996,14 @@ impl Sut {
                 )
             })
             .collect();
+        let errors: Vec<(RunId, &str)> = report
+            .outcomes
+            .iter()
+            .filter_map(|outcome| Some((outcome.run, outcome.error.as_deref()?)))
+            .collect();
         assert_eq!(
             rows, expected_rows,
-            "what the reconciler appends, run by run"
+            "what the reconciler appends, run by run (its errors: {errors:?})"
         );
         for outcome in &report.outcomes {
             assert_eq!(outcome.error, None, "run {}", outcome.run);

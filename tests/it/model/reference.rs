@@ -1034,8 +1034,13 @@ pub fn reconcile(run: &Run, runner: Runner, is_past_start_grace: bool) -> Vec<Re
         ]
     };
     let is_terminal = run.status.is_terminal();
-    // "Queues": a run waiting for a slot has no runner due, however long it waits.
-    if !is_terminal && run.observed.is_none() && matches!(run.queue, Some((_, false))) {
+    // "Queues": a run waiting for a slot has no runner due, however long it waits. "Reconciler":
+    // nor has a delayed run whose delay has not ended ("it waits for its due time, however
+    // long"), nor a run waiting for its dependencies.
+    let is_waiting = matches!(run.queue, Some((_, false)))
+        || matches!(run.delay, Some((_, false)))
+        || matches!(run.dependencies, Some((_, _, false)));
+    if !is_terminal && run.observed.is_none() && is_waiting {
         return Vec::new();
     }
     match (is_terminal, &run.observed, runner) {
