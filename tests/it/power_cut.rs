@@ -2003,6 +2003,39 @@ fn sync_tree(dir: &Path) {
     }
 }
 
+/// Every run's records in the journal at `home`, once each run's events.jsonl holds as many
+/// record lines as the journal holds records, the same in two looks 200 ms apart: a process
+/// that committed a record (a reconcile pass a command made, say) projects it after its commit,
+/// and recover rebuilds from the projections. Past a bound of 30 s, the last look.
+fn settled_truth(home: &Home) -> BTreeMap<RunId, Vec<runjournal::event::Record>> {
+    let look = || -> BTreeMap<RunId, Vec<runjournal::event::Record>> {
+        let journal = JournalReader::open(home.journal_path()).expect("the journal opens");
+        let view = journal.view().expect("a read view");
+        view.all_runs()
+            .expect("the runs")
+            .into_iter()
+            .map(|run| (run, view.records(run).expect("records")))
+            .collect()
+    };
+    let is_projected = |truth: &BTreeMap<RunId, Vec<runjournal::event::Record>>| {
+        truth.iter().all(|(run, records)| {
+            std::fs::read_to_string(home.events_path(*run)).is_ok_and(|text| {
+                text.lines().filter(|line| !line.trim().is_empty()).count() == records.len()
+            })
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut truth = look();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let again = look();
+        if (again == truth && is_projected(&again)) || Instant::now() >= deadline {
+            return again;
+        }
+        truth = again;
+    }
+}
+
 /// `journal-tools recover --from-projections` under a cut, on the home after its disk's last
 /// cut and checks (nothing is checked of it afterwards): with every file of the home synced,
 /// its journal is lost (removed, cut to half its length, or zero-filled, durably), and
@@ -2024,16 +2057,9 @@ fn check_recover(
     pi_install: Option<&Path>,
     seed: u64,
 ) -> &'static str {
-    // The truth: every run's records before the journal is lost.
-    let truth: BTreeMap<RunId, Vec<runjournal::event::Record>> = {
-        let journal = JournalReader::open(home.journal_path()).expect("the journal opens");
-        let view = journal.view().expect("a read view");
-        view.all_runs()
-            .expect("the runs")
-            .into_iter()
-            .map(|run| (run, view.records(run).expect("records")))
-            .collect()
-    };
+    // The truth: every run's records before the journal is lost, once every one of them is in
+    // its run's events.jsonl (what recover rebuilds from).
+    let truth = settled_truth(home);
     let journal_path = home.journal_path();
     let damage = match rng.random_range(0..3) {
         0 => {
