@@ -208,8 +208,9 @@ fn a_scrub_of_a_large_journal_stays_within_64_mib_and_commands_do_not_grow_with_
         scrubbed <= LIMIT_KIB,
         "a scrub of {size} bytes peaked at {scrubbed} KiB, over {LIMIT_KIB} KiB"
     );
-    // `list` costs what the runs cost, not the journal's bytes: the same in both homes, give
-    // or take (the first list in each closes its runs, which never had a runner).
+    // `list` costs what the runs cost, not the journal's bytes: the same in both homes, give or
+    // take redb's bookkeeping of a larger file (a few MiB), never the 300 MB a read of the
+    // whole file costs (the first list in each closes its runs, which never had a runner).
     for home in [&small, &large] {
         let output = home.cmd().arg("list").output().expect("list");
         assert!(output.status.success(), "{output:?}");
@@ -218,7 +219,7 @@ fn a_scrub_of_a_large_journal_stays_within_64_mib_and_commands_do_not_grow_with_
     let listed_large = peak_rss_kib(large.path(), &["list"]);
     eprintln!("list: {listed_small} KiB small, {listed_large} KiB large");
     assert!(
-        listed_large * 10 <= listed_small * 12,
+        listed_large <= listed_small + (16 << 10),
         "list: {listed_large} KiB in a {size}-byte journal against {listed_small} KiB in a small one"
     );
 }
