@@ -997,6 +997,15 @@ pub fn read_file_bounded(path: &Path, limit: u64) -> io::Result<Bounded> {
     read_bounded(open_existing_read_only(path)?, limit)
 }
 
+/// The device and inode of the file at `path`, a link not followed: whether it is still the
+/// file it was (a journal rebuilt in its place is another).
+pub fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|metadata| (metadata.dev(), metadata.ino()))
+}
+
 /// An exclusive `flock` on a lock file, released on drop.
 #[derive(Debug)]
 pub struct FileLock {

@@ -746,8 +746,14 @@ pub struct HomeHookReport {
 /// The arguments a deliverer is started with, after the program: for tests and hosts that
 /// start one themselves.
 pub fn deliverer_args(home: &Home) -> io::Result<Vec<OsString>> {
+    home_subcommand_args(DELIVERER_SUBCOMMAND, home)
+}
+
+/// `subcommand --home HOME --layout LAYOUT`, the home absolute: how a process of the home
+/// started detached ([`start_detached`]: a deliverer, the timer, a scrub) is told its home.
+pub fn home_subcommand_args(subcommand: &str, home: &Home) -> io::Result<Vec<OsString>> {
     Ok(vec![
-        DELIVERER_SUBCOMMAND.into(),
+        subcommand.into(),
         "--home".into(),
         std::path::absolute(home.root())?.into_os_string(),
         "--layout".into(),

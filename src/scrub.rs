@@ -174,13 +174,7 @@ pub fn is_due(view: &View, now: UnixMs, boot_id: &str) -> Result<bool, ReadError
 
 /// The arguments of a scheduled scrub of `home` ([`SCRUB_SUBCOMMAND`]).
 pub fn scrub_args(home: &Home) -> io::Result<Vec<OsString>> {
-    Ok(vec![
-        SCRUB_SUBCOMMAND.into(),
-        "--home".into(),
-        std::path::absolute(home.root())?.into_os_string(),
-        "--layout".into(),
-        home.layout().as_str().into(),
-    ])
+    crate::hooks::home_subcommand_args(SCRUB_SUBCOMMAND, home)
 }
 
 /// What a maintenance pass does for the scrub: when one is due and none runs, starts one
@@ -226,7 +220,7 @@ pub fn scrub(store: &Store) -> Result<ScrubRecord, ScrubError> {
     };
     let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
     let journal = home.journal_path();
-    let identity = file_identity(&journal);
+    let identity = crate::durable_fs::file_identity(&journal);
     let started = Instant::now();
     let (bytes, outcome) = check(home, &journal);
     let record = ScrubRecord {
@@ -284,14 +278,6 @@ fn check(home: &Home, journal: &Path) -> (u64, ScrubOutcome) {
         ),
         Err(error) => not_run(error.to_string()),
     }
-}
-
-/// The device and inode of the file at `path`, a link not followed.
-fn file_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
 fn record_in_journal(store: &Store, record: &ScrubRecord) -> Result<(), AppendError> {

@@ -159,15 +159,6 @@ pub enum TimerEnd {
     JournalReplaced,
 }
 
-/// The journal file at `path`, as the file system names it (device and inode); `None` when
-/// nothing is there.
-fn file_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|metadata| (metadata.dev(), metadata.ino()))
-}
-
 /// The home's timer: takes the home's timer lock (or returns at once if another timer holds
 /// it), then starts what is due, sleeps until the soonest due time (at most
 /// [`TIMER_RECHECK`] at a time, so a run delayed meanwhile to a sooner time is not missed), and
@@ -192,9 +183,9 @@ pub fn run_timer(
     let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
     kill_here_if_asked();
     let journal_path = store.home().journal_path();
-    let journal = file_identity(&journal_path);
+    let journal = crate::durable_fs::file_identity(&journal_path);
     loop {
-        if journal.is_none() || file_identity(&journal_path) != journal {
+        if journal.is_none() || crate::durable_fs::file_identity(&journal_path) != journal {
             return Ok(TimerEnd::JournalReplaced);
         }
         match start_due(store, base, by) {
@@ -245,13 +236,7 @@ fn kill_here_if_asked() {}
 
 /// The arguments the timer is started with, after the program.
 pub fn timer_args(home: &Home) -> io::Result<Vec<OsString>> {
-    Ok(vec![
-        TIMER_SUBCOMMAND.into(),
-        "--home".into(),
-        std::path::absolute(home.root())?.into_os_string(),
-        "--layout".into(),
-        home.layout().as_str().into(),
-    ])
+    crate::hooks::home_subcommand_args(TIMER_SUBCOMMAND, home)
 }
 
 /// Starts the home's timer detached (`program TIMER_SUBCOMMAND --home HOME --layout LAYOUT`);
