@@ -1006,7 +1006,10 @@ pub fn file_identity(path: &Path) -> Option<(u64, u64)> {
         .map(|metadata| (metadata.dev(), metadata.ino()))
 }
 
-/// An exclusive `flock` on a lock file, released on drop.
+/// An exclusive `flock` on a lock file, released on drop. Taken at once or not
+/// ([`FileLock::try_acquire`]), or within a bound ([`FileLock::acquire_within`]): never by an
+/// unbounded wait, which a process stopped while holding the lock would make last as long as
+/// it stays stopped.
 #[derive(Debug)]
 pub struct FileLock {
     file: File,
@@ -1021,18 +1024,42 @@ impl FileLock {
         check_opened(file, path)
     }
 
-    /// Waits for the exclusive lock on `path`, creating the file (0600) if needed; a symbolic
-    /// link there is not followed.
-    pub fn acquire(path: &Path) -> io::Result<FileLock> {
-        let file = FileLock::open(path)?;
-        file.lock()?;
-        Ok(FileLock { file })
-    }
-
     /// Takes the exclusive lock on `path` if nobody holds it, creating the file (0600) if
     /// needed; `None` when another open file holds it. A symbolic link there is not followed.
     pub fn try_acquire(path: &Path) -> io::Result<Option<FileLock>> {
         let file = FileLock::open(path)?;
+        FileLock::try_take(file)
+    }
+
+    /// Waits at most `bound` for the exclusive lock on `path`, creating the file (0600) if
+    /// needed; `None` when another open file still holds it then (a process stopped while it
+    /// holds it holds it for as long as it stays stopped: `flock` itself cannot be bounded, so
+    /// the lock is tried, then tried again after sleeps that grow to 2 ms). A symbolic link
+    /// there is not followed.
+    pub fn acquire_within(path: &Path, bound: std::time::Duration) -> io::Result<Option<FileLock>> {
+        const POLL_DELAYS_US: [u64; 6] = [50, 100, 200, 500, 1000, 2000];
+        let file = FileLock::open(path)?;
+        let started = std::time::Instant::now();
+        let mut tries = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Some(FileLock { file })),
+                Err(fs::TryLockError::WouldBlock) => {}
+                Err(fs::TryLockError::Error(error)) => return Err(error),
+            }
+            let elapsed = started.elapsed();
+            if elapsed >= bound {
+                return Ok(None);
+            }
+            let delay = std::time::Duration::from_micros(
+                POLL_DELAYS_US[tries.min(POLL_DELAYS_US.len() - 1)],
+            );
+            tries += 1;
+            std::thread::sleep(delay.min(bound - elapsed));
+        }
+    }
+
+    fn try_take(file: File) -> io::Result<Option<FileLock>> {
         match file.try_lock() {
             Ok(()) => Ok(Some(FileLock { file })),
             Err(fs::TryLockError::WouldBlock) => Ok(None),
@@ -1153,6 +1180,33 @@ mod tests {
         assert_eq!(fs::read(&path).expect("read"), b"4242\n");
         std::os::unix::fs::symlink(&path, dir.path().join("link")).expect("symlink");
         assert!(FileLock::try_acquire(&dir.path().join("link")).is_err());
+    }
+
+    /// A wait for a held lock ends at its bound with `None`; a lock let go during the wait is
+    /// taken.
+    #[test]
+    fn a_wait_for_a_held_lock_ends_at_its_bound() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("run.lock");
+        let held = FileLock::try_acquire(&path).expect("open").expect("free");
+        let bound = std::time::Duration::from_millis(30);
+        assert!(
+            FileLock::acquire_within(&path, bound)
+                .expect("open")
+                .is_none(),
+            "still held at the bound"
+        );
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            drop(held);
+        });
+        assert!(
+            FileLock::acquire_within(&path, std::time::Duration::from_secs(60))
+                .expect("open")
+                .is_some(),
+            "taken once let go"
+        );
+        letting_go.join().expect("the holder");
     }
 
     #[test]
@@ -1521,7 +1575,10 @@ mod tests {
             open_existing_read_write(&planted).is_err(),
             "open_existing_read_write"
         );
-        assert!(FileLock::acquire(&planted).is_err(), "FileLock::acquire");
+        assert!(
+            FileLock::acquire_within(&planted, std::time::Duration::ZERO).is_err(),
+            "FileLock::acquire_within"
+        );
         touch(&planted).expect("touch finds something there and leaves it");
         write_atomic(&planted, b"new").expect("write_atomic replaces the link itself");
         assert_eq!(fs::read(&victim).expect("read"), b"precious");

@@ -347,9 +347,19 @@ pub struct Outcome {
     pub error: Option<String>,
     /// Whether what went wrong is damage to the journal ([`crate::journal::is_damage`]).
     pub damaged: bool,
+    /// Whether the run's files were left as they were because another process kept its
+    /// projection lock ([`ProjectionError::LockHeld`]: a process stopped while writing them).
+    pub files_held: bool,
 }
 
 impl Outcome {
+    /// Records a projection that failed: left for the next pass.
+    fn projection_failed(&mut self, failure: &ProjectionError) {
+        self.damaged |= crate::journal::is_damage_in_chain(failure);
+        self.files_held |= matches!(failure, ProjectionError::LockHeld { .. });
+        self.error = Some(failure.to_string());
+    }
+
     /// The pass repaired the run: it recorded a stale run failed ([`Action::is_repair`]).
     pub fn is_repair(&self) -> bool {
         !self.appended.is_empty() && self.action.is_repair()
@@ -607,6 +617,7 @@ fn new_outcome(run: RunId) -> Outcome {
         reprojected: false,
         error: None,
         damaged: false,
+        files_held: false,
     }
 }
 
@@ -688,8 +699,10 @@ fn decide_run(
     }
     let (events, reason) = events_for(store, &state, row.action, &inputs, verdict.as_ref());
     if events.is_empty() {
-        outcome.reprojected =
-            repair_projection(store, run, &mut outcome.error, &mut outcome.damaged);
+        match repair_projection(store, run) {
+            Ok(reprojected) => outcome.reprojected = reprojected,
+            Err(failure) => outcome.projection_failed(&failure),
+        }
         return None;
     }
     // A runner dead in this boot, whether or not someone saw it exit, left its running steps'
@@ -771,38 +784,20 @@ fn reconcile_run(store: &Store, run: RunId, options: &Options) -> Outcome {
 
 /// Projects the run again if any of its files differs from a fresh projection. Returns
 /// whether it did.
-fn repair_projection(
-    store: &Store,
-    run: RunId,
-    error: &mut Option<String>,
-    damaged: &mut bool,
-) -> bool {
-    let differs = store
+fn repair_projection(store: &Store, run: RunId) -> Result<bool, ProjectionError> {
+    let view = store
         .journal()
         .view()
-        .map_err(|source| ProjectionError::Read { run, source })
-        .and_then(|view| projection::load(&view, run))
-        .map(|(state, records, links)| {
-            projection::check_plan(&projection::plan(store.home(), &state, &records, &links))
-                .iter()
-                .any(projection::Difference::is_damage)
-        });
-    match differs {
-        Ok(false) => false,
-        Ok(true) => match store.project(run) {
-            Ok(()) => true,
-            Err(failure) => {
-                *damaged |= crate::journal::is_damage_in_chain(&failure);
-                *error = Some(failure.to_string());
-                false
-            }
-        },
-        Err(failure) => {
-            *damaged |= crate::journal::is_damage_in_chain(&failure);
-            *error = Some(failure.to_string());
-            false
-        }
+        .map_err(|source| ProjectionError::Read { run, source })?;
+    let (state, records, links) = projection::load(&view, run)?;
+    drop(view);
+    let differs = projection::check_plan(&projection::plan(store.home(), &state, &records, &links))
+        .iter()
+        .any(projection::Difference::is_damage);
+    if differs {
+        store.project(run)?;
     }
+    Ok(differs)
 }
 
 /// How many records back in the log a pass looks for runs to re-project when it has no cursor
@@ -975,21 +970,17 @@ pub fn act(store: &Store, survey: Survey, options: &Options) -> Report {
     let active: std::collections::HashSet<RunId> = active_runs.into_iter().collect();
     let mut has_failed_repair = false;
     for run in changed.into_iter().filter(|run| !active.contains(run)) {
-        let (mut error, mut damaged) = (None, false);
-        let reprojected = repair_projection(store, run, &mut error, &mut damaged);
-        has_failed_repair |= error.is_some();
-        if reprojected || error.is_some() {
-            outcomes.push(Outcome {
-                run,
-                row: "closed",
-                action: Action::Nothing,
-                appended: vec![],
-                reason: None,
-                note: None,
-                reprojected,
-                error,
-                damaged,
-            });
+        let mut outcome = Outcome {
+            row: "closed",
+            ..new_outcome(run)
+        };
+        match repair_projection(store, run) {
+            Ok(reprojected) => outcome.reprojected = reprojected,
+            Err(failure) => outcome.projection_failed(&failure),
+        }
+        has_failed_repair |= outcome.error.is_some();
+        if outcome.reprojected || outcome.error.is_some() {
+            outcomes.push(outcome);
         }
     }
     if let (false, Some(boot_id)) = (has_failed_repair, boot_id) {

@@ -440,12 +440,15 @@ impl<'journal, J: ReadJournal> Replay<'journal, J> {
                 source,
             })?;
         }
-        FileLock::acquire(&lock_path)
-            .map(Some)
-            .map_err(|source| ReplayError::Lock {
+        match crate::projection::lock_run_within(run, &lock_path, crate::projection::RUN_LOCK_WAIT)
+        {
+            Ok(lock) => Ok(Some(lock)),
+            Err(ProjectionError::Io { source, .. }) => Err(ReplayError::Lock {
                 path: lock_path,
                 source,
-            })
+            }),
+            Err(error) => Err(ReplayError::Write(error)),
+        }
     }
 }
 

@@ -443,7 +443,8 @@ impl Maintained {
 
     /// What a reading command says of the upkeep it made, a line each: that the passes were
     /// skipped ([`skipped_line`]); else a repair of stale runs (one line:
-    /// [`crate::show::repairs_line`]) or why the reconcile pass failed, the passes that failed,
+    /// [`crate::show::repairs_line`]) or why the reconcile pass failed, each run whose files a
+    /// held projection lock kept from being repaired, the passes that failed,
     /// and each result pruned before its host consumed it. Routine bookkeeping says nothing.
     pub fn notes(&self) -> Vec<String> {
         if let Some(held) = self.skipped() {
@@ -451,7 +452,18 @@ impl Maintained {
         }
         let mut notes = Vec::new();
         match &self.reconciled {
-            Ok(report) => notes.extend(crate::show::repairs_line(report)),
+            Ok(report) => {
+                notes.extend(crate::show::repairs_line(report));
+                // A stopped process keeps these runs' files stale: said, since what is read
+                // from them (a host's status.json) is behind the journal meanwhile.
+                notes.extend(
+                    report
+                        .outcomes
+                        .iter()
+                        .filter(|outcome| outcome.files_held)
+                        .filter_map(|outcome| outcome.error.clone()),
+                );
+            }
             Err(error) => notes.push(format!("reconciling: {error}")),
         }
         notes.extend(self.pass_failures());

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::durable_fs::FileLock;
 use crate::event::{Record, RunId, UnixMs, WriterId};
 use crate::home::Home;
 use crate::journal::{
@@ -710,7 +709,8 @@ pub fn recheck_projections(
 fn recheck_run(home: &Home, journal: &impl ReadJournal, run: RunId) -> (Option<u64>, Vec<Problem>) {
     let lock_path = home.lock_path(run);
     let _lock = if lock_path.exists() {
-        match FileLock::acquire(&lock_path) {
+        match crate::projection::lock_run_within(run, &lock_path, crate::projection::RUN_LOCK_WAIT)
+        {
             Ok(lock) => Some(lock),
             Err(error) => {
                 let problem = Problem::new(

@@ -356,13 +356,30 @@ const REDB_WRITER_BYTE: u64 = 1 << 62;
 /// lock on the journal's writer byte. Open-file-description locks show no pid in
 /// `/proc/locks`, hence the scan.
 pub(super) fn journal_write_lock_holder(path: &std::path::Path) -> Option<(u32, String)> {
+    let writer_byte = format!(" {REDB_WRITER_BYTE} {REDB_WRITER_BYTE}");
+    lock_holder(path, |line| {
+        line.contains(" WRITE ") && line.trim_end().ends_with(&writer_byte)
+    })
+}
+
+/// The process holding an exclusive `flock` on the file at `path`, by the same scan as
+/// [`journal_write_lock_holder`] (a descriptor inherited by a child shows in both: the first
+/// found is named).
+pub(super) fn flock_holder(path: &std::path::Path) -> Option<(u32, String)> {
+    lock_holder(path, |line| {
+        line.contains(" FLOCK ") && line.contains(" WRITE ")
+    })
+}
+
+/// The first of this user's other processes with a descriptor on the file at `path` whose
+/// `lock:` line (in `/proc/<pid>/fdinfo/<fd>`) `is_wanted` accepts.
+fn lock_holder(path: &std::path::Path, is_wanted: impl Fn(&str) -> bool) -> Option<(u32, String)> {
     use std::os::unix::fs::MetadataExt;
     let metadata = fs::metadata(path).ok()?;
     let dev = metadata.dev();
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
     let file = format!("{major:02x}:{minor:02x}:{} ", metadata.ino());
-    let writer_byte = format!(" {REDB_WRITER_BYTE} {REDB_WRITER_BYTE}");
     let own = std::process::id();
     for entry in fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry
@@ -382,12 +399,9 @@ pub(super) fn journal_write_lock_holder(path: &std::path::Path) -> Option<(u32, 
             let Ok(info) = fs::read_to_string(descriptor.path()) else {
                 continue;
             };
-            let holds = info.lines().any(|line| {
-                line.starts_with("lock:")
-                    && line.contains(" WRITE ")
-                    && line.contains(&file)
-                    && line.trim_end().ends_with(&writer_byte)
-            });
+            let holds = info
+                .lines()
+                .any(|line| line.starts_with("lock:") && line.contains(&file) && is_wanted(line));
             if holds {
                 let name = command_name(pid).ok().flatten().unwrap_or_default();
                 return Some((pid, name));

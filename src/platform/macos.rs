@@ -437,3 +437,7 @@ pub(super) fn unix_stream_socket() -> io::Result<OwnedFd> {
 pub(super) fn journal_write_lock_holder(_path: &std::path::Path) -> Option<(u32, String)> {
     None
 }
+
+pub(super) fn flock_holder(_path: &std::path::Path) -> Option<(u32, String)> {
+    None
+}

@@ -424,6 +424,12 @@ pub fn journal_write_lock_holder(path: &Path) -> Option<(u32, String)> {
     os::journal_write_lock_holder(path)
 }
 
+/// The process that holds an exclusive `flock` on the file at `path` (a run's projection lock,
+/// say), as [`journal_write_lock_holder`] finds the journal's.
+pub fn flock_holder(path: &Path) -> Option<(u32, String)> {
+    os::flock_holder(path)
+}
+
 /// The command name of `pid` (on Linux, `/proc/<pid>/comm`: the program's file name, cut to
 /// 15 bytes), for messages that name a process; `None` when no process holds `pid`, or where
 /// the platform does not tell it yet (macOS, for now).

@@ -250,7 +250,35 @@ pub enum ProjectionError {
         #[source]
         source: io::Error,
     },
+    /// Another process held the run's projection lock past [`RUN_LOCK_WAIT`]: the run's files
+    /// were left as they are, for a later projection (the journal has every record).
+    #[error("{}", lock_held_text(*run, path, holder.as_ref()))]
+    LockHeld {
+        run: RunId,
+        path: PathBuf,
+        /// The holder's pid and command name, where it could be found.
+        holder: Option<(u32, String)>,
+    },
 }
+
+fn lock_held_text(run: RunId, path: &Path, holder: Option<&(u32, String)>) -> String {
+    let who = match holder {
+        Some((pid, name)) => format!("process {pid} ({name})"),
+        None => "another process".to_string(),
+    };
+    format!(
+        "{} is held by {who}, which has not let it go for {} s (is it stopped?): run {run}'s \
+         files are left as they are until it does (the journal has every record)",
+        path.display(),
+        RUN_LOCK_WAIT.as_secs()
+    )
+}
+
+/// How long a projection waits for its run's lock (`runs/<id>/.lock`) before it leaves the
+/// run's files to a later projection. A projection holds it for a few file writes; a process
+/// stopped while holding it (SIGSTOP, a frozen container, a debugger) holds it for as long as it
+/// stays stopped, and must not hold every reader of the home with it.
+pub const RUN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ProjectionError {
     /// The I/O error underneath, if the failure was one.
@@ -564,7 +592,8 @@ pub fn load(
     Ok((state, records, links))
 }
 
-/// Takes the run's projection lock (`runs/<id>/.lock`), making its directory if needed.
+/// Takes the run's projection lock (`runs/<id>/.lock`), making its directory if needed,
+/// waiting for it at most [`RUN_LOCK_WAIT`] ([`lock_run_within`]).
 pub(crate) fn lock_run(home: &Home, run: RunId) -> Result<FileLock, ProjectionError> {
     let run_dir = home.run_dir(run);
     durable_fs::ensure_private_dir(&run_dir).map_err(|source| ProjectionError::Io {
@@ -572,12 +601,64 @@ pub(crate) fn lock_run(home: &Home, run: RunId) -> Result<FileLock, ProjectionEr
         path: run_dir.clone(),
         source,
     })?;
-    let lock_path = home.lock_path(run);
-    FileLock::acquire(&lock_path).map_err(|source| ProjectionError::Io {
+    lock_run_within(run, &home.lock_path(run), RUN_LOCK_WAIT)
+}
+
+/// The run locks this process found held past their wait: each is tried once from then on,
+/// without waiting, until it is taken again. A stopped holder so costs a process one wait,
+/// however many of the run's projections it then tries (retries, a maintenance pass after a
+/// write).
+static HELD_RUN_LOCKS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The most run locks [`HELD_RUN_LOCKS`] remembers.
+const MAX_HELD_RUN_LOCKS: usize = 256;
+
+/// Takes the run lock at `path`, waiting at most `bound` (none for a lock this process found
+/// held before and has not taken since); [`ProjectionError::LockHeld`] past it.
+pub(crate) fn lock_run_within(
+    run: RunId,
+    path: &Path,
+    bound: std::time::Duration,
+) -> Result<FileLock, ProjectionError> {
+    let held = || {
+        HELD_RUN_LOCKS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let was_held = held().iter().any(|known| known == path);
+    let wait = if was_held {
+        std::time::Duration::ZERO
+    } else {
+        bound
+    };
+    let taken = FileLock::acquire_within(path, wait).map_err(|source| ProjectionError::Io {
         run,
-        path: lock_path,
+        path: path.to_path_buf(),
         source,
-    })
+    })?;
+    match taken {
+        Some(lock) => {
+            if was_held {
+                held().retain(|known| known != path);
+            }
+            Ok(lock)
+        }
+        None => {
+            if !was_held {
+                let mut held = held();
+                // Bounded: the oldest is forgotten first (it is waited for once more).
+                if held.len() >= MAX_HELD_RUN_LOCKS {
+                    held.remove(0);
+                }
+                held.push(path.to_path_buf());
+            }
+            Err(ProjectionError::LockHeld {
+                run,
+                path: path.to_path_buf(),
+                holder: crate::platform::flock_holder(path),
+            })
+        }
+    }
 }
 
 /// A live runner's heartbeat: under the run's lock, from its latest state, writes status.json
@@ -591,6 +672,7 @@ pub fn heartbeat(
     heard_at_ms: crate::event::UnixMs,
 ) -> Result<bool, ProjectionError> {
     let _lock = lock_run(home, run)?;
+    stop_here_if_asked();
     let view = journal
         .view()
         .map_err(|source| ProjectionError::Read { run, source })?;
@@ -616,6 +698,24 @@ pub fn heartbeat(
     })?;
     Ok(true)
 }
+
+/// The environment variable of a test hook (compiled in with the `testkit` feature, which the
+/// tests turn on, in every profile): while a file exists at the path it names, the next
+/// heartbeat removes it and stops this whole process (SIGSTOP) holding the run's projection
+/// lock, as a process stopped by a debugger or a frozen container would.
+pub const STOP_IN_HEARTBEAT_ENV: &str = "RUNJOURNAL_TEST_STOP_IN_HEARTBEAT";
+
+#[cfg(feature = "testkit")]
+fn stop_here_if_asked() {
+    if let Some(path) = std::env::var_os(STOP_IN_HEARTBEAT_ENV)
+        && std::fs::remove_file(path).is_ok()
+    {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
+}
+
+#[cfg(not(feature = "testkit"))]
+fn stop_here_if_asked() {}
 
 /// When the run's runner was last heard from by its heartbeat, as its status.json says
 /// (`runnerHeardAt`); `None` when the file is missing, unreadable or holds none. Only for

@@ -532,3 +532,100 @@ fn a_runner_blocked_on_the_write_lock_past_its_bound_ends_its_steps_and_exits() 
     };
     assert_eq!(ended.status, RunStatus::Failed, "{ended:?}");
 }
+
+/// A runner stopped while it holds its run's projection lock (`runs/<id>/.lock`), its
+/// `status.json` gone as though the stop caught it writing: every reading and control command,
+/// of its run and of another, answers within the projection's bound (each used to wait in
+/// `flock` for as long as the runner stayed stopped); those that would have repaired the run's
+/// files say who holds them. Once the runner goes on, the stop it was sent ends the run and
+/// its files are whole again.
+#[test]
+fn a_runner_stopped_holding_its_runs_projection_lock_holds_up_no_command() {
+    let home = TestHome::new();
+    let journal = home.journal();
+    let hook = home.input("stop-in-heartbeat");
+    std::fs::write(&hook, "").expect("arm the hook");
+    let stopped = {
+        let output = home
+            .cmd()
+            .env(runjournal::projection::STOP_IN_HEARTBEAT_ENV, &hook)
+            .args([
+                "run",
+                "--json",
+                "--heartbeat",
+                "100ms",
+                "--",
+                "sleep",
+                "300",
+            ])
+            .timeout(CHILD_BOUND)
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        run_id_of(&output.stdout)
+    };
+    let other = crate::support::launch(&home, &["--", "sleep", "300"]);
+    poll("the runner to stop in its heartbeat", || !hook.exists());
+    let runner = state(&journal, stopped)
+        .runner
+        .expect("the runner took its run")
+        .identity
+        .pid;
+    poll("the runner to be stopped", || {
+        process_state(runner) == Some('T')
+    });
+    let runner = Continue(runner);
+    std::fs::remove_file(home.path().join(format!("runs/{stopped}/status.json")))
+        .expect("its status.json, as the stop caught it writing");
+
+    let (stopped_id, other_id) = (stopped.to_string(), other.to_string());
+    let named = format!("held by process {}", runner.0);
+    for (args, code, names_holder) in [
+        (vec!["status", &stopped_id], 0, true),
+        (vec!["status", &other_id], 0, true),
+        (vec!["list"], 0, true),
+        (vec!["list", "--json"], 0, true),
+        (vec!["reconcile"], 1, true),
+        (vec!["steer", &other_id, "hello"], 0, false),
+        (vec!["steer", &stopped_id, "hello"], 0, false),
+        (vec!["stop", &other_id], 0, false),
+        (vec!["stop", &stopped_id], 0, false),
+    ] {
+        let output = run_cmd(&home, &args);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {output:?}");
+        // `reconcile` reports run by run on stdout; the others note on stderr.
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            stderr(&output)
+        );
+        if names_holder {
+            assert!(
+                said.contains(&named),
+                "{args:?} says who holds the run's files: {output:?}"
+            );
+        }
+    }
+    assert_eq!(process_state(runner.0), Some('T'), "still stopped");
+    assert!(
+        !home
+            .path()
+            .join(format!("runs/{stopped}/status.json"))
+            .exists(),
+        "nobody wrote the run's files under another's lock"
+    );
+
+    // Going on, the runner takes the stop it was sent; the next pass makes its files whole.
+    runner.now();
+    let ended = wait_terminal(&journal, stopped);
+    assert_eq!(ended.status, RunStatus::Stopped, "{ended:?}");
+    wait_terminal(&journal, other);
+    let output = run_cmd(&home, &["reconcile"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let status: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(home.path().join(format!("runs/{stopped}/status.json")))
+            .expect("status.json is written again"),
+    )
+    .expect("status.json is JSON");
+    assert_eq!(status["state"], "stopped", "{status}");
+}
