@@ -21,7 +21,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::event::{RunId, UnixMs, now_ms};
+use crate::event::{RunId, UnixMs};
 use crate::home::{Home, Layout};
 use crate::journal::prune::Pruned;
 use crate::journal::{AppendError, ReadError, View};
@@ -30,6 +30,7 @@ use crate::platform::space::{Space, room_of, space_of};
 use crate::state::RunState;
 use crate::store::{ReadHome, Store};
 
+pub mod clock;
 pub mod size;
 
 /// Most runs one reconcile pass prunes.
@@ -102,6 +103,27 @@ pub struct PassReport {
     /// The home's size, when `max_size` asked for it; the count kept in the journal follows
     /// it once the pass has pruned.
     pub size: Option<size::Measured>,
+    /// The time ages were judged by ([`clock`]): the wall clock, held back when it ran ahead
+    /// of what the home has seen.
+    pub clock: Option<clock::Judged>,
+}
+
+impl PassReport {
+    /// What a person is told when the wall clock was held back: `None` when it was not.
+    pub fn clock_line(&self) -> Option<String> {
+        let judged = self.clock.as_ref()?;
+        let held_back = judged.held_back_ms();
+        (held_back > 0).then(|| {
+            format!(
+                "the clock reads {}, {} ahead of the newest record of the home and of the \
+                 clock it keeps; ages of ended runs were judged as of {} (nothing is pruned \
+                 for a jump of the clock)",
+                crate::duration::format_time_s(judged.wall_ms),
+                crate::duration::format_duration_ms(held_back),
+                crate::duration::format_time_s(judged.now_ms),
+            )
+        })
+    }
 }
 
 /// Why a pass did not run.
@@ -261,9 +283,9 @@ fn choose(
     view: &View,
     policy: &Retention,
     limit: usize,
+    now: UnixMs,
     report: &mut PassReport,
 ) -> Result<(), ReadError> {
-    let now = now_ms();
     let mut excess = match policy.keep_runs {
         Some(keep) => view.terminal_count()?.saturating_sub(keep),
         None => 0,
@@ -379,7 +401,16 @@ pub fn plan(home: &Home, view: &View, options: &PassOptions) -> Result<Plan, Rea
         None => view.retention()?,
     };
     let pending = view.pruning()?;
-    choose(home, view, &policy, options.limit, &mut report)?;
+    let judged = clock::judge(view, policy.keep_for_ms)?;
+    choose(
+        home,
+        view,
+        &policy,
+        options.limit,
+        judged.now_ms,
+        &mut report,
+    )?;
+    report.clock = Some(judged);
     Ok(Plan { pending, report })
 }
 
@@ -405,6 +436,14 @@ pub fn carry_out(
     if options.dry_run {
         return Ok(report);
     }
+    let judged = report.clock.clone();
+    if let Some(anchor) = judged
+        .as_ref()
+        .and_then(|judged| judged.new_anchor.as_ref())
+    {
+        // Best effort: without it, the next pass judges by the newest record alone.
+        let _ = store.journal().set_clock_anchor(anchor);
+    }
     for tombstone in &pending {
         remove_files(home, tombstone, &mut report.errors);
     }
@@ -420,7 +459,8 @@ pub fn carry_out(
         keep_size(store, &report);
         return Ok(report);
     }
-    let outcomes = store.journal().prune(&runs, &finished, now_ms())?;
+    let pruned_at = judged.map_or_else(crate::event::now_ms, |judged| judged.now_ms);
+    let outcomes = store.journal().prune(&runs, &finished, pruned_at)?;
     stop_here_if_asked();
     let mut pruned = Vec::new();
     for (run, outcome) in outcomes {
@@ -488,6 +528,7 @@ pub fn prune_all(
         total.errors.extend(report.errors);
         total.space = report.space;
         total.bytes_short = report.bytes_short;
+        total.clock = report.clock;
         if is_done {
             // The last pass's view of what is kept is the one that holds.
             total.kept = report.kept;

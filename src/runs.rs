@@ -468,6 +468,7 @@ impl Maintained {
         }
         notes.extend(self.pass_failures());
         if let Some(Ok(report)) = &self.pruned {
+            notes.extend(report.clock_line());
             notes.extend(
                 report
                     .chosen

@@ -39,7 +39,7 @@ pub use format::error::{
     is_damage_in_chain,
 };
 pub use format::recovery::{LostFact, QueueLimitChoice, RecoveryNote};
-pub use format::retention::{KeepFree, MAX_TOMBSTONES, Retention, Tombstone};
+pub use format::retention::{ClockAnchor, KeepFree, MAX_TOMBSTONES, Retention, Tombstone};
 pub use format::snapshot::{SNAPSHOT_LAYOUT, SnapshotError};
 pub use format::tables::{name_alias, tool_call_alias};
 pub use handle::{Creation, Journal};

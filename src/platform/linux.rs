@@ -14,6 +14,15 @@ use super::ProcessInfo;
 
 /// Reads the boot id, checked to be what the kernel writes (a UUID): it is compared, stored
 /// in the journal and put into file names.
+pub(super) fn uptime_ms() -> Option<u64> {
+    let text = fs::read_to_string("/proc/uptime").ok()?;
+    let seconds = text.split_whitespace().next()?;
+    let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, "0"));
+    let whole: u64 = whole.parse().ok()?;
+    let hundredths: u64 = format!("{fraction:0<2}").get(..2)?.parse().ok()?;
+    whole.checked_mul(1000)?.checked_add(hundredths * 10)
+}
+
 pub(super) fn boot_id() -> io::Result<String> {
     let text = fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
     let boot_id = text.trim();

@@ -65,6 +65,10 @@ pub(super) fn pid_namespace() -> io::Result<Option<u64>> {
     Ok(None)
 }
 
+pub(super) fn uptime_ms() -> Option<u64> {
+    None
+}
+
 pub(super) fn boot_id() -> io::Result<String> {
     match sysctl_bytes(c"kern.bootsessionuuid", 64) {
         Ok(bytes) => facts::boot_id_from_session_uuid(&bytes),

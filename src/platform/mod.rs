@@ -121,6 +121,14 @@ pub fn boot_id() -> io::Result<String> {
     os::boot_id()
 }
 
+/// How long the host has been up, counting time suspended, in ms: a clock that no change of
+/// the wall clock moves. On Linux, `/proc/uptime`, read as a file so that nothing which fakes
+/// a process's clocks (a preloaded library) fakes it; `None` where it cannot be read, and on
+/// macOS for now.
+pub fn uptime_ms() -> Option<u64> {
+    os::uptime_ms()
+}
+
 /// The PID namespace whose numbers this process sees and records as pids: on Linux, the inode
 /// of `/proc/self/ns/pid` (the same number `lsns` shows); `None` where the platform has no PID
 /// namespaces (macOS, or a Linux kernel without `/proc/self/ns`). A pid names one process only

@@ -32,28 +32,7 @@ const GATED_STEP: &str = "i=0; until [ -e \"$RUNJOURNAL_TEST_GATE\" ] || [ $i -g
 /// The shim, compiled once per test process into the target's temp dir.
 fn shim() -> &'static Path {
     static SHIM: OnceLock<PathBuf> = OnceLock::new();
-    SHIM.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("eio-shim");
-        std::fs::create_dir_all(&dir).expect("the shim's directory");
-        let source = dir.join("eio_shim.c");
-        std::fs::write(&source, SHIM_SOURCE).expect("the shim's source");
-        let library = dir.join("eio_shim.so");
-        let building = dir.join(format!("eio_shim.so.{}", std::process::id()));
-        let output = Command::new("cc")
-            .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
-            .arg(&building)
-            .arg(&source)
-            .arg("-ldl")
-            .output()
-            .expect("cc runs (a C compiler is needed: CI installs build-essential)");
-        assert!(
-            output.status.success(),
-            "the shim compiles: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        std::fs::rename(&building, &library).expect("the shim in place");
-        library
-    })
+    SHIM.get_or_init(|| support::compile_shim("eio_shim", SHIM_SOURCE))
 }
 
 /// The files of one faulted or fault-free run.

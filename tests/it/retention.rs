@@ -1000,3 +1000,89 @@ fn the_kept_home_size_tracks_the_walked_size_through_runs_prunes_and_a_drift_a_w
     assert!(!size.walked);
     assert_eq!(size.files, walked(), "and the count goes on from there");
 }
+
+/// The clock shim: a wall clock that jumps, for the processes it is preloaded into.
+fn clock_shim() -> &'static std::path::Path {
+    static SHIM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        crate::support::compile_shim("clock_shim", include_str!("support/clock_shim.c"))
+    })
+}
+
+/// `runjournal ARGS` with the wall clock a year ahead (the uptime, which the shim leaves
+/// alone, does not move).
+fn a_year_ahead(home: &TestHome, args: &[&str]) -> std::process::Output {
+    home.cmd()
+        .env("LD_PRELOAD", clock_shim())
+        .env(
+            "RUNJOURNAL_TEST_CLOCK_OFFSET_S",
+            (365 * 24 * 60 * 60).to_string(),
+        )
+        .args(args)
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("runs")
+}
+
+/// Regression: a wall clock a year ahead (a bad RTC before NTP, a VM resumed with skew) made
+/// the first reading command prune every ended run, unconsumed results and all, "older than
+/// the age bound". Ages are now judged against a clock held to what the home has seen: the
+/// jump prunes nothing the true clock would not, and the commands say the clock was held back.
+#[test]
+fn a_clock_a_year_ahead_prunes_nothing() {
+    let home = home_without_space_pressure();
+    let runs = [
+        run_to_end(&home, "true"),
+        run_to_end(&home, "true"),
+        run_to_end(&home, "false"),
+    ];
+    consume_result(&home, runs[0]);
+    // The shim does move the clock: a process under it reads a year on.
+    let year = |preload: bool| {
+        let mut command = std::process::Command::new("date");
+        command.arg("-u").arg("+%Y");
+        if preload {
+            command.env("LD_PRELOAD", clock_shim()).env(
+                "RUNJOURNAL_TEST_CLOCK_OFFSET_S",
+                (365 * 24 * 60 * 60).to_string(),
+            );
+        }
+        let output = command.output().expect("date runs");
+        String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse::<u32>()
+            .expect("a year")
+    };
+    assert!(year(true) > year(false), "the shim moves the wall clock on");
+    for args in [
+        &["list"][..],
+        &["list", "--all", "--json"],
+        &["reconcile"],
+        &["status", &runs[0].to_string()],
+        &["prune"],
+        &["prune", "--older-than", "1h"],
+    ] {
+        let output = a_year_ahead(&home, args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let said = String::from_utf8_lossy(&output.stderr);
+        if args[0] == "prune" {
+            assert!(
+                said.contains("ages of ended runs were judged as of"),
+                "{args:?} says the clock was held back: {said}"
+            );
+        }
+        for run in runs {
+            assert!(
+                is_in_journal(&home, run),
+                "{args:?} pruned {run}: {output:?}"
+            );
+        }
+    }
+    for run in &runs[1..] {
+        assert!(home.file(&format!("results/{run}.json")).exists());
+    }
+    // Under the true clock, a bound the runs are past still prunes them.
+    std::thread::sleep(Duration::from_millis(1100));
+    let report = prune_json(&home, &["--older-than", "1s"]);
+    assert_eq!(pruned_ids(&report), BTreeSet::from(runs), "{report}");
+}

@@ -188,6 +188,9 @@ pub fn prune(home: Home, args: PruneArgs) -> CliResult {
         note(&format!("pruned {so_far} runs so far"));
     })
     .map_err(|error| Failure::Error(anyhow::Error::new(error)))?;
+    if let Some(line) = report.clock_line() {
+        note(&line);
+    }
     let document = PruneDoc::of(&report, args.dry_run);
     if args.json {
         let text = serde_json::to_string_pretty(&document).context("rendering the report")?;

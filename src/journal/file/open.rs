@@ -378,13 +378,22 @@ fn initialize(path: &Path, db: &Database, creation: Creation) -> Result<(), Open
                     });
                 }
                 let journal_id: [u8; 16] = rand::random();
-                let created_at = event::now_ms().to_be_bytes();
+                let now = event::now_ms();
+                let created_at = now.to_be_bytes();
                 let version = FORMAT_VERSION.to_be_bytes();
+                // Retention's clock starts anchored: nothing older than the journal exists.
+                let clock = crate::journal::format::retention::ClockAnchor::now_at(now)
+                    .map(|anchor| anchor.to_bytes())
+                    .unwrap_or_default();
                 for (key, value) in [
                     (tables::META_FORMAT_VERSION, &version[..]),
                     (tables::META_JOURNAL_ID, &journal_id[..]),
                     (tables::META_CREATED_AT, &created_at[..]),
+                    (tables::META_CLOCK, &clock[..]),
                 ] {
+                    if value.is_empty() {
+                        continue;
+                    }
                     meta.insert(key, value)
                         .map_err(|error| StorageFailure::new("writing meta", error))?;
                 }

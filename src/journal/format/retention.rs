@@ -7,6 +7,44 @@ use crate::event::{
     self, DecodeError, FORMAT_VERSION, MAX_TEXT_BYTES, RunId, TerminalState, UnixMs,
 };
 
+/// Where retention's clock was anchored in one boot (meta `clock`, stored as text:
+/// `crate::retention::clock`;
+/// `<boot id> <wall ms> <uptime ms>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockAnchor {
+    pub boot_id: String,
+    pub wall_ms: UnixMs,
+    pub uptime_ms: u64,
+}
+
+impl ClockAnchor {
+    /// This boot's anchor at `wall_ms`: `None` where the boot id or the uptime cannot be read.
+    pub fn now_at(wall_ms: UnixMs) -> Option<ClockAnchor> {
+        Some(ClockAnchor {
+            boot_id: crate::liveness::boot_id().ok()?,
+            wall_ms,
+            uptime_ms: crate::platform::uptime_ms()?,
+        })
+    }
+
+    /// The stored form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        format!("{} {} {}", self.boot_id, self.wall_ms, self.uptime_ms).into_bytes()
+    }
+
+    /// Reads the stored form; `None` for anything else (taken as no anchor: a new one is made).
+    pub fn parse(bytes: &[u8]) -> Option<ClockAnchor> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut fields = text.split(' ');
+        let anchor = ClockAnchor {
+            boot_id: fields.next()?.to_string(),
+            wall_ms: fields.next()?.parse().ok()?,
+            uptime_ms: fields.next()?.parse().ok()?,
+        };
+        fields.next().is_none().then_some(anchor)
+    }
+}
+
 /// Most tombstones kept; the oldest go first.
 pub const MAX_TOMBSTONES: u64 = 1_000;
 
@@ -135,4 +173,22 @@ pub(crate) fn encode_retention(policy: &Retention) -> Vec<u8> {
 
 pub(crate) fn decode_retention(bytes: &[u8]) -> Result<Retention, DecodeError> {
     event::decode_checked::<StoredRetention>(bytes, 256).map(|stored| stored.policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_anchor_reads_back_and_nothing_else_is_one() {
+        let anchor = ClockAnchor {
+            boot_id: "0f1e-2d".to_string(),
+            wall_ms: 17,
+            uptime_ms: 99,
+        };
+        assert_eq!(ClockAnchor::parse(&anchor.to_bytes()), Some(anchor));
+        for bad in [&b""[..], b"x 1", b"x 1 2 3", b"x y 2", b"\xff 1 2"] {
+            assert_eq!(ClockAnchor::parse(bad), None, "{bad:?}");
+        }
+    }
 }

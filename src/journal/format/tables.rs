@@ -112,6 +112,9 @@ pub(crate) const META_CREATED_AT: &str = "created_at_ms";
 pub(crate) const META_SCRUB: &str = "scrub";
 /// The home's scrub interval in ms (u64 BE); absent: [`crate::scrub::DEFAULT_EVERY`].
 pub(crate) const META_SCRUB_EVERY: &str = "scrub_every_ms";
+/// Where retention's clock was anchored in the current boot (text: boot id, wall ms, uptime
+/// ms; [`crate::retention::clock`]); absent: never anchored.
+pub(crate) const META_CLOCK: &str = "clock";
 
 /// Key of a record: run id, then seq big-endian.
 pub(crate) fn record_key(run: RunId, seq: u64) -> [u8; 24] {

@@ -432,6 +432,15 @@ impl Journal {
         self.set_meta(tables::META_SCRUB_EVERY, &every_ms.to_be_bytes())
     }
 
+    /// Keeps where retention's clock is anchored in this boot (meta `clock`,
+    /// [`crate::retention::clock`]), in a write transaction of its own. Durable on return.
+    pub fn set_clock_anchor(
+        &self,
+        anchor: &crate::journal::format::retention::ClockAnchor,
+    ) -> Result<(), AppendError> {
+        self.set_meta(tables::META_CLOCK, &anchor.to_bytes())
+    }
+
     fn set_meta(&self, key: &'static str, value: &[u8]) -> Result<(), AppendError> {
         commit::commit_upkeep(&self.shared, |txn| {
             let mut meta = txn

@@ -827,6 +827,14 @@ impl View {
         Ok(Some(u64::from_be_bytes(bytes)))
     }
 
+    /// Where retention's clock was last anchored (meta `clock`, [`crate::retention::clock`]);
+    /// `None` before the first anchor, or for one that does not read (a new one replaces it).
+    pub fn clock_anchor(&self) -> Result<Option<retention::ClockAnchor>, ReadError> {
+        Ok(self
+            .meta_bytes(tables::META_CLOCK)?
+            .and_then(|bytes| retention::ClockAnchor::parse(&bytes)))
+    }
+
     fn meta_bytes(&self, key: &'static str) -> Result<Option<Vec<u8>>, ReadError> {
         self.guarded("reading meta", || {
             let meta = self.table(META)?;
@@ -978,6 +986,21 @@ impl View {
             }
             Ok(None)
         })
+    }
+
+    /// When the newest record of the log was committed (its `time_ms`); `None` for an empty
+    /// log. Two lookups, whatever the journal holds.
+    pub fn latest_record_time(&self) -> Result<Option<UnixMs>, ReadError> {
+        let last: Option<u64> = self.guarded("reading the log", || {
+            let log = self.table(LOG)?;
+            let last = log.last().map_err(storage("reading the log"))?;
+            Ok::<_, ReadError>(last.map(|(global, _)| global.value()))
+        })?;
+        let Some(last) = last else { return Ok(None) };
+        Ok(self
+            .records_after(last.saturating_sub(1), 1)?
+            .first()
+            .map(|(_, record)| record.time_ms))
     }
 
     /// Up to `limit` records committed after global seq `after`, in commit order, each with

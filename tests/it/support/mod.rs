@@ -93,3 +93,28 @@ pub fn fast_temp_dir() -> tempfile::TempDir {
 pub fn events(records: &[Record]) -> Vec<Event> {
     records.iter().map(|record| record.event.clone()).collect()
 }
+
+/// Compiles the C source of a preloadable shim named `name` into the target's temp dir, and
+/// returns the library's path (a C compiler is needed: CI installs build-essential).
+pub fn compile_shim(name: &str, source: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).expect("the shim's directory");
+    let source_path = dir.join(format!("{name}.c"));
+    std::fs::write(&source_path, source).expect("the shim's source");
+    let library = dir.join(format!("{name}.so"));
+    let building = dir.join(format!("{name}.so.{}", std::process::id()));
+    let output = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(&building)
+        .arg(&source_path)
+        .arg("-ldl")
+        .output()
+        .expect("cc runs (a C compiler is needed: CI installs build-essential)");
+    assert!(
+        output.status.success(),
+        "the shim {name} compiles: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::rename(&building, &library).expect("the shim in place");
+    library
+}
