@@ -13,9 +13,12 @@
 //!   "runner never started" once the start grace, counted from the delay's end, has passed;
 //! * what is due is read from the `delayed` index, soonest first: a pass costs the same with 10
 //!   runs waiting or 10,000;
-//! * at most one timer runs per home (`Home::timer_lock_path`); one that finds nothing waiting
-//!   lets the lock go and looks once more, so a run delayed meanwhile is never left without a
-//!   timer and a reconcile pass.
+//! * at most one timer leads per home (`Home::timer_lock_path`), and one stands by; one that
+//!   finds nothing waiting lets the lock go and looks once more, so a run delayed meanwhile is
+//!   never left without a timer and a reconcile pass;
+//! * a timer stopped while it leads is taken over by the one standing by (or the next one
+//!   started) once it has been silent for [`TIMER_SILENT_AFTER`]; should it go on, it finds
+//!   its lock file replaced and exits.
 
 use std::ffi::OsString;
 use std::io;
@@ -26,6 +29,7 @@ use super::{LaunchError, RunnerProgram, queue};
 use crate::durable_fs::FileLock;
 use crate::event::{self, Event, RunId, UnixMs};
 use crate::home::Home;
+use crate::journal::share::lease::{Lease, file_id, is_deposed};
 use crate::journal::{AppendError, Condition, ReadError};
 use crate::state::TransitionError;
 use crate::store::Store;
@@ -35,8 +39,16 @@ use crate::store::Store;
 pub const TIMER_SUBCOMMAND: &str = "__timer";
 
 /// The longest the timer sleeps between two looks at the `delayed` index: a run delayed to a
-/// sooner time than the one it sleeps for is started at most this late.
-pub const TIMER_RECHECK: Duration = Duration::from_secs(1);
+/// sooner time than the one it sleeps for is started at most this late. At each look the
+/// timer also shows it is alive: it rewrites its lock file (its pid), which moves the file's
+/// modification time on.
+pub const TIMER_RECHECK: Duration = Duration::from_millis(250);
+
+/// A timer whose lock file has not moved on for this long is taken for stopped (SIGSTOP, a
+/// frozen container, a debugger) and its role is taken over ([`run_timer`]). Taking it from a
+/// timer that was only slow costs nothing: the journal records a run's `DelayEnded` once, and
+/// the slow timer, finding its lock file replaced, exits.
+pub const TIMER_SILENT_AFTER: Duration = Duration::from_secs(1);
 
 /// Most runs one look starts; the rest are started by the next look, at once.
 pub const MAX_DUE_PER_LOOK: usize = 256;
@@ -150,8 +162,10 @@ pub fn soonest_due(store: &Store) -> Result<Option<UnixMs>, DelayError> {
 /// How a timer ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimerEnd {
-    /// Another timer holds the home's lock: this one did nothing.
+    /// Another timer holds the home's lock, and another stands by: this one did nothing.
     AlreadyRunning,
+    /// Its lock file was replaced by a timer that took its role over, having found it silent.
+    TakenOver,
     /// Nothing waits any more.
     NothingWaits,
     /// The home's journal is no longer the file this timer opened (it was rebuilt, say): the
@@ -159,13 +173,15 @@ pub enum TimerEnd {
     JournalReplaced,
 }
 
-/// The home's timer: takes the home's timer lock (or returns at once if another timer holds
-/// it), then starts what is due, sleeps until the soonest due time (at most
-/// [`TIMER_RECHECK`] at a time, so a run delayed meanwhile to a sooner time is not missed), and
-/// returns once nothing waits, or once the home's journal is another file than the one it
-/// opened. A failure to start one run is written through `note` and the
-/// timer goes on; a failure to read the journal ends it (the next reconcile pass starts
-/// another).
+/// The home's timer: takes the home's timer lock — from a timer found silent too
+/// ([`TIMER_SILENT_AFTER`]) — or, while a live timer holds it, stands by (one per home,
+/// `timer.lock.standby`) watching it until it lets go or falls silent; returns at once if
+/// another stands by already. Holding the lock, it starts what is due, sleeps until the
+/// soonest due time (at most [`TIMER_RECHECK`] at a time, so a run delayed meanwhile to a
+/// sooner time is not missed, and so it is heard from), and returns once nothing waits, once
+/// the home's journal is another file than the one it opened, or once another timer took its
+/// role over. A failure to start one run is written through `note` and the timer goes on; a
+/// failure to read the journal ends it (the next reconcile pass starts another).
 pub fn run_timer(
     store: &Store,
     base: &RunnerProgram,
@@ -177,14 +193,21 @@ pub fn run_timer(
         path: path.clone(),
         source,
     };
-    let Some(mut lock) = FileLock::try_acquire(&path).map_err(lock_error)? else {
+    let Some(mut lease) = take_or_stand_by(store, &path).map_err(lock_error)? else {
         return Ok(TimerEnd::AlreadyRunning);
     };
-    let _ = lock.write_note(format!("{}\n", std::process::id()).as_bytes());
+    let beat = |lease: &Lease| {
+        let _ = lease.write_note(format!("{}\n", std::process::id()).as_bytes());
+    };
+    beat(&lease);
     kill_here_if_asked();
     let journal_path = store.home().journal_path();
     let journal = crate::durable_fs::file_identity(&journal_path);
     loop {
+        if is_deposed(&path, lease.id()) {
+            return Ok(TimerEnd::TakenOver);
+        }
+        beat(&lease);
         if journal.is_none() || crate::durable_fs::file_identity(&journal_path) != journal {
             return Ok(TimerEnd::JournalReplaced);
         }
@@ -208,17 +231,72 @@ pub fn run_timer(
                 // Let the lock go, then look once more: a run delayed after the look above
                 // started a timer that found the lock held; it is found here, or its own timer
                 // takes the lock now.
-                drop(lock);
+                drop(lease);
                 if soonest_due(store)?.is_none() {
                     return Ok(TimerEnd::NothingWaits);
                 }
-                match FileLock::try_acquire(&path).map_err(lock_error)? {
-                    Some(taken) => lock = taken,
+                match Lease::try_take(&path).map_err(lock_error)? {
+                    Some(taken) => lease = taken,
                     None => return Ok(TimerEnd::AlreadyRunning),
                 }
             }
         }
     }
+}
+
+/// The timer's lock: taken if free, taken over if its holder is silent; else this process
+/// stands by (holding the standby lock; `None` at once if another does) and looks again every
+/// [`TIMER_RECHECK`], until it takes the lock or nothing waits (`None`).
+fn take_or_stand_by(store: &Store, path: &Path) -> io::Result<Option<Lease>> {
+    let standby_path = standby_path(path);
+    let mut standby = None;
+    loop {
+        if let Some(lease) = take_timer_lock(path)? {
+            return Ok(Some(lease));
+        }
+        if standby.is_none() {
+            standby = Lease::try_take(&standby_path)?;
+            if standby.is_none() {
+                return Ok(None);
+            }
+        }
+        match soonest_due(store) {
+            Ok(Some(_)) => std::thread::sleep(TIMER_RECHECK),
+            // Nothing waits, or the journal cannot be read: the leading timer (or the next
+            // reconcile pass) sees to it.
+            Ok(None) | Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// Takes the timer's lock if nobody holds it, or over from a holder silent for
+/// [`TIMER_SILENT_AFTER`]; `None` while a live timer holds it.
+fn take_timer_lock(path: &Path) -> io::Result<Option<Lease>> {
+    if let Some(lease) = Lease::try_take(path)? {
+        return Ok(Some(lease));
+    }
+    let held = file_id(path)?;
+    if !is_silent(path) {
+        return Ok(None);
+    }
+    Lease::take_over(path, held)
+}
+
+/// Whether the timer lock file at `path` has not moved on for [`TIMER_SILENT_AFTER`] (a lock
+/// file whose time is ahead of the clock, or that cannot be read, is not).
+fn is_silent(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|metadata| metadata.modified())
+        .ok()
+        .and_then(|modified| modified.elapsed().ok())
+        .is_some_and(|silent_for| silent_for >= TIMER_SILENT_AFTER)
+}
+
+/// The standby timer's lock beside the timer's lock at `path`.
+fn standby_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".standby");
+    std::path::PathBuf::from(name)
 }
 
 #[cfg(feature = "testkit")]
@@ -261,12 +339,13 @@ pub fn reconcile_delayed(
     Ok(started)
 }
 
-/// Whether a timer holds the home's lock now.
+/// Whether a live timer holds the home's lock now: held, and heard from within
+/// [`TIMER_SILENT_AFTER`] (a silent one is taken over by the next timer started).
 pub fn is_timer_running(home: &Home) -> Result<bool, DelayError> {
     let path = home.timer_lock_path();
     match FileLock::try_acquire(&path) {
         Ok(Some(_free)) => Ok(false),
-        Ok(None) => Ok(true),
+        Ok(None) => Ok(!is_silent(&path)),
         Err(source) => Err(DelayError::Lock { path, source }),
     }
 }

@@ -150,6 +150,98 @@ fn a_delay_2s_run_whose_timer_was_sigkilled_starts_at_a_reconcile_pass_and_not_b
     assert_started_not_before(&records(&journal, run), due_at_ms);
 }
 
+/// `/proc/<pid>/stat`'s state letter; `None` once no such process is left.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Continues a stopped process when dropped, so that a failing test leaves none behind.
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+    }
+}
+
+/// Regression: a timer stopped (SIGSTOP, a frozen container) held `timer.lock` and with it every
+/// delayed run of the home: a run due in 2 s was still queued 10 s later, and a new `run
+/// --delay` started no timer that would do anything. Now the timer that launch starts stands
+/// by, takes the role over once the stopped one has been silent for a second, and starts both
+/// runs with no other command run; the stopped timer, let go on, finds its role taken and
+/// exits.
+#[test]
+fn a_stopped_timer_is_taken_over_and_every_delayed_run_starts_on_time() {
+    let home = TestHome::new();
+    let journal = home.journal();
+    let launch = |delay: &str| {
+        let output = home
+            .cmd()
+            .args(["run", "--json", "--delay", delay, "--step", "echo hi"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let object: serde_json::Value = serde_json::from_slice(&output).expect("JSON");
+        let due_at_ms = object["dueAtMs"].as_u64().expect("dueAtMs");
+        let timer = object["timerPid"].as_u64().map(|pid| pid as u32);
+        (run_id_of(&output), due_at_ms, timer)
+    };
+    let (first, first_due, stopped) = launch("3s");
+    let stopped = stopped.expect("the launch started a timer");
+    // It leads once it has written its pid into the lock file.
+    for _ in 0..POLLS {
+        let note = std::fs::read_to_string(home.file("timer.lock")).unwrap_or_default();
+        if note.trim() == stopped.to_string() {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(stopped as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .expect("stop the timer");
+    let stopped = Continue(stopped);
+    let (second, second_due, _) = launch("2s");
+
+    // No command runs meanwhile: the journal is only read.
+    for (run, due_at_ms) in [(first, first_due), (second, second_due)] {
+        let ended = wait_terminal(&journal, run);
+        assert_eq!(ended.status, RunStatus::Complete, "{ended:?}");
+        let records = records(&journal, run);
+        assert_started_not_before(&records, due_at_ms);
+        let by = delay_ended_by(&records);
+        assert!(
+            by.starts_with("timer") && !by.contains(&stopped.0.to_string()),
+            "another timer started it: {by}"
+        );
+        // Within the silence that marks a timer stopped, with room for a loaded machine.
+        let late_ms = time_of(&records, "DelayEnded") - due_at_ms;
+        assert!(late_ms < 10_000, "started {late_ms} ms after its due time");
+    }
+    assert_eq!(process_state(stopped.0), Some('T'), "still stopped");
+
+    // Let go on, the stopped timer finds its role taken and exits.
+    let pid = stopped.0;
+    drop(stopped);
+    for _ in 0..POLLS {
+        if matches!(process_state(pid), None | Some('Z')) {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    assert!(
+        matches!(process_state(pid), None | Some('Z')),
+        "the timer taken over exits once it goes on"
+    );
+}
+
 #[test]
 fn stop_of_a_delayed_run_ends_it_without_starting_it() {
     let home = TestHome::new();

@@ -49,7 +49,7 @@
 
 mod client;
 mod leader;
-mod lease;
+pub(crate) mod lease;
 pub(crate) mod wire;
 
 use std::path::{Path, PathBuf};
