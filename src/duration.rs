@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use jiff::civil::{Date, DateTime, Time};
-use jiff::tz::TimeZone;
+use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::{Span, SpanRelativeTo, Timestamp};
 
 use crate::event::UnixMs;
@@ -192,29 +192,81 @@ pub enum StartTimeError {
     Malformed { text: String },
     #[error("{text:?} is already past; give a later time (a local time means today), or --delay")]
     Past { text: String },
-    #[error("{text:?} is before 1970 or after 9999")]
+    #[error(
+        "{text:?} is out of range: a start time is from 1970-01-01T00:00:00Z to {}",
+        Timestamp::MAX.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )]
     OutOfRange { text: String },
+    /// A local time, and no time zone to read it in: `TZ` names none this system knows.
+    #[error(
+        "{text:?} is a local time, but this system's time zone is unknown ({reason}): set TZ to a zone this system knows (TZ=Europe/Paris), or give an RFC 3339 time with its offset"
+    )]
+    UnknownTimeZone { text: String, reason: String },
+    /// A local time the clocks skip today (the start of daylight saving time).
+    #[error(
+        "{text:?} does not exist today ({date}) in {zone}: the clocks skip it, going from UTC{before} to UTC{after}; give an RFC 3339 time with its offset"
+    )]
+    SkippedLocalTime {
+        text: String,
+        date: String,
+        zone: String,
+        before: String,
+        after: String,
+    },
+    /// A local time the clocks show twice today (the end of daylight saving time).
+    #[error(
+        "{text:?} happens twice today ({date}) in {zone}, the clocks going back: give an RFC 3339 time with its offset, {first} or {second}"
+    )]
+    AmbiguousLocalTime {
+        text: String,
+        date: String,
+        zone: String,
+        first: String,
+        second: String,
+    },
 }
 
 /// Parses when a run may start (`run --at`) into Unix milliseconds: an RFC 3339 time (any
 /// offset), or a local time of today in this system's time zone (`14:30`, `14:30:15`). A time
-/// at or before `now_ms` is refused: a run does not start in the past.
+/// at or before `now_ms` is refused: a run does not start in the past. So is a local time when
+/// the system's time zone is unknown (`TZ` naming no zone), and one the clocks skip or show
+/// twice today: the run would start an hour off what its launcher meant.
 pub fn parse_start_time(text: &str, now_ms: UnixMs) -> Result<UnixMs, StartTimeError> {
+    parse_start_time_in(text, now_ms, TimeZone::try_system)
+}
+
+/// [`parse_start_time`] with `zone` as the system's time zone, asked only for a local time.
+fn parse_start_time_in(
+    text: &str,
+    now_ms: UnixMs,
+    zone: impl FnOnce() -> Result<TimeZone, jiff::Error>,
+) -> Result<UnixMs, StartTimeError> {
     let trimmed = text.trim();
     let out_of_range = || StartTimeError::OutOfRange {
         text: quoted(trimmed),
     };
     let time = if let Ok(time) = Timestamp::from_str(trimmed) {
         time
+    } else if let Ok(pieces) = jiff::fmt::temporal::Pieces::parse(trimmed) {
+        // A date (a civil time would read the time of day out of it): an RFC 3339 time past
+        // what a timestamp holds (9999-12-31T23:59:59Z), or no time without its offset.
+        return Err(if pieces.time().is_some() && pieces.offset().is_some() {
+            out_of_range()
+        } else {
+            StartTimeError::Malformed {
+                text: quoted(trimmed),
+            }
+        });
     } else if let Ok(time) = Time::from_str(trimmed) {
         let now = i64::try_from(now_ms)
             .ok()
             .and_then(|ms| Timestamp::from_millisecond(ms).ok())
             .ok_or_else(out_of_range)?;
-        let zone = TimeZone::system();
-        let today = zone.to_datetime(now).date();
-        zone.to_timestamp(today.to_datetime(time))
-            .map_err(|_| out_of_range())?
+        let zone = zone().map_err(|error| StartTimeError::UnknownTimeZone {
+            text: quoted(trimmed),
+            reason: error.to_string(),
+        })?;
+        local_today(trimmed, time, now, &zone)?
     } else {
         return Err(StartTimeError::Malformed {
             text: quoted(trimmed),
@@ -227,6 +279,49 @@ pub fn parse_start_time(text: &str, now_ms: UnixMs) -> Result<UnixMs, StartTimeE
         });
     }
     Ok(at_ms)
+}
+
+/// The instant `time` names today (the day of `now`) in `zone`, refusing a time the clocks
+/// skip or show twice that day.
+fn local_today(
+    text: &str,
+    time: Time,
+    now: Timestamp,
+    zone: &TimeZone,
+) -> Result<Timestamp, StartTimeError> {
+    let today = zone.to_datetime(now).date();
+    let datetime = today.to_datetime(time);
+    let zone_name = || {
+        zone.iana_name()
+            .map_or_else(|| "this system's time zone".to_string(), str::to_string)
+    };
+    let out_of_range = || StartTimeError::OutOfRange { text: quoted(text) };
+    // The time with one of its two offsets, as RFC 3339 writes it.
+    let with = |offset: jiff::tz::Offset| {
+        offset.to_timestamp(datetime).map_or_else(
+            |_| datetime.to_string(),
+            |at| at.display_with_offset(offset).to_string(),
+        )
+    };
+    match zone.to_ambiguous_timestamp(datetime).offset() {
+        AmbiguousOffset::Unambiguous { offset } => {
+            offset.to_timestamp(datetime).map_err(|_| out_of_range())
+        }
+        AmbiguousOffset::Gap { before, after } => Err(StartTimeError::SkippedLocalTime {
+            text: quoted(text),
+            date: today.to_string(),
+            zone: zone_name(),
+            before: before.to_string(),
+            after: after.to_string(),
+        }),
+        AmbiguousOffset::Fold { before, after } => Err(StartTimeError::AmbiguousLocalTime {
+            text: quoted(text),
+            date: today.to_string(),
+            zone: zone_name(),
+            first: with(before),
+            second: with(after),
+        }),
+    }
 }
 
 /// Unix milliseconds as `YYYY-MM-DD HH:MM:SSZ` (UTC); what [`parse_time`] reads back.
@@ -252,6 +347,94 @@ fn format_time(ms: UnixMs, format: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Central European time as a POSIX rule: 2025-03-30 skips 02:00 to 03:00, 2025-10-26
+    /// shows 02:00 to 03:00 twice.
+    fn central_europe() -> Result<TimeZone, jiff::Error> {
+        TimeZone::posix("CET-1CEST,M3.5.0,M10.5.0/3")
+    }
+
+    #[test]
+    fn a_local_start_time_the_clocks_skip_or_show_twice_is_refused_naming_why() {
+        // 2025-03-30T00:00:00Z, 01:00 there.
+        let spring_ms = 1_743_292_800_000;
+        let skipped = parse_start_time_in("02:30", spring_ms, central_europe)
+            .expect_err("02:30 does not exist that day");
+        assert!(
+            matches!(skipped, StartTimeError::SkippedLocalTime { .. }),
+            "{skipped}"
+        );
+        let text = skipped.to_string();
+        assert!(
+            text.contains("2025-03-30") && text.contains("+01") && text.contains("+02"),
+            "{text}"
+        );
+        // An hour later is a time like any other: 03:30 CEST is 01:30Z.
+        assert_eq!(
+            parse_start_time_in("03:30", spring_ms, central_europe),
+            Ok(1_743_298_200_000)
+        );
+        // 2025-10-26T00:00:00Z, 02:00 there.
+        let autumn_ms = 1_761_436_800_000;
+        let twice = parse_start_time_in("02:30", autumn_ms, central_europe)
+            .expect_err("02:30 happens twice that day");
+        assert!(
+            matches!(twice, StartTimeError::AmbiguousLocalTime { .. }),
+            "{twice}"
+        );
+        let text = twice.to_string();
+        assert!(
+            text.contains("2025-10-26T02:30:00+02:00")
+                && text.contains("2025-10-26T02:30:00+01:00"),
+            "both readings are offered: {text}"
+        );
+    }
+
+    #[test]
+    fn a_local_start_time_without_a_known_time_zone_is_refused_and_an_rfc_3339_one_is_not() {
+        let now_ms = 1_738_324_800_000;
+        let unknown = || TimeZone::get("Nowhere/Bogus");
+        let error = parse_start_time_in("14:30", now_ms, unknown).expect_err("no zone");
+        assert!(
+            matches!(error, StartTimeError::UnknownTimeZone { .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("TZ="), "{error}");
+        assert_eq!(
+            parse_start_time_in("2025-01-31T12:00:05Z", now_ms, unknown),
+            Ok(now_ms + 5_000)
+        );
+    }
+
+    #[test]
+    fn a_start_time_past_what_a_timestamp_holds_is_out_of_range_and_says_the_range() {
+        let now_ms = 1_738_324_800_000;
+        for text in ["9999-12-31T23:59:59Z", "9999-12-31T23:59:59+01:00"] {
+            let error = parse_start_time(text, now_ms).expect_err("out of range");
+            assert!(
+                matches!(error, StartTimeError::OutOfRange { .. }),
+                "{text}: {error}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains("from 1970-01-01T00:00:00Z to 9999-12-30T22:00:00Z"),
+                "{error}"
+            );
+        }
+        // The last instant in range is a start time.
+        assert!(parse_start_time("9999-12-30T22:00:00Z", now_ms).is_ok());
+        // A date without a time or an offset is no start time, nor is its time of day.
+        for text in ["9999-12-31", "2025-02-01T10:00:00"] {
+            assert!(
+                matches!(
+                    parse_start_time(text, now_ms),
+                    Err(StartTimeError::Malformed { .. })
+                ),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn a_start_time_is_an_rfc_3339_time_or_a_local_time_today_and_never_past() {

@@ -19,10 +19,16 @@
 //!   one ([`crate::state::TransitionError::HookSettled`]);
 //! * a hook's runtime is bounded: past [`DeliveryOptions::timeout`] its process group is ended
 //!   as a step's is, and the attempt counts as failed;
+//! * a hook's process group is led by a sentinel started before the hook, which kills the
+//!   whole group the moment its deliverer dies: an abandoned attempt is not still running;
+//! * once a hook exits, what is left of its group is ended, and a deliverer of its own (a
+//!   runner, `__deliver-hooks`) also ends what the hook left outside it, as a runner does for
+//!   its steps ([`DeliveryOptions::ends_descendants`]);
 //! * attempts are bounded ([`MAX_HOOK_ATTEMPTS`]): the last that fails gives the hook up.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -112,6 +118,12 @@ pub struct DeliveryOptions {
     pub max_wait: Duration,
     /// Who delivers, as recorded in each claim.
     pub by: String,
+    /// Whether this process is a deliverer of its own — a runner, or `runjournal
+    /// __deliver-hooks` — and its descendants' child subreaper: after each attempt every
+    /// descendant left is then what the hook left outside its group (`setsid`, a double fork),
+    /// ended as a step's leftovers are. False from [`DeliveryOptions::from_env`]: a host that
+    /// delivers inside its own process has children that are not the hook's.
+    pub ends_descendants: bool,
 }
 
 impl DeliveryOptions {
@@ -127,6 +139,7 @@ impl DeliveryOptions {
             grace: HOOK_GRACE,
             max_wait,
             by,
+            ends_descendants: false,
         })
     }
 
@@ -163,6 +176,9 @@ pub struct Attempted {
     pub outcome: HookOutcome,
     /// Its `HookEnded` is journaled (else someone took the claim over first).
     pub is_recorded: bool,
+    /// What the hook left running outside its process group and this process ended, as a
+    /// step's error names it ([`DeliveryOptions::ends_descendants`]); also in `hooks.log`.
+    pub left_behind: Option<String>,
 }
 
 /// What one delivery did.
@@ -378,7 +394,8 @@ fn round(
                     }
                     Err(source) => return Err(HookError::Append { run, source }),
                 }
-                let outcome = run_hook(store, &state, hook, attempt, command, options);
+                let (outcome, left_behind) =
+                    run_hook(store, &state, hook, attempt, command, options);
                 kill_here_if_asked();
                 let retry_at_ms = if outcome.is_delivered() {
                     None
@@ -410,6 +427,7 @@ fn round(
                     attempt,
                     outcome,
                     is_recorded,
+                    left_behind,
                 });
             }
         }
@@ -420,8 +438,9 @@ fn round(
 /// Runs one attempt of hook `hook` of the ended run `state`: `sh -c COMMAND` in the run's
 /// recorded environment (its cwd when it is still there, else `/`), with the run's id, state,
 /// exit code and result path beside it, its output appended to the run's `hooks.log`, in a
-/// process group of its own that is ended past the timeout; it dies with this process where
-/// the platform allows.
+/// process group of its own, led by a [`Sentinel`] that ends the group should this process
+/// die; the group is ended once the hook exits (what it left behind) or past the timeout, and
+/// what left the group is swept where `options.ends_descendants` says this process may.
 fn run_hook(
     store: &Store,
     state: &RunState,
@@ -429,19 +448,28 @@ fn run_hook(
     attempt: u32,
     command_text: &str,
     options: &DeliveryOptions,
-) -> HookOutcome {
+) -> (HookOutcome, Option<String>) {
+    let not_started = |error: String| {
+        (
+            HookOutcome::NotStarted {
+                error: event::truncate_text(&error, event::MAX_TEXT_BYTES),
+            },
+            None,
+        )
+    };
     let run = state.run_id;
     let home = store.home();
     let environment = match store.start_environment(run, state.spec.cwd.as_deref()) {
         Ok(environment) => environment,
-        Err(error) => {
-            return HookOutcome::NotStarted {
-                error: event::truncate_text(
-                    &format!("reading the run's environment: {error}"),
-                    event::MAX_TEXT_BYTES,
-                ),
-            };
-        }
+        Err(error) => return not_started(format!("reading the run's environment: {error}")),
+    };
+    let log = durable_fs::ensure_private_dir(&home.run_dir(run))
+        .and_then(|()| durable_fs::open_append(&home.hook_log_path(run)))
+        .ok();
+    // The group's leader first: no process of the hook exists before its group can be ended.
+    let sentinel = match Sentinel::start() {
+        Ok(sentinel) => sentinel,
+        Err(error) => return not_started(format!("starting the hook's process group: {error}")),
     };
     let mut command = Command::new("sh");
     command.arg("-c").arg(command_text);
@@ -462,17 +490,15 @@ fn run_hook(
         .env(ENV_HOOK, hook.to_string())
         .env(ENV_HOOK_ATTEMPT, attempt.to_string())
         .stdin(Stdio::null())
-        .process_group(0);
+        .process_group(sentinel.group_id());
     if let Some(name) = &state.spec.name {
         command.env(ENV_RUN_NAME, name);
     }
-    let log = durable_fs::ensure_private_dir(&home.run_dir(run))
-        .and_then(|()| durable_fs::open_append(&home.hook_log_path(run)));
     match log
         .as_ref()
         .map(|file| (file.try_clone(), file.try_clone()))
     {
-        Ok((Ok(out), Ok(err))) => {
+        Some((Ok(out), Ok(err))) => {
             command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
         }
         _ => {
@@ -488,67 +514,172 @@ fn run_hook(
             platform::mark_cloexec_from(3)
         });
     }
-    let child = match command.spawn() {
+    let spawned = command.spawn();
+    drop(command);
+    let child = match spawned {
         Ok(child) => child,
         Err(error) => {
-            return HookOutcome::NotStarted {
-                error: event::truncate_text(&error.to_string(), event::MAX_TEXT_BYTES),
-            };
+            sentinel.dismiss(options);
+            return not_started(error.to_string());
         }
     };
-    follow_hook(child, options)
+    let outcome = follow_hook(child, sentinel, options);
+    let left_behind = options
+        .ends_descendants
+        .then(|| end_left_behind(options))
+        .flatten();
+    if let (Some(text), Some(mut file)) = (&left_behind, log.as_ref()) {
+        // Best effort, as the hook's own output: the journal has the attempt's outcome.
+        let _ = writeln!(file, "runjournal: hook {hook} attempt {attempt}: {text}");
+    }
+    (outcome, left_behind)
 }
 
-/// Waits for a hook's process up to the timeout, ends its group (what it left behind, or all
-/// of it past the timeout), then reaps it.
-fn follow_hook(mut child: Child, options: &DeliveryOptions) -> HookOutcome {
+/// Waits for a hook's process up to the timeout, reaps it, and ends its group (what it left
+/// behind, or all of it past the timeout).
+fn follow_hook(mut child: Child, sentinel: Sentinel, options: &DeliveryOptions) -> HookOutcome {
     let pid = child.id();
-    // Read before it can be reaped: while unreaped, the leader (alive or a zombie) holds the
-    // group's id, so ending the group reaches only its members.
-    let leader = platform::identity_of(pid).ok().flatten();
     let deadline = Instant::now() + options.timeout;
+    let has_exited = wait_exited(pid, deadline, || matches!(child.try_wait(), Ok(Some(_))));
+    if !has_exited {
+        sentinel.dismiss(options);
+        // Ended with its group: reaped now, its status is the timeout's.
+        let _ = child.wait();
+        return HookOutcome::TimedOut;
+    }
+    // Reaped at once: the sentinel, not the hook, holds the group's id.
+    let status = child.wait();
+    sentinel.dismiss(options);
+    match status {
+        Ok(status) if status.success() => HookOutcome::Delivered,
+        Ok(status) => HookOutcome::Failed {
+            exit: ProcessExit::from(status),
+        },
+        Err(error) => HookOutcome::NotStarted {
+            error: event::truncate_text(
+                &format!("waiting for the hook: {error}"),
+                event::MAX_TEXT_BYTES,
+            ),
+        },
+    }
+}
+
+/// Polls until process `pid` (this process's child, unreaped) has exited, or `deadline`;
+/// whether it exited. `has_exited` is asked when the platform cannot tell.
+fn wait_exited(pid: u32, deadline: Instant, mut has_exited: impl FnMut() -> bool) -> bool {
     let mut pause = Duration::from_millis(1);
-    let has_timed_out = loop {
+    loop {
         let is_exited = match platform::process(pid) {
             Ok(Some(info)) => info.is_zombie,
             Ok(None) => true,
-            Err(_) => matches!(child.try_wait(), Ok(Some(_))),
+            Err(_) => has_exited(),
         };
         if is_exited {
-            break false;
+            return true;
         }
         let now = Instant::now();
         if now >= deadline {
-            break true;
+            return false;
         }
         std::thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(20));
-    };
-    if let Some(leader) = &leader {
-        // Members this process inherited (a runner is its steps' subreaper) are reaped as they
-        // die; the leader is reaped below, for its status.
-        let _ = process_group::end(leader, None, options.grace, Reaping::ZombieMembers);
     }
-    let status = match child.wait() {
-        Ok(status) => status,
-        Err(error) => {
-            return HookOutcome::NotStarted {
-                error: event::truncate_text(
-                    &format!("waiting for the hook: {error}"),
-                    event::MAX_TEXT_BYTES,
-                ),
-            };
+}
+
+/// Ends what a hook left below this process outside its group (`setsid`, a double fork),
+/// inherited as its child subreaper: every descendant, since a deliverer of its own runs
+/// nothing else meanwhile ([`DeliveryOptions::ends_descendants`]). The sentence that names
+/// what was ended, if anything was.
+fn end_left_behind(options: &DeliveryOptions) -> Option<String> {
+    let swept =
+        crate::runner::sweep::sweep(std::process::id(), &BTreeSet::new(), options.grace).ok()?;
+    (!swept.is_empty()).then(|| swept.describe())
+}
+
+/// How long a sentinel told to stand down has to exit before its group is ended anyway (it
+/// exits at once; a stopped one is ended with the group).
+const SENTINEL_EXIT_WAIT: Duration = Duration::from_secs(1);
+
+/// What a sentinel runs: it ignores the signals a hook may send its own group (`kill 0`), and
+/// reads its standard input, a pipe whose only writer is the deliverer. A line means the
+/// deliverer is done with the group: it exits. End of file without one means the deliverer
+/// died: it kills its whole group, the hook and everything the hook started in it.
+const SENTINEL_SCRIPT: &str =
+    "trap '' HUP INT QUIT TERM USR1 USR2 ALRM PIPE; read -r line && exit 0; kill -s KILL 0";
+
+/// The leader of a hook's process group: a shell that does nothing but wait for the
+/// deliverer's word, started before the hook joins its group. When the deliverer dies — killed,
+/// crashed, at any point — the kernel closes its end of the sentinel's pipe, and the sentinel
+/// kills the group: an attempt found abandoned is not still running. While the sentinel is
+/// unreaped (this process reaps it only after ending the group) it holds the group's id, so
+/// the group is ended by the sentinel's identity, as a step's group is by its leader's.
+struct Sentinel {
+    child: Child,
+    identity: ProcessIdentity,
+    /// The deliverer's end of the pipe: dropped (closed) only by [`Sentinel::dismiss`] or by
+    /// this process's death.
+    word: Option<std::fs::File>,
+}
+
+impl Sentinel {
+    fn start() -> io::Result<Sentinel> {
+        let (read_end, write_end) = platform::pipe_cloexec()?;
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(SENTINEL_SCRIPT)
+            .current_dir("/")
+            .stdin(Stdio::from(read_end))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        // SAFETY: the descriptor walk is raw system calls, async-signal-safe.
+        unsafe {
+            command.pre_exec(|| platform::mark_cloexec_from(3));
         }
-    };
-    if has_timed_out {
-        return HookOutcome::TimedOut;
+        let mut child = command.spawn()?;
+        // The read end is the sentinel's alone: this process's copy goes with the command.
+        drop(command);
+        let identity = match platform::identity_of(child.id()) {
+            Ok(Some(identity)) => identity,
+            outcome => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(match outcome {
+                    Err(error) => error,
+                    _ => io::Error::other("the group's leader vanished as it started"),
+                });
+            }
+        };
+        Ok(Sentinel {
+            child,
+            identity,
+            word: Some(std::fs::File::from(write_end)),
+        })
     }
-    if status.success() {
-        HookOutcome::Delivered
-    } else {
-        HookOutcome::Failed {
-            exit: ProcessExit::from(status),
+
+    /// The group's id, which the hook joins.
+    fn group_id(&self) -> i32 {
+        i32::try_from(self.identity.pid).unwrap_or(i32::MAX)
+    }
+
+    /// The deliverer is done with the group: tells the sentinel to exit, then ends the group
+    /// as a step's is (what is left of it: SIGTERM, the grace, SIGKILL), then reaps the
+    /// sentinel.
+    fn dismiss(mut self, options: &DeliveryOptions) {
+        if let Some(mut word) = self.word.take() {
+            // A sentinel already gone (the hook killed its group) cannot read it: no matter.
+            let _ = word.write_all(b"\n");
         }
+        let _ = wait_exited(
+            self.identity.pid,
+            Instant::now() + SENTINEL_EXIT_WAIT,
+            || matches!(self.child.try_wait(), Ok(Some(_))),
+        );
+        // Members this process inherited (a runner is its steps' subreaper) are reaped by the
+        // sweep that follows; the hook by its waiter.
+        let _ = process_group::end(&self.identity, None, options.grace, Reaping::Nothing);
+        let _ = self.child.wait();
     }
 }
 

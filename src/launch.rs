@@ -186,6 +186,15 @@ pub enum LaunchError {
     HeadKeptMoving { run: RunId },
     #[error("run {run} disappeared from the journal")]
     Vanished { run: RunId },
+    /// The runner exited before taking the run, saying the journal is damaged
+    /// ([`crate::journal::DAMAGE_EXIT_CODE`]); the run is recorded failed where the journal
+    /// still allowed it.
+    #[error("run {run}: its runner exited before taking the run: {source}")]
+    RunnerFoundDamage {
+        run: RunId,
+        #[source]
+        source: crate::journal::DamageReported,
+    },
     #[error("run {run}: recording how its runner exited: {source}")]
     RecordExit {
         run: RunId,
@@ -540,6 +549,11 @@ fn await_runner(
                 ),
             };
             let exit = exited.map(ProcessExit::from);
+            // A runner that stopped on the journal as damaged: the launch reports the damage,
+            // as every command does, though its own reads met none.
+            let is_damage_exit = exit
+                .as_ref()
+                .is_some_and(|exit| exit.code == Some(i32::from(crate::journal::DAMAGE_EXIT_CODE)));
             let start = give_up(
                 store,
                 run,
@@ -547,6 +561,18 @@ fn await_runner(
                 error,
                 exit,
             )?;
+            if is_damage_exit && matches!(start, RunnerStart::NotStarted { .. }) {
+                return Err(LaunchError::RunnerFoundDamage {
+                    run,
+                    source: crate::journal::DamageReported {
+                        path: store.home().journal_path(),
+                        by: format!(
+                            "its runner (see {})",
+                            store.home().runner_log_path(run).display()
+                        ),
+                    },
+                });
+            }
             return Ok(Launched {
                 run,
                 runner: exited.is_none().then_some(runner),

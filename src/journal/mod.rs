@@ -34,9 +34,9 @@ pub use file::examine::{check_home_journal, examine};
 pub use file::marker::{damage_marker_path, mark_damaged};
 pub use file::{BackendFactory, Location, compact, examine, instrumented, lock_wait};
 pub use format::error::{
-    AppendError, CorruptError, Damaged, FileFinding, Inconsistency, LockHeld, OpenError,
-    QueueRefusal, ReadError, ResumeRefusal, StorageFailure, StoragePanic, damage_advice, is_damage,
-    is_damage_in_chain,
+    AppendError, CorruptError, DAMAGE_EXIT_CODE, DamageReported, Damaged, FileFinding,
+    Inconsistency, LockHeld, OpenError, QueueRefusal, ReadError, ResumeRefusal, StorageFailure,
+    StoragePanic, damage_advice, is_damage, is_damage_in_chain,
 };
 pub use format::recovery::{LostFact, QueueLimitChoice, RecoveryNote};
 pub use format::retention::{ClockAnchor, KeepFree, MAX_TOMBSTONES, Retention, Tombstone};

@@ -327,18 +327,25 @@ impl RunnerError {
 /// journal) is left to a deliverer a reconcile pass starts.
 fn deliver_hooks(store: &Store, run: RunId) {
     let by = format!("runner of {run}");
-    let options = match crate::hooks::DeliveryOptions::from_env(by, crate::hooks::RUNNER_MAX_WAIT) {
-        Ok(options) => options,
-        Err(reason) => {
-            log(&format!("not delivering the run's hooks: {reason}"));
-            return;
-        }
-    };
+    let mut options =
+        match crate::hooks::DeliveryOptions::from_env(by, crate::hooks::RUNNER_MAX_WAIT) {
+            Ok(options) => options,
+            Err(reason) => {
+                log(&format!("not delivering the run's hooks: {reason}"));
+                return;
+            }
+        };
+    // Its steps are ended and swept: what is below the runner from now on is its hooks'.
+    options.ends_descendants = true;
     match crate::hooks::deliver_run(store, run, &options) {
         Ok(delivery) => {
             for attempted in &delivery.attempts {
+                let left_behind = attempted
+                    .left_behind
+                    .as_ref()
+                    .map_or(String::new(), |text| format!("; {text}"));
                 log(&format!(
-                    "hook {} attempt {}: {}",
+                    "hook {} attempt {}: {}{left_behind}",
                     attempted.hook,
                     attempted.attempt,
                     crate::exit::describe_hook_outcome(&attempted.outcome)

@@ -13,8 +13,24 @@ use support::{TestHome, record_count, run_id_of, wait_terminal};
 
 /// Runs `args` and checks the bad-input contract; returns the stderr line.
 fn refuse(home: &TestHome, journal: &Journal, args: &[&str], expected: &str) -> String {
+    refuse_with_env(home, journal, &[], args, expected)
+}
+
+/// [`refuse`], with the variables `env` set for the command.
+fn refuse_with_env(
+    home: &TestHome,
+    journal: &Journal,
+    env: &[(&str, &str)],
+    args: &[&str],
+    expected: &str,
+) -> String {
     let before = record_count(journal);
-    let output = home.cmd().args(args).output().expect("runs");
+    let output = home
+        .cmd()
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .expect("runs");
     // Arguments as long as the ones over a limit are shown cut.
     let args: Vec<String> = args
         .iter()
@@ -576,4 +592,87 @@ fn a_missing_or_conflicting_argument_is_named() {
         "cannot be used with",
     );
     refuse(&home, &journal, &["scrub", "--every", "0s"], "is zero");
+}
+
+/// A POSIX `TZ` rule whose local time is about noon now (its standard offset chosen so), with
+/// daylight saving time starting today at 02:00 (`starts_today`: 02:00 to 03:00 is skipped) or
+/// ending today at 03:00 (else: 02:00 to 03:00 happens twice). Noon is hours from either
+/// midnight, so the command run now has the same today.
+fn tz_with_a_transition_today(starts_today: bool) -> String {
+    let now = jiff::Timestamp::now();
+    let utc_hour = i32::from(jiff::tz::TimeZone::UTC.to_datetime(now).hour());
+    // Local minus UTC, in hours: -11 to +12.
+    let offset_hours = 12 - utc_hour;
+    let offset = jiff::tz::Offset::from_hours(i8::try_from(offset_hours).expect("an hour offset"))
+        .expect("a valid offset");
+    let today = jiff::tz::TimeZone::fixed(offset).to_datetime(now).date();
+    // POSIX's zero-based day of the year, leap days counted.
+    let day = i32::from(today.day_of_year()) - 1;
+    let other_day = (day + 180) % 365;
+    let (start, end) = if starts_today {
+        (day, other_day)
+    } else {
+        (other_day, day)
+    };
+    // POSIX writes the standard offset west of UTC as positive.
+    format!("XST{}XDT,{start}/2,{end}/3", -offset_hours)
+}
+
+/// Regression: `--at 9999-12-31T23:59:59Z`, past the last instant a timestamp holds, was
+/// refused as "not a start time"; a local `--at` time the clocks skip today or show twice was
+/// taken an hour off what was meant, and one under a `TZ` that names no zone was read in UTC.
+/// Each is refused, saying why (and the range).
+#[test]
+fn a_start_time_out_of_range_skipped_shown_twice_or_in_an_unknown_zone_is_refused() {
+    let (home, journal, _) = home_with_a_run();
+    refuse(
+        &home,
+        &journal,
+        &["run", "--at", "9999-12-31T23:59:59Z", "--", "true"],
+        "is out of range: a start time is from 1970-01-01T00:00:00Z to 9999-12-30T22:00:00Z",
+    );
+    let skipping = tz_with_a_transition_today(true);
+    refuse_with_env(
+        &home,
+        &journal,
+        &[("TZ", &skipping)],
+        &["run", "--at", "02:30", "--", "true"],
+        "does not exist today",
+    );
+    let repeating = tz_with_a_transition_today(false);
+    refuse_with_env(
+        &home,
+        &journal,
+        &[("TZ", &repeating)],
+        &["run", "--at", "02:30", "--", "true"],
+        "happens twice today",
+    );
+    refuse_with_env(
+        &home,
+        &journal,
+        &[("TZ", "Nowhere/Bogus")],
+        &["run", "--at", "14:30", "--", "true"],
+        "time zone is unknown",
+    );
+    // The same zones take an unambiguous local time, and any zone an RFC 3339 time; the runs
+    // are stopped then, so that the home's timer has nothing left to wait for.
+    for (tz, at) in [
+        (skipping.as_str(), "23:59:59"),
+        ("Nowhere/Bogus", "2999-01-01T00:00:00Z"),
+    ] {
+        let output = home
+            .cmd()
+            .env("TZ", tz)
+            .args(["run", "--json", "--at", at, "--", "true"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let run = run_id_of(&output);
+        home.cmd()
+            .args(["stop", &run.to_string()])
+            .assert()
+            .success();
+    }
 }

@@ -3,7 +3,9 @@
 //! the run's id, state, exit code and result path beside its launcher's environment; a hook
 //! that fails is tried again and, once delivered, never again; a deliverer killed between a
 //! hook's exit and its record costs at most one more delivery; a hook past its timeout is
-//! ended with its group; the home's hook runs for every run that ends while it is set.
+//! ended with its group; what a hook leaves outside its group is ended, by a runner and by a
+//! deliverer; a deliverer SIGKILLed mid-hook takes its hook's whole group with it; the home's
+//! hook runs for every run that ends while it is set.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -276,7 +278,11 @@ fn a_deliverer_killed_between_a_hooks_exit_and_its_record_delivers_it_once_more_
 fn a_hook_past_its_timeout_is_ended_and_listed_as_failing() {
     let home = TestHome::new();
     let pids = out_file(&home, "hook.pids");
-    let hook = format!("echo $$ >> {}; sleep 60 & sleep 60", pids.display());
+    // The hook's group id (field 5 of its stat): a sentinel, not the hook's shell, leads it.
+    let hook = format!(
+        "read -r _ _ _ _ group _ < /proc/$$/stat; echo $group >> {}; sleep 60 & sleep 60",
+        pids.display()
+    );
     let run = {
         let output = home
             .cmd()
@@ -308,15 +314,15 @@ fn a_hook_past_its_timeout_is_ended_and_listed_as_failing() {
         "{ended:?}"
     );
     // Each attempt's group was ended: no process of a hook is left alive.
-    for pid in read_lines(&pids) {
-        let pid: u32 = pid.parse().expect("a pid");
-        let alive: Vec<u32> = runjournal::platform::group_members(pid)
+    for group in read_lines(&pids) {
+        let group: u32 = group.parse().expect("a group id");
+        let alive: Vec<u32> = runjournal::platform::group_members(group)
             .expect("the system's processes read")
             .into_iter()
             .filter(runjournal::platform::ProcessInfo::is_alive)
             .map(|member| member.pid)
             .collect();
-        assert!(alive.is_empty(), "hook group {pid} still has {alive:?}");
+        assert!(alive.is_empty(), "hook group {group} still has {alive:?}");
     }
     let listed = home
         .cmd()
@@ -466,5 +472,189 @@ fn a_result_keeps_the_seq_of_its_terminal_after_the_hooks_records() {
         !String::from_utf8_lossy(&output).contains("\"reprojected\":true"),
         "{}",
         String::from_utf8_lossy(&output)
+    );
+}
+
+/// The pids of the live processes (not zombies) with an argument that contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let has_marker = cmdline
+            .split(|byte| *byte == 0)
+            .any(|arg| String::from_utf8_lossy(arg).contains(marker));
+        let is_alive = runjournal::platform::process(pid)
+            .ok()
+            .flatten()
+            .is_some_and(|info| info.is_alive());
+        if has_marker && is_alive {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits, within a bound, until no live process has `marker` in its arguments; past it, kills
+/// those left (so that a failure leaves nothing behind) and fails naming them.
+fn assert_none_left_with(marker: &str, what: &str) {
+    let mut left = processes_with(marker);
+    for _ in 0..POLLS {
+        if left.is_empty() {
+            return;
+        }
+        std::thread::sleep(POLL);
+        left = processes_with(marker);
+    }
+    let mut doomed = left.clone();
+    while let Some(pid) = doomed.pop() {
+        if let Ok(children) = runjournal::platform::children(pid) {
+            doomed.extend(children.iter().map(|child| child.pid));
+        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid")),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    panic!("{what}: processes {left:?} (with {marker}) are still alive");
+}
+
+/// A hook that starts a daemon in a session of its own and waits until it is up: `setsid`
+/// takes it out of the hook's process group, so ending the group does not reach it.
+fn daemon_hook(marker: &str, up: &Path) -> String {
+    format!(
+        "setsid sh -c 'echo up > {up}; sleep 7777; :' {marker} & \
+         while [ ! -s {up} ]; do sleep 0.05; done",
+        up = up.display()
+    )
+}
+
+/// What broke: a hook's `setsid sh -c "sleep 7777"` outlived it (reparented to init), where
+/// the same line in a step is ended and named. Now a hook's leftovers are ended as a step's
+/// are — by the runner that delivers it, and by a deliverer a reconcile pass starts — and
+/// `hooks.log` names them.
+#[test]
+fn what_a_hook_leaves_outside_its_group_is_ended_by_its_runner_and_by_a_deliverer() {
+    let home = TestHome::new();
+    let marker = format!("rj-hook-daemon-{}", std::process::id());
+    // Delivered by the run's runner.
+    let up = out_file(&home, "runner-daemon.up");
+    let by_runner = format!("{marker}-runner");
+    let run = launch(
+        &home,
+        &["--on-exit", &daemon_hook(&by_runner, &up), "--", "true"],
+    );
+    let journal = home.journal();
+    wait_terminal(&journal, run);
+    wait_settled(&journal, run);
+    assert_eq!(
+        read_lines(&up),
+        vec!["up".to_string()],
+        "the daemon started"
+    );
+    assert_none_left_with(&by_runner, "a hook the runner delivered");
+    let (_, ended) = hook_history(&journal, run);
+    assert_eq!(ended, vec![(0, 1, HookOutcome::Delivered)]);
+    let log = std::fs::read_to_string(
+        home.path()
+            .join("runs")
+            .join(run.to_string())
+            .join("hooks.log"),
+    )
+    .unwrap_or_default();
+    assert!(
+        log.contains("ended 2 processes it left outside its process group"),
+        "hooks.log names what was ended: {log}"
+    );
+
+    // Delivered by a deliverer: a delayed run stopped before its time has no runner.
+    let up = out_file(&home, "deliverer-daemon.up");
+    let by_deliverer = format!("{marker}-deliverer");
+    let run = launch(
+        &home,
+        &[
+            "--delay",
+            "1h",
+            "--on-exit",
+            &daemon_hook(&by_deliverer, &up),
+            "--",
+            "true",
+        ],
+    );
+    home.cmd()
+        .args(["stop", &run.to_string()])
+        .assert()
+        .success();
+    home.cmd().arg("reconcile").assert().success();
+    wait_settled(&journal, run);
+    assert_eq!(
+        read_lines(&up),
+        vec!["up".to_string()],
+        "the daemon started"
+    );
+    assert_none_left_with(&by_deliverer, "a hook a deliverer delivered");
+    let (_, ended) = hook_history(&journal, run);
+    assert_eq!(ended, vec![(0, 1, HookOutcome::Delivered)]);
+}
+
+/// What broke: with the delivering runner SIGKILLed mid-hook, only the hook's `sh -c` died
+/// (it dies with its parent); a child it had started went on and finished its work after the
+/// next attempt had started. Now the hook's whole group dies with its deliverer: an attempt
+/// found abandoned is not still running.
+#[test]
+fn a_hooks_whole_group_dies_with_a_deliverer_killed_mid_hook() {
+    let home = TestHome::new();
+    let marker = format!("rj-hook-child-{}", std::process::id());
+    let started = out_file(&home, "hook.started");
+    let hook = format!(
+        "echo started >> {}; sh -c 'sleep 7777; :' {marker}",
+        started.display()
+    );
+    let output = home
+        .cmd()
+        // The hook outlives this test unless its group is ended with its deliverer.
+        .env(runjournal::hooks::HOOK_TIMEOUT_ENV, "10m")
+        .args(["run", "--json", "--on-exit", &hook, "--", "true"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = crate::support::run_id_of(&output);
+    let journal = home.journal();
+    wait_terminal(&journal, run);
+    wait_lines(&started, 1);
+    for _ in 0..POLLS {
+        if !processes_with(&marker).is_empty() {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "the hook's child started"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner_pid(&output)),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("the runner is killed");
+    assert_none_left_with(&marker, "the hook of a runner SIGKILLed mid-hook");
+    let (claimed, ended) = hook_history(&journal, run);
+    assert_eq!(
+        (claimed, ended.len()),
+        (1, 0),
+        "the attempt is left claimed"
     );
 }

@@ -71,6 +71,72 @@ fn a_runner_that_exits_at_once_leaves_the_run_failed_and_not_started() {
     assert_eq!(observed.exit.and_then(|exit| exit.code), Some(1));
 }
 
+/// What broke: a runner that stopped on a damaged journal before taking its run (exit 4, as
+/// every command does) was reported by `run` as a runner that exited, exit 1. The launch now
+/// reports the damage, so the command says so and exits 4; the run is recorded failed. The
+/// runner here is the real one, pointed at a home whose journal is zero-filled: the launcher's
+/// own journal is sound, as when the damaged page is one only the runner reads.
+#[test]
+fn a_runner_that_stopped_on_a_damaged_journal_makes_the_launch_report_damage() {
+    let damaged = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open(&damaged);
+        launch::launch(
+            &store,
+            request(),
+            &RunnerProgram {
+                program: "false".into(),
+                leading_args: Vec::new(),
+            },
+            launch::RUNNER_START_TIMEOUT,
+        )
+        .expect("a run in the home to damage");
+    }
+    let journal = damaged.path().join("journal.redb");
+    let length = std::fs::metadata(&journal).expect("the journal").len();
+    std::fs::write(
+        &journal,
+        vec![0u8; usize::try_from(length).expect("a length")],
+    )
+    .expect("the journal zero-filled");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir);
+    // `runjournal --home DAMAGED __runner RUN`, whatever else the launch passes.
+    let program = RunnerProgram {
+        program: "sh".into(),
+        leading_args: vec![
+            "-c".into(),
+            "exec \"$0\" --home \"$1\" __runner \"$2\"".into(),
+            env!("CARGO_BIN_EXE_runjournal").into(),
+            damaged.path().into(),
+        ],
+    };
+    let error = launch::launch(&store, request(), &program, launch::RUNNER_START_TIMEOUT)
+        .expect_err("the launch reports the damage");
+    let launch::LaunchError::RunnerFoundDamage { run, .. } = &error else {
+        panic!("reported as damage: {error:?}");
+    };
+    assert!(
+        runjournal::journal::is_damage_in_chain(&error),
+        "the commands' one rule reads it as damage (exit 4): {error}"
+    );
+    assert!(
+        error.to_string().contains("recover --from-projections"),
+        "{error}"
+    );
+    let state = store
+        .journal()
+        .view()
+        .and_then(|view| view.snapshot(*run))
+        .expect("read")
+        .expect("the run exists");
+    assert_eq!(
+        state.status,
+        RunStatus::Failed,
+        "the run is recorded failed"
+    );
+}
+
 #[test]
 fn a_runner_that_never_takes_the_run_is_given_up_then_killed_and_refused_later() {
     let dir = tempfile::tempdir().expect("temp dir");

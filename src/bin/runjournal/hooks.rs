@@ -143,8 +143,13 @@ fn hook_line(report: &HookReport) -> String {
 pub fn deliver(home: Home) -> CliResult {
     let store = Store::open(home).context("opening the home")?;
     let by = format!("deliverer (pid {})", std::process::id());
-    let options = DeliveryOptions::from_env(by, hooks::DELIVERER_MAX_WAIT)
+    let mut options = DeliveryOptions::from_env(by, hooks::DELIVERER_MAX_WAIT)
         .map_err(|reason| crate::Failure::Error(anyhow::anyhow!(reason)))?;
+    // A process of its own, started for this: what a hook leaves outside its group is
+    // inherited here and ended, as a runner does for its steps. Where there is no subreaper
+    // (macOS), such orphans go to launchd.
+    let _ = runjournal::platform::become_child_subreaper();
+    options.ends_descendants = true;
     match hooks::deliver_due(&store, &options) {
         Ok(_) => {
             store.flush_projections(std::time::Duration::from_secs(2));

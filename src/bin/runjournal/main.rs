@@ -42,8 +42,9 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 /// is unknown). Check with `runjournal status ID` before doing it again.
 pub const EXIT_UNKNOWN: u8 = 3;
 /// Exit code: the journal is damaged, lost or of an unknown format
-/// ([`runjournal::journal::is_damage`]), as `journal-tools` says it. Nothing was written.
-pub const EXIT_DAMAGED: u8 = 4;
+/// ([`runjournal::journal::is_damage`]), as `journal-tools` says it, and a runner stopped on
+/// it. Nothing was written.
+pub const EXIT_DAMAGED: u8 = runjournal::journal::DAMAGE_EXIT_CODE;
 /// What every report of damage names: the command that rebuilds the journal.
 const RECOVER_ADVICE: &str = "recover --from-projections";
 /// Exit code of `wait --timeout` when the run is still going (EX_TEMPFAIL).

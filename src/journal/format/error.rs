@@ -123,6 +123,25 @@ impl Damaged {
     }
 }
 
+/// The exit code of a process that stops on a damaged, lost or unknown journal: every command
+/// of both binaries, and a runner ([`is_damage`] is the rule).
+pub const DAMAGE_EXIT_CODE: u8 = 4;
+
+/// A process this one started stopped on the journal as damaged: it exited with
+/// [`DAMAGE_EXIT_CODE`] (a runner before taking its run). Its launcher reports the damage as
+/// its own, though it may not have met it: the damaged page may be one only the runner read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "journal {} is damaged: {by} stopped on it ({REMEDY})",
+    .path.display()
+)]
+pub struct DamageReported {
+    /// The journal file.
+    pub path: PathBuf,
+    /// Who stopped on it, and where it said why: "its runner (see …/runner.log)".
+    pub by: String,
+}
+
 /// Whether any link of `error`'s chain says the journal is damaged ([`is_damage`]).
 pub fn is_damage_in_chain(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
@@ -137,11 +156,15 @@ pub fn is_damage_in_chain(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// Whether `cause`, one link of an error chain, says the journal is damaged, lost or of an
 /// unknown format: a panic redb met on its bytes ([`Damaged`]), bytes redb or runjournal found
-/// corrupt, a file that is not a journal, a journal lost beside runs, one of a newer format.
-/// Both binaries exit 4 for such an error (docs/design.md, "Failures and guarantees"); walk a
+/// corrupt, a process that stopped on such a journal ([`DamageReported`]), a file that is not
+/// a journal, a journal lost beside runs, one of a newer format. Both binaries exit 4 for such an error (docs/design.md, "Failures and guarantees"); walk a
 /// chain with `error.chain().any(is_damage)`.
 pub fn is_damage(cause: &(dyn std::error::Error + 'static)) -> bool {
-    if cause.is::<StoragePanic>() || cause.is::<Damaged>() || cause.is::<CorruptError>() {
+    if cause.is::<StoragePanic>()
+        || cause.is::<Damaged>()
+        || cause.is::<DamageReported>()
+        || cause.is::<CorruptError>()
+    {
         return true;
     }
     // Transparent wrappers hand on their source, so redb's own word may be all a chain holds.
