@@ -720,9 +720,11 @@ fn take_inbox(
     store: &Store,
     run: RunId,
 ) -> Result<Option<RunState>, crate::control_inbox::TakeError> {
+    // One look: a file not yet whole is left for the next pass (or the run's runner).
     let taken = crate::control_inbox::take(
         store.home(),
         run,
+        &mut crate::control_inbox::Settling::default(),
         || store.journal().view()?.snapshot(run),
         |events, condition| store.append(run, events, condition),
     )?;

@@ -1,16 +1,19 @@
 //! Control with real processes: stop (grandchildren included), timeout, a stop recorded before
-//! the runner starts, pushed external-job updates.
+//! the runner starts, pushed external-job updates, control files written in place.
 
 use crate::support;
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use predicates::prelude::*;
 use runjournal::HostIds;
 use runjournal::event::{ControlAction, Event, JobState, Mode};
 use runjournal::state::StepStatus;
 use runjournal::testkit as kit;
-use runjournal::{Condition, Home, RunStatus, Store};
+use runjournal::{Condition, Home, RunId, RunStatus, Store};
 use support::{TestHome, group_members, records, run_id_of, state, wait_for, wait_terminal};
 
 #[test]
@@ -305,4 +308,167 @@ fn reads_close_ended_runs_silently_and_report_a_repair_once_in_one_line() {
         .assert()
         .success()
         .stderr(predicate::str::is_empty());
+}
+
+/// The `.json` files in a directory (none when it is missing).
+fn json_files_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|extension| extension == "json")
+        })
+        .collect()
+}
+
+/// Polls `done` until it holds; panics naming `what` after a generous bound.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..1200 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+/// A control file written in place as a shell's `>` writes it: made (empty) at once, then
+/// written in two pieces, the second after [`IN_PLACE_PAUSE`], then closed.
+struct InPlaceWrite {
+    file: std::fs::File,
+    rest: Vec<u8>,
+}
+
+/// Longer than the runner's poll (250 ms): a runner that reads a file the moment it changes
+/// finds it half written, every time.
+const IN_PLACE_PAUSE: Duration = Duration::from_millis(400);
+
+impl InPlaceWrite {
+    fn begin(path: &Path, body: &str) -> InPlaceWrite {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .expect("the control file made");
+        let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+        file.write_all(first).expect("the first piece");
+        InPlaceWrite {
+            file,
+            rest: rest.to_vec(),
+        }
+    }
+
+    fn finish(mut self) {
+        self.file.write_all(&self.rest).expect("the second piece");
+    }
+}
+
+/// A request written in place (a shell's `echo … > control/stop.json`) was read the moment it
+/// was made, before it was written, and refused as not JSON: the request was lost. 200 steer
+/// requests written in place into two running runs, each in two pieces with a pause longer
+/// than the runner's poll between them, are all taken and none refused; then a `stop.json`
+/// written the same way ends each run stopped.
+#[test]
+fn requests_written_in_place_are_all_taken_none_refused() {
+    const ROUNDS: usize = 20;
+    const PER_RUN_PER_ROUND: usize = 5;
+    let home = TestHome::new();
+    let layout = Home::at(home.path());
+    // The step takes each message as it comes, so the run's queue of messages never fills.
+    let drains = "echo ready; while :; do for f in \"$RUNJOURNAL_INBOX\"/*.json; do \
+                  [ -f \"$f\" ] && rm -f \"$f\"; done; sleep 0.05; done";
+    let runs: Vec<RunId> = (0..2)
+        .map(|_| support::launch(&home, &["--", "sh", "-c", drains]))
+        .collect();
+    let journal = home.journal();
+    for &run in &runs {
+        wait_for(&journal, run, "the step to run", |state| {
+            state.steps[0].status == StepStatus::Running
+        });
+    }
+    let mut sent: Vec<(RunId, String)> = Vec::new();
+    for round in 0..ROUNDS {
+        let mut writes = Vec::new();
+        for &run in &runs {
+            for index in 0..PER_RUN_PER_ROUND {
+                let id = format!("in-place-{round}-{index}");
+                let path = layout.steer_requests_dir(run).join(format!("{id}.json"));
+                let body = format!(
+                    r#"{{"type":"steer","id":"{id}","ts":1700000000000,"message":"written in place","source":"a shell"}}"#
+                );
+                writes.push(InPlaceWrite::begin(&path, &body));
+                sent.push((run, id));
+            }
+        }
+        std::thread::sleep(IN_PLACE_PAUSE);
+        for write in writes {
+            write.finish();
+        }
+        for &run in &runs {
+            wait_until("the round's files to be taken", || {
+                json_files_in(&layout.steer_requests_dir(run)).is_empty()
+            });
+            wait_for(&journal, run, "the step to take its messages", |state| {
+                state.queued_steers().next().is_none()
+            });
+        }
+    }
+    assert_eq!(sent.len(), 200);
+    for &run in &runs {
+        let records = records(&journal, run);
+        let refused: Vec<&Event> = records
+            .iter()
+            .map(|record| &record.event)
+            .filter(|event| matches!(event, Event::ControlRefused { .. }))
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "run {run}: {} of its files refused, the first {:?}",
+            refused.len(),
+            refused.first()
+        );
+        assert_eq!(
+            json_files_in(&layout.control_refused_dir(run)),
+            Vec::<PathBuf>::new()
+        );
+        let state = state(&journal, run);
+        for (_, id) in sent.iter().filter(|(sent_to, _)| *sent_to == run) {
+            assert!(
+                state.steer(id).is_some(),
+                "run {run}: the request {id} written in place is journaled"
+            );
+        }
+        assert_eq!(state.steers.len(), ROUNDS * PER_RUN_PER_ROUND, "each once");
+    }
+
+    // The stop of the report, written in place as `echo … > control/stop.json` writes it.
+    let stops: Vec<InPlaceWrite> = runs
+        .iter()
+        .map(|&run| {
+            InPlaceWrite::begin(
+                &layout.control_dir(run).join("stop.json"),
+                r#"{"type":"stop","reason":"written in place"}"#,
+            )
+        })
+        .collect();
+    std::thread::sleep(IN_PLACE_PAUSE);
+    for stop in stops {
+        stop.finish();
+    }
+    for &run in &runs {
+        let ended = wait_terminal(&journal, run);
+        assert_eq!(ended.status, RunStatus::Stopped, "run {run}");
+        let control = ended.controls.first().expect("the stop is recorded");
+        assert_eq!(control.action, ControlAction::Stop);
+        assert!(
+            !records(&journal, run)
+                .iter()
+                .any(|record| matches!(record.event, Event::ControlRefused { .. })),
+            "run {run}: the stop written in place is not refused"
+        );
+    }
 }
