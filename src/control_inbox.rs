@@ -16,6 +16,10 @@
 //! yet whole, left where it is and looked at again ([`Settling`]), until it parses or has stayed
 //! unchanged for [`SETTLE_MS`]; only then is it refused.
 //!
+//! The other end of steering lives here too, as the one rule of runner and reconciler: a
+//! step's inbox holds each message as [`step_message_file_name`], and what a step took after
+//! its runner died is judged by the runner's notes ([`steers_taken_without_runner`]).
+//!
 //! Invariants:
 //! * a file is refused as not JSON only once it has stayed unchanged for [`SETTLE_MS`]: a
 //!   request being written is never refused for being half written;
@@ -45,7 +49,7 @@ use crate::event::{
 };
 use crate::home::Home;
 use crate::journal::{AppendError, Appended, Condition, ReadError};
-use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
+use crate::state::{RunState, RunStatus, SteerDelivery, StepStatus, TransitionError};
 
 /// The largest request file read: a steer message is at most 128 KiB of UTF-8, which JSON may
 /// write several times longer when it escapes it.
@@ -1013,6 +1017,51 @@ pub fn take_whole(
         }
         std::thread::sleep(WHOLE_WAIT_SLICE);
     }
+}
+
+/// The name of a steer message's file in its step's inbox (`runner::steer` writes it there),
+/// and of the runner's note that it wrote it: the seq of its record, so names sort in arrival
+/// order, and no two messages share one.
+pub fn step_message_file_name(seq: u64) -> String {
+    format!("{seq:020}.json")
+}
+
+/// The deliveries of messages a running step of `state` took while no runner watched its
+/// inbox (its runner died): each message waiting for the step that its runner noted as written
+/// into the inbox and that is gone from there, as `SteerDelivered` events. For the reconciler,
+/// once the dead runner's step groups are ended (nothing takes a message after this look);
+/// the run's end then records the rest undelivered. An inbox whose directory is gone took
+/// nothing, as for a live runner (`runner::steer::StepInbox::taken`).
+pub fn steers_taken_without_runner(home: &Home, state: &RunState) -> Vec<Event> {
+    let mut delivered = Vec::new();
+    for (index, step) in state.steps.iter().enumerate() {
+        if step.status != StepStatus::Running {
+            continue;
+        }
+        let inbox = home.step_inbox_dir(state.run_id, index);
+        let written = home.step_inbox_written_dir(state.run_id, index);
+        if !inbox.is_dir() {
+            continue;
+        }
+        let Ok(step_number) = u32::try_from(index) else {
+            continue;
+        };
+        for steer in &state.steers {
+            let is_waiting = steer.targets.iter().any(|target| {
+                target.step == step_number && target.delivery == SteerDelivery::Queued
+            });
+            let name = step_message_file_name(steer.seq);
+            let is_noted = written.join(&name).symlink_metadata().is_ok();
+            let is_gone = inbox.join(&name).symlink_metadata().is_err();
+            if is_waiting && is_noted && is_gone {
+                delivered.push(Event::SteerDelivered {
+                    id: steer.id.clone(),
+                    step: step_number,
+                });
+            }
+        }
+    }
+    delivered
 }
 
 /// The environment variable of a test hook, in builds with the `testkit` feature: when it

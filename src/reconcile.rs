@@ -90,7 +90,8 @@ fn is_host_ended(i: &Inputs) -> bool {
 pub enum Action {
     Nothing,
     /// Terminal(failed) naming the dead runner, + ProcessTerminalObserved(unknown); end the
-    /// orphaned step groups.
+    /// orphaned step groups, and record the messages their steps took from their inboxes
+    /// meanwhile delivered, before the end.
     FailRunnerDied,
     /// Terminal(failed) "host restarted", + ProcessTerminalObserved(unknown); signal nothing.
     FailHostRestarted,
@@ -686,7 +687,7 @@ fn decide_run(
     if inputs.runner == RunnerLiveness::OtherNamespace {
         outcome.note = other_namespace_note(&state);
     }
-    let (events, reason) = events_for(store, &state, row.action, &inputs, verdict.as_ref());
+    let (mut events, reason) = events_for(store, &state, row.action, &inputs, verdict.as_ref());
     if events.is_empty() {
         outcome.reprojected =
             repair_projection(store, run, &mut outcome.error, &mut outcome.damaged);
@@ -706,6 +707,10 @@ fn decide_run(
         if !errors.is_empty() {
             outcome.error = Some(errors.join("; "));
         }
+        // What its steps took from their inboxes after the runner died was delivered: recorded
+        // before the run's end, which records the rest undelivered.
+        let delivered = crate::control_inbox::steers_taken_without_runner(store.home(), &state);
+        events.splice(0..0, delivered);
     }
     Some(Decision {
         events,

@@ -907,16 +907,15 @@ impl RunLoop {
             }
         };
         // The step's inbox, made before its process: it finds it in its environment.
-        let mut inbox =
-            match steer::StepInbox::make(self.home.step_inbox_dir(run, index), step_number) {
-                Ok(inbox) => Some(inbox),
-                Err(error) => {
-                    log(&format!(
-                        "step {index}: cannot make its inbox ({error}); it runs without steering"
-                    ));
-                    None
-                }
-            };
+        let mut inbox = match steer::StepInbox::make(&self.home, run, step_number) {
+            Ok(inbox) => Some(inbox),
+            Err(error) => {
+                log(&format!(
+                    "step {index}: cannot make its inbox ({error}); it runs without steering"
+                ));
+                None
+            }
+        };
         let command = match output.pipe().map(|pipe| {
             step::command(
                 &self.home,

@@ -1,5 +1,6 @@
 //! Control with real processes: stop (grandchildren included), timeout, a stop recorded before
-//! the runner starts, pushed external-job updates, control files written in place.
+//! the runner starts, pushed external-job updates, control files written in place, and steer
+//! messages a step took after its runner died.
 
 use crate::support;
 
@@ -310,6 +311,16 @@ fn reads_close_ended_runs_silently_and_report_a_repair_once_in_one_line() {
         .stderr(predicate::str::is_empty());
 }
 
+/// Reads a JSON file the run's projections hold.
+fn status_json_of(home: &TestHome, run: RunId) -> serde_json::Value {
+    let path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("status.json");
+    serde_json::from_slice(&std::fs::read(path).expect("status.json")).expect("JSON")
+}
+
 /// The `.json` files in a directory (none when it is missing).
 fn json_files_in(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -470,5 +481,90 @@ fn requests_written_in_place_are_all_taken_none_refused() {
                 .any(|record| matches!(record.event, Event::ControlRefused { .. })),
             "run {run}: the stop written in place is not refused"
         );
+    }
+}
+
+/// A step took waiting messages from its inbox after its runner was SIGKILLed; the reconciler
+/// recorded every one of them failed (`delivered 0, failed 4`), so a host resending failed
+/// messages delivered them twice, and a `steer` sent after the kill said it was handed to the
+/// step. Now: the step takes 3 of 4 messages after the kill; `steer` says no runner is left
+/// (exit 1, nothing recorded); `reconcile` records the 3 delivered and only the fourth failed.
+#[test]
+fn steers_a_step_took_after_its_runner_died_are_recorded_delivered() {
+    let home = TestHome::new();
+    let layout = Home::at(home.path());
+    let go = home.input("go");
+    // Waits for `go`, then takes three messages, one at a time; writes nothing after `ready`
+    // (its output's reader, the runner, is gone by then).
+    let step = format!(
+        "echo ready; while [ ! -e '{go}' ]; do sleep 0.05; done; n=0; \
+         while [ $n -lt 3 ]; do for f in \"$RUNJOURNAL_INBOX\"/*.json; do \
+         [ -f \"$f\" ] || continue; rm -f \"$f\"; n=$((n+1)); break; done; sleep 0.2; done; \
+         sleep 300",
+        go = go.display()
+    );
+    let run = support::launch(&home, &["--", "sh", "-c", &step]);
+    let journal = home.journal();
+    let running = wait_for(&journal, run, "the step to run", |state| {
+        state.steps[0].status == StepStatus::Running
+    });
+    support::wait_output(&home, run, 0, "ready");
+    for index in 1..=4 {
+        home.cmd()
+            .args(["steer", &run.to_string(), &format!("message {index}")])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("handed to the step"));
+    }
+    let inbox = layout.step_inbox_dir(run, 0);
+    wait_until("the runner to write the 4 messages into the inbox", || {
+        json_files_in(&inbox).len() == 4
+    });
+    let runner = running.runner.expect("a runner took the run").identity.pid;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(runner).expect("a pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the runner");
+    wait_runner_gone(&journal, run);
+
+    // Nobody is left to hand a message over: said, and nothing recorded.
+    home.cmd()
+        .args(["steer", &run.to_string(), "after the kill"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("no runner is left"));
+    assert_eq!(state(&journal, run).steers.len(), 4);
+
+    std::fs::write(&go, b"").expect("the step may take its messages");
+    wait_until("the step to take 3 messages", || {
+        json_files_in(&inbox).len() == 1
+    });
+    home.cmd().arg("reconcile").assert().success();
+    let ended = state(&journal, run);
+    assert_eq!(ended.status, RunStatus::Failed);
+    let delivered = records(&journal, run)
+        .iter()
+        .filter(|record| matches!(record.event, Event::SteerDelivered { .. }))
+        .count();
+    assert_eq!(delivered, 3, "the three messages the step took");
+    let status = home
+        .cmd()
+        .args(["status", "--json", &run.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let status: serde_json::Value = serde_json::from_slice(&status).expect("JSON");
+    for (what, document) in [
+        ("status --json", &status),
+        ("status.json", &status_json_of(&home, run)),
+    ] {
+        let steering = &document["steering"];
+        assert_eq!(steering["requested"], 4, "{what}: {steering}");
+        assert_eq!(steering["delivered"], 3, "{what}: {steering}");
+        assert_eq!(steering["failed"], 1, "{what}: {steering}");
     }
 }
