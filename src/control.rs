@@ -11,6 +11,7 @@ use nix::sys::signal::Signal;
 use crate::control_inbox;
 use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, SteerMode, now_ms};
 use crate::journal::{AppendError, Appended, Condition, ReadError};
+use crate::liveness::{self, Liveness};
 use crate::process_group;
 use crate::state::{RunState, RunStatus, TransitionError};
 use crate::store::Store;
@@ -209,6 +210,12 @@ pub enum SteerError {
     Resumed { run: RunId, by: RunId },
     #[error("run {run} has no step that has yet to end: there is nobody to steer")]
     NothingToSteer { run: RunId },
+    /// The run's runner is gone without recording an outcome: nobody would write the message
+    /// into a step's inbox, so it is not recorded.
+    #[error(
+        "run {run}: its runner (pid {pid}) is gone without recording an outcome: no runner is left to hand the message to a step, so it was not recorded; `runjournal reconcile` records the run's end"
+    )]
+    NoRunner { run: RunId, pid: u32 },
 
     #[error(transparent)]
     Control(#[from] ControlError),
@@ -219,6 +226,7 @@ impl SteerError {
     pub fn is_bad_input(&self) -> bool {
         match self {
             SteerError::Resumed { .. } | SteerError::NothingToSteer { .. } => true,
+            SteerError::NoRunner { .. } => false,
             SteerError::Control(error) => error.is_bad_input(),
         }
     }
@@ -228,6 +236,10 @@ impl SteerError {
 /// at ([`control_inbox::steer_targets`]). The runner hands it to each target step through the
 /// step's inbox once the step runs; a paused run keeps it for its resume. `source` says who
 /// sent it. The reducer refuses a full queue (20 waiting), a step that ended and the limits.
+/// A running run whose runner is dead (by its recorded identity, as the reconciler judges it) is
+/// refused before anything is recorded ([`SteerError::NoRunner`]): nobody would hand the
+/// message over. A runner that dies after that look leaves its message to the reconciler,
+/// which records it undelivered unless a step took it.
 pub fn steer(
     store: &Store,
     run: RunId,
@@ -249,6 +261,9 @@ pub fn steer(
         return Err(SteerError::Resumed { run, by });
     }
     drop(view);
+    if let Some(pid) = dead_runner(&state) {
+        return Err(SteerError::NoRunner { run, pid });
+    }
     let steps = match step {
         Some(step) => vec![step],
         None => control_inbox::steer_targets(&state),
@@ -275,6 +290,17 @@ pub fn steer(
         is_for_resume: appended.state.status == RunStatus::Paused,
         journal_seq: appended.last_seq,
     })
+}
+
+/// The pid of `state`'s runner when the run has not ended and that runner is gone, in this
+/// boot or an earlier one, as the reconciler judges it: never dead on a look that failed, nor
+/// across PID namespaces.
+fn dead_runner(state: &RunState) -> Option<u32> {
+    let runner = state.runner.as_ref().filter(|_| !state.is_terminal())?;
+    match liveness::check(&runner.identity) {
+        Ok(Liveness::Dead | Liveness::OtherBoot) => Some(runner.identity.pid),
+        Ok(Liveness::Alive | Liveness::OtherNamespace) | Err(_) => None,
+    }
 }
 
 /// Pushes an external job's status for step `step`: checked against the run's spec first, then

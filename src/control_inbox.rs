@@ -11,7 +11,18 @@
 //! taker killed between the record and the removal leaves a file that the next taker finds
 //! already recorded ([`Decision::AlreadyTaken`]): it is acted on once.
 //!
+//! A host may write a request file in place (a shell's `>`): the file exists, empty or half
+//! written, before it is whole. A file that is not JSON is therefore taken for a request not
+//! yet whole, left where it is and looked at again ([`Settling`]), until it parses or has stayed
+//! unchanged for [`SETTLE_MS`]; only then is it refused.
+//!
+//! The other end of steering lives here too, as the one rule of runner and reconciler: a
+//! step's inbox holds each message as [`step_message_file_name`], and what a step took after
+//! its runner died is judged by the runner's notes ([`steers_taken_without_runner`]).
+//!
 //! Invariants:
+//! * a file is refused as not JSON only once it has stayed unchanged for [`SETTLE_MS`]: a
+//!   request being written is never refused for being half written;
 //! * nothing under the inbox is followed: the directories are opened without following a link
 //!   and checked to be this user's directories, each file is opened relative to its directory
 //!   without following a link, and checked on the open file (a regular file of this user, no
@@ -20,22 +31,25 @@
 //!   never read again; at most [`MAX_REFUSED_KEPT`] are kept aside, the rest removed;
 //! * nothing here writes to the journal: the taker appends what [`decide`] says.
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use serde_json::Value;
 
+use crate::durable_fs::FileStamp;
 use crate::event::{
     ControlAction, Event, MAX_STEER_ID_BYTES, MAX_TEXT_BYTES, RunId, SteerMode, TerminalState,
     UnixMs, truncate_text,
 };
 use crate::home::Home;
 use crate::journal::{AppendError, Appended, Condition, ReadError};
-use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
+use crate::state::{RunState, RunStatus, SteerDelivery, StepStatus, TransitionError};
 
 /// The largest request file read: a steer message is at most 128 KiB of UTF-8, which JSON may
 /// write several times longer when it escapes it.
@@ -45,12 +59,17 @@ pub const MAX_REQUEST_FILE_BYTES: u64 = 1 << 20;
 /// host that keeps writing bad requests cannot fill the disk.
 pub const MAX_REFUSED_KEPT: usize = 64;
 
+/// How long a request file that is not JSON must stay unchanged before it is refused. A host
+/// that writes in place makes the file before it writes it, so a taker can find it empty or
+/// half written; until then it is left where it is, and looked at again.
+pub const SETTLE_MS: u64 = 2_000;
+
 /// The exit code of a run stopped before a runner took it: as a runner ends a stopped run,
 /// 128 + SIGTERM.
 pub const STOPPED_EXIT_CODE: i32 = 128 + 15;
 
 /// Where a request file sits in the inbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Place {
     /// `control/` itself (`interrupt.json`, `timeout.json`, `stop.json`); a found entry named
     /// `control` is the inbox directory itself, refused whole.
@@ -150,12 +169,105 @@ fn open_dir(parent: &OwnedFd, name: &OsStr) -> Result<Option<OwnedFd>, String> {
     Ok(Some(fd))
 }
 
+/// What a taker remembers, from one look at an inbox to the next, of the files it found not
+/// yet whole: each one's state as last seen, and since when it has seen it so. A file is
+/// settled once its last change is [`SETTLE_MS`] old by the clock, or once this taker has seen
+/// it unchanged that long on its own monotonic clock (which a clock set back cannot fool).
+/// A taker that looks once (a reconcile pass) starts with an empty one.
+#[derive(Debug, Default)]
+pub struct Settling {
+    seen: HashMap<(Place, OsString), (Option<FileStamp>, Instant)>,
+}
+
+impl Settling {
+    /// How many files the last look left where they were, not yet whole.
+    pub fn waiting(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// The files the last look left, by their paths under the run's directory.
+    pub fn waiting_files(&self) -> Vec<String> {
+        let mut files: Vec<String> = self
+            .seen
+            .keys()
+            .map(|(place, name)| {
+                Found {
+                    place: *place,
+                    name: name.clone(),
+                    request: Err(String::new()),
+                }
+                .file()
+            })
+            .collect();
+        files.sort();
+        files
+    }
+}
+
+/// One look at an inbox: when it is made, and what the taker remembers from its last look.
+struct Look<'a> {
+    now_ms: UnixMs,
+    now: Instant,
+    before: &'a Settling,
+    after: Settling,
+}
+
+impl Look<'_> {
+    /// Whether a file that is not JSON, in `state` now (`None`: it changed while it was
+    /// read), is settled: unchanged for [`SETTLE_MS`], by its own times or by what this taker
+    /// saw of it. One that is not is remembered for the next look.
+    fn is_settled(&mut self, place: Place, name: &OsStr, state: Option<FileStamp>) -> bool {
+        let key = (place, name.to_os_string());
+        let Some(state) = state else {
+            // Being written: its wait starts again, remembered as no state a later look finds.
+            self.after.seen.insert(key, (None, self.now));
+            return false;
+        };
+        let settle = Duration::from_millis(SETTLE_MS);
+        let age_ms = i128::from(self.now_ms) - state.modified_ms();
+        let since = match self.before.seen.get(&key) {
+            Some((Some(seen), since)) if *seen == state => *since,
+            _ => self.now,
+        };
+        if age_ms >= i128::from(SETTLE_MS) || self.now.saturating_duration_since(since) >= settle {
+            return true;
+        }
+        self.after.seen.insert(key, (Some(state), since));
+        false
+    }
+}
+
 /// Every request of the run's inbox, read and checked, in the order a taker acts on them:
 /// stops, then the timeout, then the interrupt, then steer requests by name (pi-subagents
 /// names them by their time). Entries whose name does not end in `.json`, and those starting
-/// with a `.` (a host's file being written), are left alone, as pi-subagents leaves them. A
-/// failure to read the run's directory finds nothing: the next look tries again.
-pub fn scan(home: &Home, run: RunId) -> Vec<Found> {
+/// with a `.` (a host's file being written), are left alone, as pi-subagents leaves them, and
+/// so is a file not yet whole (not JSON, and changed within [`SETTLE_MS`]): `settling` holds
+/// those for the next look. A failure to read the run's directory finds nothing: the next
+/// look tries again.
+pub fn scan(home: &Home, run: RunId, settling: &mut Settling) -> Vec<Found> {
+    scan_at(home, run, settling, crate::event::now_ms(), Instant::now())
+}
+
+/// [`scan`] as of a given time: `now_ms` on the clock, `now` on the monotonic one.
+fn scan_at(
+    home: &Home,
+    run: RunId,
+    settling: &mut Settling,
+    now_ms: UnixMs,
+    now: Instant,
+) -> Vec<Found> {
+    let mut look = Look {
+        now_ms,
+        now,
+        before: settling,
+        after: Settling::default(),
+    };
+    let found = scan_with(home, run, &mut look);
+    *settling = look.after;
+    found
+}
+
+fn scan_with(home: &Home, run: RunId, look: &mut Look<'_>) -> Vec<Found> {
     let Ok(run_dir) = nix::fcntl::open(
         &home.run_dir(run),
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -183,7 +295,7 @@ pub fn scan(home: &Home, run: RunId) -> Vec<Found> {
             Ok(Some(dir)) => found.extend(
                 request_names(&dir)
                     .into_iter()
-                    .map(|name| read_request(&dir, place, name)),
+                    .filter_map(|name| read_request(&dir, place, name, look)),
             ),
             Ok(None) => {}
             Err(reason) => found.push(Found {
@@ -197,7 +309,7 @@ pub fn scan(home: &Home, run: RunId) -> Vec<Found> {
         let name = OsString::from(name);
         if nix::sys::stat::fstatat(&control, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
         {
-            found.push(read_request(&control, Place::Inbox, name));
+            found.extend(read_request(&control, Place::Inbox, name, look));
         }
     }
     // Stops first, then the timeout, then the interrupt: the first control request is what
@@ -239,17 +351,29 @@ fn request_names(dir: &OwnedFd) -> Vec<OsString> {
 }
 
 /// Reads one request file: opened without following a link, checked on the open file, read
-/// to at most [`MAX_REQUEST_FILE_BYTES`], then parsed.
-fn read_request(dir: &OwnedFd, place: Place, name: OsString) -> Found {
-    let request = read_file(dir, &name).and_then(|bytes| parse(place, &name, &bytes));
-    Found {
+/// to at most [`MAX_REQUEST_FILE_BYTES`], then parsed. `None` for a file not yet whole: not
+/// JSON, and not settled ([`Look::is_settled`]).
+fn read_request(dir: &OwnedFd, place: Place, name: OsString, look: &mut Look<'_>) -> Option<Found> {
+    let request = match read_file(dir, &name) {
+        Err(reason) => Err(reason),
+        Ok((bytes, state)) => {
+            let request = parse(place, &name, &bytes);
+            let is_json = || serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok();
+            if request.is_err() && !is_json() && !look.is_settled(place, &name, state) {
+                return None;
+            }
+            request
+        }
+    };
+    Some(Found {
         place,
         name,
         request,
-    }
+    })
 }
 
-fn read_file(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
+/// The file's bytes, and its state when it was read (`None` when it changed while it was).
+fn read_file(dir: &OwnedFd, name: &OsStr) -> Result<(Vec<u8>, Option<FileStamp>), String> {
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let fd = match nix::fcntl::openat(dir, name, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -277,7 +401,8 @@ fn read_file(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
         ));
     }
     let mut bytes = Vec::new();
-    std::fs::File::from(fd)
+    let mut file = std::fs::File::from(fd);
+    (&mut file)
         .take(MAX_REQUEST_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|error| format!("it cannot be read: {error}"))?;
@@ -286,7 +411,11 @@ fn read_file(dir: &OwnedFd, name: &OsStr) -> Result<Vec<u8>, String> {
             "it grew over the limit of {MAX_REQUEST_FILE_BYTES} bytes while it was read"
         ));
     }
-    Ok(bytes)
+    let before = FileStamp::of_stat(&stat);
+    let after = nix::sys::stat::fstat(&file)
+        .map(|stat| FileStamp::of_stat(&stat))
+        .ok();
+    Ok((bytes, after.filter(|after| *after == before)))
 }
 
 /// A text field of a request, if it is a string.
@@ -751,6 +880,9 @@ pub struct Taken {
     pub already_taken: usize,
     /// Files that could not be removed or moved aside (found again by the next look).
     pub unsettled: Vec<String>,
+    /// Files left where they are, not yet whole (not JSON, and changed within [`SETTLE_MS`]):
+    /// looked at again by the next look.
+    pub waiting: Vec<String>,
 }
 
 impl Taken {
@@ -778,16 +910,21 @@ const TAKE_ATTEMPTS: usize = 8;
 /// Takes the run's inbox: [`scan`], then for each file [`decide`] on the run's state as
 /// `read_state` reads it, `append` what it says, and [`settle`] the file once that is durable.
 /// A request the run refuses (a steer to a step that ended meanwhile, a full queue of messages)
-/// is refused in its turn ([`refusal_of`]). The one way a runner, a reconcile pass and a
-/// resume take an inbox; each brings its own reading and appending.
+/// is refused in its turn ([`refusal_of`]). A file not yet whole is left for a later look,
+/// which `settling` carries to (a taker that looks again keeps it between its looks). The one
+/// way a runner, a reconcile pass and a resume take an inbox; each brings its own reading and
+/// appending.
 pub fn take(
     home: &Home,
     run: RunId,
+    settling: &mut Settling,
     mut read_state: impl FnMut() -> Result<Option<RunState>, ReadError>,
     mut append: impl FnMut(Vec<Event>, Condition) -> Result<Appended, AppendError>,
 ) -> Result<Taken, TakeError> {
     let mut taken = Taken::default();
-    for found in scan(home, run) {
+    let found = scan(home, run, settling);
+    taken.waiting = settling.waiting_files();
+    for found in found {
         let mut settled = None;
         let already_taken_before = taken.already_taken;
         for _ in 0..TAKE_ATTEMPTS {
@@ -846,6 +983,85 @@ pub fn take(
         }
     }
     Ok(taken)
+}
+
+/// How long [`take_whole`] looks again for a file not yet whole: a file unchanged for
+/// [`SETTLE_MS`] is decided by then, so only one still being written is left.
+pub const WHOLE_WAIT_MS: u64 = 2 * SETTLE_MS;
+
+/// How long [`take_whole`] sleeps between two looks.
+const WHOLE_WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// [`take`] by a taker that cannot look again later (a resume: nothing reads a paused run's
+/// inbox after it): while a file is not yet whole it looks again, for at most
+/// [`WHOLE_WAIT_MS`]. What it returns says, in [`Taken::waiting`], the files still being
+/// written after that wait.
+pub fn take_whole(
+    home: &Home,
+    run: RunId,
+    mut read_state: impl FnMut() -> Result<Option<RunState>, ReadError>,
+    mut append: impl FnMut(Vec<Event>, Condition) -> Result<Appended, AppendError>,
+) -> Result<Taken, TakeError> {
+    let deadline = Instant::now() + Duration::from_millis(WHOLE_WAIT_MS);
+    let mut settling = Settling::default();
+    let mut all = Taken::default();
+    loop {
+        let taken = take(home, run, &mut settling, &mut read_state, &mut append)?;
+        all.recorded += taken.recorded;
+        all.refused += taken.refused;
+        all.already_taken += taken.already_taken;
+        all.unsettled.extend(taken.unsettled);
+        all.waiting = taken.waiting;
+        if all.waiting.is_empty() || Instant::now() >= deadline {
+            return Ok(all);
+        }
+        std::thread::sleep(WHOLE_WAIT_SLICE);
+    }
+}
+
+/// The name of a steer message's file in its step's inbox (`runner::steer` writes it there),
+/// and of the runner's note that it wrote it: the seq of its record, so names sort in arrival
+/// order, and no two messages share one.
+pub fn step_message_file_name(seq: u64) -> String {
+    format!("{seq:020}.json")
+}
+
+/// The deliveries of messages a running step of `state` took while no runner watched its
+/// inbox (its runner died): each message waiting for the step that its runner noted as written
+/// into the inbox and that is gone from there, as `SteerDelivered` events. For the reconciler,
+/// once the dead runner's step groups are ended (nothing takes a message after this look);
+/// the run's end then records the rest undelivered. An inbox whose directory is gone took
+/// nothing, as for a live runner (`runner::steer::StepInbox::taken`).
+pub fn steers_taken_without_runner(home: &Home, state: &RunState) -> Vec<Event> {
+    let mut delivered = Vec::new();
+    for (index, step) in state.steps.iter().enumerate() {
+        if step.status != StepStatus::Running {
+            continue;
+        }
+        let inbox = home.step_inbox_dir(state.run_id, index);
+        let written = home.step_inbox_written_dir(state.run_id, index);
+        if !inbox.is_dir() {
+            continue;
+        }
+        let Ok(step_number) = u32::try_from(index) else {
+            continue;
+        };
+        for steer in &state.steers {
+            let is_waiting = steer.targets.iter().any(|target| {
+                target.step == step_number && target.delivery == SteerDelivery::Queued
+            });
+            let name = step_message_file_name(steer.seq);
+            let is_noted = written.join(&name).symlink_metadata().is_ok();
+            let is_gone = inbox.join(&name).symlink_metadata().is_err();
+            if is_waiting && is_noted && is_gone {
+                delivered.push(Event::SteerDelivered {
+                    id: steer.id.clone(),
+                    step: step_number,
+                });
+            }
+        }
+    }
+    delivered
 }
 
 /// The environment variable of a test hook, in builds with the `testkit` feature: when it

@@ -905,10 +905,10 @@ impl FileStamp {
         }
     }
 
-    /// The stamp of an `lstat` answer, as [`FileStamp::of`] reads `std`'s (whose fields are
+    /// The stamp of a `stat` answer, as [`FileStamp::of`] reads `std`'s (whose fields are
     /// the same casts of the same `stat`: their widths differ between platforms).
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    fn of_stat(stat: &FileStat) -> FileStamp {
+    pub fn of_stat(stat: &FileStat) -> FileStamp {
         FileStamp {
             device: stat.st_dev as u64,
             inode: stat.st_ino as u64,
@@ -916,6 +916,11 @@ impl FileStamp {
             modified_ns: i128::from(stat.st_mtime as i64) * 1_000_000_000
                 + i128::from(stat.st_mtime_nsec as i64),
         }
+    }
+
+    /// Its modification time, Unix ms (before 1970: negative).
+    pub fn modified_ms(&self) -> i128 {
+        self.modified_ns.div_euclid(1_000_000)
     }
 }
 

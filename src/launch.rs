@@ -628,6 +628,12 @@ pub enum ResumeError {
         #[source]
         source: Box<crate::control_inbox::TakeError>,
     },
+    /// A file of the paused run's control inbox was still being written after the bounded
+    /// wait for it (`control_inbox::take_whole`): nothing was resumed.
+    #[error(
+        "run {run}: {files} in its control inbox is still being written; nothing was resumed: run resume again once it is whole"
+    )]
+    InboxBeingWritten { run: RunId, files: String },
 }
 
 impl ResumeError {
@@ -640,7 +646,9 @@ impl ResumeError {
             | ResumeError::Refused { .. }
             | ResumeError::NothingLeft { .. } => true,
             ResumeError::Launch { source, .. } => source.is_bad_input(),
-            ResumeError::Read { .. } | ResumeError::Inbox { .. } => false,
+            ResumeError::Read { .. }
+            | ResumeError::Inbox { .. }
+            | ResumeError::InboxBeingWritten { .. } => false,
         }
     }
 }
@@ -823,14 +831,20 @@ pub fn resume_with(
     };
     // What a host wrote into the paused run's control inbox is taken first: its messages go
     // on with the resume. Nothing reads a paused run's inbox after its resume, so a resume
-    // that cannot take it resumes nothing: the next one takes it. (A run that is not in the
-    // journal is refused below.)
-    match crate::control_inbox::take(
+    // that cannot take it resumes nothing: the next one takes it. A file still being written
+    // is waited for, a bounded time. (A run that is not in the journal is refused below.)
+    match crate::control_inbox::take_whole(
         store.home(),
         run,
         || store.journal().view()?.snapshot(run),
         |events, condition| store.append(run, events, condition),
     ) {
+        Ok(taken) if !taken.waiting.is_empty() => {
+            return Err(ResumeError::InboxBeingWritten {
+                run,
+                files: taken.waiting.join(", "),
+            });
+        }
         Ok(_) | Err(crate::control_inbox::TakeError::UnknownRun { .. }) => {}
         Err(source) => {
             return Err(ResumeError::Inbox {

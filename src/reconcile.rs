@@ -90,7 +90,8 @@ fn is_host_ended(i: &Inputs) -> bool {
 pub enum Action {
     Nothing,
     /// Terminal(failed) naming the dead runner, + ProcessTerminalObserved(unknown); end the
-    /// orphaned step groups.
+    /// orphaned step groups, and record the messages their steps took from their inboxes
+    /// meanwhile delivered, before the end.
     FailRunnerDied,
     /// Terminal(failed) "host restarted", + ProcessTerminalObserved(unknown); signal nothing.
     FailHostRestarted,
@@ -697,7 +698,7 @@ fn decide_run(
     if inputs.runner == RunnerLiveness::OtherNamespace {
         outcome.note = other_namespace_note(&state);
     }
-    let (events, reason) = events_for(store, &state, row.action, &inputs, verdict.as_ref());
+    let (mut events, reason) = events_for(store, &state, row.action, &inputs, verdict.as_ref());
     if events.is_empty() {
         match repair_projection(store, run) {
             Ok(reprojected) => outcome.reprojected = reprojected,
@@ -719,6 +720,10 @@ fn decide_run(
         if !errors.is_empty() {
             outcome.error = Some(errors.join("; "));
         }
+        // What its steps took from their inboxes after the runner died was delivered: recorded
+        // before the run's end, which records the rest undelivered.
+        let delivered = crate::control_inbox::steers_taken_without_runner(store.home(), &state);
+        events.splice(0..0, delivered);
     }
     Some(Decision {
         events,
@@ -733,9 +738,11 @@ fn take_inbox(
     store: &Store,
     run: RunId,
 ) -> Result<Option<RunState>, crate::control_inbox::TakeError> {
+    // One look: a file not yet whole is left for the next pass (or the run's runner).
     let taken = crate::control_inbox::take(
         store.home(),
         run,
+        &mut crate::control_inbox::Settling::default(),
         || store.journal().view()?.snapshot(run),
         |events, condition| store.append(run, events, condition),
     )?;

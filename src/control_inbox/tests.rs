@@ -213,7 +213,7 @@ fn what_is_not_a_request_file_is_refused_and_never_followed() {
         std::fs::write(&theirs, r#"{"type":"stop"}"#).expect("write");
         std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
     }
-    let found = scan(&home, RUN);
+    let found = scan(&home, RUN, &mut Settling::default());
     let outcome = |name: &str| -> Result<Request, String> {
         found
             .iter()
@@ -276,7 +276,7 @@ fn an_inbox_that_is_a_link_is_refused_whole_and_renamed_aside() {
     std::fs::create_dir_all(elsewhere.join("stop-requests")).expect("mkdir");
     std::fs::write(elsewhere.join("interrupt.json"), r#"{"type":"interrupt"}"#).expect("write");
     std::os::unix::fs::symlink(&elsewhere, home.control_dir(RUN)).expect("symlink");
-    let found = scan(&home, RUN);
+    let found = scan(&home, RUN, &mut Settling::default());
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].file(), "control");
     assert!(
@@ -302,7 +302,7 @@ fn refused_files_kept_aside_are_bounded() {
     for index in 0..MAX_REFUSED_KEPT + 3 {
         std::fs::write(stops.join(format!("{index:03}.json")), "not json").expect("write");
     }
-    for found in scan(&home, RUN) {
+    for found in scan_settled(&home) {
         settle(&home, RUN, &found, Settle::Refused).expect("settled");
     }
     assert_eq!(std::fs::read_dir(&stops).expect("dir").count(), 0);
@@ -312,6 +312,159 @@ fn refused_files_kept_aside_are_bounded() {
             .count(),
         MAX_REFUSED_KEPT
     );
+}
+
+/// A look at the inbox made [`SETTLE_MS`] after now on the clock: what is not JSON and is no
+/// longer written to is refused.
+fn scan_settled(home: &Home) -> Vec<Found> {
+    let later_ms = crate::event::now_ms() + SETTLE_MS;
+    scan_at(
+        home,
+        RUN,
+        &mut Settling::default(),
+        later_ms,
+        Instant::now(),
+    )
+}
+
+/// A request written in place, as a shell's `>` writes it (the file made, then written in
+/// pieces), is left where it is while it is not JSON, and read once it is whole: never
+/// refused for being half written.
+#[test]
+fn a_request_written_in_place_is_left_until_it_is_whole() {
+    use std::io::Write;
+    let (_dir, home) = home();
+    prepare(&home, RUN);
+    let path = home.stop_requests_dir(RUN).join("in-place.json");
+    let mut file = std::fs::File::create(&path).expect("made, empty");
+    let mut settling = Settling::default();
+    assert_eq!(scan(&home, RUN, &mut settling), Vec::<Found>::new());
+    assert_eq!(
+        settling.waiting_files(),
+        ["control/stop-requests/in-place.json"]
+    );
+    file.write_all(br#"{"type":"st"#).expect("first piece");
+    assert_eq!(scan(&home, RUN, &mut settling), Vec::<Found>::new());
+    assert_eq!(settling.waiting(), 1);
+    file.write_all(br#"op","reason":"in place"}"#)
+        .expect("second piece");
+    drop(file);
+    let found = scan(&home, RUN, &mut settling);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        matches!(&found[0].request, Ok(Request::Control { reason, .. }) if reason == "in place"),
+        "{found:?}"
+    );
+    assert_eq!(settling.waiting(), 0, "a whole file is not waited for");
+}
+
+/// A file that stays not JSON is refused once it has stayed unchanged for [`SETTLE_MS`]: by
+/// its modification time, or, on a clock set back (the file seems to come from the future),
+/// by what the taker saw of it on its monotonic clock. A change starts the wait again.
+#[test]
+fn a_file_that_stays_not_json_is_refused_once_settled() {
+    let (_dir, home) = home();
+    prepare(&home, RUN);
+    let path = home.stop_requests_dir(RUN).join("broken.json");
+    std::fs::write(&path, "{\"type\": nope").expect("write");
+    let now_ms = crate::event::now_ms();
+    let refused_as_not_json = |found: &[Found]| {
+        found.len() == 1
+            && found[0]
+                .request
+                .as_ref()
+                .is_err_and(|why| why.starts_with("it is not JSON"))
+    };
+    // By its age on the clock.
+    let mut settling = Settling::default();
+    assert!(scan_at(&home, RUN, &mut settling, now_ms, Instant::now()).is_empty());
+    let found = scan_at(
+        &home,
+        RUN,
+        &mut settling,
+        now_ms + SETTLE_MS,
+        Instant::now(),
+    );
+    assert!(refused_as_not_json(&found), "{found:?}");
+
+    // A clock an hour behind the file's time: the taker's own watch settles it.
+    let behind_ms = now_ms - 3_600_000;
+    let start = Instant::now();
+    let settle = Duration::from_millis(SETTLE_MS);
+    let mut settling = Settling::default();
+    assert!(scan_at(&home, RUN, &mut settling, behind_ms, start).is_empty());
+    let almost = start + settle - Duration::from_millis(1);
+    assert!(scan_at(&home, RUN, &mut settling, behind_ms, almost).is_empty());
+    let found = scan_at(&home, RUN, &mut settling, behind_ms, start + settle);
+    assert!(refused_as_not_json(&found), "{found:?}");
+
+    // Written again between two looks: its wait starts again from the look that saw it.
+    let mut settling = Settling::default();
+    assert!(scan_at(&home, RUN, &mut settling, behind_ms, start).is_empty());
+    std::fs::write(&path, "{\"type\": still not").expect("write again");
+    assert!(scan_at(&home, RUN, &mut settling, behind_ms, start + settle).is_empty());
+    let found = scan_at(&home, RUN, &mut settling, behind_ms, start + settle * 2);
+    assert!(refused_as_not_json(&found), "{found:?}");
+}
+
+/// A taker that cannot look again later (a resume) waits for a file being written: one its
+/// writer finishes within the wait is taken; one still written to after it is named, untaken.
+#[test]
+fn a_taker_that_looks_once_waits_a_bounded_time_for_a_file_being_written() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_dir, home) = home();
+    prepare(&home, RUN);
+    let appended = std::sync::Mutex::new(Vec::new());
+    let append = |events: Vec<Event>, _: Condition| {
+        appended.lock().expect("not poisoned").extend(events);
+        Ok(Appended {
+            run: RUN,
+            first_seq: 3,
+            last_seq: 3,
+            state: running_chain(),
+            was_duplicate: false,
+        })
+    };
+    let path = home.steer_requests_dir(RUN).join("slow.json");
+    let mut file = std::fs::File::create(&path).expect("made");
+    file.write_all(br#"{"type":"steer","id":"slow","#)
+        .expect("first piece");
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        file.write_all(br#""ts":5,"message":"at last"}"#)
+            .expect("second piece");
+    });
+    let taken = take_whole(&home, RUN, || Ok(Some(running_chain())), append).expect("taken");
+    writer.join().expect("the writer");
+    assert_eq!((taken.recorded, taken.waiting.len()), (1, 0), "{taken:?}");
+    assert!(!path.exists());
+    assert!(
+        matches!(&appended.lock().expect("not poisoned")[..], [Event::SteerRequested { id, .. }] if id == "slow")
+    );
+
+    let path = home.steer_requests_dir(RUN).join("endless.json");
+    let mut file = std::fs::File::create(&path).expect("made");
+    let is_done = std::sync::Arc::new(AtomicBool::new(false));
+    let done = std::sync::Arc::clone(&is_done);
+    let writer = std::thread::spawn(move || {
+        file.write_all(b"[").expect("a piece");
+        while !done.load(Ordering::Relaxed) {
+            file.write_all(b"0,").expect("a piece");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let taken = take_whole(
+        &home,
+        RUN,
+        || Ok(Some(running_chain())),
+        |_, _| panic!("nothing is appended for a file being written"),
+    )
+    .expect("taken");
+    is_done.store(true, Ordering::Relaxed);
+    writer.join().expect("the writer");
+    assert_eq!(taken.waiting, ["control/steer-requests/endless.json"]);
+    assert!(path.exists(), "left where it is");
 }
 
 fn found(place: Place, name: &str, request: Result<Request, String>) -> Found {

@@ -528,6 +528,14 @@ impl Home {
         self.run_dir(run).join(format!("inbox-{step}"))
     }
 
+    /// Beside step `step`'s inbox, the runner's note of each message it wrote there: an empty
+    /// file of the message's name, made once the message is in the inbox. A message noted
+    /// there and gone from the inbox was taken by the step, whether or not its runner lived to
+    /// see it go.
+    pub fn step_inbox_written_dir(&self, run: RunId, step: usize) -> PathBuf {
+        self.run_dir(run).join(format!("inbox-{step}.written"))
+    }
+
     /// Where the reconciler notes how far into the log it has checked projections (see
     /// `reconcile::ProjectionCursor`).
     pub fn reconcile_cursor_path(&self) -> PathBuf {

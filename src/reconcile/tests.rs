@@ -1009,6 +1009,7 @@ fn a_request_recorded_before_a_kill_is_taken_once() {
         crate::control_inbox::take(
             &home,
             run,
+            &mut crate::control_inbox::Settling::default(),
             || store.journal().view()?.snapshot(run),
             |events, condition| store.append(run, events, condition),
         )

@@ -456,6 +456,7 @@ async fn run_steps(
         spec: Arc::clone(&state.spec),
         config,
         wake,
+        inbox_settling: crate::control_inbox::Settling::default(),
         tasks: JoinSet::new(),
         running: BTreeMap::new(),
         spawned: BTreeSet::new(),
@@ -729,6 +730,8 @@ struct RunLoop {
     config: RunnerConfig,
     /// Notified when the run's control inbox changes.
     wake: Arc<Notify>,
+    /// The inbox's files not yet whole as its last look found them, for the next look.
+    inbox_settling: crate::control_inbox::Settling,
     tasks: JoinSet<(usize, ProcessReport)>,
     running: BTreeMap<usize, RunningStep>,
     /// Every process this runner spawned for a step: their waiters reap them, a sweep never.
@@ -911,16 +914,15 @@ impl RunLoop {
             }
         };
         // The step's inbox, made before its process: it finds it in its environment.
-        let mut inbox =
-            match steer::StepInbox::make(self.home.step_inbox_dir(run, index), step_number) {
-                Ok(inbox) => Some(inbox),
-                Err(error) => {
-                    log(&format!(
-                        "step {index}: cannot make its inbox ({error}); it runs without steering"
-                    ));
-                    None
-                }
-            };
+        let mut inbox = match steer::StepInbox::make(&self.home, run, step_number) {
+            Ok(inbox) => Some(inbox),
+            Err(error) => {
+                log(&format!(
+                    "step {index}: cannot make its inbox ({error}); it runs without steering"
+                ));
+                None
+            }
+        };
         let command = match output.pipe().map(|pipe| {
             step::command(
                 &self.home,
@@ -1284,19 +1286,25 @@ impl RunLoop {
     async fn take_inbox(&mut self) -> Result<(), RunnerError> {
         let recorder = Arc::clone(&self.recorder);
         let home = self.home.clone();
+        let mut settling = std::mem::take(&mut self.inbox_settling);
         let taken = tokio::task::spawn_blocking(move || {
             let run = recorder.run();
             let store = Arc::clone(recorder.store());
-            crate::control_inbox::take(
+            let taken = crate::control_inbox::take(
                 &home,
                 run,
+                &mut settling,
                 || store.journal().read_retrying(|view| view.snapshot(run)),
                 |events, condition| recorder.append_blocking(events, condition),
-            )
+            );
+            (taken, settling)
         })
         .await;
         let taken = match taken {
-            Ok(taken) => taken,
+            Ok((taken, settling)) => {
+                self.inbox_settling = settling;
+                taken
+            }
             Err(error) => std::panic::resume_unwind(error.into_panic()),
         };
         match taken {

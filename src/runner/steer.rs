@@ -6,9 +6,16 @@
 //! (`SteerDelivered`). What the step never took when it ends is undelivered: its
 //! `StepFinished` says so (docs/design.md, "Control and steering").
 //!
+//! Once a message is in the inbox the runner notes it beside the inbox, in `inbox-<i>.written/`
+//! (an empty file of the same name). A runner that dies leaves that note: the reconciler then
+//! judges what the step took by it (`control_inbox::steers_taken_without_runner`), a message
+//! noted and gone from the inbox delivered, and only the rest undelivered.
+//!
 //! Invariants:
 //! * a message's file is written only once its `SteerRequested` is durable, and its
 //!   delivery is journaled only once its file was seen gone;
+//! * a message is noted as written only once its file is in the inbox, so a note never
+//!   claims a message the step could not have taken;
 //! * the inbox is looked at for the last time only after the step's process group was
 //!   verified empty, so no taking is missed between that look and the step's end.
 
@@ -20,6 +27,7 @@ use serde::Serialize;
 
 use crate::durable_fs;
 use crate::event::{Event, Record, SteerMode, UnixMs};
+use crate::home::Home;
 use crate::state::{RunState, SteerDelivery};
 
 /// The variable naming a step's inbox, set for every step.
@@ -42,19 +50,27 @@ pub struct InboxMessage<'a> {
 pub struct StepInbox {
     step: u32,
     dir: PathBuf,
+    /// Where each message written is noted (`Home::step_inbox_written_dir`).
+    written_dir: PathBuf,
     /// Each message written, by its request id: its file.
     written: BTreeMap<String, PathBuf>,
 }
 
 impl StepInbox {
-    /// Makes the step's inbox (0700), empty: what an earlier attempt left in it is no message
-    /// of this step's life.
-    pub fn make(dir: PathBuf, step: u32) -> io::Result<StepInbox> {
-        remove_dir_all_if_present(&dir)?;
-        durable_fs::ensure_private_dir(&dir)?;
+    /// Makes step `step`'s inbox of `run` (0700) and the directory its messages are noted in,
+    /// both empty: what an earlier attempt left there is no message of this step's life.
+    pub fn make(home: &Home, run: crate::event::RunId, step: u32) -> io::Result<StepInbox> {
+        let index = step as usize;
+        let dir = home.step_inbox_dir(run, index);
+        let written_dir = home.step_inbox_written_dir(run, index);
+        for dir in [&dir, &written_dir] {
+            remove_dir_all_if_present(dir)?;
+            durable_fs::ensure_private_dir(dir)?;
+        }
         Ok(StepInbox {
             step,
             dir,
+            written_dir,
             written: BTreeMap::new(),
         })
     }
@@ -105,10 +121,13 @@ impl StepInbox {
             source,
         };
         let bytes = serde_json::to_vec(&document).map_err(io::Error::other)?;
-        // The record's seq: names sort in arrival order, and no two messages share one.
-        let path = self.dir.join(format!("{:020}.json", record.seq));
+        let name = crate::control_inbox::step_message_file_name(record.seq);
+        let path = self.dir.join(&name);
         durable_fs::write_atomic(&path, &bytes)?;
         self.written.insert(id.clone(), path);
+        // Best effort, as the runner's other files: a note that cannot be made costs only the
+        // proof of this message's taking should the runner die, which then counts it untaken.
+        let _ = durable_fs::touch(&self.written_dir.join(name));
         Ok(())
     }
 
@@ -137,9 +156,11 @@ impl StepInbox {
             .collect()
     }
 
-    /// Removes the inbox and what the step left in it; its end is recorded.
+    /// Removes the inbox and what the step left in it, and the notes of what was written there;
+    /// its end is recorded.
     pub fn close(self) {
         let _ = remove_dir_all_if_present(&self.dir);
+        let _ = remove_dir_all_if_present(&self.written_dir);
     }
 }
 
@@ -160,10 +181,12 @@ mod tests {
     use crate::event::{FORMAT_VERSION, HostIds, RunId, WriterId};
     use crate::testkit as kit;
 
+    const RUN: RunId = RunId::from_bytes([2; 16]);
+
     fn record(seq: u64, event: Event) -> Record {
         Record {
             format_version: FORMAT_VERSION,
-            run_id: RunId::from_bytes([2; 16]),
+            run_id: RUN,
             seq,
             time_ms: 1_000 + seq,
             writer: WriterId(1),
@@ -177,10 +200,11 @@ mod tests {
     #[test]
     fn a_step_takes_a_message_by_removing_its_file() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let inbox_dir = dir.path().join("inbox-0");
-        std::fs::create_dir(&inbox_dir).expect("mkdir");
+        let home = Home::at(dir.path());
+        let inbox_dir = home.step_inbox_dir(RUN, 0);
+        std::fs::create_dir_all(&inbox_dir).expect("mkdir");
         std::fs::write(inbox_dir.join("stale.json"), "{}").expect("write");
-        let mut inbox = StepInbox::make(inbox_dir.clone(), 0).expect("made");
+        let mut inbox = StepInbox::make(&home, RUN, 0).expect("made");
         assert_eq!(std::fs::read_dir(&inbox_dir).expect("dir").count(), 0);
 
         let events = [
@@ -236,5 +260,56 @@ mod tests {
         assert!(inbox.taken().is_empty(), "delivered once");
         inbox.close();
         assert!(!inbox_dir.exists());
+        assert!(!home.step_inbox_written_dir(RUN, 0).exists());
+    }
+
+    /// With its runner dead, what the step took is judged by the runner's notes: a message
+    /// noted as written and gone from the inbox was taken; one still there, or one never
+    /// written (its runner died first), was not.
+    #[test]
+    fn what_a_step_took_after_its_runner_died_is_judged_by_the_runners_notes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let home = Home::at(dir.path());
+        let mut inbox = StepInbox::make(&home, RUN, 0).expect("made");
+        let events = [
+            kit::created(kit::chain_spec(1), 1, HostIds::default()),
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, None),
+            kit::steer_requested("taken", &[0], "one"),
+            kit::steer_requested("left", &[0], "two"),
+            kit::steer_requested("unwritten", &[0], "three"),
+            kit::steer_requested("delivered-before", &[0], "four"),
+        ];
+        let mut records: Vec<Record> = events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| record(index as u64 + 1, event))
+            .collect();
+        for seq in [4, 5, 7] {
+            inbox.write(&records[seq - 1]).expect("written");
+        }
+        std::fs::remove_file(
+            inbox
+                .dir()
+                .join(crate::control_inbox::step_message_file_name(4)),
+        )
+        .expect("the step takes it");
+        std::fs::remove_file(
+            inbox
+                .dir()
+                .join(crate::control_inbox::step_message_file_name(7)),
+        )
+        .expect("the step takes it");
+        records.push(record(8, kit::steer_delivered("delivered-before", 0)));
+        let state = crate::state::replay(&records)
+            .expect("legal")
+            .expect("a run");
+        // The runner dies here, with the inbox as it is.
+        let taken = crate::control_inbox::steers_taken_without_runner(&home, &state);
+        assert_eq!(taken, [kit::steer_delivered("taken", 0)]);
+
+        // An inbox the step removed whole took nothing that can be told.
+        std::fs::remove_dir_all(inbox.dir()).expect("removed");
+        assert!(crate::control_inbox::steers_taken_without_runner(&home, &state).is_empty());
     }
 }
