@@ -81,6 +81,16 @@ pub enum RecoverError {
         #[source]
         source: Box<OpenError>,
     },
+    #[error(
+        "journal {path} is open in {}: a process still writing would commit into the file recover \
+         moves aside, and what it wrote would be in neither journal; stop it, or wait for it to \
+         exit, and recover again",
+        .holders.iter().map(|(pid, name)| format!("process {pid} ({name})")).collect::<Vec<_>>().join(", ")
+    )]
+    InUse {
+        path: PathBuf,
+        holders: Vec<(u32, String)>,
+    },
     #[error("journal {path} is {found}, and the home holds no run to rebuild it from")]
     NoRuns { path: PathBuf, found: String },
     #[error(
@@ -116,6 +126,7 @@ impl RecoverError {
             self,
             RecoverError::Layout(_)
                 | RecoverError::NotLost { .. }
+                | RecoverError::InUse { .. }
                 | RecoverError::NoRuns { .. }
                 | RecoverError::NothingRecoverable { .. }
         )
@@ -168,12 +179,37 @@ pub struct Recovery {
     pub home_facts_not_recovered: Vec<LostFact>,
 }
 
+/// How long recover waits for the processes that have the lost journal open to exit before it
+/// refuses the home ([`RecoverError::InUse`]): the home's timer finds its journal replaced or
+/// unreadable at its next look, a pass ends in moments; a live runner does not.
+pub const HOLDERS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The processes that still have the file at `path` open after waiting up to `bound` for
+/// them to let it go.
+fn wait_for_holders(path: &Path, bound: std::time::Duration) -> Vec<(u32, String)> {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        let holders = crate::platform::processes_with_open(path);
+        if holders.is_empty() || std::time::Instant::now() >= deadline {
+            return holders;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Rebuilds the home's lost journal from its runs' `events.jsonl` ([module docs](self)).
 pub fn recover_from_projections(home: &Home) -> Result<Recovery, RecoverError> {
     home.check_layout()?;
     crate::store::check_home(home).map_err(|error| RecoverError::Unsafe(Box::new(error)))?;
     let path = home.journal_path();
     let found = judge(&path)?;
+    // A process with the lost file open (a runner, a pass, a host) may still commit to it, or
+    // project what it committed after the runs' files were read: either would be lost. The
+    // home's own helpers (its timer, a deliverer) let a lost journal go within moments.
+    let holders = wait_for_holders(&path, HOLDERS_WAIT);
+    if !holders.is_empty() {
+        return Err(RecoverError::InUse { path, holders });
+    }
     let run_ids = home
         .run_dirs_on_disk()
         .map_err(io_error("listing runs in", home.runs_dir()))?;

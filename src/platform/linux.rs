@@ -380,6 +380,50 @@ pub(super) fn flock_holder(path: &std::path::Path) -> Option<(u32, String)> {
     })
 }
 
+pub(super) fn processes_with_open(path: &std::path::Path) -> Vec<(u32, String)> {
+    use std::os::unix::ffi::OsStrExt;
+    // The name the kernel shows: the path made absolute, links above it resolved.
+    let shown = match path.parent().map(fs::canonicalize) {
+        Some(Ok(dir)) => match path.file_name() {
+            Some(name) => dir.join(name),
+            None => return Vec::new(),
+        },
+        _ => path.to_path_buf(),
+    };
+    let mut deleted = shown.as_os_str().as_bytes().to_vec();
+    deleted.extend_from_slice(b" (deleted)");
+    let own = std::process::id();
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == own {
+            continue;
+        }
+        let Ok(descriptors) = fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = descriptors.flatten().any(|descriptor| {
+            fs::read_link(descriptor.path()).is_ok_and(|target| {
+                let target = target.as_os_str().as_bytes();
+                target == shown.as_os_str().as_bytes() || target == deleted.as_slice()
+            })
+        });
+        if holds {
+            found.push((pid, command_name(pid).ok().flatten().unwrap_or_default()));
+        }
+    }
+    found
+}
+
 /// The first of this user's other processes with a descriptor on the file at `path` whose
 /// `lock:` line (in `/proc/<pid>/fdinfo/<fd>`) `is_wanted` accepts.
 fn lock_holder(path: &std::path::Path, is_wanted: impl Fn(&str) -> bool) -> Option<(u32, String)> {

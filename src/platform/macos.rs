@@ -445,3 +445,7 @@ pub(super) fn journal_write_lock_holder(_path: &std::path::Path) -> Option<(u32,
 pub(super) fn flock_holder(_path: &std::path::Path) -> Option<(u32, String)> {
     None
 }
+
+pub(super) fn processes_with_open(_path: &std::path::Path) -> Vec<(u32, String)> {
+    Vec::new()
+}

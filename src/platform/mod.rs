@@ -432,6 +432,13 @@ pub fn journal_write_lock_holder(path: &Path) -> Option<(u32, String)> {
     os::journal_write_lock_holder(path)
 }
 
+/// This user's other processes that have the file at `path` open — or had it open when it was
+/// removed from there (the link `/proc/<pid>/fd/<fd>` then names it `(deleted)`), as pid and
+/// command name; empty where the platform does not tell (macOS, for now).
+pub fn processes_with_open(path: &Path) -> Vec<(u32, String)> {
+    os::processes_with_open(path)
+}
+
 /// The process that holds an exclusive `flock` on the file at `path` (a run's projection lock,
 /// say), as [`journal_write_lock_holder`] finds the journal's.
 pub fn flock_holder(path: &Path) -> Option<(u32, String)> {

@@ -823,3 +823,49 @@ fn a_delayed_run_is_rebuilt_waiting_for_its_due_time_and_a_pass_finds_it() {
     assert_eq!(stopped.status, runjournal::RunStatus::Stopped);
     assert!(stopped.runner.is_none());
 }
+
+/// A process that still has the lost journal open (a runner, a pass, a host: here a `sleep`
+/// holding it as its input) could commit into the file recover moves aside, or project a record
+/// after recover read the runs' files: recover refuses the home, naming the process, and
+/// changes nothing; once the process has exited, it rebuilds. Both for a journal damaged in
+/// place and for one removed while open.
+#[test]
+fn recover_refuses_a_journal_another_process_has_open() {
+    for removed in [false, true] {
+        let (home, _runs) = home_with_runs();
+        let journal = home.file("journal.redb");
+        let mut holder = std::process::Command::new("sleep")
+            .arg("600")
+            .stdin(std::fs::File::open(&journal).expect("the journal opens"))
+            .spawn()
+            .expect("sleep runs");
+        if removed {
+            std::fs::remove_file(&journal).expect("the journal removed");
+        } else {
+            Damage::ZeroFilled.apply_keeping(&journal, TRUNCATED_TO);
+        }
+        let before = std::fs::read_dir(home.path()).expect("the home").count();
+        let refused = runjournal::recover::recover_from_projections(&Home::at(home.path()));
+        let _ = holder.kill();
+        let _ = holder.wait();
+        let error = refused.expect_err("refused while the journal is open elsewhere");
+        assert!(
+            error.is_refusal(),
+            "removed {removed}: a refusal (journal-tools exits 2): {error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("open in process {} (sleep)", holder.id())),
+            "removed {removed}: names the process: {error}"
+        );
+        assert_eq!(
+            std::fs::read_dir(home.path()).expect("the home").count(),
+            before,
+            "removed {removed}: nothing was changed"
+        );
+        let recovery = runjournal::recover::recover_from_projections(&Home::at(home.path()))
+            .expect("rebuilt once nobody holds it");
+        assert_eq!(recovery.runs.len(), 2);
+    }
+}

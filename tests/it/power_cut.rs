@@ -787,8 +787,10 @@ fn check_shipped(cluster: &PgCluster, home: &Home, seed: u64) {
 }
 
 /// After `runjournal reconcile`, the only runs left open may be those whose runner never
-/// started (created within the reconciler's start grace, which a launcher may still be in):
-/// every process is dead, so a pass without the grace closes them.
+/// started (created within the reconciler's start grace, which a launcher may still be in),
+/// and those waiting for their due time: every process is dead, so the waiting ones are stopped
+/// and a pass without the grace closes them all (a stopped run that never started is closed by
+/// the pass after its stop, which records that no runner ever ran it).
 fn close_unstarted(home: &Home, seed: u64) {
     let store = Store::open_with(home.clone(), StoreOptions::default()).expect("the home opens");
     let view = store.journal().view().expect("a read view");
@@ -802,6 +804,7 @@ fn close_unstarted(home: &Home, seed: u64) {
             // Due in an hour: ended by a stop, which starts nothing.
             runjournal::control::request_stop(&store, run, "power-cut test", "after the cut")
                 .expect("a delayed run is stopped");
+            unstarted += 1;
             continue;
         }
         assert!(
@@ -2184,10 +2187,36 @@ fn check_recover(
             "seed {seed}: recover ({damage}, {what}) rebuilt every run"
         );
         for (run, records) in &truth {
+            let rebuilt = rebuilt.get(run).expect("rebuilt");
             assert_eq!(
-                rebuilt.get(run),
-                Some(records),
+                rebuilt.get(..records.len()),
+                Some(&records[..]),
                 "seed {seed}: recover ({damage}, {what}) rebuilt run {run}'s records as they were"
+            );
+            // What recover promises is the records: the pass after it may close a run the
+            // truth left unclosed (a run stopped before it ever started, or whose runner ended
+            // unobserved), and nothing else.
+            let closing = &rebuilt[records.len()..];
+            let was_closed = {
+                let mut state = None;
+                for record in records {
+                    state = Some(
+                        runjournal::state::apply(state.as_ref(), record)
+                            .expect("the truth's records apply"),
+                    );
+                }
+                state.is_some_and(|state| state.is_closed())
+            };
+            assert!(
+                closing.is_empty()
+                    || (!was_closed
+                        && closing.iter().all(|record| matches!(
+                            record.event,
+                            runjournal::event::Event::ProcessTerminalObserved { .. }
+                                | runjournal::event::Event::Terminal { .. }
+                        ))),
+                "seed {seed}: recover ({damage}, {what}) rebuilt run {run} with records the \
+                 truth did not hold, beyond the pass that closes it: {closing:?} after {records:?}"
             );
         }
     }
