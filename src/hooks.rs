@@ -592,7 +592,8 @@ fn wait_exited(pid: u32, deadline: Instant, mut has_exited: impl FnMut() -> bool
 /// what was ended, if anything was.
 fn end_left_behind(options: &DeliveryOptions) -> Option<String> {
     let swept =
-        crate::runner::sweep::sweep(std::process::id(), &BTreeSet::new(), options.grace).ok()?;
+        crate::process_group::sweep::sweep(std::process::id(), &BTreeSet::new(), options.grace)
+            .ok()?;
     (!swept.is_empty()).then(|| swept.describe())
 }
 

@@ -30,6 +30,8 @@
 //! process) said yes just before.
 //! Invariant: a group is reported empty only when no member is alive by the zombie rule.
 
+pub mod sweep;
+
 use std::io;
 use std::time::{Duration, Instant};
 

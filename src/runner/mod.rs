@@ -42,7 +42,6 @@ mod recorder;
 pub mod steer;
 pub mod step;
 pub mod step_process;
-pub mod sweep;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -66,12 +65,12 @@ use crate::home::Home;
 use crate::journal::{AppendError, CapacityEvent, Condition, OpenError, ReadError};
 use crate::liveness;
 use crate::logs::{self, TailBounds};
+use crate::process_group::sweep::{self, Swept};
 use crate::state::{ControlInfo, RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::{Store, StoreOptions};
 use outcome::{StepFailure, halt_error};
 use output::StepOutput;
 use step::{JobEnd, ProcessReport};
-use sweep::Swept;
 
 /// Exit code of a failed run whose failure has no exit code of its own.
 pub const EXIT_FAILED: i32 = 1;

@@ -453,11 +453,16 @@ fn a_result_keeps_the_seq_of_its_terminal_after_the_hooks_records() {
     let journal = home.journal();
     // The process that recorded the run closed (its runner's parent, or a pass) projects that
     // record after its commit: the check below is of the files once it has.
-    let events = home.path().join("runs").join(run.to_string()).join("events.jsonl");
+    let events = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("events.jsonl");
     let recorded = records(&journal, run).len();
     for _ in 0..600 {
-        let projected = std::fs::read_to_string(&events)
-            .map_or(0, |text| text.lines().filter(|line| !line.trim().is_empty()).count());
+        let projected = std::fs::read_to_string(&events).map_or(0, |text| {
+            text.lines().filter(|line| !line.trim().is_empty()).count()
+        });
         if projected == recorded {
             break;
         }

@@ -1,4 +1,5 @@
-//! The descendant sweep: ending what a step left running outside its process group.
+//! The descendant sweep: ending what a step (or a hook) left running outside its process
+//! group.
 //!
 //! A step's group is ended as a whole ([`crate::process_group`]), but a process can leave it:
 //! `setsid` puts it in a session of its own, and a double fork orphans it as well. As the
@@ -27,9 +28,9 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
+use super::KILL_VERIFY_TIMEOUT;
 use crate::event::ProcessIdentity;
 use crate::platform;
-use crate::process_group::KILL_VERIFY_TIMEOUT;
 
 /// How often the descendants are looked at while waiting for them to go.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
