@@ -14,7 +14,6 @@
 //! Invariant: a marker is reported only while its writer is alive by its full identity
 //! ([`liveness::check`]), never by a bare pid.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -182,7 +181,10 @@ impl Reserve {
 
     /// Whether the reserve file is in place.
     pub fn exists(&self) -> bool {
-        self.path.is_file()
+        matches!(
+            crate::durable_fs::look(&self.path),
+            Ok(Some(entry)) if entry.facts.kind == crate::durable_fs::EntryKind::File
+        )
     }
 
     /// Makes the reserve if it is missing, or shorter than its size (a power cut can keep its
@@ -192,9 +194,12 @@ impl Reserve {
         if self.bytes == 0 {
             return Ok(false);
         }
-        if self.exists()
-            && fs::metadata(&self.path).is_ok_and(|metadata| metadata.len() >= self.bytes)
-        {
+        let is_whole = matches!(
+            crate::durable_fs::look(&self.path),
+            Ok(Some(entry)) if entry.facts.kind == crate::durable_fs::EntryKind::File
+                && entry.stamp.len >= self.bytes
+        );
+        if is_whole {
             return Ok(true);
         }
         let temp = self.path.with_extension("making");
@@ -203,12 +208,12 @@ impl Reserve {
             // Allocated blocks, not a sparse file: deleting it must free real space.
             platform::preallocate(&file, self.bytes)?;
             drop(file);
-            fs::rename(&temp, &self.path)
+            crate::durable_fs::rename(&temp, &self.path)
         })();
         match made {
             Ok(()) => Ok(true),
             Err(error) => {
-                let _ = fs::remove_file(&temp);
+                let _ = crate::durable_fs::remove_if_present(&temp);
                 if is_capacity_io(&error) {
                     Ok(false)
                 } else {
@@ -220,11 +225,7 @@ impl Reserve {
 
     /// Deletes the reserve. `Ok(true)` if it was there.
     pub fn release(&self) -> io::Result<bool> {
-        match fs::remove_file(&self.path) {
-            Ok(()) => Ok(true),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(error) => Err(error),
-        }
+        crate::durable_fs::remove_file(&self.path)
     }
 }
 
@@ -445,14 +446,11 @@ pub fn clear_blocked(home: &Home, blocked: &Blocked) -> io::Result<()> {
 
 /// The markers in `blocked/`, by file name; empty when the directory does not exist.
 fn marker_names(home: &Home) -> io::Result<Vec<(std::ffi::OsString, MarkerName)>> {
-    let entries = match fs::read_dir(blocked_dir(home)) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(error),
+    let Some(found) = crate::durable_fs::dir_names(&blocked_dir(home))? else {
+        return Ok(Vec::new());
     };
     let mut names = Vec::new();
-    for entry in entries {
-        let name = entry?.file_name();
+    for name in found {
         let marker = name.to_str().map_or(MarkerName::Unknown, parse_marker_name);
         names.push((name, marker));
     }
@@ -502,6 +500,7 @@ pub fn read_status(home: &Home) -> io::Result<CapacityStatus> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn me() -> ProcessIdentity {
         liveness::current().expect("identity of this process")

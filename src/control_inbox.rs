@@ -134,12 +134,8 @@ impl Found {
 /// host writes into directories of runjournal's making. A failure is only a later look's
 /// loss: the inbox is read as it is found.
 pub fn prepare(home: &Home, run: RunId) {
-    use std::os::unix::fs::DirBuilderExt;
     for dir in [home.stop_requests_dir(run), home.steer_requests_dir(run)] {
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir);
+        let _ = crate::durable_fs::make_dirs(&dir);
     }
 }
 
@@ -268,11 +264,7 @@ fn scan_at(
 }
 
 fn scan_with(home: &Home, run: RunId, look: &mut Look<'_>) -> Vec<Found> {
-    let Ok(run_dir) = nix::fcntl::open(
-        &home.run_dir(run),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) else {
+    let Ok(run_dir) = crate::durable_fs::open_dir(&home.run_dir(run)) else {
         return Vec::new();
     };
     let control = match open_dir(&run_dir, OsStr::new("control")) {
@@ -755,11 +747,7 @@ pub fn refusal_of(found: &Found, error: &TransitionError) -> Option<Event> {
 /// another taker, and one that cannot be moved is found again and decided again
 /// ([`Decision::AlreadyTaken`] for a request).
 pub fn settle(home: &Home, run: RunId, found: &Found, how: Settle) -> io::Result<()> {
-    let run_dir = nix::fcntl::open(
-        &home.run_dir(run),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+    let run_dir = crate::durable_fs::open_dir(&home.run_dir(run))?;
     if found.place == Place::Inbox && found.name == "control" {
         let aside = format!("control.refused-{}", crate::event::now_ms());
         return gone_is_fine(nix::fcntl::renameat(
@@ -1040,7 +1028,7 @@ pub fn steers_taken_without_runner(home: &Home, state: &RunState) -> Vec<Event> 
         }
         let inbox = home.step_inbox_dir(state.run_id, index);
         let written = home.step_inbox_written_dir(state.run_id, index);
-        if !inbox.is_dir() {
+        if !crate::durable_fs::is_directory(&inbox) {
             continue;
         }
         let Ok(step_number) = u32::try_from(index) else {
@@ -1051,8 +1039,8 @@ pub fn steers_taken_without_runner(home: &Home, state: &RunState) -> Vec<Event> 
                 target.step == step_number && target.delivery == SteerDelivery::Queued
             });
             let name = step_message_file_name(steer.seq);
-            let is_noted = written.join(&name).symlink_metadata().is_ok();
-            let is_gone = inbox.join(&name).symlink_metadata().is_err();
+            let is_noted = matches!(crate::durable_fs::look(&written.join(&name)), Ok(Some(_)));
+            let is_gone = matches!(crate::durable_fs::look(&inbox.join(&name)), Ok(None));
             if is_waiting && is_noted && is_gone {
                 delivered.push(Event::SteerDelivered {
                     id: steer.id.clone(),

@@ -21,8 +21,11 @@
 //! And once a home is open for work, its directory is held open ([`HomeDir`]): while it is, a
 //! path under the home given to any function here is opened relative to that handle (the
 //! `openat` family), so a path swapped above the home after the check cannot redirect a
-//! write. Unix sockets are the exception: they are bound and connected by path, and their
-//! peers are checked instead.
+//! write. Unix sockets, and a directory's watch, can only be given a path: a path under a held
+//! home is handed to them through the held directory ([`held_path`]: on Linux
+//! `/proc/self/fd/<home>/...`), never as it is; where the platform has no such path it is
+//! refused, and the caller does without (the commit leader's socket then lives in this user's
+//! private socket directory). Their peers are checked too.
 //!
 //! Invariants:
 //! * a file written here is either its old content or its new content, never a mix
@@ -35,7 +38,7 @@
 //! * a directory this module makes or hands out as private belongs to the effective user and is
 //!   not writable by group or others;
 //! * while a [`HomeDir`] lives, every path under its root is resolved from its handle, never
-//!   again from the root's path.
+//!   again from the root's path, a socket's and a watch's included.
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -549,8 +552,9 @@ impl Resolved {
     }
 }
 
-/// Renames `from` to `to` (each resolved from its home's handle), replacing what is at `to`.
-fn rename(from: &Path, to: &Path) -> io::Result<()> {
+/// Renames `from` to `to` (each resolved from its home's handle), replacing what is at `to`
+/// (a symbolic link there itself, never what it points to).
+pub fn rename(from: &Path, to: &Path) -> io::Result<()> {
     let (from, to) = (Resolved::of(from), Resolved::of(to));
     nix::fcntl::renameat(
         from.dirfd(),
@@ -610,8 +614,9 @@ fn judge_owned_file(path: &Path, facts: EntryFacts, is_fifo: bool) -> Result<(),
 }
 
 /// Makes `dir` (0700) and its missing parents, as `mkdir -p` does; true when `dir` itself was
-/// made by this call.
-fn make_dirs(dir: &Path) -> io::Result<bool> {
+/// made by this call. Nothing is checked: for a directory a host may make too (a run's
+/// control inbox), which its caller checks as it needs; else [`ensure_private_dir`].
+pub fn make_dirs(dir: &Path) -> io::Result<bool> {
     match Resolved::of(dir).make_dir() {
         Ok(()) => return Ok(true),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
@@ -831,9 +836,14 @@ pub fn touch(path: &Path) -> io::Result<()> {
 
 /// Removes `path` (not a directory); a file that is already gone is fine.
 pub fn remove_if_present(path: &Path) -> io::Result<()> {
+    remove_file(path).map(|_| ())
+}
+
+/// Removes `path` (not a directory); `Ok(false)` when nothing was there.
+pub fn remove_file(path: &Path) -> io::Result<bool> {
     match Resolved::of(path).unlink(UnlinkatFlags::NoRemoveDir) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(error) => Err(error),
     }
 }
@@ -916,6 +926,11 @@ impl FileStamp {
             modified_ns: i128::from(stat.st_mtime as i64) * 1_000_000_000
                 + i128::from(stat.st_mtime_nsec as i64),
         }
+    }
+
+    /// Which file it is: its device and inode.
+    pub fn id(&self) -> (u64, u64) {
+        (self.device, self.inode)
     }
 
     /// Its modification time, Unix ms (before 1970: negative).
@@ -1005,10 +1020,70 @@ pub fn read_file_bounded(path: &Path, limit: u64) -> io::Result<Bounded> {
 /// The device and inode of the file at `path`, a link not followed: whether it is still the
 /// file it was (a journal rebuilt in its place is another).
 pub fn file_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|metadata| (metadata.dev(), metadata.ino()))
+    look(path).ok().flatten().map(|entry| entry.stamp.id())
+}
+
+/// What is at a path, as `lstat` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub facts: EntryFacts,
+    pub stamp: FileStamp,
+}
+
+/// What is at `path`, a symbolic link not followed; `None` when nothing is there.
+pub fn look(path: &Path) -> io::Result<Option<Entry>> {
+    Ok(Resolved::of(path).stat(false)?.map(|stat| Entry {
+        facts: EntryFacts::of_stat(&stat),
+        stamp: FileStamp::of_stat(&stat),
+    }))
+}
+
+/// Whether a directory is at `path` (not a link to one). A failure to look counts as no.
+pub fn is_directory(path: &Path) -> bool {
+    matches!(look(path), Ok(Some(entry)) if entry.facts.kind == EntryKind::Directory)
+}
+
+/// Opens the directory at `path` (a link to one followed, as a home's directories may be
+/// reached), to open and list its entries relative to it.
+pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    Resolved::of(path)
+        .open(OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
+        .map(OwnedFd::from)
+}
+
+/// The names in the directory at `path` (but `.` and `..`), in no particular order; `None`
+/// when it does not exist.
+pub fn dir_names(path: &Path) -> io::Result<Option<Vec<OsString>>> {
+    let resolved = Resolved::of(path);
+    let opened = nix::dir::Dir::openat(
+        resolved.dirfd(),
+        resolved.path.as_path(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    );
+    let mut dir = match opened {
+        Ok(dir) => dir,
+        Err(nix::errno::Errno::ENOENT) => return Ok(None),
+        Err(errno) => return Err(errno.into()),
+    };
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsStr::from_bytes(&name).to_os_string());
+        }
+    }
+    Ok(Some(names))
+}
+
+/// Opens the lock file at `path` for reading and writing, creating it (0600) if needed,
+/// without following a symbolic link; checked, once open, by [`judge_private`] as a file. For
+/// the locks taken over by a fresh file renamed over the old one (the commit leader's, the
+/// timer's), whose file is never this module's [`FileLock`].
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    let file = Resolved::of(path).open(OFlag::O_RDWR | OFlag::O_CREAT | NO_FOLLOW, FILE_MODE)?;
+    check_opened_private(&file, path)?;
+    Ok(file)
 }
 
 /// An exclusive `flock` on a lock file, released on drop. Taken at once or not
@@ -1095,31 +1170,86 @@ pub enum SocketPath {
     },
 }
 
-/// Looks at `path` without following a symlink there. By path, as sockets are bound and
-/// connected (see the module's docs).
+/// Looks at `path` without following a symlink there.
 pub fn inspect_socket_path(path: &Path) -> io::Result<SocketPath> {
-    let metadata = match fs::symlink_metadata(path) {
-        Ok(metadata) => metadata,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(SocketPath::Missing),
-        Err(error) => return Err(error),
+    let Some(stat) = Resolved::of(path).stat(false)? else {
+        return Ok(SocketPath::Missing);
     };
-    let uid = nix::unistd::geteuid().as_raw();
-    if !metadata.file_type().is_socket() {
+    let uid = effective_uid();
+    let format = mode_bits(stat.st_mode) & mode_bits(nix::libc::S_IFMT);
+    if format != mode_bits(nix::libc::S_IFSOCK) {
         return Ok(SocketPath::Other {
             what: "not a socket".to_string(),
         });
     }
-    if metadata.uid() != uid {
+    if stat.st_uid != uid {
         return Ok(SocketPath::Other {
-            what: format!("a socket of user {}, not {uid}", metadata.uid()),
+            what: format!("a socket of user {}, not {uid}", stat.st_uid),
         });
     }
     Ok(SocketPath::OurSocket)
 }
 
-/// Listens on a new Unix socket at `path` (which must not exist), readable and writable by
-/// its owner only.
-pub fn bind_private_socket(path: &Path) -> io::Result<UnixListener> {
+/// A path for the calls that take nothing but a path (a Unix socket's bind and connect, a
+/// directory's watch), leading where the path it was made from leads in the held home
+/// ([`held_path`]). It keeps that home held while it lives: the descriptor it names stays
+/// open.
+#[derive(Debug, Clone)]
+pub struct HeldPath {
+    _home: Option<Arc<HomeDir>>,
+    path: PathBuf,
+}
+
+impl HeldPath {
+    /// The path to hand to the call.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The held home `path` lies under, if any: keeping it keeps `path` resolved from its
+/// directory.
+pub fn holding(path: &Path) -> Option<Arc<HomeDir>> {
+    Resolved::of(path).home
+}
+
+/// `path` for a call that takes nothing but a path: as it is when it lies under no held home;
+/// under one, a path through the home's held directory
+/// ([`crate::platform::path_through_dir`]), so that a directory above the home swapped since
+/// it was checked redirects nothing. Where the platform has no such path (macOS), a path
+/// under a held home is refused (`Unsupported`) rather than handed on as it is.
+pub fn held_path(path: &Path) -> io::Result<HeldPath> {
+    let resolved = Resolved::of(path);
+    let Some(home) = resolved.home else {
+        return Ok(HeldPath {
+            _home: None,
+            path: path.to_path_buf(),
+        });
+    };
+    let through = crate::platform::path_through_dir(home.fd.as_fd()).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "{} cannot be named through the home's held directory on this system",
+                path.display()
+            ),
+        )
+    })?;
+    let path = if resolved.path == Path::new(".") {
+        through
+    } else {
+        through.join(&resolved.path)
+    };
+    Ok(HeldPath {
+        _home: Some(home),
+        path,
+    })
+}
+
+/// Listens on a new Unix socket at `address` (nothing must be there), readable and writable
+/// by its owner only.
+pub fn bind_private_socket(address: &HeldPath) -> io::Result<UnixListener> {
+    let path = address.path();
     let listener = UnixListener::bind(path)?;
     if let Err(error) = fs::set_permissions(path, fs::Permissions::from_mode(0o600)) {
         let _ = fs::remove_file(path);
@@ -1222,7 +1352,9 @@ mod tests {
             inspect_socket_path(&path).expect("look"),
             SocketPath::Missing
         );
-        let listener = bind_private_socket(&path).expect("bind");
+        let address = held_path(&path).expect("a path under no held home is itself");
+        assert_eq!(address.path(), path);
+        let listener = bind_private_socket(&address).expect("bind");
         assert_eq!(
             inspect_socket_path(&path).expect("look"),
             SocketPath::OurSocket
@@ -1584,6 +1716,7 @@ mod tests {
             FileLock::acquire_within(&planted, std::time::Duration::ZERO).is_err(),
             "FileLock::acquire_within"
         );
+        assert!(open_lock_file(&planted).is_err(), "open_lock_file");
         touch(&planted).expect("touch finds something there and leaves it");
         write_atomic(&planted, b"new").expect("write_atomic replaces the link itself");
         assert_eq!(fs::read(&victim).expect("read"), b"precious");
@@ -1718,6 +1851,37 @@ mod tests {
         assert!(check_private(&run_dir, Expect::Directory).expect("checked"));
         let lock = FileLock::try_acquire(&root.join("commit.lock")).expect("lock");
         drop(lock);
+        let lease = open_lock_file(&root.join("lease.lock")).expect("a lock file");
+        let fresh = root.join("lease.lock.fresh");
+        create_exclusive(&fresh).expect("a fresh lock file");
+        rename(&fresh, &root.join("lease.lock")).expect("renamed over it");
+        let lease_id = FileStamp::of(&lease.metadata().expect("fstat")).id();
+        let found = look(&root.join("lease.lock"))
+            .expect("look")
+            .expect("there");
+        assert_ne!(found.stamp.id(), lease_id, "the fresh file is there now");
+        assert!(make_dirs(&run_dir.join("control/stop-requests")).expect("mkdir -p"));
+        assert!(is_directory(&run_dir.join("control")));
+        let control = open_dir(&run_dir.join("control")).expect("opened");
+        assert_eq!(
+            dir_names(&run_dir.join("control")).expect("listed"),
+            Some(vec![OsString::from("stop-requests")])
+        );
+        drop(control);
+        #[cfg(target_os = "linux")]
+        {
+            let socket = root.join("commit.sock");
+            let address = held_path(&socket).expect("a path through the held directory");
+            assert!(address.path().starts_with("/proc/self/fd"), "{address:?}");
+            let listener = bind_private_socket(&address).expect("bind");
+            assert_eq!(
+                inspect_socket_path(&socket).expect("look"),
+                SocketPath::OurSocket
+            );
+            crate::platform::connect_without_waiting(address.path()).expect("connect");
+            drop(listener);
+            remove_if_present(&socket).expect("removed");
+        }
 
         let moved_home = moved.join("home");
         assert_eq!(
@@ -1729,6 +1893,8 @@ mod tests {
             b"line\n"
         );
         assert!(moved_home.join("marker").exists());
+        assert!(moved_home.join("lease.lock").is_file());
+        assert!(moved_home.join("runs/r1/control/stop-requests").is_dir());
         let strays: Vec<_> = fs::read_dir(decoy.join("home")).expect("list").collect();
         assert!(strays.is_empty(), "nothing reached the decoy: {strays:?}");
 

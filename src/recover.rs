@@ -320,12 +320,12 @@ fn replace_journal(
         true => None,
         false => {
             let aside = aside_path(&path, now_ms());
-            std::fs::rename(&path, &aside)
+            durable_fs::rename(&path, &aside)
                 .map_err(io_error("moving the lost journal aside to", aside.clone()))?;
             Some(aside)
         }
     };
-    std::fs::rename(&rebuilding, &path).map_err(io_error(
+    durable_fs::rename(&rebuilding, &path).map_err(io_error(
         "putting the rebuilt journal in place at",
         path.clone(),
     ))?;
@@ -582,7 +582,7 @@ fn sorted(mut ids: Vec<RunId>) -> Vec<RunId> {
 }
 
 fn found_missing(path: &Path) -> bool {
-    matches!(path.symlink_metadata(), Err(error) if error.kind() == io::ErrorKind::NotFound)
+    matches!(durable_fs::look(path), Ok(None))
 }
 
 /// What the journal file is, if it is lost: what [`journal::examine`] finds, or, for a file

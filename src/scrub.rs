@@ -245,9 +245,7 @@ pub fn scrub(store: &Store) -> Result<ScrubRecord, ScrubError> {
         return Ok(record);
     }
     // A marker left by a scrub of a journal since rebuilt names another file: it goes.
-    if marker.exists() {
-        let _ = std::fs::remove_file(&marker);
-    }
+    let _ = crate::durable_fs::remove_if_present(&marker);
     record_in_journal(store, &record).map_err(ScrubError::Record)?;
     Ok(record)
 }

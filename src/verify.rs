@@ -708,7 +708,7 @@ pub fn recheck_projections(
 /// One look at a run's projection under its lock: the head seen, and the problems found.
 fn recheck_run(home: &Home, journal: &impl ReadJournal, run: RunId) -> (Option<u64>, Vec<Problem>) {
     let lock_path = home.lock_path(run);
-    let _lock = if lock_path.exists() {
+    let _lock = if matches!(crate::durable_fs::look(&lock_path), Ok(Some(_))) {
         match crate::projection::lock_run_within(run, &lock_path, crate::projection::RUN_LOCK_WAIT)
         {
             Ok(lock) => Some(lock),

@@ -631,18 +631,13 @@ impl Home {
 
 /// The ids `parse` reads from the names of the entries of `dir`; none when it does not exist.
 fn ids_named_in(dir: &Path, parse: impl Fn(&str) -> Option<RunId>) -> std::io::Result<Vec<RunId>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(error),
+    let Some(names) = crate::durable_fs::dir_names(dir)? else {
+        return Ok(Vec::new());
     };
-    let mut ids = Vec::new();
-    for entry in entries {
-        if let Some(id) = entry?.file_name().to_str().and_then(&parse) {
-            ids.push(id);
-        }
-    }
-    Ok(ids)
+    Ok(names
+        .iter()
+        .filter_map(|name| name.to_str().and_then(&parse))
+        .collect())
 }
 
 #[cfg(test)]

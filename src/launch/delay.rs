@@ -285,11 +285,11 @@ fn take_timer_lock(path: &Path) -> io::Result<Option<Lease>> {
 /// Whether the timer lock file at `path` has not moved on for [`TIMER_SILENT_AFTER`] (a lock
 /// file whose time is ahead of the clock, or that cannot be read, is not).
 fn is_silent(path: &Path) -> bool {
-    std::fs::symlink_metadata(path)
-        .and_then(|metadata| metadata.modified())
-        .ok()
-        .and_then(|modified| modified.elapsed().ok())
-        .is_some_and(|silent_for| silent_for >= TIMER_SILENT_AFTER)
+    let Ok(Some(entry)) = crate::durable_fs::look(path) else {
+        return false;
+    };
+    let silent_for_ms = i128::from(crate::event::now_ms()) - entry.stamp.modified_ms();
+    silent_for_ms >= i128::try_from(TIMER_SILENT_AFTER.as_millis()).unwrap_or(i128::MAX)
 }
 
 /// The standby timer's lock beside the timer's lock at `path`.

@@ -293,6 +293,15 @@ pub(super) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 /// `sun_path` is 108 bytes on Linux, NUL included.
 pub(super) const MAX_SOCKET_PATH_BYTES: usize = 107;
 
+/// `/proc/self/fd/<dir>`, once it is checked to lead to the directory open as `dir` (the same
+/// device and inode): `/proc` may be missing, or be another PID namespace's.
+pub(super) fn path_through_dir(dir: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
+    let through = std::path::PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    let seen = nix::sys::stat::stat(&through).ok()?;
+    let held = nix::sys::stat::fstat(dir).ok()?;
+    ((seen.st_dev, seen.st_ino) == (held.st_dev, held.st_ino)).then_some(through)
+}
+
 pub(super) fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
     peer_credentials(socket).map(|credentials| credentials.uid)
 }

@@ -377,6 +377,11 @@ impl DirWatch {
 /// `sun_path` is 104 bytes on macOS, NUL included.
 pub(super) const MAX_SOCKET_PATH_BYTES: usize = 103;
 
+/// macOS has no path that names an open directory.
+pub(super) fn path_through_dir(_dir: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
+    None
+}
+
 pub(super) fn peer_uid(socket: &UnixStream) -> io::Result<u32> {
     let mut uid: libc::uid_t = 0;
     let mut gid: libc::gid_t = 0;

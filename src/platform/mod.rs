@@ -26,6 +26,7 @@
 //! | a Unix socket peer's user | `SO_PEERCRED` | `getpeereid` |
 //! | sending on a socket whose peer left | `send(MSG_NOSIGNAL)` | `SO_NOSIGPIPE` on the socket |
 //! | longest socket path | 107 bytes | 103 bytes |
+//! | a path that names an open directory | `/proc/self/fd/<fd>`, checked to lead to it | none |
 //! | a socket peer of another user namespace | `/proc/<pid>/ns/user` differs: refused | none |
 //! | the overflow uid (shares no commits) | `/proc/sys/kernel/overflowuid` | none |
 //! | who holds the journal's write lock | a scan of `/proc/<pid>/fdinfo` | not known (`None`) |
@@ -330,6 +331,14 @@ impl DirWatch {
 /// The longest path, in bytes, that a Unix socket can be bound to or connected at
 /// (`sun_path` less its terminating NUL).
 pub const MAX_SOCKET_PATH_BYTES: usize = os::MAX_SOCKET_PATH_BYTES;
+
+/// A path that leads to the directory open as `dir`, wherever that directory is now, for the
+/// calls that take only a path (a socket's bind and connect, a watch): on Linux
+/// `/proc/self/fd/<dir>`, checked to lead to it; `None` where there is none (macOS, a missing
+/// `/proc`).
+pub fn path_through_dir(dir: std::os::fd::BorrowedFd<'_>) -> Option<std::path::PathBuf> {
+    os::path_through_dir(dir)
+}
 
 /// The effective user id of the process at the other end of a connected Unix socket, as the
 /// kernel recorded it: for a client, the process that made the listening socket; for a

@@ -316,7 +316,7 @@ pub fn write_plan_observed(
         result == ResultPolicy::Publish
             && file.kind.may_be_consumed()
             && was_published_before
-            && !file.path.exists()
+            && matches!(durable_fs::look(&file.path), Ok(None))
     };
     // The marker says that every file a host may consume (the result and its session index
     // entry) was written: made after the last of them, so a crash or a full disk between two
@@ -444,13 +444,11 @@ fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
 /// writable by its group: a host makes it with its own umask when it first writes a request,
 /// and the inbox reads each file as input, refusing another user's.
 fn ensure_control_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let metadata = std::fs::symlink_metadata(dir)?;
-    if !metadata.file_type().is_dir() {
+    durable_fs::make_dirs(dir)?;
+    let facts = durable_fs::look(dir)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?
+        .facts;
+    if facts.kind != durable_fs::EntryKind::Directory {
         return Err(durable_fs::UnsafePath::WrongKind {
             path: dir.to_path_buf(),
             expected: "directory",
@@ -458,10 +456,10 @@ fn ensure_control_dir(dir: &Path) -> io::Result<()> {
         .into());
     }
     let euid = durable_fs::effective_uid();
-    if metadata.uid() != euid {
+    if facts.owner_uid != euid {
         return Err(durable_fs::UnsafePath::NotOwned {
             path: dir.to_path_buf(),
-            owner: metadata.uid(),
+            owner: facts.owner_uid,
             euid,
         }
         .into());

@@ -33,12 +33,14 @@ impl Drop for InboxWatch {
 /// inotify, a directory that could not be made): the loop's poll takes the inbox then.
 pub fn watch(home: &Home, run: RunId, wake: Arc<Notify>) -> Option<InboxWatch> {
     crate::control_inbox::prepare(home, run);
-    let watch = crate::platform::watch_dir(&home.control_dir(run), &[]).ok()?;
+    // Through the home's held directory, as every file of the home is reached.
+    let held = |dir: &std::path::Path| crate::durable_fs::held_path(dir).ok();
+    let watch = crate::platform::watch_dir(held(&home.control_dir(run))?.path(), &[]).ok()?;
     if !watch.is_woken_by_changes() {
         return None;
     }
     for dir in [home.stop_requests_dir(run), home.steer_requests_dir(run)] {
-        watch.watch_also(&dir).ok()?;
+        watch.watch_also(held(&dir)?.path()).ok()?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = Arc::clone(&stop);

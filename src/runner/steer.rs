@@ -64,7 +64,7 @@ impl StepInbox {
         let dir = home.step_inbox_dir(run, index);
         let written_dir = home.step_inbox_written_dir(run, index);
         for dir in [&dir, &written_dir] {
-            remove_dir_all_if_present(dir)?;
+            durable_fs::remove_tree(dir)?;
             durable_fs::ensure_private_dir(dir)?;
         }
         Ok(StepInbox {
@@ -135,13 +135,13 @@ impl StepInbox {
     /// delivered by this inbox: the `SteerDelivered` events to journal. An inbox whose
     /// directory is gone took nothing (the step removed more than its messages).
     pub fn taken(&mut self) -> Vec<Event> {
-        if !self.dir.is_dir() {
+        if !durable_fs::is_directory(&self.dir) {
             return Vec::new();
         }
         let taken: Vec<String> = self
             .written
             .iter()
-            .filter(|(_, path)| path.symlink_metadata().is_err())
+            .filter(|(_, path)| matches!(durable_fs::look(path), Ok(None)))
             .map(|(id, _)| id.clone())
             .collect();
         taken
@@ -159,19 +159,8 @@ impl StepInbox {
     /// Removes the inbox and what the step left in it, and the notes of what was written there;
     /// its end is recorded.
     pub fn close(self) {
-        let _ = remove_dir_all_if_present(&self.dir);
-        let _ = remove_dir_all_if_present(&self.written_dir);
-    }
-}
-
-/// Removes `dir` and everything in it, never following a link (a link there is removed as the
-/// entry it is); a missing one is fine.
-fn remove_dir_all_if_present(dir: &Path) -> io::Result<()> {
-    match dir.symlink_metadata() {
-        Ok(metadata) if metadata.is_dir() => std::fs::remove_dir_all(dir),
-        Ok(_) => std::fs::remove_file(dir),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(error),
+        let _ = durable_fs::remove_tree(&self.dir);
+        let _ = durable_fs::remove_tree(&self.written_dir);
     }
 }
 

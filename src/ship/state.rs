@@ -150,7 +150,7 @@ pub fn shipped_through(home: &Home, view: &View) -> Result<Option<u64>, ReadErro
     if let Some(through) = view.shipped_through()? {
         return Ok(Some(through));
     }
-    let is_reported = std::fs::symlink_metadata(state_path(home)).is_ok();
+    let is_reported = matches!(durable_fs::look(&state_path(home)), Ok(Some(_)));
     Ok(is_reported.then_some(0))
 }
 
@@ -197,7 +197,7 @@ pub fn stop(home: &Home, journal: &Journal) -> Result<Stopped, StopError> {
         journal.stop_shipping()?;
         // A report left behind would make the home count as shipping again (a home shipped
         // from before the journal kept its mark has only the report); a missing one is fine.
-        let _ = std::fs::remove_file(state_path(home));
+        let _ = durable_fs::remove_if_present(&state_path(home));
     }
     Ok(Stopped {
         was_proven_through,

@@ -891,3 +891,146 @@ fn a_directory_swapped_above_a_checked_home_mid_run_redirects_none_of_its_writes
         "nothing reached the decoy"
     );
 }
+
+/// Every entry under `dir`, directories and links included, as paths relative to it.
+fn entries_under(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("list").flatten() {
+            let path = entry.path();
+            if entry.file_type().expect("file type").is_dir() {
+                pending.push(path.clone());
+            }
+            found.push(path.strip_prefix(dir).expect("under").display().to_string());
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Puts a request file into `dir` of a run's control inbox as a host does: written aside,
+/// then renamed into place.
+fn drop_request(dir: &Path, name: &str, json: &str) {
+    let aside = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&aside, json).expect("write the request aside");
+    std::fs::rename(&aside, dir.join(name)).expect("rename the request into place");
+}
+
+/// Regression: the directory above a checked home was given to another user mid-run, who put
+/// a link to a directory of theirs in the home's place. The runners had their control inbox,
+/// the commit lock and the commit leader's socket opened by path, so they made
+/// `runs/<id>/control/`, `journal.redb.commit.lock` and `journal.redb.commit.sock` in the other
+/// user's directory, and never saw the requests a host dropped into the real home. Now every
+/// file of the home is opened relative to the home's held directory, the socket bound through
+/// it: while one runner hands the lead to another (the leader's run is stopped), and the other
+/// run is steered and stopped through the real home by command and by control file, nothing
+/// is made in the other user's directory, and every request is taken.
+#[test]
+fn a_home_swapped_for_a_link_to_another_users_directory_makes_nothing_there() {
+    const NAME: &str = "a_home_swapped_for_a_link_to_another_users_directory_makes_nothing_there";
+    if !is_root(NAME, "give a directory to another user") {
+        return;
+    }
+    let scratch = tempfile::tempdir().expect("temp dir");
+    chmod(scratch.path(), 0o755);
+    let theirs = scratch.path().join("theirs");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    let home = theirs.join("home");
+    // The first run's runner leads the commits; the second's is its client until it ends.
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let output = runjournal_at(&home, &["run", "--json", "--step", "sleep 120"]);
+        assert!(output.status.success(), "{output:?}");
+        runs.push(run_id_of(&output.stdout));
+    }
+    let (leading, led) = (runs[0], runs[1]);
+    let journal = runjournal::Journal::open(home.join("journal.redb")).expect("opens");
+    for run in [leading, led] {
+        wait_for(&journal, run, "the step to run", |state| {
+            state.steps[0].status == StepStatus::Running
+        });
+    }
+    drop(journal);
+
+    // nobody
+    let stranger = nix::unistd::Uid::from_raw(65534);
+    nix::unistd::chown(&theirs, Some(stranger), None).expect("give the parent away");
+    let real = scratch.path().join("real-home");
+    std::fs::rename(&home, &real).expect("move the home away");
+    let decoy = scratch.path().join("decoy");
+    std::fs::create_dir(&decoy).expect("mkdir");
+    chmod(&decoy, 0o755);
+    nix::unistd::chown(&decoy, Some(stranger), None).expect("the stranger's directory");
+    std::os::unix::fs::symlink(&decoy, &home).expect("a link to it in the home's place");
+    let journal = runjournal::Journal::open(real.join("journal.redb")).expect("opens");
+
+    // The leader's run ends: the lead passes to the other runner, which commits on.
+    let output = runjournal_at(&real, &["stop", &leading.to_string()]);
+    assert!(output.status.success(), "{output:?}");
+    let state = wait_terminal(&journal, leading);
+    assert_eq!(state.status, runjournal::RunStatus::Stopped, "{state:?}");
+    let output = runjournal_at(&real, &["steer", &led.to_string(), "by command"]);
+    assert!(output.status.success(), "{output:?}");
+    let control = real.join(format!("runs/{led}/control"));
+    drop_request(
+        &control.join("steer-requests"),
+        "1700000000000-by-file.json",
+        r#"{"type":"steer","id":"by-file","ts":1700000000000,"message":"by file","source":"a host"}"#,
+    );
+    let steered = (0..1200).any(|_| {
+        let state = support::state(&journal, led);
+        if state.steer("by-file").is_some() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        false
+    });
+    drop_request(
+        &control.join("stop-requests"),
+        "1700000000001-stop.json",
+        r#"{"type":"stop","source":"a host"}"#,
+    );
+    let stopped = (0..1200).any(|_| {
+        let state = support::state(&journal, led);
+        if state.is_terminal() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        false
+    });
+    if !stopped {
+        // Stopped through the real home by command, so that nothing is left running.
+        let _ = runjournal_at(&real, &["stop", &led.to_string()]);
+        wait_terminal(&journal, led);
+    }
+    // Each runner ends its run, then leaves: their last files are written by then.
+    let status_path = real.join(format!("runs/{led}/status.json"));
+    for _ in 0..1200 {
+        let status = std::fs::read_to_string(&status_path).unwrap_or_default();
+        if status.contains("\"state\": \"stopped\"") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        entries_under(&decoy),
+        Vec::<String>::new(),
+        "nothing was made in the other user's directory"
+    );
+    assert!(
+        steered,
+        "the request file dropped into the real home was taken"
+    );
+    assert!(
+        stopped,
+        "the stop file dropped into the real home was taken"
+    );
+    let state = support::state(&journal, led);
+    assert_eq!(state.status, runjournal::RunStatus::Stopped, "{state:?}");
+    assert_eq!(state.steers.len(), 2, "both steers were taken: {state:?}");
+    assert!(
+        real.join("journal.redb.commit.lock").is_file(),
+        "the lock is in the home"
+    );
+}

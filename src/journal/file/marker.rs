@@ -72,6 +72,6 @@ pub fn mark_damaged(
     };
     let bytes = serde_json::to_vec_pretty(&content).map_err(std::io::Error::other)?;
     crate::durable_fs::write_atomic(&marker, &bytes)?;
-    std::fs::File::open(&marker)?.sync_all()?;
+    crate::durable_fs::open_existing_read_only(&marker)?.sync_all()?;
     crate::durable_fs::sync_parent(&marker)
 }

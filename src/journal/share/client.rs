@@ -90,7 +90,7 @@ impl Connection {
         // is taken from it, unless the lead moved meanwhile.
         let lock_id = lease::file_id(&rendezvous.lock).ok().flatten();
         let unresponsive = Unreachable::Unresponsive { lock: lock_id };
-        let stream = match platform::connect_without_waiting(path) {
+        let stream = match platform::connect_without_waiting(rendezvous.address.path()) {
             Ok(stream) => stream,
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                 return Err(unresponsive);

@@ -181,7 +181,7 @@ impl Leadership {
                 });
             }
         }
-        let listener = durable_fs::bind_private_socket(path)?;
+        let listener = durable_fs::bind_private_socket(&rendezvous.address)?;
         let socket_path = path.clone();
         let socket_id = lease::file_id(path).ok().flatten();
         listener.set_nonblocking(true)?;

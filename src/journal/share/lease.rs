@@ -13,9 +13,8 @@
 //! and the writers' marks let each land at most once whoever judges it. The lease keeps
 //! commits shared, and keeps a stopped leader from costing every new process its timeout.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Seek, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::durable_fs;
@@ -24,12 +23,10 @@ use crate::durable_fs;
 pub(crate) type FileId = (u64, u64);
 
 /// Which file `path` names now, without following a link; `None` when nothing is there.
+/// Every path here is a file of the home, opened (looked at, renamed) relative to the home's
+/// held directory by [`durable_fs`].
 pub(crate) fn file_id(path: &Path) -> io::Result<Option<FileId>> {
-    match std::fs::symlink_metadata(path) {
-        Ok(metadata) => Ok(Some((metadata.dev(), metadata.ino()))),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(error),
-    }
+    Ok(durable_fs::look(path)?.map(|entry| entry.stamp.id()))
 }
 
 /// The commit lock, held.
@@ -45,22 +42,13 @@ impl Lease {
     /// link in its place is not followed, and a file of another user, or one others may write,
     /// is refused.
     pub(crate) fn try_take(path: &Path) -> io::Result<Option<Lease>> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(path)?;
-        durable_fs::check_opened_private(&file, path)?;
+        let file = durable_fs::open_lock_file(path)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
             Err(std::fs::TryLockError::Error(error)) => return Err(error),
         }
-        let metadata = file.metadata()?;
-        let id = (metadata.dev(), metadata.ino());
+        let id = opened_id(&file)?;
         // Locked, but a taking over may have put another file at the path since it was opened:
         // that file's holder leads.
         if file_id(path)? != Some(id) {
@@ -75,17 +63,16 @@ impl Lease {
     /// someone took the lead over already and `None` is returned (that leader is not the one
     /// found silent). Only a regular file of this user is replaced.
     pub(crate) fn take_over(path: &Path, from: Option<FileId>) -> io::Result<Option<Lease>> {
-        let found = std::fs::symlink_metadata(path);
-        match &found {
-            Ok(metadata) => {
-                let is_ours = metadata.file_type().is_file()
-                    && metadata.uid() == nix::unistd::geteuid().as_raw();
-                if !is_ours || Some((metadata.dev(), metadata.ino())) != from {
+        match durable_fs::look(path) {
+            Ok(Some(entry)) => {
+                let is_ours = entry.facts.kind == durable_fs::EntryKind::File
+                    && entry.facts.owner_uid == durable_fs::effective_uid();
+                if !is_ours || Some(entry.stamp.id()) != from {
                     return Ok(None);
                 }
             }
             // Nobody leads any more: take the lock as usual.
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Lease::try_take(path),
+            Ok(None) => return Lease::try_take(path),
             Err(_) => return Ok(None),
         }
         let fresh = fresh_path(path);
@@ -95,9 +82,9 @@ impl Lease {
                 std::fs::TryLockError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
                 std::fs::TryLockError::Error(error) => error,
             })?;
-            let metadata = file.metadata()?;
-            std::fs::rename(&fresh, path)?;
-            Ok((metadata.dev(), metadata.ino()))
+            let id = opened_id(&file)?;
+            durable_fs::rename(&fresh, path)?;
+            Ok(id)
         })();
         match taken {
             Ok(id) => Ok(Some(Lease { file, id })),
@@ -134,6 +121,13 @@ impl Drop for Lease {
 /// another file (or none). A failure to look counts as not.
 pub(crate) fn is_deposed(path: &Path, id: FileId) -> bool {
     matches!(file_id(path), Ok(found) if found != Some(id))
+}
+
+/// Which file an open file is.
+fn opened_id(file: &File) -> io::Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = file.metadata()?;
+    Ok((metadata.dev(), metadata.ino()))
 }
 
 /// A name beside `path` for a fresh lock file, of this process and moment.

@@ -4,8 +4,10 @@
 //! each commit alone top out at one commit's rate, however many they are. Instead, the first
 //! handle that has a group to commit and finds no leader takes the journal's commit lock
 //! (`journal.redb.commit.lock`, `flock`, never waited for) and, holding it, listens on a Unix
-//! socket beside it (`journal.redb.commit.sock`, or, when that path is too long to bind, in
-//! the user's private socket directory: [`private_socket_dir`]). Other handles connect and
+//! socket beside it (`journal.redb.commit.sock`, bound and connected through the home's held
+//! directory, [`crate::durable_fs::held_path`]; or, when that path is too long to bind or this
+//! system cannot name the held directory, in the user's private socket directory:
+//! [`private_socket_dir`]). Other handles connect and
 //! hand each group to it: their batches join
 //! the leader's own groups, committed by its writer thread in one write transaction each, under
 //! **their** writer ids and writer seqs, which the clients assign before sending. The leader
@@ -59,6 +61,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::durable_fs;
 use crate::journal::file::Location;
 use crate::journal::format::error::LockHeld;
 use crate::journal::format::error::{AppendError, StorageFailure};
@@ -80,17 +83,26 @@ mod tests;
 /// Where a journal's commit leader is found.
 #[derive(Debug, Clone)]
 pub(crate) struct Rendezvous {
+    /// Beside the journal, as the journal's own path names it: a file of the home, opened
+    /// relative to the home's held directory ([`durable_fs`]).
     lock: PathBuf,
     /// The Unix socket the leader listens on: beside the journal when that path fits a
     /// socket address, else in this user's private socket directory (see
     /// [`private_socket_dir`]).
     socket: PathBuf,
+    /// The path the socket is bound and connected at: beside the journal, a path through the
+    /// home's held directory ([`durable_fs::held_path`]), so that a directory above the home
+    /// swapped since it was checked cannot have the socket made elsewhere.
+    address: durable_fs::HeldPath,
     /// The journal file, as (device, inode).
     file: (u64, u64),
+    /// The home the journal lies in, held while the rendezvous lives: its paths resolve there.
+    _home: Option<Arc<durable_fs::HomeDir>>,
 }
 
 impl Rendezvous {
-    /// The rendezvous of the journal file at `journal`, named after its absolute path; `None`
+    /// The rendezvous of the journal file at `journal`; where its socket lives is decided by
+    /// the journal's absolute path, so every process of this user finds the same one. `None`
     /// when its directory cannot be resolved, when the socket has nowhere private to live, or
     /// when this process may not share commits at all (see
     /// [`platform::may_share_commits`]).
@@ -102,32 +114,45 @@ impl Rendezvous {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
         };
-        let journal = dir.canonicalize().ok()?.join(journal.file_name()?);
-        let metadata = std::fs::symlink_metadata(&journal).ok()?;
-        let file = {
-            use std::os::unix::fs::MetadataExt;
-            (metadata.dev(), metadata.ino())
+        let absolute = dir.canonicalize().ok()?.join(journal.file_name()?);
+        // Under a held home, its files are named by the path the home was opened by, which
+        // resolves from the held directory; elsewhere by the absolute path.
+        let journal = match durable_fs::holding(journal) {
+            Some(_) => journal.to_path_buf(),
+            None => absolute.clone(),
         };
+        let file = durable_fs::look(&journal).ok()??.stamp.id();
         let beside = crate::home::commit_socket_path(&journal);
-        let socket = if beside.as_os_str().len() <= platform::MAX_SOCKET_PATH_BYTES {
-            beside
-        } else {
-            // Named after the journal's path: two journals never meet; the directory is this
-            // user's alone.
-            let digest = Sha256::digest(journal.as_os_str().as_encoded_bytes());
-            let hex: String = digest[..12]
-                .iter()
-                .map(|byte| format!("{byte:02x}"))
-                .collect();
-            let socket = private_socket_dir()?.join(format!("{hex}.sock"));
-            if socket.as_os_str().len() > platform::MAX_SOCKET_PATH_BYTES {
-                return None;
+        let fits = |path: &Path| path.as_os_str().len() <= platform::MAX_SOCKET_PATH_BYTES;
+        // Beside the journal only where every process can bind it there (its absolute path
+        // fits) and this one can reach it through the home's held directory.
+        let beside_address = durable_fs::held_path(&beside)
+            .ok()
+            .filter(|address| fits(address.path()));
+        let (socket, address) = match beside_address {
+            Some(address) if fits(&crate::home::commit_socket_path(&absolute)) => (beside, address),
+            _ => {
+                // Named after the journal's path: two journals never meet; the directory is
+                // this user's alone.
+                let digest = Sha256::digest(absolute.as_os_str().as_encoded_bytes());
+                let hex: String = digest[..12]
+                    .iter()
+                    .map(|byte| format!("{byte:02x}"))
+                    .collect();
+                let socket = private_socket_dir()?.join(format!("{hex}.sock"));
+                if !fits(&socket) {
+                    return None;
+                }
+                let address = durable_fs::held_path(&socket).ok()?;
+                (socket, address)
             }
-            socket
         };
+        let lock = crate::home::commit_lock_path(&journal);
         Some(Rendezvous {
-            lock: crate::home::commit_lock_path(&journal),
+            _home: durable_fs::holding(&lock),
+            lock,
             socket,
+            address,
             file,
         })
     }

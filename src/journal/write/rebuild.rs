@@ -60,7 +60,7 @@ pub fn rebuild(
     note: &RecoveryNote,
     ships: bool,
 ) -> Result<u64, RebuildError> {
-    if path.exists() {
+    if matches!(crate::durable_fs::look(path), Ok(Some(_))) {
         return Err(RebuildError::Exists {
             path: path.to_path_buf(),
         });
