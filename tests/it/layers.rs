@@ -17,8 +17,10 @@ const LAYERS: &[&[&str]] = &[
     &["event", "sync"],
     // What the operating system knows, and pure wordings and grammars over the wire types.
     &["platform", "exit", "duration", "logs", "text"],
-    // Pure rules over the wire types, and the leaf I/O of files, paths and processes.
-    &["state", "spec", "durable_fs", "home", "liveness", "run_env"],
+    // The leaf I/O of files: each of a home's opened under its held directory.
+    &["durable_fs"],
+    // Pure rules over the wire types, and the leaf I/O of paths and processes.
+    &["state", "spec", "home", "liveness", "run_env"],
     &["capacity", "process_group"],
     &["journal"],
     &["projection", "resolve", "control_inbox"],
