@@ -629,3 +629,49 @@ fn a_resume_that_cannot_take_the_paused_runs_inbox_fails_and_the_next_takes_it()
         "the message went on with the resume, once"
     );
 }
+
+/// Regression (a power-cut soak found it): a paused run that took a message for its resume
+/// had its result rewritten with its head's seq as its `Terminal`'s (`journalSeq`): the walk
+/// back from the head stopped at the `SteerRequested`, which only a paused run takes after its
+/// end. Every pass then found the result differing from a fresh projection.
+#[test]
+fn a_paused_run_that_takes_a_message_keeps_its_results_terminal_seq() {
+    let home = TestHome::new();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let marker = dir.path().join("marker");
+    let run = launch(&home, &["--step", &pausing_step(&marker, 0)]);
+    let _stop = StopOnDrop {
+        home: &home,
+        runs: vec![run],
+    };
+    wait_output(&home, run, 0, "ready");
+    pause(&home, run);
+    home.cmd()
+        .args(["steer", &run.to_string(), "for the resume"])
+        .assert()
+        .success();
+    let journal = home.journal();
+    let records = support::records(&journal, run);
+    let terminal_seq = records
+        .iter()
+        .find(|record| matches!(record.event, runjournal::event::Event::Terminal { .. }))
+        .expect("a Terminal")
+        .seq;
+    assert!(
+        records
+            .iter()
+            .any(|record| record.seq > terminal_seq
+                && matches!(record.event, runjournal::event::Event::SteerRequested { .. })),
+        "the message is kept after the end: {records:?}"
+    );
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(home.path().join("results").join(format!("{run}.json")))
+            .expect("the result"),
+    )
+    .expect("JSON");
+    assert_eq!(result["journalSeq"], terminal_seq, "{result}");
+    support::check_journal(
+        &journal.view().expect("a view"),
+        Some(&runjournal::Home::at(home.path())),
+    );
+}

@@ -424,65 +424,71 @@ impl View {
     /// run without one (created by an earlier version, or pruned). Secret: for starting its
     /// steps and hooks, and for a person who asked to see it.
     pub fn run_env(&self, run: RunId) -> Result<Option<RunEnvironment>, ReadError> {
-        let Some(table) = self.optional_table(RUN_ENV)? else {
-            return Ok(None);
-        };
-        let Some(bytes) = table
-            .get(&run.to_bytes())
-            .map_err(storage("reading a run's environment"))?
-        else {
-            return Ok(None);
-        };
-        RunEnvironment::decode(bytes.value())
-            .map(Some)
-            .map_err(|error| {
-                CorruptError::Index {
-                    table: "run_env",
-                    reason: format!("run {run}: {error}"),
-                }
-                .into()
-            })
+        self.guarded("reading a run's environment", || {
+            let Some(table) = self.optional_table(RUN_ENV)? else {
+                return Ok(None);
+            };
+            let Some(bytes) = table
+                .get(&run.to_bytes())
+                .map_err(storage("reading a run's environment"))?
+            else {
+                return Ok(None);
+            };
+            RunEnvironment::decode(bytes.value())
+                .map(Some)
+                .map_err(|error| {
+                    CorruptError::Index {
+                        table: "run_env",
+                        reason: format!("run {run}: {error}"),
+                    }
+                    .into()
+                })
+        })
     }
 
     /// `run`'s completion hooks (docs/design.md, "Hooks"): its own, then — once it has ended —
     /// the home's hook in force then. Empty for a run without any.
     pub fn run_hooks(&self, run: RunId) -> Result<HookCommands, ReadError> {
-        let Some(table) = self.optional_table(RUN_HOOKS)? else {
-            return Ok(HookCommands::default());
-        };
-        let Some(bytes) = table
-            .get(&run.to_bytes())
-            .map_err(storage("reading a run's hooks"))?
-        else {
-            return Ok(HookCommands::default());
-        };
-        HookCommands::decode(bytes.value()).map_err(|error| {
-            CorruptError::Index {
-                table: "run_hooks",
-                reason: format!("run {run}: {error}"),
-            }
-            .into()
+        self.guarded("reading a run's hooks", || {
+            let Some(table) = self.optional_table(RUN_HOOKS)? else {
+                return Ok(HookCommands::default());
+            };
+            let Some(bytes) = table
+                .get(&run.to_bytes())
+                .map_err(storage("reading a run's hooks"))?
+            else {
+                return Ok(HookCommands::default());
+            };
+            HookCommands::decode(bytes.value()).map_err(|error| {
+                CorruptError::Index {
+                    table: "run_hooks",
+                    reason: format!("run {run}: {error}"),
+                }
+                .into()
+            })
         })
     }
 
     /// The home's completion hook, run for every run that ends; `None` when none is set.
     pub fn home_hook(&self) -> Result<Option<String>, ReadError> {
-        let meta = self.table(META)?;
-        let Some(value) = meta
-            .get(tables::META_HOME_HOOK)
-            .map_err(storage("reading the home's hook"))?
-        else {
-            return Ok(None);
-        };
-        HookCommands::decode(value.value())
-            .map(|hooks| hooks.home)
-            .map_err(|error| {
-                CorruptError::Meta {
-                    key: tables::META_HOME_HOOK,
-                    reason: error.to_string(),
-                }
-                .into()
-            })
+        self.guarded("reading the home's hook", || {
+            let meta = self.table(META)?;
+            let Some(value) = meta
+                .get(tables::META_HOME_HOOK)
+                .map_err(storage("reading the home's hook"))?
+            else {
+                return Ok(None);
+            };
+            HookCommands::decode(value.value())
+                .map(|hooks| hooks.home)
+                .map_err(|error| {
+                    CorruptError::Meta {
+                        key: tables::META_HOME_HOOK,
+                        reason: error.to_string(),
+                    }
+                    .into()
+                })
+        })
     }
 
     /// The runs that have ended with a hook neither delivered nor given up, in run id order:
@@ -493,13 +499,15 @@ impl View {
 
     /// Whether `run` has ended with a hook neither delivered nor given up.
     pub fn has_hooks_due(&self, run: RunId) -> Result<bool, ReadError> {
-        let Some(table) = self.optional_table(HOOKS_DUE)? else {
-            return Ok(false);
-        };
-        Ok(table
-            .get(&run.to_bytes())
-            .map_err(storage("reading the due hooks"))?
-            .is_some())
+        self.guarded("reading the due hooks", || {
+            let Some(table) = self.optional_table(HOOKS_DUE)? else {
+                return Ok(false);
+            };
+            Ok(table
+                .get(&run.to_bytes())
+                .map_err(storage("reading the due hooks"))?
+                .is_some())
+        })
     }
 
     /// The runs with a hook given up, in run id order, until they are pruned.
@@ -512,15 +520,17 @@ impl View {
         definition: TableDefinition<&'static [u8; 16], ()>,
         op: &'static str,
     ) -> Result<Vec<RunId>, ReadError> {
-        let Some(table) = self.optional_table(definition)? else {
-            return Ok(Vec::new());
-        };
-        let mut runs = Vec::new();
-        for entry in table.iter().map_err(storage(op))? {
-            let (key, _) = entry.map_err(storage(op))?;
-            runs.push(RunId::from_bytes(*key.value()));
-        }
-        Ok(runs)
+        self.guarded(op, || {
+            let Some(table) = self.optional_table(definition)? else {
+                return Ok(Vec::new());
+            };
+            let mut runs = Vec::new();
+            for entry in table.iter().map_err(storage(op))? {
+                let (key, _) = entry.map_err(storage(op))?;
+                runs.push(RunId::from_bytes(*key.value()));
+            }
+            Ok(runs)
+        })
     }
 
     /// The retention policy the home set, or `None` when it never set one
@@ -680,11 +690,13 @@ impl View {
     /// (`None`: it does not ship; `Some(0)`: it ships and nothing is proven yet). Retention
     /// keeps every record above it.
     pub fn shipped_through(&self) -> Result<Option<u64>, ReadError> {
-        let meta = self.table(META)?;
-        let value = meta
-            .get(tables::META_SHIPPED_THROUGH)
-            .map_err(storage("reading meta"))?;
-        Ok(value.map(|value| tables::meta_u64(Some(value.value())).unwrap_or(0)))
+        self.guarded("reading meta", || {
+            let meta = self.table(META)?;
+            let value = meta
+                .get(tables::META_SHIPPED_THROUGH)
+                .map_err(storage("reading meta"))?;
+            Ok(value.map(|value| tables::meta_u64(Some(value.value())).unwrap_or(0)))
+        })
     }
 
     /// How many log entries prunes removed in all.
@@ -956,9 +968,12 @@ impl View {
     }
 
     /// The seq of the run's `Terminal` record, if it has one, read backwards from its head:
-    /// after a `Terminal` the reducer accepts only `ProcessTerminalObserved`, `Dismissed` and
-    /// its hooks' attempts (at most two records per attempt, a bounded number of attempts), so
-    /// this reads a few records, however long the run.
+    /// after a `Terminal` the reducer accepts only `ProcessTerminalObserved`, `Dismissed`, its
+    /// hooks' attempts (at most two records per attempt, a bounded number of attempts) and, for
+    /// a paused run, the messages kept for its resume (at most 20 waiting) and the refusals of
+    /// files that asked for them, so this reads a few records, however long the run. (It
+    /// stopped at the first record it did not expect, and a paused run that took a message had
+    /// its result written with its head's seq.)
     pub fn terminal_seq(&self, run: RunId) -> Result<Option<u64>, ReadError> {
         self.guarded("reading records", || {
             let records = self.table(RECORDS)?;
@@ -971,17 +986,13 @@ impl View {
             {
                 let (key, value) = entry.map_err(storage("reading records"))?;
                 let record = decode_record(key.value(), value.value())?;
-                match record.event {
-                    crate::event::Event::Terminal { .. }
-                    | crate::event::Event::HostEnded { .. } => {
-                        return Ok(Some(record.seq));
-                    }
-                    crate::event::Event::ProcessTerminalObserved { .. }
-                    | crate::event::Event::Dismissed { .. }
-                    | crate::event::Event::HookAttempted { .. }
-                    | crate::event::Event::HookEnded { .. } => continue,
-                    // Anything else comes before a Terminal, never after one.
-                    _ => return Ok(None),
+                // What may follow a run's end is open-ended (its runner's end seen, a
+                // dismissal, hooks, a control request refused because it came late): the walk
+                // goes back to the end itself, over the few records after it.
+                if let crate::event::Event::Terminal { .. } | crate::event::Event::HostEnded { .. } =
+                    record.event
+                {
+                    return Ok(Some(record.seq));
                 }
             }
             Ok(None)
