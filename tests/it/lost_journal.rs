@@ -687,6 +687,24 @@ fn recovery_names_undelivered_hooks_and_lost_environments_per_run() {
         .output()
         .expect("run");
     let waiting = support::run_id_of(&waiting.stdout);
+    // `recover` rebuilds what the runs' events.jsonl hold: the runner killed above may have
+    // committed its hook's attempt and not yet projected it, until a pass repairs its files.
+    for _ in 0..600 {
+        let view = journal.view().expect("a view");
+        let is_projected = [hooked, delivered, waiting].iter().all(|run| {
+            let recorded = view.records(*run).expect("records").len();
+            let events = home.path().join("runs").join(run.to_string()).join("events.jsonl");
+            std::fs::read_to_string(events).is_ok_and(|text| {
+                text.lines().filter(|line| !line.trim().is_empty()).count() == recorded
+            })
+        });
+        drop(view);
+        if is_projected {
+            break;
+        }
+        home.cmd().arg("reconcile").assert().success();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     drop(journal);
 
     Damage::Missing.apply(&home.file("journal.redb"));
