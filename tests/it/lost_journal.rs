@@ -693,7 +693,11 @@ fn recovery_names_undelivered_hooks_and_lost_environments_per_run() {
         let view = journal.view().expect("a view");
         let is_projected = [hooked, delivered, waiting].iter().all(|run| {
             let recorded = view.records(*run).expect("records").len();
-            let events = home.path().join("runs").join(run.to_string()).join("events.jsonl");
+            let events = home
+                .path()
+                .join("runs")
+                .join(run.to_string())
+                .join("events.jsonl");
             std::fs::read_to_string(events).is_ok_and(|text| {
                 text.lines().filter(|line| !line.trim().is_empty()).count() == recorded
             })

@@ -658,10 +658,11 @@ fn a_paused_run_that_takes_a_message_keeps_its_results_terminal_seq() {
         .expect("a Terminal")
         .seq;
     assert!(
-        records
-            .iter()
-            .any(|record| record.seq > terminal_seq
-                && matches!(record.event, runjournal::event::Event::SteerRequested { .. })),
+        records.iter().any(|record| record.seq > terminal_seq
+            && matches!(
+                record.event,
+                runjournal::event::Event::SteerRequested { .. }
+            )),
         "the message is kept after the end: {records:?}"
     );
     let result: serde_json::Value = serde_json::from_slice(

@@ -986,11 +986,10 @@ impl View {
             {
                 let (key, value) = entry.map_err(storage("reading records"))?;
                 let record = decode_record(key.value(), value.value())?;
-                // What may follow a run's end is open-ended (its runner's end seen, a
-                // dismissal, hooks, a control request refused because it came late): the walk
-                // goes back to the end itself, over the few records after it.
-                if let crate::event::Event::Terminal { .. } | crate::event::Event::HostEnded { .. } =
-                    record.event
+                // Whatever follows the end (its runner's end seen, a dismissal, hooks, a paused
+                // run's messages and refusals) is walked over, back to the end itself.
+                if let crate::event::Event::Terminal { .. }
+                | crate::event::Event::HostEnded { .. } = record.event
                 {
                     return Ok(Some(record.seq));
                 }
