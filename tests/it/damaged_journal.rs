@@ -394,6 +394,14 @@ fn a_runner_whose_journal_is_damaged_ends_its_step_says_why_and_exits_4() {
     let (run, mut runner) = sleeping_run(&home);
     let step = step_pid(&home, run);
     let _step = KillGroupOnDrop(step);
+    // The step released from its gate (its program is running): the runner has taken it as
+    // running. Between its `StepRunning` and the release, the runner reads the run once more
+    // (the messages waiting for the step), and damage met there ends the gated step with the
+    // start, before the runner counts it running.
+    poll("the step's program to run", || {
+        std::fs::read(format!("/proc/{step}/cmdline"))
+            .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("sleep 1000"))
+    });
     // Both of redb's commit slots (one alone it rides out with the other): the runner's next
     // look at its run, a read that begins at the header, meets the damage.
     flip_byte(&home.file("journal.redb"), 100);
