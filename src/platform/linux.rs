@@ -401,23 +401,9 @@ pub(super) fn processes_with_open(path: &std::path::Path) -> Vec<(u32, String)> 
     };
     let mut deleted = shown.as_os_str().as_bytes().to_vec();
     deleted.extend_from_slice(b" (deleted)");
-    let own = std::process::id();
     let mut found = Vec::new();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == own {
-            continue;
-        }
-        let Ok(descriptors) = fs::read_dir(entry.path().join("fd")) else {
+    for pid in other_pids() {
+        let Ok(descriptors) = fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
         let holds = descriptors.flatten().any(|descriptor| {
@@ -433,6 +419,19 @@ pub(super) fn processes_with_open(path: &std::path::Path) -> Vec<(u32, String)> 
     found
 }
 
+/// The pids `/proc` lists, this process's left out (none when it cannot be read).
+fn other_pids() -> impl Iterator<Item = u32> {
+    let own = std::process::id();
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(move |entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            (pid != own).then_some(pid)
+        })
+}
+
 /// The first of this user's other processes with a descriptor on the file at `path` whose
 /// `lock:` line (in `/proc/<pid>/fdinfo/<fd>`) `is_wanted` accepts.
 fn lock_holder(path: &std::path::Path, is_wanted: impl Fn(&str) -> bool) -> Option<(u32, String)> {
@@ -442,19 +441,8 @@ fn lock_holder(path: &std::path::Path, is_wanted: impl Fn(&str) -> bool) -> Opti
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
     let file = format!("{major:02x}:{minor:02x}:{} ", metadata.ino());
-    let own = std::process::id();
-    for entry in fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == own {
-            continue;
-        }
-        let Ok(descriptors) = fs::read_dir(entry.path().join("fdinfo")) else {
+    for pid in other_pids() {
+        let Ok(descriptors) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
             continue;
         };
         for descriptor in descriptors.flatten() {
