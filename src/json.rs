@@ -516,6 +516,22 @@ pub enum ReconcileLine {
         /// Why its runner did not start (the run is then recorded failed).
         error: Option<String>,
     },
+    /// A run waiting for other runs that the pass judged: its dependencies met (its runner
+    /// started, or it took its place in its queue), or ended without starting for one that
+    /// did not complete.
+    #[serde(rename_all = "camelCase")]
+    Judged {
+        run_id: String,
+        /// `started`, `queued` or `failed`.
+        verdict: &'static str,
+        /// The dependency a run failed for.
+        dependency: Option<String>,
+        /// The queue a run met waits in.
+        queue: Option<String>,
+        runner_pid: Option<u32>,
+        /// Why its runner did not start (the run is then recorded failed).
+        error: Option<String>,
+    },
     /// A run the retention pass that follows it pruned.
     Pruned(PrunedDoc),
     /// The pass's counts: the last line.
@@ -564,6 +580,30 @@ impl std::fmt::Display for ReconcileLine {
                     ),
                 }
             }
+            ReconcileLine::Judged {
+                run_id,
+                dependency,
+                queue,
+                runner_pid,
+                error,
+                ..
+            } => match (dependency, queue, runner_pid) {
+                (Some(dependency), _, _) => write!(
+                    f,
+                    "{run_id}  failed without starting: its dependency {dependency} did not complete"
+                ),
+                (None, Some(queue), _) => {
+                    write!(f, "{run_id}  dependencies met  waits in queue {queue}")
+                }
+                (None, None, Some(pid)) => {
+                    write!(f, "{run_id}  dependencies met  runner pid {pid}")
+                }
+                (None, None, None) => write!(
+                    f,
+                    "{run_id}  dependencies met  its runner did not start: {}",
+                    show::escape_control(error.as_deref().unwrap_or("unknown"))
+                ),
+            },
             ReconcileLine::Pruned(pruned) => write!(f, "{}", pruned.line("pruned")),
             ReconcileLine::Summary {
                 active,
@@ -579,6 +619,26 @@ impl std::fmt::Display for ReconcileLine {
 }
 
 impl ReconcileLine {
+    /// The line of a waiting run a pass judged.
+    pub fn judged(settled: &crate::launch::after::Settled) -> ReconcileLine {
+        use crate::launch::after::SettledOutcome;
+        let (verdict, dependency, queue, runner) = match &settled.outcome {
+            SettledOutcome::Started { runner } => ("started", None, None, Some(runner)),
+            SettledOutcome::Queued { queue } => ("queued", None, Some(queue.clone()), None),
+            SettledOutcome::Failed { dependency } => {
+                ("failed", Some(dependency.to_string()), None, None)
+            }
+        };
+        ReconcileLine::Judged {
+            run_id: settled.run.to_string(),
+            verdict,
+            dependency,
+            queue,
+            runner_pid: runner.and_then(|runner| runner.as_ref().ok().copied()),
+            error: runner.and_then(|runner| runner.as_ref().err().cloned()),
+        }
+    }
+
     /// The line of a delayed run a pass started.
     pub fn due(started: &crate::launch::delay::DueStarted) -> ReconcileLine {
         ReconcileLine::Due {

@@ -370,6 +370,9 @@ impl Maintained {
             }
             Err(_) => (0, 0),
         };
+        if let Some(Ok(judged)) = &self.judged {
+            lines.extend(judged.iter().map(ReconcileLine::judged));
+        }
         if let Some(Ok(admitted)) = &self.admitted {
             lines.extend(admitted.iter().map(ReconcileLine::admitted));
         }

@@ -86,6 +86,8 @@ pub enum ProblemKind {
     QueueIndex,
     /// The index of delayed runs waiting for their due time.
     DelayedIndex,
+    /// The index of runs waiting for other runs to end.
+    DependentsIndex,
     /// The terminal index.
     TerminalIndex,
     /// The alias index.
@@ -116,6 +118,7 @@ impl ProblemKind {
             ProblemKind::ActiveIndex => "active-index",
             ProblemKind::QueueIndex => "queue-index",
             ProblemKind::DelayedIndex => "delayed-index",
+            ProblemKind::DependentsIndex => "dependents-index",
             ProblemKind::TerminalIndex => "terminal-index",
             ProblemKind::Alias => "alias",
             ProblemKind::ResumeIndex => "resume-index",
@@ -291,6 +294,8 @@ struct IndexFacts {
     holds_slot: bool,
     /// Its due time, while it waits for it.
     due_waiting: Option<UnixMs>,
+    /// The runs it waits for to end, while it waits for them.
+    waits_for: Vec<RunId>,
 }
 
 impl IndexFacts {
@@ -308,6 +313,12 @@ impl IndexFacts {
                 .as_ref()
                 .filter(|_| state.is_waiting_for_due())
                 .map(|delay| delay.due_at_ms),
+            waits_for: match &state.dependencies {
+                Some(dependencies) if state.is_waiting_for_dependencies() => {
+                    dependencies.runs().collect()
+                }
+                _ => Vec::new(),
+            },
         }
     }
 }
@@ -454,6 +465,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     check_active(view, &runs, &mut report);
     check_queues(view, &runs, &mut report);
     check_delayed(view, &runs, &mut report);
+    check_dependents(view, &runs, &mut report);
     check_terminal(view, &runs, &mut report);
     check_aliases(view, &runs, &mut report);
     check_resumes(&resumes, &runs, &mut report);
@@ -898,6 +910,48 @@ fn check_delayed(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Rep
             *run,
             format!(
                 "the delayed index lists run {run} due at {due} ms, which does not wait for that"
+            ),
+        ));
+    }
+}
+
+/// The `dependents` index against the runs: for each run waiting for others to end, one
+/// entry per run it waits for; nothing else.
+fn check_dependents(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Report) {
+    let listed = match view.dependency_edges() {
+        Ok(listed) => listed,
+        Err(error) => {
+            report.problems.push(Problem::read(&error));
+            return;
+        }
+    };
+    let problem = |run: RunId, message: String| {
+        Problem::new(
+            Severity::Inconsistent,
+            ProblemKind::DependentsIndex,
+            message,
+        )
+        .of_run(run)
+    };
+    let listed: BTreeSet<(RunId, RunId)> = listed.into_iter().collect();
+    let expected: BTreeSet<(RunId, RunId)> = runs
+        .iter()
+        .filter_map(|(run, facts)| Some((*run, &facts.facts.as_ref()?.waits_for)))
+        .flat_map(|(run, waits_for)| waits_for.iter().map(move |dependency| (*dependency, run)))
+        .collect();
+    for (dependency, run) in expected.difference(&listed) {
+        report.problems.push(problem(
+            *run,
+            format!(
+                "run {run} waits for run {dependency} to end but the dependents index lacks it"
+            ),
+        ));
+    }
+    for (dependency, run) in listed.difference(&expected) {
+        report.problems.push(problem(
+            *run,
+            format!(
+                "the dependents index lists run {run} as waiting for run {dependency}, which it does not wait for"
             ),
         ));
     }

@@ -268,9 +268,12 @@ pub(super) fn resolve(
             text: text.clone(),
             reason,
         };
-        let run = view
-            .resolve(text)
-            .map_err(|error| refuse(error.to_string()))?;
+        // As `status` resolves what it is given: an id, a unique prefix, a name (its latest
+        // run) or a tool-call id.
+        let run = crate::resolve::resolve_run(&view, text).map_err(|error| match error {
+            crate::journal::ResolveError::Read(error) => LaunchError::Create(error.into()),
+            other => refuse(other.to_string()),
+        })?;
         match view.snapshot(run) {
             Ok(Some(_)) => Ok(run),
             Ok(None) => Err(refuse(format!(

@@ -221,6 +221,58 @@ fn a_dependency_already_ended_is_judged_at_launch() {
 }
 
 #[test]
+fn after_and_after_any_take_a_name_a_tool_call_id_and_a_prefix_as_status_does() {
+    let home = TestHome::new();
+    let (a, _) = launch(
+        &home,
+        &["--name", "build", "--", "sh", "-c", "sleep 0.3; exit 3"],
+    );
+    let (b, _) = launch(
+        &home,
+        &[
+            "--tool-call-id",
+            "call-7",
+            "--after-any",
+            "build",
+            "--",
+            "true",
+        ],
+    );
+    let prefix = &b.to_string()[..12];
+    let (c, launched_c) = launch(&home, &["--after", prefix, "--", "true"]);
+    assert_eq!(launched_c["waitingFor"][0], b.to_string(), "{launched_c}");
+    let (d, launched_d) = launch(&home, &["--after", "call-7", "--", "true"]);
+    assert_eq!(launched_d["waitingFor"][0], b.to_string(), "{launched_d}");
+    let journal = home.journal();
+    assert_eq!(wait_terminal(&journal, a).status, RunStatus::Failed);
+    for run in [b, c, d] {
+        assert_eq!(
+            wait_terminal(&journal, run).status,
+            RunStatus::Complete,
+            "{run}"
+        );
+    }
+    assert_after(&journal, (b, "RunnerStarted"), (a, "Terminal"));
+    assert_after(&journal, (c, "RunnerStarted"), (b, "Terminal"));
+    assert_after(&journal, (d, "RunnerStarted"), (b, "Terminal"));
+
+    // A text that names different runs by different ways is refused, naming each.
+    launch(&home, &["--name", "call-7", "--", "true"]);
+    let assert = home
+        .cmd()
+        .args(["run", "--after", "call-7", "--", "true"])
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains("by name")
+            && stderr.contains("by tool-call id")
+            && stderr.contains(&b.to_string()),
+        "the refusal names both runs: {stderr}"
+    );
+}
+
+#[test]
 fn a_dependency_that_is_not_in_the_journal_is_refused_at_launch_and_nothing_is_written() {
     let home = TestHome::new();
     home.cmd().args(["run", "--", "true"]).assert().success();
@@ -467,4 +519,79 @@ fn a_dependency_and_its_dependents_closed_in_one_reconcile_pass_stay_in_order() 
         (after_any, "RunnerStarted"),
         (dependency, "Terminal"),
     );
+}
+
+/// `verify` checks the dependents index against the records, as it checks the queue and
+/// delayed indexes: a waiting run's entry removed behind the journal's back is found, and so is
+/// an entry no run waits for. The dependency waits in a queue of limit 0, so no runner holds
+/// the journal open while it is edited.
+#[test]
+fn verify_finds_a_dependents_index_that_disagrees_with_the_records() {
+    use redb::ReadableTableMetadata;
+    use runjournal::verify::{ProblemKind, verify};
+
+    let home = TestHome::new();
+    home.cmd()
+        .args(["queue", "q", "--max-active", "0"])
+        .assert()
+        .success();
+    let (a, _) = launch(&home, &["--queue", "q", "--", "true"]);
+    let (b, launched_b) = launch(&home, &["--after", &a.to_string(), "--", "true"]);
+    assert_eq!(launched_b["waitingFor"][0], a.to_string(), "{launched_b}");
+    let dependents_problems = || {
+        let journal = home.journal();
+        let view = journal.view().expect("view");
+        verify(&view, None)
+            .problems
+            .into_iter()
+            .filter(|problem| problem.kind == ProblemKind::DependentsIndex)
+            .map(|problem| (problem.run, problem.message))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        dependents_problems(),
+        Vec::new(),
+        "the index agrees at first"
+    );
+
+    type Dependents<'txn> = redb::Table<'txn, &'static [u8; 32], ()>;
+    let edit = |change: &dyn Fn(&mut Dependents)| {
+        let db = redb::Database::open(home.path().join("journal.redb")).expect("opens");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut table = txn
+                .open_table(redb::TableDefinition::<&[u8; 32], ()>::new("dependents"))
+                .expect("the table");
+            change(&mut table);
+        }
+        txn.commit().expect("commits");
+    };
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(&a.to_bytes());
+    key[16..].copy_from_slice(&b.to_bytes());
+    edit(&|table| {
+        assert_eq!(table.len().expect("len"), 1, "one entry: b waits for a");
+        table.remove(&key).expect("removed");
+    });
+    let found = dependents_problems();
+    assert!(
+        found.len() == 1 && found[0].0 == Some(b) && found[0].1.contains("lacks"),
+        "{found:?}"
+    );
+
+    // Put back, and one more that nothing waits for: a waits for b.
+    let mut stray = [0u8; 32];
+    stray[..16].copy_from_slice(&b.to_bytes());
+    stray[16..].copy_from_slice(&a.to_bytes());
+    edit(&|table| {
+        table.insert(&key, ()).expect("put back");
+        table.insert(&stray, ()).expect("a stray entry");
+    });
+    let found = dependents_problems();
+    assert!(
+        found.len() == 1 && found[0].0 == Some(a) && found[0].1.contains("does not wait"),
+        "{found:?}"
+    );
+    home.cmd().args(["stop", &b.to_string()]).assert().success();
+    home.cmd().args(["stop", &a.to_string()]).assert().success();
 }

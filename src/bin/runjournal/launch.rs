@@ -64,10 +64,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     queue: Option<String>,
     /// Start only once this run has ended `complete` (repeatable: once they all have); if it
-    /// ends otherwise, this run ends `failed` without starting. An id, a unique prefix or a name.
+    /// ends otherwise, this run ends `failed` without starting. An id, a unique prefix, a name
+    /// (its latest run) or a tool-call id, as `status` takes them.
     #[arg(long = "after", value_name = "RUN")]
     after: Vec<String>,
-    /// Start only once this run has ended, however it ended (repeatable).
+    /// Start only once this run has ended, however it ended (repeatable; named as `--after`).
     #[arg(long = "after-any", value_name = "RUN")]
     after_any: Vec<String>,
     /// Start the run no sooner than this time: RFC 3339 (2025-01-31T14:30:00+01:00) or a
