@@ -962,6 +962,36 @@ pub enum Event {
     DelayEnded {
         by: String,
     },
+    /// The run holds `key` (`run --unique`; docs/design.md, "Launched once"): only in its
+    /// creation batch, its last event. While the run has not ended, and with `hold_ms` until
+    /// that long after its creation as well, the journal refuses another run's creation batch
+    /// that holds the same key, inside the transaction that would commit it; that launch is
+    /// answered this run.
+    UniqueKey {
+        key: String,
+        hold_ms: Option<u64>,
+    },
+}
+
+/// Longest key of a run launched once ([`Event::UniqueKey`]), in bytes.
+pub const MAX_UNIQUE_KEY_BYTES: usize = 256;
+
+/// What is wrong with a unique key, if anything: empty, too long, or holding a control
+/// character.
+pub fn unique_key_flaw(key: &str) -> Option<String> {
+    if key.is_empty() {
+        return Some("is empty".to_string());
+    }
+    if key.len() > MAX_UNIQUE_KEY_BYTES {
+        return Some(format!(
+            "is {} bytes, over the limit of {MAX_UNIQUE_KEY_BYTES}",
+            key.len()
+        ));
+    }
+    if key.chars().any(char::is_control) {
+        return Some("holds a control character".to_string());
+    }
+    None
 }
 
 /// Most runs one run may wait for (`run --after` and `--after-any` together).
@@ -1234,6 +1264,7 @@ impl Event {
             }
             Event::StartDelayed { .. } => {}
             Event::DelayEnded { by } => fields.push(("by", by)),
+            Event::UniqueKey { key, .. } => fields.push(("key", key)),
         }
         fields
     }
@@ -1314,6 +1345,13 @@ impl Event {
                 reason: format!("dependencies {flaw}"),
             });
         }
+        if let Event::UniqueKey { key, .. } = self
+            && let Some(flaw) = unique_key_flaw(key)
+        {
+            return Err(DecodeError::Invalid {
+                reason: format!("a unique key {flaw}"),
+            });
+        }
         if let Event::SteerRequested {
             id, steps, message, ..
         } = self
@@ -1354,6 +1392,7 @@ impl Event {
             Event::DependenciesMet { .. } => "DependenciesMet",
             Event::StartDelayed { .. } => "StartDelayed",
             Event::DelayEnded { .. } => "DelayEnded",
+            Event::UniqueKey { .. } => "UniqueKey",
         }
     }
 }
@@ -1787,6 +1826,13 @@ pub(crate) mod tests {
                     by: "b".to_string(),
                 },
             ),
+            (
+                "UniqueKey",
+                Event::UniqueKey {
+                    key: "k".to_string(),
+                    hold_ms: Some(7),
+                },
+            ),
         ]
     }
 
@@ -1834,6 +1880,7 @@ pub(crate) mod tests {
             ("DependenciesMet", "13016256748f88"),
             ("StartDelayed", "14090105004f756b21"),
             ("DelayEnded", "15016241823e59"),
+            ("UniqueKey", "16016b0107c3db526c"),
         ];
         let variants = every_variant();
         assert_eq!(

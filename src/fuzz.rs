@@ -355,7 +355,14 @@ impl Choices<'_> {
                 idle_timeout_ms: self.optional(Self::number),
                 heartbeat_ms: self.optional(Self::number),
             },
-            _ => Event::DelayEnded { by: self.text() },
+            // The last arm splits again for the events added after it.
+            _ => match self.below(2) {
+                0 => Event::DelayEnded { by: self.text() },
+                _ => Event::UniqueKey {
+                    key: self.text(),
+                    hold_ms: self.optional(Self::number),
+                },
+            },
         }
     }
 

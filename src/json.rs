@@ -450,6 +450,39 @@ impl LaunchedDoc {
     }
 }
 
+/// What `runjournal run --json` prints when another run held the launch's key (docs/design.md,
+/// "Launched once"): that run, and that nothing was created.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExistingLaunchDoc {
+    pub run_id: String,
+    /// Always `true`: the run existed before this launch.
+    pub existing: bool,
+    pub unique_key: String,
+    /// The run's state as the journal stands (`None`: it left the journal since).
+    pub state: Option<&'static str>,
+    pub status_path: String,
+    pub result_path: String,
+}
+
+impl ExistingLaunchDoc {
+    pub fn of(
+        home: &Home,
+        run: RunId,
+        key: &str,
+        state: Option<&'static str>,
+    ) -> ExistingLaunchDoc {
+        ExistingLaunchDoc {
+            run_id: run.to_string(),
+            existing: true,
+            unique_key: key.to_string(),
+            state,
+            status_path: path_text(&home.status_path(run)),
+            result_path: path_text(&home.result_path(run)),
+        }
+    }
+}
+
 /// What `runjournal run --wait --json` prints once the run ended.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

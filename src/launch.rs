@@ -37,7 +37,7 @@ use crate::event::{
 };
 use crate::exit::describe_exit;
 use crate::home::Home;
-use crate::journal::{AppendError, Condition, ReadError, ResumeRefusal};
+use crate::journal::{AppendError, Condition, QueueRefusal, ReadError, ResumeRefusal};
 use crate::liveness::{self, Liveness};
 use crate::platform;
 use crate::reconcile::{self, ReconcileError};
@@ -143,6 +143,9 @@ pub enum RunnerStart {
         /// hold the home's lock: it exits at once, leaving the due time to that one).
         timer: Result<u32, String>,
     },
+    /// Launched once: another run held the key (docs/design.md, "Launched once"), so nothing
+    /// was created and that run is [`Launched::run`].
+    Existing { key: String },
     /// The run waits in its queue for a slot; whoever frees one starts it.
     Queued {
         queue: String,
@@ -296,16 +299,42 @@ pub fn launch(
     {
         return Err(LaunchError::DelayedAfterRuns);
     }
-    if let Some(due_at_ms) = request.start_at_ms {
-        return launch_delayed(store, request, private, due_at_ms, program);
+    let launched = if let Some(due_at_ms) = request.start_at_ms {
+        launch_delayed(store, request, private, due_at_ms, program)
+    } else if !request.after.is_empty() || !request.after_any.is_empty() {
+        launch_dependent(store, request, private, program, start_timeout)
+    } else if let Some(queue_name) = request.queue.clone() {
+        launch_queued(store, request, private, &queue_name, program, start_timeout)
+    } else {
+        launch_with(store, request, Vec::new(), private, program, start_timeout)
+    };
+    match launched {
+        // Launched once: the journal refused the creation because another run holds the key.
+        // Nothing was written; that run is the answer.
+        Err(LaunchError::Create(AppendError::Queue {
+            refusal: QueueRefusal::UniqueHeld { key, holder },
+            ..
+        })) => Ok(Launched {
+            run: holder,
+            runner: None,
+            start: RunnerStart::Existing { key },
+        }),
+        other => other,
     }
-    if !request.after.is_empty() || !request.after_any.is_empty() {
-        return launch_dependent(store, request, private, program, start_timeout);
+}
+
+/// `more`, then the run's `UniqueKey` when it is launched once: the last event of its
+/// creation batch.
+fn with_key(mut more: Vec<Event>, unique: Option<&crate::spec::UniqueRequest>) -> Vec<Event> {
+    if let Some(unique) = unique {
+        more.push(Event::UniqueKey {
+            key: unique.key.clone(),
+            hold_ms: unique
+                .hold
+                .map(|hold| u64::try_from(hold.as_millis()).unwrap_or(u64::MAX)),
+        });
     }
-    if let Some(queue_name) = request.queue.clone() {
-        return launch_queued(store, request, private, &queue_name, program, start_timeout);
-    }
-    launch_with(store, request, Vec::new(), private, program, start_timeout)
+    more
 }
 
 /// [`startable::check_startable`] of `spec`, from this process's directory and `PATH`.
@@ -329,7 +358,7 @@ fn launch_with(
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more,
+        more: with_key(more, request.unique.as_ref()),
         private: Some(private),
     };
     // The runner starts as soon as the run is durable; the run is projected meanwhile.
@@ -397,7 +426,7 @@ fn launch_dependent(
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more,
+        more: with_key(more, request.unique.as_ref()),
         private: Some(private),
     };
     let (created, ()) = store
@@ -423,7 +452,7 @@ fn launch_queued(
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more: vec![joined],
+        more: with_key(vec![joined], request.unique.as_ref()),
         private: Some(private),
     };
     let (created, ()) = store
@@ -452,7 +481,7 @@ fn launch_delayed(
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more: vec![delayed],
+        more: with_key(vec![delayed], request.unique.as_ref()),
         private: Some(private),
     };
     let (created, ()) = store
@@ -884,6 +913,7 @@ pub fn resume_with(
         after: Vec::new(),
         after_any: Vec::new(),
         start_at_ms: None,
+        unique: None,
     };
     let private = resume_private(store, run, options)?;
     // The messages the paused run kept for its resume wait for the new run's steps.
@@ -941,7 +971,8 @@ impl ResumeReport {
             RunnerStart::NotStarted { error } => ("failed", None, Some(error.clone())),
             RunnerStart::Queued { .. }
             | RunnerStart::Waiting { .. }
-            | RunnerStart::Delayed { .. } => ("queued", None, None),
+            | RunnerStart::Delayed { .. }
+            | RunnerStart::Existing { .. } => ("queued", None, None),
         };
         ResumeReport {
             run_id: run.to_string(),
@@ -1414,7 +1445,8 @@ pub fn follow_launched_looking(
         RunnerStart::NotStarted { .. }
         | RunnerStart::Queued { .. }
         | RunnerStart::Waiting { .. }
-        | RunnerStart::Delayed { .. } => None,
+        | RunnerStart::Delayed { .. }
+        | RunnerStart::Existing { .. } => None,
     };
     let end = follow_looking(
         store,

@@ -1017,6 +1017,7 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         }
         Event::Dismissed { .. } => "dismissed".to_string(),
         Event::Resumed { from } => format!("resumes paused run {from}"),
+        Event::UniqueKey { key, hold_ms } => unique_text(key, *hold_ms),
         Event::QueueJoined { .. }
         | Event::QueueAdmitted { .. }
         | Event::DependsOn { .. }
@@ -1034,6 +1035,17 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         record.seq,
         escape_control(&detail.replace('\n', " "))
     )
+}
+
+/// The words of a run's `UniqueKey`.
+fn unique_text(key: &str, hold_ms: Option<u64>) -> String {
+    match hold_ms {
+        Some(hold_ms) => format!(
+            "holds the key {key:?} until it ends, and for {} after its creation",
+            crate::duration::format_duration_ms(hold_ms)
+        ),
+        None => format!("holds the key {key:?} until it ends"),
+    }
 }
 
 /// The words of a record about a run waiting to start: for a queue's slot, for other runs, for

@@ -85,6 +85,12 @@ pub struct SpecFile {
     /// Runs that must end, however, before this run starts.
     #[serde(default)]
     pub after_any: Option<Vec<String>>,
+    /// The key that makes the run launched once (`--unique`).
+    #[serde(default)]
+    pub unique: Option<String>,
+    /// How long the key stays held after the run's creation, ended or not (`--unique-for`).
+    #[serde(default)]
+    pub unique_for: Option<String>,
     pub steps: Vec<SpecFileStep>,
 }
 
@@ -120,6 +126,8 @@ pub enum SpecInputError {
     Invalid(#[from] SpecError),
     #[error(transparent)]
     Queue(#[from] crate::event::QueueNameError),
+    #[error("unique: {reason}")]
+    Unique { reason: String },
 }
 
 /// The environment a run keeps, as asked: the launcher's own variables with `set` over them,
@@ -169,6 +177,16 @@ pub struct RunRequest {
     pub after_any: Vec<String>,
     /// When it may start (`--at`, `--delay`); `None`: at once.
     pub start_at_ms: Option<crate::event::UnixMs>,
+    /// The key that makes it launched once (`--unique`; docs/design.md, "Launched once").
+    pub unique: Option<UniqueRequest>,
+}
+
+/// A run launched once: no other run is created with `key` while a run holding it has not
+/// ended, nor, with `hold`, until that long after that run's creation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UniqueRequest {
+    pub key: String,
+    pub hold: Option<Duration>,
 }
 
 /// What a run is made of before defaults are applied: the flags of `runjournal run`, or a spec
@@ -194,6 +212,10 @@ pub struct RunDraft {
     pub after: Vec<String>,
     /// See [`RunRequest::after_any`].
     pub after_any: Vec<String>,
+    /// See [`RunRequest::unique`]: its key.
+    pub unique: Option<String>,
+    /// See [`RunRequest::unique`]: its hold.
+    pub unique_for: Option<Duration>,
 }
 
 impl RunDraft {
@@ -229,6 +251,23 @@ impl RunDraft {
         if let Some(queue) = &self.queue {
             crate::event::check_queue_name(queue)?;
         }
+        let unique = match (self.unique, self.unique_for) {
+            (Some(key), hold) => {
+                if let Some(flaw) = crate::event::unique_key_flaw(&key) {
+                    return Err(SpecInputError::Unique {
+                        reason: format!("the key {flaw}"),
+                    });
+                }
+                Some(UniqueRequest { key, hold })
+            }
+            (None, Some(_)) => {
+                return Err(SpecInputError::Unique {
+                    reason: "a hold (uniqueFor, --unique-for) needs a key (unique, --unique)"
+                        .to_string(),
+                });
+            }
+            (None, None) => None,
+        };
         Ok(RunRequest {
             spec,
             hosts: self.hosts,
@@ -240,6 +279,7 @@ impl RunDraft {
             after: self.after,
             after_any: self.after_any,
             start_at_ms: None,
+            unique,
         })
     }
 }
@@ -274,6 +314,14 @@ impl SpecFile {
             .map(parse_duration)
             .transpose()
             .map_err(SpecInputError::IdleTimeout)?;
+        let unique_for = self
+            .unique_for
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(|error| SpecInputError::Unique {
+                reason: format!("uniqueFor: {error}"),
+            })?;
         Ok(RunDraft {
             name: self.name,
             mode: self.mode,
@@ -295,6 +343,8 @@ impl SpecFile {
             on_exit: self.on_exit.unwrap_or_default(),
             after: self.after.unwrap_or_default(),
             after_any: self.after_any.unwrap_or_default(),
+            unique: self.unique,
+            unique_for,
         })
     }
 }

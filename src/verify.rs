@@ -88,6 +88,8 @@ pub enum ProblemKind {
     DelayedIndex,
     /// The index of runs waiting for other runs to end.
     DependentsIndex,
+    /// The index of the keys of runs launched once.
+    UniqueIndex,
     /// The terminal index.
     TerminalIndex,
     /// The alias index.
@@ -119,6 +121,7 @@ impl ProblemKind {
             ProblemKind::QueueIndex => "queue-index",
             ProblemKind::DelayedIndex => "delayed-index",
             ProblemKind::DependentsIndex => "dependents-index",
+            ProblemKind::UniqueIndex => "unique-index",
             ProblemKind::TerminalIndex => "terminal-index",
             ProblemKind::Alias => "alias",
             ProblemKind::ResumeIndex => "resume-index",
@@ -296,6 +299,8 @@ struct IndexFacts {
     due_waiting: Option<UnixMs>,
     /// The runs it waits for to end, while it waits for them.
     waits_for: Vec<RunId>,
+    /// The key it was launched once by.
+    unique: Option<String>,
 }
 
 impl IndexFacts {
@@ -319,6 +324,7 @@ impl IndexFacts {
                 }
                 _ => Vec::new(),
             },
+            unique: state.unique.as_ref().map(|unique| unique.key.clone()),
         }
     }
 }
@@ -466,6 +472,7 @@ pub fn verify(view: &View, home: Option<&Home>) -> Report {
     check_queues(view, &runs, &mut report);
     check_delayed(view, &runs, &mut report);
     check_dependents(view, &runs, &mut report);
+    check_unique(view, &runs, &mut report);
     check_terminal(view, &runs, &mut report);
     check_aliases(view, &runs, &mut report);
     check_resumes(&resumes, &runs, &mut report);
@@ -954,6 +961,51 @@ fn check_dependents(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut 
                 "the dependents index lists run {run} as waiting for run {dependency}, which it does not wait for"
             ),
         ));
+    }
+}
+
+/// The `unique` index against the runs: each entry names a run in the journal that took that
+/// key (a pruned run's entry goes with it); each run that took a key and has not ended is the
+/// one listed under it.
+fn check_unique(view: &View, runs: &BTreeMap<RunId, RunFacts>, report: &mut Report) {
+    let listed = match view.unique_entries() {
+        Ok(listed) => listed,
+        Err(error) => {
+            report.problems.push(Problem::read(&error));
+            return;
+        }
+    };
+    let problem = |run: RunId, message: String| {
+        Problem::new(Severity::Inconsistent, ProblemKind::UniqueIndex, message).of_run(run)
+    };
+    let listed: BTreeMap<String, RunId> = listed.into_iter().collect();
+    for (key, run) in &listed {
+        let took = runs
+            .get(run)
+            .and_then(|facts| facts.facts.as_ref())
+            .and_then(|facts| facts.unique.as_ref());
+        if took != Some(key) {
+            report.problems.push(problem(
+                *run,
+                format!(
+                    "the unique index lists run {run} under key {key:?}, which it did not take"
+                ),
+            ));
+        }
+    }
+    for (run, facts) in runs {
+        let Some(facts) = &facts.facts else { continue };
+        let (Some(key), None) = (&facts.unique, facts.ended_at_ms) else {
+            continue;
+        };
+        if listed.get(key) != Some(run) {
+            report.problems.push(problem(
+                *run,
+                format!(
+                    "run {run} holds key {key:?} but the unique index does not list it under it"
+                ),
+            ));
+        }
     }
 }
 

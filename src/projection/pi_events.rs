@@ -170,11 +170,19 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
         Event::StartDelayed { .. } | Event::DelayEnded { .. } => {
             lines.extend(delay_line(ts, &record.event, run));
         }
+        Event::UniqueKey { key, hold_ms } => lines.push(unique_line(ts, key, *hold_ms, run)),
     }
     lines
         .into_iter()
         .map(|line| Value::Object(line.with(JOURNAL_SEQ, record.seq).0))
         .collect()
+}
+
+/// The line of a run's key: it was launched once by it.
+fn unique_line(ts: UnixMs, key: &str, hold_ms: Option<u64>, run: &RunState) -> Line {
+    Line::new("subagent.run.unique", ts, run)
+        .with("uniqueKey", key.to_string())
+        .with_some("holdMs", hold_ms)
 }
 
 /// The line of a delayed start's record: the run is delayed until its due time, or its delay

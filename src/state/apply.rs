@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{
     AdmissionInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
     ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
-    SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError, Undelivered,
+    SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError, Undelivered, UniqueInfo,
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS,
@@ -89,6 +89,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         queue: None,
         dependencies: None,
         delay: None,
+        unique: None,
         hooks: Vec::new(),
         steers: Vec::new(),
         head_seq: 1,
@@ -262,7 +263,32 @@ impl RunState {
                 heartbeat_ms,
             } => self.start_delayed(*due_at_ms, *idle_timeout_ms, *heartbeat_ms, record.seq),
             Event::DelayEnded { by } => self.delay_ended(by, at_ms),
+            Event::UniqueKey { key, hold_ms } => self.unique_key(key, *hold_ms, record.seq),
         }
+    }
+
+    /// `UniqueKey`: once, in the creation batch right after its other events (`RunCreated`,
+    /// then its `QueueJoined` or `StartDelayed`, then its `DependsOn`). Whether another run
+    /// holds the key is the journal's check, across runs.
+    fn unique_key(
+        &mut self,
+        key: &str,
+        hold_ms: Option<u64>,
+        seq: u64,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let creation_tail = 2
+            + u64::from(self.queue.is_some())
+            + u64::from(self.delay.is_some())
+            + u64::from(self.dependencies.is_some());
+        if self.unique.is_some() || seq != creation_tail {
+            return Err(TransitionError::UniqueKeyLate { run, found: seq });
+        }
+        self.unique = Some(UniqueInfo {
+            key: key.to_string(),
+            hold_ms,
+        });
+        Ok(())
     }
 
     /// `RunnerStarted`: only from `queued`, once, and never after the launcher gave up on the

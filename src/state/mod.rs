@@ -228,6 +228,23 @@ pub struct DelayInfo {
     pub ended: Option<AdmissionInfo>,
 }
 
+/// The key a run launched once holds (docs/design.md, "Launched once"): while it has not
+/// ended, and with `hold_ms` until that long after its creation, no other run is created
+/// with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UniqueInfo {
+    pub key: String,
+    pub hold_ms: Option<u64>,
+}
+
+impl UniqueInfo {
+    /// Until when the key is held past its run's end, in ms: creation plus `hold_ms`.
+    pub fn held_until_ms(&self, created_at_ms: UnixMs) -> Option<UnixMs> {
+        self.hold_ms
+            .map(|hold_ms| created_at_ms.saturating_add(hold_ms))
+    }
+}
+
 /// When and by whom a queued run took its slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdmissionInfo {
@@ -445,6 +462,8 @@ pub struct RunState {
     pub dependencies: Option<DependencyInfo>,
     /// Its delayed start, when it was created with one.
     pub delay: Option<DelayInfo>,
+    /// The key it holds, when it was launched once by one ([`crate::event::Event::UniqueKey`]).
+    pub unique: Option<UniqueInfo>,
     /// Its completion hooks that were attempted, by hook (only once the run is terminal).
     pub hooks: Vec<HookState>,
     /// Its steer requests, in the order they were recorded.
@@ -801,6 +820,10 @@ pub enum TransitionError {
         "run {run}: StartDelayed at seq {found}; a run is delayed only in its creation batch, right after RunCreated"
     )]
     StartDelayedLate { run: RunId, found: u64 },
+    #[error(
+        "run {run}: UniqueKey at seq {found}; a run holds a key only from its creation batch, as its last event, once"
+    )]
+    UniqueKeyLate { run: RunId, found: u64 },
     #[error("run {run}: DelayEnded, but the run has no delayed start")]
     NotDelayed { run: RunId },
     #[error("run {run}: its delay already ended")]

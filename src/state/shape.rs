@@ -713,6 +713,9 @@ impl TransitionError {
             | TransitionError::DelayAlreadyEnded { .. }
             | TransitionError::NotYetDue { .. }
             | TransitionError::RunnerBeforeDue { .. } => self.kept_in_delayed_state(),
+            TransitionError::UniqueKeyLate { .. } => RecordsOnly(
+                "a state does not keep where its key was recorded; a second key is refused by the records alone",
+            ),
             TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
             TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
             TransitionError::HookAttemptNotNext { .. }

@@ -2441,10 +2441,11 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::DelayAlreadyEnded { .. } => 53,
         TransitionError::NotYetDue { .. } => 54,
         TransitionError::RunnerBeforeDue { .. } => 55,
+        TransitionError::UniqueKeyLate { .. } => 56,
     }
 }
 
-const TRANSITION_KINDS: usize = 56;
+const TRANSITION_KINDS: usize = 57;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2578,7 +2579,50 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
         queued()
             .then(delayed(time_of(9)))
             .rejects(runner_started("i1")),
+        running().rejects(unique_key("k")),
     ]
+}
+
+fn unique_key(key: &str) -> Event {
+    Event::UniqueKey {
+        key: key.to_string(),
+        hold_ms: None,
+    }
+}
+
+/// A run takes its key only as the last event of its creation batch, once: right after
+/// `RunCreated`, or after its queue, delay or dependencies.
+#[test]
+fn a_unique_key_is_taken_only_at_the_end_of_the_creation_batch_and_once() {
+    let taken = queued_story().then(unique_key("k"));
+    assert_eq!(
+        taken
+            .state
+            .unique
+            .as_ref()
+            .map(|unique| unique.key.as_str()),
+        Some("k")
+    );
+    taken.rejects(unique_key("k"));
+    queued_story().then(joined("q")).then(unique_key("k"));
+    queued_story()
+        .then(depends_on(&[OTHER_RUN], &[]))
+        .then(unique_key("k"));
+    queued_story()
+        .then(delayed(time_of(9)))
+        .then(unique_key("k"));
+    queued_story()
+        .then(joined("q"))
+        .then(depends_on(&[OTHER_RUN], &[]))
+        .then(unique_key("k"));
+    queued_story()
+        .then(resumed(OTHER_RUN))
+        .rejects(unique_key("k"));
+    queued_story().then(unique_key("k")).rejects(joined("q"));
+}
+
+fn queued_story() -> Story {
+    Story::new(chain_spec(1))
 }
 
 fn depends_on(after: &[RunId], after_any: &[RunId]) -> Event {

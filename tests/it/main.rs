@@ -48,3 +48,4 @@ mod stall;
 mod stopped_leader;
 mod strangers;
 mod support;
+mod unique;

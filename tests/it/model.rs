@@ -47,7 +47,7 @@ use runjournal::event::{
     StepEnd, StepOutcome, TerminalState, UnixMs, WriterId,
 };
 use runjournal::journal::{
-    AppendError, Appended, Batch, View, WriterOptions, name_alias, tool_call_alias,
+    AppendError, Appended, Batch, QueueRefusal, View, WriterOptions, name_alias, tool_call_alias,
 };
 use runjournal::reconcile;
 use runjournal::state::{self, RunState, RunStatus, SteerDelivery, StepStatus, TransitionError};
@@ -697,6 +697,8 @@ enum Refusal {
     WriterSeqReused {
         writer_seq: u64,
     },
+    /// "Launched once": another run holds the creation batch's key.
+    UniqueHeld,
 }
 
 impl Outcome {
@@ -827,6 +829,7 @@ impl Model {
         {
             return Outcome::Refused(Refusal::AlreadyTerminal { state: run.status });
         }
+        let existed = before.is_some();
         let mut run = before;
         for (index, event) in batch.events.iter().enumerate() {
             match reference::apply(batch.run, run.as_ref(), event, clock_of(batch)) {
@@ -834,11 +837,46 @@ impl Model {
                 Err(rules) => return Outcome::Refused(Refusal::Transition { index, rules }),
             }
         }
+        // "Launched once", the journal's half, once the reducer accepted the batch: only a
+        // creation batch takes a key, and only while no other run holds it.
+        if let Some(index) = batch
+            .events
+            .iter()
+            .position(|event| matches!(event, Event::UniqueKey { .. }))
+        {
+            if existed {
+                return Outcome::Refused(Refusal::Transition {
+                    index,
+                    rules: vec![Rule::UniqueKeyAtCreation],
+                });
+            }
+            if let Event::UniqueKey { key, .. } = &batch.events[index]
+                && self.key_is_held(key, slot, batch.time_ms)
+            {
+                return Outcome::Refused(Refusal::UniqueHeld);
+            }
+        }
         self.runs[slot] = run;
         Outcome::Accepted {
             first_seq: head + 1,
             last_seq: head + batch.events.len() as u64,
         }
+    }
+
+    /// Whether a run other than the one in `slot` holds `key` at `at_ms`: it took it and has
+    /// not ended, or its hold has not passed.
+    fn key_is_held(&self, key: &str, slot: usize, at_ms: u64) -> bool {
+        self.runs.iter().enumerate().any(|(other, run)| {
+            let Some(run) = run.as_ref().filter(|_| other != slot) else {
+                return false;
+            };
+            let Some((taken, hold_ms)) = &run.unique else {
+                return false;
+            };
+            taken == key
+                && (!run.status.is_terminal()
+                    || hold_ms.is_some_and(|hold_ms| at_ms < run.created_at_ms + hold_ms))
+        })
     }
 
     /// Commits test-writer batches in one transaction: by index into `test_batches`.
@@ -1245,6 +1283,7 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
         }
         TransitionError::NotYetDue { .. } => Rule::DelayEndsWhenDue,
         TransitionError::RunnerBeforeDue { .. } => Rule::RunnerAfterDue,
+        TransitionError::UniqueKeyLate { .. } => Rule::UniqueKeyAtCreation,
         TransitionError::HookBeforeEnd { .. } => Rule::HookAfterEnd,
         TransitionError::HookOutOfRange { .. } => Rule::HookInRange,
         TransitionError::HookAttemptNotNext { .. } | TransitionError::HookAttemptOpen { .. } => {
@@ -1349,6 +1388,10 @@ fn view_of(state: &RunState) -> Run {
             .delay
             .as_ref()
             .map(|delay| (delay.due_at_ms, delay.ended.is_some())),
+        unique: state
+            .unique
+            .as_ref()
+            .map(|unique| (unique.key.clone(), unique.hold_ms)),
         hooks: state
             .hooks
             .iter()
@@ -1580,6 +1623,13 @@ fn answer_of(result: &Result<Appended, AppendError>, run: RunId, writer: WriterI
             refused(Refusal::WriterSeqReused {
                 writer_seq: *writer_seq,
             })
+        }
+        Err(AppendError::Queue {
+            refusal: QueueRefusal::UniqueHeld { .. },
+            run: found,
+        }) => {
+            assert_eq!(*found, run);
+            refused(Refusal::UniqueHeld)
         }
         Err(other) => panic!("the journal failed instead of answering: {other}"),
     }
@@ -2595,6 +2645,10 @@ fn arb_delay_event() -> BoxedStrategy<Event> {
         }),
         Just(Event::DelayEnded {
             by: "test".to_string(),
+        }),
+        prop_oneof![Just(None), Just(Some(60_000))].prop_map(|hold_ms| Event::UniqueKey {
+            key: "k".to_string(),
+            hold_ms,
         }),
     ]
     .boxed()

@@ -71,6 +71,14 @@ pub struct RunArgs {
     /// Start only once this run has ended, however it ended (repeatable; named as `--after`).
     #[arg(long = "after-any", value_name = "RUN")]
     after_any: Vec<String>,
+    /// Launch once: while a run launched with this key has not ended, launching with it again
+    /// creates nothing and answers that run (exit 0; `"existing": true` in --json).
+    #[arg(long, value_name = "KEY")]
+    unique: Option<String>,
+    /// With --unique: the key stays held this long after its run's creation, even once the run
+    /// ended (a launcher that crashed and launches again within it gets the same run).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "unique")]
+    unique_for: Option<Duration>,
     /// Start the run no sooner than this time: RFC 3339 (2025-01-31T14:30:00+01:00) or a
     /// local time today (14:30). Until then it is `queued`; a timer process starts it.
     #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "queue"])]
@@ -171,7 +179,59 @@ pub fn env_arg(text: &str) -> Result<(String, String), String> {
 
 /// Turns the arguments into a checked run; nothing is written.
 fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
-    let mut draft = match &args.spec {
+    let mut draft = draft_of(args, &order)?;
+    // Flags override the spec file's fields.
+    if args.name.is_some() {
+        draft.name = args.name.clone();
+    }
+    if args.mode.is_some() {
+        draft.mode = args.mode;
+    }
+    if args.concurrency.is_some() {
+        draft.concurrency = args.concurrency;
+    }
+    if args.timeout.is_some() {
+        draft.timeout = args.timeout;
+    }
+    if args.idle_timeout.is_some() {
+        draft.idle_timeout = args.idle_timeout;
+    }
+    if args.queue.is_some() {
+        draft.queue = args.queue.clone();
+    }
+    // Flags go over the spec file's: its variables, then these; its hooks, then these.
+    draft.env.set.extend(args.env.iter().cloned());
+    draft.env.clear |= args.clear_env;
+    draft.on_exit.extend(args.on_exit.iter().cloned());
+    draft.after.extend(args.after.iter().cloned());
+    draft.after_any.extend(args.after_any.iter().cloned());
+    if args.unique.is_some() {
+        draft.unique = args.unique.clone();
+    }
+    if args.unique_for.is_some() {
+        draft.unique_for = args.unique_for;
+    }
+    let hosts = &mut draft.hosts;
+    for (field, flag) in [
+        (&mut hosts.session_id, &args.session_id),
+        (&mut hosts.completion_owner_id, &args.owner_id),
+        (&mut hosts.tool_call_id, &args.tool_call_id),
+    ] {
+        if flag.is_some() {
+            field.clone_from(flag);
+        }
+    }
+    if draft.cwd.is_none() {
+        draft.cwd = std::env::current_dir()
+            .ok()
+            .and_then(|dir| dir.to_str().map(str::to_string));
+    }
+    draft.finish().map_err(bad_input)
+}
+
+/// The run as the spec file gives it, or as the flags' steps and command give it.
+fn draft_of(args: &RunArgs, order: &StepOrder) -> Result<RunDraft, Failure> {
+    Ok(match &args.spec {
         Some(path) => {
             let refused = |error: String| bad_input(format!("spec {}: {error}", path.display()));
             // Bounded: `--spec /dev/zero` is refused after the limit, not read forever.
@@ -228,48 +288,7 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
                 ..RunDraft::default()
             }
         }
-    };
-    // Flags override the spec file's fields.
-    if args.name.is_some() {
-        draft.name = args.name.clone();
-    }
-    if args.mode.is_some() {
-        draft.mode = args.mode;
-    }
-    if args.concurrency.is_some() {
-        draft.concurrency = args.concurrency;
-    }
-    if args.timeout.is_some() {
-        draft.timeout = args.timeout;
-    }
-    if args.idle_timeout.is_some() {
-        draft.idle_timeout = args.idle_timeout;
-    }
-    if args.queue.is_some() {
-        draft.queue = args.queue.clone();
-    }
-    // Flags go over the spec file's: its variables, then these; its hooks, then these.
-    draft.env.set.extend(args.env.iter().cloned());
-    draft.env.clear |= args.clear_env;
-    draft.on_exit.extend(args.on_exit.iter().cloned());
-    draft.after.extend(args.after.iter().cloned());
-    draft.after_any.extend(args.after_any.iter().cloned());
-    let hosts = &mut draft.hosts;
-    for (field, flag) in [
-        (&mut hosts.session_id, &args.session_id),
-        (&mut hosts.completion_owner_id, &args.owner_id),
-        (&mut hosts.tool_call_id, &args.tool_call_id),
-    ] {
-        if flag.is_some() {
-            field.clone_from(flag);
-        }
-    }
-    if draft.cwd.is_none() {
-        draft.cwd = std::env::current_dir()
-            .ok()
-            .and_then(|dir| dir.to_str().map(str::to_string));
-    }
-    draft.finish().map_err(bad_input)
+    })
 }
 
 /// How this program starts a run's runner (`__runner` with the runner's own settings).
@@ -594,11 +613,17 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
     if let RunnerStart::Delayed { due_at_ms, timer } = &launched.start {
         return report_delayed(home, run, *due_at_ms, timer, json);
     }
+    if let RunnerStart::Existing { key } = &launched.start {
+        return report_existing(store, run, key, json);
+    }
     let runner = match &launched.start {
         RunnerStart::Started { pid, .. } => Ok(*pid),
         RunnerStart::NotStarted { error } => Err(error.clone()),
-        RunnerStart::Queued { .. } | RunnerStart::Waiting { .. } | RunnerStart::Delayed { .. } => {
-            unreachable!("a waiting launch was reported above")
+        RunnerStart::Queued { .. }
+        | RunnerStart::Waiting { .. }
+        | RunnerStart::Delayed { .. }
+        | RunnerStart::Existing { .. } => {
+            unreachable!("a waiting or existing launch was reported above")
         }
     };
     let runner_pid = runner.as_ref().ok().copied();
@@ -625,6 +650,31 @@ fn report_launch(store: &Store, launched: &Launched, json: bool) -> CliResult {
             Ok(ExitCode::from(EXIT_ERROR))
         }
     }
+}
+
+/// What `run` prints when another run held its key: that run, as it stands, and that nothing
+/// was created.
+fn report_existing(store: &Store, run: RunId, key: &str, json: bool) -> CliResult {
+    let home = store.home();
+    let state = store
+        .journal()
+        .view()
+        .and_then(|view| view.snapshot(run))
+        .context("reading the run that holds the key")?;
+    let status = state.as_ref().map(|state| state.status.as_str());
+    if json {
+        let report = runjournal::json::ExistingLaunchDoc::of(home, run, key, status);
+        print_line(&serde_json::to_string(&report).context("writing JSON")?)?;
+    } else {
+        print(&format!(
+            "run {run} already holds the key {}{}: nothing launched\nstatus: {}\nresult: {}\n",
+            show::escape_control(&format!("{key:?}")),
+            status.map_or_else(String::new, |status| format!(" ({status})")),
+            show::escape_control(&home.status_path(run).display().to_string()),
+            show::escape_control(&home.result_path(run).display().to_string())
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What `run` prints for a delayed run: its due time, or its JSON document; and a note when

@@ -496,6 +496,9 @@ pub enum QueueRefusal {
     /// A dependency the run needs `complete` ended otherwise.
     #[error("dependency {dependency} ended {state}, not complete")]
     DependencyFailed { dependency: RunId, state: String },
+    /// A run launched once (docs/design.md, "Launched once"): another run holds its key.
+    #[error("run {holder} holds the key {key:?}")]
+    UniqueHeld { key: String, holder: RunId },
 }
 
 impl From<ReadError> for AppendError {

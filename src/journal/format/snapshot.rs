@@ -25,7 +25,7 @@ use crate::event::{
 use crate::state::{
     AdmissionInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
     ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
-    SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered,
+    SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered, UniqueInfo,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -335,6 +335,7 @@ impl SnapshotV1 {
             queue: None,
             dependencies: None,
             delay: None,
+            unique: None,
             hooks: Vec::new(),
             steers: Vec::new(),
             head_seq: self.head_seq,
@@ -408,8 +409,9 @@ impl SnapshotNamespaces {
             && state.hooks.is_empty()
             && state.steers.is_empty()
             && state.delay.is_none()
+            && state.unique.is_none()
         {
-            // Written all absent only before a queue, steers, hooks or a delayed start:
+            // Written all absent only before a queue, steers, hooks, a delayed start or a key:
             // anything else is not what this build writes.
             return Err(SnapshotError::Malformed {
                 reason: "PID namespaces that are all absent".to_string(),
@@ -528,6 +530,17 @@ impl SnapshotDependencies {
 /// dependencies, if any): neither a queue's first byte (1 to 64), [`EXTRAS_MARK`],
 /// [`HOOKS_TAG`] nor [`DEPENDENCIES_TAG`].
 const DELAY_TAG: u8 = 0xfd;
+
+/// The tag byte before the key a run launched once holds, the last extension (after its
+/// delayed start, if any): none of the tags and marks before it.
+const UNIQUE_TAG: u8 = 0xfc;
+
+/// The key a run holds ([`crate::state::UniqueInfo`]): [`UNIQUE_TAG`], then this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotUnique {
+    key: String,
+    hold_ms: Option<u64>,
+}
 
 /// A delayed run's start ([`crate::state::DelayInfo`]): [`DELAY_TAG`], then this.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -781,6 +794,7 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
         || has_hooks
         || state.dependencies.is_some()
         || state.delay.is_some()
+        || state.unique.is_some()
     {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
         bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
@@ -808,6 +822,14 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
             bytes.push(DELAY_TAG);
             bytes =
                 postcard::to_extend(&SnapshotDelay::of(delay), bytes).map_err(serialize_error)?;
+        }
+        if let Some(unique) = &state.unique {
+            bytes.push(UNIQUE_TAG);
+            let unique = SnapshotUnique {
+                key: unique.key.clone(),
+                hold_ms: unique.hold_ms,
+            };
+            bytes = postcard::to_extend(&unique, bytes).map_err(serialize_error)?;
         }
     }
     event::push_checksum(&mut bytes);
@@ -1004,14 +1026,38 @@ impl<'a> QueueOf<'a> {
     }
 }
 
+/// The hooks after a snapshot's queue: none, or [`HOOKS_TAG`] and them (never an empty list);
+/// what follows is nothing or its dependencies, delayed start or key.
+fn decode_hooks(rest: &[u8]) -> Result<(Vec<HookState>, &[u8]), SnapshotError> {
+    match rest {
+        [] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG, ..] => Ok((Vec::new(), rest)),
+        [HOOKS_TAG, hooks @ ..] => match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
+            Ok((hooks, rest @ ([] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG, ..])))
+                if !hooks.hooks.is_empty() =>
+            {
+                Ok((hooks.into_states(), rest))
+            }
+            _ => Err(SnapshotError::Malformed {
+                reason: format!(
+                    "{} bytes after its queue that are not its hooks",
+                    rest.len()
+                ),
+            }),
+        },
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its queue", rest.len()),
+        }),
+    }
+}
+
 /// The dependencies after a snapshot's hooks: none, or [`DEPENDENCIES_TAG`] and them; what
 /// follows is nothing or its delayed start.
 fn decode_dependencies(rest: &[u8]) -> Result<(Option<DependencyInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] | [DELAY_TAG, ..] => Ok((None, rest)),
+        [] | [DELAY_TAG | UNIQUE_TAG, ..] => Ok((None, rest)),
         [DEPENDENCIES_TAG, dependencies @ ..] => {
             match postcard::take_from_bytes::<SnapshotDependencies>(dependencies) {
-                Ok((dependencies, rest @ ([] | [DELAY_TAG, ..]))) => {
+                Ok((dependencies, rest @ ([] | [DELAY_TAG | UNIQUE_TAG, ..]))) => {
                     Ok((Some(dependencies.into_info()), rest))
                 }
                 _ => Err(SnapshotError::Malformed {
@@ -1070,7 +1116,9 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 ),
             };
             let (queue, steers, rest) = match rest {
-                [] | [HOOKS_TAG | DEPENDENCIES_TAG | DELAY_TAG, ..] => (None, Vec::new(), rest),
+                [] | [HOOKS_TAG | DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG, ..] => {
+                    (None, Vec::new(), rest)
+                }
                 [EXTRAS_MARK, extras @ ..] => {
                     match postcard::take_from_bytes::<SnapshotExtras>(extras) {
                         // Written only for a run with steer requests.
@@ -1087,45 +1135,24 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                     Err(_) => return Err(not_extensions(rest)),
                 },
             };
-            let (hooks, rest) = match rest {
-                [] | [DEPENDENCIES_TAG | DELAY_TAG, ..] => (Vec::new(), rest),
-                [HOOKS_TAG, hooks @ ..] => {
-                    match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
-                        Ok((hooks, rest @ ([] | [DEPENDENCIES_TAG | DELAY_TAG, ..])))
-                            if !hooks.hooks.is_empty() =>
-                        {
-                            (hooks.into_states(), rest)
-                        }
-                        _ => {
-                            return Err(SnapshotError::Malformed {
-                                reason: format!(
-                                    "{} bytes after its queue that are not its hooks",
-                                    rest.len()
-                                ),
-                            });
-                        }
-                    }
-                }
-                rest => {
-                    return Err(SnapshotError::Malformed {
-                        reason: format!("{} bytes after its queue", rest.len()),
-                    });
-                }
-            };
+            let (hooks, rest) = decode_hooks(rest)?;
             let (dependencies, rest) = decode_dependencies(rest)?;
-            let delay = decode_delay(rest)?;
+            let (delay, rest) = decode_delay(rest)?;
+            let unique = decode_unique(rest)?;
             let mut state = snapshot.into_state(run)?;
             if queue.is_some()
                 || !steers.is_empty()
                 || !hooks.is_empty()
                 || dependencies.is_some()
                 || delay.is_some()
+                || unique.is_some()
             {
                 state.queue = queue;
                 state.steers = steers;
                 state.hooks = hooks;
                 state.dependencies = dependencies;
                 state.delay = delay;
+                state.unique = unique;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
             namespaces.apply(&mut state)?;
@@ -1134,13 +1161,13 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
     }
 }
 
-/// The delayed start at the end of a snapshot, after its hooks: nothing, or [`DELAY_TAG`] and
-/// a [`SnapshotDelay`] that ends the bytes.
-fn decode_delay(rest: &[u8]) -> Result<Option<DelayInfo>, SnapshotError> {
+/// The delayed start near the end of a snapshot, after its hooks and dependencies: nothing,
+/// or [`DELAY_TAG`] and a [`SnapshotDelay`]; what follows is nothing or its key.
+fn decode_delay(rest: &[u8]) -> Result<(Option<DelayInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] => Ok(None),
+        [] | [UNIQUE_TAG, ..] => Ok((None, rest)),
         [DELAY_TAG, delay @ ..] => match postcard::take_from_bytes::<SnapshotDelay>(delay) {
-            Ok((delay, [])) => Ok(Some(delay.into_info())),
+            Ok((delay, rest @ ([] | [UNIQUE_TAG, ..]))) => Ok((Some(delay.into_info()), rest)),
             _ => Err(SnapshotError::Malformed {
                 reason: format!(
                     "{} bytes after its hooks that are not its delayed start",
@@ -1150,6 +1177,29 @@ fn decode_delay(rest: &[u8]) -> Result<Option<DelayInfo>, SnapshotError> {
         },
         rest => Err(SnapshotError::Malformed {
             reason: format!("{} bytes after its hooks", rest.len()),
+        }),
+    }
+}
+
+/// The key at the end of a snapshot, after everything else: nothing, or [`UNIQUE_TAG`] and a
+/// [`SnapshotUnique`] that ends the bytes.
+fn decode_unique(rest: &[u8]) -> Result<Option<UniqueInfo>, SnapshotError> {
+    match rest {
+        [] => Ok(None),
+        [UNIQUE_TAG, unique @ ..] => match postcard::take_from_bytes::<SnapshotUnique>(unique) {
+            Ok((unique, [])) => Ok(Some(UniqueInfo {
+                key: unique.key,
+                hold_ms: unique.hold_ms,
+            })),
+            _ => Err(SnapshotError::Malformed {
+                reason: format!(
+                    "{} bytes after its delayed start that are not its key",
+                    rest.len()
+                ),
+            }),
+        },
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its delayed start", rest.len()),
         }),
     }
 }
@@ -1314,6 +1364,71 @@ mod tests {
         assert_eq!(SnapshotV1::of(&state).into_state(RUN), Ok(state.clone()));
         let bytes = encode_snapshot(&state).expect("encodes");
         assert_eq!(bytes[0], 1, "the layout leads, as the varint 1");
+        assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// A run's key follows everything else, a delayed start included, after its own tag: while
+    /// it waits, and once it ended.
+    #[test]
+    fn a_key_round_trips_after_the_delayed_start() {
+        let created = crate::testkit::created(crate::testkit::chain_spec(1), 1, Default::default());
+        let events = vec![
+            created,
+            Event::StartDelayed {
+                due_at_ms: 11,
+                idle_timeout_ms: None,
+                heartbeat_ms: None,
+            },
+            Event::UniqueKey {
+                key: "deploy".to_string(),
+                hold_ms: Some(60_000),
+            },
+            Event::Terminal {
+                state: TerminalState::Stopped,
+                error: None,
+                summary: "s".to_string(),
+                exit_code: 143,
+                repaired_by: None,
+            },
+        ];
+        let records: Vec<Record> = events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| Record {
+                format_version: FORMAT_VERSION,
+                run_id: RUN,
+                seq: index as u64 + 1,
+                time_ms: 10 + index as u64,
+                writer: WriterId(1),
+                writer_seq: 1,
+                event,
+            })
+            .collect();
+        for count in [3, 4] {
+            let state = state::replay(&records[..count])
+                .expect("a legal life")
+                .expect("records");
+            assert_eq!(
+                state.unique.as_ref().map(|unique| unique.key.as_str()),
+                Some("deploy")
+            );
+            let bytes = encode_snapshot(&state).expect("encodes");
+            assert_eq!(
+                decode_snapshot(RUN, &bytes),
+                Ok(state),
+                "after {count} records"
+            );
+        }
+        // Without a delayed start, the key follows the PID namespaces directly.
+        let mut records = records;
+        records.remove(1);
+        for (index, record) in records.iter_mut().enumerate() {
+            record.seq = index as u64 + 1;
+        }
+        let state = state::replay(&records[..2])
+            .expect("a legal life")
+            .expect("records");
+        let bytes = encode_snapshot(&state).expect("encodes");
         assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
     }
 

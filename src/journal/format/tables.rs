@@ -75,6 +75,11 @@ pub(crate) const HOOKS_GIVEN_UP: TableDefinition<&[u8; 16], ()> =
 /// once it waits no more (its dependencies met, or it ended). Whoever records a run's end finds
 /// its dependents here, and retention keeps a run listed as a dependency.
 pub(crate) const DEPENDENTS: TableDefinition<&[u8; 32], ()> = TableDefinition::new("dependents");
+/// a run's unique key → the run that last took it ([`crate::event::Event::UniqueKey`]),
+/// written with its creation batch. A creation batch with a key listed here is refused while
+/// that run holds it (it has not ended, or its hold has not passed); the entry is overwritten
+/// by the next run that takes the key, and removed with its run when the run is pruned.
+pub(crate) const UNIQUE: TableDefinition<&str, &[u8; 16]> = TableDefinition::new("unique");
 /// due time (8 bytes, big-endian ms) + run id → (): delayed runs waiting for their due time,
 /// soonest first — what the timer and every reconcile pass read to start what is due, so their
 /// cost follows the runs due, never the runs waiting. Written with the run's creation batch,
@@ -267,6 +272,7 @@ pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<(), StorageFailure
     create(txn, HOOKS_GIVEN_UP)?;
     create(txn, DEPENDENTS)?;
     create(txn, DELAYED)?;
+    create(txn, UNIQUE)?;
     Ok(())
 }
 

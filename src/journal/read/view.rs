@@ -288,6 +288,34 @@ impl View {
         })
     }
 
+    /// The run that last took `key` (`run --unique`), whether or not it still holds it.
+    pub fn unique_holder(&self, key: &str) -> Result<Option<RunId>, ReadError> {
+        self.guarded("reading the unique index", || {
+            let Some(unique) = self.optional_table(tables::UNIQUE)? else {
+                return Ok(None);
+            };
+            let value = unique
+                .get(key)
+                .map_err(storage("reading the unique index"))?;
+            Ok(value.map(|run| RunId::from_bytes(*run.value())))
+        })
+    }
+
+    /// Every (key, run) of the unique index, in key order.
+    pub fn unique_entries(&self) -> Result<Vec<(String, RunId)>, ReadError> {
+        self.guarded("reading the unique index", || {
+            let Some(unique) = self.optional_table(tables::UNIQUE)? else {
+                return Ok(Vec::new());
+            };
+            let mut entries = Vec::new();
+            for entry in unique.iter().map_err(storage("reading the unique index"))? {
+                let (key, run) = entry.map_err(storage("reading the unique index"))?;
+                entries.push((key.value().to_string(), RunId::from_bytes(*run.value())));
+            }
+            Ok(entries)
+        })
+    }
+
     /// Every (dependency, dependent) pair of runs that wait for their dependencies, in
     /// dependency order: the dependents index whole.
     pub fn dependency_edges(&self) -> Result<Vec<(RunId, RunId)>, ReadError> {

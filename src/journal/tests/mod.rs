@@ -33,6 +33,7 @@ mod refusals;
 mod resolve;
 mod resume;
 mod snapshot_cache;
+mod unique;
 
 fn journal_path(dir: &TempDir) -> PathBuf {
     dir.path().join("journal.redb")

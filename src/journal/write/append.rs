@@ -120,6 +120,8 @@ struct Tables<'txn> {
     hooks_given_up: Lazy<'txn, &'static [u8; 16], ()>,
     /// A batch that records a run's dependencies, or ends its wait for them.
     dependents: Lazy<'txn, &'static [u8; 32], ()>,
+    /// A creation batch holding `UniqueKey`.
+    unique: Lazy<'txn, &'static str, &'static [u8; 16]>,
     /// A delayed run's creation, the end of its delay, or its end while it waited.
     delayed: Lazy<'txn, &'static [u8; 24], ()>,
 }
@@ -176,6 +178,7 @@ impl<'txn> Tables<'txn> {
             hooks_due: Lazy::new(HOOKS_DUE),
             hooks_given_up: Lazy::new(HOOKS_GIVEN_UP),
             dependents: Lazy::new(DEPENDENTS),
+            unique: Lazy::new(tables::UNIQUE),
             delayed: Lazy::new(DELAYED),
         })
     }
@@ -238,6 +241,12 @@ impl<'txn> Tables<'txn> {
 
     fn dependents(&mut self) -> Result<&mut Table<'txn, &'static [u8; 32], ()>, StorageFailure> {
         self.dependents.open(self.txn)
+    }
+
+    fn unique(
+        &mut self,
+    ) -> Result<&mut Table<'txn, &'static str, &'static [u8; 16]>, StorageFailure> {
+        self.unique.open(self.txn)
     }
 
     fn delayed(&mut self) -> Result<&mut Table<'txn, &'static [u8; 24], ()>, StorageFailure> {
@@ -563,8 +572,75 @@ fn check_start(
     batch: &Batch,
     prepared: &Prepared,
 ) -> Result<(), AppendError> {
+    check_unique(tables, batch, prepared)?;
     check_dependencies(tables, batch, prepared)?;
     check_queue(tables, batch.run, prepared)
+}
+
+/// The key's half of judging a creation batch (docs/design.md, "Launched once"): a run that
+/// takes a key takes it only while no other run holds it — the run the `unique` index lists
+/// for it has ended (or left the journal), and its hold, if it has one, has passed at this
+/// batch's time. Read inside the transaction that commits the batch, so two launchers racing
+/// with one key get one run. One index read and one snapshot read.
+fn check_unique(
+    tables: &mut Tables<'_>,
+    batch: &Batch,
+    prepared: &Prepared,
+) -> Result<(), AppendError> {
+    let taken_at = batch
+        .events
+        .iter()
+        .position(|event| matches!(event, Event::UniqueKey { .. }));
+    let Some(index) = taken_at else {
+        return Ok(());
+    };
+    // Only a creation batch takes a key: a run created without one never takes one later,
+    // which this index would not see.
+    if prepared.existed {
+        return Err(AppendError::Transition {
+            index,
+            source: crate::state::TransitionError::UniqueKeyLate {
+                run: batch.run,
+                found: prepared.records[index].0,
+            },
+        });
+    }
+    let Some(unique) = &prepared.after.unique else {
+        return Ok(());
+    };
+    let holder = tables
+        .unique()?
+        .get(unique.key.as_str())
+        .map_err(storage("reading the unique index"))?
+        .map(|holder| RunId::from_bytes(*holder.value()));
+    let Some(holder) = holder.filter(|holder| *holder != batch.run) else {
+        return Ok(());
+    };
+    let Some(state) = state_before(tables, holder)? else {
+        return Ok(());
+    };
+    if holds_key(&state, batch.time_ms) {
+        return Err(AppendError::Queue {
+            run: batch.run,
+            refusal: QueueRefusal::UniqueHeld {
+                key: unique.key.clone(),
+                holder,
+            },
+        });
+    }
+    Ok(())
+}
+
+/// Whether `state`'s run still holds its key at `at_ms`: it has not ended, or its hold has not
+/// passed.
+pub(crate) fn holds_key(state: &RunState, at_ms: crate::event::UnixMs) -> bool {
+    let Some(unique) = &state.unique else {
+        return false;
+    };
+    !state.is_terminal()
+        || unique
+            .held_until_ms(state.created_at_ms)
+            .is_some_and(|until| at_ms < until)
 }
 
 /// The dependencies' half of judging a batch: a run that records its dependencies names runs
@@ -1012,6 +1088,12 @@ fn write(
             .map_err(storage("updating the terminal index"))?;
     }
     if !prepared.existed {
+        if let Some(unique) = &after.unique {
+            tables
+                .unique()?
+                .insert(unique.key.as_str(), &run_key)
+                .map_err(storage("writing the unique index"))?;
+        }
         if let Some(tool_call_id) = &after.tool_call_id {
             tables
                 .aliases()?

@@ -63,6 +63,7 @@ struct PruneTables<'txn> {
     hooks_due: Table<'txn, &'static [u8; 16], ()>,
     hooks_given_up: Table<'txn, &'static [u8; 16], ()>,
     dependents: Table<'txn, &'static [u8; 32], ()>,
+    unique: Table<'txn, &'static str, &'static [u8; 16]>,
 }
 
 impl<'txn> PruneTables<'txn> {
@@ -96,6 +97,9 @@ impl<'txn> PruneTables<'txn> {
                 .map_err(storage("opening tables"))?,
             dependents: txn
                 .open_table(DEPENDENTS)
+                .map_err(storage("opening tables"))?,
+            unique: txn
+                .open_table(tables::UNIQUE)
                 .map_err(storage("opening tables"))?,
         })
     }
@@ -169,6 +173,49 @@ impl<'txn> PruneTables<'txn> {
             .is_some())
     }
 
+    /// Why a closed run must stay, if it must: a hook of it still to deliver needs its state
+    /// and environment; a waiting run reads its end to know whether it may start; it holds its
+    /// key until its hold passed.
+    fn kept_for(
+        &self,
+        run: RunId,
+        state: &crate::state::RunState,
+        now_ms: UnixMs,
+    ) -> Result<Option<&'static str>, StorageFailure> {
+        Ok(if self.has_hooks_due(&run.to_bytes())? {
+            Some("a hook of it is still due")
+        } else if self.has_dependents(run)? {
+            Some("a waiting run depends on it")
+        } else if crate::journal::write::append::holds_key(state, now_ms) {
+            Some("it holds its unique key for a while yet")
+        } else {
+            None
+        })
+    }
+
+    /// Removes the run's entry from the unique index, if the index still lists it under its
+    /// key (a later run that took the key keeps its own).
+    fn forget_key(
+        &mut self,
+        run_key: &[u8; 16],
+        state: &crate::state::RunState,
+    ) -> Result<(), StorageFailure> {
+        let Some(unique) = &state.unique else {
+            return Ok(());
+        };
+        let names_it = self
+            .unique
+            .get(unique.key.as_str())
+            .map_err(storage("reading the unique index"))?
+            .is_some_and(|holder| holder.value() == run_key);
+        if names_it {
+            self.unique
+                .remove(unique.key.as_str())
+                .map_err(storage("pruning the unique index"))?;
+        }
+        Ok(())
+    }
+
     /// Whether a run waits for `run` (the dependents index holds an entry under it).
     fn has_dependents(&self, run: RunId) -> Result<bool, StorageFailure> {
         let low = tables::dependents_key(run, RunId::from_bytes([0; 16]));
@@ -220,13 +267,8 @@ impl<'txn> PruneTables<'txn> {
         let (Some(terminal), false, true) = (&state.terminal, is_active, state.is_closed()) else {
             return Ok(Pruned::Skipped("it is not closed"));
         };
-        // A hook still to deliver needs the run's state and its environment.
-        if self.has_hooks_due(&run_key)? {
-            return Ok(Pruned::Skipped("a hook of it is still due"));
-        }
-        // A waiting run reads its dependency's end to know whether it may start.
-        if self.has_dependents(run)? {
-            return Ok(Pruned::Skipped("a waiting run depends on it"));
+        if let Some(why) = self.kept_for(run, &state, now_ms)? {
+            return Ok(Pruned::Skipped(why));
         }
         let low = tables::record_key(run, 0);
         let high = tables::record_key(run, u64::MAX);
@@ -272,6 +314,7 @@ impl<'txn> PruneTables<'txn> {
             .remove(&run_key)
             .map_err(storage("pruning the resume index"))?;
         self.forget_private(&run_key)?;
+        self.forget_key(&run_key, &state)?;
         let tombstone = Tombstone {
             format_version: FORMAT_VERSION,
             run_id: run,

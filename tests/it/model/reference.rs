@@ -135,6 +135,8 @@ pub struct Run {
     pub dependencies: Option<(Vec<RunId>, Vec<RunId>, bool)>,
     /// "Delayed starts": the due time, and whether the delay ended.
     pub delay: Option<(UnixMs, bool)>,
+    /// "Launched once": the key it holds, and its hold.
+    pub unique: Option<(String, Option<u64>)>,
     /// "Hooks": each hook attempted, by number, in order.
     pub hooks: Vec<Hook>,
     /// "Steering": each request's id, and where its message is for each target step.
@@ -271,6 +273,9 @@ pub enum Rule {
     DelayEndsWhenDue,
     /// "Delayed starts": a delayed run starts its runner only once its delay ended.
     RunnerAfterDue,
+    /// "Launched once": a run takes its key only in its creation batch, as its last event,
+    /// once.
+    UniqueKeyAtCreation,
     /// "Hooks": "A hook runs once the run's end is journaled."
     HookAfterEnd,
     /// "Hooks": a run has at most its own sixteen hooks and the home's.
@@ -302,7 +307,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 48] = [
+    pub const ALL: [Rule; 49] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -339,6 +344,7 @@ impl Rule {
         Rule::DelayEndsOnce,
         Rule::DelayEndsWhenDue,
         Rule::RunnerAfterDue,
+        Rule::UniqueKeyAtCreation,
         Rule::HookAfterEnd,
         Rule::HookInRange,
         Rule::HookAttemptsInTurn,
@@ -458,6 +464,7 @@ fn texts(event: &Event) -> Vec<&str> {
         }
         Event::StartDelayed { .. } => {}
         Event::DelayEnded { by } => texts.push(by),
+        Event::UniqueKey { key, .. } => texts.push(key),
     }
     texts
 }
@@ -836,6 +843,18 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
             }
             _ => broken.push(Rule::DelayEndsOnce),
         },
+        Event::UniqueKey { key, hold_ms } => {
+            // Right after the creation batch's other events: `RunCreated`, its queue or its
+            // delay, its dependencies.
+            let creation_events = 1
+                + u64::from(run.queue.is_some())
+                + u64::from(run.delay.is_some())
+                + u64::from(run.dependencies.is_some());
+            if run.unique.is_some() || run.head != creation_events {
+                broken.push(Rule::UniqueKeyAtCreation);
+            }
+            next.unique = Some((key.clone(), *hold_ms));
+        }
         Event::HookAttempted {
             hook,
             attempt,
@@ -959,6 +978,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         queue: None,
         dependencies: None,
         delay: None,
+        unique: None,
         hooks: Vec::new(),
         steers: Vec::new(),
     })
