@@ -223,6 +223,8 @@ struct Launch {
     run: Option<RunId>,
     /// Started with `--delay 1h`: it waits through the cut, never started.
     is_delayed: bool,
+    /// Launched once by this key (`--unique`): the key must hold through the cut.
+    unique: Option<String>,
 }
 
 /// A command whose exit 0 acknowledges a record: `job update` or `stop`.
@@ -238,8 +240,9 @@ struct Request {
 enum Acknowledged {
     /// A detached launch printed the run id: the run with its runner started.
     Launched { run: RunId },
-    /// A delayed launch printed the run id: the run waiting for its due time, its delay kept.
-    Delayed { run: RunId },
+    /// A delayed launch printed the run id: the run waiting for its due time, its delay kept,
+    /// and the key it was launched once by, if any, still held by it.
+    Delayed { run: RunId, unique: Option<String> },
     /// `run --wait` printed records 1..=seq of the run named so; `end` the last line when it
     /// printed the run's end.
     Followed {
@@ -401,6 +404,12 @@ impl Cut<'_> {
             args.extend(["--delay".into(), "1h".into()]);
             self.count("delayed");
         }
+        // Half the delayed runs are launched once by a key, which they hold through the cut.
+        let unique = (is_delayed && self.rng.random_bool(0.5)).then(|| format!("key-{name}"));
+        if let Some(key) = &unique {
+            args.extend(["--unique".into(), key.clone()]);
+            self.count("launched once");
+        }
         args.push(if is_wait { "--wait" } else { "--json" }.into());
         let stdout = self.out.join(format!("{name}.out"));
         let child = self.command(&args, Some(&stdout));
@@ -422,6 +431,7 @@ impl Cut<'_> {
             stdout,
             run: None,
             is_delayed,
+            unique,
         });
     }
 
@@ -676,7 +686,10 @@ impl Cut<'_> {
                     launch.name
                 ));
                 acknowledged.push(if launch.is_delayed {
-                    Acknowledged::Delayed { run }
+                    Acknowledged::Delayed {
+                        run,
+                        unique: launch.unique.clone(),
+                    }
                 } else {
                     Acknowledged::Launched { run }
                 });
@@ -849,7 +862,7 @@ fn check(
     for ack in acknowledged {
         let lost = |what: &str| -> ! { lost(seed, what, ack) };
         match ack {
-            Acknowledged::Delayed { run } => {
+            Acknowledged::Delayed { run, unique } => {
                 if is_pruned(*run) {
                     continue;
                 }
@@ -860,6 +873,15 @@ fn check(
                 }
                 if has("DelayEnded") || has("RunnerStarted") {
                     lost("a run delayed by an hour that started");
+                }
+                if let Some(key) = unique {
+                    if !has("UniqueKey") {
+                        lost("the key a run was launched once by");
+                    }
+                    let holder = view.unique_holder(key).expect("the unique index reads");
+                    if holder != Some(*run) {
+                        lost("the unique index entry of a run launched once");
+                    }
                 }
             }
             Acknowledged::Launched { run } => {
