@@ -5,32 +5,9 @@
 use std::process::{Command, Stdio};
 
 use runjournal::RunStatus;
-use runjournal::event::RunId;
 use serde_json::Value;
 
-use crate::support::{TestHome, wait_terminal};
-
-/// `run --json ARGS`: its JSON, after a success.
-fn launch(home: &TestHome, args: &[&str]) -> Value {
-    let output = home
-        .cmd()
-        .args(["run", "--json"])
-        .args(args)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&output).expect("run --json prints JSON")
-}
-
-fn run_of(object: &Value) -> RunId {
-    object["runId"]
-        .as_str()
-        .expect("a run id")
-        .parse()
-        .expect("a run id")
-}
+use crate::support::{TestHome, launch_json as launch, run_id_in, wait_terminal};
 
 /// `verify` finds no problem with the journal's indexes.
 fn assert_verifies(home: &TestHome) {
@@ -75,10 +52,10 @@ fn launchers_racing_with_one_key_get_one_run() {
             serde_json::from_slice(&output.stdout).expect("run --json prints JSON")
         })
         .collect();
-    let run = run_of(&answers[0]);
+    let run = run_id_in(&answers[0]);
     for answer in &answers {
         assert_eq!(
-            run_of(answer),
+            run_id_in(answer),
             run,
             "every launcher is answered the one run: {answer}"
         );
@@ -97,9 +74,9 @@ fn launchers_racing_with_one_key_get_one_run() {
 #[test]
 fn a_key_is_free_again_once_its_run_ended_and_held_past_it_with_unique_for() {
     let home = TestHome::new();
-    let first = run_of(&launch(&home, &["--unique", "k", "--", "sleep", "30"]));
+    let first = run_id_in(&launch(&home, &["--unique", "k", "--", "sleep", "30"]));
     let again = launch(&home, &["--unique", "k", "--", "true"]);
-    assert_eq!(run_of(&again), first, "{again}");
+    assert_eq!(run_id_in(&again), first, "{again}");
     assert_eq!(again["existing"], true, "{again}");
     assert_eq!(again["state"], "running", "{again}");
     assert_eq!(again["uniqueKey"], "k", "{again}");
@@ -124,13 +101,13 @@ fn a_key_is_free_again_once_its_run_ended_and_held_past_it_with_unique_for() {
     let journal = home.journal();
     assert_eq!(wait_terminal(&journal, first).status, RunStatus::Stopped);
     let second = launch(&home, &["--unique", "k", "--wait", "--", "true"]);
-    let second_run = run_of(&second);
+    let second_run = run_id_in(&second);
     assert_ne!(second_run, first, "free once its run ended: {second}");
     assert_eq!(second["existing"], Value::Null, "{second}");
     assert_eq!(journal.view().expect("view").run_count().expect("count"), 2);
 
     // Held for an hour after its creation, ended or not.
-    let held = run_of(&launch(
+    let held = run_id_in(&launch(
         &home,
         &[
             "--unique",
@@ -144,7 +121,7 @@ fn a_key_is_free_again_once_its_run_ended_and_held_past_it_with_unique_for() {
     ));
     assert_eq!(wait_terminal(&journal, held).status, RunStatus::Complete);
     let again = launch(&home, &["--unique", "h", "--", "true"]);
-    assert_eq!(run_of(&again), held, "{again}");
+    assert_eq!(run_id_in(&again), held, "{again}");
     assert_eq!(again["state"], "complete", "{again}");
     // And retention keeps the run while it holds its key.
     std::thread::sleep(std::time::Duration::from_millis(1100));
@@ -174,7 +151,7 @@ fn a_key_is_free_again_once_its_run_ended_and_held_past_it_with_unique_for() {
 #[test]
 fn run_wait_with_a_held_key_waits_for_the_run_that_holds_it() {
     let home = TestHome::new();
-    let first = run_of(&launch(
+    let first = run_id_in(&launch(
         &home,
         &["--unique", "w", "--", "sh", "-c", "sleep 0.5; exit 3"],
     ));

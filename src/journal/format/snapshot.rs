@@ -1261,6 +1261,23 @@ mod tests {
 
     const RUN: RunId = RunId::from_bytes([3; 16]);
 
+    /// `events` as the records of run `RUN`, numbered from 1, 1 ms apart from 10 ms.
+    fn records_of(events: Vec<Event>) -> Vec<Record> {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(index, event)| Record {
+                format_version: FORMAT_VERSION,
+                run_id: RUN,
+                seq: index as u64 + 1,
+                time_ms: 10 + index as u64,
+                writer: WriterId(1),
+                writer_seq: 1,
+                event,
+            })
+            .collect()
+    }
+
     /// A run with every optional part of its state filled: a runner, a step with a process and
     /// a job, a control request, a terminal, a process terminal, a dismissal.
     fn full_state() -> RunState {
@@ -1339,19 +1356,7 @@ mod tests {
             },
             Event::Dismissed { at_ms: 99 },
         ];
-        let records: Vec<Record> = events
-            .into_iter()
-            .enumerate()
-            .map(|(index, event)| Record {
-                format_version: FORMAT_VERSION,
-                run_id: RUN,
-                seq: index as u64 + 1,
-                time_ms: 10 + index as u64,
-                writer: WriterId(1),
-                writer_seq: 1,
-                event,
-            })
-            .collect();
+        let records = records_of(events);
         state::replay(&records)
             .expect("a legal life")
             .expect("records")
@@ -1391,19 +1396,7 @@ mod tests {
                 repaired_by: None,
             },
         ];
-        let records: Vec<Record> = events
-            .into_iter()
-            .enumerate()
-            .map(|(index, event)| Record {
-                format_version: FORMAT_VERSION,
-                run_id: RUN,
-                seq: index as u64 + 1,
-                time_ms: 10 + index as u64,
-                writer: WriterId(1),
-                writer_seq: 1,
-                event,
-            })
-            .collect();
+        let records = records_of(events);
         for count in [3, 4] {
             let state = state::replay(&records[..count])
                 .expect("a legal life")
@@ -1420,12 +1413,9 @@ mod tests {
             );
         }
         // Without a delayed start, the key follows the PID namespaces directly.
-        let mut records = records;
-        records.remove(1);
-        for (index, record) in records.iter_mut().enumerate() {
-            record.seq = index as u64 + 1;
-        }
-        let state = state::replay(&records[..2])
+        let mut events: Vec<Event> = records.into_iter().map(|record| record.event).collect();
+        events.remove(1);
+        let state = state::replay(&records_of(events)[..2])
             .expect("a legal life")
             .expect("records");
         let bytes = encode_snapshot(&state).expect("encodes");
@@ -1467,19 +1457,7 @@ mod tests {
                 lease_ms: 1000,
             },
         ];
-        let records: Vec<Record> = events
-            .into_iter()
-            .enumerate()
-            .map(|(index, event)| Record {
-                format_version: FORMAT_VERSION,
-                run_id: RUN,
-                seq: index as u64 + 1,
-                time_ms: 10 + index as u64,
-                writer: WriterId(1),
-                writer_seq: 1,
-                event,
-            })
-            .collect();
+        let records = records_of(events);
         for count in [2, 3, 4, 6] {
             let state = state::replay(&records[..count])
                 .expect("a legal life")

@@ -147,6 +147,12 @@ pub fn home_with_a_run() -> (TestHome, RunId) {
 
 /// Starts `args` (after `run --json`) in `home` and returns the run's id.
 pub fn launch(home: &TestHome, args: &[&str]) -> RunId {
+    run_id_in(&launch_json(home, args))
+}
+
+/// Starts `args` (after `run --json`) in `home`, which must succeed, and returns what it
+/// printed.
+pub fn launch_json(home: &TestHome, args: &[&str]) -> serde_json::Value {
     let output = home
         .cmd()
         .args(["run", "--json"])
@@ -156,12 +162,16 @@ pub fn launch(home: &TestHome, args: &[&str]) -> RunId {
         .get_output()
         .stdout
         .clone();
-    run_id_of(&output)
+    serde_json::from_slice(&output).expect("run --json prints JSON")
 }
 
 /// The run id printed by `run --json`.
 pub fn run_id_of(stdout: &[u8]) -> RunId {
-    let object: serde_json::Value = serde_json::from_slice(stdout).expect("run --json prints JSON");
+    run_id_in(&serde_json::from_slice(stdout).expect("run --json prints JSON"))
+}
+
+/// The run id of a JSON document that names one (`runId`).
+pub fn run_id_in(object: &serde_json::Value) -> RunId {
     object["runId"]
         .as_str()
         .expect("runId is a string")
