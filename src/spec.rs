@@ -91,6 +91,9 @@ pub struct SpecFile {
     /// How long the key stays held after the run's creation, ended or not (`--unique-for`).
     #[serde(default)]
     pub unique_for: Option<String>,
+    /// The run's tool-call id is its key (`--unique-tool-call`).
+    #[serde(default)]
+    pub unique_tool_call: Option<bool>,
     pub steps: Vec<SpecFileStep>,
 }
 
@@ -216,6 +219,9 @@ pub struct RunDraft {
     pub unique: Option<String>,
     /// See [`RunRequest::unique`]: its hold.
     pub unique_for: Option<Duration>,
+    /// See [`RunRequest::unique`]: the key is the run's tool-call id (`tool-call:ID`), as a
+    /// pi-subagents host launches one run per tool call.
+    pub unique_tool_call: bool,
 }
 
 impl RunDraft {
@@ -251,7 +257,25 @@ impl RunDraft {
         if let Some(queue) = &self.queue {
             crate::event::check_queue_name(queue)?;
         }
-        let unique = match (self.unique, self.unique_for) {
+        let key = match (self.unique, self.unique_tool_call, &self.hosts.tool_call_id) {
+            (Some(_), true, _) => {
+                return Err(SpecInputError::Unique {
+                    reason: "give a key (unique, --unique) or ask for the tool-call id's \
+                             (uniqueToolCall, --unique-tool-call), not both"
+                        .to_string(),
+                });
+            }
+            (None, true, None) => {
+                return Err(SpecInputError::Unique {
+                    reason: "the tool-call id's key (uniqueToolCall, --unique-tool-call) needs a \
+                             tool-call id (toolCallId, --tool-call-id)"
+                        .to_string(),
+                });
+            }
+            (None, true, Some(tool_call_id)) => Some(format!("tool-call:{tool_call_id}")),
+            (key, false, _) => key,
+        };
+        let unique = match (key, self.unique_for) {
             (Some(key), hold) => {
                 if let Some(flaw) = crate::event::unique_key_flaw(&key) {
                     return Err(SpecInputError::Unique {
@@ -345,6 +369,7 @@ impl SpecFile {
             after_any: self.after_any.unwrap_or_default(),
             unique: self.unique,
             unique_for,
+            unique_tool_call: self.unique_tool_call.unwrap_or(false),
         })
     }
 }

@@ -202,3 +202,57 @@ fn a_key_that_cannot_be_one_is_refused_and_nothing_is_written() {
         0
     );
 }
+
+/// A pi-subagents host launches one run per tool call: with `--unique-tool-call` the run's
+/// tool-call id is its key, so a host that launches again for the same call gets the same run.
+#[test]
+fn the_tool_call_id_is_the_key_when_the_host_asks_for_it() {
+    let home = TestHome::new();
+    let args = [
+        "--tool-call-id",
+        "call-1",
+        "--unique-tool-call",
+        "--",
+        "sleep",
+        "30",
+    ];
+    let first = launch(&home, &args);
+    let again = launch(&home, &args);
+    assert_eq!(run_id_in(&again), run_id_in(&first), "{again}");
+    assert_eq!(again["existing"], true, "{again}");
+    assert_eq!(again["uniqueKey"], "tool-call:call-1", "{again}");
+    // Another call is another run.
+    let other = launch(
+        &home,
+        &[
+            "--tool-call-id",
+            "call-2",
+            "--unique-tool-call",
+            "--",
+            "true",
+        ],
+    );
+    assert_ne!(run_id_in(&other), run_id_in(&first));
+    // Without a tool-call id, or beside a key of its own, it is bad input.
+    for args in [
+        vec!["--unique-tool-call"],
+        vec![
+            "--tool-call-id",
+            "call-3",
+            "--unique-tool-call",
+            "--unique",
+            "k",
+        ],
+    ] {
+        home.cmd()
+            .arg("run")
+            .args(&args)
+            .args(["--", "true"])
+            .assert()
+            .code(2);
+    }
+    home.cmd()
+        .args(["stop", &run_id_in(&first).to_string()])
+        .assert()
+        .success();
+}

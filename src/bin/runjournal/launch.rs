@@ -77,8 +77,12 @@ pub struct RunArgs {
     unique: Option<String>,
     /// With --unique: the key stays held this long after its run's creation, even once the run
     /// ended (a launcher that crashed and launches again within it gets the same run).
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "unique")]
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     unique_for: Option<Duration>,
+    /// Launch once by the run's tool-call id (--tool-call-id), as a pi-subagents host launches
+    /// one run per tool call: the key is `tool-call:ID`.
+    #[arg(long, conflicts_with = "unique")]
+    unique_tool_call: bool,
     /// Start the run no sooner than this time: RFC 3339 (2025-01-31T14:30:00+01:00) or a
     /// local time today (14:30). Until then it is `queued`; a timer process starts it.
     #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "queue"])]
@@ -211,6 +215,7 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     if args.unique_for.is_some() {
         draft.unique_for = args.unique_for;
     }
+    draft.unique_tool_call |= args.unique_tool_call;
     let hosts = &mut draft.hosts;
     for (field, flag) in [
         (&mut hosts.session_id, &args.session_id),
