@@ -1507,6 +1507,9 @@ pub(crate) fn with_checksum(payload: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// What a record's buffer starts with: most records are smaller, so it is seldom grown.
+const RECORD_ENCODE_CAPACITY: usize = 256;
+
 /// What follows a record's event when the process identity it records has a PID namespace
 /// (the extension of format 1 at its end): `varint pid_namespace`. A record without it is
 /// byte for byte a record of the first release.
@@ -1527,17 +1530,15 @@ impl RecordEnvelope {
             .event
             .process_identity()
             .and_then(|identity| identity.pid_namespace);
-        let bytes = match namespace {
-            None => encode_checked(self).map_err(serialize_error)?,
-            Some(pid_namespace) => {
-                let mut payload = postcard::to_allocvec(self).map_err(serialize_error)?;
-                payload.extend(
-                    postcard::to_allocvec(&RecordTrailer { pid_namespace })
-                        .map_err(serialize_error)?,
-                );
-                with_checksum(&payload)
-            }
-        };
+        // Into one buffer sized for most records, the checksum taken over it whole at the end:
+        // the same bytes as `encode_checked`'s, which feeds its checksum a byte at a time.
+        let mut bytes = Vec::with_capacity(RECORD_ENCODE_CAPACITY);
+        bytes = postcard::to_extend(self, bytes).map_err(serialize_error)?;
+        if let Some(pid_namespace) = namespace {
+            bytes = postcard::to_extend(&RecordTrailer { pid_namespace }, bytes)
+                .map_err(serialize_error)?;
+        }
+        push_checksum(&mut bytes);
         if bytes.len() > MAX_RECORD_BYTES {
             return Err(EncodeError::TooLarge {
                 event: self.event.name(),
