@@ -15,7 +15,7 @@ use crate::journal::format::tables::{
 };
 use crate::journal::read::view::state_of;
 use crate::run_env::{HookCommands, RunPrivate};
-use crate::state::{self, RunState, RunStatus};
+use crate::state::{self, RunState, RunStatus, TransitionError};
 
 /// What must hold for an append to go ahead; checked inside the write transaction, so it
 /// cannot race another writer.
@@ -587,25 +587,7 @@ fn check_unique(
     batch: &Batch,
     prepared: &Prepared,
 ) -> Result<(), AppendError> {
-    let taken_at = batch
-        .events
-        .iter()
-        .position(|event| matches!(event, Event::UniqueKey { .. }));
-    let Some(index) = taken_at else {
-        return Ok(());
-    };
-    // Only a creation batch takes a key: a run created without one never takes one later,
-    // which this index would not see.
-    if prepared.existed {
-        return Err(AppendError::Transition {
-            index,
-            source: crate::state::TransitionError::UniqueKeyLate {
-                run: batch.run,
-                found: prepared.records[index].0,
-            },
-        });
-    }
-    let Some(unique) = &prepared.after.unique else {
+    let (Some(unique), false) = (&prepared.after.unique, prepared.existed) else {
         return Ok(());
     };
     let holder = tables
@@ -999,6 +981,22 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
             });
         }
         records.push((seq, record.encode()?));
+    }
+    // Only a creation batch takes a key (docs/design.md, "Launched once"): the `unique` index
+    // is judged and written with the run's creation, so a key taken later would hold nothing.
+    let taken_late = batch
+        .events
+        .iter()
+        .position(|event| matches!(event, Event::UniqueKey { .. }))
+        .filter(|_| existed);
+    if let Some(index) = taken_late {
+        return Err(AppendError::Transition {
+            index,
+            source: TransitionError::UniqueKeyLate {
+                run,
+                found: head + 1 + index as u64,
+            },
+        });
     }
     let after = state.expect("a non-empty batch leaves a state");
     after
