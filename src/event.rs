@@ -1494,13 +1494,15 @@ pub(crate) fn split_checksum(bytes: &[u8]) -> Option<(&[u8], bool)> {
     Some((payload, CRC.checksum(payload).to_le_bytes() == stored))
 }
 
-/// `payload` followed by its CRC-32C, as [`encode_checked`] lays out what it encodes.
-/// Appends the CRC-32C of `bytes` to them, as [`with_checksum`] does to a copy.
+/// Appends the CRC-32C of `bytes` to them, as [`encode_checked`] lays out what it encodes.
 pub(crate) fn push_checksum(bytes: &mut Vec<u8>) {
     let checksum = CRC.checksum(bytes);
     bytes.extend_from_slice(&checksum.to_le_bytes());
 }
 
+/// `payload` followed by its CRC-32C, as [`push_checksum`] lays it out in place: for the tests
+/// and fuzz targets that forge stored bytes.
+#[cfg(any(test, feature = "testkit", feature = "fuzz"))]
 pub(crate) fn with_checksum(payload: &[u8]) -> Vec<u8> {
     let mut bytes = payload.to_vec();
     bytes.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
