@@ -110,6 +110,22 @@ impl RunnerProgram {
         program
     }
 
+    /// The program that starts `request`'s runner. A run that waits (in a queue, for other
+    /// runs, or for its due time) keeps its runner settings in the journal, and whoever starts
+    /// its runner later adds them to this base ([`queue::program_for`]); a run started at once
+    /// gets them here.
+    pub fn for_request(&self, request: &crate::spec::RunRequest) -> RunnerProgram {
+        let waits = request.queue.is_some()
+            || !request.after.is_empty()
+            || !request.after_any.is_empty()
+            || request.start_at_ms.is_some();
+        if waits {
+            self.clone()
+        } else {
+            self.with_settings(request.heartbeat, request.idle_timeout)
+        }
+    }
+
     /// The command that runs `run`'s runner in `home`.
     pub fn command(&self, home: &Home, run: RunId) -> io::Result<Command> {
         let root = std::path::absolute(home.root())?;

@@ -103,13 +103,7 @@ impl Runs {
     /// Launches `request` and waits (at most [`launch::RUNNER_START_TIMEOUT`]) for its runner to
     /// take it; a queued run returns at once, waiting for its slot.
     pub fn launch(&self, request: RunRequest) -> Result<Launched, LaunchError> {
-        let program = if request.queue.is_some() {
-            // Its settings are journaled with it: whoever starts its runner adds them.
-            self.runner.clone()
-        } else {
-            self.runner
-                .with_settings(request.heartbeat, request.idle_timeout)
-        };
+        let program = self.runner.for_request(&request);
         launch::launch(&self.store, request, &program, launch::RUNNER_START_TIMEOUT)
     }
 

@@ -304,3 +304,35 @@ fn a_runner_killed_under_a_following_host_is_recorded_by_it_and_the_run_reconcil
         .expect("a reason");
     assert!(error.contains("killed by signal 9 (SIGKILL)"), "{error}");
 }
+
+/// `Runs::launch` of a run with its own runner settings that waits for a run already ended:
+/// the launch starts its runner at once, with the settings once (the runner refuses a flag
+/// given twice). The CLI and the handle choose the runner's program by one rule
+/// (`RunnerProgram::for_request`).
+#[test]
+fn runs_launch_of_a_run_after_an_ended_one_with_its_own_settings_starts_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let runs = runjournal::Runs::open(Home::at(dir.path()), real_runner()).expect("the handle");
+    let mut first = runs.launch(request()).expect("launched");
+    let followed = runs
+        .follow(&mut first, |_| std::ops::ControlFlow::Continue(()))
+        .expect("followed");
+    assert!(matches!(followed, launch::Followed::Ended { .. }));
+    let mut second = request();
+    second.after = vec![first.run.to_string()];
+    second.heartbeat = Some(std::time::Duration::from_millis(700));
+    second.idle_timeout = Some(std::time::Duration::from_secs(30));
+    let mut launched = runs.launch(second).expect("launched");
+    assert!(
+        matches!(launched.start, RunnerStart::Started { .. }),
+        "its dependency ended: it starts at once, {:?}",
+        launched.start
+    );
+    let followed = runs
+        .follow(&mut launched, |_| std::ops::ControlFlow::Continue(()))
+        .expect("followed");
+    let launch::Followed::Ended { state, .. } = followed else {
+        panic!("{followed:?}");
+    };
+    assert_eq!(state.status, RunStatus::Complete, "{:?}", state.terminal);
+}

@@ -296,26 +296,6 @@ fn draft_of(args: &RunArgs, order: &StepOrder) -> Result<RunDraft, Failure> {
     })
 }
 
-/// How this program starts a run's runner (`__runner` with the runner's own settings).
-fn runner_program(
-    heartbeat: Option<Duration>,
-    idle_timeout: Option<Duration>,
-) -> Result<RunnerProgram, Failure> {
-    let mut leading_args: Vec<std::ffi::OsString> = vec!["__runner".into()];
-    if let Some(heartbeat) = heartbeat {
-        leading_args.push("--heartbeat".into());
-        leading_args.push(format!("{}ms", heartbeat.as_millis()).into());
-    }
-    if let Some(idle_timeout) = idle_timeout {
-        leading_args.push("--idle-timeout".into());
-        leading_args.push(format!("{}ms", idle_timeout.as_millis()).into());
-    }
-    Ok(RunnerProgram {
-        program: std::env::current_exe().context("finding this program to start the runner")?,
-        leading_args,
-    })
-}
-
 #[derive(Args)]
 pub struct ResumeArgs {
     /// The paused run: its id, a unique prefix of one (8 characters or more), its name or
@@ -357,7 +337,7 @@ pub fn resume(home: Home, args: ResumeArgs) -> CliResult {
     crate::check_run_text(&args.run)?;
     let store = open_store(home)?;
     let run = crate::resolve(&store, &args.run)?;
-    let program = runner_program(args.heartbeat, args.idle_timeout)?;
+    let program = runner_base()?.with_settings(args.heartbeat, args.idle_timeout);
     let options = launch::ResumeOptions {
         idle_timeout: args.idle_timeout,
         env: spec::EnvRequest {
@@ -441,18 +421,7 @@ pub fn run(home: Home, args: RunArgs, order: StepOrder) -> CliResult {
             )));
         }
     }
-    // A run that waits (in a queue, for other runs, or for its due time) keeps its runner
-    // settings in the journal: its runner may be started by another process, which adds them
-    // to the base program.
-    let waits = request.queue.is_some()
-        || !request.after.is_empty()
-        || !request.after_any.is_empty()
-        || request.start_at_ms.is_some();
-    let program = if waits {
-        runner_base()?
-    } else {
-        runner_program(args.heartbeat, request.idle_timeout)?
-    };
+    let program = runner_base()?.for_request(&request);
     let launched = launch::launch(&store, request, &program, launch::RUNNER_START_TIMEOUT)
         .map_err(launch_failure)?;
     if args.wait {
