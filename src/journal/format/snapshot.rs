@@ -1678,20 +1678,7 @@ mod tests {
             crate::testkit::step_running(0, None),
         ];
         let fold = |events: Vec<Event>| {
-            let records: Vec<Record> = events
-                .into_iter()
-                .enumerate()
-                .map(|(index, event)| Record {
-                    format_version: FORMAT_VERSION,
-                    run_id: RUN,
-                    seq: index as u64 + 1,
-                    time_ms: 10 + index as u64,
-                    writer: WriterId(1),
-                    writer_seq: 1,
-                    event,
-                })
-                .collect();
-            state::replay(&records)
+            state::replay(&records_of(events))
                 .expect("a legal life")
                 .expect("records")
         };

@@ -56,28 +56,25 @@ fn a_key_is_held_until_its_run_ended_and_its_hold_passed() {
     let (_dir, journal) = new_journal();
     let create =
         |events: Vec<Event>| journal.append(RunId::generate(), events, Condition::expect_head(0));
+    let end = |run: RunId| {
+        journal
+            .append(
+                run,
+                vec![terminal(TerminalState::Stopped)],
+                Condition::expect_head(2),
+            )
+            .expect("ends");
+    };
     let first = create(vec![run_created(None), key(None)])
         .expect("the first takes the key")
         .run;
     let refused = create(vec![run_created(None), key(None)]);
     assert!(is_held_by(&refused, first), "{refused:?}");
-    journal
-        .append(
-            first,
-            vec![terminal(TerminalState::Stopped)],
-            Condition::expect_head(2),
-        )
-        .expect("ends");
+    end(first);
     let second = create(vec![run_created(None), key(Some(3_600_000))])
         .expect("free once its run ended")
         .run;
-    journal
-        .append(
-            second,
-            vec![terminal(TerminalState::Stopped)],
-            Condition::expect_head(2),
-        )
-        .expect("ends");
+    end(second);
     let refused = create(vec![run_created(None), key(None)]);
     assert!(
         is_held_by(&refused, second),
