@@ -182,10 +182,19 @@ fn wait(root: &Path, run: &str) {
     );
 }
 
-/// Every file under `dir`, by path, with its bytes.
+/// Every file under `dir`, by path, with its bytes. The temporary file of a write in progress
+/// (`.NAME.PID.NONCE.tmp`, renamed over NAME once whole: a live runner's heartbeat writes its
+/// status.json so) is not a file of the layout, and may be gone by the time it is read.
 pub(crate) fn files_under(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
     for entry in std::fs::read_dir(dir).expect("read dir") {
         let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or("");
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            continue;
+        }
         if path.is_dir() {
             files_under(&path, files);
         } else {
