@@ -962,7 +962,7 @@ pub fn take(
             }
         }
         if settled.is_some() && taken.already_taken == already_taken_before {
-            kill_here_if_asked();
+            crate::liveness::die_here_if_asked(KILL_AFTER_RECORD_ENV);
         }
         if let Some(how) = settled
             && let Err(error) = settle(home, run, &found, how)
@@ -1057,19 +1057,6 @@ pub fn steers_taken_without_runner(home: &Home, state: &RunState) -> Vec<Event> 
 /// journaled what a control file asked and before it removed the file — the kill point after
 /// which the next taker must find the request journaled and only remove the file.
 pub const KILL_AFTER_RECORD_ENV: &str = "RUNJOURNAL_TEST_KILL_AFTER_CONTROL_RECORD";
-
-#[cfg(feature = "testkit")]
-fn kill_here_if_asked() {
-    let Some(path) = std::env::var_os(KILL_AFTER_RECORD_ENV) else {
-        return;
-    };
-    if std::fs::remove_file(path).is_ok() {
-        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
-#[cfg(not(feature = "testkit"))]
-fn kill_here_if_asked() {}
 
 /// The environment variable of a test hook, in builds with the `testkit` feature: when it
 /// names a file, the taker that finds it there removes it and fails its next append as one

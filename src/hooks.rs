@@ -396,7 +396,7 @@ fn round(
                 }
                 let (outcome, left_behind) =
                     run_hook(store, &state, hook, attempt, command, options);
-                kill_here_if_asked();
+                crate::liveness::die_here_if_asked(KILL_AFTER_HOOK_ENV);
                 let retry_at_ms = if outcome.is_delivered() {
                     None
                 } else {
@@ -683,19 +683,6 @@ impl Sentinel {
         let _ = self.child.wait();
     }
 }
-
-#[cfg(feature = "testkit")]
-fn kill_here_if_asked() {
-    let Some(path) = std::env::var_os(KILL_AFTER_HOOK_ENV) else {
-        return;
-    };
-    if std::fs::remove_file(path).is_ok() {
-        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
-#[cfg(not(feature = "testkit"))]
-fn kill_here_if_asked() {}
 
 /// Starts a deliverer detached: `program DELIVERER_SUBCOMMAND --home HOME --layout LAYOUT`, in
 /// a session of its own, with no descriptor of this process's but /dev/null on 0-2, reaped by

@@ -115,6 +115,23 @@ pub fn is_alive(identity: &ProcessIdentity) -> bool {
     !matches!(check(identity), Ok(Liveness::Dead | Liveness::OtherBoot))
 }
 
+/// A kill point of the tests, in builds with the `testkit` feature: when the environment
+/// variable `env` names a file, the process that finds it there removes it and SIGKILLs
+/// itself (so only the first process to pass the point dies). Nothing in other builds.
+#[cfg(feature = "testkit")]
+pub fn die_here_if_asked(env: &str) {
+    let Some(path) = std::env::var_os(env) else {
+        return;
+    };
+    if std::fs::remove_file(path).is_ok() {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Nothing: kill points are only in builds with the `testkit` feature.
+#[cfg(not(feature = "testkit"))]
+pub fn die_here_if_asked(_env: &str) {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
