@@ -971,6 +971,177 @@ pub enum Event {
         key: String,
         hold_ms: Option<u64>,
     },
+    /// The run is tried again when an attempt fails so (`run --retries`; docs/design.md,
+    /// "Retries"): only in its creation batch, after its other events and before its
+    /// `UniqueKey`. Up to `retries` attempts follow the first; the k-th retry is due
+    /// `backoff_ms · 2^(k-1)` (at most `backoff_max_ms`, less a random part of up to a half)
+    /// after its attempt ended. It also keeps the runner settings a later starter needs, as
+    /// [`Event::QueueJoined`] does.
+    RetryPolicy {
+        retries: u32,
+        backoff_ms: u64,
+        backoff_max_ms: u64,
+        on: RetryOn,
+        idle_timeout_ms: Option<u64>,
+        heartbeat_ms: Option<u64>,
+    },
+    /// Attempt `attempt` (1, 2, ...) ended without ending the run: it failed so (`cause`), and
+    /// the run's policy tries it again. The run is `queued` again, its steps `pending`, with no
+    /// runner, and waits for `retry_at_ms` as a delayed run waits for its due time (a run in a
+    /// queue then waits for a slot again). One record, so an attempt's end and the wait for
+    /// the next are one commit: no state lies between them.
+    AttemptEnded {
+        attempt: u32,
+        cause: AttemptCause,
+        error: Option<String>,
+        summary: String,
+        exit_code: i32,
+        retry_at_ms: UnixMs,
+    },
+}
+
+/// Most retries a run may have.
+pub const MAX_RETRIES: u32 = 100;
+
+/// Which failures of an attempt its run's policy tries again ([`Event::RetryPolicy`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryOn {
+    /// A step that exited non-zero (with `exit_codes`, only those codes).
+    pub exit: bool,
+    /// The runner died without recording an outcome (killed, the host restarted).
+    pub crash: bool,
+    /// The run's timeout ended it.
+    pub timeout: bool,
+    /// The exit codes tried again; empty: every non-zero one.
+    pub exit_codes: Vec<i32>,
+}
+
+impl RetryOn {
+    /// The default: a failed exit and a crash.
+    pub fn default_causes() -> RetryOn {
+        RetryOn {
+            exit: true,
+            crash: true,
+            timeout: false,
+            exit_codes: Vec::new(),
+        }
+    }
+
+    /// Whether an attempt that failed by `cause` (with `exit_code`, for an exit) is tried again.
+    pub fn covers(&self, cause: AttemptCause, exit_code: i32) -> bool {
+        match cause {
+            AttemptCause::Exit => {
+                self.exit && (self.exit_codes.is_empty() || self.exit_codes.contains(&exit_code))
+            }
+            AttemptCause::Crash => self.crash,
+            AttemptCause::Timeout => self.timeout,
+        }
+    }
+
+    /// Its words, as `--retry-on` takes them: `exit,crash`, `exit:3:75`, `any`.
+    pub fn text(&self) -> String {
+        let mut parts = Vec::new();
+        if self.exit {
+            let codes: Vec<String> = self.exit_codes.iter().map(i32::to_string).collect();
+            parts.push(if codes.is_empty() {
+                "exit".to_string()
+            } else {
+                format!("exit:{}", codes.join(":"))
+            });
+        }
+        if self.crash {
+            parts.push("crash".to_string());
+        }
+        if self.timeout {
+            parts.push("timeout".to_string());
+        }
+        parts.join(",")
+    }
+}
+
+impl FromStr for RetryOn {
+    type Err = String;
+
+    /// `exit`, `crash`, `timeout` or `any`, comma-separated; `exit:3:75` tries again only on
+    /// those exit codes.
+    fn from_str(text: &str) -> Result<RetryOn, String> {
+        let mut on = RetryOn {
+            exit: false,
+            crash: false,
+            timeout: false,
+            exit_codes: Vec::new(),
+        };
+        for part in text.split(',').map(str::trim) {
+            let mut words = part.split(':');
+            match words.next() {
+                Some("any") if part == "any" => {
+                    on.exit = true;
+                    on.crash = true;
+                    on.timeout = true;
+                }
+                Some("exit") => {
+                    on.exit = true;
+                    for code in words {
+                        let code: i32 = code.parse().map_err(|_| {
+                            format!("{part:?}: {code:?} is not an exit code (a number)")
+                        })?;
+                        if code == 0 {
+                            return Err(format!("{part:?}: exit code 0 is a success"));
+                        }
+                        if !on.exit_codes.contains(&code) {
+                            on.exit_codes.push(code);
+                        }
+                    }
+                }
+                Some("crash") if part == "crash" => on.crash = true,
+                Some("timeout") if part == "timeout" => on.timeout = true,
+                _ => {
+                    return Err(format!(
+                        "unknown retry cause {part:?} (expected exit, exit:CODE[:CODE...], crash, timeout or any)"
+                    ));
+                }
+            }
+        }
+        Ok(on)
+    }
+}
+
+/// How an attempt failed ([`Event::AttemptEnded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttemptCause {
+    /// A step exited non-zero, or failed to start.
+    Exit,
+    /// The runner died without recording an outcome.
+    Crash,
+    /// The run's timeout ended it.
+    Timeout,
+}
+
+impl AttemptCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptCause::Exit => "exit",
+            AttemptCause::Crash => "crash",
+            AttemptCause::Timeout => "timeout",
+        }
+    }
+}
+
+/// What is wrong with a retry policy's numbers, if anything.
+pub fn retry_policy_flaw(retries: u32, backoff_ms: u64, backoff_max_ms: u64) -> Option<String> {
+    if retries == 0 || retries > MAX_RETRIES {
+        return Some(format!(
+            "{retries} retries is not between 1 and {MAX_RETRIES}"
+        ));
+    }
+    if backoff_max_ms < backoff_ms {
+        return Some(format!(
+            "its longest backoff ({backoff_max_ms} ms) is shorter than its first ({backoff_ms} ms)"
+        ));
+    }
+    None
 }
 
 /// Longest key of a run launched once ([`Event::UniqueKey`]), in bytes.
@@ -1265,6 +1436,13 @@ impl Event {
             Event::StartDelayed { .. } => {}
             Event::DelayEnded { by } => fields.push(("by", by)),
             Event::UniqueKey { key, .. } => fields.push(("key", key)),
+            Event::RetryPolicy { .. } => {}
+            Event::AttemptEnded { error, summary, .. } => {
+                fields.push(("summary", summary));
+                if let Some(error) = error {
+                    fields.push(("error", error));
+                }
+            }
         }
         fields
     }
@@ -1352,6 +1530,18 @@ impl Event {
                 reason: format!("a unique key {flaw}"),
             });
         }
+        if let Event::RetryPolicy {
+            retries,
+            backoff_ms,
+            backoff_max_ms,
+            ..
+        } = self
+            && let Some(flaw) = retry_policy_flaw(*retries, *backoff_ms, *backoff_max_ms)
+        {
+            return Err(DecodeError::Invalid {
+                reason: format!("a retry policy: {flaw}"),
+            });
+        }
         if let Event::SteerRequested {
             id, steps, message, ..
         } = self
@@ -1393,6 +1583,8 @@ impl Event {
             Event::StartDelayed { .. } => "StartDelayed",
             Event::DelayEnded { .. } => "DelayEnded",
             Event::UniqueKey { .. } => "UniqueKey",
+            Event::RetryPolicy { .. } => "RetryPolicy",
+            Event::AttemptEnded { .. } => "AttemptEnded",
         }
     }
 }
@@ -1836,6 +2028,33 @@ pub(crate) mod tests {
                     hold_ms: Some(7),
                 },
             ),
+            (
+                "RetryPolicy",
+                Event::RetryPolicy {
+                    retries: 2,
+                    backoff_ms: 3,
+                    backoff_max_ms: 4,
+                    on: RetryOn {
+                        exit: true,
+                        crash: false,
+                        timeout: true,
+                        exit_codes: vec![5],
+                    },
+                    idle_timeout_ms: None,
+                    heartbeat_ms: Some(6),
+                },
+            ),
+            (
+                "AttemptEnded",
+                Event::AttemptEnded {
+                    attempt: 1,
+                    cause: AttemptCause::Crash,
+                    error: None,
+                    summary: "s".to_string(),
+                    exit_code: 1,
+                    retry_at_ms: 9,
+                },
+            ),
         ]
     }
 
@@ -1884,6 +2103,8 @@ pub(crate) mod tests {
             ("StartDelayed", "14090105004f756b21"),
             ("DelayEnded", "15016241823e59"),
             ("UniqueKey", "16016b0107c3db526c"),
+            ("RetryPolicy", "17020304010001010a000106e3bd24e9"),
+            ("AttemptEnded", "18010100017302090d41de3a"),
         ];
         let variants = every_variant();
         assert_eq!(

@@ -12,9 +12,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::event::{
-    ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState, MAX_TEXT_BYTES, Mode,
-    Observer, ProcessExit, ProcessIdentity, Proof, RecordEnvelope, Repairer, RunId, RunSpec,
-    SteerMode, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState, UnixMs, WriterId,
+    AttemptCause, ControlAction, Event, ExternalJobStatus, FORMAT_VERSION, JobState,
+    MAX_TEXT_BYTES, Mode, Observer, ProcessExit, ProcessIdentity, Proof, RecordEnvelope, Repairer,
+    RetryOn, RunId, RunSpec, SteerMode, StepAction, StepEnd, StepOutcome, StepSpec, TerminalState,
+    UnixMs, WriterId,
 };
 use crate::home::Home;
 use crate::projection::documents::{self, ResultDoc, StatusDoc};
@@ -358,9 +359,39 @@ impl Choices<'_> {
             // The last arm splits again for the events added after it.
             _ => match self.below(2) {
                 0 => Event::DelayEnded { by: self.text() },
-                _ => Event::UniqueKey {
-                    key: self.text(),
-                    hold_ms: self.optional(Self::number),
+                // And again.
+                _ => match self.below(3) {
+                    0 => Event::UniqueKey {
+                        key: self.text(),
+                        hold_ms: self.optional(Self::number),
+                    },
+                    1 => Event::RetryPolicy {
+                        retries: u32::from(self.byte() % 4),
+                        backoff_ms: self.number(),
+                        backoff_max_ms: self.number(),
+                        on: RetryOn {
+                            exit: self.byte().is_multiple_of(2),
+                            crash: self.byte().is_multiple_of(2),
+                            timeout: self.byte().is_multiple_of(2),
+                            exit_codes: (0..self.byte() % 3)
+                                .map(|_| i32::from(self.byte()))
+                                .collect(),
+                        },
+                        idle_timeout_ms: self.optional(Self::number),
+                        heartbeat_ms: self.optional(Self::number),
+                    },
+                    _ => Event::AttemptEnded {
+                        attempt: u32::from(self.byte() % 4),
+                        cause: self.pick(&[
+                            AttemptCause::Exit,
+                            AttemptCause::Crash,
+                            AttemptCause::Timeout,
+                        ]),
+                        error: self.optional(Self::text),
+                        summary: self.text(),
+                        exit_code: i32::from(self.byte() as i8),
+                        retry_at_ms: self.number(),
+                    },
                 },
             },
         }

@@ -123,8 +123,11 @@ pub struct ListedRunDoc {
     pub queue_place: Option<u64>,
     /// The runs it waits for that have yet to end (empty: it waits for none).
     pub waiting_for: Vec<String>,
-    /// When a delayed run may start (`run --at`, `--delay`).
+    /// When a delayed run may start (`run --at`, `--delay`), or a retried one's next attempt.
     pub due_at_ms: Option<UnixMs>,
+    /// The attempt a run with retries is on, and how many it may have.
+    pub attempt: Option<u32>,
+    pub max_attempts: Option<u32>,
 }
 
 impl ListedRunDoc {
@@ -136,6 +139,14 @@ impl ListedRunDoc {
             queue_place,
             waiting_for: waiting_for.iter().map(RunId::to_string).collect(),
             due_at_ms: state.delay.as_ref().map(|delay| delay.due_at_ms),
+            attempt: state
+                .retry
+                .as_ref()
+                .map(crate::state::RetryInfo::current_attempt),
+            max_attempts: state
+                .retry
+                .as_ref()
+                .map(|retry| retry.retries.saturating_add(1)),
             run_id: state.run_id.to_string(),
             name: state.spec.name.clone(),
             state: state.status.as_str(),

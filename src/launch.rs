@@ -339,15 +339,25 @@ pub fn launch(
     }
 }
 
-/// `more`, then the run's `UniqueKey` when it is launched once: the last event of its
-/// creation batch.
-fn with_key(mut more: Vec<Event>, unique: Option<&crate::spec::UniqueRequest>) -> Vec<Event> {
-    if let Some(unique) = unique {
+/// `more`, then the run's `RetryPolicy` when it is tried again, then its `UniqueKey` when it is
+/// launched once: the last events of its creation batch.
+fn with_tail(mut more: Vec<Event>, request: &RunRequest) -> Vec<Event> {
+    let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    if let Some(retry) = &request.retry {
+        let (idle_timeout_ms, heartbeat_ms) = kept_settings(request);
+        more.push(Event::RetryPolicy {
+            retries: retry.retries,
+            backoff_ms: millis(retry.backoff),
+            backoff_max_ms: millis(retry.backoff_max),
+            on: retry.on.clone(),
+            idle_timeout_ms,
+            heartbeat_ms,
+        });
+    }
+    if let Some(unique) = &request.unique {
         more.push(Event::UniqueKey {
             key: unique.key.clone(),
-            hold_ms: unique
-                .hold
-                .map(|hold| u64::try_from(hold.as_millis()).unwrap_or(u64::MAX)),
+            hold_ms: unique.hold.map(millis),
         });
     }
     more
@@ -371,10 +381,11 @@ fn launch_with(
     program: &RunnerProgram,
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
+    let more = with_tail(more, &request);
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more: with_key(more, request.unique.as_ref()),
+        more,
         private: Some(private),
     };
     // The runner starts as soon as the run is durable; the run is projected meanwhile.
@@ -439,10 +450,11 @@ fn launch_dependent(
         idle_timeout_ms,
         heartbeat_ms,
     });
+    let more = with_tail(more, &request);
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more: with_key(more, request.unique.as_ref()),
+        more,
         private: Some(private),
     };
     let (created, ()) = store
@@ -465,10 +477,11 @@ fn launch_queued(
         idle_timeout_ms,
         heartbeat_ms,
     };
+    let more = with_tail(vec![joined], &request);
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more: with_key(vec![joined], request.unique.as_ref()),
+        more,
         private: Some(private),
     };
     let (created, ()) = store
@@ -494,10 +507,11 @@ fn launch_delayed(
         idle_timeout_ms,
         heartbeat_ms,
     };
+    let more = with_tail(vec![delayed], &request);
     let creation = crate::journal::Creation {
         spec: request.spec,
         hosts: request.hosts,
-        more: with_key(vec![delayed], request.unique.as_ref()),
+        more,
         private: Some(private),
     };
     let (created, ()) = store
@@ -930,6 +944,7 @@ pub fn resume_with(
         after_any: Vec::new(),
         start_at_ms: None,
         unique: None,
+        retry: None,
     };
     let private = resume_private(store, run, options)?;
     // The messages the paused run kept for its resume wait for the new run's steps.
@@ -1456,7 +1471,7 @@ pub fn follow_launched_looking(
     on_record: impl FnMut(&Record) -> ControlFlow<()>,
 ) -> Result<Followed, LaunchError> {
     let run = launched.run;
-    let instance_id = match &launched.start {
+    let mut instance_id = match &launched.start {
         RunnerStart::Started { instance_id, .. } => Some(instance_id.clone()),
         RunnerStart::NotStarted { .. }
         | RunnerStart::Queued { .. }
@@ -1464,15 +1479,37 @@ pub fn follow_launched_looking(
         | RunnerStart::Delayed { .. }
         | RunnerStart::Existing { .. } => None,
     };
-    let end = follow_looking(
-        store,
-        run,
-        0,
-        launched.runner.as_mut(),
-        None,
-        on_look,
-        on_record,
-    )?;
+    let (mut on_look, mut on_record) = (on_look, on_record);
+    let mut after_seq = 0;
+    let end = loop {
+        let end = follow_looking(
+            store,
+            run,
+            after_seq,
+            launched.runner.as_mut(),
+            None,
+            &mut on_look,
+            &mut on_record,
+        )?;
+        // The runner ended its attempt and the run is tried again (docs/design.md, "Retries"):
+        // its exit is recorded with that attempt, and the run is followed on, its next
+        // runner judged by its recorded identity (another process starts it).
+        match end {
+            FollowEnd::RunnerExited { state, exit }
+                if instance_id
+                    .as_deref()
+                    .is_some_and(|instance| state.attempt_of_runner(instance).is_some()) =>
+            {
+                if let Some(instance_id) = instance_id.take() {
+                    record_runner_exit(store, run, &instance_id, exit)
+                        .map_err(|source| LaunchError::RecordExit { run, source })?;
+                }
+                launched.runner = None;
+                after_seq = state.head_seq;
+            }
+            end => break end,
+        }
+    };
     let record_exit = |exit: ProcessExit| match &instance_id {
         Some(instance_id) => record_runner_exit(store, run, instance_id, exit)
             .map_err(|source| LaunchError::RecordExit { run, source }),
@@ -1540,7 +1577,30 @@ pub fn wait_for_end(
     run: RunId,
     deadline: Option<Instant>,
 ) -> Result<Waited, LaunchError> {
-    let head_seq = snapshot(reading, run)?.head_seq;
+    let mut state = snapshot(reading, run)?;
+    loop {
+        let waited = wait_once(reading, run, state.head_seq, deadline)?;
+        // The pass tried the run again (docs/design.md, "Retries"): its next attempt is
+        // waited for too.
+        match &waited.end {
+            WaitEnd::RunnerGone(after)
+                if waited.reconciled.is_some()
+                    && after.ended_attempts() > state.ended_attempts() =>
+            {
+                state = after.clone();
+            }
+            _ => return Ok(waited),
+        }
+    }
+}
+
+/// One follow of [`wait_for_end`], from `head_seq`, and the reconcile pass of a runner gone.
+fn wait_once(
+    reading: &dyn ReadHome,
+    run: RunId,
+    head_seq: u64,
+    deadline: Option<Instant>,
+) -> Result<Waited, LaunchError> {
     let end = follow(reading, run, head_seq, None, deadline, |_| {
         ControlFlow::Continue(())
     })?;

@@ -21,7 +21,8 @@
 use std::time::Duration;
 
 use crate::event::{
-    Event, Observer, Proof, Repairer, RunId, TerminalState, UnixMs, now_ms, truncate_text,
+    AttemptCause, Event, Observer, Proof, Repairer, RunId, TerminalState, UnixMs, now_ms,
+    truncate_text,
 };
 use crate::exit::{UNKNOWN_EXIT, describe_exit, describe_observed_exit};
 use crate::journal::{AppendError, Condition, ReadError, View};
@@ -30,7 +31,7 @@ use crate::logs::{self, TailBounds};
 use crate::process_group::{self, GroupEnd, Reaping};
 use crate::projection::pi_events::{self, HostVerdict};
 use crate::projection::{self, ProjectionError};
-use crate::state::{RunState, StepStatus};
+use crate::state::{AttemptFailure, RunState, StepStatus};
 use crate::store::Store;
 
 /// How long a queued run may wait for its runner before it counts as never started.
@@ -465,6 +466,23 @@ fn failed(reason: String) -> Event {
     }
 }
 
+/// The events that end a run whose runner died without recording an outcome, for `reason`:
+/// when its retry policy tries a crash again, the runner's end (`gone`, if not recorded yet)
+/// and then the attempt's `AttemptEnded`, which keeps it (docs/design.md, "Retries");
+/// otherwise its `Terminal(failed)`, then `gone`.
+fn crash_end(state: &RunState, reason: String, gone: Option<Event>) -> Vec<Event> {
+    let failure = AttemptFailure {
+        cause: AttemptCause::Crash,
+        error: Some(reason.clone()),
+        summary: reason.clone(),
+        exit_code: 1,
+    };
+    match state.retry_event(failure, now_ms(), rand::random()) {
+        Some(attempt_ended) => gone.into_iter().chain([attempt_ended]).collect(),
+        None => [failed(reason)].into_iter().chain(gone).collect(),
+    }
+}
+
 fn observed_gone(state: &RunState, proof: Proof) -> Event {
     Event::ProcessTerminalObserved {
         instance_id: state
@@ -526,10 +544,8 @@ fn events_for(
                 ),
                 runner_log_tail(store, run),
             );
-            (
-                vec![failed(reason.clone()), observed_gone(state, Proof::Unknown)],
-                Some(reason),
-            )
+            let gone = Some(observed_gone(state, Proof::Unknown));
+            (crash_end(state, reason.clone(), gone), Some(reason))
         }
         Action::FailHostRestarted => {
             let boot = state
@@ -544,10 +560,8 @@ fn events_for(
                 ),
                 runner_log_tail(store, run),
             );
-            (
-                vec![failed(reason.clone()), observed_gone(state, Proof::Unknown)],
-                Some(reason),
-            )
+            let gone = Some(observed_gone(state, Proof::Unknown));
+            (crash_end(state, reason.clone(), gone), Some(reason))
         }
         Action::FailAfterObservedExit => {
             let observed = state.process_terminal.as_ref();
@@ -559,7 +573,7 @@ fn events_for(
                 ),
                 runner_log_tail(store, run),
             );
-            (vec![failed(reason.clone())], Some(reason))
+            (crash_end(state, reason.clone(), None), Some(reason))
         }
         Action::FailNeverStarted => {
             let reason = with_log_tail(

@@ -587,6 +587,28 @@ impl RunView {
     }
 }
 
+/// A retried run's attempt (`2 of 3`) and how each attempt before it ended: `None` for a run
+/// without retries.
+pub fn attempts_text(state: &RunState) -> Option<String> {
+    let retry = state.retry.as_ref()?;
+    let mut text = format!(
+        "{} of {}",
+        retry.current_attempt(),
+        retry.retries.saturating_add(1)
+    );
+    for attempt in &retry.attempts {
+        let _ = write!(
+            text,
+            "; attempt {} failed ({}, exit {}) at {}",
+            attempt.attempt,
+            attempt.cause.as_str(),
+            attempt.exit_code,
+            format_time_ms(attempt.ended_at_ms)
+        );
+    }
+    Some(text)
+}
+
 /// A delayed run's due time, and whether its delay ended: `None` for a run not delayed.
 fn due_text(state: &RunState) -> Option<String> {
     let delay = state.delay.as_ref()?;
@@ -619,16 +641,15 @@ fn state_fields(state: &RunState, runner: Option<RunnerSeen>) -> Vec<(String, Ce
     }
     field("state", status);
     field("created", Cell::plain(format_time_ms(state.created_at_ms)));
-    if let Some(due) = due_text(state) {
-        field("due", Cell::plain(due));
-    }
     for (label, value) in [
-        ("session", &state.session_id),
-        ("owner", &state.completion_owner_id),
-        ("tool call", &state.tool_call_id),
+        ("due", due_text(state)),
+        ("attempt", attempts_text(state)),
+        ("session", state.session_id.clone()),
+        ("owner", state.completion_owner_id.clone()),
+        ("tool call", state.tool_call_id.clone()),
     ] {
         if let Some(value) = value {
-            field(label, Cell::plain(value.clone()));
+            field(label, Cell::plain(value));
         }
     }
     if let Some(info) = &state.runner {
@@ -1018,6 +1039,7 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         Event::Dismissed { .. } => "dismissed".to_string(),
         Event::Resumed { from } => format!("resumes paused run {from}"),
         Event::UniqueKey { key, hold_ms } => unique_text(key, *hold_ms),
+        Event::RetryPolicy { .. } | Event::AttemptEnded { .. } => retry_record_text(record),
         Event::QueueJoined { .. }
         | Event::QueueAdmitted { .. }
         | Event::DependsOn { .. }
@@ -1035,6 +1057,48 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         record.seq,
         escape_control(&detail.replace('\n', " "))
     )
+}
+
+/// The words of a run's `RetryPolicy` and `AttemptEnded`.
+fn retry_record_text(record: &Record) -> String {
+    match &record.event {
+        Event::RetryPolicy {
+            retries,
+            backoff_ms,
+            backoff_max_ms,
+            on,
+            ..
+        } => format!(
+            "tried again up to {} on {} (backoff {}, at most {})",
+            plural(u64::from(*retries), "time"),
+            on.text(),
+            crate::duration::format_duration_ms(*backoff_ms),
+            crate::duration::format_duration_ms(*backoff_max_ms)
+        ),
+        Event::AttemptEnded {
+            attempt,
+            cause,
+            exit_code,
+            error,
+            retry_at_ms,
+            ..
+        } => {
+            let mut text = format!(
+                "attempt {attempt} failed ({}, exit {exit_code})",
+                cause.as_str()
+            );
+            if let Some(error) = error {
+                let _ = write!(text, ": {error}");
+            }
+            let _ = write!(
+                text,
+                "; tried again in {}",
+                crate::duration::format_duration_ms(retry_at_ms.saturating_sub(record.time_ms))
+            );
+            text
+        }
+        other => other.name().to_string(),
+    }
 }
 
 /// The words of a run's `UniqueKey`.
@@ -1227,12 +1291,19 @@ const REPAIRS_NAMED: usize = 3;
 /// The one line that tells a reader what a pass repaired ([`crate::reconcile::Outcome::is_repair`]);
 /// `None` when it repaired nothing.
 pub fn repairs_line(report: &crate::reconcile::Report) -> Option<String> {
-    let repaired: Vec<String> = report
+    let repairs: Vec<&crate::reconcile::Outcome> = report
         .outcomes
         .iter()
         .filter(|outcome| outcome.is_repair())
+        .collect();
+    let repaired: Vec<String> = repairs
+        .iter()
         .map(|outcome| outcome.run.to_string())
         .collect();
+    let retried = repairs
+        .iter()
+        .filter(|outcome| outcome.appended.contains(&"AttemptEnded"))
+        .count();
     let count = repaired.len();
     if count == 0 {
         return None;
@@ -1247,8 +1318,13 @@ pub fn repairs_line(report: &crate::reconcile::Report) -> Option<String> {
         let _ = write!(named, " and {} more", count - REPAIRS_NAMED);
     }
     let runs = if count == 1 { "run" } else { "runs" };
+    let recorded = match (count - retried, retried) {
+        (_, 0) => "recorded failed".to_string(),
+        (0, _) => "each tried again by its retries".to_string(),
+        (failed, retried) => format!("{failed} recorded failed, {retried} tried again"),
+    };
     Some(format!(
-        "repaired {count} stale {runs} whose runner was gone, recorded failed: {named}; \
+        "repaired {count} stale {runs} whose runner was gone, {recorded}: {named}; \
          `runjournal reconcile` repairs and reports run by run"
     ))
 }

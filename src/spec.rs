@@ -94,6 +94,17 @@ pub struct SpecFile {
     /// The run's tool-call id is its key (`--unique-tool-call`).
     #[serde(default)]
     pub unique_tool_call: Option<bool>,
+    /// Attempts after the first, when one fails as `retryOn` says (`--retries`).
+    #[serde(default)]
+    pub retries: Option<u32>,
+    /// The first retry's wait, and at most how long one waits: `D` or `D..MAX`
+    /// (`--retry-backoff`).
+    #[serde(default)]
+    pub retry_backoff: Option<String>,
+    /// Which failures are tried again: `exit`, `exit:CODE[:CODE...]`, `crash`, `timeout`, `any`,
+    /// comma-separated (`--retry-on`).
+    #[serde(default)]
+    pub retry_on: Option<String>,
     pub steps: Vec<SpecFileStep>,
 }
 
@@ -131,6 +142,8 @@ pub enum SpecInputError {
     Queue(#[from] crate::event::QueueNameError),
     #[error("unique: {reason}")]
     Unique { reason: String },
+    #[error("retries: {reason}")]
+    Retry { reason: String },
 }
 
 /// The environment a run keeps, as asked: the launcher's own variables with `set` over them,
@@ -182,6 +195,44 @@ pub struct RunRequest {
     pub start_at_ms: Option<crate::event::UnixMs>,
     /// The key that makes it launched once (`--unique`; docs/design.md, "Launched once").
     pub unique: Option<UniqueRequest>,
+    /// How it is tried again (`--retries`; docs/design.md, "Retries").
+    pub retry: Option<RetryRequest>,
+}
+
+/// A run tried again: up to `retries` attempts after the first, each failed as `on` says, the
+/// k-th waiting `backoff · 2^(k-1)` (at most `backoff_max`, less up to half at random).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryRequest {
+    pub retries: u32,
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+    pub on: crate::event::RetryOn,
+}
+
+/// The first retry's wait when none is given.
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The longest a retry waits when no longest is given (and the first is shorter).
+pub const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(600);
+
+/// A backoff as `--retry-backoff` and `retryBackoff` take it: `D` (the first wait; at most
+/// [`DEFAULT_RETRY_BACKOFF_MAX`] or `D`, whichever is longer) or `D..MAX`.
+pub fn parse_retry_backoff(text: &str) -> Result<(Duration, Duration), String> {
+    let (first, max) = match text.split_once("..") {
+        Some((first, max)) => (first, Some(max)),
+        None => (text, None),
+    };
+    let first = parse_duration(first.trim()).map_err(|error| format!("{text:?}: {error}"))?;
+    let max = match max {
+        Some(max) => parse_duration(max.trim()).map_err(|error| format!("{text:?}: {error}"))?,
+        None => first.max(DEFAULT_RETRY_BACKOFF_MAX),
+    };
+    if max < first {
+        return Err(format!(
+            "{text:?}: its longest wait is shorter than its first"
+        ));
+    }
+    Ok((first, max))
 }
 
 /// A run launched once: no other run is created with `key` while a run holding it has not
@@ -222,12 +273,51 @@ pub struct RunDraft {
     /// See [`RunRequest::unique`]: the key is the run's tool-call id (`tool-call:ID`), as a
     /// pi-subagents host launches one run per tool call.
     pub unique_tool_call: bool,
+    /// See [`RunRequest::retry`]: attempts after the first.
+    pub retries: Option<u32>,
+    /// See [`RunRequest::retry`]: the first wait and the longest.
+    pub retry_backoff: Option<(Duration, Duration)>,
+    /// See [`RunRequest::retry`]: which failures.
+    pub retry_on: Option<crate::event::RetryOn>,
 }
 
 impl RunDraft {
+    /// The retry policy asked, checked: retries with a backoff or causes need a count.
+    fn retry(&self) -> Result<Option<RetryRequest>, SpecInputError> {
+        let Some(retries) = self.retries else {
+            if self.retry_backoff.is_some() || self.retry_on.is_some() {
+                return Err(SpecInputError::Retry {
+                    reason: "a backoff (retryBackoff, --retry-backoff) or causes (retryOn, \
+                             --retry-on) need a count (retries, --retries)"
+                        .to_string(),
+                });
+            }
+            return Ok(None);
+        };
+        let (backoff, backoff_max) = self
+            .retry_backoff
+            .unwrap_or((DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX));
+        let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        if let Some(flaw) =
+            crate::event::retry_policy_flaw(retries, millis(backoff), millis(backoff_max))
+        {
+            return Err(SpecInputError::Retry { reason: flaw });
+        }
+        Ok(Some(RetryRequest {
+            retries,
+            backoff,
+            backoff_max,
+            on: self
+                .retry_on
+                .clone()
+                .unwrap_or_else(crate::event::RetryOn::default_causes),
+        }))
+    }
+
     /// Applies the defaults (mode from the step count, concurrency = step count in parallel
     /// mode) and checks the result with [`RunSpec::check`].
     pub fn finish(self) -> Result<RunRequest, SpecInputError> {
+        let retry = self.retry()?;
         if self.steps.is_empty() {
             return Err(SpecInputError::NoSteps);
         }
@@ -304,6 +394,7 @@ impl RunDraft {
             after_any: self.after_any,
             start_at_ms: None,
             unique,
+            retry,
         })
     }
 }
@@ -346,6 +437,22 @@ impl SpecFile {
             .map_err(|error| SpecInputError::Unique {
                 reason: format!("uniqueFor: {error}"),
             })?;
+        let retry_backoff = self
+            .retry_backoff
+            .as_deref()
+            .map(parse_retry_backoff)
+            .transpose()
+            .map_err(|reason| SpecInputError::Retry {
+                reason: format!("retryBackoff: {reason}"),
+            })?;
+        let retry_on = self
+            .retry_on
+            .as_deref()
+            .map(str::parse::<crate::event::RetryOn>)
+            .transpose()
+            .map_err(|reason| SpecInputError::Retry {
+                reason: format!("retryOn: {reason}"),
+            })?;
         Ok(RunDraft {
             name: self.name,
             mode: self.mode,
@@ -370,6 +477,9 @@ impl SpecFile {
             unique: self.unique,
             unique_for,
             unique_tool_call: self.unique_tool_call.unwrap_or(false),
+            retries: self.retries,
+            retry_backoff,
+            retry_on,
         })
     }
 }

@@ -131,6 +131,20 @@ pub fn start_due(
                     });
                 }
             };
+            // A retried run of a queue, once due, waits for a slot again: admitted (and
+            // started) when its queue allows, by this pass or whoever frees a slot.
+            if let Some(queue) = state.queue.as_ref().filter(|_| state.is_waiting_for_slot()) {
+                queue::start_admissible(store, base, by, Some(&queue.name)).map_err(|source| {
+                    DelayError::Start {
+                        run,
+                        source: Box::new(LaunchError::Queue {
+                            run,
+                            source: Box::new(source),
+                        }),
+                    }
+                })?;
+                continue;
+            }
             let runner = queue::start_runner_detached(store, &state, base).map_err(|source| {
                 DelayError::Start {
                     run,
@@ -200,7 +214,7 @@ pub fn run_timer(
         let _ = lease.write_note(format!("{}\n", std::process::id()).as_bytes());
     };
     beat(&lease);
-    kill_here_if_asked();
+    crate::liveness::die_here_if_asked(KILL_TIMER_ENV);
     let journal_path = store.home().journal_path();
     let journal = crate::durable_fs::file_identity(&journal_path);
     loop {
@@ -298,19 +312,6 @@ fn standby_path(path: &Path) -> std::path::PathBuf {
     name.push(".standby");
     std::path::PathBuf::from(name)
 }
-
-#[cfg(feature = "testkit")]
-fn kill_here_if_asked() {
-    let Some(path) = std::env::var_os(KILL_TIMER_ENV) else {
-        return;
-    };
-    if std::fs::remove_file(path).is_ok() {
-        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
-#[cfg(not(feature = "testkit"))]
-fn kill_here_if_asked() {}
 
 /// The arguments the timer is started with, after the program.
 pub fn timer_args(home: &Home) -> io::Result<Vec<OsString>> {

@@ -81,6 +81,15 @@ pub struct StatusDoc {
     /// runjournal's: when the run took its queue's slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_admitted_at: Option<UnixMs>,
+    /// runjournal's: the attempt a run with retries is on (1, 2, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// runjournal's: how many attempts it may have (its retries and the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// runjournal's: the attempts that ended and were tried again, first first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptDoc>,
     /// pi-subagents' layout of parallel steps: a parallel run is one logical step of them all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_groups: Option<Vec<ParallelGroupDoc>>,
@@ -89,6 +98,21 @@ pub struct StatusDoc {
     pub output_file: Option<String>,
     /// pi-subagents' steering block: the run's steer requests and where each got.
     pub steering: SteeringDoc,
+}
+
+/// One entry of status.json `attempts`: an attempt that ended and was tried again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptDoc {
+    pub attempt: u32,
+    /// `exit`, `crash` or `timeout`.
+    pub cause: String,
+    pub exit_code: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub ended_at: UnixMs,
+    /// When the next attempt was due.
+    pub retry_at: UnixMs,
 }
 
 /// One entry of status.json `parallelGroups`.
@@ -787,6 +811,27 @@ pub fn status_doc(home: &Home, state: &RunState, links: &ResumeLinks) -> StatusD
             .as_ref()
             .and_then(|queue| queue.admitted.as_ref())
             .map(|admitted| admitted.at_ms),
+        attempt: state
+            .retry
+            .as_ref()
+            .map(crate::state::RetryInfo::current_attempt),
+        max_attempts: state
+            .retry
+            .as_ref()
+            .map(|retry| retry.retries.saturating_add(1)),
+        attempts: state
+            .retry
+            .iter()
+            .flat_map(|retry| &retry.attempts)
+            .map(|attempt| AttemptDoc {
+                attempt: attempt.attempt,
+                cause: attempt.cause.as_str().to_string(),
+                exit_code: attempt.exit_code,
+                error: attempt.error.clone(),
+                ended_at: attempt.ended_at_ms,
+                retry_at: attempt.retry_at_ms,
+            })
+            .collect(),
         parallel_groups: parallel_groups(state),
         output_file: output_step.map(|step| path_text(&home.output_log_path(state.run_id, step))),
         steering: steering_doc(state, links),

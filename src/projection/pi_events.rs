@@ -170,12 +170,47 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
         Event::StartDelayed { .. } | Event::DelayEnded { .. } => {
             lines.extend(delay_line(ts, &record.event, run));
         }
-        Event::UniqueKey { key, hold_ms } => lines.push(unique_line(ts, key, *hold_ms, run)),
+        Event::UniqueKey { .. } | Event::RetryPolicy { .. } | Event::AttemptEnded { .. } => {
+            lines.extend(retry_lines(before, ts, &record.event, run));
+        }
     }
     lines
         .into_iter()
         .map(|line| Value::Object(line.with(JOURNAL_SEQ, record.seq).0))
         .collect()
+}
+
+/// The lines of a run's key and retries (docs/design.md, "Launched once", "Retries"): its key,
+/// its policy; an attempt's end, after the messages its steps never took.
+fn retry_lines(before: Option<&RunState>, ts: UnixMs, event: &Event, run: &RunState) -> Vec<Line> {
+    match event {
+        Event::UniqueKey { key, hold_ms } => vec![unique_line(ts, key, *hold_ms, run)],
+        Event::RetryPolicy { retries, on, .. } => vec![
+            Line::new("subagent.run.retries", ts, run)
+                .with("retries", *retries)
+                .with("retryOn", on.text()),
+        ],
+        Event::AttemptEnded {
+            attempt,
+            cause,
+            exit_code,
+            summary,
+            retry_at_ms,
+            ..
+        } => {
+            let mut lines = given_up(before, run, ts, None);
+            lines.push(
+                Line::new("subagent.run.attempt_ended", ts, run)
+                    .with("attempt", *attempt)
+                    .with("cause", cause.as_str())
+                    .with("exitCode", *exit_code)
+                    .with("summary", summary.clone())
+                    .with("retryAt", *retry_at_ms),
+            );
+            lines
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// The line of a run's key: it was launched once by it.

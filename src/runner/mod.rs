@@ -57,8 +57,8 @@ pub use ready::{READY_FD_ENV, ReadySignal};
 pub use recorder::Recorder;
 
 use crate::event::{
-    self, ControlAction, Event, ExternalJobStatus, JobState, MAX_TEXT_BYTES, Mode, RunId, RunSpec,
-    StepEnd, StepOutcome, TerminalState,
+    self, AttemptCause, ControlAction, Event, ExternalJobStatus, JobState, MAX_TEXT_BYTES, Mode,
+    RunId, RunSpec, StepEnd, StepOutcome, TerminalState, UnixMs,
 };
 use crate::exit::describe_exit;
 use crate::home::Home;
@@ -66,7 +66,7 @@ use crate::journal::{AppendError, CapacityEvent, Condition, OpenError, ReadError
 use crate::liveness;
 use crate::logs::{self, TailBounds};
 use crate::process_group::sweep::{self, Swept};
-use crate::state::{ControlInfo, RunState, RunStatus, StepStatus, TransitionError};
+use crate::state::{AttemptFailure, ControlInfo, RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::{Store, StoreOptions};
 use outcome::{StepFailure, halt_error};
 use output::StepOutput;
@@ -179,7 +179,16 @@ pub enum RunnerOutcome {
     },
     /// Someone else recorded the run's `Terminal` first; the runner ended its steps and left.
     EndedElsewhere { state: RunStatus },
+    /// The runner recorded its attempt's end, and the run is tried again from `retry_at_ms`
+    /// by another runner (docs/design.md, "Retries").
+    AttemptEnded { attempt: u32, retry_at_ms: UnixMs },
 }
+
+/// The environment variable of a test hook, in builds with the `testkit` feature: when it
+/// names a file, the runner that finds it there removes it and SIGKILLs itself right after
+/// its attempt's `AttemptEnded` is durable, before it starts the next attempt or the timer —
+/// the kill point between an attempt's end and the next attempt's start.
+pub const KILL_AFTER_ATTEMPT_ENV: &str = "RUNJOURNAL_TEST_KILL_AFTER_ATTEMPT";
 
 /// The runner process's entry point, to be called first thing in a fresh process: closes
 /// every descriptor above 2 it inherited (a runner holds nothing of its launcher's), sends its
@@ -1543,6 +1552,12 @@ impl RunLoop {
             exit_code,
         } = end;
         let summary = self.summary();
+        if let Some(outcome) = self
+            .try_again(state, error.as_ref(), &summary, exit_code)
+            .await?
+        {
+            return Ok(outcome);
+        }
         let appended = self
             .recorder
             .append(
@@ -1568,6 +1583,72 @@ impl RunLoop {
             Err(AppendError::AlreadyTerminal { state, .. }) => {
                 Ok(RunnerOutcome::EndedElsewhere { state })
             }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Ends the attempt instead of the run when the run's retry policy tries this failure
+    /// again (docs/design.md, "Retries"): a failed exit or a timeout. `None`: the run ends as
+    /// `state` says — it did not fail so, no retry is left, or the journal refused the attempt's
+    /// end (a stop came first).
+    async fn try_again(
+        &mut self,
+        state: TerminalState,
+        error: Option<&String>,
+        summary: &str,
+        exit_code: i32,
+    ) -> Result<Option<RunnerOutcome>, RunnerError> {
+        if state != TerminalState::Failed {
+            return Ok(None);
+        }
+        let cause = match self.halt.as_ref().map(|halt| halt.action) {
+            None => AttemptCause::Exit,
+            Some(ControlAction::Timeout) => AttemptCause::Timeout,
+            Some(ControlAction::Stop | ControlAction::Interrupt) => return Ok(None),
+        };
+        let Some(current) = self.recorder.snapshot().await? else {
+            return Ok(None);
+        };
+        let failure = AttemptFailure {
+            cause,
+            error: error.cloned(),
+            summary: summary.to_string(),
+            exit_code,
+        };
+        let Some(event) = current.retry_event(failure, event::now_ms(), rand::random()) else {
+            return Ok(None);
+        };
+        let Event::AttemptEnded {
+            attempt,
+            retry_at_ms,
+            ..
+        } = &event
+        else {
+            return Ok(None);
+        };
+        let (attempt, retry_at_ms) = (*attempt, *retry_at_ms);
+        match self
+            .recorder
+            .append(vec![event], Condition::expect_head(current.head_seq))
+            .await
+        {
+            Ok(_) => {
+                crate::liveness::die_here_if_asked(KILL_AFTER_ATTEMPT_ENV);
+                log(&format!(
+                    "run {} attempt {attempt} failed ({}, exit code {exit_code}); tried again at {retry_at_ms}",
+                    self.recorder.run(),
+                    cause.as_str()
+                ));
+                Ok(Some(RunnerOutcome::AttemptEnded {
+                    attempt,
+                    retry_at_ms,
+                }))
+            }
+            Err(AppendError::AlreadyTerminal { state, .. }) => {
+                Ok(Some(RunnerOutcome::EndedElsewhere { state }))
+            }
+            // Something was recorded meanwhile (a stop, a job's update): the run's end decides.
+            Err(AppendError::HeadMismatch { .. } | AppendError::Transition { .. }) => Ok(None),
             Err(error) => Err(error.into()),
         }
     }

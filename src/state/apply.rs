@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use super::{
-    AdmissionInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
-    ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
-    SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError, Undelivered, UniqueInfo,
+    AdmissionInfo, AttemptInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim,
+    HookState, ProcessTerminalInfo, QueueInfo, RetryInfo, RunState, RunStatus, RunnerInfo,
+    SteerDelivery, SteerInfo, SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError,
+    Undelivered, UniqueInfo,
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS,
@@ -90,6 +91,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         dependencies: None,
         delay: None,
         unique: None,
+        retry: None,
         hooks: Vec::new(),
         steers: Vec::new(),
         head_seq: 1,
@@ -264,7 +266,151 @@ impl RunState {
             } => self.start_delayed(*due_at_ms, *idle_timeout_ms, *heartbeat_ms, record.seq),
             Event::DelayEnded { by } => self.delay_ended(by, at_ms),
             Event::UniqueKey { key, hold_ms } => self.unique_key(key, *hold_ms, record.seq),
+            Event::RetryPolicy { .. } | Event::AttemptEnded { .. } => {
+                self.apply_retry_event(event, record.seq, at_ms)
+            }
         }
+    }
+
+    /// Hands a retry's event to its handler: `RetryPolicy`, `AttemptEnded`.
+    fn apply_retry_event(
+        &mut self,
+        event: &Event,
+        seq: u64,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        match event {
+            Event::RetryPolicy {
+                retries,
+                backoff_ms,
+                backoff_max_ms,
+                on,
+                idle_timeout_ms,
+                heartbeat_ms,
+            } => self.retry_policy(
+                RetryInfo {
+                    retries: *retries,
+                    backoff_ms: *backoff_ms,
+                    backoff_max_ms: *backoff_max_ms,
+                    on: on.clone(),
+                    idle_timeout_ms: *idle_timeout_ms,
+                    heartbeat_ms: *heartbeat_ms,
+                    attempts: Vec::new(),
+                },
+                seq,
+            ),
+            Event::AttemptEnded {
+                attempt,
+                cause,
+                error,
+                summary,
+                exit_code,
+                retry_at_ms,
+            } => self.attempt_ended(
+                AttemptInfo {
+                    attempt: *attempt,
+                    cause: *cause,
+                    error: error.clone(),
+                    summary: summary.clone(),
+                    exit_code: *exit_code,
+                    ended_at_ms: at_ms,
+                    retry_at_ms: *retry_at_ms,
+                    runner_instance: None,
+                    process_terminal: None,
+                },
+                at_ms,
+            ),
+            _ => unreachable!("dispatch hands only a retry's events here"),
+        }
+    }
+
+    /// The seq the creation batch's next event takes after `RunCreated` and the events that
+    /// come before a key: its `QueueJoined` or `StartDelayed`, its `DependsOn`, its
+    /// `RetryPolicy`.
+    fn creation_tail(&self) -> u64 {
+        2 + u64::from(self.queue.is_some())
+            + u64::from(self.delay.is_some())
+            + u64::from(self.dependencies.is_some())
+            + u64::from(self.retry.is_some())
+    }
+
+    /// `RetryPolicy`: once, in the creation batch after its other events and before its key,
+    /// with 1 to `MAX_RETRIES` retries and a longest backoff no shorter than the first.
+    fn retry_policy(&mut self, retry: RetryInfo, seq: u64) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        if self.retry.is_some() || self.unique.is_some() || seq != self.creation_tail() {
+            return Err(TransitionError::RetryPolicyLate { run, found: seq });
+        }
+        if let Some(flaw) =
+            crate::event::retry_policy_flaw(retry.retries, retry.backoff_ms, retry.backoff_max_ms)
+        {
+            return Err(TransitionError::InvalidRetryPolicy { run, flaw });
+        }
+        self.retry = Some(retry);
+        Ok(())
+    }
+
+    /// `AttemptEnded(k)`: the run has retries left, its runner's attempt `k` is the current
+    /// one, and no stop or interrupt was asked. The attempt, its runner and that runner's
+    /// process end (if recorded) are kept; the run is `queued` again with every step
+    /// `pending`, no runner and no control request, waiting for `retry_at_ms` as a delayed run
+    /// does; in a queue, it gives its slot back and takes one again once due. Messages still
+    /// waiting are undelivered, as at a run's end.
+    fn attempt_ended(
+        &mut self,
+        mut ended: AttemptInfo,
+        at_ms: UnixMs,
+    ) -> Result<(), TransitionError> {
+        let run = self.run_id;
+        let (idle_timeout_ms, heartbeat_ms) = self.kept_runner_settings();
+        let Some(retry) = &self.retry else {
+            return Err(TransitionError::NoRetries { run });
+        };
+        let current = retry.current_attempt();
+        if ended.attempt != current || self.runner.is_none() || self.status != RunStatus::Running {
+            return Err(TransitionError::AttemptNotCurrent {
+                run,
+                current,
+                found: ended.attempt,
+            });
+        }
+        if retry.attempts.len() >= retry.retries as usize {
+            return Err(TransitionError::RetriesSpent {
+                run,
+                attempt: ended.attempt,
+                retries: retry.retries,
+            });
+        }
+        if let Some(control) = self
+            .controls
+            .iter()
+            .find(|control| control.action != ControlAction::Timeout)
+        {
+            return Err(TransitionError::AttemptAfterControl {
+                run,
+                action: control.action,
+            });
+        }
+        ended.runner_instance = self.runner.take().map(|runner| runner.instance_id);
+        ended.process_terminal = self.process_terminal.take();
+        let due_at_ms = ended.retry_at_ms;
+        self.give_up_steers(None, at_ms, Undelivered::RunEnded);
+        self.status = RunStatus::Queued;
+        self.steps = vec![StepState::pending(); self.steps.len()];
+        self.controls.clear();
+        if let Some(queue) = &mut self.queue {
+            queue.admitted = None;
+        }
+        self.delay = Some(DelayInfo {
+            due_at_ms,
+            idle_timeout_ms,
+            heartbeat_ms,
+            ended: None,
+        });
+        if let Some(retry) = &mut self.retry {
+            retry.attempts.push(ended);
+        }
+        Ok(())
     }
 
     /// `UniqueKey`: once, in the creation batch right after its other events (`RunCreated`,
@@ -277,11 +423,7 @@ impl RunState {
         seq: u64,
     ) -> Result<(), TransitionError> {
         let run = self.run_id;
-        let creation_tail = 2
-            + u64::from(self.queue.is_some())
-            + u64::from(self.delay.is_some())
-            + u64::from(self.dependencies.is_some());
-        if self.unique.is_some() || seq != creation_tail {
+        if self.unique.is_some() || seq != self.creation_tail() {
             return Err(TransitionError::UniqueKeyLate { run, found: seq });
         }
         self.unique = Some(UniqueInfo {
@@ -562,6 +704,38 @@ impl RunState {
         at_ms: UnixMs,
     ) -> Result<(), TransitionError> {
         let run = self.run_id;
+        let observed = ProcessTerminalInfo {
+            instance_id: instance_id.to_string(),
+            exit,
+            proof,
+            observer,
+            at_ms,
+        };
+        // The runner of the attempt that ended last, seen gone after the run moved on: its end
+        // is kept with its attempt.
+        let is_current = self
+            .runner
+            .as_ref()
+            .is_some_and(|runner| runner.instance_id == instance_id);
+        if let Some(attempt) = self
+            .retry
+            .as_mut()
+            .and_then(|retry| retry.attempts.last_mut())
+            .filter(|attempt| {
+                !is_current
+                    && proof != Proof::NotStarted
+                    && attempt.runner_instance.as_deref() == Some(instance_id)
+            })
+        {
+            if let Some(earlier) = &attempt.process_terminal {
+                return Err(TransitionError::ProcessTerminalAlreadyObserved {
+                    run,
+                    instance: earlier.instance_id.clone(),
+                });
+            }
+            attempt.process_terminal = Some(observed);
+            return Ok(());
+        }
         if let Some(observed) = &self.process_terminal {
             return Err(TransitionError::ProcessTerminalAlreadyObserved {
                 run,
@@ -595,13 +769,7 @@ impl RunState {
                 }
             }
         }
-        self.process_terminal = Some(ProcessTerminalInfo {
-            instance_id: instance_id.to_string(),
-            exit,
-            proof,
-            observer,
-            at_ms,
-        });
+        self.process_terminal = Some(observed);
         Ok(())
     }
 

@@ -15,8 +15,9 @@ pub use apply::{apply, replay};
 pub use shape::{KeptInState, ShapeRule};
 
 use crate::event::{
-    ControlAction, ExternalJobStatus, HookOutcome, Observer, ProcessExit, ProcessIdentity, Proof,
-    Repairer, RunId, RunSpec, SpecError, SteerMode, StepEnd, TerminalState, TextTooLong, UnixMs,
+    AttemptCause, ControlAction, Event, ExternalJobStatus, HookOutcome, Observer, ProcessExit,
+    ProcessIdentity, Proof, Repairer, RetryOn, RunId, RunSpec, SpecError, SteerMode, StepEnd,
+    TerminalState, TextTooLong, UnixMs,
 };
 
 /// Where a run is in its lifecycle.
@@ -245,6 +246,118 @@ impl UniqueInfo {
     }
 }
 
+/// A run's retries (docs/design.md, "Retries"): its policy, and each attempt that ended
+/// without ending the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryInfo {
+    /// Most attempts after the first.
+    pub retries: u32,
+    pub backoff_ms: u64,
+    pub backoff_max_ms: u64,
+    pub on: RetryOn,
+    /// The runner settings its launcher would have given, for whoever starts an attempt.
+    pub idle_timeout_ms: Option<u64>,
+    pub heartbeat_ms: Option<u64>,
+    /// The attempts that ended and were tried again, first first.
+    pub attempts: Vec<AttemptInfo>,
+}
+
+impl RetryInfo {
+    /// The attempt the run is on (or waits for): 1, 2, ...
+    pub fn current_attempt(&self) -> u32 {
+        u32::try_from(self.attempts.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1)
+    }
+
+    /// Whether an attempt that ends now may be tried again: the policy covers how it failed
+    /// and retries are left.
+    pub fn may_retry(&self, cause: AttemptCause, exit_code: i32) -> bool {
+        self.attempts.len() < self.retries as usize && self.on.covers(cause, exit_code)
+    }
+
+    /// How long after attempt `attempt`'s end (1, 2, ...) the next is due, given `jitter` in
+    /// [0, 1): the backoff doubles at each attempt up to its longest, and up to half of it is
+    /// taken off at random, so runs that failed together do not all start again together.
+    pub fn backoff_after_ms(&self, attempt: u32, jitter: f64) -> u64 {
+        let doublings = attempt.saturating_sub(1).min(62);
+        let full = self
+            .backoff_ms
+            .saturating_mul(1u64 << doublings)
+            .min(self.backoff_max_ms);
+        let jitter = if jitter.is_finite() {
+            jitter.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        // Up to half of it off: at most `full / 2`, which an f64 of it holds closely enough.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let off = ((full / 2) as f64 * jitter) as u64;
+        full - off.min(full / 2)
+    }
+}
+
+/// How an attempt failed, as its ender tells it: what a `Terminal(failed)` would have said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptFailure {
+    pub cause: AttemptCause,
+    pub error: Option<String>,
+    pub summary: String,
+    pub exit_code: i32,
+}
+
+impl RunState {
+    /// The `AttemptEnded` that ends the run's current attempt instead of the run, when its
+    /// retry policy tries `failure` again: its next attempt due its backoff after `now_ms`
+    /// (`jitter` in [0, 1) takes up to half of it off). `None`: the failure ends the run. Pure.
+    pub fn retry_event(
+        &self,
+        failure: AttemptFailure,
+        now_ms: UnixMs,
+        jitter: f64,
+    ) -> Option<Event> {
+        let retry = self.retry.as_ref()?;
+        if self.status != RunStatus::Running
+            || !retry.may_retry(failure.cause, failure.exit_code)
+            || self
+                .controls
+                .iter()
+                .any(|control| control.action != ControlAction::Timeout)
+        {
+            return None;
+        }
+        let attempt = retry.current_attempt();
+        Some(Event::AttemptEnded {
+            attempt,
+            cause: failure.cause,
+            error: failure.error,
+            summary: failure.summary,
+            exit_code: failure.exit_code,
+            retry_at_ms: now_ms.saturating_add(retry.backoff_after_ms(attempt, jitter)),
+        })
+    }
+}
+
+/// An attempt that ended and was tried again ([`crate::event::Event::AttemptEnded`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptInfo {
+    pub attempt: u32,
+    pub cause: AttemptCause,
+    pub error: Option<String>,
+    pub summary: String,
+    pub exit_code: i32,
+    pub ended_at_ms: UnixMs,
+    pub retry_at_ms: UnixMs,
+    /// Its runner's instance, if one took the attempt.
+    pub runner_instance: Option<String>,
+    /// Its runner's process end, once recorded.
+    pub process_terminal: Option<ProcessTerminalInfo>,
+}
+
 /// When and by whom a queued run took its slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdmissionInfo {
@@ -464,6 +577,9 @@ pub struct RunState {
     pub delay: Option<DelayInfo>,
     /// The key it holds, when it was launched once by one ([`crate::event::Event::UniqueKey`]).
     pub unique: Option<UniqueInfo>,
+    /// Its retry policy and the attempts that ended without ending it, when it was created
+    /// with retries ([`crate::event::Event::RetryPolicy`]).
+    pub retry: Option<RetryInfo>,
     /// Its completion hooks that were attempted, by hook (only once the run is terminal).
     pub hooks: Vec<HookState>,
     /// Its steer requests, in the order they were recorded.
@@ -565,6 +681,7 @@ impl RunState {
     pub fn is_waiting_for_slot(&self) -> bool {
         !self.is_terminal()
             && !self.is_waiting_for_dependencies()
+            && !self.is_waiting_for_due()
             && self
                 .queue
                 .as_ref()
@@ -609,26 +726,55 @@ impl RunState {
 
     /// When the run became startable: its admission in a queue, the end of its delay, else its
     /// creation. The start grace counts from here.
+    ///
+    /// A retried run's wait for its next attempt is a delay: after an attempt ended, it counts
+    /// from that delay's end (or, in a queue, from its admission again).
     pub fn startable_at_ms(&self) -> Option<UnixMs> {
-        match (&self.queue, &self.dependencies, &self.delay) {
+        match (&self.queue, &self.delay, &self.dependencies) {
             (Some(queue), _, _) => queue.admitted.as_ref().map(|admitted| admitted.at_ms),
-            (None, Some(dependencies), _) => dependencies.met.as_ref().map(|met| met.at_ms),
-            (None, None, Some(delay)) => delay.ended.as_ref().map(|ended| ended.at_ms),
+            (None, Some(delay), _) => delay.ended.as_ref().map(|ended| ended.at_ms),
+            (None, None, Some(dependencies)) => dependencies.met.as_ref().map(|met| met.at_ms),
             (None, None, None) => Some(self.created_at_ms),
         }
     }
 
     /// The runner settings its launcher kept for a later starter: its queue's, else its
-    /// dependencies', else its delayed start's. `(idle_timeout_ms, heartbeat_ms)`.
+    /// dependencies', else its delayed start's, else its retry policy's. `(idle_timeout_ms,
+    /// heartbeat_ms)`.
     pub fn kept_runner_settings(&self) -> (Option<u64>, Option<u64>) {
-        match (&self.queue, &self.dependencies, &self.delay) {
-            (Some(queue), _, _) => (queue.idle_timeout_ms, queue.heartbeat_ms),
-            (None, Some(dependencies), _) => {
+        match (&self.queue, &self.dependencies, &self.delay, &self.retry) {
+            (Some(queue), ..) => (queue.idle_timeout_ms, queue.heartbeat_ms),
+            (None, Some(dependencies), ..) => {
                 (dependencies.idle_timeout_ms, dependencies.heartbeat_ms)
             }
-            (None, None, Some(delay)) => (delay.idle_timeout_ms, delay.heartbeat_ms),
-            (None, None, None) => (None, None),
+            (None, None, Some(delay), _) => (delay.idle_timeout_ms, delay.heartbeat_ms),
+            (None, None, None, Some(retry)) => (retry.idle_timeout_ms, retry.heartbeat_ms),
+            (None, None, None, None) => (None, None),
         }
+    }
+
+    /// How many of its attempts ended and were tried again.
+    pub fn ended_attempts(&self) -> usize {
+        self.retry.as_ref().map_or(0, |retry| retry.attempts.len())
+    }
+
+    /// The attempt that ended and was tried again whose runner was `instance_id`.
+    pub fn attempt_of_runner(&self, instance_id: &str) -> Option<&AttemptInfo> {
+        self.retry
+            .as_ref()?
+            .attempts
+            .iter()
+            .find(|attempt| attempt.runner_instance.as_deref() == Some(instance_id))
+    }
+
+    /// Waiting for its next attempt: an attempt ended and was tried again, and no runner took
+    /// the next yet.
+    pub fn is_between_attempts(&self) -> bool {
+        self.status == RunStatus::Queued
+            && self
+                .retry
+                .as_ref()
+                .is_some_and(|retry| !retry.attempts.is_empty())
     }
 
     /// The delivery state of hook `hook`, once an attempt of it was claimed.
@@ -824,6 +970,32 @@ pub enum TransitionError {
         "run {run}: UniqueKey at seq {found}; a run holds a key only from its creation batch, as its last event, once"
     )]
     UniqueKeyLate { run: RunId, found: u64 },
+    #[error(
+        "run {run}: RetryPolicy at seq {found}; a run gets its retries only in its creation batch, after its other events and before its key, once"
+    )]
+    RetryPolicyLate { run: RunId, found: u64 },
+    #[error("run {run}: its retry policy: {flaw}")]
+    InvalidRetryPolicy { run: RunId, flaw: String },
+    #[error("run {run}: AttemptEnded, but the run has no retries")]
+    NoRetries { run: RunId },
+    #[error(
+        "run {run}: AttemptEnded({found}), but the run is on attempt {current}, and only a runner's attempt ends"
+    )]
+    AttemptNotCurrent {
+        run: RunId,
+        current: u32,
+        found: u32,
+    },
+    #[error("run {run}: AttemptEnded({attempt}), but its {retries} retries are spent")]
+    RetriesSpent {
+        run: RunId,
+        attempt: u32,
+        retries: u32,
+    },
+    #[error(
+        "run {run}: AttemptEnded after a {} was requested; a stopped or interrupted run is not tried again", action.as_str()
+    )]
+    AttemptAfterControl { run: RunId, action: ControlAction },
     #[error("run {run}: DelayEnded, but the run has no delayed start")]
     NotDelayed { run: RunId },
     #[error("run {run}: its delay already ended")]

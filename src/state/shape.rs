@@ -16,8 +16,16 @@ use super::{
 use crate::event::{
     HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS, MAX_PENDING_STEERS, MAX_STEER_ID_BYTES,
     MAX_STEERS_PER_RUN, MAX_TEXT_BYTES, Mode, Proof, STEER_PREVIEW_CHARS, check_queue_name,
-    dependencies_flaw,
+    dependencies_flaw, retry_policy_flaw,
 };
+
+/// Whether an attempt of the run ended and was tried again.
+fn is_retried(state: &RunState) -> bool {
+    state
+        .retry
+        .as_ref()
+        .is_some_and(|retry| !retry.attempts.is_empty())
+}
 
 /// Declares [`ShapeRule`] and [`ShapeRule::ALL`] from one list, so that every rule declared
 /// is checked, in the order declared.
@@ -113,6 +121,12 @@ shape_rules! {
     DelayedAtCreation,
     /// A delay ended at or past its due time.
     DelayEndedWhenDue,
+    /// A retry policy has 1 to [`crate::event::MAX_RETRIES`] retries and a longest backoff no
+    /// shorter than its first.
+    RetryPolicyWellFormed,
+    /// The attempts that ended are numbered 1, 2, ... and no more than the retries; after one,
+    /// the run waits for the next as a delayed run does.
+    AttemptsCounted,
     /// Hooks are attempted only once the run has ended.
     HooksOnlyAfterEnd,
     /// One state per hook, in hook order, each naming a hook a run may have.
@@ -193,6 +207,10 @@ impl ShapeRule {
             }
             ShapeRule::NothingStartedBeforeDependencies => {
                 "it has a runner or a slot while it waits for its dependencies"
+            }
+            ShapeRule::RetryPolicyWellFormed => "its retry policy is not one a run may have",
+            ShapeRule::AttemptsCounted => {
+                "its ended attempts are not numbered 1, 2, ..., outnumber its retries, or leave no wait for the next"
             }
             ShapeRule::RunnerOnlyAfterDue => "it has a runner while it waits for its due time",
             ShapeRule::DelayedAtCreation => {
@@ -318,6 +336,9 @@ impl ShapeRule {
             ShapeRule::RunnerOnlyAfterDue
             | ShapeRule::DelayedAtCreation
             | ShapeRule::DelayEndedWhenDue => self.delay_holds(state),
+            ShapeRule::RetryPolicyWellFormed | ShapeRule::AttemptsCounted => {
+                self.retry_holds(state)
+            }
             ShapeRule::SteerWellFormed
             | ShapeRule::SteerIdsDistinct
             | ShapeRule::SteerQueueBounded
@@ -400,11 +421,37 @@ impl ShapeRule {
         };
         match self {
             ShapeRule::RunnerOnlyAfterDue => state.runner.is_none() || delay.ended.is_some(),
-            ShapeRule::DelayedAtCreation => state.head_seq >= 2 && state.queue.is_none(),
+            // A retried run waits for its next attempt as a delayed run, in its queue too.
+            ShapeRule::DelayedAtCreation => {
+                state.head_seq >= 2 && (state.queue.is_none() || is_retried(state))
+            }
             ShapeRule::DelayEndedWhenDue => delay
                 .ended
                 .as_ref()
                 .is_none_or(|ended| ended.at_ms >= delay.due_at_ms),
+            _ => true,
+        }
+    }
+
+    /// The rules of a run's retries.
+    fn retry_holds(self, state: &RunState) -> bool {
+        let Some(retry) = &state.retry else {
+            return true;
+        };
+        match self {
+            ShapeRule::RetryPolicyWellFormed => {
+                retry_policy_flaw(retry.retries, retry.backoff_ms, retry.backoff_max_ms).is_none()
+                    && state.head_seq >= 2
+            }
+            ShapeRule::AttemptsCounted => {
+                retry.attempts.len() <= retry.retries as usize
+                    && retry
+                        .attempts
+                        .iter()
+                        .zip(1u32..)
+                        .all(|(attempt, number)| attempt.attempt == number)
+                    && (retry.attempts.is_empty() || state.delay.is_some())
+            }
             _ => true,
         }
     }
@@ -713,9 +760,13 @@ impl TransitionError {
             | TransitionError::DelayAlreadyEnded { .. }
             | TransitionError::NotYetDue { .. }
             | TransitionError::RunnerBeforeDue { .. } => self.kept_in_delayed_state(),
-            TransitionError::UniqueKeyLate { .. } => RecordsOnly(
-                "a state does not keep where its key was recorded; a second key is refused by the records alone",
-            ),
+            TransitionError::UniqueKeyLate { .. }
+            | TransitionError::RetryPolicyLate { .. }
+            | TransitionError::InvalidRetryPolicy { .. }
+            | TransitionError::NoRetries { .. }
+            | TransitionError::AttemptNotCurrent { .. }
+            | TransitionError::RetriesSpent { .. }
+            | TransitionError::AttemptAfterControl { .. } => self.kept_in_retried_state(),
             TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
             TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
             TransitionError::HookAttemptNotNext { .. }
@@ -723,18 +774,13 @@ impl TransitionError {
             | TransitionError::HookNotClaimed { .. } => Rules(&[R::HookAttemptsCounted]),
             TransitionError::HookSettled { .. } => Rules(&[R::HookNoClaimOnceSettled]),
             TransitionError::HookRetryNotAllowed { .. } => Rules(&[R::HookRetryFits]),
-            TransitionError::InvalidSteer { .. } => Rules(&[R::SteerWellFormed]),
-            TransitionError::SteerToEndedStep { .. } => Rules(&[R::SteerWaitsOnlyForOpenStep]),
-            TransitionError::SteerIdReused { .. } => Rules(&[R::SteerIdsDistinct]),
-            TransitionError::SteerQueueFull { .. } | TransitionError::TooManySteers { .. } => {
-                Rules(&[R::SteerQueueBounded])
-            }
-            TransitionError::NoSuchSteer { .. } => RecordsOnly(
-                "a state holds the steer requests it took; a delivery of another is refused by the records alone",
-            ),
-            TransitionError::SteerNotQueued { .. } => RecordsOnly(
-                "a target's delivery is settled once, and a state holds only how it was settled",
-            ),
+            TransitionError::InvalidSteer { .. }
+            | TransitionError::SteerToEndedStep { .. }
+            | TransitionError::SteerIdReused { .. }
+            | TransitionError::SteerQueueFull { .. }
+            | TransitionError::TooManySteers { .. }
+            | TransitionError::NoSuchSteer { .. }
+            | TransitionError::SteerNotQueued { .. } => self.kept_in_steered_state(),
         }
     }
 
@@ -752,6 +798,49 @@ impl TransitionError {
                 RecordsOnly("a state holds at most one dependencies' end, by its type")
             }
             _ => Rules(&[R::NothingStartedBeforeDependencies]),
+        }
+    }
+
+    /// [`TransitionError::kept_in_state`] of the refusals of a run's steer requests.
+    fn kept_in_steered_state(&self) -> KeptInState {
+        use KeptInState::{RecordsOnly, Rules};
+        use ShapeRule as R;
+        match self {
+            TransitionError::InvalidSteer { .. } => Rules(&[R::SteerWellFormed]),
+            TransitionError::SteerToEndedStep { .. } => Rules(&[R::SteerWaitsOnlyForOpenStep]),
+            TransitionError::SteerIdReused { .. } => Rules(&[R::SteerIdsDistinct]),
+            TransitionError::SteerQueueFull { .. } | TransitionError::TooManySteers { .. } => {
+                Rules(&[R::SteerQueueBounded])
+            }
+            TransitionError::NoSuchSteer { .. } => RecordsOnly(
+                "a state holds the steer requests it took; a delivery of another is refused by the records alone",
+            ),
+            TransitionError::SteerNotQueued { .. } => RecordsOnly(
+                "a target's delivery is settled once, and a state holds only how it was settled",
+            ),
+            _ => unreachable!("kept_in_state hands only a steer's refusals here"),
+        }
+    }
+
+    /// [`TransitionError::kept_in_state`] of the refusals of a run's key and retries.
+    fn kept_in_retried_state(&self) -> KeptInState {
+        use KeptInState::{RecordsOnly, Rules};
+        use ShapeRule as R;
+        match self {
+            TransitionError::UniqueKeyLate { .. } => RecordsOnly(
+                "a state does not keep where its key was recorded; a second key is refused by the records alone",
+            ),
+            TransitionError::RetryPolicyLate { .. } => RecordsOnly(
+                "a state does not keep where its retry policy was recorded; a second one is refused by the records alone",
+            ),
+            TransitionError::InvalidRetryPolicy { .. } => Rules(&[R::RetryPolicyWellFormed]),
+            TransitionError::NoRetries { .. } => RecordsOnly(
+                "a state holds ended attempts only inside its retry policy, by its type",
+            ),
+            TransitionError::AttemptAfterControl { .. } => RecordsOnly(
+                "an attempt's end clears its control requests; a stop or interrupt before it is refused by the records alone",
+            ),
+            _ => Rules(&[R::AttemptsCounted]),
         }
     }
 

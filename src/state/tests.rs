@@ -2442,10 +2442,16 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::NotYetDue { .. } => 54,
         TransitionError::RunnerBeforeDue { .. } => 55,
         TransitionError::UniqueKeyLate { .. } => 56,
+        TransitionError::RetryPolicyLate { .. } => 57,
+        TransitionError::InvalidRetryPolicy { .. } => 58,
+        TransitionError::NoRetries { .. } => 59,
+        TransitionError::AttemptNotCurrent { .. } => 60,
+        TransitionError::RetriesSpent { .. } => 61,
+        TransitionError::AttemptAfterControl { .. } => 62,
     }
 }
 
-const TRANSITION_KINDS: usize = 57;
+const TRANSITION_KINDS: usize = 63;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2580,7 +2586,169 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
             .then(delayed(time_of(9)))
             .rejects(runner_started("i1")),
         running().rejects(unique_key("k")),
+        running().rejects(retry_policy(1)),
+        queued().rejects(retry_policy(0)),
+        running().rejects(attempt_ended(1)),
+        retried(1).rejects(attempt_ended(2)),
+        retried(1)
+            .then(attempt_ended(1))
+            .then(delay_ended())
+            .then(runner_started("i2"))
+            .rejects(attempt_ended(2)),
+        retried(1)
+            .then(control(ControlAction::Stop))
+            .rejects(attempt_ended(1)),
     ]
+}
+
+fn retry_policy(retries: u32) -> Event {
+    Event::RetryPolicy {
+        retries,
+        backoff_ms: 1,
+        backoff_max_ms: 10,
+        on: crate::event::RetryOn::default_causes(),
+        idle_timeout_ms: None,
+        heartbeat_ms: Some(7),
+    }
+}
+
+fn attempt_ended(attempt: u32) -> Event {
+    Event::AttemptEnded {
+        attempt,
+        cause: crate::event::AttemptCause::Exit,
+        error: Some("step 0 (s0) failed: exit 3".to_string()),
+        summary: "exit 3".to_string(),
+        exit_code: 3,
+        // Due at once: every record's time (`time_of`) is past it.
+        retry_at_ms: 0,
+    }
+}
+
+/// A run with `retries` retries, its first runner running its first step.
+fn retried(retries: u32) -> Story {
+    Story::new(chain_spec(2))
+        .then(retry_policy(retries))
+        .then(runner_started("i1"))
+        .then(step_running(0))
+}
+
+/// An attempt's end takes the run back to `queued` with every step pending, no runner and no
+/// request, waiting for its due time as a delayed run does; the next runner takes it once the
+/// delay ended, and its last attempt's failure ends the run.
+#[test]
+fn an_ended_attempt_waits_for_its_due_time_and_the_next_runner_takes_it() {
+    let waiting = retried(1)
+        .then(control(ControlAction::Timeout))
+        .then(attempt_ended(1));
+    let state = &waiting.state;
+    assert_eq!(state.status, RunStatus::Queued);
+    assert!(state.runner.is_none() && state.controls.is_empty());
+    assert!(state.is_between_attempts() && state.is_waiting_for_due());
+    assert_eq!(
+        state
+            .steps
+            .iter()
+            .map(|step| step.status)
+            .collect::<Vec<_>>(),
+        vec![StepStatus::Pending; 2]
+    );
+    let retry = state.retry.as_ref().expect("a retried run");
+    assert_eq!(retry.current_attempt(), 2);
+    assert_eq!(retry.attempts[0].runner_instance.as_deref(), Some("i1"));
+    // The settings its next runner gets are the policy's.
+    assert_eq!(state.kept_runner_settings(), (None, Some(7)));
+    waiting.rejects(runner_started("i2"));
+    let second = waiting
+        .then(delay_ended())
+        .then(runner_started("i2"))
+        .then(step_running(0));
+    // The first runner, seen gone after the run moved on, is kept with its attempt; the second
+    // is the run's own.
+    let second = second.then(process_terminal("i1", Proof::Observed));
+    let retry = second.state.retry.as_ref().expect("a retried run");
+    assert!(retry.attempts[0].process_terminal.is_some());
+    assert!(second.state.process_terminal.is_none());
+    second.rejects(process_terminal("i1", Proof::Observed));
+    let ended = second
+        .then(step_finished(0, StepEnd::Failed))
+        .then(terminal(TerminalState::Failed, Some("again")))
+        .then(process_terminal("i2", Proof::Observed));
+    assert!(ended.state.is_closed());
+}
+
+/// A stopped attempt is not tried again, and a retry's wait is ended by a stop as a delayed
+/// run's is.
+#[test]
+fn a_stop_ends_a_retried_run_and_its_wait() {
+    let waiting = retried(2).then(attempt_ended(1));
+    let stopped = waiting.then(terminal(TerminalState::Stopped, Some("stop")));
+    assert_eq!(stopped.state.status, RunStatus::Stopped);
+    assert!(!stopped.state.is_waiting_for_due());
+}
+
+/// The policy is taken only in the creation batch, after the queue, delay or dependencies and
+/// before the key, once.
+#[test]
+fn a_retry_policy_is_taken_only_in_the_creation_batch_before_the_key() {
+    queued_story().then(retry_policy(2)).then(unique_key("k"));
+    queued_story()
+        .then(joined("q"))
+        .then(depends_on(&[OTHER_RUN], &[]))
+        .then(retry_policy(2));
+    queued_story()
+        .then(delayed(time_of(9)))
+        .then(retry_policy(2));
+    queued_story()
+        .then(unique_key("k"))
+        .rejects(retry_policy(2));
+    queued_story()
+        .then(retry_policy(2))
+        .rejects(retry_policy(2));
+    queued_story().then(retry_policy(2)).rejects(joined("q"));
+}
+
+/// A retried run in a queue gives its slot back at its attempt's end, and waits for its due
+/// time and then a slot again.
+#[test]
+fn a_retried_run_in_a_queue_gives_its_slot_back_and_waits_again() {
+    let running = Story::new(chain_spec(1))
+        .then(joined("q"))
+        .then(retry_policy(1))
+        .then(admitted())
+        .then(runner_started("i1"))
+        .then(step_running(0));
+    assert!(running.state.holds_slot());
+    let waiting = running.then(attempt_ended(1));
+    assert!(!waiting.state.holds_slot() && !waiting.state.is_waiting_for_slot());
+    let due = waiting.then(delay_ended());
+    assert!(due.state.is_waiting_for_slot());
+    due.rejects(runner_started("i2"));
+    let again = due.then(admitted()).then(runner_started("i2"));
+    assert!(again.state.holds_slot());
+}
+
+/// The backoff doubles from its first wait to its longest, and jitter takes up to half off.
+#[test]
+fn the_backoff_doubles_up_to_its_longest_and_jitter_takes_at_most_half() {
+    let retry = Story::new(chain_spec(1))
+        .then(Event::RetryPolicy {
+            retries: 10,
+            backoff_ms: 1_000,
+            backoff_max_ms: 5_000,
+            on: crate::event::RetryOn::default_causes(),
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        })
+        .state
+        .retry
+        .expect("a policy");
+    let waits: Vec<u64> = (1..=5)
+        .map(|attempt| retry.backoff_after_ms(attempt, 0.0))
+        .collect();
+    assert_eq!(waits, [1_000, 2_000, 4_000, 5_000, 5_000]);
+    assert_eq!(retry.backoff_after_ms(2, 0.999_999), 1_001);
+    assert_eq!(retry.backoff_after_ms(2, f64::NAN), 2_000);
+    assert_eq!(retry.backoff_after_ms(64, 0.0), 5_000);
 }
 
 fn unique_key(key: &str) -> Event {
@@ -2921,6 +3089,22 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
         ShapeRule::DelayedAtCreation => (
             Story::new(chain_spec(2)).then(delayed(time_of(9))).state,
             Box::new(|state| state.head_seq = 1),
+        ),
+        ShapeRule::RetryPolicyWellFormed => (
+            retried(1).state,
+            Box::new(|state| {
+                if let Some(retry) = &mut state.retry {
+                    retry.retries = 0;
+                }
+            }),
+        ),
+        ShapeRule::AttemptsCounted => (
+            retried(1).then(attempt_ended(1)).state,
+            Box::new(|state| {
+                if let Some(retry) = &mut state.retry {
+                    retry.attempts[0].attempt = 2;
+                }
+            }),
         ),
         ShapeRule::DelayEndedWhenDue => (
             Story::new(chain_spec(2))

@@ -40,6 +40,7 @@ mod projection_repair;
 mod queue;
 mod resume;
 mod retention;
+mod retry;
 mod run_env;
 mod runner_hygiene;
 mod scrub;

@@ -457,6 +457,19 @@ fn happy_next(run: Option<&Run>, variant: u8) -> Option<Event> {
             exit_code: 1,
             repaired_by: Some(Repairer::Launcher),
         }),
+        // A run just created may be tried again once.
+        Status::Queued if run.head == 1 && variant == 15 => Some(Event::RetryPolicy {
+            retries: 1,
+            backoff_ms: 5,
+            backoff_max_ms: 10,
+            on: runjournal::event::RetryOn::default_causes(),
+            idle_timeout_ms: None,
+            heartbeat_ms: None,
+        }),
+        // A delayed run, or one waiting for its next attempt, is due first.
+        Status::Queued if matches!(run.delay, Some((_, false))) => Some(Event::DelayEnded {
+            by: "model".to_string(),
+        }),
         Status::Queued => Some(Event::RunnerStarted {
             runner: runner_pool()[usize::from(variant % 3)].clone(),
             instance_id: "runner-a".to_string(),
@@ -606,6 +619,18 @@ fn detours(run: Option<&Run>) -> Vec<Event> {
                 exit_code: Some(2),
                 error: Some("exit 2".to_string()),
             },
+        });
+    }
+    // "Retries": the attempt a runner is on ends and is tried again (or, its retries spent,
+    // is refused).
+    if let (Some((_, attempts)), Status::Running) = (&run.retry, run.status) {
+        events.push(Event::AttemptEnded {
+            attempt: attempts.len() as u32 + 1,
+            cause: runjournal::event::AttemptCause::Exit,
+            error: Some("exit 2".to_string()),
+            summary: "exit 2".to_string(),
+            exit_code: 2,
+            retry_at_ms: ANCIENT_MS,
         });
     }
     match (&run.runner, &run.observed) {
@@ -855,6 +880,18 @@ impl Model {
             {
                 return Outcome::Refused(Refusal::UniqueHeld);
             }
+        }
+        // "Retries": only a creation batch takes a retry policy.
+        if let Some(index) = batch
+            .events
+            .iter()
+            .position(|event| matches!(event, Event::RetryPolicy { .. }))
+            .filter(|_| existed)
+        {
+            return Outcome::Refused(Refusal::Transition {
+                index,
+                rules: vec![Rule::RetryPolicyAtCreation],
+            });
         }
         self.runs[slot] = run;
         Outcome::Accepted {
@@ -1284,6 +1321,13 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
         TransitionError::NotYetDue { .. } => Rule::DelayEndsWhenDue,
         TransitionError::RunnerBeforeDue { .. } => Rule::RunnerAfterDue,
         TransitionError::UniqueKeyLate { .. } => Rule::UniqueKeyAtCreation,
+        TransitionError::RetryPolicyLate { .. } => Rule::RetryPolicyAtCreation,
+        TransitionError::InvalidRetryPolicy { .. } => Rule::RetryPolicyWellFormed,
+        TransitionError::NoRetries { .. } | TransitionError::AttemptNotCurrent { .. } => {
+            Rule::AttemptEndsTheCurrentOne
+        }
+        TransitionError::RetriesSpent { .. } => Rule::RetriesBounded,
+        TransitionError::AttemptAfterControl { .. } => Rule::NoRetryAfterStop,
         TransitionError::HookBeforeEnd { .. } => Rule::HookAfterEnd,
         TransitionError::HookOutOfRange { .. } => Rule::HookInRange,
         TransitionError::HookAttemptNotNext { .. } | TransitionError::HookAttemptOpen { .. } => {
@@ -1392,6 +1436,28 @@ fn view_of(state: &RunState) -> Run {
             .unique
             .as_ref()
             .map(|unique| (unique.key.clone(), unique.hold_ms)),
+        retry: state.retry.as_ref().map(|retry| {
+            let attempts = retry
+                .attempts
+                .iter()
+                .map(|attempt| reference::Attempt {
+                    attempt: attempt.attempt,
+                    cause: attempt.cause,
+                    exit_code: attempt.exit_code,
+                    retry_at_ms: attempt.retry_at_ms,
+                    instance: attempt.runner_instance.clone(),
+                    observed: attempt.process_terminal.as_ref().map(|observed| {
+                        reference::Observed {
+                            instance_id: observed.instance_id.clone(),
+                            exit: observed.exit,
+                            proof: observed.proof,
+                            observer: observed.observer,
+                        }
+                    }),
+                })
+                .collect();
+            (retry.retries, attempts)
+        }),
         hooks: state
             .hooks
             .iter()
@@ -2650,6 +2716,43 @@ fn arb_delay_event() -> BoxedStrategy<Event> {
             key: "k".to_string(),
             hold_ms,
         }),
+        arb_retry_event(),
+    ]
+    .boxed()
+}
+
+/// A retry policy (of no retry now and then, or a longest backoff shorter than the first), and
+/// the end of an attempt, the current one or not, due long ago or far in the future.
+fn arb_retry_event() -> BoxedStrategy<Event> {
+    prop_oneof![
+        (
+            prop_oneof![Just(0u32), Just(1), Just(2)],
+            prop_oneof![Just(10u64), Just(1)]
+        )
+            .prop_map(|(retries, backoff_max_ms)| Event::RetryPolicy {
+                retries,
+                backoff_ms: 5,
+                backoff_max_ms,
+                on: runjournal::event::RetryOn::default_causes(),
+                idle_timeout_ms: None,
+                heartbeat_ms: Some(5),
+            }),
+        (
+            1..=3u32,
+            prop_oneof![
+                Just(runjournal::event::AttemptCause::Exit),
+                Just(runjournal::event::AttemptCause::Crash)
+            ],
+            prop_oneof![Just(ANCIENT_MS), Just(FUTURE_MS)],
+        )
+            .prop_map(|(attempt, cause, retry_at_ms)| Event::AttemptEnded {
+                attempt,
+                cause,
+                error: Some("failed".to_string()),
+                summary: "s".to_string(),
+                exit_code: 3,
+                retry_at_ms,
+            }),
     ]
     .boxed()
 }

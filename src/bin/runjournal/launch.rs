@@ -83,6 +83,21 @@ pub struct RunArgs {
     /// one run per tool call: the key is `tool-call:ID`.
     #[arg(long, conflicts_with = "unique")]
     unique_tool_call: bool,
+    /// Try the run again, up to N more times, when an attempt fails as --retry-on says. The
+    /// run keeps its id; each attempt starts afresh (every step again) once its backoff passed,
+    /// and hooks fire only for the last attempt's end.
+    #[arg(long, value_name = "N")]
+    retries: Option<u32>,
+    /// The first retry's wait, doubling at each attempt up to MAX (up to half of it taken off
+    /// at random) [default: 1s..10m].
+    #[arg(long, value_name = "D[..MAX]", value_parser = backoff_arg)]
+    retry_backoff: Option<(Duration, Duration)>,
+    /// Which failures are tried again, comma-separated: exit (a step exited non-zero;
+    /// exit:3:75 only those codes), crash (the runner died: killed, the host restarted),
+    /// timeout (--timeout ended it), any [default: exit,crash].
+    #[arg(long, value_name = "CAUSES",
+          value_parser = |text: &str| text.parse::<runjournal::event::RetryOn>())]
+    retry_on: Option<runjournal::event::RetryOn>,
     /// Start the run no sooner than this time: RFC 3339 (2025-01-31T14:30:00+01:00) or a
     /// local time today (14:30). Until then it is `queued`; a timer process starts it.
     #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "queue"])]
@@ -181,6 +196,11 @@ pub fn env_arg(text: &str) -> Result<(String, String), String> {
     Ok((name.to_string(), value.to_string()))
 }
 
+/// A backoff as `--retry-backoff` takes it: `D` or `D..MAX`.
+fn backoff_arg(text: &str) -> Result<(Duration, Duration), String> {
+    spec::parse_retry_backoff(text)
+}
+
 /// Turns the arguments into a checked run; nothing is written.
 fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     let mut draft = draft_of(args, &order)?;
@@ -216,6 +236,15 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
         draft.unique_for = args.unique_for;
     }
     draft.unique_tool_call |= args.unique_tool_call;
+    if args.retries.is_some() {
+        draft.retries = args.retries;
+    }
+    if args.retry_backoff.is_some() {
+        draft.retry_backoff = args.retry_backoff;
+    }
+    if args.retry_on.is_some() {
+        draft.retry_on.clone_from(&args.retry_on);
+    }
     let hosts = &mut draft.hosts;
     for (field, flag) in [
         (&mut hosts.session_id, &args.session_id),
@@ -849,16 +878,19 @@ pub fn runner(
         config.heartbeat = heartbeat;
     }
     config.idle_timeout = idle_timeout;
-    // Its last act: the run ended, so the slot it held is free, and its queue's next run
-    // starts now, through the runner's own store. A runner that could not record its run's
+    // Its last act: the run (or its attempt) ended, so the slot it held is free, and its
+    // queue's next run starts now, through the runner's own store; a run tried again waits
+    // for its next attempt's due time. A runner that could not record its run's
     // end freed no slot (the reconciler fails the run, and its pass admits the next).
     let outcome = runner::run_in_process(home, run, config, |store| {
         start_next_in_queue(store, run);
     });
     match outcome {
-        Ok(RunnerOutcome::Ended { .. } | RunnerOutcome::EndedElsewhere { .. }) => {
-            Ok(ExitCode::SUCCESS)
-        }
+        Ok(
+            RunnerOutcome::Ended { .. }
+            | RunnerOutcome::EndedElsewhere { .. }
+            | RunnerOutcome::AttemptEnded { .. },
+        ) => Ok(ExitCode::SUCCESS),
         Err(error) if error.is_damage() => Ok(ExitCode::from(crate::EXIT_DAMAGED)),
         Err(_) => Ok(ExitCode::from(EXIT_ERROR)),
     }
@@ -880,6 +912,16 @@ fn start_next_in_queue(store: &Store, run: RunId) {
             .and_then(|state| state.queue.map(|queue| queue.name));
         if let Some(queue) = queue {
             queue::start_admissible(store, &runner_base()?, &by, Some(&queue))?;
+        }
+        // An attempt that ended and is tried again waits for its due time as a delayed run:
+        // started now if due, else by the home's timer, started here if none runs.
+        let is_retried = store
+            .journal()
+            .view()?
+            .snapshot(run)?
+            .is_some_and(|state| state.is_between_attempts());
+        if is_retried {
+            delay::reconcile_delayed(store, &runner_base()?, &by)?;
         }
         Ok(())
     })();

@@ -23,9 +23,10 @@ use crate::event::{
     UnixMs,
 };
 use crate::state::{
-    AdmissionInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim, HookState,
-    ProcessTerminalInfo, QueueInfo, RunState, RunStatus, RunnerInfo, SteerDelivery, SteerInfo,
-    SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered, UniqueInfo,
+    AdmissionInfo, AttemptInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim,
+    HookState, ProcessTerminalInfo, QueueInfo, RetryInfo, RunState, RunStatus, RunnerInfo,
+    SteerDelivery, SteerInfo, SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered,
+    UniqueInfo,
 };
 
 /// The snapshot layout this build writes and reads: [`SnapshotV1`].
@@ -336,6 +337,7 @@ impl SnapshotV1 {
             dependencies: None,
             delay: None,
             unique: None,
+            retry: None,
             hooks: Vec::new(),
             steers: Vec::new(),
             head_seq: self.head_seq,
@@ -410,6 +412,7 @@ impl SnapshotNamespaces {
             && state.steers.is_empty()
             && state.delay.is_none()
             && state.unique.is_none()
+            && state.retry.is_none()
         {
             // Written all absent only before a queue, steers, hooks, a delayed start or a key:
             // anything else is not what this build writes.
@@ -534,6 +537,105 @@ const DELAY_TAG: u8 = 0xfd;
 /// The tag byte before the key a run launched once holds, the last extension (after its
 /// delayed start, if any): none of the tags and marks before it.
 const UNIQUE_TAG: u8 = 0xfc;
+
+/// The tag byte before a retried run's policy and ended attempts, the last extension (after
+/// its key, if any): none of the tags and marks before it.
+const RETRY_TAG: u8 = 0xfb;
+
+/// A run's retries ([`crate::state::RetryInfo`]): [`RETRY_TAG`], then this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotRetry {
+    retries: u32,
+    backoff_ms: u64,
+    backoff_max_ms: u64,
+    on: event::RetryOn,
+    idle_timeout_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    attempts: Vec<SnapshotAttempt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotAttempt {
+    attempt: u32,
+    cause: event::AttemptCause,
+    error: Option<String>,
+    summary: String,
+    exit_code: i32,
+    ended_at_ms: UnixMs,
+    retry_at_ms: UnixMs,
+    runner_instance: Option<String>,
+    process_terminal: Option<ProcessTerminalV1>,
+}
+
+impl SnapshotRetry {
+    fn of(retry: &RetryInfo) -> SnapshotRetry {
+        SnapshotRetry {
+            retries: retry.retries,
+            backoff_ms: retry.backoff_ms,
+            backoff_max_ms: retry.backoff_max_ms,
+            on: retry.on.clone(),
+            idle_timeout_ms: retry.idle_timeout_ms,
+            heartbeat_ms: retry.heartbeat_ms,
+            attempts: retry
+                .attempts
+                .iter()
+                .map(|attempt| SnapshotAttempt {
+                    attempt: attempt.attempt,
+                    cause: attempt.cause,
+                    error: attempt.error.clone(),
+                    summary: attempt.summary.clone(),
+                    exit_code: attempt.exit_code,
+                    ended_at_ms: attempt.ended_at_ms,
+                    retry_at_ms: attempt.retry_at_ms,
+                    runner_instance: attempt.runner_instance.clone(),
+                    process_terminal: attempt.process_terminal.as_ref().map(|observed| {
+                        ProcessTerminalV1 {
+                            instance_id: observed.instance_id.clone(),
+                            exit: observed.exit,
+                            proof: observed.proof,
+                            observer: observed.observer,
+                            at_ms: observed.at_ms,
+                        }
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    fn into_info(self) -> RetryInfo {
+        RetryInfo {
+            retries: self.retries,
+            backoff_ms: self.backoff_ms,
+            backoff_max_ms: self.backoff_max_ms,
+            on: self.on,
+            idle_timeout_ms: self.idle_timeout_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            attempts: self
+                .attempts
+                .into_iter()
+                .map(|attempt| AttemptInfo {
+                    attempt: attempt.attempt,
+                    cause: attempt.cause,
+                    error: attempt.error,
+                    summary: attempt.summary,
+                    exit_code: attempt.exit_code,
+                    ended_at_ms: attempt.ended_at_ms,
+                    retry_at_ms: attempt.retry_at_ms,
+                    runner_instance: attempt.runner_instance,
+                    process_terminal: attempt.process_terminal.map(|observed| {
+                        ProcessTerminalInfo {
+                            instance_id: observed.instance_id,
+                            exit: observed.exit,
+                            proof: observed.proof,
+                            observer: observed.observer,
+                            at_ms: observed.at_ms,
+                        }
+                    }),
+                })
+                .collect(),
+        }
+    }
+}
 
 /// The key a run holds ([`crate::state::UniqueInfo`]): [`UNIQUE_TAG`], then this.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -795,6 +897,7 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
         || state.dependencies.is_some()
         || state.delay.is_some()
         || state.unique.is_some()
+        || state.retry.is_some()
     {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
         bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
@@ -830,6 +933,11 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
                 hold_ms: unique.hold_ms,
             };
             bytes = postcard::to_extend(&unique, bytes).map_err(serialize_error)?;
+        }
+        if let Some(retry) = &state.retry {
+            bytes.push(RETRY_TAG);
+            bytes =
+                postcard::to_extend(&SnapshotRetry::of(retry), bytes).map_err(serialize_error)?;
         }
     }
     event::push_checksum(&mut bytes);
@@ -1030,13 +1138,12 @@ impl<'a> QueueOf<'a> {
 /// what follows is nothing or its dependencies, delayed start or key.
 fn decode_hooks(rest: &[u8]) -> Result<(Vec<HookState>, &[u8]), SnapshotError> {
     match rest {
-        [] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG, ..] => Ok((Vec::new(), rest)),
+        [] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..] => Ok((Vec::new(), rest)),
         [HOOKS_TAG, hooks @ ..] => match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
-            Ok((hooks, rest @ ([] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG, ..])))
-                if !hooks.hooks.is_empty() =>
-            {
-                Ok((hooks.into_states(), rest))
-            }
+            Ok((
+                hooks,
+                rest @ ([] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..]),
+            )) if !hooks.hooks.is_empty() => Ok((hooks.into_states(), rest)),
             _ => Err(SnapshotError::Malformed {
                 reason: format!(
                     "{} bytes after its queue that are not its hooks",
@@ -1054,10 +1161,10 @@ fn decode_hooks(rest: &[u8]) -> Result<(Vec<HookState>, &[u8]), SnapshotError> {
 /// follows is nothing or its delayed start.
 fn decode_dependencies(rest: &[u8]) -> Result<(Option<DependencyInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] | [DELAY_TAG | UNIQUE_TAG, ..] => Ok((None, rest)),
+        [] | [DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..] => Ok((None, rest)),
         [DEPENDENCIES_TAG, dependencies @ ..] => {
             match postcard::take_from_bytes::<SnapshotDependencies>(dependencies) {
-                Ok((dependencies, rest @ ([] | [DELAY_TAG | UNIQUE_TAG, ..]))) => {
+                Ok((dependencies, rest @ ([] | [DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..]))) => {
                     Ok((Some(dependencies.into_info()), rest))
                 }
                 _ => Err(SnapshotError::Malformed {
@@ -1116,9 +1223,11 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 ),
             };
             let (queue, steers, rest) = match rest {
-                [] | [HOOKS_TAG | DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG, ..] => {
-                    (None, Vec::new(), rest)
-                }
+                []
+                | [
+                    HOOKS_TAG | DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG,
+                    ..,
+                ] => (None, Vec::new(), rest),
                 [EXTRAS_MARK, extras @ ..] => {
                     match postcard::take_from_bytes::<SnapshotExtras>(extras) {
                         // Written only for a run with steer requests.
@@ -1138,7 +1247,8 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
             let (hooks, rest) = decode_hooks(rest)?;
             let (dependencies, rest) = decode_dependencies(rest)?;
             let (delay, rest) = decode_delay(rest)?;
-            let unique = decode_unique(rest)?;
+            let (unique, rest) = decode_unique(rest)?;
+            let retry = decode_retry(rest)?;
             let mut state = snapshot.into_state(run)?;
             if queue.is_some()
                 || !steers.is_empty()
@@ -1146,6 +1256,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 || dependencies.is_some()
                 || delay.is_some()
                 || unique.is_some()
+                || retry.is_some()
             {
                 state.queue = queue;
                 state.steers = steers;
@@ -1153,6 +1264,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 state.dependencies = dependencies;
                 state.delay = delay;
                 state.unique = unique;
+                state.retry = retry;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
             namespaces.apply(&mut state)?;
@@ -1165,9 +1277,11 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
 /// or [`DELAY_TAG`] and a [`SnapshotDelay`]; what follows is nothing or its key.
 fn decode_delay(rest: &[u8]) -> Result<(Option<DelayInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] | [UNIQUE_TAG, ..] => Ok((None, rest)),
+        [] | [UNIQUE_TAG | RETRY_TAG, ..] => Ok((None, rest)),
         [DELAY_TAG, delay @ ..] => match postcard::take_from_bytes::<SnapshotDelay>(delay) {
-            Ok((delay, rest @ ([] | [UNIQUE_TAG, ..]))) => Ok((Some(delay.into_info()), rest)),
+            Ok((delay, rest @ ([] | [UNIQUE_TAG | RETRY_TAG, ..]))) => {
+                Ok((Some(delay.into_info()), rest))
+            }
             _ => Err(SnapshotError::Malformed {
                 reason: format!(
                     "{} bytes after its hooks that are not its delayed start",
@@ -1181,16 +1295,19 @@ fn decode_delay(rest: &[u8]) -> Result<(Option<DelayInfo>, &[u8]), SnapshotError
     }
 }
 
-/// The key at the end of a snapshot, after everything else: nothing, or [`UNIQUE_TAG`] and a
-/// [`SnapshotUnique`] that ends the bytes.
-fn decode_unique(rest: &[u8]) -> Result<Option<UniqueInfo>, SnapshotError> {
+/// The key near the end of a snapshot, after everything but its retries: nothing, or
+/// [`UNIQUE_TAG`] and a [`SnapshotUnique`]; what follows is nothing or its retries.
+fn decode_unique(rest: &[u8]) -> Result<(Option<UniqueInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] => Ok(None),
+        [] | [RETRY_TAG, ..] => Ok((None, rest)),
         [UNIQUE_TAG, unique @ ..] => match postcard::take_from_bytes::<SnapshotUnique>(unique) {
-            Ok((unique, [])) => Ok(Some(UniqueInfo {
-                key: unique.key,
-                hold_ms: unique.hold_ms,
-            })),
+            Ok((unique, rest @ ([] | [RETRY_TAG, ..]))) => Ok((
+                Some(UniqueInfo {
+                    key: unique.key,
+                    hold_ms: unique.hold_ms,
+                }),
+                rest,
+            )),
             _ => Err(SnapshotError::Malformed {
                 reason: format!(
                     "{} bytes after its delayed start that are not its key",
@@ -1200,6 +1317,26 @@ fn decode_unique(rest: &[u8]) -> Result<Option<UniqueInfo>, SnapshotError> {
         },
         rest => Err(SnapshotError::Malformed {
             reason: format!("{} bytes after its delayed start", rest.len()),
+        }),
+    }
+}
+
+/// The retries at the end of a snapshot, after everything else: nothing, or [`RETRY_TAG`] and
+/// a [`SnapshotRetry`] that ends the bytes.
+fn decode_retry(rest: &[u8]) -> Result<Option<RetryInfo>, SnapshotError> {
+    match rest {
+        [] => Ok(None),
+        [RETRY_TAG, retry @ ..] => match postcard::take_from_bytes::<SnapshotRetry>(retry) {
+            Ok((retry, [])) => Ok(Some(retry.into_info())),
+            _ => Err(SnapshotError::Malformed {
+                reason: format!(
+                    "{} bytes after its key that are not its retries",
+                    rest.len()
+                ),
+            }),
+        },
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its key", rest.len()),
         }),
     }
 }
@@ -1370,6 +1507,89 @@ mod tests {
         let bytes = encode_snapshot(&state).expect("encodes");
         assert_eq!(bytes[0], 1, "the layout leads, as the varint 1");
         assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// A run's retries follow everything else, its key and a queue included, after their own
+    /// tag: on its first attempt, while it waits for its second (a delay beside its queue), on
+    /// it, and once it ended with the first runner's end kept.
+    #[test]
+    fn retries_round_trip_after_the_key_beside_a_queue() {
+        let identity = |pid| ProcessIdentity {
+            pid,
+            start_time: 7,
+            boot_id: "b".to_string(),
+            pid_namespace: Some(4_026_531_836),
+        };
+        let records = records_of(vec![
+            crate::testkit::created(crate::testkit::chain_spec(1), 1, Default::default()),
+            Event::QueueJoined {
+                queue: "q".to_string(),
+                idle_timeout_ms: None,
+                heartbeat_ms: Some(5),
+            },
+            Event::RetryPolicy {
+                retries: 2,
+                backoff_ms: 1,
+                backoff_max_ms: 8,
+                on: crate::event::RetryOn::default_causes(),
+                idle_timeout_ms: None,
+                heartbeat_ms: Some(5),
+            },
+            Event::UniqueKey {
+                key: "k".to_string(),
+                hold_ms: None,
+            },
+            Event::QueueAdmitted {
+                by: "a".to_string(),
+            },
+            Event::RunnerStarted {
+                runner: identity(40),
+                instance_id: "i1".to_string(),
+            },
+            Event::AttemptEnded {
+                attempt: 1,
+                cause: crate::event::AttemptCause::Exit,
+                error: Some("failed".to_string()),
+                summary: "s".to_string(),
+                exit_code: 3,
+                retry_at_ms: 12,
+            },
+            Event::DelayEnded {
+                by: "t".to_string(),
+            },
+            Event::QueueAdmitted {
+                by: "a".to_string(),
+            },
+            Event::RunnerStarted {
+                runner: identity(41),
+                instance_id: "i2".to_string(),
+            },
+            Event::ProcessTerminalObserved {
+                instance_id: "i1".to_string(),
+                exit: None,
+                proof: Proof::Unknown,
+                observer: Observer::Reconciler,
+            },
+            Event::Terminal {
+                state: TerminalState::Stopped,
+                error: None,
+                summary: "s".to_string(),
+                exit_code: 143,
+                repaired_by: None,
+            },
+        ]);
+        for count in [3, 4, 6, 7, 8, 10, 12] {
+            let state = state::replay(&records[..count])
+                .expect("a legal life")
+                .expect("records");
+            assert!(state.retry.is_some());
+            let bytes = encode_snapshot(&state).expect("encodes");
+            assert_eq!(
+                decode_snapshot(RUN, &bytes),
+                Ok(state),
+                "after {count} records"
+            );
+        }
     }
 
     /// A run's key follows everything else, a delayed start included, after its own tag: while

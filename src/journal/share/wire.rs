@@ -28,8 +28,9 @@ use crate::journal::write::append::{Batch, Condition};
 /// [`ToClient::WaitingForLock`], so that a client with a bound of its own (a command) can tell
 /// a leader held up by another process's write lock from one at work; version 6 added
 /// [`WireBatch::private`] and the hook events; version 7 added the dependency events and the
-/// dependencies' refusals among [`WireAnswer::QueueRefused`]'s.
-pub(crate) const PROTOCOL_VERSION: u16 = 8;
+/// dependencies' refusals among [`WireAnswer::QueueRefused`]'s; version 8 the key of a run
+/// launched once; version 9 the retry events.
+pub(crate) const PROTOCOL_VERSION: u16 = 9;
 
 /// The largest frame either side sends or reads: room for the largest snapshot (an answer
 /// carries one) and then some. A batch whose frame would be larger is committed by its own
@@ -456,7 +457,7 @@ mod tests {
 
     /// The bytes of a hello are pinned: a change to them is a new protocol version.
     #[test]
-    fn the_hello_of_protocol_eight_is_these_bytes() {
+    fn the_hello_of_protocol_nine_is_these_bytes() {
         let bytes = frame(&ToLeader::Hello(Hello {
             build: "b".to_string(),
             journal_id: [1; 16],
@@ -467,7 +468,7 @@ mod tests {
         }))
         .expect("frames");
         let body = &bytes[4..bytes.len() - 4];
-        let mut expected = vec![8, 0, 1, b'b'];
+        let mut expected = vec![9, 0, 1, b'b'];
         expected.extend([1; 16]);
         expected.extend([2, 3, 4, 5, 6]);
         assert_eq!(body, expected.as_slice());

@@ -982,22 +982,7 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
         }
         records.push((seq, record.encode()?));
     }
-    // Only a creation batch takes a key (docs/design.md, "Launched once"): the `unique` index
-    // is judged and written with the run's creation, so a key taken later would hold nothing.
-    let taken_late = batch
-        .events
-        .iter()
-        .position(|event| matches!(event, Event::UniqueKey { .. }))
-        .filter(|_| existed);
-    if let Some(index) = taken_late {
-        return Err(AppendError::Transition {
-            index,
-            source: TransitionError::UniqueKeyLate {
-                run,
-                found: head + 1 + index as u64,
-            },
-        });
-    }
+    refuse_late_creation_events(batch, existed, head)?;
     let after = state.expect("a non-empty batch leaves a state");
     after
         .check_folded_shape()
@@ -1020,6 +1005,30 @@ pub(crate) fn judge(before: Option<RunState>, batch: &Batch) -> Result<Prepared,
         snapshot,
         resumes: false,
     })
+}
+
+/// Only a creation batch takes a key (docs/design.md, "Launched once"): the `unique` index is
+/// judged and written with the run's creation, so a key taken later would hold nothing. A
+/// retry policy too, so a run's attempts are counted by what it was created with.
+fn refuse_late_creation_events(batch: &Batch, existed: bool, head: u64) -> Result<(), AppendError> {
+    if !existed {
+        return Ok(());
+    }
+    let late = batch.events.iter().enumerate().find_map(|(index, event)| {
+        let found = head + 1 + index as u64;
+        let run = batch.run;
+        match event {
+            Event::UniqueKey { .. } => Some((index, TransitionError::UniqueKeyLate { run, found })),
+            Event::RetryPolicy { .. } => {
+                Some((index, TransitionError::RetryPolicyLate { run, found }))
+            }
+            _ => None,
+        }
+    });
+    match late {
+        Some((index, source)) => Err(AppendError::Transition { index, source }),
+        None => Ok(()),
+    }
 }
 
 /// Writes a prepared batch. Only a storage failure can stop it part-way, and that fails the

@@ -16,8 +16,8 @@
 //! refuse the same events, naming one of those rules.
 
 use runjournal::event::{
-    ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_TEXT_BYTES, Mode, Observer,
-    ProcessExit, ProcessIdentity, Proof, Repairer, RunId, RunSpec, StepAction, StepEnd,
+    AttemptCause, ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_TEXT_BYTES, Mode,
+    Observer, ProcessExit, ProcessIdentity, Proof, Repairer, RunId, RunSpec, StepAction, StepEnd,
     TerminalState, UnixMs,
 };
 
@@ -137,10 +137,24 @@ pub struct Run {
     pub delay: Option<(UnixMs, bool)>,
     /// "Launched once": the key it holds, and its hold.
     pub unique: Option<(String, Option<u64>)>,
+    /// "Retries": how many it may have, and each attempt that ended and was tried again.
+    pub retry: Option<(u32, Vec<Attempt>)>,
     /// "Hooks": each hook attempted, by number, in order.
     pub hooks: Vec<Hook>,
     /// "Steering": each request's id, and where its message is for each target step.
     pub steers: Vec<(String, Vec<(u32, Delivery)>)>,
+}
+
+/// "Retries": an attempt that ended and was tried again, with its runner and that runner's
+/// end once seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub attempt: u32,
+    pub cause: AttemptCause,
+    pub exit_code: i32,
+    pub retry_at_ms: UnixMs,
+    pub instance: Option<String>,
+    pub observed: Option<Observed>,
 }
 
 /// "Hooks": one hook's deliveries, times left out.
@@ -276,6 +290,18 @@ pub enum Rule {
     /// "Launched once": a run takes its key only in its creation batch, as its last event,
     /// once.
     UniqueKeyAtCreation,
+    /// "Retries": a run gets its policy only in its creation batch, after its other events
+    /// and before its key, once.
+    RetryPolicyAtCreation,
+    /// "Retries": 1 to 100 retries, and a longest backoff no shorter than the first.
+    RetryPolicyWellFormed,
+    /// "Retries": only a run with retries has an attempt end without ending, and only the
+    /// attempt a runner is on: `running`, numbered after the attempts that ended.
+    AttemptEndsTheCurrentOne,
+    /// "Retries": no more attempts end than it has retries.
+    RetriesBounded,
+    /// "Retries": a stopped or interrupted run is not tried again.
+    NoRetryAfterStop,
     /// "Hooks": "A hook runs once the run's end is journaled."
     HookAfterEnd,
     /// "Hooks": a run has at most its own sixteen hooks and the home's.
@@ -307,7 +333,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 49] = [
+    pub const ALL: [Rule; 54] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -345,6 +371,11 @@ impl Rule {
         Rule::DelayEndsWhenDue,
         Rule::RunnerAfterDue,
         Rule::UniqueKeyAtCreation,
+        Rule::RetryPolicyAtCreation,
+        Rule::RetryPolicyWellFormed,
+        Rule::AttemptEndsTheCurrentOne,
+        Rule::RetriesBounded,
+        Rule::NoRetryAfterStop,
         Rule::HookAfterEnd,
         Rule::HookInRange,
         Rule::HookAttemptsInTurn,
@@ -465,6 +496,11 @@ fn texts(event: &Event) -> Vec<&str> {
         Event::StartDelayed { .. } => {}
         Event::DelayEnded { by } => texts.push(by),
         Event::UniqueKey { key, .. } => texts.push(key),
+        Event::RetryPolicy { .. } => {}
+        Event::AttemptEnded { error, summary, .. } => {
+            texts.push(summary);
+            texts.extend(error.as_deref());
+        }
     }
     texts
 }
@@ -752,6 +788,31 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
             proof,
             observer,
         } => {
+            // "Retries": the runner of the attempt that ended last, seen gone once the run moved
+            // on, is kept with its attempt, once.
+            let last_attempt = run.retry.as_ref().and_then(|(_, attempts)| attempts.last());
+            let is_of_last_attempt = run.instance() != Some(instance_id.as_str())
+                && *proof != Proof::NotStarted
+                && last_attempt
+                    .is_some_and(|attempt| attempt.instance.as_ref() == Some(instance_id));
+            if is_of_last_attempt {
+                if last_attempt.is_some_and(|attempt| attempt.observed.is_some()) {
+                    broken.push(Rule::ObservedOnce);
+                }
+                if let Some(attempt) = next
+                    .retry
+                    .as_mut()
+                    .and_then(|(_, attempts)| attempts.last_mut())
+                {
+                    attempt.observed = Some(Observed {
+                        instance_id: instance_id.clone(),
+                        exit: *exit,
+                        proof: *proof,
+                        observer: *observer,
+                    });
+                }
+                return finish(next, broken);
+            }
             // "At most once per runner instance; allowed before `Terminal`."
             if run.observed.is_some() {
                 broken.push(Rule::ObservedOnce);
@@ -846,14 +907,73 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
         Event::UniqueKey { key, hold_ms } => {
             // Right after the creation batch's other events: `RunCreated`, its queue or its
             // delay, its dependencies.
-            let creation_events = 1
-                + u64::from(run.queue.is_some())
-                + u64::from(run.delay.is_some())
-                + u64::from(run.dependencies.is_some());
-            if run.unique.is_some() || run.head != creation_events {
+            if run.unique.is_some() || run.head != creation_events(run) {
                 broken.push(Rule::UniqueKeyAtCreation);
             }
             next.unique = Some((key.clone(), *hold_ms));
+        }
+        Event::RetryPolicy {
+            retries,
+            backoff_ms,
+            backoff_max_ms,
+            ..
+        } => {
+            if run.retry.is_some() || run.unique.is_some() || run.head != creation_events(run) {
+                broken.push(Rule::RetryPolicyAtCreation);
+            }
+            if !(1..=100).contains(retries) || backoff_max_ms < backoff_ms {
+                broken.push(Rule::RetryPolicyWellFormed);
+            }
+            next.retry = Some((*retries, Vec::new()));
+        }
+        Event::AttemptEnded {
+            attempt,
+            cause,
+            exit_code,
+            retry_at_ms,
+            ..
+        } => {
+            match &run.retry {
+                None => broken.push(Rule::AttemptEndsTheCurrentOne),
+                Some((retries, attempts)) => {
+                    let current = attempts.len() as u32 + 1;
+                    if run.status != Status::Running || *attempt != current {
+                        broken.push(Rule::AttemptEndsTheCurrentOne);
+                    }
+                    if attempts.len() >= *retries as usize {
+                        broken.push(Rule::RetriesBounded);
+                    }
+                }
+            }
+            let stopped = run.controls.iter().any(|(action, _, _)| {
+                matches!(action, ControlAction::Stop | ControlAction::Interrupt)
+            });
+            if stopped {
+                broken.push(Rule::NoRetryAfterStop);
+            }
+            // The run waits for its next attempt as a delayed run, afresh: its steps pending, no
+            // runner nor request, its queue's slot given back; what waited for its steps is lost.
+            lose_waiting(&mut next, None);
+            let ended = Attempt {
+                attempt: *attempt,
+                cause: *cause,
+                exit_code: *exit_code,
+                retry_at_ms: *retry_at_ms,
+                instance: run.instance().map(str::to_string),
+                observed: run.observed.clone(),
+            };
+            if let Some((_, attempts)) = &mut next.retry {
+                attempts.push(ended);
+            }
+            next.status = Status::Queued;
+            next.runner = None;
+            next.observed = None;
+            next.controls.clear();
+            next.steps = fresh_steps(run.steps.len());
+            if let Some((_, admitted)) = &mut next.queue {
+                *admitted = false;
+            }
+            next.delay = Some((*retry_at_ms, false));
         }
         Event::HookAttempted {
             hook,
@@ -914,6 +1034,11 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
             }
         }
     }
+    finish(next, broken)
+}
+
+/// The run after an event, or every rule it broke.
+fn finish(next: Run, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
     if broken.is_empty() {
         Ok(next)
     } else {
@@ -921,6 +1046,29 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
         broken.dedup();
         Err(broken)
     }
+}
+
+/// How many records a run's creation batch holds before its key (and its retry policy):
+/// `RunCreated`, its queue or its delay, its dependencies, its retry policy.
+fn creation_events(run: &Run) -> u64 {
+    1 + u64::from(run.queue.is_some())
+        + u64::from(run.delay.is_some())
+        + u64::from(run.dependencies.is_some())
+        + u64::from(run.retry.is_some())
+}
+
+/// `count` steps, none started.
+fn fresh_steps(count: usize) -> Vec<Step> {
+    vec![
+        Step {
+            status: StepStatus::Pending,
+            process: None,
+            exit_code: None,
+            error: None,
+            job: None,
+        };
+        count
+    ]
 }
 
 /// "Hooks": hook events are for a run that has ended, naming a hook a run may have.
@@ -961,16 +1109,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         head: 1,
         status: Status::Queued,
         runner: None,
-        steps: vec![
-            Step {
-                status: StepStatus::Pending,
-                process: None,
-                exit_code: None,
-                error: None,
-                job: None,
-            };
-            spec.steps.len()
-        ],
+        steps: fresh_steps(spec.steps.len()),
         controls: Vec::new(),
         ending: None,
         observed: None,
@@ -979,6 +1118,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         dependencies: None,
         delay: None,
         unique: None,
+        retry: None,
         hooks: Vec::new(),
         steers: Vec::new(),
     })
