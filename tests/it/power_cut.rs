@@ -57,7 +57,7 @@ use nix::unistd::Pid;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use runjournal::event::{ControlAction, Event};
+use runjournal::event::{ControlAction, Event, Record};
 use runjournal::home::Layout;
 use runjournal::journal::JournalReader;
 use runjournal::journal::name_alias;
@@ -403,6 +403,25 @@ impl Cut<'_> {
         if is_delayed {
             args.extend(["--delay".into(), "1h".into()]);
             self.count("delayed");
+        }
+        // A sixth of the other runs of commands are tried again, and their first attempt fails
+        // (a last step that exits 7): its end is one record, and the next attempt waits an
+        // hour, through the cut (a stop ends it after).
+        if !is_delayed && shape != Shape::ExternalJob && self.rng.random_bool(1.0 / 6.0) {
+            args.extend(
+                [
+                    "--retries",
+                    "1",
+                    "--retry-backoff",
+                    "1h",
+                    "--retry-on",
+                    "exit",
+                    "--step",
+                    "exit 7",
+                ]
+                .map(String::from),
+            );
+            self.count("retried");
         }
         // Half the delayed runs are launched once by a key, which they hold through the cut.
         let unique = (is_delayed && self.rng.random_bool(0.5)).then(|| format!("key-{name}"));
@@ -837,6 +856,35 @@ fn close_unstarted(home: &Home, seed: u64) {
     }
 }
 
+/// A run's attempts after the cut: each ended at most once, and no runner started before the
+/// due time of the attempt before it (an hour away in this workload: none did).
+fn check_attempts(records: &[Record], seed: u64) {
+    let mut due_at_ms = None;
+    for record in records {
+        match &record.event {
+            Event::AttemptEnded { retry_at_ms, .. } => due_at_ms = Some(*retry_at_ms),
+            Event::RunnerStarted { .. } => {
+                if let Some(due_at_ms) = due_at_ms {
+                    assert!(
+                        record.time_ms >= due_at_ms,
+                        "seed {seed}: run {}: a runner started before its attempt was due",
+                        record.run_id
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    let ended = records
+        .iter()
+        .filter(|record| matches!(record.event, Event::AttemptEnded { .. }))
+        .count();
+    assert!(
+        ended <= 1,
+        "seed {seed}: a run of one retry ended {ended} attempts"
+    );
+}
+
 /// The checks after the remount and `runjournal reconcile`; panics naming what is missing.
 /// Returns the runs, and how the host's control files were found (each counted at every
 /// cut it is checked after).
@@ -849,13 +897,14 @@ fn check(
     let journal = Journal::open(home.journal_path()).expect("the journal opens after the cut");
     let view = journal.view().expect("a read view");
     let runs = support::check_journal(&view, Some(home));
-    for (state, _) in &runs {
+    for (state, records) in &runs {
         assert!(
             state.is_terminal(),
             "seed {seed}: run {} is left {} after reconcile",
             state.run_id,
             state.status
         );
+        check_attempts(records, seed);
     }
     let records_of = |run: RunId| view.records(run).expect("records read");
     let is_pruned = |run: RunId| view.tombstone(run).expect("tombstones read").is_some();
