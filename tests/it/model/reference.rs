@@ -137,8 +137,9 @@ pub struct Run {
     pub delay: Option<(UnixMs, bool)>,
     /// "Launched once": the key it holds, and its hold.
     pub unique: Option<(String, Option<u64>)>,
-    /// "Retries": how many it may have, and each attempt that ended and was tried again.
-    pub retry: Option<(u32, Vec<Attempt>)>,
+    /// "Retries": how many it may have, whether a crash is tried again, and each attempt that
+    /// ended and was tried again.
+    pub retry: Option<(u32, bool, Vec<Attempt>)>,
     /// "Hooks": each hook attempted, by number, in order.
     pub hooks: Vec<Hook>,
     /// "Steering": each request's id, and where its message is for each target step.
@@ -790,7 +791,10 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
         } => {
             // "Retries": the runner of the attempt that ended last, seen gone once the run moved
             // on, is kept with its attempt, once.
-            let last_attempt = run.retry.as_ref().and_then(|(_, attempts)| attempts.last());
+            let last_attempt = run
+                .retry
+                .as_ref()
+                .and_then(|(_, _, attempts)| attempts.last());
             let is_of_last_attempt = run.instance() != Some(instance_id.as_str())
                 && *proof != Proof::NotStarted
                 && last_attempt
@@ -802,7 +806,7 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
                 if let Some(attempt) = next
                     .retry
                     .as_mut()
-                    .and_then(|(_, attempts)| attempts.last_mut())
+                    .and_then(|(_, _, attempts)| attempts.last_mut())
                 {
                     attempt.observed = Some(Observed {
                         instance_id: instance_id.clone(),
@@ -916,6 +920,7 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
             retries,
             backoff_ms,
             backoff_max_ms,
+            on,
             ..
         } => {
             if run.retry.is_some() || run.unique.is_some() || run.head != creation_events(run) {
@@ -924,7 +929,7 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
             if !(1..=100).contains(retries) || backoff_max_ms < backoff_ms {
                 broken.push(Rule::RetryPolicyWellFormed);
             }
-            next.retry = Some((*retries, Vec::new()));
+            next.retry = Some((*retries, on.crash, Vec::new()));
         }
         Event::AttemptEnded {
             attempt,
@@ -935,7 +940,7 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
         } => {
             match &run.retry {
                 None => broken.push(Rule::AttemptEndsTheCurrentOne),
-                Some((retries, attempts)) => {
+                Some((retries, _, attempts)) => {
                     let current = attempts.len() as u32 + 1;
                     if run.status != Status::Running || *attempt != current {
                         broken.push(Rule::AttemptEndsTheCurrentOne);
@@ -962,7 +967,7 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
                 instance: run.instance().map(str::to_string),
                 observed: run.observed.clone(),
             };
-            if let Some((_, attempts)) = &mut next.retry {
+            if let Some((_, _, attempts)) = &mut next.retry {
                 attempts.push(ended);
             }
             next.status = Status::Queued;
@@ -1203,6 +1208,35 @@ pub fn reconcile(run: &Run, runner: Runner, is_past_start_grace: bool) -> Vec<Re
     if !is_terminal && run.observed.is_none() && is_waiting {
         return Vec::new();
     }
+    // "Retries": a runner that died is a crash, which a policy that covers it, with a retry
+    // left, tries again: the runner's end, then the attempt's.
+    let crashed = |says: Vec<String>, gone: Option<Repair>| -> Vec<Repair> {
+        let stopped = run
+            .controls
+            .iter()
+            .any(|(action, _, _)| matches!(action, ControlAction::Stop | ControlAction::Interrupt));
+        match &run.retry {
+            Some((retries, true, attempts))
+                if attempts.len() < *retries as usize
+                    && !stopped
+                    && run.status == Status::Running =>
+            {
+                let attempt_ended = Repair {
+                    event: Event::AttemptEnded {
+                        attempt: attempts.len() as u32 + 1,
+                        cause: AttemptCause::Crash,
+                        error: Some(String::new()),
+                        summary: String::new(),
+                        exit_code: 1,
+                        retry_at_ms: 0,
+                    },
+                    reason_says: says,
+                };
+                gone.into_iter().chain([attempt_ended]).collect()
+            }
+            _ => [failed(says)].into_iter().chain(gone).collect(),
+        }
+    };
     match (is_terminal, &run.observed, runner) {
         // "Rules": a process terminal "allowed before `Terminal` (the runner died first — the
         // run is then *stale* until the reconciler records `Terminal`)": failed, with what was
@@ -1213,21 +1247,21 @@ pub fn reconcile(run: &Run, runner: Runner, is_past_start_grace: bool) -> Vec<Re
             assert_eq!(observed.proof, Proof::NotStarted, "the proof rule");
             vec![failed(vec!["runner never started".to_string()])]
         }
-        (false, Some(observed), _) => vec![failed(runner_named(exit_words(observed.exit)))],
+        (false, Some(observed), _) => crashed(runner_named(exit_words(observed.exit)), None),
         // "not terminal, runner alive: nothing".
         (false, None, Runner::Alive) => vec![],
         // "not terminal, runner recorded, runner dead (or older boot)": failed, naming the
         // runner, + observed gone (unknown).
         (false, None, Runner::Dead) => {
-            vec![failed(runner_named(exit_words(None))), gone(Proof::Unknown)]
+            crashed(runner_named(exit_words(None)), Some(gone(Proof::Unknown)))
         }
-        (false, None, Runner::OlderBoot) => vec![
-            failed(vec![
+        (false, None, Runner::OlderBoot) => crashed(
+            vec![
                 format!("runner {}", pid.unwrap_or_default()),
                 "host restarted".to_string(),
-            ]),
-            gone(Proof::Unknown),
-        ],
+            ],
+            Some(gone(Proof::Unknown)),
+        ),
         // "`queued`, no runner, older than the start grace": failed, never started, +
         // observed not started. "younger than the grace: nothing."
         (false, None, Runner::None) if is_past_start_grace => vec![
