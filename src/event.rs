@@ -802,6 +802,9 @@ pub enum Observer {
     RunnerParent,
     Launcher,
     Reconciler,
+    /// The home's watcher, through a handle on exactly that process (Linux's pidfd): it saw
+    /// the process exit, but not how, not being its parent.
+    Watcher,
 }
 
 /// One lifecycle transition. Variants are only ever added at the end: the variant index is part

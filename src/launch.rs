@@ -51,6 +51,7 @@ pub mod after;
 pub mod delay;
 pub mod queue;
 pub mod startable;
+pub mod watch;
 
 /// How long a launcher that followed its run waits for the runner process to exit once the
 /// run is terminal, before it leaves it be.
@@ -335,6 +336,15 @@ pub fn launch(
             runner: None,
             start: RunnerStart::Existing { key },
         }),
+        // The home's watcher follows the run from here, whoever else does (docs/design.md,
+        // "The home's watcher"); a delayed launch started it already. Best effort: every
+        // command's upkeep starts it again while runs are active.
+        Ok(launched) => {
+            if !matches!(launched.start, RunnerStart::Delayed { .. }) {
+                let _ = delay::start_timer_if_none(store.home(), &program.program);
+            }
+            Ok(launched)
+        }
         other => other,
     }
 }

@@ -27,6 +27,7 @@ mod processes;
 mod queue;
 mod report;
 mod retention;
+mod watcher;
 
 use std::cell::{OnceCell, RefCell};
 use std::hint::black_box;
@@ -276,6 +277,16 @@ fn main() {
         };
         home_size::measure(scratch.path(), sizes, &mut measured, budget(500));
         facts.home_size = Some(sizes);
+    }
+    // Last: its runs sleep, and the machine is otherwise quiet for the spell it is watched.
+    if is_reported("watcher") {
+        eprintln!("the home's watcher at rest...");
+        let (runs, spell) = if is_smoke {
+            (3, Duration::from_secs(1))
+        } else {
+            (100, Duration::from_secs(60))
+        };
+        facts.watcher = Some(watcher::measure(scratch.path(), runs, spell));
     }
     if is_reported("transition") {
         eprintln!("latency percentiles and disk operations per commit...");

@@ -87,6 +87,8 @@ pub struct Facts {
     pub home_size: Option<crate::home_size::Sizes>,
     /// The peak memory of the `commands` group, when it ran.
     pub commands: Option<crate::commands::Peaks>,
+    /// The watcher at rest, when the `watcher` group ran.
+    pub watcher: Option<crate::watcher::Watched>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -815,6 +817,9 @@ pub fn render(measured: &Measured, facts: &Facts) -> String {
     }
     if let Some(peaks) = &facts.commands {
         out.push_str(&crate::commands::render(measured, peaks, &mut verdicts));
+    }
+    if let Some(watched) = &facts.watcher {
+        out.push_str(&crate::watcher::render(watched));
     }
 
     let _ = writeln!(out, "\n**Targets**\n");

@@ -25,6 +25,7 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+use super::watch::Watch;
 use super::{LaunchError, RunnerProgram, queue};
 use crate::durable_fs::FileLock;
 use crate::event::{self, Event, RunId, UnixMs};
@@ -217,6 +218,8 @@ pub fn run_timer(
     crate::liveness::die_here_if_asked(KILL_TIMER_ENV);
     let journal_path = store.home().journal_path();
     let journal = crate::durable_fs::file_identity(&journal_path);
+    let mut watch = Watch::new();
+    let mut idle_since: Option<std::time::Instant> = None;
     loop {
         if is_deposed(&path, lease.id()) {
             return Ok(TimerEnd::TakenOver);
@@ -236,17 +239,31 @@ pub fn run_timer(
             Err(error @ DelayError::Read(_)) => return Err(error),
             Err(error) => note(&error.to_string()),
         }
-        match soonest_due(store)? {
+        let following = watch.look(store, base, by, note)?.following;
+        let soonest = soonest_due(store)?;
+        if soonest.is_some() || following > 0 {
+            idle_since = None;
+        }
+        match soonest {
             Some(due_at_ms) => {
                 let wait = Duration::from_millis(due_at_ms.saturating_sub(event::now_ms()));
-                std::thread::sleep(wait.min(TIMER_RECHECK));
+                watch.sleep(wait.min(TIMER_RECHECK));
+            }
+            None if following > 0 => watch.sleep(TIMER_RECHECK),
+            // Nothing to do: it stays a moment, for the launches right after the last run.
+            None if idle_since
+                .get_or_insert_with(std::time::Instant::now)
+                .elapsed()
+                < WATCHER_LINGER =>
+            {
+                watch.sleep(TIMER_RECHECK);
             }
             None => {
-                // Let the lock go, then look once more: a run delayed after the look above
-                // started a timer that found the lock held; it is found here, or its own timer
-                // takes the lock now.
+                // Let the lock go, then look once more: a run delayed or launched after the
+                // look above started a timer that found the lock held; it is found here, or
+                // its own timer takes the lock now.
                 drop(lease);
-                if soonest_due(store)?.is_none() {
+                if soonest_due(store)?.is_none() && !super::watch::has_active(store)? {
                     return Ok(TimerEnd::NothingWaits);
                 }
                 match Lease::try_take(&path).map_err(lock_error)? {
@@ -257,6 +274,10 @@ pub fn run_timer(
         }
     }
 }
+
+/// How long the home's watcher stays once nothing is left to follow or start, so the launches
+/// right after a run find it there rather than start another.
+pub const WATCHER_LINGER: Duration = Duration::from_secs(1);
 
 /// The timer's lock: taken if free, taken over if its holder is silent; else this process
 /// stands by (holding the standby lock; `None` at once if another does) and looks again every
@@ -325,6 +346,15 @@ pub fn start_timer(home: &Home, program: &Path) -> Result<u32, DelayError> {
     crate::hooks::start_detached(program, &args).map_err(DelayError::Spawn)
 }
 
+/// Starts the home's timer (its watcher) unless a live one holds its lock: its pid, if it
+/// started one.
+pub fn start_timer_if_none(home: &Home, program: &Path) -> Result<Option<u32>, DelayError> {
+    if is_timer_running(home)? {
+        return Ok(None);
+    }
+    start_timer(home, program).map(Some)
+}
+
 /// What a reconcile pass does for delayed runs: starts what is due, then, when runs still wait
 /// and no timer holds the home's lock, starts one with `base.program`. The pass never waits
 /// for a due time.
@@ -334,7 +364,8 @@ pub fn reconcile_delayed(
     by: &str,
 ) -> Result<Vec<DueStarted>, DelayError> {
     let started = start_due(store, base, by)?;
-    if soonest_due(store)?.is_some() && !is_timer_running(store.home())? {
+    let is_wanted = soonest_due(store)?.is_some() || super::watch::has_active(store)?;
+    if is_wanted && !is_timer_running(store.home())? {
         start_timer(store.home(), &base.program)?;
     }
     Ok(started)

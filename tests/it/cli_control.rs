@@ -282,6 +282,8 @@ fn reads_close_ended_runs_silently_and_report_a_repair_once_in_one_line() {
     let running = wait_for(&journal, stale, "the step to run", |state| {
         state.steps[0].status == StepStatus::Running
     });
+    // What a command's read repairs, with no watcher to repair it first.
+    home.stop_watcher();
     let runner = running.runner.expect("a runner took the run").identity.pid;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(runner as i32),

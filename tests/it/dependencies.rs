@@ -556,6 +556,7 @@ fn verify_finds_a_dependents_index_that_disagrees_with_the_records() {
 
     type Dependents<'txn> = redb::Table<'txn, &'static [u8; 32], ()>;
     let edit = |change: &dyn Fn(&mut Dependents)| {
+        home.stop_watcher();
         let db = redb::Database::open(home.path().join("journal.redb")).expect("opens");
         let txn = db.begin_write().expect("write");
         {

@@ -251,6 +251,8 @@ fn a_runner_killed_under_a_following_host_is_recorded_by_it_and_the_run_reconcil
     let RunnerStart::Started { pid, .. } = launched.start.clone() else {
         panic!("the runner started: {:?}", launched.start);
     };
+    // What the host and its pass do, with no watcher to repair the run first.
+    crate::support::stop_watcher(store.home());
     let followed = launch::follow_launched(&store, &mut launched, |record| {
         // Once its step runs, the runner dies without recording an outcome.
         if matches!(record.event, Event::StepRunning { .. }) {

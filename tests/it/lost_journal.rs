@@ -855,6 +855,8 @@ fn a_delayed_run_is_rebuilt_waiting_for_its_due_time_and_a_pass_finds_it() {
 fn recover_refuses_a_journal_another_process_has_open() {
     for removed in [false, true] {
         let (home, _runs) = home_with_runs();
+        // The only process holding the journal is the test's: the home's watcher is gone.
+        home.stop_watcher();
         let journal = home.file("journal.redb");
         let mut holder = std::process::Command::new("sleep")
             .arg("600")

@@ -50,3 +50,4 @@ mod stopped_leader;
 mod strangers;
 mod support;
 mod unique;
+mod watch;

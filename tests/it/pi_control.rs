@@ -238,6 +238,11 @@ fn results_of(root: &Path, run: &str) -> Vec<PathBuf> {
 fn killed_run(root: &Path) -> String {
     let (run, runner_pid) = launch(root, &["--", "sh", "-c", "echo ready; sleep 300"]);
     wait_printed(root, &run, 0, "ready");
+    // Which reconciler repairs first is the test's: no watcher repairs before either.
+    crate::support::stop_watcher(&runjournal::Home::in_layout(
+        root,
+        runjournal::home::Layout::PiSubagents,
+    ));
     let pid = nix::unistd::Pid::from_raw(i32::try_from(runner_pid).expect("a pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the runner");
     for _ in 0..1200 {

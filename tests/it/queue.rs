@@ -283,6 +283,7 @@ fn verify_finds_a_queue_index_that_disagrees_with_the_records() {
     );
     drop(view);
     drop(journal);
+    home.stop_watcher();
     {
         let db = redb::Database::open(home.path().join("journal.redb")).expect("opens");
         let txn = db.begin_write().expect("write");

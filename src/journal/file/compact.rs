@@ -40,8 +40,13 @@ pub enum CompactError {
     Damaged(Damaged),
 }
 
-/// Compacts the journal at `path`, which no other process may have open. A panic of redb's on
-/// damaged bytes is [`CompactError::Damaged`].
+/// How long compaction waits for the other handles on the journal to let it go before it is
+/// refused ([`CompactError::InUse`]).
+pub const HOLDERS_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Compacts the journal at `path`, which no other process may have open (it waits up to
+/// [`HOLDERS_WAIT`] for them to let it go). A panic of redb's on damaged bytes is
+/// [`CompactError::Damaged`].
 pub fn compact(path: &Path) -> Result<Compacted, CompactError> {
     super::contain::contain(|| compact_unguarded(path)).unwrap_or_else(|panic| {
         Err(CompactError::Damaged(Damaged::new(
@@ -79,18 +84,33 @@ fn compact_unguarded(path: &Path) -> Result<Compacted, CompactError> {
             reason: "the file is empty: not a journal".to_string(),
         });
     }
-    // The exclusive mode: the open fails while a multi-writer handle is open anywhere.
-    let opened = Database::builder().create_with_backend(redb::backends::FileBackend::new(file));
-    let mut db = match opened {
-        Ok(db) => db,
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-            return Err(CompactError::InUse { path: shown });
-        }
-        Err(error) => {
-            return Err(CompactError::Failed {
-                path: shown,
-                reason: error.to_string(),
-            });
+    // The exclusive mode: the open fails while a multi-writer handle is open anywhere. The
+    // home's own helpers (its watcher, a deliverer) let the journal go within moments once no
+    // run is active: they are waited for, up to `HOLDERS_WAIT`.
+    let deadline = std::time::Instant::now() + HOLDERS_WAIT;
+    let mut db = loop {
+        let backend = redb::backends::FileBackend::new(file.try_clone().map_err(|source| {
+            CompactError::Io {
+                path: shown.clone(),
+                source,
+            }
+        })?);
+        match Database::builder().create_with_backend(backend) {
+            Ok(db) => break db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(CompactError::InUse { path: shown });
+            }
+            Err(error) => {
+                return Err(CompactError::Failed {
+                    path: shown,
+                    reason: error.to_string(),
+                });
+            }
         }
     };
     // Each call compacts what it can; it says when nothing more can be.

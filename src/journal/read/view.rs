@@ -1124,6 +1124,17 @@ impl View {
         })
     }
 
+    /// Whether any run is not yet closed: one look at the active index, whatever its size.
+    pub fn has_active_runs(&self) -> Result<bool, ReadError> {
+        self.guarded("reading the active index", || {
+            let active = self.table(ACTIVE)?;
+            let first = active
+                .first()
+                .map_err(storage("reading the active index"))?;
+            Ok(first.is_some())
+        })
+    }
+
     /// Up to `limit` terminal runs, most recently ended first, with their end times.
     pub fn recent_terminal(&self, limit: usize) -> Result<Vec<(UnixMs, RunId)>, ReadError> {
         self.guarded("reading the terminal index", || {

@@ -57,6 +57,11 @@ impl TestHome {
     pub fn file(&self, name: &str) -> PathBuf {
         self.path().join(name)
     }
+
+    /// Ends the home's watcher ([`stop_watcher`]).
+    pub fn stop_watcher(&self) {
+        stop_watcher(&runjournal::Home::at(self.path()));
+    }
 }
 
 pub fn state(journal: &Journal, run: RunId) -> RunState {
@@ -207,4 +212,40 @@ pub fn wait_output(home: &TestHome, run: RunId, index: usize, text: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("run {run}: step {index} never printed {text:?}");
+}
+
+/// Ends the watcher of `home` — every `runjournal __timer` that has its journal open, a leader
+/// just started and one standing by included — and waits until none has: for a test that shows
+/// what a command, a host or pi-subagents does without it, or that edits the file with redb
+/// itself. The next command (or launch) starts another while runs are active.
+pub fn stop_watcher(home: &runjournal::Home) {
+    let journal = home.journal_path();
+    let is_timer = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+            cmdline
+                .split(|byte| *byte == 0)
+                .any(|arg| arg == b"__timer")
+        })
+    };
+    for _ in 0..POLL_ATTEMPTS {
+        let timers: Vec<u32> = runjournal::platform::processes_with_open(&journal)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .filter(|pid| is_timer(*pid))
+            .collect();
+        if timers.is_empty() {
+            return;
+        }
+        for pid in timers {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or_default()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    panic!(
+        "a watcher of {} still has its journal open",
+        journal.display()
+    );
 }
