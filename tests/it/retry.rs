@@ -8,7 +8,8 @@ use runjournal::event::{AttemptCause, Event};
 use runjournal::{RunId, RunState, RunStatus};
 
 use crate::support::{
-    TestHome, event_names, launch, record_count, records, run_id_of, state, wait_for, wait_terminal,
+    TestHome, assert_indexes_verify, event_names, launch, record_count, records, run_id_of, state,
+    wait_for, wait_terminal,
 };
 
 /// A step that fails its first `failures` times and then succeeds: it counts its attempts in
@@ -36,19 +37,6 @@ fn causes(state: &RunState) -> Vec<AttemptCause> {
         .as_ref()
         .map(|retry| retry.attempts.iter().map(|attempt| attempt.cause).collect())
         .unwrap_or_default()
-}
-
-/// `verify` finds nothing wrong with the journal's indexes.
-fn assert_verifies(home: &TestHome) {
-    let journal = home.journal();
-    let view = journal.view().expect("view");
-    let report = runjournal::verify::verify(&view, None);
-    let problems: Vec<_> = report
-        .problems
-        .iter()
-        .filter(|problem| problem.severity != runjournal::verify::Severity::Note)
-        .collect();
-    assert!(problems.is_empty(), "{problems:#?}");
 }
 
 #[test]
@@ -149,7 +137,7 @@ fn a_run_that_fails_twice_then_succeeds_ends_complete_on_its_third_attempt() {
     assert_eq!(file["attempt"], 3, "{file}");
     assert_eq!(file["maxAttempts"], 3, "{file}");
     assert_eq!(file["attempts"][1]["cause"], "exit", "{file}");
-    assert_verifies(&home);
+    assert_indexes_verify(&home);
 }
 
 #[test]
@@ -219,7 +207,7 @@ fn a_runner_sigkilled_mid_attempt_is_tried_again_after_its_backoff() {
         second.time_ms >= attempt.retry_at_ms,
         "{second:?} before {attempt:?}"
     );
-    assert_verifies(&home);
+    assert_indexes_verify(&home);
 }
 
 #[test]
@@ -267,7 +255,7 @@ fn a_runner_killed_between_an_attempts_end_and_the_next_start_acts_once() {
             .trim(),
         "2"
     );
-    assert_verifies(&home);
+    assert_indexes_verify(&home);
 }
 
 #[test]
@@ -386,5 +374,5 @@ fn a_stop_ends_a_run_waiting_for_its_next_attempt() {
     let ended = wait_terminal(&journal, run);
     assert_eq!(ended.status, RunStatus::Stopped);
     assert_eq!(count_of(&home, run, "RunnerStarted"), 1);
-    assert_verifies(&home);
+    assert_indexes_verify(&home);
 }

@@ -7,20 +7,9 @@ use std::process::{Command, Stdio};
 use runjournal::RunStatus;
 use serde_json::Value;
 
-use crate::support::{TestHome, launch_json as launch, run_id_in, wait_terminal};
-
-/// `verify` finds no problem with the journal's indexes.
-fn assert_verifies(home: &TestHome) {
-    let journal = home.journal();
-    let view = journal.view().expect("view");
-    let report = runjournal::verify::verify(&view, None);
-    let problems: Vec<_> = report
-        .problems
-        .iter()
-        .filter(|problem| problem.severity != runjournal::verify::Severity::Note)
-        .collect();
-    assert!(problems.is_empty(), "{problems:#?}");
-}
+use crate::support::{
+    TestHome, assert_indexes_verify, launch_json as launch, run_id_in, wait_terminal,
+};
 
 #[test]
 fn launchers_racing_with_one_key_get_one_run() {
@@ -68,7 +57,7 @@ fn launchers_racing_with_one_key_get_one_run() {
     let journal = home.journal();
     assert_eq!(journal.view().expect("view").run_count().expect("count"), 1);
     assert_eq!(wait_terminal(&journal, run).status, RunStatus::Complete);
-    assert_verifies(&home);
+    assert_indexes_verify(&home);
 }
 
 #[test]
@@ -143,7 +132,7 @@ fn a_key_is_free_again_once_its_run_ended_and_held_past_it_with_unique_for() {
     assert_eq!(view.unique_holder("k").expect("reads"), None);
     assert_eq!(view.unique_holder("h").expect("reads"), Some(held));
     drop(view);
-    assert_verifies(&home);
+    assert_indexes_verify(&home);
 }
 
 /// `run --wait` with a key another run holds follows that run to its end and exits with its

@@ -249,3 +249,16 @@ pub fn stop_watcher(home: &runjournal::Home) {
         journal.display()
     );
 }
+
+/// `verify` finds no problem with the journal's indexes (the runs' files are not looked at).
+pub fn assert_indexes_verify(home: &TestHome) {
+    let journal = home.journal();
+    let view = journal.view().expect("view");
+    let report = runjournal::verify::verify(&view, None);
+    let problems: Vec<_> = report
+        .problems
+        .iter()
+        .filter(|problem| problem.severity != runjournal::verify::Severity::Note)
+        .collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+}
