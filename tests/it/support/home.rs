@@ -214,29 +214,39 @@ pub fn wait_output(home: &TestHome, run: RunId, index: usize, text: &str) {
     panic!("run {run}: step {index} never printed {text:?}");
 }
 
-/// Ends the watcher of `home` — every `runjournal __timer` that has its journal open, a leader
-/// just started and one standing by included — and waits until none has: for a test that shows
+/// Ends the watcher of `home` — every live `runjournal __timer` started for it, one just
+/// started and one standing by included — and waits until none is left: for a test that shows
 /// what a command, a host or pi-subagents does without it, or that edits the file with redb
 /// itself. The next command (or launch) starts another while runs are active.
 pub fn stop_watcher(home: &runjournal::Home) {
-    let journal = home.journal_path();
-    let is_timer = |pid: u32| {
+    // As the watcher was given it (`hooks::home_subcommand_args`).
+    let root = std::path::absolute(home.root())
+        .expect("the home's path")
+        .into_os_string()
+        .into_encoded_bytes();
+    // A launch returns once the watcher it started has exec'd: its arguments name it.
+    let is_watcher = |pid: u32| {
         std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-            cmdline
-                .split(|byte| *byte == 0)
-                .any(|arg| arg == b"__timer")
+            let args: Vec<&[u8]> = cmdline.split(|byte| *byte == 0).collect();
+            args.contains(&b"__timer".as_slice()) && args.contains(&root.as_slice())
         })
     };
     for _ in 0..POLL_ATTEMPTS {
-        let timers: Vec<u32> = runjournal::platform::processes_with_open(&journal)
-            .into_iter()
-            .map(|(pid, _)| pid)
-            .filter(|pid| is_timer(*pid))
+        let watchers: Vec<u32> = std::fs::read_dir("/proc")
+            .expect("the process table reads")
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| is_watcher(*pid))
+            .filter(|pid| {
+                runjournal::platform::process(*pid)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|info| info.is_alive())
+            })
             .collect();
-        if timers.is_empty() {
+        if watchers.is_empty() {
             return;
         }
-        for pid in timers {
+        for pid in watchers {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or_default()),
                 nix::sys::signal::Signal::SIGKILL,
@@ -244,10 +254,7 @@ pub fn stop_watcher(home: &runjournal::Home) {
         }
         std::thread::sleep(POLL_INTERVAL);
     }
-    panic!(
-        "a watcher of {} still has its journal open",
-        journal.display()
-    );
+    panic!("a watcher of {} is still alive", home.root().display());
 }
 
 /// `verify` finds no problem with the journal's indexes (the runs' files are not looked at).
