@@ -30,6 +30,31 @@ fn until(home: &TestHome, run: RunId, what: &str, done: impl Fn(&RunState) -> bo
     }
 }
 
+/// Waits until the run's step runs, then until the watcher has looked at the home since: it
+/// rewrites its lock file before each look, so two rewrites after the step ran mean a whole
+/// look saw the live runner and follows it (a runner killed before the watcher's first look
+/// is found dead, not seen to exit, and recorded so by its pass).
+fn wait_followed(home: &TestHome, run: RunId) {
+    until(home, run, "its step running", |state| {
+        state.status == RunStatus::Running && state.steps[0].process.is_some()
+    });
+    let lock = home.file("timer.lock");
+    let stamp = || {
+        std::fs::metadata(&lock)
+            .and_then(|metadata| metadata.modified())
+            .ok()
+    };
+    let mut seen = stamp();
+    for _ in 0..2 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while stamp() == seen {
+            assert!(Instant::now() < deadline, "the watcher looks no more");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        seen = stamp();
+    }
+}
+
 /// SIGKILLs the run's runner once it runs; the time it did, in ms.
 fn kill_runner(home: &TestHome, run: RunId) -> (u32, UnixMs) {
     let running = until(home, run, "runner", |state| {
@@ -48,6 +73,7 @@ fn kill_runner(home: &TestHome, run: RunId) -> (u32, UnixMs) {
 fn a_runner_sigkilled_with_no_command_after_has_its_run_ended_by_the_watcher() {
     let home = TestHome::new();
     let run = launch(&home, &["--", "sleep", "300"]);
+    wait_followed(&home, run);
     let (pid, killed_at_ms) = kill_runner(&home, run);
     let ended = until(&home, run, "end", RunState::is_closed);
     assert_eq!(ended.status, RunStatus::Failed, "{ended:#?}");
@@ -103,6 +129,7 @@ fn a_runner_sigkilled_mid_attempt_is_tried_again_with_no_command_after() {
         ],
     );
     until(&home, run, "its first attempt", |_| marker.exists());
+    wait_followed(&home, run);
     kill_runner(&home, run);
     let ended = until(&home, run, "its second attempt's end", RunState::is_closed);
     assert_eq!(ended.status, RunStatus::Complete, "{ended:#?}");
