@@ -57,13 +57,20 @@ impl Damage {
     }
 }
 
-/// Every file under `dir` with its bytes (directories as `None`).
+/// Every file under `dir` with its bytes (directories as `None`). A socket is left out: the
+/// commit leader's lives beside the journal only while that process leads (the home's watcher
+/// may lead a moment after the runs it followed ended), and holds no bytes.
 pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    use std::os::unix::fs::FileTypeExt;
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("read_dir") {
-            let path = entry.expect("entry").path();
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|kind| kind.is_socket()) {
+                continue;
+            }
             if path.is_dir() {
                 out.insert(path.clone(), None);
                 stack.push(path);
