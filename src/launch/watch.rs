@@ -74,8 +74,6 @@ pub struct Looked {
     pub following: usize,
     /// Runners it saw exit, whose end it recorded.
     pub runners_ended: Vec<RunId>,
-    /// Whether it made a reconcile pass.
-    pub reconciled: bool,
 }
 
 impl Watch {
@@ -145,7 +143,6 @@ impl Watch {
             self.is_pass_due = false;
             self.is_inbox_changed = false;
             pass(store, base, by, note);
-            looked.reconciled = true;
             // What the pass recorded moved the head: the next look reads the runs again.
         }
         looked.following = self.runners.len() + self.inboxes.len() + self.unwatched.len();
