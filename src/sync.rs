@@ -16,6 +16,16 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Locks when nobody holds the lock now (`None` when someone does), recovering from poisoning
+/// as [`lock`] does.
+pub(crate) fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Waits on `condvar` for at most `timeout`, recovering from poisoning as [`lock`] does. Under
 /// loom, which explores orders rather than times, it waits as [`wait`] does.
 #[cfg(not(runjournal_loom))]

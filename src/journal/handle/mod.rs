@@ -31,13 +31,17 @@ use crate::run_env::RunPrivate;
 
 /// A journal opened for reading and writing. Any number of processes may hold one at once.
 ///
-/// Appends from any number of threads go through one queue to this handle's writer thread,
-/// which commits everything waiting as one durable write transaction (group commit) and
-/// answers each caller with its own result. Reads run beside it on snapshots.
+/// An append from a thread that finds nobody committing is committed on that thread, with
+/// whatever waits; appends from any number of threads while one commits queue for this
+/// handle's writer thread, which commits everything waiting as one durable write transaction
+/// (group commit). Each caller is answered with its own result. Reads run beside it on
+/// snapshots.
 pub struct Journal {
     shared: Arc<commit::Shared>,
     queue: Arc<Queue<commit::Request, commit::Answer>>,
-    /// Set when the writer thread died of a contained panic.
+    /// Whoever holds it commits; `None` once the writer died or ended.
+    committer: Arc<crate::sync::Mutex<Option<writer::Committer>>>,
+    /// Set when the writer died of a contained panic.
     death: Arc<writer::Death>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -86,13 +90,17 @@ impl Journal {
             writer_gone,
         ));
         let death = Arc::new(writer::Death::default());
+        let committer = Arc::new(crate::sync::Mutex::new(Some(writer::Committer::new(
+            &shared, &queue,
+        ))));
         let thread = std::thread::Builder::new()
             .name("runjournal-writer".to_string())
             .spawn({
                 let shared = Arc::clone(&shared);
                 let queue = Arc::clone(&queue);
+                let committer = Arc::clone(&committer);
                 let death = Arc::clone(&death);
-                move || writer::run(shared, queue, death)
+                move || writer::run(shared, queue, committer, death)
             })
             .map_err(|source| OpenError::Io {
                 path: PathBuf::from("<writer thread>"),
@@ -101,6 +109,7 @@ impl Journal {
         Ok(Journal {
             shared,
             queue,
+            committer,
             death,
             thread: Some(thread),
         })
@@ -221,7 +230,9 @@ impl Journal {
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        self.submit(run, events, condition, None)?.wait().result
+        self.commit_or_submit(run, events, condition, None)?
+            .wait()
+            .result
     }
 
     /// Appends several batches, each as [`Journal::append`] would, and answers each with its
@@ -243,6 +254,7 @@ impl Journal {
             .collect()
     }
 
+    /// Queues a batch for the writer thread, for a caller with more than one to commit.
     fn submit(
         &self,
         run: RunId,
@@ -250,27 +262,65 @@ impl Journal {
         condition: Condition,
         private: Option<Arc<RunPrivate>>,
     ) -> Result<queue::Ticket<commit::Answer>, AppendError> {
-        let ticket = self
-            .queue
-            .submit(commit::Request {
-                run,
-                events,
-                condition,
-                origin: commit::Origin::Local,
-                private,
-            })
-            .map_err(|_| match self.death.cause() {
-                // The writer died of damage: every later append is told so at once.
-                Some(damaged) => AppendError::Damaged(damaged),
-                None => AppendError::Storage(StorageFailure::new(
-                    "queueing an append",
-                    redb::Error::Io(std::io::Error::other("the journal is closing")),
-                )),
-            })?;
+        let request = local_request(run, events, condition, private);
+        let ticket = self.queue.submit(request);
+        self.ticket_or_refusal(ticket)
+    }
+
+    /// Commits a batch on this thread when nobody commits now, with whatever waits;
+    /// otherwise queues it for whoever commits next ([`Queue::commit_here_or_submit`]).
+    fn commit_or_submit(
+        &self,
+        run: RunId,
+        events: Vec<Event>,
+        condition: Condition,
+        private: Option<Arc<RunPrivate>>,
+    ) -> Result<queue::Ticket<commit::Answer>, AppendError> {
+        let request = local_request(run, events, condition, private);
+        let is_counted = std::cell::Cell::new(false);
+        let ticket = self.queue.commit_here_or_submit(
+            &self.committer,
+            request,
+            self.shared.options.max_group_events,
+            |request| request.events.len(),
+            |slot, group| {
+                // Counted as it is taken, before its commit, as a queued batch is once queued.
+                self.count_submitted();
+                is_counted.set(true);
+                writer::commit_group(slot, &self.shared, &self.queue, &self.death, group);
+            },
+        );
+        if is_counted.get() {
+            return ticket.map_err(|_| self.closed());
+        }
+        self.ticket_or_refusal(ticket)
+    }
+
+    fn count_submitted(&self) {
         self.shared
             .stats
             .submitted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Why an append found the queue closed.
+    fn closed(&self) -> AppendError {
+        match self.death.cause() {
+            // The writer died of damage: every later append is told so at once.
+            Some(damaged) => AppendError::Damaged(damaged),
+            None => AppendError::Storage(StorageFailure::new(
+                "queueing an append",
+                redb::Error::Io(std::io::Error::other("the journal is closing")),
+            )),
+        }
+    }
+
+    fn ticket_or_refusal(
+        &self,
+        ticket: Result<queue::Ticket<commit::Answer>, queue::Closed>,
+    ) -> Result<queue::Ticket<commit::Answer>, AppendError> {
+        let ticket = ticket.map_err(|_| self.closed())?;
+        self.count_submitted();
         Ok(ticket)
     }
 
@@ -346,7 +396,7 @@ impl Journal {
             .private
             .filter(|private| !private.is_empty())
             .map(Arc::new);
-        self.submit(run, events, Condition::expect_head(0), private)?
+        self.commit_or_submit(run, events, Condition::expect_head(0), private)?
             .wait()
             .result
     }
@@ -515,6 +565,22 @@ pub struct Creation {
     pub more: Vec<Event>,
     /// What the run keeps in the home only; `None` (or empty): nothing.
     pub private: Option<RunPrivate>,
+}
+
+/// A batch of this handle's own, as the committer takes it.
+fn local_request(
+    run: RunId,
+    events: Vec<Event>,
+    condition: Condition,
+    private: Option<Arc<RunPrivate>>,
+) -> commit::Request {
+    commit::Request {
+        run,
+        events,
+        condition,
+        origin: commit::Origin::Local,
+        private,
+    }
 }
 
 /// The answer to an append whose writer dropped it unanswered: the thread ended in a way its

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use crate::sync::{self, Arc, Condvar, Mutex};
+use crate::sync::{self, Arc, Condvar, Mutex, MutexGuard};
 
 struct Slot<R> {
     answer: Mutex<Option<R>>,
@@ -125,10 +125,7 @@ impl<T, R> Queue<T, R> {
 
     /// Queues a request, waiting while the queue is full.
     pub(crate) fn submit(&self, item: T) -> Result<Ticket<R>, Closed> {
-        let slot = Arc::new(Slot {
-            answer: Mutex::new(None),
-            answered: Condvar::new(),
-        });
+        let (ticket, reply) = self.pair();
         let mut state = sync::lock(&self.state);
         loop {
             if state.is_closed {
@@ -139,16 +136,10 @@ impl<T, R> Queue<T, R> {
             }
             state = sync::wait(&self.not_full, state);
         }
-        state.items.push_back((
-            item,
-            Reply {
-                slot: Some(Arc::clone(&slot)),
-                if_dropped: self.if_dropped,
-            },
-        ));
+        state.items.push_back((item, reply));
         drop(state);
         self.not_empty.notify_one();
-        Ok(Ticket { slot })
+        Ok(ticket)
     }
 
     /// Waits for at least one request, then takes every waiting request up to `max`, in
@@ -166,19 +157,109 @@ impl<T, R> Queue<T, R> {
             }
             state = sync::wait(&self.not_empty, state);
         }
+        self.pop_group(state, 0, max_weight, weight)
+    }
+
+    /// Waits until at least one request is queued; `false` once the queue is closed and
+    /// drained. Takes nothing: a writer that shares a committer waits here, then locks the
+    /// committer, then takes what is waiting by then ([`Queue::take_waiting`]).
+    pub(crate) fn wait_for_requests(&self) -> bool {
+        let mut state = sync::lock(&self.state);
+        while state.items.is_empty() {
+            if state.is_closed {
+                return false;
+            }
+            state = sync::wait(&self.not_empty, state);
+        }
+        true
+    }
+
+    /// Takes every request waiting now, as [`Queue::take_group`] does, without waiting: an
+    /// empty group when none waits.
+    pub(crate) fn take_waiting(
+        &self,
+        max_weight: usize,
+        weight: impl Fn(&T) -> usize,
+    ) -> Vec<(T, Reply<R>)> {
+        self.pop_group(sync::lock(&self.state), 0, max_weight, weight)
+    }
+
+    /// Commits `item` on the calling thread when `committer` is free now, with the requests
+    /// waiting in the queue (in submission order, before it, up to `max_weight` with it):
+    /// `commit` answers every reply of the group it is given, `item`'s last. Otherwise, while
+    /// another thread commits, queues `item` for whoever commits next. Either way the ticket
+    /// returned waits for `item`'s answer, which a commit on this thread has already given.
+    ///
+    /// So one caller alone wakes nobody: no hand-off to a writer thread and back. A writer
+    /// thread beside it waits for requests ([`Queue::wait_for_requests`]), locks `committer`,
+    /// and only then takes what waits: a group is taken by whoever holds the committer, so the
+    /// requests that queued behind a commit go together in the next one.
+    pub(crate) fn commit_here_or_submit<C>(
+        &self,
+        committer: &Mutex<C>,
+        item: T,
+        max_weight: usize,
+        weight: impl Fn(&T) -> usize,
+        commit: impl FnOnce(&mut C, Vec<(T, Reply<R>)>),
+    ) -> Result<Ticket<R>, Closed> {
+        let Some(mut committing) = sync::try_lock(committer) else {
+            return self.submit(item);
+        };
+        let state = sync::lock(&self.state);
+        if state.is_closed {
+            return Err(Closed);
+        }
+        let mut group = if state.items.is_empty() {
+            drop(state);
+            Vec::new()
+        } else {
+            let room = max_weight.saturating_sub(weight(&item));
+            self.pop_group(state, 1, room, &weight)
+        };
+        let (ticket, reply) = self.pair();
+        group.push((item, reply));
+        commit(&mut committing, group);
+        drop(committing);
+        Ok(ticket)
+    }
+
+    /// Takes the waiting requests from the front, in order, while their weight stays within
+    /// `max_weight`; the first is always taken unless `already` items are in the group.
+    fn pop_group(
+        &self,
+        mut state: MutexGuard<'_, State<T, R>>,
+        already: usize,
+        max_weight: usize,
+        weight: impl Fn(&T) -> usize,
+    ) -> Vec<(T, Reply<R>)> {
         let mut group = Vec::new();
         let mut total = 0;
         while let Some((item, _)) = state.items.front() {
             let item_weight = weight(item);
-            if !group.is_empty() && total + item_weight > max_weight {
+            if already + group.len() > 0 && total + item_weight > max_weight {
                 break;
             }
             total += item_weight;
             group.push(state.items.pop_front().expect("front exists"));
         }
         drop(state);
-        self.not_full.notify_all();
+        if !group.is_empty() {
+            self.not_full.notify_all();
+        }
         group
+    }
+
+    /// A ticket and its reply, for a request answered without passing through the queue.
+    fn pair(&self) -> (Ticket<R>, Reply<R>) {
+        let slot = Arc::new(Slot {
+            answer: Mutex::new(None),
+            answered: Condvar::new(),
+        });
+        let reply = Reply {
+            slot: Some(Arc::clone(&slot)),
+            if_dropped: self.if_dropped,
+        };
+        (Ticket { slot }, reply)
     }
 
     /// How many requests wait to be taken (for tests).
@@ -218,6 +299,50 @@ mod tests {
         }
         let answers: Vec<u32> = tickets.into_iter().map(Ticket::wait).collect();
         assert_eq!(answers, vec![10, 20, 30, 40, 50]);
+    }
+
+    /// A free committer: the caller commits what waits, in order, then its own request, up
+    /// to the weight; a busy one: the request is queued for whoever commits next.
+    #[test]
+    fn a_caller_commits_here_when_nobody_commits_and_queues_when_someone_does() {
+        let queue: Queue<u32, u32> = Queue::new(16);
+        let committer: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+        let waiting: Vec<_> = (1..=3).map(|n| queue.submit(n).expect("open")).collect();
+        let commit = |log: &mut Vec<u32>, group: Vec<(u32, Reply<u32>)>| {
+            for (n, reply) in group {
+                log.push(n);
+                reply.answer(n * 10);
+            }
+        };
+        let own = queue
+            .commit_here_or_submit(&committer, 9, 3, |_| 1, commit)
+            .expect("open");
+        assert_eq!(
+            *sync::lock(&committer),
+            vec![1, 2, 9],
+            "what waits first, up to the weight with the caller's own, then its own"
+        );
+        assert_eq!(own.wait(), 90);
+        assert_eq!(queue.len(), 1, "the request past the weight still waits");
+
+        let busy = sync::lock(&committer);
+        let queued = queue
+            .commit_here_or_submit(
+                &committer,
+                7,
+                3,
+                |_| 1,
+                |_, _| panic!("a busy committer is not taken"),
+            )
+            .expect("open");
+        drop(busy);
+        assert_eq!(queue.len(), 2, "queued behind the one still waiting");
+        for (n, reply) in queue.take_group(usize::MAX, |_| 1) {
+            reply.answer(n * 10);
+        }
+        assert_eq!(queued.wait(), 70);
+        let answers: Vec<u32> = waiting.into_iter().map(Ticket::wait).collect();
+        assert_eq!(answers, vec![10, 20, 30]);
     }
 
     #[test]
@@ -361,6 +486,80 @@ mod loom_tests {
             let position = |item| taken.iter().position(|&taken| taken == item);
             assert!(position(0) < position(1), "FIFO per submitter: {taken:?}");
             assert!(position(2) < position(3), "FIFO per submitter: {taken:?}");
+        });
+    }
+
+    /// What a committer does with a group: commits each request once, then answers it with its
+    /// own value times ten.
+    fn commit_all(log: &mut Vec<u32>, committed: &[AtomicBool; 4], group: Vec<(u32, Reply<u32>)>) {
+        for (item, reply) in group {
+            let was_committed = committed[item as usize].swap(true, Ordering::SeqCst);
+            assert!(!was_committed, "request {item} is committed once");
+            log.push(item);
+            reply.answer(item * 10);
+        }
+    }
+
+    /// Two appenders commit on their own thread when they find the committer free, and queue
+    /// for the writer thread when they do not; the writer locks the committer before it
+    /// takes what waits. Every request is committed once, by whichever thread, and
+    /// answered once with its own result after its commit; closing lets the writer end.
+    #[test]
+    fn a_commit_here_or_by_the_writer_answers_each_request_once_after_its_commit() {
+        check(3, || {
+            let queue: Arc<Queue<u32, u32>> = Arc::new(Queue::new(2));
+            let committer: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new(Vec::new()));
+            let committed = committed_flags();
+            let writer_thread = thread::spawn({
+                let queue = Arc::clone(&queue);
+                let committer = Arc::clone(&committer);
+                let committed = Arc::clone(&committed);
+                move || {
+                    while queue.wait_for_requests() {
+                        let mut log = sync::lock(&committer);
+                        let group = queue.take_waiting(2, |_| 1);
+                        commit_all(&mut log, &committed, group);
+                    }
+                }
+            });
+            let append = |queue: &Queue<u32, u32>,
+                          committer: &Mutex<Vec<u32>>,
+                          committed: &[AtomicBool; 4],
+                          item: u32| {
+                let ticket = queue
+                    .commit_here_or_submit(
+                        committer,
+                        item,
+                        2,
+                        |_| 1,
+                        |log, group| {
+                            commit_all(log, committed, group);
+                        },
+                    )
+                    .expect("the queue is open");
+                assert_eq!(
+                    ticket.wait(),
+                    item * 10,
+                    "request {item} gets its own answer"
+                );
+                assert!(
+                    committed[item as usize].load(Ordering::SeqCst),
+                    "request {item} is answered only after its commit"
+                );
+            };
+            let other = thread::spawn({
+                let queue = Arc::clone(&queue);
+                let committer = Arc::clone(&committer);
+                let committed = Arc::clone(&committed);
+                move || append(&queue, &committer, &committed, 1)
+            });
+            append(&queue, &committer, &committed, 0);
+            other.join().expect("the other appender");
+            queue.close();
+            writer_thread.join().expect("the writer");
+            let mut log = sync::lock(&committer).clone();
+            log.sort_unstable();
+            assert_eq!(log, vec![0, 1], "each request committed exactly once");
         });
     }
 
