@@ -673,6 +673,16 @@ pub enum ResumeError {
         "run {run} cannot be resumed: every one of its steps completed before it was paused; nothing is left to run"
     )]
     NothingLeft { run: RunId },
+    /// The paused run had spent its whole timeout before it paused: its deadline is past, so
+    /// nothing may run for it any more.
+    #[error(
+        "run {run} cannot be resumed: it ran {spent} of its {timeout} timeout before it paused; its deadline is past"
+    )]
+    TimeoutSpent {
+        run: RunId,
+        timeout: String,
+        spent: String,
+    },
     #[error("run {run}: {source}")]
     Read {
         run: RunId,
@@ -713,7 +723,8 @@ impl ResumeError {
             ResumeError::UnknownRun { .. }
             | ResumeError::Pruned { .. }
             | ResumeError::Refused { .. }
-            | ResumeError::NothingLeft { .. } => true,
+            | ResumeError::NothingLeft { .. }
+            | ResumeError::TimeoutSpent { .. } => true,
             ResumeError::Launch { source, .. } => source.is_bad_input(),
             ResumeError::Read { .. }
             | ResumeError::Inbox { .. }
@@ -786,8 +797,10 @@ pub struct ResumePlan {
 ///   never started), in their order; a single run's one step. Steps that completed are not
 ///   run again.
 /// * Timeout: what the paused run had left — its timeout less the time from its runner's
-///   start to its end (at least 1 ms) — so that a run cannot outlive its deadline by being
-///   paused and resumed; none when it had none. The time it spent paused is not counted.
+///   start to its end — so that a run cannot outlive its deadline by being paused and
+///   resumed; none when it had none. The time it spent paused is not counted. A run that had
+///   nothing left is refused ([`ResumeError::TimeoutSpent`]), as pi-subagents refuses to
+///   recover a run past its deadline.
 /// * Name, mode, concurrency, cwd, session id, completion owner id and tool-call id: the
 ///   paused run's. The name and the tool-call id then name the new run (the latest run wins
 ///   an alias), which is the work the host's call goes on with.
@@ -816,14 +829,21 @@ pub fn resume_plan(state: &RunState) -> Result<ResumePlan, ResumeError> {
         (Some(runner), Some(terminal)) => terminal.at_ms.saturating_sub(runner.started_at_ms),
         _ => 0,
     };
+    let timeout_ms = match state.spec.timeout_ms {
+        Some(timeout) if spent >= timeout => {
+            return Err(ResumeError::TimeoutSpent {
+                run,
+                timeout: crate::duration::format_duration_ms(timeout),
+                spent: crate::duration::format_duration_ms(spent),
+            });
+        }
+        timeout => timeout.map(|timeout| timeout - spent),
+    };
     let spec = RunSpec {
         name: state.spec.name.clone(),
         mode: state.spec.mode,
         concurrency: state.spec.concurrency,
-        timeout_ms: state
-            .spec
-            .timeout_ms
-            .map(|timeout| timeout.saturating_sub(spent).max(1)),
+        timeout_ms,
         cwd: state.spec.cwd.clone(),
         steps: indexes
             .iter()
@@ -1760,12 +1780,14 @@ mod tests {
     }
 
     #[test]
-    fn a_spent_timeout_leaves_a_millisecond_and_a_finished_run_nothing_to_resume() {
+    fn a_spent_timeout_is_refused_and_a_finished_run_has_nothing_to_resume() {
         let state = paused(spec(Mode::Single, 1, Some(500)), &[(true, None)], 9_000);
-        assert_eq!(
-            resume_plan(&state).expect("a plan").spec.timeout_ms,
-            Some(1)
+        let refused = resume_plan(&state);
+        assert!(
+            matches!(&refused, Err(ResumeError::TimeoutSpent { run: RUN, .. })),
+            "{refused:?}"
         );
+        assert!(refused.expect_err("refused").is_bad_input());
         let done = paused(
             spec(Mode::Chain, 1, None),
             &[(true, Some(StepEnd::Complete))],

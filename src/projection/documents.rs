@@ -312,6 +312,9 @@ pub struct ResultDoc {
     pub success: bool,
     pub state: String,
     pub summary: String,
+    /// Whether `summary` was cut to pi-subagents' bounds (it then starts `[TRUNCATED: …`).
+    #[serde(default)]
+    pub truncated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub results: Vec<StepResultDoc>,
@@ -333,6 +336,9 @@ pub struct ResultDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_at: Option<UnixMs>,
     pub async_dir: String,
+    /// The directory the run's steps ran in, when the run named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     /// The seq of the run's `Terminal` record: a result never changes after it.
     pub journal_seq: u64,
 }
@@ -936,7 +942,7 @@ fn step_output(home: &Home, state: &RunState, index: usize) -> (String, &'static
 /// message for a run ended so (and the reason of a run the reconciler closed), else every
 /// executed step's `agent:\noutput` (its error when it failed with no output, else
 /// `(no output)`), joined by blank lines and bounded as pi-subagents bounds it.
-fn result_summary(state: &RunState, terminal: &TerminalInfo, results: &[StepResultDoc]) -> String {
+fn result_summary(state: &RunState, terminal: &TerminalInfo, results: &[StepResultDoc]) -> Summary {
     let is_timed_out = state.has_control(crate::event::ControlAction::Timeout);
     let message = || {
         terminal
@@ -945,10 +951,10 @@ fn result_summary(state: &RunState, terminal: &TerminalInfo, results: &[StepResu
             .unwrap_or_else(|| terminal.summary.clone())
     };
     match terminal.state {
-        TerminalState::Paused => return PAUSED_SUMMARY.to_string(),
-        TerminalState::Stopped => return message(),
+        TerminalState::Paused => return Summary::whole(PAUSED_SUMMARY.to_string()),
+        TerminalState::Stopped => return Summary::whole(message()),
         TerminalState::Failed if is_timed_out || terminal.repaired_by.is_some() => {
-            return message();
+            return Summary::whole(message());
         }
         _ => {}
     }
@@ -981,12 +987,27 @@ fn format_bytes(bytes: usize) -> String {
     }
 }
 
+/// A result's summary, and whether it was cut to its bounds (the result's `truncated`).
+struct Summary {
+    text: String,
+    is_truncated: bool,
+}
+
+impl Summary {
+    fn whole(text: String) -> Summary {
+        Summary {
+            text,
+            is_truncated: false,
+        }
+    }
+}
+
 /// pi-subagents' `truncateOutput` with its default bounds: the first lines that fit, after a
 /// line that says what was cut.
-fn truncate_summary(summary: String) -> String {
+fn truncate_summary(summary: String) -> Summary {
     let total_lines = summary.split('\n').count();
     if summary.len() <= SUMMARY_MAX_BYTES && total_lines <= SUMMARY_MAX_LINES {
-        return summary;
+        return Summary::whole(summary);
     }
     let mut kept: String = summary
         .split('\n')
@@ -1001,11 +1022,14 @@ fn truncate_summary(summary: String) -> String {
         kept.truncate(cut);
     }
     let kept_lines = kept.split('\n').count();
-    format!(
-        "[TRUNCATED: showing first {kept_lines} of {total_lines} lines, {} of {}]\n{kept}",
-        format_bytes(kept.len()),
-        format_bytes(summary.len())
-    )
+    Summary {
+        text: format!(
+            "[TRUNCATED: showing first {kept_lines} of {total_lines} lines, {} of {}]\n{kept}",
+            format_bytes(kept.len()),
+            format_bytes(summary.len())
+        ),
+        is_truncated: true,
+    }
 }
 
 /// The result document of a terminal run; `None` while it is not terminal.
@@ -1060,7 +1084,10 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
             }
         })
         .collect();
-    let summary = result_summary(state, terminal, &results);
+    let ending = PiEnding::of(home, state, terminal);
+    let summary = ending
+        .message()
+        .map_or_else(|| result_summary(state, terminal, &results), Summary::whole);
     Some(ResultDoc {
         lifecycle_artifact_version: LIFECYCLE_ARTIFACT_VERSION,
         id: state.run_id.to_string(),
@@ -1069,15 +1096,11 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
         mode: state.spec.mode.as_str().to_string(),
         success: terminal.state == TerminalState::Complete,
         state: state.status.as_str().to_string(),
-        summary,
-        error: terminal.error.clone(),
+        summary: summary.text,
+        truncated: summary.is_truncated,
+        error: ending.message().or_else(|| terminal.error.clone()),
         results,
-        // pi-subagents' exit code of a paused run is 0: it ended as asked, to be carried on.
-        exit_code: if terminal.state == TerminalState::Paused {
-            0
-        } else {
-            terminal.exit_code
-        },
+        exit_code: ending.exit_code(terminal),
         timestamp: terminal.at_ms,
         duration_ms: terminal.at_ms.saturating_sub(state.created_at_ms),
         session_id: state.session_id.clone(),
@@ -1088,8 +1111,68 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
         timeout_ms: state.spec.timeout_ms,
         deadline_at: deadline_at(state),
         async_dir: path_text(&home.run_dir(state.run_id)),
+        cwd: state.spec.cwd.clone(),
         journal_seq: terminal_seq,
     })
+}
+
+/// How a result tells a run's end apart. In runjournal's layout the exit code is the one the
+/// run ended with (a stopped run's 143, a timed-out one's 124, a failed chain's step's code);
+/// in pi-subagents' layout it is what pi-subagents' runner writes, 1 for every end but a
+/// completed or paused run's 0, and a stopped or timed-out run is summed up in its words.
+enum PiEnding {
+    /// runjournal's own layout: the run's own exit code and summary.
+    Native,
+    /// pi-subagents' layout, a run stopped by a host (or its runner's stop signal).
+    Stopped,
+    /// pi-subagents' layout, a run its timeout ended; the timeout when the run has one.
+    TimedOut(Option<u64>),
+    /// pi-subagents' layout, any other end.
+    Other,
+}
+
+/// pi-subagents' summary and error of a stopped run, word for word.
+pub const STOPPED_SUMMARY: &str = "Subagent stopped by user.";
+
+impl PiEnding {
+    fn of(home: &Home, state: &RunState, terminal: &TerminalInfo) -> PiEnding {
+        if home.layout() != crate::home::Layout::PiSubagents {
+            return PiEnding::Native;
+        }
+        if terminal.repaired_by.is_some() {
+            // The reconciler's reason says what happened to a run whose runner died.
+            return PiEnding::Other;
+        }
+        match terminal.state {
+            TerminalState::Stopped => PiEnding::Stopped,
+            TerminalState::Failed if state.has_control(ControlAction::Timeout) => {
+                PiEnding::TimedOut(state.spec.timeout_ms)
+            }
+            _ => PiEnding::Other,
+        }
+    }
+
+    /// The summary and error pi-subagents writes for this end, when it has words of its own.
+    fn message(&self) -> Option<String> {
+        match self {
+            PiEnding::Stopped => Some(STOPPED_SUMMARY.to_string()),
+            PiEnding::TimedOut(Some(timeout_ms)) => {
+                Some(format!("Subagent timed out after {timeout_ms}ms."))
+            }
+            PiEnding::TimedOut(None) => Some("Subagent timed out.".to_string()),
+            PiEnding::Native | PiEnding::Other => None,
+        }
+    }
+
+    fn exit_code(&self, terminal: &TerminalInfo) -> i32 {
+        match (self, terminal.state) {
+            // A paused run ended as asked, to be carried on: 0 in both layouts.
+            (_, TerminalState::Paused) => 0,
+            (PiEnding::Native, _) => terminal.exit_code,
+            (_, TerminalState::Complete) => 0,
+            _ => 1,
+        }
+    }
 }
 
 /// When the run's timeout falls due: its runner's start plus its timeout.

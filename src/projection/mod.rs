@@ -174,7 +174,9 @@ pub(crate) fn plan_parts(
             &documents::process_terminal_file_doc(state),
         )),
     });
-    let marker = if state.is_terminal() {
+    // A run leaves the active index when it ends, and when a host dismisses it while it runs
+    // (pi-subagents' dismissal takes it out of the index: it shows as ended from then on).
+    let marker = if state.is_terminal() || state.dismissed_at_ms.is_some() {
         Content::Absent
     } else {
         Content::Marker

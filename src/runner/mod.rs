@@ -429,6 +429,8 @@ async fn run_steps(
     // not kill it before it can act on the stop.
     let sigterm = signal(SignalKind::terminate()).map_err(signal_error)?;
     let sigint = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    // pi-subagents' interrupt signal: its hosts send it to the runner's pid to pause a run.
+    let mut sigusr2 = signal(SignalKind::user_defined2()).map_err(signal_error)?;
     let mut signalled = watch_signals(sigterm, sigint);
     let recorder = Arc::new(Recorder::new(Arc::clone(&store), run));
     // Signalled as soon as RunnerStarted is durable, before its projection; on failure `ready`
@@ -485,7 +487,7 @@ async fn run_steps(
     // journal that failed.
     let watching = signalled.clone();
     let outcome = tokio::select! {
-        outcome = run_loop.run(deadline, &mut signalled) => outcome,
+        outcome = run_loop.run(deadline, &mut signalled, &mut sigusr2) => outcome,
         stuck = journal_stuck_after_signal(&recorder, watching) => Err(stuck),
     };
     heartbeat.abort();
@@ -771,10 +773,13 @@ impl RunLoop {
             && self.next_step < self.spec.steps.len()
     }
 
+    /// Runs the steps until the run ends. A stop signal (`signalled`) is a stop; SIGUSR2
+    /// (`interrupts`), pi-subagents' interrupt signal, is an interrupt, as a host's request.
     async fn run(
         &mut self,
         deadline: Option<Instant>,
         signalled: &mut Signalled,
+        interrupts: &mut Signal,
     ) -> Result<RunnerOutcome, RunnerError> {
         let mut poll = tokio::time::interval(self.config.poll_interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -820,6 +825,13 @@ impl RunLoop {
                 Ok(()) = signalled.changed() => {
                     let name = (*signalled.borrow_and_update()).unwrap_or("SIGTERM");
                     self.request(ControlAction::Stop, format!("signal {name}"), format!("the runner received {name}")).await?;
+                }
+                Some(()) = interrupts.recv() => {
+                    self.request(
+                        ControlAction::Interrupt,
+                        "signal SIGUSR2".to_string(),
+                        "the runner received SIGUSR2".to_string(),
+                    ).await?;
                 }
             }
         }

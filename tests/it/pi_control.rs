@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::pi_subagents_compat::{
-    StopOnDrop, launch, pi_subagents, read_with_pi_subagents, runjournal, wait_printed,
+    SESSION_ID, StopOnDrop, launch, pi_subagents, read_with_pi_subagents, runjournal, wait_printed,
 };
 
 /// pi-subagents' own control code on `run`'s directory: `action` with `extra`.
@@ -136,8 +136,84 @@ fn pi_subagents_request_async_timeout_ends_a_run_as_its_timeout() {
         &std::fs::read(results_dir(&root).join(format!("{run}.json"))).expect("the result"),
     )
     .expect("JSON");
-    assert_eq!(result["exitCode"], 124, "{result}");
+    // As pi-subagents' runner writes it: 1, and its words for a run with no timeout of its own.
+    assert_eq!(result["exitCode"], 1, "{result}");
+    assert_eq!(result["summary"], "Subagent timed out.", "{result}");
     assert_eq!(result["timedOut"], true, "{result}");
+}
+
+/// A run dismissed while it runs leaves pi-subagents' active index, as pi-subagents' own
+/// dismissal takes it out: its listing of the session's active runs no longer shows it, and
+/// the run goes on.
+#[test]
+fn a_run_dismissed_while_it_runs_leaves_pi_subagents_active_listing() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let (run, _) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    let active = || -> Vec<String> {
+        let report = read_with_pi_subagents(
+            &install,
+            &[("PI_SUBAGENTS_TEMP_ROOT", &root)],
+            &["--read", SESSION_ID],
+        );
+        report["listed"]["activeForSession"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a listing: {report}"))
+            .iter()
+            .map(|listed| listed["id"].as_str().expect("an id").to_string())
+            .collect()
+    };
+    assert_eq!(active(), vec![run.clone()], "listed while it runs");
+    runjournal(&root).args(["dismiss", &run]).assert().success();
+    assert_eq!(
+        active(),
+        Vec::<String>::new(),
+        "dismissed: no longer listed"
+    );
+    assert!(
+        !root
+            .join("async-subagent-runs/.active-runs")
+            .join(&run)
+            .exists(),
+        "its marker is gone"
+    );
+    assert_eq!(status(&root, &run)["state"], "running", "and it still runs");
+}
+
+/// SIGUSR2 is pi-subagents' interrupt signal, which its hosts sent to a runner's pid before
+/// its control files: runjournal's runner takes it as an interrupt (the run pauses, to be
+/// resumed), journaled as a host's request is, and neither dies of it nor leaves the run
+/// running.
+#[test]
+fn sigusr2_to_the_runner_pauses_the_run_as_an_interrupt() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let (run, runner_pid) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(runner_pid).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR2).expect("signal the runner");
+    assert_eq!(wait_end(&root, &run), "paused");
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(results_dir(&root).join(format!("{run}.json"))).expect("the result"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        result["summary"], "Paused after interrupt. Waiting for explicit next action.",
+        "{result}"
+    );
+    assert_eq!(result["exitCode"], 0, "{result}");
 }
 
 #[test]

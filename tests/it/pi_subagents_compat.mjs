@@ -101,11 +101,17 @@ for (const id of fs.readdirSync(asyncRoot).filter((entry) => !entry.startsWith("
 				success: data.success,
 				exitCode: data.exitCode,
 				summary: data.summary,
+				error: data.error,
+				stopped: data.stopped,
+				timedOut: data.timedOut,
+				truncated: data.truncated,
+				cwd: data.cwd,
 				results: (data.results ?? []).map((result) => ({
 					agent: result.agent,
 					output: result.output,
 					outputState: result.outputState,
 					success: result.success,
+					exitCode: result.exitCode,
 				})),
 			};
 		}

@@ -16,7 +16,7 @@ use runjournal::home::pi_subagents_default_root;
 
 /// The version whose readers are checked.
 const PI_SUBAGENTS_VERSION: &str = "0.67.0";
-const SESSION_ID: &str = "pi-session-1";
+pub(crate) const SESSION_ID: &str = "pi-session-1";
 const OWNER_ID: &str = "pi-owner-1";
 /// Bounds for the external commands: a hung install or reader fails the test.
 const NPM_TIMEOUT: Duration = Duration::from_secs(600);
@@ -305,6 +305,9 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     }
     let (single, _) = launch(&root, &["--", "sh", "-c", "echo the-answer-is-42"]);
     expected.insert(single.clone(), "complete");
+    // 6,000 lines: over pi-subagents' 5,000-line bound of a summary.
+    let (long, _) = launch(&root, &["--", "seq", "1", "6000"]);
+    expected.insert(long.clone(), "complete");
     let (chain, _) = launch(
         &root,
         &[
@@ -330,7 +333,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     );
     expected.insert(external, "complete");
     let (timed_out, _) = launch(&root, &["--timeout", "1s", "--", "sleep", "300"]);
-    expected.insert(timed_out, "failed");
+    expected.insert(timed_out.clone(), "failed");
     let (idle, _) = launch(&root, &["--idle-timeout", "1s", "--", "sleep", "300"]);
     expected.insert(idle.clone(), "failed");
     // Interrupted while its second step runs: paused; then resumed by a run that runs that
@@ -352,7 +355,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         .args(["stop", &stopped])
         .assert()
         .success();
-    expected.insert(stopped, "stopped");
+    expected.insert(stopped.clone(), "stopped");
 
     // A runner SIGKILLed mid-run, then reconciled: the run is failed by our reconciler, which
     // pi-subagents' must then leave alone.
@@ -621,8 +624,65 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         serde_json::json!(["complete"]),
         "the resumed run runs the interrupted step only"
     );
+    // The directory the run ran in (the launcher's), and whether its summary was cut.
+    assert_eq!(
+        single_result["cwd"],
+        std::env::current_dir()
+            .expect("a current directory")
+            .display()
+            .to_string(),
+        "{single_result}"
+    );
+    assert_eq!(single_result["truncated"], false, "{single_result}");
+    let long_result = result_of(&long);
+    assert_eq!(long_result["truncated"], true, "{long_result}");
+    assert!(
+        long_result["summary"]
+            .as_str()
+            .is_some_and(|summary| summary.starts_with("[TRUNCATED: showing first 5000 of ")),
+        "{long_result}"
+    );
+    // pi-subagents' runner writes 1 for every end but a completed or paused run, and sums up
+    // a stop and a timeout in its own words; each step keeps its own exit code.
+    assert_eq!(single_result["exitCode"], 0, "{single_result}");
+    assert_eq!(paused_result["exitCode"], 0, "{paused_result}");
+    assert_eq!(chain_result["exitCode"], 1, "{chain_result}");
+    assert_eq!(chain_result["results"][1]["exitCode"], 3, "{chain_result}");
+    let stopped_result = result_of(&stopped);
+    assert_eq!(
+        (
+            &stopped_result["exitCode"],
+            &stopped_result["summary"],
+            &stopped_result["error"],
+            &stopped_result["stopped"],
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!("Subagent stopped by user."),
+            &serde_json::json!("Subagent stopped by user."),
+            &serde_json::json!(true),
+        ),
+        "{stopped_result}"
+    );
+    let timed_out_result = result_of(&timed_out);
+    assert_eq!(
+        (
+            &timed_out_result["exitCode"],
+            &timed_out_result["summary"],
+            &timed_out_result["error"],
+            &timed_out_result["timedOut"],
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!("Subagent timed out after 1000ms."),
+            &serde_json::json!("Subagent timed out after 1000ms."),
+            &serde_json::json!(true),
+        ),
+        "{timed_out_result}"
+    );
     let idle_result = result_of(&idle);
-    assert_eq!(idle_result["exitCode"], 124, "{idle_result}");
+    assert_eq!(idle_result["exitCode"], 1, "{idle_result}");
+    assert_eq!(idle_result["results"][0]["exitCode"], 124, "{idle_result}");
     assert_eq!(idle_result["results"][0]["success"], false, "{idle_result}");
     assert!(
         idle_result["summary"]
