@@ -385,6 +385,13 @@ fn only_a_paused_run_is_resumed_and_a_refusal_writes_nothing() {
             .code(code);
     }
     let journal = home.journal();
+    // The ended runs' runners' exits are recorded by whoever sees them first (the home's
+    // watcher, a command's reconcile pass): all recorded before counting.
+    for run in [complete, failed] {
+        support::wait_for(&journal, run, "its runner's exit recorded", |state| {
+            state.process_terminal.is_some()
+        });
+    }
     let before = support::record_count(&journal);
     for (run, state) in [
         (running, "running"),
