@@ -36,6 +36,18 @@ fn pi_control(
 /// How long pi-subagents' reconciler lets a live pid go without a status update.
 const STALE_ALIVE_MS: &str = "1000";
 
+/// A run whose one step has printed `ready` and sleeps, its runner's pid, and the guard that
+/// stops it when the test ends.
+fn ready_run(root: &Path) -> (String, u32, StopOnDrop<'_>) {
+    let (run, runner_pid) = launch(root, &["--", "sh", "-c", "echo ready; sleep 300"]);
+    let stop = StopOnDrop {
+        root,
+        run: run.clone(),
+    };
+    wait_printed(root, &run, 0, "ready");
+    (run, runner_pid, stop)
+}
+
 fn run_dir(root: &Path, run: &str) -> PathBuf {
     root.join("async-subagent-runs").join(run)
 }
@@ -97,12 +109,7 @@ fn pi_subagents_request_async_stop_ends_a_run_stopped() {
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("pi-root");
-    let (run, _) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
-    let _stop = StopOnDrop {
-        root: &root,
-        run: run.clone(),
-    };
-    wait_printed(&root, &run, 0, "ready");
+    let (run, _, _stop) = ready_run(&root);
     pi_control(&install, &root, &run, "stop", "");
     assert_eq!(wait_end(&root, &run), "stopped");
     assert_eq!(
@@ -123,12 +130,7 @@ fn pi_subagents_request_async_timeout_ends_a_run_as_its_timeout() {
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("pi-root");
-    let (run, _) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
-    let _stop = StopOnDrop {
-        root: &root,
-        run: run.clone(),
-    };
-    wait_printed(&root, &run, 0, "ready");
+    let (run, _, _stop) = ready_run(&root);
     pi_control(&install, &root, &run, "timeout", "");
     assert_eq!(wait_end(&root, &run), "failed");
     assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
@@ -152,12 +154,7 @@ fn a_run_dismissed_while_it_runs_leaves_pi_subagents_active_listing() {
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("pi-root");
-    let (run, _) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
-    let _stop = StopOnDrop {
-        root: &root,
-        run: run.clone(),
-    };
-    wait_printed(&root, &run, 0, "ready");
+    let (run, _, _stop) = ready_run(&root);
     let active = || -> Vec<String> {
         let report = read_with_pi_subagents(
             &install,
@@ -196,12 +193,7 @@ fn a_run_dismissed_while_it_runs_leaves_pi_subagents_active_listing() {
 fn sigusr2_to_the_runner_pauses_the_run_as_an_interrupt() {
     let dir = tempfile::tempdir().expect("temp dir");
     let root = dir.path().join("pi-root");
-    let (run, runner_pid) = launch(&root, &["--", "sh", "-c", "echo ready; sleep 300"]);
-    let _stop = StopOnDrop {
-        root: &root,
-        run: run.clone(),
-    };
-    wait_printed(&root, &run, 0, "ready");
+    let (run, runner_pid, _stop) = ready_run(&root);
     let pid = nix::unistd::Pid::from_raw(i32::try_from(runner_pid).expect("a pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR2).expect("signal the runner");
     assert_eq!(wait_end(&root, &run), "paused");

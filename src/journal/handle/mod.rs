@@ -230,7 +230,7 @@ impl Journal {
         events: Vec<Event>,
         condition: Condition,
     ) -> Result<Appended, AppendError> {
-        self.commit_or_submit(run, events, condition, None)?
+        self.commit_or_submit(local_request(run, events, condition, None))?
             .wait()
             .result
     }
@@ -246,7 +246,9 @@ impl Journal {
     ) -> Vec<Result<Appended, AppendError>> {
         let tickets: Vec<_> = batches
             .into_iter()
-            .map(|(run, events, condition)| self.submit(run, events, condition, None))
+            .map(|(run, events, condition)| {
+                self.submit(local_request(run, events, condition, None))
+            })
             .collect();
         tickets
             .into_iter()
@@ -257,12 +259,8 @@ impl Journal {
     /// Queues a batch for the writer thread, for a caller with more than one to commit.
     fn submit(
         &self,
-        run: RunId,
-        events: Vec<Event>,
-        condition: Condition,
-        private: Option<Arc<RunPrivate>>,
+        request: commit::Request,
     ) -> Result<queue::Ticket<commit::Answer>, AppendError> {
-        let request = local_request(run, events, condition, private);
         let ticket = self.queue.submit(request);
         self.ticket_or_refusal(ticket)
     }
@@ -271,12 +269,8 @@ impl Journal {
     /// otherwise queues it for whoever commits next ([`Queue::commit_here_or_submit`]).
     fn commit_or_submit(
         &self,
-        run: RunId,
-        events: Vec<Event>,
-        condition: Condition,
-        private: Option<Arc<RunPrivate>>,
+        request: commit::Request,
     ) -> Result<queue::Ticket<commit::Answer>, AppendError> {
-        let request = local_request(run, events, condition, private);
         let is_counted = std::cell::Cell::new(false);
         let ticket = self.queue.commit_here_or_submit(
             &self.committer,
@@ -396,9 +390,14 @@ impl Journal {
             .private
             .filter(|private| !private.is_empty())
             .map(Arc::new);
-        self.commit_or_submit(run, events, Condition::expect_head(0), private)?
-            .wait()
-            .result
+        self.commit_or_submit(local_request(
+            run,
+            events,
+            Condition::expect_head(0),
+            private,
+        ))?
+        .wait()
+        .result
     }
 
     /// Prunes `runs` in one durable write transaction (each one only if it is still terminal
