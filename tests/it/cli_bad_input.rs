@@ -61,6 +61,11 @@ fn home_with_a_run() -> (TestHome, Journal, RunId) {
     let (home, run) = support::home_with_a_run();
     let journal = home.journal();
     wait_terminal(&journal, run);
+    // Its runner's exit is recorded by whoever sees it first (the home's watcher among them):
+    // recorded before a refusal counts the records.
+    support::wait_for(&journal, run, "its runner's exit recorded", |state| {
+        state.process_terminal.is_some()
+    });
     (home, journal, run)
 }
 
