@@ -862,36 +862,33 @@ impl Model {
                 Err(rules) => return Outcome::Refused(Refusal::Transition { index, rules }),
             }
         }
-        // "Launched once", the journal's half, once the reducer accepted the batch: only a
-        // creation batch takes a key, and only while no other run holds it.
-        if let Some(index) = batch
-            .events
-            .iter()
-            .position(|event| matches!(event, Event::UniqueKey { .. }))
-        {
-            if existed {
-                return Outcome::Refused(Refusal::Transition {
-                    index,
-                    rules: vec![Rule::UniqueKeyAtCreation],
-                });
-            }
-            if let Event::UniqueKey { key, .. } = &batch.events[index]
-                && self.key_is_held(key, slot, batch.time_ms)
-            {
-                return Outcome::Refused(Refusal::UniqueHeld);
-            }
-        }
-        // "Retries": only a creation batch takes a retry policy.
-        if let Some(index) = batch
-            .events
-            .iter()
-            .position(|event| matches!(event, Event::RetryPolicy { .. }))
-            .filter(|_| existed)
+        // "Launched once" and "Retries", the journal's half, once the reducer accepted the
+        // batch: only a creation batch takes a key or a retry policy (the first such event of a
+        // later batch is refused), and a key only while no other run holds it.
+        if existed
+            && let Some((index, rule)) =
+                batch
+                    .events
+                    .iter()
+                    .enumerate()
+                    .find_map(|(index, event)| match event {
+                        Event::UniqueKey { .. } => Some((index, Rule::UniqueKeyAtCreation)),
+                        Event::RetryPolicy { .. } => Some((index, Rule::RetryPolicyAtCreation)),
+                        _ => None,
+                    })
         {
             return Outcome::Refused(Refusal::Transition {
                 index,
-                rules: vec![Rule::RetryPolicyAtCreation],
+                rules: vec![rule],
             });
+        }
+        if let Some(Event::UniqueKey { key, .. }) = batch
+            .events
+            .iter()
+            .find(|event| matches!(event, Event::UniqueKey { .. }))
+            && self.key_is_held(key, slot, batch.time_ms)
+        {
+            return Outcome::Refused(Refusal::UniqueHeld);
         }
         self.runs[slot] = run;
         Outcome::Accepted {
