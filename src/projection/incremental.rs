@@ -225,7 +225,7 @@ impl Projector {
         let state = view
             .snapshot(run)
             .map_err(read_error(run))?
-            .ok_or(ProjectionError::UnknownRun { run })?;
+            .ok_or_else(|| super::unknown_run(home, run))?;
         let links = view.resume_links(run).map_err(read_error(run))?;
         let head_seq = state.head_seq;
         let events_path = home.events_path(run);

@@ -592,6 +592,16 @@ pub fn load(
     Ok((state, records, links))
 }
 
+/// The error of a projection whose run the journal does not hold: pruned while this process
+/// was about to project it. Taking the run's lock made its directory and lock file again;
+/// both go (the directory only when nothing else is in it), so a pruned run's directory is not
+/// left behind by a projection that came too late.
+pub(crate) fn unknown_run(home: &Home, run: RunId) -> ProjectionError {
+    let _ = std::fs::remove_file(home.lock_path(run));
+    let _ = std::fs::remove_dir(home.run_dir(run));
+    ProjectionError::UnknownRun { run }
+}
+
 /// Takes the run's projection lock (`runs/<id>/.lock`), making its directory if needed,
 /// waiting for it at most [`RUN_LOCK_WAIT`] ([`lock_run_within`]).
 pub(crate) fn lock_run(home: &Home, run: RunId) -> Result<FileLock, ProjectionError> {
@@ -679,7 +689,7 @@ pub fn heartbeat(
     let state = view
         .snapshot(run)
         .map_err(|source| ProjectionError::Read { run, source })?
-        .ok_or(ProjectionError::UnknownRun { run })?;
+        .ok_or_else(|| unknown_run(home, run))?;
     if state.is_terminal() {
         return Ok(false);
     }
@@ -746,7 +756,10 @@ pub fn project(
     let view = journal
         .view()
         .map_err(|source| ProjectionError::Read { run, source })?;
-    let (state, records, links) = load(&view, run)?;
+    let (state, records, links) = match load(&view, run) {
+        Err(ProjectionError::UnknownRun { run }) => return Err(unknown_run(home, run)),
+        loaded => loaded?,
+    };
     drop(view);
     write_plan(&plan(home, &state, &records, &links), result)?;
     Ok(state.head_seq)

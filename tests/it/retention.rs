@@ -1086,3 +1086,41 @@ fn a_clock_a_year_ahead_prunes_nothing() {
     let report = prune_json(&home, &["--older-than", "1s"]);
     assert_eq!(pruned_ids(&report), BTreeSet::from(runs), "{report}");
 }
+
+/// A projection that comes after its run was pruned (a retry, a lingering process's, the
+/// home's watcher's) writes nothing: taking the run's lock would make its directory again, and
+/// the directory is not left behind. (The whole suite met a pruned run's directory made again
+/// this way, after a prune on a full disk.)
+#[test]
+fn a_projection_after_its_run_was_pruned_leaves_no_directory() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--step", "true"])
+        .output()
+        .expect("run");
+    let run = run_id_of(&output.stdout);
+    let journal = home.journal();
+    crate::support::wait_for(&journal, run, "its runner's exit recorded", |state| {
+        state.process_terminal.is_some()
+    });
+    drop(journal);
+    home.stop_watcher();
+    std::fs::remove_file(home.path().join(format!("results/{run}.json"))).expect("consumed");
+    home.cmd()
+        .args(["prune", "--keep-runs", "0"])
+        .assert()
+        .success();
+    let run_dir = home.path().join(format!("runs/{run}"));
+    assert!(!run_dir.exists(), "pruned");
+    let store = Store::open(Home::at(home.path())).expect("the store opens");
+    let projected = store.project(run);
+    assert!(
+        matches!(
+            projected,
+            Err(runjournal::projection::ProjectionError::UnknownRun { .. })
+        ),
+        "{projected:?}"
+    );
+    assert!(!run_dir.exists(), "a late projection leaves no directory");
+}
