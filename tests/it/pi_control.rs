@@ -562,12 +562,34 @@ fn a_stop_request_journaled_by_a_runner_killed_before_removing_its_file_is_taken
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!kill_file.exists(), "the runner reached the kill point");
+    // It removes the file, then raises SIGKILL: dead a moment later. A pass that came in that
+    // moment would find it alive and leave its inbox to it.
+    let runner_pid =
+        u32::try_from(launched["runnerPid"].as_u64().expect("runnerPid")).expect("a pid");
+    for _ in 0..600 {
+        let is_alive = runjournal::platform::process(runner_pid)
+            .ok()
+            .flatten()
+            .is_some_and(|info| info.is_alive());
+        if !is_alive {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(
         request_files(&root, &run).len(),
         1,
         "the request's file outlived its record"
     );
     runjournal(&root).arg("reconcile").assert().success();
+    // The next taker is this reconcile pass, or the home's watcher, which sees the runner die
+    // too and may be taking the inbox while the pass runs: the file goes once either is done.
+    for _ in 0..200 {
+        if request_files(&root, &run).is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(
         request_files(&root, &run),
         Vec::<PathBuf>::new(),
