@@ -209,13 +209,8 @@ impl<T, R> Queue<T, R> {
         if state.is_closed {
             return Err(Closed);
         }
-        let mut group = if state.items.is_empty() {
-            drop(state);
-            Vec::new()
-        } else {
-            let room = max_weight.saturating_sub(weight(&item));
-            self.pop_group(state, 1, room, &weight)
-        };
+        let room = max_weight.saturating_sub(weight(&item));
+        let mut group = self.pop_group(state, 1, room, &weight);
         let (ticket, reply) = self.pair();
         group.push((item, reply));
         commit(&mut committing, group);
