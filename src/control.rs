@@ -85,45 +85,48 @@ pub enum StopOutcome {
     StoppedWaiting { waiting: String },
 }
 
-/// Most attempts to end a run waiting in its queue while its head keeps moving.
-const MAX_WAITING_STOP_ATTEMPTS: u32 = 64;
+/// Most attempts to record a stop while the run's head keeps moving.
+const MAX_STOP_ATTEMPTS: u32 = 64;
 
-/// Ends a run that waits in its queue or for its due time, stopped, with the stop request, in one batch on the head
-/// read: if it was admitted meanwhile, the head moved and the caller stops it as a started
-/// run. `None` when it does not wait (any more).
-fn stop_waiting(
-    store: &Store,
-    run: RunId,
-    by: &str,
-    reason: &str,
-) -> Result<Option<StopOutcome>, ControlError> {
-    for _ in 0..MAX_WAITING_STOP_ATTEMPTS {
-        let state = snapshot(store, run)?;
-        let Some(waiting) = control_inbox::waiting_text(&state) else {
-            return Ok(None);
-        };
-        let events = control_inbox::stop_events(&state, by, reason);
-        match store.append(run, events, Condition::expect_head(state.head_seq)) {
-            Ok(_) => {
-                return Ok(Some(StopOutcome::StoppedWaiting { waiting }));
-            }
-            Err(AppendError::HeadMismatch { .. }) => continue,
-            Err(error) => return Err(error.into()),
-        }
-    }
-    Ok(None)
-}
-
-/// Records `ControlRequested(stop)`, then signals the run's runner if it is alive.
+/// Records a stop on the head read, then signals the run's runner if it is alive. A run that
+/// waits (in its queue, for its dependencies or its due time) is ended `stopped` with the
+/// request in one batch: no runner will ever start for it. A run that still has a runner gets
+/// `ControlRequested(stop)` alone. Each is appended on the head its decision read, so a run
+/// whose attempt ended meanwhile (and now waits for its next one) is judged again as the
+/// waiting run it has become, not left waiting with a request no runner will take.
 pub fn request_stop(
     store: &Store,
     run: RunId,
     by: &str,
     reason: &str,
 ) -> Result<StopOutcome, ControlError> {
-    if let Some(outcome) = stop_waiting(store, run, by, reason)? {
-        return Ok(outcome);
+    for _ in 0..MAX_STOP_ATTEMPTS {
+        let state = snapshot(store, run)?;
+        if state.is_terminal() {
+            return Ok(StopOutcome::AlreadyEnded {
+                state: state.status,
+            });
+        }
+        let waiting = control_inbox::waiting_text(&state);
+        let already = state.has_control(ControlAction::Stop);
+        if waiting.is_none() && already {
+            let signalled = signal_runner(&state);
+            return Ok(StopOutcome::AlreadyRequested { signalled });
+        }
+        let events = control_inbox::stop_events(&state, by, reason);
+        match store.append(run, events, Condition::expect_head(state.head_seq)) {
+            Ok(_) => {}
+            Err(AppendError::HeadMismatch { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        }
+        if let Some(waiting) = waiting {
+            return Ok(StopOutcome::StoppedWaiting { waiting });
+        }
+        let signalled = signal_runner(&snapshot(store, run)?);
+        return Ok(StopOutcome::Requested { signalled });
     }
+    // The head moved on every read: the run is busy recording. Its runner takes a request
+    // appended on whatever head it has.
     request_control(store, run, ControlAction::Stop, by, reason)
 }
 

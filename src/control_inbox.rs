@@ -604,15 +604,19 @@ pub fn steer_targets(state: &RunState) -> Vec<u32> {
     }
 }
 
-/// The events a stop records: the request, and for a run waiting in its queue or for its due
-/// time (no runner will start for it) its end, stopped, in the same batch. The one wording of both, for `stop` and
-/// for the inbox. Pure.
+/// The events a stop records: the request (unless one is recorded already), and for a run
+/// waiting in its queue, for its dependencies or for its due time (no runner will start for
+/// it) its end, stopped, in the same batch. The one wording of both, for `stop` and for the
+/// inbox. Pure.
 pub fn stop_events(state: &RunState, by: &str, reason: &str) -> Vec<Event> {
-    let mut events = vec![Event::ControlRequested {
-        action: ControlAction::Stop,
-        by: by.to_string(),
-        reason: reason.to_string(),
-    }];
+    let mut events = Vec::with_capacity(2);
+    if !state.has_control(ControlAction::Stop) {
+        events.push(Event::ControlRequested {
+            action: ControlAction::Stop,
+            by: by.to_string(),
+            reason: reason.to_string(),
+        });
+    }
     if let Some(waiting) = waiting_text(state) {
         events.push(Event::Terminal {
             state: TerminalState::Stopped,
@@ -662,7 +666,10 @@ pub fn decide(found: &Found, state: &RunState) -> Decision {
     };
     match request {
         Request::Control { action, by, reason } => {
-            if state.has_control(*action) {
+            // A stop recorded on a run that waits again (its attempt ended after the request)
+            // has no runner to take it: the waiting run is ended now.
+            let ends_waiting = *action == ControlAction::Stop && state.is_waiting();
+            if state.has_control(*action) && !ends_waiting {
                 return Decision::AlreadyTaken;
             }
             if state.status == RunStatus::Paused {

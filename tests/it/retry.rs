@@ -4,7 +4,8 @@
 //! attempt's end and the next attempt's start loses nothing and starts nothing twice; a
 //! failure the policy does not cover ends the run; hooks fire once, for the last attempt.
 
-use runjournal::event::{AttemptCause, Event};
+use runjournal::Condition;
+use runjournal::event::{AttemptCause, ControlAction, Event};
 use runjournal::{RunId, RunState, RunStatus};
 
 use crate::support::{
@@ -375,4 +376,72 @@ fn a_stop_ends_a_run_waiting_for_its_next_attempt() {
     assert_eq!(ended.status, RunStatus::Stopped);
     assert_eq!(count_of(&home, run, "RunnerStarted"), 1);
     assert_indexes_verify(&home);
+}
+
+/// A stop that read the run still running can land after its attempt ended: the run waits for
+/// its next attempt with a stop recorded and no runner to take it. A later `stop`, and a stop
+/// written into its control inbox, end it there instead of being refused as a second request.
+#[test]
+fn a_stop_recorded_after_an_attempt_ended_is_ended_by_the_next_stop() {
+    for through_inbox in [false, true] {
+        let home = TestHome::new();
+        let run = launch(
+            &home,
+            &[
+                "--retries",
+                "3",
+                "--retry-backoff",
+                "1h",
+                "--",
+                "sh",
+                "-c",
+                "exit 5",
+            ],
+        );
+        let journal = home.journal();
+        wait_for(
+            &journal,
+            run,
+            "its first attempt ended",
+            RunState::is_between_attempts,
+        );
+        // The request as a racing `stop` lands it: on a run that is not terminal.
+        journal
+            .append(
+                run,
+                vec![Event::ControlRequested {
+                    action: ControlAction::Stop,
+                    by: "a stop that read the run running".to_string(),
+                    reason: "it landed after the attempt ended".to_string(),
+                }],
+                Condition::expect_not_terminal(),
+            )
+            .expect("the request is recorded on the waiting run");
+        let waiting = state(&journal, run);
+        assert!(waiting.is_waiting_for_due(), "the run still waits");
+        assert!(waiting.has_control(ControlAction::Stop));
+        drop(journal);
+        if through_inbox {
+            let control = home
+                .path()
+                .join("runs")
+                .join(run.to_string())
+                .join("control");
+            std::fs::create_dir_all(&control).expect("the inbox");
+            std::fs::write(control.join("stop.json"), r#"{"type":"stop"}"#)
+                .expect("a stop request");
+            home.cmd().args(["reconcile"]).assert().success();
+        } else {
+            home.cmd()
+                .args(["stop", &run.to_string()])
+                .assert()
+                .success();
+        }
+        let journal = home.journal();
+        let ended = wait_terminal(&journal, run);
+        assert_eq!(ended.status, RunStatus::Stopped, "inbox: {through_inbox}");
+        assert_eq!(count_of(&home, run, "ControlRequested"), 1);
+        assert_eq!(count_of(&home, run, "RunnerStarted"), 1);
+        assert_indexes_verify(&home);
+    }
 }
