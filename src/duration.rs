@@ -334,6 +334,11 @@ pub fn format_time_ms(ms: UnixMs) -> String {
     format_time(ms, "%Y-%m-%d %H:%M:%S%.3fZ")
 }
 
+/// Unix milliseconds as JavaScript's `toISOString` writes them: `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn format_time_iso(ms: UnixMs) -> String {
+    format_time(ms, "%Y-%m-%dT%H:%M:%S%.3fZ")
+}
+
 fn format_time(ms: UnixMs, format: &str) -> String {
     i64::try_from(ms)
         .ok()

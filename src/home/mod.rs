@@ -491,6 +491,15 @@ impl Home {
         }
     }
 
+    /// pi-subagents' markdown log of an ended run (`subagent-log-<id>.md` in the run's
+    /// directory): the pi-subagents layout only.
+    pub fn pi_run_log_path(&self, run: RunId) -> Option<PathBuf> {
+        match self.layout {
+            Layout::Runjournal => None,
+            Layout::PiSubagents => Some(self.run_dir(run).join(format!("subagent-log-{run}.md"))),
+        }
+    }
+
     /// pi-subagents' proof sidecar: how the run's runner process ended, and each step's.
     pub fn process_terminal_path(&self, run: RunId) -> PathBuf {
         self.run_dir(run).join("process-terminal.json")

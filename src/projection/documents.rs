@@ -1037,6 +1037,81 @@ pub fn result_doc(home: &Home, state: &RunState, records: &[Record]) -> Option<R
     result_doc_at(home, state, terminal_seq(state, records))
 }
 
+/// pi-subagents' markdown log of an ended run, from its result: its mode, directory, times,
+/// a table of its steps and its summary, in pi-subagents' words and layout. Pure.
+pub fn run_log_md(state: &RunState, result: &ResultDoc) -> String {
+    use std::fmt::Write as _;
+    let started_at_ms = state
+        .runner
+        .as_ref()
+        .map_or(state.created_at_ms, |runner| runner.started_at_ms)
+        .min(result.timestamp);
+    let mut log = String::new();
+    // Writing into a String cannot fail.
+    let _ = writeln!(log, "# Subagent run {}\n", result.id);
+    let _ = writeln!(log, "- **Mode:** {}", result.mode);
+    let _ = writeln!(log, "- **CWD:** {}", result.cwd.as_deref().unwrap_or("."));
+    let _ = writeln!(
+        log,
+        "- **Started:** {}",
+        crate::duration::format_time_iso(started_at_ms)
+    );
+    let _ = writeln!(
+        log,
+        "- **Ended:** {}",
+        crate::duration::format_time_iso(result.timestamp)
+    );
+    let _ = writeln!(
+        log,
+        "- **Duration:** {}",
+        pi_duration(result.timestamp - started_at_ms)
+    );
+    let _ = writeln!(log, "- **Artifacts:** {}\n", result.async_dir);
+    let _ = writeln!(log, "## Steps");
+    let _ = writeln!(log, "| Step | Agent | Status | Duration |");
+    let _ = writeln!(log, "| --- | --- | --- | --- |");
+    for (index, (step, doc)) in state.steps.iter().zip(&result.results).enumerate() {
+        let duration = match (step.started_at_ms, step.ended_at_ms) {
+            (Some(started), Some(ended)) => pi_duration(ended.saturating_sub(started)),
+            _ => "-".to_string(),
+        };
+        let agent = doc.agent.replace('|', "\\|");
+        let _ = writeln!(
+            log,
+            "| {} | {agent} | {} | {duration} |",
+            index + 1,
+            step.status.as_str()
+        );
+    }
+    let _ = writeln!(log, "\n## Summary");
+    if result.truncated {
+        let _ = writeln!(log, "_Output truncated_\n");
+    }
+    let summary = result.summary.trim();
+    let _ = writeln!(
+        log,
+        "{}",
+        if summary.is_empty() {
+            "(no output)"
+        } else {
+            summary
+        }
+    );
+    log
+}
+
+/// A duration as pi-subagents writes one: `850ms`, `12.5s`, `3m7s`.
+fn pi_duration(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => {
+            let tenths = (ms + 50) / 100;
+            format!("{}.{}s", tenths / 10, tenths % 10)
+        }
+        _ => format!("{}m{}s", ms / 60_000, ms % 60_000 / 1_000),
+    }
+}
+
 /// The result document of a terminal run whose `Terminal` record has seq `terminal_seq`
 /// (what [`result_doc`] finds in the records); `None` while it is not terminal, and for a run
 /// a host's repair ended: the host published its own result, and a host sees one end.

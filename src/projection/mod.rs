@@ -37,6 +37,9 @@ pub enum FileKind {
     ProcessTerminal,
     /// `control/steer-inbox-closed.json`.
     SteerInboxClosed,
+    /// `subagent-log-<id>.md`, pi-subagents' markdown log of an ended run (the pi-subagents
+    /// layout only).
+    RunLog,
 }
 
 impl FileKind {
@@ -52,6 +55,7 @@ impl FileKind {
             FileKind::PiEvents => "pi-events",
             FileKind::ProcessTerminal => "process-terminal",
             FileKind::SteerInboxClosed => "steer-inbox-closed",
+            FileKind::RunLog => "run-log",
         }
     }
 
@@ -133,6 +137,13 @@ pub(crate) fn plan_parts(
     let run = state.run_id;
     let mut files = Vec::new();
     if let Some(result) = documents::result_doc_at(home, state, terminal_seq) {
+        if let Some(path) = home.pi_run_log_path(run) {
+            files.push(PlannedFile {
+                kind: FileKind::RunLog,
+                path,
+                content: Content::Bytes(documents::run_log_md(state, &result).into_bytes()),
+            });
+        }
         files.push(PlannedFile {
             kind: FileKind::Result,
             path: home.result_path(run),

@@ -60,6 +60,7 @@ const { readStatus } = await load("shared/utils.ts");
 const { listAsyncRuns } = await load("runs/background/async-status.ts");
 const { reconcileAsyncRun } = await load("runs/background/stale-run-reconciler.ts");
 const { resultPayloadPathForSessionRun } = await load("runs/background/result-files.ts");
+const { formatAsyncRunTranscript } = await load("runs/background/fleet-view.ts");
 
 const staleAlivePidMs = process.env.PI_COMPAT_STALE_ALIVE_MS ? Number(process.env.PI_COMPAT_STALE_ALIVE_MS) : undefined;
 const asyncRoot = types.DIRS.async;
@@ -80,6 +81,11 @@ for (const id of fs.readdirSync(asyncRoot).filter((entry) => !entry.startsWith("
 			hasPid: typeof status.pid === "number",
 			steps: (status.steps ?? []).map((step) => step.status),
 		};
+		// The transcript view names the run's markdown log when the run has one.
+		if (status) {
+			const transcript = formatAsyncRunTranscript(status, asyncDir);
+			seen.log = transcript.split("\n").find((line) => line.includes("Log: "))?.trim() ?? null;
+		}
 	} catch (error) {
 		seen.readError = message(error);
 	}

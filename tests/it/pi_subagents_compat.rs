@@ -560,9 +560,19 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         let result = root
             .join("async-subagent-results")
             .join(format!("{run}.json"));
+        let log = root
+            .join("async-subagent-runs")
+            .join(run)
+            .join(format!("subagent-log-{run}.md"));
         if *state == "running" || *state == "queued" {
             assert_eq!(seen["resultPath"], serde_json::Value::Null, "{run}: {seen}");
+            assert_eq!(seen["log"], serde_json::Value::Null, "{run}: {seen}");
         } else {
+            assert_eq!(
+                seen["log"],
+                format!("Log: {}", log.display()),
+                "{run}: pi-subagents' transcript view names the run's log: {seen}"
+            );
             assert_eq!(
                 seen["resultPath"],
                 result.display().to_string(),
@@ -581,6 +591,30 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     assert_eq!(
         single_result["summary"],
         "sh -c echo the-answer-is-42:\nthe-answer-is-42"
+    );
+    // The markdown log pi-subagents' runner leaves of an ended run, in its layout.
+    let log_of = |run: &str| {
+        std::fs::read_to_string(
+            root.join("async-subagent-runs")
+                .join(run)
+                .join(format!("subagent-log-{run}.md")),
+        )
+        .expect("the run's log")
+    };
+    let chain_log = log_of(&chain);
+    for line in [
+        format!("# Subagent run {chain}\n\n- **Mode:** chain\n").as_str(),
+        "## Steps\n| Step | Agent | Status | Duration |\n| --- | --- | --- | --- |\n",
+        "| 2 | exit 3 | failed | ",
+        "| 3 | echo never | skipped | - |\n",
+        "## Summary\n",
+    ] {
+        assert!(chain_log.contains(line), "{line:?} in:\n{chain_log}");
+    }
+    assert!(
+        log_of(&long).contains("## Summary\n_Output truncated_\n\n[TRUNCATED: "),
+        "{}",
+        log_of(&long)
     );
     let chain_result = result_of(&chain);
     let chain_outputs: Vec<(&str, &str)> = chain_result["results"]
