@@ -47,6 +47,16 @@ pub fn describe_exit(exit: ProcessExit) -> String {
     }
 }
 
+/// The name of the signal that killed a process, from an error that starts with what
+/// [`describe_exit`] says of it ("killed by signal 9 (SIGKILL)…" gives `SIGKILL`); `None` for
+/// any other error. The one reader of that wording.
+pub fn killing_signal(error: &str) -> Option<&str> {
+    let rest = error.strip_prefix("killed by signal ")?;
+    let (number, rest) = rest.split_once(" (")?;
+    let (name, _) = rest.split_once(')')?;
+    (number.parse::<i32>().is_ok() && name.starts_with("SIG")).then_some(name)
+}
+
 /// How an attempt to deliver a completion hook ended: "delivered", "failed (exited with code
 /// 3)", "timed out", "could not start: ...", "abandoned: ...".
 pub fn describe_hook_outcome(outcome: &crate::event::HookOutcome) -> String {
@@ -127,6 +137,26 @@ mod tests {
         assert_eq!(
             describe_exit(ExitStatus::from_raw(9).into()),
             "killed by signal 9 (SIGKILL)"
+        );
+    }
+
+    #[test]
+    fn the_killing_signal_is_read_back_from_what_describe_exit_says() {
+        let killed = describe_exit(ProcessExit {
+            code: None,
+            signal: Some(9),
+        });
+        assert_eq!(killing_signal(&killed), Some("SIGKILL"));
+        let with_more = format!("{killed}; ended 2 processes it left outside its process group");
+        assert_eq!(killing_signal(&with_more), Some("SIGKILL"));
+        let exited = describe_exit(ProcessExit {
+            code: Some(137),
+            signal: None,
+        });
+        assert_eq!(killing_signal(&exited), None);
+        assert_eq!(
+            killing_signal("the step was killed by signal 9 (SIGKILL)"),
+            None
         );
     }
 }

@@ -521,7 +521,11 @@ pub fn process_terminal_file_doc(state: &RunState) -> ProcessTerminalFileDoc {
 /// `control/steer-inbox-closed.json` of a run that takes no more steering: once it ended, but
 /// a paused run takes messages for its resume until it is resumed (then the resume's creation
 /// is when it closed). `None` while it takes them.
-pub fn steer_inbox_closed(state: &RunState, links: &ResumeLinks) -> Option<SteerInboxClosedDoc> {
+pub fn steer_inbox_closed(
+    home: &Home,
+    state: &RunState,
+    links: &ResumeLinks,
+) -> Option<SteerInboxClosedDoc> {
     let terminal = state.terminal.as_ref()?;
     let closed_at = match (terminal.state, links.resumed_by) {
         (TerminalState::Paused, None) => return None,
@@ -531,7 +535,7 @@ pub fn steer_inbox_closed(state: &RunState, links: &ResumeLinks) -> Option<Steer
     Some(SteerInboxClosedDoc {
         version: 1,
         closed_at,
-        state: state.status.as_str().to_string(),
+        state: projected_state(home, state).to_string(),
     })
 }
 
@@ -781,7 +785,7 @@ pub fn status_doc(home: &Home, state: &RunState, links: &ResumeLinks) -> StatusD
         run_id: state.run_id.to_string(),
         name: state.spec.name.clone(),
         mode: state.spec.mode.as_str().to_string(),
-        state: state.status.as_str().to_string(),
+        state: projected_state(home, state).to_string(),
         started_at: state.created_at_ms,
         last_update: state.updated_at_ms,
         ended_at: terminal.map(|terminal| terminal.at_ms),
@@ -1170,7 +1174,7 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
         agent,
         mode: state.spec.mode.as_str().to_string(),
         success: terminal.state == TerminalState::Complete,
-        state: state.status.as_str().to_string(),
+        state: projected_state(home, state).to_string(),
         summary: summary.text,
         truncated: summary.is_truncated,
         error: ending.message().or_else(|| terminal.error.clone()),
@@ -1202,6 +1206,10 @@ enum PiEnding {
     Stopped,
     /// pi-subagents' layout, a run its timeout ended; the timeout when the run has one.
     TimedOut(Option<u64>),
+    /// pi-subagents' layout, a run failed by a step a signal killed that nobody asked for
+    /// (no stop, timeout or interrupt): pi-subagents' runner ends it `stopped`. The signal's
+    /// name.
+    Signalled(String),
     /// pi-subagents' layout, any other end.
     Other,
 }
@@ -1223,7 +1231,10 @@ impl PiEnding {
             TerminalState::Failed if state.has_control(ControlAction::Timeout) => {
                 PiEnding::TimedOut(state.spec.timeout_ms)
             }
-            _ => PiEnding::Other,
+            _ => match unasked_signal(state) {
+                Some(signal) => PiEnding::Signalled(signal.to_string()),
+                None => PiEnding::Other,
+            },
         }
     }
 
@@ -1235,6 +1246,9 @@ impl PiEnding {
                 Some(format!("Subagent timed out after {timeout_ms}ms."))
             }
             PiEnding::TimedOut(None) => Some("Subagent timed out.".to_string()),
+            PiEnding::Signalled(signal) => {
+                Some(format!("Subagent process terminated by signal {signal}."))
+            }
             PiEnding::Native | PiEnding::Other => None,
         }
     }
@@ -1248,6 +1262,40 @@ impl PiEnding {
             _ => 1,
         }
     }
+}
+
+/// The signal that killed a step of a run that failed by it with nobody asking (no control
+/// recorded, its own runner's end): the end pi-subagents' runner calls `stopped`.
+fn unasked_signal(state: &RunState) -> Option<&str> {
+    let terminal = state.terminal.as_ref()?;
+    if terminal.state != TerminalState::Failed
+        || terminal.repaired_by.is_some()
+        || !state.controls.is_empty()
+    {
+        return None;
+    }
+    state
+        .steps
+        .iter()
+        .filter(|step| step.status == StepStatus::Failed)
+        .find_map(|step| crate::exit::killing_signal(step.error.as_deref()?))
+}
+
+/// The run's state as its projections name it: the journal's, but in pi-subagents' layout a
+/// run failed by a signal nobody asked for is `stopped`, as pi-subagents' runner ends it.
+pub fn projected_state(home: &Home, state: &RunState) -> &'static str {
+    match home.layout() {
+        crate::home::Layout::PiSubagents => pi_state(state),
+        crate::home::Layout::Runjournal => state.status.as_str(),
+    }
+}
+
+/// The run's state as pi-subagents' runner names it ([`projected_state`] in its layout).
+pub fn pi_state(state: &RunState) -> &'static str {
+    if unasked_signal(state).is_some() {
+        return crate::state::RunStatus::Stopped.as_str();
+    }
+    state.status.as_str()
 }
 
 /// When the run's timeout falls due: its runner's start plus its timeout.
@@ -1605,11 +1653,11 @@ mod tests {
         assert_eq!(handed_on.recent[1].targets[1].state, "recovered");
         assert_eq!(handed_on.recovered, 1);
         assert!(
-            steer_inbox_closed(&state, &links).is_none(),
+            steer_inbox_closed(&home, &state, &links).is_none(),
             "a paused run takes steering"
         );
         assert!(
-            steer_inbox_closed(&state, &resumed).is_some(),
+            steer_inbox_closed(&home, &state, &resumed).is_some(),
             "until it is resumed"
         );
 

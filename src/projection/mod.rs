@@ -215,7 +215,7 @@ pub(crate) fn plan_parts(
     files.push(PlannedFile {
         kind: FileKind::SteerInboxClosed,
         path: home.steer_inbox_closed_path(run),
-        content: match documents::steer_inbox_closed(state, links) {
+        content: match documents::steer_inbox_closed(home, state, links) {
             Some(closed) => Content::Bytes(documents::to_json_bytes(&closed)),
             None => Content::Absent,
         },

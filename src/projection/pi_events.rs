@@ -440,7 +440,7 @@ fn run_ended(
             lines.push(
                 Line::new("subagent.run.completed", ts, run)
                     .with("lifecycleArtifactVersion", LIFECYCLE_ARTIFACT_VERSION)
-                    .with("status", run.status.as_str())
+                    .with("status", super::documents::pi_state(run))
                     .with("durationMs", ts.saturating_sub(started_at)),
             );
             lines

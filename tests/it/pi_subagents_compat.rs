@@ -350,6 +350,10 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         .assert()
         .success();
     expected.insert(paused.clone(), "paused");
+    // A step killed by a signal nobody asked for: pi-subagents' runner ends such a run
+    // `stopped`, and says which signal.
+    let (signalled, _) = launch(&root, &["--", "sh", "-c", "kill -9 $$"]);
+    expected.insert(signalled.clone(), "stopped");
     let (stopped, _) = launch(&root, &["--", "sleep", "300"]);
     runjournal(&root)
         .args(["stop", &stopped])
@@ -697,6 +701,24 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
             &serde_json::json!(true),
         ),
         "{stopped_result}"
+    );
+    let signalled_result = result_of(&signalled);
+    assert_eq!(
+        (
+            &signalled_result["state"],
+            &signalled_result["exitCode"],
+            &signalled_result["summary"],
+            &signalled_result["error"],
+            &signalled_result["results"][0]["exitCode"],
+        ),
+        (
+            &serde_json::json!("stopped"),
+            &serde_json::json!(1),
+            &serde_json::json!("Subagent process terminated by signal SIGKILL."),
+            &serde_json::json!("Subagent process terminated by signal SIGKILL."),
+            &serde_json::json!(137),
+        ),
+        "{signalled_result}"
     );
     let timed_out_result = result_of(&timed_out);
     assert_eq!(
