@@ -36,7 +36,7 @@ use crate::event::{
     TerminalState, truncate_text,
 };
 use crate::exit::describe_exit;
-use crate::home::Home;
+use crate::home::{Home, Layout};
 use crate::journal::{AppendError, Condition, QueueRefusal, ReadError, ResumeRefusal};
 use crate::liveness::{self, Liveness};
 use crate::platform;
@@ -200,6 +200,9 @@ pub enum LaunchError {
         #[source]
         source: ReadError,
     },
+    /// The home's default run timeout could not be read: nothing was written.
+    #[error("reading the home's default run timeout: {0}")]
+    Policy(#[source] ReadError),
     #[error(
         "run {run}: could not record that its runner did not start: its head kept moving over {MAX_HEAD_RETRIES} attempts"
     )]
@@ -306,6 +309,7 @@ pub fn launch(
     start_timeout: Duration,
 ) -> Result<Launched, LaunchError> {
     check_launchable(&request.spec)?;
+    let request = with_home_timeout(store, request)?;
     let private = private_of(&request)?;
     if let (Some(queue), Some(_)) = (&request.queue, request.start_at_ms) {
         return Err(LaunchError::DelayedInQueue {
@@ -347,6 +351,36 @@ pub fn launch(
         }
         other => other,
     }
+}
+
+/// pi-subagents' timeout of a background run that names none: 30 minutes.
+pub const PI_DEFAULT_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+
+/// The timeout a run gets when its launch names none and its home set none: pi-subagents'
+/// 30 minutes in its layout (as its launcher gives every background run), none in
+/// runjournal's own.
+pub fn layout_default_timeout_ms(layout: Layout) -> Option<u64> {
+    match layout {
+        Layout::PiSubagents => Some(PI_DEFAULT_TIMEOUT_MS),
+        Layout::Runjournal => None,
+    }
+}
+
+/// The timeout a run gets when its launch names none, in the home of `store`: the one the home
+/// set ([`crate::Journal::set_run_timeout`]), else its layout's
+/// ([`layout_default_timeout_ms`]). `None`: no timeout.
+pub fn default_timeout_ms(store: &Store) -> Result<Option<u64>, ReadError> {
+    let set = store.journal().view()?.run_timeout_set()?;
+    Ok(set.unwrap_or_else(|| layout_default_timeout_ms(store.home().layout())))
+}
+
+/// `request` with the home's default timeout when it names none and does not refuse one
+/// ([`RunRequest::home_timeout`]): what the journal keeps is the timeout the run runs under.
+fn with_home_timeout(store: &Store, mut request: RunRequest) -> Result<RunRequest, LaunchError> {
+    if request.spec.timeout_ms.is_none() && request.home_timeout {
+        request.spec.timeout_ms = default_timeout_ms(store).map_err(LaunchError::Policy)?;
+    }
+    Ok(request)
 }
 
 /// `more`, then the run's `RetryPolicy` when it is tried again, then its `UniqueKey` when it is
@@ -975,6 +1009,7 @@ pub fn resume_with(
         start_at_ms: None,
         unique: None,
         retry: None,
+        home_timeout: false,
     };
     let private = resume_private(store, run, options)?;
     // The messages the paused run kept for its resume wait for the new run's steps.

@@ -53,7 +53,8 @@ pub struct SpecFile {
     pub mode: Option<Mode>,
     #[serde(default)]
     pub concurrency: Option<u32>,
-    /// A duration text, as [`parse_duration`] reads it.
+    /// A duration text, as [`parse_duration`] reads it, or `off`: no timeout, not even the
+    /// home's default.
     #[serde(default)]
     pub timeout: Option<String>,
     /// A duration text: a step quiet this long (no output, no job status) is ended, timed out.
@@ -197,6 +198,9 @@ pub struct RunRequest {
     pub unique: Option<UniqueRequest>,
     /// How it is tried again (`--retries`; docs/design.md, "Retries").
     pub retry: Option<RetryRequest>,
+    /// Whether the home's default timeout applies when the spec names none (false: the run
+    /// asked for none, `--timeout off`; docs/design.md, "Timeouts").
+    pub home_timeout: bool,
 }
 
 /// A run tried again: up to `retries` attempts after the first, each failed as `on` says, the
@@ -251,6 +255,8 @@ pub struct RunDraft {
     pub mode: Option<Mode>,
     pub concurrency: Option<u32>,
     pub timeout: Option<Duration>,
+    /// No timeout at all, not even the home's default (`--timeout off`).
+    pub no_timeout: bool,
     /// The runner's idle timeout (see [`RunRequest::idle_timeout`]).
     pub idle_timeout: Option<Duration>,
     pub cwd: Option<String>,
@@ -395,6 +401,7 @@ impl RunDraft {
             start_at_ms: None,
             unique,
             retry,
+            home_timeout: !self.no_timeout,
         })
     }
 }
@@ -422,7 +429,14 @@ impl SpecFile {
                 None => named_step(action),
             });
         }
-        let timeout = self.timeout.as_deref().map(parse_duration).transpose()?;
+        let no_timeout = self
+            .timeout
+            .as_deref()
+            .is_some_and(|text| text.trim().eq_ignore_ascii_case("off"));
+        let timeout = match self.timeout.as_deref() {
+            Some(text) if !no_timeout => Some(parse_duration(text)?),
+            _ => None,
+        };
         let idle_timeout = self
             .idle_timeout
             .as_deref()
@@ -458,6 +472,7 @@ impl SpecFile {
             mode: self.mode,
             concurrency: self.concurrency,
             timeout,
+            no_timeout,
             idle_timeout,
             cwd: self.cwd,
             hosts: HostIds {

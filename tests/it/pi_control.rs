@@ -138,9 +138,13 @@ fn pi_subagents_request_async_timeout_ends_a_run_as_its_timeout() {
         &std::fs::read(results_dir(&root).join(format!("{run}.json"))).expect("the result"),
     )
     .expect("JSON");
-    // As pi-subagents' runner writes it: 1, and its words for a run with no timeout of its own.
+    // As pi-subagents' runner writes it: 1, and its words, with the timeout the run got (it
+    // named none: the layout's 30 minutes, as pi-subagents gives it).
     assert_eq!(result["exitCode"], 1, "{result}");
-    assert_eq!(result["summary"], "Subagent timed out.", "{result}");
+    assert_eq!(
+        result["summary"], "Subagent timed out after 1800000ms.",
+        "{result}"
+    );
     assert_eq!(result["timedOut"], true, "{result}");
 }
 
@@ -620,4 +624,91 @@ fn a_stop_request_journaled_by_a_runner_killed_before_removing_its_file_is_taken
         status(&root, &run)["state"] != "running",
         "the run whose runner died is closed"
     );
+}
+
+/// pi-subagents gives a background run that names no timeout 30 minutes. In its layout so
+/// does runjournal, as the home's default run timeout: a host may set another
+/// (`default-timeout`), go back to the layout's, or launch one run with none
+/// (`--timeout off`); pi-subagents' own reader sees each run's timeout in its status.json.
+#[test]
+fn a_run_that_names_no_timeout_gets_the_homes_default_of_thirty_minutes() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let timeout_of =
+        |run: &str| pi_control(&install, &root, run, "status", "")["timeoutMs"].clone();
+    let default_timeout = |args: &[&str]| -> serde_json::Value {
+        let output = runjournal(&root)
+            .arg("default-timeout")
+            .args(args)
+            .arg("--json")
+            .output()
+            .expect("default-timeout");
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).expect("JSON")
+    };
+    assert_eq!(
+        default_timeout(&[]),
+        serde_json::json!({"timeoutMs": 1_800_000, "source": "layout"})
+    );
+    let (plain, _) = launch(&root, &["--", "true"]);
+    wait_end(&root, &plain);
+    assert_eq!(timeout_of(&plain), 1_800_000);
+    let (none, _) = launch(&root, &["--timeout", "off", "--", "true"]);
+    wait_end(&root, &none);
+    assert_eq!(timeout_of(&none), serde_json::Value::Null);
+    let (own, _) = launch(&root, &["--timeout", "5m", "--", "true"]);
+    wait_end(&root, &own);
+    assert_eq!(timeout_of(&own), 300_000);
+
+    // The home's own default: a run that names none ends by it, in pi-subagents' words.
+    assert_eq!(
+        default_timeout(&["1s"]),
+        serde_json::json!({"timeoutMs": 1000, "source": "home"})
+    );
+    let (short, _) = launch(&root, &["--", "sleep", "300"]);
+    assert_eq!(wait_end(&root, &short), "failed");
+    let result: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(results_dir(&root).join(format!("{short}.json"))).expect("the result"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        result["summary"], "Subagent timed out after 1000ms.",
+        "{result}"
+    );
+    assert_eq!(
+        default_timeout(&["off"]),
+        serde_json::json!({"timeoutMs": null, "source": "home"})
+    );
+    let (unbounded, _) = launch(&root, &["--", "true"]);
+    wait_end(&root, &unbounded);
+    assert_eq!(timeout_of(&unbounded), serde_json::Value::Null);
+    assert_eq!(
+        default_timeout(&["layout"]),
+        serde_json::json!({"timeoutMs": 1_800_000, "source": "layout"})
+    );
+
+    // runjournal's own layout has none, and says so.
+    let native = dir.path().join("native");
+    let output = assert_cmd::cargo::cargo_bin_cmd!("runjournal")
+        .env_remove("RUNJOURNAL_LAYOUT")
+        .arg("--home")
+        .arg(&native)
+        .args(["default-timeout", "--json"])
+        .output()
+        .expect("default-timeout");
+    assert!(output.status.success(), "{output:?}");
+    let shown: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        shown,
+        serde_json::json!({"timeoutMs": null, "source": "layout"})
+    );
+    // A bad setting is refused before anything is written.
+    let output = runjournal(&root)
+        .args(["default-timeout", "soon"])
+        .output()
+        .expect("default-timeout");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
 }

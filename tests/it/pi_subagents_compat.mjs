@@ -49,7 +49,7 @@ if (mode === "--control") {
 	} else if (action === "status") {
 		const { readStatus } = await load("shared/utils.ts");
 		const status = readStatus(asyncDir);
-		done = { state: status?.state ?? null, steering: status?.steering ?? null };
+		done = { state: status?.state ?? null, steering: status?.steering ?? null, timeoutMs: status?.timeoutMs ?? null };
 	} else throw new Error(`unknown control action ${action}`);
 	console.log(JSON.stringify({ done: done ?? null }));
 	process.exit(0);

@@ -38,9 +38,10 @@ pub struct RunArgs {
     /// Most steps at once in parallel mode [default: all].
     #[arg(long, value_name = "N")]
     concurrency: Option<u32>,
-    /// End the run, failed, after this long (500ms, 30s, 5m, 1h30m).
-    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
-    timeout: Option<Duration>,
+    /// End the run, failed, after this long (500ms, 30s, 5m, 1h30m), or `off`: no timeout,
+    /// not even the home's default (`runjournal default-timeout`).
+    #[arg(long, value_name = "DURATION|off", value_parser = crate::retention::duration_setting)]
+    timeout: Option<crate::retention::Setting<Duration>>,
     /// The host's session id (recorded, and used for the result index).
     #[arg(long, value_name = "S")]
     session_id: Option<String>,
@@ -214,8 +215,9 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
     if args.concurrency.is_some() {
         draft.concurrency = args.concurrency;
     }
-    if args.timeout.is_some() {
-        draft.timeout = args.timeout;
+    if let Some(timeout) = args.timeout {
+        draft.no_timeout = timeout == crate::retention::Setting::Off;
+        draft.timeout = timeout.value();
     }
     if args.idle_timeout.is_some() {
         draft.idle_timeout = args.idle_timeout;

@@ -213,6 +213,17 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the timeout a run gets when its launch names none, or set it (DURATION, `off` for
+    /// none, `layout` for the layout's: 30m in the pi-subagents layout, none in runjournal's).
+    /// Kept in the journal; runs launched from then on get it.
+    DefaultTimeout {
+        /// DURATION (30m, 2h), `off` or `layout`.
+        #[arg(value_name = "DURATION|off|layout", value_parser = retention::timeout_setting)]
+        timeout: Option<retention::TimeoutSetting>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the retention policy, or set it: how long ended runs are kept, how many, and how
     /// much room the home may take. Kept in the journal: every process of the home applies
     /// it, at each reconcile pass.
@@ -514,6 +525,9 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         #[cfg(feature = "ship")]
         Command::Ship(args) => ship::command(home, args),
         Command::Retention(args) => retention::retention(home, args),
+        Command::DefaultTimeout { timeout, json } => {
+            retention::default_timeout(home, timeout, json)
+        }
         Command::Prune(args) => retention::prune(home, args),
         Command::Runner {
             run,

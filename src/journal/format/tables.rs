@@ -117,6 +117,9 @@ pub(crate) const META_CREATED_AT: &str = "created_at_ms";
 pub(crate) const META_SCRUB: &str = "scrub";
 /// The home's scrub interval in ms (u64 BE); absent: [`crate::scrub::DEFAULT_EVERY`].
 pub(crate) const META_SCRUB_EVERY: &str = "scrub_every_ms";
+/// The timeout a run gets when its launch names none, in ms (u64 BE; 0: none); absent: the
+/// layout's default ([`crate::launch::layout_default_timeout_ms`]).
+pub(crate) const META_RUN_TIMEOUT: &str = "run_timeout_ms";
 /// Where retention's clock was anchored in the current boot (text: boot id, wall ms, uptime
 /// ms; [`crate::retention::clock`]); absent: never anchored.
 pub(crate) const META_CLOCK: &str = "clock";

@@ -481,6 +481,26 @@ impl Journal {
         self.set_meta(tables::META_SCRUB_EVERY, &every_ms.to_be_bytes())
     }
 
+    /// Sets the timeout a run gets when its launch names none (meta `run_timeout_ms`): `Some`
+    /// a timeout (`Some(None)`: none at all), `None` back to the layout's default. Runs
+    /// launched from then on get it; durable on return.
+    pub fn set_run_timeout(&self, timeout_ms: Option<Option<u64>>) -> Result<(), AppendError> {
+        match timeout_ms {
+            Some(timeout_ms) => self.set_meta(
+                tables::META_RUN_TIMEOUT,
+                &timeout_ms.unwrap_or(0).to_be_bytes(),
+            ),
+            None => commit::commit_upkeep(&self.shared, |txn| {
+                let mut meta = txn
+                    .open_table(tables::META)
+                    .map_err(storage("opening meta"))?;
+                meta.remove(tables::META_RUN_TIMEOUT)
+                    .map_err(storage("writing meta"))?;
+                Ok(())
+            }),
+        }
+    }
+
     /// Keeps where retention's clock is anchored in this boot (meta `clock`,
     /// [`crate::retention::clock`]), in a write transaction of its own. Durable on return.
     pub fn set_clock_anchor(

@@ -867,6 +867,23 @@ impl View {
         Ok(Some(u64::from_be_bytes(bytes)))
     }
 
+    /// The timeout a run gets when its launch names none, as the home set it (meta
+    /// `run_timeout_ms`): `Some(Some(ms))`, `Some(None)` for none at all; `None` when the home
+    /// never set one (the layout's default applies).
+    pub fn run_timeout_set(&self) -> Result<Option<Option<u64>>, ReadError> {
+        let Some(bytes) = self.meta_bytes(tables::META_RUN_TIMEOUT)? else {
+            return Ok(None);
+        };
+        let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+            ReadError::Corrupt(CorruptError::Meta {
+                key: tables::META_RUN_TIMEOUT,
+                reason: format!("{} bytes, not 8", bytes.len()),
+            })
+        })?;
+        let timeout_ms = u64::from_be_bytes(bytes);
+        Ok(Some((timeout_ms > 0).then_some(timeout_ms)))
+    }
+
     /// Where retention's clock was last anchored (meta `clock`, [`crate::retention::clock`]);
     /// `None` before the first anchor, or for one that does not read (a new one replaces it).
     pub fn clock_anchor(&self) -> Result<Option<retention::ClockAnchor>, ReadError> {
