@@ -214,6 +214,11 @@ pub fn files_of(home: &Home, tombstone: &Tombstone) -> Vec<PathBuf> {
     let mut paths = vec![home.result_path(run)];
     if let Some(session) = &tombstone.session_id {
         paths.push(home.result_session_index_path(session, run));
+        paths.push(home.result_run_index_path(run));
+        paths.push(home.result_pending_path(session, run));
+        if let Some(tool_call) = &tombstone.tool_call_id {
+            paths.push(home.result_tool_call_index_path(tool_call, run));
+        }
     }
     if home.layout() == Layout::PiSubagents {
         paths.push(home.active_marker_path(run));
@@ -249,7 +254,11 @@ fn run_bytes(home: &Home, state: &RunState) -> u64 {
     let run = state.run_id;
     let mut bytes = tree_bytes(&home.run_dir(run)) + file_bytes(&home.result_path(run));
     if let Some(session) = &state.session_id {
-        bytes += file_bytes(&home.result_session_index_path(session, run));
+        bytes += file_bytes(&home.result_session_index_path(session, run))
+            + file_bytes(&home.result_run_index_path(run));
+        if let Some(tool_call) = &state.tool_call_id {
+            bytes += file_bytes(&home.result_tool_call_index_path(tool_call, run));
+        }
     }
     bytes
 }

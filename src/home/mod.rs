@@ -603,6 +603,30 @@ impl Home {
             .join(format!("{run}.json"))
     }
 
+    /// `results/result-index/runs/<run>.json`: the run's result index entry by run.
+    pub fn result_run_index_path(&self, run: RunId) -> PathBuf {
+        self.results_dir()
+            .join("result-index/runs")
+            .join(format!("{run}.json"))
+    }
+
+    /// `results/result-index/tool-calls/<seg(tool call)>/<run>.json`.
+    pub fn result_tool_call_index_path(&self, tool_call_id: &str, run: RunId) -> PathBuf {
+        self.results_dir()
+            .join("result-index/tool-calls")
+            .join(segment::encode(tool_call_id, segment::MAX_SEGMENT_BYTES))
+            .join(format!("{run}.json"))
+    }
+
+    /// `results/result-pending/<seg(session)>/<run>.json`: where a result is written whole
+    /// before it is renamed into `results/`.
+    pub fn result_pending_path(&self, session_id: &str, run: RunId) -> PathBuf {
+        self.results_dir()
+            .join("result-pending")
+            .join(segment::encode(session_id, segment::MAX_SEGMENT_BYTES))
+            .join(format!("{run}.json"))
+    }
+
     /// `runs/.active-runs`: one empty marker per queued or running run.
     pub fn active_index_dir(&self) -> PathBuf {
         self.runs_dir().join(".active-runs")

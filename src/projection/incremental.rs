@@ -444,11 +444,11 @@ fn write_pi_events(
         }
     }
     let records = view.records(run).map_err(read_error(run))?;
-    let file = PlannedFile {
-        kind: FileKind::PiEvents,
-        path: path.to_path_buf(),
-        content: pi_events_content(state, pi_events::pi_events_jsonl(&records)),
-    };
+    let file = PlannedFile::new(
+        FileKind::PiEvents,
+        path.to_path_buf(),
+        pi_events_content(state, pi_events::pi_events_jsonl(&records)),
+    );
     write_file(run, &file)?;
     let stamp = durable_fs::stamp(path)
         .map_err(io_error(run, path))?

@@ -87,6 +87,21 @@ pub struct PlannedFile {
     pub kind: FileKind,
     pub path: PathBuf,
     pub content: Content,
+    /// Where the file is written whole before it is renamed to `path`, when not beside it:
+    /// a result is staged in pi-subagents' `result-pending/<session>/`, where its readers
+    /// look for a result whose publication was cut short.
+    pub staged_at: Option<PathBuf>,
+}
+
+impl PlannedFile {
+    pub fn new(kind: FileKind, path: PathBuf, content: Content) -> PlannedFile {
+        PlannedFile {
+            kind,
+            path,
+            content,
+            staged_at: None,
+        }
+    }
 }
 
 /// Every file of one run's projection.
@@ -136,55 +151,72 @@ pub(crate) fn plan_parts(
 ) -> Plan {
     let run = state.run_id;
     let mut files = Vec::new();
-    if let Some(result) = documents::result_doc_at(home, state, terminal_seq) {
-        if let Some(path) = home.pi_run_log_path(run) {
-            files.push(PlannedFile {
-                kind: FileKind::RunLog,
-                path,
-                content: Content::Bytes(documents::run_log_md(state, &result).into_bytes()),
-            });
-        }
-        files.push(PlannedFile {
-            kind: FileKind::Result,
-            path: home.result_path(run),
-            content: Content::Bytes(documents::to_json_bytes(&result)),
-        });
-    }
-    if let Some((session_id, index)) = documents::result_index(home, state) {
-        files.push(PlannedFile {
-            kind: FileKind::ResultIndex,
-            path: home.result_session_index_path(&session_id, run),
-            content: Content::Bytes(documents::to_json_bytes(&index)),
-        });
-    }
-    files.push(PlannedFile {
-        kind: FileKind::Status,
-        path: home.status_path(run),
-        content: Content::Bytes(documents::to_json_bytes(&documents::status_doc(
+    // pi-subagents' order of an end: the terminal status, then the result's index entries,
+    // then the result (staged in `result-pending/` and renamed into place), then the log.
+    files.push(PlannedFile::new(
+        FileKind::Status,
+        home.status_path(run),
+        Content::Bytes(documents::to_json_bytes(&documents::status_doc(
             home, state, links,
         ))),
-    });
-    if let Some(records) = records {
+    ));
+    if let Some(result) = documents::result_doc_at(home, state, terminal_seq) {
+        let mut pending = None;
+        if let Some((session_id, index)) = documents::result_index(home, state) {
+            let entry = documents::to_json_bytes(&index);
+            let mut paths = vec![
+                home.result_session_index_path(&session_id, run),
+                home.result_run_index_path(run),
+            ];
+            if let Some(tool_call_id) = &state.tool_call_id {
+                paths.push(home.result_tool_call_index_path(tool_call_id, run));
+            }
+            for path in paths {
+                files.push(PlannedFile::new(
+                    FileKind::ResultIndex,
+                    path,
+                    Content::Bytes(entry.clone()),
+                ));
+            }
+            pending = Some(home.result_pending_path(&session_id, run));
+        }
         files.push(PlannedFile {
-            kind: FileKind::Events,
-            path: home.events_path(run),
-            content: Content::Bytes(documents::events_jsonl(records)),
+            staged_at: pending,
+            ..PlannedFile::new(
+                FileKind::Result,
+                home.result_path(run),
+                Content::Bytes(documents::to_json_bytes(&result)),
+            )
         });
-        if let Some(path) = home.pi_events_path(run) {
-            files.push(PlannedFile {
-                kind: FileKind::PiEvents,
+        if let Some(path) = home.pi_run_log_path(run) {
+            files.push(PlannedFile::new(
+                FileKind::RunLog,
                 path,
-                content: pi_events_content(state, pi_events::pi_events_jsonl(records)),
-            });
+                Content::Bytes(documents::run_log_md(state, &result).into_bytes()),
+            ));
         }
     }
-    files.push(PlannedFile {
-        kind: FileKind::ProcessTerminal,
-        path: home.process_terminal_path(run),
-        content: Content::Bytes(documents::to_json_bytes(
+    if let Some(records) = records {
+        files.push(PlannedFile::new(
+            FileKind::Events,
+            home.events_path(run),
+            Content::Bytes(documents::events_jsonl(records)),
+        ));
+        if let Some(path) = home.pi_events_path(run) {
+            files.push(PlannedFile::new(
+                FileKind::PiEvents,
+                path,
+                pi_events_content(state, pi_events::pi_events_jsonl(records)),
+            ));
+        }
+    }
+    files.push(PlannedFile::new(
+        FileKind::ProcessTerminal,
+        home.process_terminal_path(run),
+        Content::Bytes(documents::to_json_bytes(
             &documents::process_terminal_file_doc(state),
         )),
-    });
+    ));
     // A run leaves the active index when it ends, and when a host dismisses it while it runs
     // (pi-subagents' dismissal takes it out of the index: it shows as ended from then on).
     let marker = if state.is_terminal() || state.dismissed_at_ms.is_some() {
@@ -192,34 +224,34 @@ pub(crate) fn plan_parts(
     } else {
         Content::Marker
     };
-    files.push(PlannedFile {
-        kind: FileKind::ActiveMarker,
-        path: home.active_marker_path(run),
-        content: marker.clone(),
-    });
+    files.push(PlannedFile::new(
+        FileKind::ActiveMarker,
+        home.active_marker_path(run),
+        marker.clone(),
+    ));
     if let Some(tool_call_id) = &state.tool_call_id {
-        files.push(PlannedFile {
-            kind: FileKind::ToolCallMarker,
-            path: home.tool_call_marker_path(tool_call_id, run),
-            content: marker,
-        });
+        files.push(PlannedFile::new(
+            FileKind::ToolCallMarker,
+            home.tool_call_marker_path(tool_call_id, run),
+            marker,
+        ));
     }
     if let Some((session_id, ended_at, marker)) = documents::terminal_marker(state) {
-        files.push(PlannedFile {
-            kind: FileKind::TerminalMarker,
-            path: home.terminal_marker_path(&session_id, ended_at, run),
-            content: Content::Bytes(documents::to_json_bytes(&marker)),
-        });
+        files.push(PlannedFile::new(
+            FileKind::TerminalMarker,
+            home.terminal_marker_path(&session_id, ended_at, run),
+            Content::Bytes(documents::to_json_bytes(&marker)),
+        ));
     }
     // Last: it is the one file in the run's control inbox, a directory a host may have made.
-    files.push(PlannedFile {
-        kind: FileKind::SteerInboxClosed,
-        path: home.steer_inbox_closed_path(run),
-        content: match documents::steer_inbox_closed(home, state, links) {
+    files.push(PlannedFile::new(
+        FileKind::SteerInboxClosed,
+        home.steer_inbox_closed_path(run),
+        match documents::steer_inbox_closed(home, state, links) {
             Some(closed) => Content::Bytes(documents::to_json_bytes(&closed)),
             None => Content::Absent,
         },
-    });
+    ));
     let result_published_marker = state
         .is_terminal()
         .then(|| home.result_published_marker_path(run));
@@ -389,6 +421,11 @@ fn publish_durably(plan: &Plan, marker: &Path) -> Result<(), ProjectionError> {
             Err(error) => return Err(io_error(&file.path)(error)),
         }
         durable_fs::sync_parent(&file.path).map_err(io_error(&file.path))?;
+        // Its staging entry gone for good too: a cut must not bring a consumed result back
+        // as a pending one, which pi-subagents' readers would publish again.
+        if let Some(staged) = &file.staged_at {
+            durable_fs::sync_parent(staged).map_err(io_error(staged))?;
+        }
     }
     durable_fs::touch(marker).map_err(io_error(marker))
 }
@@ -422,7 +459,24 @@ fn write_file(run: RunId, file: &PlannedFile) -> Result<(), ProjectionError> {
             // Made durable before its marker is (`publish_durably`): so are the directories
             // it is in, the session's index directory included.
             durable_fs::ensure_private_dir_durable(parent).map_err(io_error(parent))?;
-            durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+            match &file.staged_at {
+                Some(staged) => {
+                    let staging = staged.parent().unwrap_or(parent);
+                    durable_fs::ensure_private_dir(staging).map_err(io_error(staging))?;
+                    durable_fs::write_atomic(staged, bytes).map_err(io_error(staged))?;
+                    match durable_fs::rename(staged, &file.path) {
+                        Ok(()) => {}
+                        // Renamed already by whoever staged the same bytes last.
+                        Err(error)
+                            if error.kind() == io::ErrorKind::NotFound
+                                && matches!(durable_fs::look(&file.path), Ok(Some(_))) => {}
+                        Err(error) => return Err(io_error(&file.path)(error)),
+                    }
+                }
+                None => {
+                    durable_fs::write_atomic(&file.path, bytes).map_err(io_error(&file.path))?;
+                }
+            }
         }
         Content::Bytes(bytes) => {
             durable_fs::ensure_private_dir(parent).map_err(io_error(parent))?;

@@ -7,7 +7,7 @@
 //! without runs, an empty journal file is still made a journal, as before.
 
 use runjournal::testkit::damage::{Damage, tree};
-use runjournal::{Home, RunId};
+use runjournal::{Home, RunId, projection};
 
 use crate::pi_subagents_compat::runjournal as pi_home;
 use crate::support::{self, TestHome};
@@ -655,7 +655,20 @@ fn recovery_names_undelivered_hooks_and_lost_environments_per_run() {
     let home = TestHome::new();
     let launched = home
         .cmd()
-        .args(["run", "--json", "--on-exit", "sleep 60", "--", "true"])
+        .args([
+            "run",
+            "--json",
+            "--on-exit",
+            // The first attempt runs until its deliverer is killed; one made again after
+            // that attempt is found abandoned fails at once: the hook is never delivered,
+            // and no deliverer holds the journal for long.
+            &format!(
+                "[ -e '{0}' ] && exit 1; touch '{0}'; sleep 60",
+                home.input("attempted").display()
+            ),
+            "--",
+            "true",
+        ])
         .output()
         .expect("run");
     assert!(launched.status.success(), "{launched:?}");
@@ -690,8 +703,12 @@ fn recovery_names_undelivered_hooks_and_lost_environments_per_run() {
         .output()
         .expect("run");
     let waiting = support::run_id_of(&waiting.stdout);
+    // No reconcile pass from here on (the home's watcher makes them, and they would deliver
+    // the hook again).
+    home.stop_watcher();
     // `recover` rebuilds what the runs' events.jsonl hold: the runner killed above may have
-    // committed its hook's attempt and not yet projected it, until a pass repairs its files.
+    // committed its hook's attempt and not yet projected it, until its files are projected
+    // again.
     for _ in 0..600 {
         let view = journal.view().expect("a view");
         let is_projected = [hooked, delivered, waiting].iter().all(|run| {
@@ -705,17 +722,36 @@ fn recovery_names_undelivered_hooks_and_lost_environments_per_run() {
                 text.lines().filter(|line| !line.trim().is_empty()).count() == recorded
             })
         });
-        drop(view);
         if is_projected {
             break;
         }
-        home.cmd().arg("reconcile").assert().success();
+        for run in [hooked, delivered, waiting] {
+            let (state, records, links) = projection::load(&view, run).expect("load");
+            let plan = projection::plan(&Home::at(home.path()), &state, &records, &links);
+            projection::write_plan(&plan, projection::ResultPolicy::Publish)
+                .expect("the projection is written");
+        }
+        drop(view);
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     drop(journal);
 
     Damage::Missing.apply(&home.file("journal.redb"));
-    let recovery = runjournal::recover::recover_from_projections(&Home::at(home.path()))
+    // A deliverer the watcher started before it was stopped holds the journal for a moment.
+    let mut recovered = None;
+    for _ in 0..200 {
+        match runjournal::recover::recover_from_projections(&Home::at(home.path())) {
+            Err(runjournal::recover::RecoverError::InUse { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => {
+                recovered = Some(other);
+                break;
+            }
+        }
+    }
+    let recovery = recovered
+        .expect("the journal is let go")
         .expect("the journal is rebuilt");
     let facts = |run: RunId| -> Vec<String> {
         recovery

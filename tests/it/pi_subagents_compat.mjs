@@ -59,7 +59,7 @@ if (mode !== "--read") throw new Error(`unknown mode ${mode}`);
 const { readStatus } = await load("shared/utils.ts");
 const { listAsyncRuns } = await load("runs/background/async-status.ts");
 const { reconcileAsyncRun } = await load("runs/background/stale-run-reconciler.ts");
-const { resultPayloadPathForSessionRun } = await load("runs/background/result-files.ts");
+const { resultPayloadPathForSessionRun, resultPayloadPathForIndexedRun, resultFilesForToolCall } = await load("runs/background/result-files.ts");
 const { formatAsyncRunTranscript } = await load("runs/background/fleet-view.ts");
 
 const staleAlivePidMs = process.env.PI_COMPAT_STALE_ALIVE_MS ? Number(process.env.PI_COMPAT_STALE_ALIVE_MS) : undefined;
@@ -99,6 +99,8 @@ for (const id of fs.readdirSync(asyncRoot).filter((entry) => !entry.startsWith("
 	}
 	try {
 		seen.resultPath = resultPayloadPathForSessionRun(resultsDir, sessionId, id) ?? null;
+		// The run's own index entry, as pi-subagents' runner writes it.
+		seen.indexedResultPath = resultPayloadPathForIndexedRun(resultsDir, id) ?? null;
 		if (seen.resultPath) {
 			// What the result watcher hands the host's agent: the summary and each step's output.
 			const data = JSON.parse(fs.readFileSync(seen.resultPath, "utf-8"));
@@ -134,6 +136,8 @@ const listing = (options) => {
 		return { error: message(error) };
 	}
 };
+// The results indexed by the tool call the compatibility test launched one run for.
+report.toolCallResults = resultFilesForToolCall(resultsDir, "call-for-compat");
 report.listed.default = listing({});
 report.listed.session = listing({ sessionId });
 report.listed.activeForSession = listing({ sessionId, states: ["queued", "running"] });

@@ -304,6 +304,10 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         std::fs::remove_file(&result).expect("the host consumes the result");
     }
     let (single, _) = launch(&root, &["--", "sh", "-c", "echo the-answer-is-42"]);
+    // A run launched for a tool call: its result is indexed by the call too.
+    let tool_call_id = "call-for-compat";
+    let (for_call, _) = launch(&root, &["--tool-call-id", tool_call_id, "--", "true"]);
+    expected.insert(for_call.clone(), "complete");
     expected.insert(single.clone(), "complete");
     // 6,000 lines: over pi-subagents' 5,000-line bound of a summary.
     let (long, _) = launch(&root, &["--", "seq", "1", "6000"]);
@@ -582,8 +586,32 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
                 result.display().to_string(),
                 "{run}: the session's result index leads to the result: {seen}"
             );
+            assert_eq!(
+                seen["indexedResultPath"],
+                result.display().to_string(),
+                "{run}: the run's own index entry leads to the result: {seen}"
+            );
         }
     }
+    // pi-subagents finds the run launched for a tool call by that call, and every ended run's
+    // result publication left its staging directory empty, as pi-subagents' runner does.
+    assert_eq!(
+        report["toolCallResults"],
+        serde_json::json!([format!("{for_call}.json")]),
+        "{}",
+        report["toolCallResults"]
+    );
+    let pending = root
+        .join("async-subagent-results")
+        .join("result-pending")
+        .join(SESSION_ID);
+    assert_eq!(
+        std::fs::read_dir(&pending)
+            .expect("results are staged in result-pending/")
+            .count(),
+        0,
+        "nothing is left pending"
+    );
     // What pi-subagents hands the launching agent: each step's output.
     let result_of = |run: &str| runs[run]["result"].clone();
     let single_result = result_of(&single);
