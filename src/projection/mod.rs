@@ -160,42 +160,7 @@ pub(crate) fn plan_parts(
             home, state, links,
         ))),
     ));
-    if let Some(result) = documents::result_doc_at(home, state, terminal_seq) {
-        let mut pending = None;
-        if let Some((session_id, index)) = documents::result_index(home, state) {
-            let entry = documents::to_json_bytes(&index);
-            let mut paths = vec![
-                home.result_session_index_path(&session_id, run),
-                home.result_run_index_path(run),
-            ];
-            if let Some(tool_call_id) = &state.tool_call_id {
-                paths.push(home.result_tool_call_index_path(tool_call_id, run));
-            }
-            for path in paths {
-                files.push(PlannedFile::new(
-                    FileKind::ResultIndex,
-                    path,
-                    Content::Bytes(entry.clone()),
-                ));
-            }
-            pending = Some(home.result_pending_path(&session_id, run));
-        }
-        files.push(PlannedFile {
-            staged_at: pending,
-            ..PlannedFile::new(
-                FileKind::Result,
-                home.result_path(run),
-                Content::Bytes(documents::to_json_bytes(&result)),
-            )
-        });
-        if let Some(path) = home.pi_run_log_path(run) {
-            files.push(PlannedFile::new(
-                FileKind::RunLog,
-                path,
-                Content::Bytes(documents::run_log_md(state, &result).into_bytes()),
-            ));
-        }
-    }
+    files.extend(result_files(home, state, terminal_seq));
     if let Some(records) = records {
         files.push(PlannedFile::new(
             FileKind::Events,
@@ -260,6 +225,51 @@ pub(crate) fn plan_parts(
         files,
         result_published_marker,
     }
+}
+
+/// The files of an ended run's result, in pi-subagents' order of publication: its index
+/// entries (by session, by run, by tool call), the result, staged in `result-pending/`, and the
+/// markdown log. None while the run has not ended.
+fn result_files(home: &Home, state: &RunState, terminal_seq: u64) -> Vec<PlannedFile> {
+    let run = state.run_id;
+    let mut files = Vec::new();
+    if let Some(result) = documents::result_doc_at(home, state, terminal_seq) {
+        let mut pending = None;
+        if let Some((session_id, index)) = documents::result_index(home, state) {
+            let entry = documents::to_json_bytes(&index);
+            let mut paths = vec![
+                home.result_session_index_path(&session_id, run),
+                home.result_run_index_path(run),
+            ];
+            if let Some(tool_call_id) = &state.tool_call_id {
+                paths.push(home.result_tool_call_index_path(tool_call_id, run));
+            }
+            for path in paths {
+                files.push(PlannedFile::new(
+                    FileKind::ResultIndex,
+                    path,
+                    Content::Bytes(entry.clone()),
+                ));
+            }
+            pending = Some(home.result_pending_path(&session_id, run));
+        }
+        files.push(PlannedFile {
+            staged_at: pending,
+            ..PlannedFile::new(
+                FileKind::Result,
+                home.result_path(run),
+                Content::Bytes(documents::to_json_bytes(&result)),
+            )
+        });
+        if let Some(path) = home.pi_run_log_path(run) {
+            files.push(PlannedFile::new(
+                FileKind::RunLog,
+                path,
+                Content::Bytes(documents::run_log_md(state, &result).into_bytes()),
+            ));
+        }
+    }
+    files
 }
 
 /// What a run's pi events file holds: its rendering, keeping the hosts' verdicts the file has

@@ -285,7 +285,8 @@ fn an_active_run_has_its_markers_and_a_pending_process_terminal() {
     assert_eq!(status["journalSeq"], 1);
 }
 
-/// The result and its session index entry of a run's plan, as a fresh projection has them.
+/// The files of a run's plan a host may consume (its result's index entries, then the result),
+/// as a fresh projection has them.
 fn result_files(store_home: &Home, view: &runjournal::journal::View, run: RunId) -> Vec<PathBuf> {
     let (state, records, links) = projection::load(view, run).expect("load");
     projection::plan(store_home, &state, &records, &links)
@@ -300,7 +301,7 @@ const KILLED_PROJECTOR_ENV: &str = "RUNJOURNAL_TEST_KILLED_PROJECTOR";
 
 /// In the child: the run of [`finished_run`] appended through a journal alone (no projection
 /// after each commit), then projected as after its last commit, and SIGKILLed by the test hook
-/// right after the result file is written, before its session index entry.
+/// right after the result's session index entry is written, before the result file.
 fn killed_projector_child(home: &Path) {
     let home = Home::at(home);
     let journal = runjournal::Journal::open(home.journal_path()).expect("the journal opens");
@@ -317,21 +318,22 @@ fn killed_projector_child(home: &Path) {
     // As `projection::project` does before it writes.
     std::fs::create_dir_all(home.run_dir(run)).expect("the run's directory");
     projection::write_plan_observed(&plan, ResultPolicy::Publish, &mut |file| {
-        if file.kind == FileKind::Result {
+        if file.kind == FileKind::ResultIndex {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
     })
     .expect("the projection is written up to the kill");
-    panic!("the child was not killed after writing the result");
+    panic!("the child was not killed after writing the result's index entry");
 }
 
-/// Regression: the `.result-published` marker was made right after the result file, before
-/// the session's result index entry. A projector killed between the two left the entry
-/// missing with the marker in place, which every later projection took for "consumed by the
-/// host" and never wrote again. Now the marker comes after both, so the reconciler's repair
-/// writes the entry.
+/// Regression: the `.result-published` marker was once made right after the result file,
+/// before the session's result index entry, and a projector killed between the two left the
+/// entry missing with the marker in place, which every later projection took for "consumed by
+/// the host" and never wrote again. The marker comes after every file a host may consume (the
+/// index entries, then the result, in pi-subagents' order), so a kill between two of them
+/// leaves the result unpublished and the reconciler's repair writes the rest.
 #[test]
-fn a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_called_consumed() {
+fn a_result_lost_to_a_kill_after_its_index_entry_is_written_again_not_called_consumed() {
     if let Ok(home) = std::env::var(KILLED_PROJECTOR_ENV) {
         killed_projector_child(Path::new(&home));
         return;
@@ -342,7 +344,7 @@ fn a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_cal
     let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
-            "projection_repair::a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_called_consumed",
+            "projection_repair::a_result_lost_to_a_kill_after_its_index_entry_is_written_again_not_called_consumed",
             "--test-threads=1",
         ])
         .env(KILLED_PROJECTOR_ENV, dir.path())
@@ -368,14 +370,22 @@ fn a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_cal
     let view = store.journal().view().expect("view");
     let files = result_files(&home, &view, run);
     drop(view);
-    let [result, index] = files.as_slice() else {
-        panic!("a result and a result index entry are planned: {files:?}");
+    let [index, by_run, by_call, result] = files.as_slice() else {
+        panic!(
+            "a result and its index entries by session, run and tool call are planned: {files:?}"
+        );
     };
-    assert!(result.exists(), "the result was written before the kill");
-    assert!(!index.exists(), "the kill came before the index entry");
+    assert!(
+        index.exists(),
+        "the session's index entry was written before the kill"
+    );
+    assert!(
+        !by_run.exists() && !by_call.exists() && !result.exists(),
+        "the kill came before the rest"
+    );
     assert!(
         !home.result_published_marker_path(run).exists(),
-        "the result is not published while its index entry is missing"
+        "the result is not published while it is missing"
     );
 
     // The reconciler checks the runs changed since its last pass and repairs them.
@@ -394,7 +404,12 @@ fn a_result_index_entry_lost_to_a_kill_after_the_result_is_written_again_not_cal
         vec![],
         "every file is as a fresh projection has it"
     );
-    assert!(index.exists() && home.result_published_marker_path(run).exists());
+    assert!(
+        by_run.exists()
+            && by_call.exists()
+            && result.exists()
+            && home.result_published_marker_path(run).exists()
+    );
 }
 
 /// A full disk (here: the session's index directory cannot be made) failing the result index

@@ -139,6 +139,13 @@ fn assert_linked(home: &TestHome, old: RunId, new: RunId) {
         serde_json::from_str(events.lines().nth(1).expect("a second line")).expect("JSON");
     assert_eq!(second["type"], "Resumed");
     assert_eq!(second["from"], old.to_string());
+    // Both runners seen to end (by their launchers, the home's watcher or a pass, which record
+    // it and then project it), and a pass after that, which brings every file to the journal:
+    // only then is the home at rest for verify.
+    support::reconcile_until_closed(&home.path().join("journal.redb"), &[old, new], || {
+        home.cmd().arg("reconcile").assert().success();
+    });
+    home.cmd().arg("reconcile").assert().success();
     let report = runjournal::verify::verify(
         &journal.view().expect("a view"),
         Some(&runjournal::Home::at(home.path())),
