@@ -523,9 +523,56 @@ pub fn named_step(action: StepAction) -> StepSpec {
     StepSpec { name, action }
 }
 
+/// What pi-subagents' layout shows of the task a run was given in place of its text: its word
+/// for a prompt it never shows.
+pub const TASK_REDACTED: &str = "[prompt redacted]";
+
+/// A step as pi-subagents' layout names it (its `agent`): the name the step was given, but
+/// for a name derived from the step's command ([`named_step`]), which holds the task's own
+/// text, only its program (a command's program without its directory, `sh` for a shell step,
+/// a provider's program): pi-subagents shows an agent's name and never its task. The journal
+/// keeps the command whole.
+pub fn agent_name(step: &StepSpec) -> String {
+    if named_step(step.action.clone()).name != step.name {
+        return step.name.clone();
+    }
+    let program = match &step.action {
+        StepAction::Command { argv } => argv.first().map(String::as_str),
+        StepAction::Shell { .. } => Some("sh"),
+        StepAction::ExternalJob { provider } => provider.split_whitespace().next(),
+    };
+    program
+        .and_then(|program| program.rsplit('/').find(|part| !part.is_empty()))
+        .unwrap_or("step")
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_derived_name_shows_only_its_program_and_a_given_one_shows_whole() {
+        let command = |argv: &[&str]| StepAction::Command {
+            argv: argv.iter().map(|arg| arg.to_string()).collect(),
+        };
+        let secret = command(&["/usr/bin/claude", "-p", "the secret task"]);
+        assert_eq!(agent_name(&named_step(secret.clone())), "claude");
+        let given = StepSpec {
+            name: "reviewer".to_string(),
+            action: secret,
+        };
+        assert_eq!(agent_name(&given), "reviewer");
+        let shell = StepAction::Shell {
+            script: "echo the secret task".to_string(),
+        };
+        assert_eq!(agent_name(&named_step(shell)), "sh");
+        let provider = StepAction::ExternalJob {
+            provider: "./jobs/provider.sh --token s3cret".to_string(),
+        };
+        assert_eq!(agent_name(&named_step(provider)), "provider.sh");
+        assert_eq!(agent_name(&named_step(command(&["true"]))), "true");
+    }
 
     #[test]
     fn a_spec_file_becomes_a_checked_run() {

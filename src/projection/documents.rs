@@ -404,15 +404,25 @@ pub fn job_state_name(state: JobState) -> &'static str {
     }
 }
 
+/// A step's external job; in pi-subagents' layout (`is_pi`) its provider is named by its
+/// program only, as a step is ([`crate::spec::agent_name`]): the command may hold the task.
 fn job_doc(
+    is_pi: bool,
     provider: &str,
     job: &ExternalJobStatus,
     state: &crate::state::StepState,
 ) -> ExternalJobDoc {
     let pi_state = job_state_name(job.state);
     let digest = Sha256::digest(provider.as_bytes());
+    let shown = if is_pi {
+        crate::spec::agent_name(&crate::spec::named_step(StepAction::ExternalJob {
+            provider: provider.to_string(),
+        }))
+    } else {
+        provider.to_string()
+    };
     ExternalJobDoc {
-        provider: provider.to_string(),
+        provider: shown,
         provider_job_id: job.id.clone(),
         prompt_digest: digest.iter().map(|byte| format!("{byte:02x}")).collect(),
         options: serde_json::Map::new(),
@@ -644,7 +654,7 @@ fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
         .zip(&state.steps)
         .enumerate()
         .map(|(index, (spec, step))| StepDoc {
-            agent: spec.name.clone(),
+            agent: step_agent(home, spec),
             status: step_status_name(state, index).to_string(),
             started_at: step.started_at_ms,
             ended_at: step.ended_at_ms,
@@ -657,7 +667,7 @@ fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
             pid: step.process.as_ref().map(|process| process.pid),
             external_job: match (&spec.action, &step.job) {
                 (StepAction::ExternalJob { provider }, Some(job)) => {
-                    Some(job_doc(provider, job, step))
+                    Some(job_doc(is_pi(home), provider, job, step))
                 }
                 _ => None,
             },
@@ -668,12 +678,14 @@ fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
         .collect()
 }
 
-/// The external job of step `index` as status.json shows it, if it is an external-job step
-/// with a status.
+/// The external job of step `index` as status.json shows it in pi-subagents' layout, if it is
+/// an external-job step with a status.
 pub fn job_doc_of(state: &RunState, index: usize) -> Option<ExternalJobDoc> {
     let (spec, step) = (state.spec.steps.get(index)?, state.steps.get(index)?);
     match (&spec.action, &step.job) {
-        (StepAction::ExternalJob { provider }, Some(job)) => Some(job_doc(provider, job, step)),
+        (StepAction::ExternalJob { provider }, Some(job)) => {
+            Some(job_doc(true, provider, job, step))
+        }
         _ => None,
     }
 }
@@ -1124,14 +1136,14 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
     if terminal.repaired_by == Some(Repairer::Host) {
         return None;
     }
-    let names: Vec<&str> = state
+    let names: Vec<String> = state
         .spec
         .steps
         .iter()
-        .map(|step| step.name.as_str())
+        .map(|step| step_agent(home, step))
         .collect();
     let agent = match state.spec.mode {
-        Mode::Single => names.first().copied().unwrap_or_default().to_string(),
+        Mode::Single => names.first().cloned().unwrap_or_default(),
         Mode::Chain => format!("chain:{}", names.join("->")),
         Mode::Parallel => format!("parallel:{}", names.join("+")),
     };
@@ -1144,7 +1156,7 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
         .map(|(index, (spec, step))| {
             let (output, output_state) = step_output(home, state, index);
             StepResultDoc {
-                agent: spec.name.clone(),
+                agent: step_agent(home, spec),
                 output,
                 output_state: output_state.to_string(),
                 output_path: path_text(&home.output_log_path(state.run_id, index)),
@@ -1156,7 +1168,7 @@ pub fn result_doc_at(home: &Home, state: &RunState, terminal_seq: u64) -> Option
                 exit_code: step.exit_code,
                 external_job: match (&spec.action, &step.job) {
                     (StepAction::ExternalJob { provider }, Some(job)) => {
-                        Some(job_doc(provider, job, step))
+                        Some(job_doc(is_pi(home), provider, job, step))
                     }
                     _ => None,
                 },
@@ -1261,6 +1273,20 @@ impl PiEnding {
             (_, TerminalState::Complete) => 0,
             _ => 1,
         }
+    }
+}
+
+fn is_pi(home: &Home) -> bool {
+    home.layout() == crate::home::Layout::PiSubagents
+}
+
+/// A step's name as the home's layout shows it: whole in runjournal's, in pi-subagents' only
+/// its agent's name ([`crate::spec::agent_name`]), never its task's text.
+fn step_agent(home: &Home, step: &crate::event::StepSpec) -> String {
+    if is_pi(home) {
+        crate::spec::agent_name(step)
+    } else {
+        step.name.clone()
     }
 }
 

@@ -62,7 +62,7 @@ fn agent(state: &RunState, step: u32) -> String {
         .spec
         .steps
         .get(step as usize)
-        .map(|step| step.name.clone())
+        .map(crate::spec::agent_name)
         .unwrap_or_default()
 }
 
@@ -71,8 +71,18 @@ fn agents(state: &RunState) -> Vec<String> {
         .spec
         .steps
         .iter()
-        .map(|step| step.name.clone())
+        .map(crate::spec::agent_name)
         .collect()
+}
+
+/// `subagent.run.created`: the run's mode, its steps' agents and its directory; its task's
+/// text never (pi-subagents' redaction).
+fn run_created(ts: UnixMs, run: &RunState) -> Line {
+    Line::new("subagent.run.created", ts, run)
+        .with("mode", run.spec.mode.as_str())
+        .with("agents", agents(run))
+        .with("task", crate::spec::TASK_REDACTED)
+        .with_some("cwd", run.spec.cwd.clone())
 }
 
 /// The lines of `record`, given the run's state before it (`None` for its first) and after
@@ -82,12 +92,7 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
     let run = after;
     let mut lines: Vec<Line> = Vec::new();
     match &record.event {
-        Event::RunCreated { .. } => lines.push(
-            Line::new("subagent.run.created", ts, run)
-                .with("mode", run.spec.mode.as_str())
-                .with("agents", agents(run))
-                .with_some("cwd", run.spec.cwd.clone()),
-        ),
+        Event::RunCreated { .. } => lines.push(run_created(ts, run)),
         Event::RunnerStarted { runner, .. } => lines.extend(runner_started(ts, runner.pid, run)),
         Event::StepRunning { step, process } => {
             lines.extend(step_started(ts, *step, process.as_ref(), run));

@@ -304,6 +304,9 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         std::fs::remove_file(&result).expect("the host consumes the result");
     }
     let (single, _) = launch(&root, &["--", "sh", "-c", "echo the-answer-is-42"]);
+    // A task whose text no file pi-subagents' readers read may show.
+    let (secret, _) = launch(&root, &["--", "sh", "-c", "true secret-task-text"]);
+    expected.insert(secret.clone(), "complete");
     // A run launched for a tool call: its result is indexed by the call too.
     let tool_call_id = "call-for-compat";
     let (for_call, _) = launch(&root, &["--tool-call-id", tool_call_id, "--", "true"]);
@@ -612,6 +615,24 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         0,
         "nothing is left pending"
     );
+    // The task's text is in the journal (and in the record lines `recover` reads,
+    // `runjournal-events.jsonl`), never in a file of pi-subagents' layout.
+    let mut layout_files = BTreeMap::new();
+    files_under(&root.join("async-subagent-runs"), &mut layout_files);
+    files_under(&root.join("async-subagent-results"), &mut layout_files);
+    let showing: Vec<&PathBuf> = layout_files
+        .iter()
+        .filter(|(path, bytes)| {
+            path.file_name()
+                .is_some_and(|name| name != "runjournal-events.jsonl")
+                && bytes
+                    .windows(b"secret-task-text".len())
+                    .any(|window| window == b"secret-task-text")
+        })
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(showing, Vec::<&PathBuf>::new(), "files showing the task");
+    assert_eq!(runs[secret.as_str()]["result"]["results"][0]["agent"], "sh");
     // What pi-subagents hands the launching agent: each step's output.
     let result_of = |run: &str| runs[run]["result"].clone();
     let single_result = result_of(&single);
@@ -620,10 +641,9 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         "{single_result}"
     );
     assert_eq!(single_result["results"][0]["outputState"], "present");
-    assert_eq!(
-        single_result["summary"],
-        "sh -c echo the-answer-is-42:\nthe-answer-is-42"
-    );
+    // Its agent is its program: the command's text, the task, is not shown (pi-subagents'
+    // redaction).
+    assert_eq!(single_result["summary"], "sh:\nthe-answer-is-42");
     // The markdown log pi-subagents' runner leaves of an ended run, in its layout.
     let log_of = |run: &str| {
         std::fs::read_to_string(
@@ -637,8 +657,8 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
     for line in [
         format!("# Subagent run {chain}\n\n- **Mode:** chain\n").as_str(),
         "## Steps\n| Step | Agent | Status | Duration |\n| --- | --- | --- | --- |\n",
-        "| 2 | exit 3 | failed | ",
-        "| 3 | echo never | skipped | - |\n",
+        "| 2 | sh | failed | ",
+        "| 3 | sh | skipped | - |\n",
         "## Summary\n",
     ] {
         assert!(chain_log.contains(line), "{line:?} in:\n{chain_log}");
