@@ -289,15 +289,39 @@ pub struct ProcessTerminalDoc {
     pub instances: Option<Vec<ProcessInstanceDoc>>,
 }
 
-/// A runner's exit in `processTerminal.instances`.
+/// A process's exit in `processTerminal.instances`: the runner's (`kind` `runner`), and in a
+/// step's proof the step's own process (`pi-writer`, pi-subagents' kind for the process a step
+/// runs), with how its process group was found to end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessInstanceDoc {
     pub process_instance_id: String,
     pub kind: String,
+    /// A step's process: its attempt (one per step in a run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
     pub close_observed_at: UnixMs,
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
+    /// A step's process: whether its process group was seen empty once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_tree: Option<ProcessTreeDoc>,
+}
+
+/// How a step's process group ended, as pi-subagents' `processTree`: `observed` (the runner
+/// saw the group empty after the step, through its process group) or `unknown`, with why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessTreeDoc {
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_group_id: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// results/<id>.json.
@@ -486,7 +510,15 @@ fn step_process_terminal(state: &RunState, index: usize) -> StepProcessTerminalD
         ("observed", false) if is_runners_own_end => (
             "observed",
             None,
-            run.instances.clone(),
+            run.instances.clone().map(|instances| {
+                // The runner, and this step's own process.
+                let writer = step_writer(run.run_id.as_str(), index, step);
+                instances
+                    .into_iter()
+                    .filter(|instance| instance.kind == "runner")
+                    .chain(writer)
+                    .collect()
+            }),
             step.ended_at_ms.or(run.observed_at),
         ),
         ("observed", false) => (
@@ -516,6 +548,54 @@ fn step_process_terminal(state: &RunState, index: usize) -> StepProcessTerminalD
         reason,
         instances,
     }
+}
+
+/// Step `index`'s own process as pi-subagents' proof names a writer: its exit (the signal that
+/// killed it, when one did), and its process group, which the runner ends and checks when the
+/// step ends: `observed` empty, unless members outlived SIGKILL (the step's error says so).
+/// `None` for a step with no process or no end.
+fn step_writer(
+    run_id: &str,
+    index: usize,
+    step: &crate::state::StepState,
+) -> Option<ProcessInstanceDoc> {
+    let process = step.process.as_ref()?;
+    let ended_at = step.ended_at_ms?;
+    let error = step.error.as_deref().unwrap_or_default();
+    let signal = crate::exit::killing_signal(error).map(str::to_string);
+    let process_tree = if error.contains(crate::runner::SURVIVORS_NOTE) {
+        ProcessTreeDoc {
+            state: "unknown".to_string(),
+            mechanism: None,
+            process_group_id: None,
+            verified_at: None,
+            reason: Some("verification-failed".to_string()),
+        }
+    } else {
+        ProcessTreeDoc {
+            state: "observed".to_string(),
+            mechanism: Some("posix-process-group".to_string()),
+            process_group_id: Some(process.pid),
+            verified_at: Some(ended_at),
+            reason: None,
+        }
+    };
+    Some(ProcessInstanceDoc {
+        process_instance_id: format!(
+            "{run_id}-step-{index}-pid-{}-{}",
+            process.pid, process.start_time
+        ),
+        kind: "pi-writer".to_string(),
+        attempt: Some(1),
+        close_observed_at: ended_at,
+        exit_code: if signal.is_some() {
+            None
+        } else {
+            step.exit_code
+        },
+        signal,
+        process_tree: Some(process_tree),
+    })
 }
 
 /// `process-terminal.json` of a run: its proof, and each step's.
@@ -739,23 +819,52 @@ pub fn process_terminal_doc(state: &RunState) -> ProcessTerminalDoc {
             instances: None,
         },
         Some(observed) => {
-            let (reason, instances) = match observed.proof {
+            let (mut reason, mut instances) = match observed.proof {
                 Proof::Observed => (
                     None,
                     Some(vec![ProcessInstanceDoc {
                         process_instance_id: observed.instance_id.clone(),
                         kind: "runner".to_string(),
+                        attempt: None,
                         close_observed_at: observed.at_ms,
                         exit_code: observed.exit.and_then(|exit| exit.code),
                         signal: observed.exit.and_then(|exit| exit.signal).map(signal_name),
+                        process_tree: None,
                     }]),
                 ),
                 Proof::Unknown => (Some("observer-unavailable".to_string()), None),
                 Proof::NotStarted => (None, None),
             };
+            let mut proof = observed.proof.as_str();
+            // The runner's own end: each step's process is a writer of pi-subagents' proof,
+            // and a process group not seen empty leaves the run's proof unknown, as there.
+            let is_runners_own_end = state
+                .terminal
+                .as_ref()
+                .is_some_and(|terminal| terminal.repaired_by.is_none());
+            if let Some(runner) = instances.as_mut().filter(|_| is_runners_own_end) {
+                runner.extend(
+                    state
+                        .steps
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(index, step)| step_writer(&run_id, index, step)),
+                );
+                let is_unverified = runner.iter().any(|instance| {
+                    instance
+                        .process_tree
+                        .as_ref()
+                        .is_some_and(|tree| tree.state != "observed")
+                });
+                if is_unverified {
+                    proof = "unknown";
+                    reason = Some("process-tree-unverified".to_string());
+                    instances = None;
+                }
+            }
             ProcessTerminalDoc {
                 version: 1,
-                state: observed.proof.as_str().to_string(),
+                state: proof.to_string(),
                 run_id,
                 runner_process_instance_id: if observed.instance_id.is_empty() {
                     "unassigned".to_string()
@@ -1592,6 +1701,50 @@ mod tests {
         crate::state::replay(&records)
             .expect("a legal life")
             .expect("records")
+    }
+
+    /// A step's process is a writer of the run's proof, with its killing signal; a group that
+    /// outlived SIGKILL leaves the run's proof unknown (`process-tree-unverified`), as
+    /// pi-subagents' own proof does.
+    #[test]
+    fn each_step_is_a_writer_of_the_proof_and_survivors_leave_it_unknown() {
+        use crate::event::{Observer, Proof, StepEnd};
+        use crate::testkit as kit;
+        let life = |error: &str| {
+            state_of(vec![
+                kit::created(
+                    kit::spec(Mode::Single, vec![kit::echo_step("a")]),
+                    2_000,
+                    crate::event::HostIds::default(),
+                ),
+                kit::runner_started(kit::identity(7), "i1"),
+                kit::step_running(0, Some(kit::identity(8))),
+                kit::step_finished(0, StepEnd::Failed, Some(137), Some(error)),
+                kit::terminal(TerminalState::Failed, 1, "failed", Some(error)),
+                kit::process_terminal("i1", Some(1), Proof::Observed, Observer::Launcher),
+            ])
+        };
+        let killed = process_terminal_doc(&life("killed by signal 9 (SIGKILL)"));
+        assert_eq!(killed.state, "observed");
+        let instances = killed.instances.expect("the exits");
+        assert_eq!(instances.len(), 2, "{instances:?}");
+        assert_eq!(instances[1].kind, "pi-writer");
+        assert_eq!(instances[1].signal.as_deref(), Some("SIGKILL"));
+        assert_eq!(instances[1].exit_code, None);
+        let tree = instances[1].process_tree.as_ref().expect("its group");
+        assert_eq!(
+            (tree.state.as_str(), tree.process_group_id),
+            ("observed", Some(8))
+        );
+        let survived = process_terminal_doc(&life(&format!(
+            "killed by signal 9 (SIGKILL) ({} 2s after SIGKILL)",
+            crate::runner::SURVIVORS_NOTE
+        )));
+        assert_eq!(
+            (survived.state.as_str(), survived.reason.as_deref()),
+            ("unknown", Some("process-tree-unverified"))
+        );
+        assert_eq!(survived.instances, None);
     }
 
     /// pi-subagents' fields: a parallel run is one group, the current step's log is the

@@ -61,6 +61,7 @@ const { listAsyncRuns } = await load("runs/background/async-status.ts");
 const { reconcileAsyncRun } = await load("runs/background/stale-run-reconciler.ts");
 const { resultPayloadPathForSessionRun, resultPayloadPathForIndexedRun, resultFilesForToolCall } = await load("runs/background/result-files.ts");
 const { formatAsyncRunTranscript } = await load("runs/background/fleet-view.ts");
+const { readProcessTerminal } = await load("runs/background/process-terminal.ts");
 
 const staleAlivePidMs = process.env.PI_COMPAT_STALE_ALIVE_MS ? Number(process.env.PI_COMPAT_STALE_ALIVE_MS) : undefined;
 const asyncRoot = types.DIRS.async;
@@ -80,6 +81,14 @@ for (const id of fs.readdirSync(asyncRoot).filter((entry) => !entry.startsWith("
 			sessionId: status.sessionId ?? null,
 			hasPid: typeof status.pid === "number",
 			steps: (status.steps ?? []).map((step) => step.status),
+		};
+		// The proof sidecar as pi-subagents' reader takes it: its state, and whose exits it holds.
+		const proof = readProcessTerminal(asyncDir);
+		seen.proof = proof && {
+			state: proof.state,
+			reason: proof.reason ?? null,
+			kinds: (proof.instances ?? []).map((instance) => instance.kind),
+			trees: (proof.instances ?? []).filter((instance) => instance.processTree).map((instance) => instance.processTree.state),
 		};
 		// The transcript view names the run's markdown log when the run has one.
 		if (status) {

@@ -304,6 +304,32 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         std::fs::remove_file(&result).expect("the host consumes the result");
     }
     let (single, _) = launch(&root, &["--", "sh", "-c", "echo the-answer-is-42"]);
+    // A parallel run whose launcher waits for it, and so sees its runner's exit.
+    let output = runjournal(&root)
+        .args([
+            "run",
+            "--wait",
+            "--json",
+            "--session-id",
+            SESSION_ID,
+            "--owner-id",
+            OWNER_ID,
+            "--mode",
+            "parallel",
+            "--step",
+            "true",
+            "--step",
+            "true",
+        ])
+        .output()
+        .expect("run --wait");
+    assert!(output.status.success(), "{output:?}");
+    let waited =
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")["runId"]
+            .as_str()
+            .expect("runId")
+            .to_string();
+    expected.insert(waited.clone(), "complete");
     // A task whose text no file pi-subagents' readers read may show.
     let (secret, _) = launch(&root, &["--", "sh", "-c", "true secret-task-text"]);
     expected.insert(secret.clone(), "complete");
@@ -333,7 +359,7 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
             "--mode", "parallel", "--step", "echo p1", "--step", "echo p2",
         ],
     );
-    expected.insert(parallel, "complete");
+    expected.insert(parallel.clone(), "complete");
     let (external, _) = launch(
         &root,
         &["--external-job", &format!("sh '{}'", provider.display())],
@@ -633,6 +659,24 @@ fn pi_subagents_reads_lists_and_repairs_none_of_our_runs() {
         .collect();
     assert_eq!(showing, Vec::<&PathBuf>::new(), "files showing the task");
     assert_eq!(runs[secret.as_str()]["result"]["results"][0]["agent"], "sh");
+    // The proof of a run whose runner's exit was seen (by its launcher, which waited) holds
+    // that exit and each step's process as a writer whose process group was seen empty, as
+    // pi-subagents' runner proves its own. Where nobody could see the runner's exit (its
+    // launcher returned at once), the proof is unknown, with pi-subagents' reason.
+    assert_eq!(
+        runs[waited.as_str()]["proof"],
+        serde_json::json!({
+            "state": "observed",
+            "reason": null,
+            "kinds": ["runner", "pi-writer", "pi-writer"],
+            "trees": ["observed", "observed"],
+        }),
+        "{waited}"
+    );
+    assert_eq!(
+        runs[single.as_str()]["proof"],
+        serde_json::json!({"state": "unknown", "reason": "observer-unavailable", "kinds": [], "trees": []})
+    );
     // What pi-subagents hands the launching agent: each step's output.
     let result_of = |run: &str| runs[run]["result"].clone();
     let single_result = result_of(&single);
