@@ -211,7 +211,7 @@ fn inspect_verify_passes_on_a_sound_home() {
     assert_eq!(ran.code, 0, "{}{}", ran.stdout, ran.stderr);
     assert_eq!(
         ran.stdout,
-        "verified 3 runs, 20 records, 21 projection files; redb integrity check passed: no problems\n"
+        "verified 3 runs, 20 records, 23 projection files; redb integrity check passed: no problems\n"
     );
     let objects = json_lines(&run(tool_at(&fixture, &["inspect", "verify", "--json"])).stdout);
     assert_eq!(objects.len(), 1);
@@ -352,8 +352,8 @@ fn replay_json_lists_each_file_written() {
     assert_eq!(
         kinds,
         [
-            "result",
             "status",
+            "result",
             "events",
             "process-terminal",
             "steer-inbox-closed"
