@@ -11,6 +11,11 @@ use std::process::ExitStatus;
 
 use crate::event::ProcessExit;
 
+/// The words a step's error holds when members of its process group outlived SIGKILL: the
+/// group was not seen empty (pi-subagents' proof of the step then says its process tree is
+/// unknown).
+pub const SURVIVORS_NOTE: &str = "members of the step's process group were still alive";
+
 /// The exit code shells give a command they could not find.
 pub const EXIT_CODE_NOT_FOUND: i32 = 127;
 

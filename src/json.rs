@@ -875,6 +875,48 @@ impl KeptDoc {
     }
 }
 
+/// The home's default run timeout: `runjournal default-timeout --json`, and through `Display`
+/// its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultTimeoutDoc {
+    /// `null`: none.
+    pub timeout_ms: Option<u64>,
+    /// `home` (set for this home) or `layout` (its layout's).
+    pub source: &'static str,
+}
+
+impl DefaultTimeoutDoc {
+    /// `set` as the journal holds it ([`crate::journal::View::run_timeout_set`]), in a home of
+    /// `layout`.
+    pub fn of(set: Option<Option<u64>>, layout: crate::home::Layout) -> DefaultTimeoutDoc {
+        match set {
+            Some(timeout_ms) => DefaultTimeoutDoc {
+                timeout_ms,
+                source: "home",
+            },
+            None => DefaultTimeoutDoc {
+                timeout_ms: crate::launch::layout_default_timeout_ms(layout),
+                source: "layout",
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DefaultTimeoutDoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = self
+            .timeout_ms
+            .map_or_else(|| "none".to_string(), crate::duration::format_duration_ms);
+        let from = if self.source == "home" {
+            "set for this home"
+        } else {
+            "the layout's default"
+        };
+        writeln!(f, "default run timeout: {value} ({from})")
+    }
+}
+
 /// The retention policy: `runjournal retention --json` and `inspect stats`. A bound that is off
 /// is `null`; the free-space floor is a percentage or a size, the other `null`.
 #[derive(Debug, Clone, Serialize)]

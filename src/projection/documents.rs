@@ -563,7 +563,7 @@ fn step_writer(
     let ended_at = step.ended_at_ms?;
     let error = step.error.as_deref().unwrap_or_default();
     let signal = crate::exit::killing_signal(error).map(str::to_string);
-    let process_tree = if error.contains(crate::runner::SURVIVORS_NOTE) {
+    let process_tree = if error.contains(crate::exit::SURVIVORS_NOTE) {
         ProcessTreeDoc {
             state: "unknown".to_string(),
             mechanism: None,
@@ -1738,7 +1738,7 @@ mod tests {
         );
         let survived = process_terminal_doc(&life(&format!(
             "killed by signal 9 (SIGKILL) ({} 2s after SIGKILL)",
-            crate::runner::SURVIVORS_NOTE
+            crate::exit::SURVIVORS_NOTE
         )));
         assert_eq!(
             (survived.state.as_str(), survived.reason.as_deref()),

@@ -85,11 +85,6 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 /// Exit code of a stopped run: 128 + SIGTERM.
 pub const EXIT_STOPPED: i32 = 143;
 
-/// The words a step's error holds when members of its process group outlived SIGKILL: the
-/// group was not seen empty (pi-subagents' proof of the step then says its process tree is
-/// unknown).
-pub const SURVIVORS_NOTE: &str = "members of the step's process group were still alive";
-
 /// Most retries of a conditional append whose expected head another writer moved.
 const MAX_HEAD_RETRIES: u32 = 64;
 
@@ -1195,13 +1190,7 @@ impl RunLoop {
             _ => None,
         };
         let survivors = match report.ended {
-            Some(ended) if ended.has_survivors => format!(
-                " ({SURVIVORS_NOTE} {} after SIGKILL)",
-                crate::duration::format_duration_ms(
-                    u64::try_from(step_process::KILL_VERIFY_TIMEOUT.as_millis())
-                        .unwrap_or(u64::MAX)
-                )
-            ),
+            Some(ended) if ended.has_survivors => survivors_note(),
             _ => String::new(),
         };
         let job_end = match (&ending, &report.job) {
@@ -1737,6 +1726,17 @@ fn log(message: &str) {
         event::now_ms(),
         std::process::id()
     ));
+}
+
+/// What a step's error adds when members of its process group outlived SIGKILL.
+fn survivors_note() -> String {
+    format!(
+        " ({} {} after SIGKILL)",
+        crate::exit::SURVIVORS_NOTE,
+        crate::duration::format_duration_ms(
+            u64::try_from(step_process::KILL_VERIFY_TIMEOUT.as_millis()).unwrap_or(u64::MAX)
+        )
+    )
 }
 
 #[cfg(test)]

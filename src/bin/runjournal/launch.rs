@@ -40,8 +40,8 @@ pub struct RunArgs {
     concurrency: Option<u32>,
     /// End the run, failed, after this long (500ms, 30s, 5m, 1h30m), or `off`: no timeout,
     /// not even the home's default (`runjournal default-timeout`).
-    #[arg(long, value_name = "DURATION|off", value_parser = crate::retention::duration_setting)]
-    timeout: Option<crate::retention::Setting<Duration>>,
+    #[arg(long, value_name = "DURATION|off", value_parser = duration_setting)]
+    timeout: Option<Setting<Duration>>,
     /// The host's session id (recorded, and used for the result index).
     #[arg(long, value_name = "S")]
     session_id: Option<String>,
@@ -187,6 +187,83 @@ pub fn duration_arg(text: &str) -> Result<Duration, String> {
     runjournal::duration::parse_duration(text).map_err(|error| error.to_string())
 }
 
+/// A bound as given on the command line: `off`, or a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting<T> {
+    Off,
+    To(T),
+}
+
+impl<T> Setting<T> {
+    pub fn value(self) -> Option<T> {
+        match self {
+            Setting::Off => None,
+            Setting::To(value) => Some(value),
+        }
+    }
+}
+
+pub fn off_or<T>(
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Setting<T>, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        Ok(Setting::Off)
+    } else {
+        parse(text).map(Setting::To)
+    }
+}
+
+pub fn duration_setting(text: &str) -> Result<Setting<Duration>, String> {
+    off_or(text, duration_arg)
+}
+
+/// What `runjournal default-timeout` sets: a timeout or none, or back to the layout's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutSetting {
+    Layout,
+    Home(Setting<Duration>),
+}
+
+pub fn timeout_setting(text: &str) -> Result<TimeoutSetting, String> {
+    if text.trim().eq_ignore_ascii_case("layout") {
+        return Ok(TimeoutSetting::Layout);
+    }
+    duration_setting(text).map(TimeoutSetting::Home)
+}
+
+/// `runjournal default-timeout [DURATION|off|layout] [--json]`.
+pub fn default_timeout(home: Home, setting: Option<TimeoutSetting>, json: bool) -> CliResult {
+    let store = open_store(home)
+        .map_err(|failure| crate::needs_journal(failure, "the default run timeout"))?;
+    if let Some(setting) = setting {
+        let set = match setting {
+            TimeoutSetting::Layout => None,
+            TimeoutSetting::Home(timeout) => Some(
+                timeout
+                    .value()
+                    .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            ),
+        };
+        store
+            .journal()
+            .set_run_timeout(set)
+            .context("writing the default run timeout")?;
+    }
+    let set = store
+        .journal()
+        .view()
+        .and_then(|view| view.run_timeout_set())
+        .context("reading the default run timeout")?;
+    let report = runjournal::json::DefaultTimeoutDoc::of(set, store.home().layout());
+    if json {
+        let text = serde_json::to_string(&report).context("rendering the default run timeout")?;
+        return print_line(&text).map(|()| ExitCode::SUCCESS);
+    }
+    print(&report.to_string())?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `--env NAME=VALUE`.
 pub fn env_arg(text: &str) -> Result<(String, String), String> {
     let (name, value) = text
@@ -216,7 +293,7 @@ fn request(args: &RunArgs, order: StepOrder) -> Result<RunRequest, Failure> {
         draft.concurrency = args.concurrency;
     }
     if let Some(timeout) = args.timeout {
-        draft.no_timeout = timeout == crate::retention::Setting::Off;
+        draft.no_timeout = timeout == Setting::Off;
         draft.timeout = timeout.value();
     }
     if args.idle_timeout.is_some() {

@@ -218,8 +218,8 @@ enum Command {
     /// Kept in the journal; runs launched from then on get it.
     DefaultTimeout {
         /// DURATION (30m, 2h), `off` or `layout`.
-        #[arg(value_name = "DURATION|off|layout", value_parser = retention::timeout_setting)]
-        timeout: Option<retention::TimeoutSetting>,
+        #[arg(value_name = "DURATION|off|layout", value_parser = launch::timeout_setting)]
+        timeout: Option<launch::TimeoutSetting>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -525,9 +525,7 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         #[cfg(feature = "ship")]
         Command::Ship(args) => ship::command(home, args),
         Command::Retention(args) => retention::retention(home, args),
-        Command::DefaultTimeout { timeout, json } => {
-            retention::default_timeout(home, timeout, json)
-        }
+        Command::DefaultTimeout { timeout, json } => launch::default_timeout(home, timeout, json),
         Command::Prune(args) => retention::prune(home, args),
         Command::Runner {
             run,

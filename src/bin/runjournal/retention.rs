@@ -10,87 +10,8 @@ use runjournal::journal::KeepFree;
 use runjournal::json::{PolicyDoc, PruneDoc};
 use runjournal::retention::{self, PassOptions};
 
+use crate::launch::{Setting, duration_setting, off_or};
 use crate::{CliResult, EXIT_ERROR, Failure, note, open_store, print, print_line};
-
-/// A bound as given on the command line: `off`, or a value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting<T> {
-    Off,
-    To(T),
-}
-
-impl<T> Setting<T> {
-    pub fn value(self) -> Option<T> {
-        match self {
-            Setting::Off => None,
-            Setting::To(value) => Some(value),
-        }
-    }
-}
-
-fn off_or<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Setting<T>, String> {
-    if text.trim().eq_ignore_ascii_case("off") {
-        Ok(Setting::Off)
-    } else {
-        parse(text).map(Setting::To)
-    }
-}
-
-pub fn duration_setting(text: &str) -> Result<Setting<Duration>, String> {
-    off_or(text, crate::launch::duration_arg)
-}
-
-/// What `runjournal default-timeout` sets: a timeout or none, or back to the layout's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeoutSetting {
-    Layout,
-    Home(Setting<Duration>),
-}
-
-pub fn timeout_setting(text: &str) -> Result<TimeoutSetting, String> {
-    if text.trim().eq_ignore_ascii_case("layout") {
-        return Ok(TimeoutSetting::Layout);
-    }
-    duration_setting(text).map(TimeoutSetting::Home)
-}
-
-/// `runjournal default-timeout [DURATION|off|layout] [--json]`.
-pub fn default_timeout(home: Home, setting: Option<TimeoutSetting>, json: bool) -> CliResult {
-    let store = open_store(home)
-        .map_err(|failure| crate::needs_journal(failure, "the default run timeout"))?;
-    if let Some(setting) = setting {
-        let set = match setting {
-            TimeoutSetting::Layout => None,
-            TimeoutSetting::Home(timeout) => Some(timeout.value().map(duration_ms)),
-        };
-        store
-            .journal()
-            .set_run_timeout(set)
-            .context("writing the default run timeout")?;
-    }
-    let set = store
-        .journal()
-        .view()
-        .and_then(|view| view.run_timeout_set())
-        .context("reading the default run timeout")?;
-    let timeout_ms =
-        set.unwrap_or_else(|| runjournal::launch::layout_default_timeout_ms(store.home().layout()));
-    let source = if set.is_some() { "home" } else { "layout" };
-    if json {
-        let document = serde_json::json!({ "timeoutMs": timeout_ms, "source": source });
-        return print_line(&document.to_string()).map(|()| ExitCode::SUCCESS);
-    }
-    let value = timeout_ms.map_or_else(
-        || "none".to_string(),
-        runjournal::duration::format_duration_ms,
-    );
-    let from = match source {
-        "home" => "set for this home",
-        _ => "the layout's default",
-    };
-    print_line(&format!("default run timeout: {value} ({from})"))?;
-    Ok(ExitCode::SUCCESS)
-}
 
 fn count_setting(text: &str) -> Result<Setting<u64>, String> {
     off_or(text, |text| {
