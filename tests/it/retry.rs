@@ -343,10 +343,8 @@ fn bad_retry_flags_are_refused_before_anything_is_written() {
     assert_eq!(record_count(&home.journal()), 0, "nothing was written");
 }
 
-/// A retried run's wait for its next attempt is a delay: `stop` ends it there, without
-/// another runner.
-#[test]
-fn a_stop_ends_a_run_waiting_for_its_next_attempt() {
+/// A run whose first attempt failed, waiting an hour for its next.
+fn waiting_for_its_next_attempt() -> (TestHome, RunId) {
     let home = TestHome::new();
     let run = launch(
         &home,
@@ -361,13 +359,21 @@ fn a_stop_ends_a_run_waiting_for_its_next_attempt() {
             "exit 5",
         ],
     );
-    let journal = home.journal();
     wait_for(
-        &journal,
+        &home.journal(),
         run,
         "its first attempt ended",
         RunState::is_between_attempts,
     );
+    (home, run)
+}
+
+/// A retried run's wait for its next attempt is a delay: `stop` ends it there, without
+/// another runner.
+#[test]
+fn a_stop_ends_a_run_waiting_for_its_next_attempt() {
+    let (home, run) = waiting_for_its_next_attempt();
+    let journal = home.journal();
     home.cmd()
         .args(["stop", &run.to_string()])
         .assert()
@@ -384,27 +390,8 @@ fn a_stop_ends_a_run_waiting_for_its_next_attempt() {
 #[test]
 fn a_stop_recorded_after_an_attempt_ended_is_ended_by_the_next_stop() {
     for through_inbox in [false, true] {
-        let home = TestHome::new();
-        let run = launch(
-            &home,
-            &[
-                "--retries",
-                "3",
-                "--retry-backoff",
-                "1h",
-                "--",
-                "sh",
-                "-c",
-                "exit 5",
-            ],
-        );
+        let (home, run) = waiting_for_its_next_attempt();
         let journal = home.journal();
-        wait_for(
-            &journal,
-            run,
-            "its first attempt ended",
-            RunState::is_between_attempts,
-        );
         // The request as a racing `stop` lands it: on a run that is not terminal.
         journal
             .append(

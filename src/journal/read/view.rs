@@ -855,33 +855,16 @@ impl View {
 
     /// The home's scrub interval in ms (meta `scrub_every_ms`); `None`: the default.
     pub fn scrub_every_ms(&self) -> Result<Option<u64>, ReadError> {
-        let Some(bytes) = self.meta_bytes(tables::META_SCRUB_EVERY)? else {
-            return Ok(None);
-        };
-        let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
-            ReadError::Corrupt(CorruptError::Meta {
-                key: tables::META_SCRUB_EVERY,
-                reason: format!("{} bytes, not 8", bytes.len()),
-            })
-        })?;
-        Ok(Some(u64::from_be_bytes(bytes)))
+        self.meta_u64_set(tables::META_SCRUB_EVERY)
     }
 
     /// The timeout a run gets when its launch names none, as the home set it (meta
     /// `run_timeout_ms`): `Some(Some(ms))`, `Some(None)` for none at all; `None` when the home
     /// never set one (the layout's default applies).
     pub fn run_timeout_set(&self) -> Result<Option<Option<u64>>, ReadError> {
-        let Some(bytes) = self.meta_bytes(tables::META_RUN_TIMEOUT)? else {
-            return Ok(None);
-        };
-        let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
-            ReadError::Corrupt(CorruptError::Meta {
-                key: tables::META_RUN_TIMEOUT,
-                reason: format!("{} bytes, not 8", bytes.len()),
-            })
-        })?;
-        let timeout_ms = u64::from_be_bytes(bytes);
-        Ok(Some((timeout_ms > 0).then_some(timeout_ms)))
+        Ok(self
+            .meta_u64_set(tables::META_RUN_TIMEOUT)?
+            .map(|timeout_ms| (timeout_ms > 0).then_some(timeout_ms)))
     }
 
     /// Where retention's clock was last anchored (meta `clock`, [`crate::retention::clock`]);
@@ -890,6 +873,20 @@ impl View {
         Ok(self
             .meta_bytes(tables::META_CLOCK)?
             .and_then(|bytes| retention::ClockAnchor::parse(&bytes)))
+    }
+
+    /// A meta value that is a u64, big-endian, when present; any other length is damage.
+    fn meta_u64_set(&self, key: &'static str) -> Result<Option<u64>, ReadError> {
+        let Some(bytes) = self.meta_bytes(key)? else {
+            return Ok(None);
+        };
+        let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+            ReadError::Corrupt(CorruptError::Meta {
+                key,
+                reason: format!("{} bytes, not 8", bytes.len()),
+            })
+        })?;
+        Ok(Some(u64::from_be_bytes(bytes)))
     }
 
     fn meta_bytes(&self, key: &'static str) -> Result<Option<Vec<u8>>, ReadError> {
