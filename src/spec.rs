@@ -590,6 +590,38 @@ mod tests {
         assert_eq!(request.spec.steps[1].name, "b");
         assert!(request.spec.steps[2].is_external_job());
         assert_eq!(request.hosts.session_id.as_deref(), Some("s"));
+        assert!(
+            request.home_timeout,
+            "a timeout of its own: the default never applies"
+        );
+    }
+
+    /// `"timeout": "off"`: no timeout, and the home's default does not apply either; a run
+    /// that names none takes the default.
+    #[test]
+    fn a_spec_timeout_of_off_refuses_the_homes_default() {
+        let request_of = |json: &[u8]| {
+            SpecFile::parse(json)
+                .expect("parses")
+                .into_draft()
+                .expect("draft")
+                .finish()
+                .expect("valid")
+        };
+        let off = request_of(br#"{"timeout": "off", "steps": [{"shell": "true"}]}"#);
+        assert_eq!((off.spec.timeout_ms, off.home_timeout), (None, false));
+        let unnamed = request_of(br#"{"steps": [{"shell": "true"}]}"#);
+        assert_eq!(
+            (unnamed.spec.timeout_ms, unnamed.home_timeout),
+            (None, true)
+        );
+        assert!(
+            SpecFile::parse(br#"{"timeout": "never", "steps": [{"shell": "true"}]}"#)
+                .expect("parses")
+                .into_draft()
+                .is_err(),
+            "a timeout that is neither a duration nor off is refused"
+        );
     }
 
     #[test]
