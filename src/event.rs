@@ -585,6 +585,8 @@ pub enum JobState {
     Succeeded,
     Failed,
     Cancelled,
+    /// Waiting on another job (pi-subagents' `blocked`): not ended.
+    Blocked,
 }
 
 impl JobState {
@@ -602,6 +604,7 @@ impl JobState {
             JobState::Succeeded => "succeeded",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
+            JobState::Blocked => "blocked",
         }
     }
 }
@@ -616,8 +619,12 @@ impl FromStr for JobState {
             "succeeded" => Ok(JobState::Succeeded),
             "failed" => Ok(JobState::Failed),
             "cancelled" => Ok(JobState::Cancelled),
+            "blocked" => Ok(JobState::Blocked),
+            // pi-subagents' words for the same ends.
+            "completed" => Ok(JobState::Succeeded),
+            "stopped" => Ok(JobState::Cancelled),
             other => Err(format!(
-                "unknown job state {other:?} (expected queued, running, succeeded, failed or cancelled)"
+                "unknown job state {other:?} (expected queued, running, blocked, succeeded or completed, failed, cancelled or stopped)"
             )),
         }
     }

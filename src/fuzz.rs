@@ -405,6 +405,7 @@ impl Choices<'_> {
                 JobState::Succeeded,
                 JobState::Failed,
                 JobState::Cancelled,
+                JobState::Blocked,
             ]),
             id: self.optional(Self::text),
             progress: self.pick(&[

@@ -425,6 +425,7 @@ pub fn job_state_name(state: JobState) -> &'static str {
         JobState::Succeeded => "completed",
         JobState::Failed => "failed",
         JobState::Cancelled => "stopped",
+        JobState::Blocked => "blocked",
     }
 }
 

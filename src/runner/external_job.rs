@@ -39,7 +39,7 @@ pub enum ProviderLineError {
     #[error("provider line is not a JSON job status ({reason}): {quoted}")]
     Malformed { reason: String, quoted: String },
     #[error(
-        "provider line has unknown state {state:?} (expected queued, running, succeeded, failed or cancelled): {quoted}"
+        "provider line has unknown state {state:?} (expected queued, running, blocked, succeeded or completed, failed, cancelled or stopped): {quoted}"
     )]
     UnknownState { state: String, quoted: String },
     #[error("provider line has progress {progress}, which is not a finite number: {quoted}")]
@@ -55,18 +55,26 @@ pub enum ProviderLineError {
 }
 
 /// The wire shape of a provider line; `state` is read as text so an unknown state gets its
-/// own error.
+/// own error. pi-subagents' names of the same fields are read too (`providerJobId`,
+/// `handleUrl`, `failureMessage`); ours win where a line has both.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ProviderLine {
     state: String,
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
+    provider_job_id: Option<String>,
+    #[serde(default)]
     progress: Option<f64>,
     #[serde(default)]
     message: Option<String>,
     #[serde(default)]
+    failure_message: Option<String>,
+    #[serde(default)]
     url: Option<String>,
+    #[serde(default)]
+    handle_url: Option<String>,
 }
 
 /// The start of `line`, lossily decoded and cut to [`QUOTED_LINE_BYTES`], for error messages.
@@ -98,19 +106,34 @@ pub fn parse_provider_line(line: &[u8]) -> Result<ExternalJobStatus, ProviderLin
             reason: truncate_text(&error.to_string(), QUOTED_LINE_BYTES),
             quoted: quoted(),
         })?;
-    let state = JobState::from_str(&parsed.state).map_err(|_| ProviderLineError::UnknownState {
-        state: truncate_text(&parsed.state, 64),
+    let ProviderLine {
+        state,
+        id,
+        provider_job_id,
+        progress,
+        message,
+        failure_message,
+        url,
+        handle_url,
+    } = parsed;
+    let (id, message, url) = (
+        id.or(provider_job_id),
+        message.or(failure_message),
+        url.or(handle_url),
+    );
+    let state = JobState::from_str(&state).map_err(|_| ProviderLineError::UnknownState {
+        state: truncate_text(&state, 64),
         quoted: quoted(),
     })?;
     // serde_json does not produce NaN or infinities from JSON text, but a huge exponent
     // overflows to infinity on some inputs; refuse anything the reducer would refuse.
-    if let Some(progress) = parsed.progress.filter(|progress| !progress.is_finite()) {
+    if let Some(progress) = progress.filter(|progress| !progress.is_finite()) {
         return Err(ProviderLineError::NonFiniteProgress {
             progress: progress.to_string(),
             quoted: quoted(),
         });
     }
-    for (field, value) in [("id", &parsed.id), ("url", &parsed.url)] {
+    for (field, value) in [("id", &id), ("url", &url)] {
         if let Some(value) = value.as_ref().filter(|value| value.len() > MAX_TEXT_BYTES) {
             return Err(ProviderLineError::FieldTooLong {
                 field,
@@ -121,14 +144,28 @@ pub fn parse_provider_line(line: &[u8]) -> Result<ExternalJobStatus, ProviderLin
     }
     Ok(ExternalJobStatus {
         state,
-        id: parsed.id,
-        progress: parsed.progress,
+        id,
+        progress,
         // A message is prose: cut rather than fail the job over it.
-        message: parsed
-            .message
-            .map(|message| truncate_text(&message, MAX_TEXT_BYTES)),
-        url: parsed.url,
+        message: message.map(|message| truncate_text(&message, MAX_TEXT_BYTES)),
+        url,
     })
+}
+
+/// `next`, a provider's latest line, over `last`, the status it reported before: a field the
+/// line leaves out keeps what it was (a job id sent once stays the job's), as pi-subagents
+/// merges a provider's partial statuses. Pure.
+pub fn merged(last: Option<&ExternalJobStatus>, next: ExternalJobStatus) -> ExternalJobStatus {
+    let Some(last) = last else {
+        return next;
+    };
+    ExternalJobStatus {
+        state: next.state,
+        id: next.id.or_else(|| last.id.clone()),
+        progress: next.progress.or(last.progress),
+        message: next.message.or_else(|| last.message.clone()),
+        url: next.url.or_else(|| last.url.clone()),
+    }
 }
 
 /// How long after the last journaled status a provider's sample may be held back.
@@ -226,6 +263,55 @@ mod tests {
                 url: Some("u".to_string()),
             }
         );
+    }
+
+    /// pi-subagents' words: `completed` and `stopped` end a job as `succeeded` and
+    /// `cancelled` do, `blocked` does not end it, and its field names are read; ours win.
+    #[test]
+    fn pi_subagents_states_and_fields_are_read() {
+        let status = parse_provider_line(
+            br#"{"state":"blocked","providerJobId":"p","handleUrl":"h","failureMessage":"f","blockingJobId":"j0"}"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            (status.state, status.id.as_deref(), status.url.as_deref()),
+            (JobState::Blocked, Some("p"), Some("h"))
+        );
+        assert_eq!(status.message.as_deref(), Some("f"));
+        assert!(!status.state.is_terminal());
+        let ours = parse_provider_line(br#"{"state":"running","id":"i","providerJobId":"p"}"#)
+            .expect("parses");
+        assert_eq!(ours.id.as_deref(), Some("i"));
+        for (text, state) in [
+            ("completed", JobState::Succeeded),
+            ("stopped", JobState::Cancelled),
+        ] {
+            let line = format!(r#"{{"state":"{text}"}}"#);
+            let status = parse_provider_line(line.as_bytes()).expect("parses");
+            assert_eq!(status.state, state, "{text}");
+            assert!(status.state.is_terminal());
+        }
+    }
+
+    /// A line that leaves a field out keeps what the job had: the id sent once stays.
+    #[test]
+    fn a_partial_line_is_merged_into_the_status_so_far() {
+        let first =
+            parse_provider_line(br#"{"state":"running","id":"j1","url":"u","progress":0.5}"#)
+                .expect("parses");
+        let next =
+            parse_provider_line(br#"{"state":"succeeded","message":"done"}"#).expect("parses");
+        assert_eq!(
+            merged(Some(&first), next.clone()),
+            ExternalJobStatus {
+                state: JobState::Succeeded,
+                id: Some("j1".to_string()),
+                progress: Some(0.5),
+                message: Some("done".to_string()),
+                url: Some("u".to_string()),
+            }
+        );
+        assert_eq!(merged(None, next.clone()), next);
     }
 
     #[test]

@@ -189,6 +189,8 @@ pub async fn run_external_job(
     }
     let mut coalescer = external_job::SampleCoalescer::default();
     let mut last_line: Option<String> = None;
+    // The status so far, which each provider line is merged into.
+    let mut reported: Option<ExternalJobStatus> = None;
     let mut job: Option<JobEnd> = None;
     let mut append_error = None;
     let mut was_terminated = false;
@@ -224,12 +226,13 @@ pub async fn run_external_job(
         }
         last_line = Some(external_job::quote_line(&line));
         let status = match external_job::parse_provider_line(&line) {
-            Ok(status) => status,
+            Ok(status) => external_job::merged(reported.as_ref(), status),
             Err(error) => {
                 job = Some(JobEnd::ProviderError(error.to_string()));
                 break;
             }
         };
+        reported = Some(status.clone());
         let batch = coalescer.offer(status.clone(), std::time::Instant::now());
         if let Err(error) = journal_statuses(&recorder, index, &mut coalescer, batch).await {
             append_error = Some(error);

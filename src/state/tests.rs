@@ -1939,6 +1939,7 @@ fn arb_job() -> impl Strategy<Value = ExternalJobStatus> {
         Just(JobState::Succeeded),
         Just(JobState::Failed),
         Just(JobState::Cancelled),
+        Just(JobState::Blocked),
     ];
     // Finite progress only: NaN is never equal to itself, which would break the comparisons.
     (

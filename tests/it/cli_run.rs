@@ -200,6 +200,63 @@ echo '{"state": "succeeded", "id": "job-1", "message": "done", "url": "https://j
     assert_eq!(job["handleUrl"], "https://jobs.example/1", "{status}");
 }
 
+/// A provider speaking pi-subagents' words: its `providerJobId` and `handleUrl` sent once stay
+/// the job's through lines that leave them out, `blocked` waits, and `completed` ends the step
+/// complete.
+#[test]
+fn a_providers_partial_lines_in_pi_subagents_words_are_merged_into_its_job() {
+    let home = TestHome::new();
+    let provider = home.input("provider.sh");
+    std::fs::write(
+        &provider,
+        r#"echo '{"state": "running", "providerJobId": "job-9", "handleUrl": "https://jobs.example/9"}'
+echo '{"state": "blocked", "blockingJobId": "job-8"}'
+echo '{"state": "completed", "message": "done"}'
+"#,
+    )
+    .expect("write the provider");
+    let output = home
+        .cmd()
+        .args(["run", "--wait", "--json", "--external-job"])
+        .arg(format!("sh '{}'", provider.display()))
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let jobs: Vec<(JobState, Option<String>)> = records(&journal, run)
+        .iter()
+        .filter_map(|record| match &record.event {
+            Event::ExternalJobUpdated { job, .. } => Some((job.state, job.id.clone())),
+            _ => None,
+        })
+        .collect();
+    let id = Some("job-9".to_string());
+    assert_eq!(
+        jobs,
+        [
+            (JobState::Running, id.clone()),
+            (JobState::Blocked, id.clone()),
+            (JobState::Succeeded, id)
+        ]
+    );
+    assert_eq!(state(&journal, run).status, RunStatus::Complete);
+    let status_path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("status.json");
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(status_path).expect("status.json")).expect("JSON");
+    let job = &status["steps"][0]["externalJob"];
+    assert_eq!(job["state"], "completed", "{status}");
+    assert_eq!(job["providerJobId"], "job-9", "{status}");
+    assert_eq!(job["handleUrl"], "https://jobs.example/9", "{status}");
+    assert_eq!(job["message"], "done", "{status}");
+}
+
 /// A provider printing progress as fast as it can: its samples are coalesced
 /// before the journal, and the latest one before each state change lands, with it.
 #[test]

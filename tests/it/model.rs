@@ -263,6 +263,7 @@ fn arb_job() -> BoxedStrategy<ExternalJobStatus> {
         Just(JobState::Succeeded),
         Just(JobState::Failed),
         Just(JobState::Cancelled),
+        Just(JobState::Blocked),
     ];
     // Infinity is refused by the reducer, and unlike NaN it equals itself.
     let progress = prop_oneof![Just(None), Just(Some(0.5)), Just(Some(f64::INFINITY)),];

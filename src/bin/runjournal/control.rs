@@ -20,7 +20,7 @@ pub enum JobCommand {
         run: String,
         /// The external-job step's number (from 0).
         step: String,
-        /// queued, running, succeeded, failed or cancelled.
+        /// queued, running, blocked, succeeded (or completed), failed, cancelled (or stopped).
         #[arg(long)]
         state: String,
         /// Progress, a finite number (as the provider reports it, e.g. 0.4 or 40).
