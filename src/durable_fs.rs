@@ -915,7 +915,7 @@ impl FileStamp {
         }
     }
 
-    /// The stamp of a `stat` answer, as [`FileStamp::of`] reads `std`'s (whose fields are
+    /// The stamp of a `stat` answer, as `FileStamp::of` reads `std`'s (whose fields are
     /// the same casts of the same `stat`: their widths differ between platforms).
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     pub fn of_stat(stat: &FileStat) -> FileStamp {

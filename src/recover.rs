@@ -585,7 +585,7 @@ fn found_missing(path: &Path) -> bool {
     matches!(durable_fs::look(path), Ok(None))
 }
 
-/// What the journal file is, if it is lost: what [`journal::examine`] finds, or, for a file
+/// What the journal file is, if it is lost: what `journal::examine` finds, or, for a file
 /// that looks like a database, why it cannot be read. A journal that opens is read whole
 /// ([`verify::verify`], then redb's integrity check on a private copy): one whose bytes are
 /// damaged — redb panics on them, a record fails its checksum, the integrity check fails — is

@@ -686,7 +686,7 @@ const STATUS_TRAIL: std::time::Duration =
 /// there. On a live home a projection trails its commit for a moment (the projector writes
 /// just after the commit, under the lock), and a status.json whose run only moved by samples
 /// trails it up to the coalescing window: a run whose head moved between two looks is looked
-/// at again, a few times, and one whose only problem is its status.json until [`STATUS_TRAIL`]
+/// at again, a few times, and one whose only problem is its status.json until `STATUS_TRAIL`
 /// passed, so such a moment is not reported as damage.
 pub fn recheck_projections(
     home: &Home,

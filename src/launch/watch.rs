@@ -82,7 +82,7 @@ impl Watch {
     }
 
     /// One look: reads the active runs again if the journal moved on, records the end of each
-    /// followed runner that exited, and makes a pass ([`pass`]) when a runner ended, a run was
+    /// followed runner that exited, and makes a pass (`pass`) when a runner ended, a run was
     /// found stale, or an inbox changed. `by` names the watcher in what the pass records.
     pub fn look(
         &mut self,

@@ -324,7 +324,7 @@ pub struct ProcessTreeDoc {
     pub reason: Option<String>,
 }
 
-/// results/<id>.json.
+/// `results/<id>.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResultDoc {

@@ -100,7 +100,7 @@ pub fn record_value_columns(alias: &str) -> String {
     )
 }
 
-/// The columns of a row read in order, each with checked access ([`column`]); a capped one
+/// The columns of a row read in order, each with checked access ([`column`](fn@column)); a capped one
 /// ([`capped`]) takes two.
 pub struct Columns<'r> {
     row: &'r tokio_postgres::Row,

@@ -56,7 +56,7 @@ pub fn write(home: &Home, state: &ShipState) -> std::io::Result<()> {
 const MAX_STATE_FILE_BYTES: u64 = 64 * 1024;
 
 /// Reads the state file; `None` when this home has never been shipped from (or the file is
-/// unreadable, not a regular file, or over [`MAX_STATE_FILE_BYTES`]: it is a report, and a
+/// unreadable, not a regular file, or over `MAX_STATE_FILE_BYTES`: it is a report, and a
 /// damaged one says nothing).
 pub fn read(home: &Home) -> Option<ShipState> {
     match durable_fs::read_file_bounded(&state_path(home), MAX_STATE_FILE_BYTES).ok()? {

@@ -1,7 +1,7 @@
 //! The pure reducer: a run's state, and the one function that moves it forward.
 //!
 //! Invariant: nothing here does I/O or reads a clock. Every writer (launcher, runner,
-//! reconciler, `job update`) and every reader that folds records calls [`apply`]; none
+//! reconciler, `job update`) and every reader that folds records calls [`apply`](fn@apply); none
 //! re-implements a transition rule.
 
 use std::fmt;
@@ -615,7 +615,7 @@ impl ShapeError {
 }
 
 impl RunState {
-    /// Checks every rule that each state [`apply`] makes keeps ([`ShapeRule::ALL`], in its
+    /// Checks every rule that each state [`apply`](fn@apply) makes keeps ([`ShapeRule::ALL`], in its
     /// order; the first broken is returned): among them what the runner, the reconciler and
     /// the projector rely on — a spec that passes [`RunSpec::check`] (so a runner never meets
     /// an empty command or a parallel run of concurrency 0), one step state per step, a

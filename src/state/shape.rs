@@ -8,7 +8,7 @@
 //! which shape rules keep it in every state, or why no state can show it. The tests break each
 //! rule alone on states the reducer made and check that `check_shape` refuses each.
 //!
-//! [`apply`]: super::apply
+//! [`apply`]: fn@super::apply
 
 use super::{
     RunState, RunStatus, ShapeError, SteerDelivery, StepState, StepStatus, TransitionError,
@@ -681,8 +681,8 @@ pub enum KeptInState {
 }
 
 impl TransitionError {
-    /// The table of the reducer's rules against the shape rules of its states ([module
-    /// docs](self)).
+    /// The table of the reducer's rules against the shape rules of its states (the module
+    /// docs).
     pub fn kept_in_state(&self) -> KeptInState {
         use KeptInState::{RecordsOnly, Rules};
         use ShapeRule as R;

@@ -15,9 +15,9 @@
 //! `fcntl` lock (redb retries it when a signal interrupts it), and a thread per wait costs more
 //! than the wait it bounds when many processes commit alone.
 //!
-//! Two places wait: [`begin_write`], through redb's `try_begin_write`, and the backend every
-//! journal file is handed to redb through ([`PatientLocks`]), whose blocking lock methods wait
-//! as the calling thread's [`within`] scope says (an open, a reopen), and otherwise for the
+//! Two places wait: `begin_write`, through redb's `try_begin_write`, and the backend every
+//! journal file is handed to redb through (`PatientLocks`), whose blocking lock methods wait
+//! as the calling thread's `within` scope says (an open, a reopen), and otherwise for the
 //! bound the handle was opened with.
 //!
 //! Invariants:

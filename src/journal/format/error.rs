@@ -81,7 +81,7 @@ impl StorageFailure {
     }
 }
 
-/// A panic caught inside a call into redb ([`crate::journal::file`]'s containment): what it
+/// A panic caught inside a call into redb (`journal::file`'s containment): what it
 /// said and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("redb panicked: {message}")]

@@ -18,7 +18,7 @@ use crate::event::UnixMs;
 /// out.
 pub const MAX_RECOVERY_NOTE_BYTES: usize = 256 << 10;
 
-/// The note a rebuild leaves in the journal ([module docs](self)).
+/// The note a rebuild leaves in the journal (the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoveryNote {
@@ -56,7 +56,7 @@ pub struct LostFact {
 }
 
 impl RecoveryNote {
-    /// The note as stored: JSON within [`MAX_RECOVERY_NOTE_BYTES`], facts dropped from the end
+    /// The note as stored: JSON within `MAX_RECOVERY_NOTE_BYTES`, facts dropped from the end
     /// (and counted in a last one) when it would not fit.
     pub fn encode(&self) -> Vec<u8> {
         let total = self.facts_not_recovered.len();

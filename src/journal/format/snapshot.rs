@@ -29,7 +29,7 @@ use crate::state::{
     UniqueInfo,
 };
 
-/// The snapshot layout this build writes and reads: [`SnapshotV1`].
+/// The snapshot layout this build writes and reads: `SnapshotV1`.
 pub const SNAPSHOT_LAYOUT: u16 = 1;
 
 /// Why stored snapshot bytes are not a snapshot of this run that this build reads. Never an

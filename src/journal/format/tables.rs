@@ -35,7 +35,7 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 /// the same way. Records committed before the table existed are indexed once, by the first
 /// prune ([`crate::journal::write::prune`]).
 pub(crate) const GLOBALS: TableDefinition<&[u8; 24], u64> = TableDefinition::new("globals");
-/// run id → tombstone ([`crate::journal::write::prune::Tombstone`]): what stays of a pruned run.
+/// run id → tombstone (`Tombstone`): what stays of a pruned run.
 pub(crate) const PRUNED: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pruned");
 /// (pruned at ms, run id) → (): tombstones, oldest first, so that they stay bounded.
 pub(crate) const PRUNED_AT: TableDefinition<&[u8; 24], ()> = TableDefinition::new("pruned_at");
@@ -89,7 +89,7 @@ pub(crate) const DELAYED: TableDefinition<&[u8; 24], ()> = TableDefinition::new(
 pub(crate) const META_FORMAT_VERSION: &str = "format_version";
 /// The home's completion hook ([`crate::run_env::HookCommands`] of one command); absent: none.
 pub(crate) const META_HOME_HOOK: &str = "home_hook";
-/// The retention policy ([`crate::journal::write::prune::Retention`]); absent: the defaults.
+/// The retention policy (`Retention`); absent: the defaults.
 pub(crate) const META_RETENTION: &str = "retention";
 /// The highest global seq a prune removed from `log` (u64 BE): global seqs are never issued
 /// again, even when the newest log entries were pruned.
@@ -104,7 +104,7 @@ pub(crate) const META_GLOBALS_INDEXED: &str = "globals_indexed";
 /// record above it ([`crate::journal::write::ship_mark`]).
 pub(crate) const META_SHIPPED_THROUGH: &str = "shipped_through";
 pub(crate) const META_JOURNAL_ID: &str = "journal_id";
-/// The home's size as the journal keeps it (42 bytes, [`crate::home_size::KeptSize`]): the
+/// The home's size as the journal keeps it (42 bytes, `home_size::KeptSize`): the
 /// bytes of `runs/` and `results/` found by the last walk and counted since, through which
 /// ended run they are counted, and when the home was last walked. Absent: never walked.
 pub(crate) const META_HOME_SIZE: &str = "home_size";

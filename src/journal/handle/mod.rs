@@ -520,7 +520,7 @@ impl Journal {
         })
     }
 
-    /// Replaces the home's kept size (meta `home_size`, [`crate::home_size`]) with what
+    /// Replaces the home's kept size (meta `home_size`, `home_size`) with what
     /// `update` makes of the stored one (`None`: leave it), in a write transaction of its own,
     /// never with an append. Durable on return.
     pub fn update_home_size(

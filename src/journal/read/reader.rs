@@ -64,7 +64,7 @@ impl JournalReader {
     }
 }
 
-/// Anything the journal can be read through: a [`Journal`], a [`JournalReader`], or a tool's
+/// Anything the journal can be read through: a [`Journal`](crate::Journal), a [`JournalReader`], or a tool's
 /// own source of views. Projections and verification read through it.
 pub trait ReadJournal {
     fn view(&self) -> Result<View, ReadError>;

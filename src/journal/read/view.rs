@@ -111,7 +111,7 @@ pub struct QueueEntry {
 
 /// A consistent read of the journal.
 ///
-/// Every read is made inside [`contain`]: a panic of redb's on damaged bytes comes back as
+/// Every read is made inside `contain`: a panic of redb's on damaged bytes comes back as
 /// [`ReadError::Damaged`] naming the journal file, and the view may be dropped as usual.
 pub struct View {
     txn: ReadTransaction,
@@ -835,7 +835,7 @@ impl View {
         })
     }
 
-    /// The home's size as the journal keeps it (meta `home_size`, [`crate::home_size`]), as
+    /// The home's size as the journal keeps it (meta `home_size`, `home_size`), as
     /// stored; `None` before the first walk.
     pub fn home_size(&self) -> Result<Option<Vec<u8>>, ReadError> {
         self.guarded("reading meta", || {

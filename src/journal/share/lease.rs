@@ -6,7 +6,7 @@
 //! it locked). A leader stopped past its clients' leader timeout keeps its `flock`, so the lead
 //! is taken over without it ([`Lease::take_over`]): a fresh lock file, locked first, is renamed
 //! over the lock path. The stopped leader's lock is then on a file no path names; once it runs
-//! again it finds the lock path naming another file ([`Lease::is_deposed`]) and stops serving.
+//! again it finds the lock path naming another file (`Lease::is_deposed`) and stops serving.
 //!
 //! Nothing here is needed for a batch to land once: two leaders at once (a deposed one that ran
 //! again before it looked, and its successor) commit batches of one writer under the same seqs,

@@ -7,7 +7,7 @@
 //! socket beside it (`journal.redb.commit.sock`, bound and connected through the home's held
 //! directory, [`crate::durable_fs::held_path`]; or, when that path is too long to bind or this
 //! system cannot name the held directory, in the user's private socket directory:
-//! [`private_socket_dir`]). Other handles connect and
+//! `private_socket_dir`). Other handles connect and
 //! hand each group to it: their batches join
 //! the leader's own groups, committed by its writer thread in one write transaction each, under
 //! **their** writer ids and writer seqs, which the clients assign before sending. The leader
@@ -18,10 +18,10 @@
 //!
 //! No process holds another hostage: a client waits on its leader only for a bound (the
 //! connect not at all, the hello's answer and each frame after it for
-//! [`WriterOptions::leader_timeout`], each frame read whole within it; a leader at work says
+//! `WriterOptions::leader_timeout`, each frame read whole within it; a leader at work says
 //! `Working` meanwhile, or `WaitingForLock` while another process keeps the write lock). A
 //! leader that is silent past it — stopped, frozen, swapped out — loses the lead: the client
-//! takes it over ([`lease`]) and commits the group itself at once, so that the processes after
+//! takes it over (`lease`) and commits the group itself at once, so that the processes after
 //! it do not wait for the silent one. A client with a bound of its own on the write lock (a
 //! command) leaves a leader still waiting for the lock past it, its batches uncertain
 //! ([`AppendError::Uncertain`]). A batch it had handed over lands once all the same, whoever
@@ -36,7 +36,7 @@
 //!   that runs again finds every seq its client has since judged at or below the mark, and
 //!   commits none of them — whether or not it noticed yet that it was deposed;
 //! * a leader refuses a client's batch by sending the state it judged it against; the client
-//!   judges its batch against that state itself ([`crate::journal::write::append::judge`]) and so words the
+//!   judges its batch against that state itself (`append::judge`) and so words the
 //!   very refusal its caller would have had alone.
 //!
 //! Full and flaky disks are the leader's writer's to ride out, as for its own batches: its
@@ -44,7 +44,7 @@
 //! user, in its own user namespace, is served; a process whose uid is the overflow uid shares
 //! nothing ([`platform::may_share_commits`]).
 //!
-//! [`WriterOptions::leader_timeout`]: super::commit::WriterOptions::leader_timeout A process with a controlling terminal does
+//! A process with a controlling terminal does
 //! not lead (job control could stop it while its clients wait), unless opened with
 //! [`CommitSharing::Lead`]; runners, in sessions of their own, do. A handle opened with
 //! [`CommitSharing::Alone`], or a journal that is not a file, commits alone.

@@ -320,7 +320,7 @@ pub(crate) fn commit_batches(
     commit_batches_with(db, batches, Marks::Idempotent)
 }
 
-/// [`commit_batches`], with the writer marks judged as `marks` says.
+/// `commit_batches`, with the writer marks judged as `marks` says.
 pub(crate) fn commit_batches_with(
     db: &Database,
     batches: &[Batch],
@@ -415,7 +415,7 @@ pub(crate) fn is_judged_refusal(error: &AppendError) -> bool {
 }
 
 /// A prepared batch: records encoded, the new state folded and its snapshot encoded, nothing
-/// written yet. Everything that can refuse a batch happens before [`write`] starts, so a refused
+/// written yet. Everything that can refuse a batch happens before `write` starts, so a refused
 /// batch leaves no trace in a transaction that goes on to commit its batch-mates, but its
 /// writer's mark (see [`apply_batch`]).
 pub(crate) struct Prepared {

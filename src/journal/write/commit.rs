@@ -558,7 +558,7 @@ fn stop_here_if_asked() {}
 struct Failed {
     failure: StorageFailure,
     class: FailureClass,
-    /// The wait for another process's write lock was given up (see [`LockWait`]).
+    /// The wait for another process's write lock was given up (see `LockWait`).
     held: Option<Box<LockHeld>>,
 }
 
@@ -586,7 +586,7 @@ fn damage_behind(location: &Location, failed: Failed) -> Failed {
 }
 
 /// Begins the group's write transaction, waiting for another process's write lock as the
-/// handle's [`LockWait`] says: a wait past its notice marks the writer blocked (for `status`
+/// handle's `LockWait` says: a wait past its notice marks the writer blocked (for `status`
 /// and `list` to show, and the listener to log) until a commit lands again.
 fn begin_write(
     shared: &Shared,

@@ -8,7 +8,7 @@
 //! * only a terminal, closed run with no hook due is pruned: the check is made again inside the
 //!   transaction, so a run that moved on since it was chosen is skipped;
 //! * a global seq is never issued twice: the highest one a prune removed is kept
-//!   ([`tables::META_LOG_FLOOR`]), and the count of removed log entries with it, so that the
+//!   (`tables::META_LOG_FLOOR`), and the count of removed log entries with it, so that the
 //!   log's entries and the pruned ones still add up to its head (`verify` checks it);
 //! * a pruned run stays listed in `pruning` until a later pass has removed its files, so a pass
 //!   cut short is finished by the next one;

@@ -4,7 +4,7 @@
 //! Invariants:
 //! * bounded: a caller waits while `capacity` requests are queued (backpressure);
 //! * every submitted request is answered exactly once, with the result the writer gave it,
-//!   and only after the writer called [`Ticket::answer`] (after its commit);
+//!   and only after the writer called `Ticket::answer` (after its commit);
 //! * requests are taken in submission order, so one caller's appends land in its order;
 //! * closing answers nothing by itself: requests already queued are still taken;
 //! * a queue made with [`Queue::answering_dropped`] answers a request whose reply was dropped
