@@ -436,6 +436,21 @@ fn a_home_that_used_queues_resume_and_retention_is_rebuilt_whole_and_pi_subagent
     let (third, _) = pi_launch(&root, &["--queue", "q1", "--", "echo", "q-three"]);
     pi_wait(&root, &third);
     expected.insert(third, "complete");
+    // Every ended run's runner seen to end (by the home's watcher or a pass, which record it
+    // and then project it), and a pass after that, which brings every file to the journal:
+    // only then does nothing of ours change the files while pi-subagents reads them.
+    let ended: Vec<runjournal::RunId> = expected
+        .iter()
+        .filter(|(_, state)| **state != "queued")
+        .map(|(run, _)| run.parse().expect("a run id"))
+        .collect();
+    crate::support::reconcile_until_closed(
+        &root.join("runjournal").join("journal.redb"),
+        &ended,
+        || {
+            pi_home(&root).arg("reconcile").assert().success();
+        },
+    );
     pi_home(&root).arg("reconcile").assert().success();
 
     let mut before = BTreeMap::new();
@@ -479,8 +494,9 @@ fn a_home_that_used_queues_resume_and_retention_is_rebuilt_whole_and_pi_subagent
     let mut after = BTreeMap::new();
     files_under(&root.join("async-subagent-runs"), &mut after);
     files_under(&root.join("async-subagent-results"), &mut after);
-    assert!(
-        changed_files(&before, &after).is_empty(),
+    assert_eq!(
+        changed_files(&before, &after),
+        Vec::<&std::path::PathBuf>::new(),
         "pi-subagents repaired nothing"
     );
 }
