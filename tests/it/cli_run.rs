@@ -4,9 +4,9 @@
 use crate::support;
 
 use predicates::prelude::*;
-use runjournal::RunStatus;
 use runjournal::event::{Event, JobState, Observer, Proof, StepEnd};
 use runjournal::state::StepStatus;
+use runjournal::{RunId, RunStatus};
 use support::{TestHome, event_names, records, run_id_of, state, wait_for, wait_terminal};
 
 #[test]
@@ -151,6 +151,16 @@ fn a_parallel_run_never_has_more_steps_running_than_its_concurrency() {
     assert_eq!(state(&journal, runs[0]).status, RunStatus::Complete);
 }
 
+/// The run's status.json.
+fn status_json(home: &TestHome, run: RunId) -> serde_json::Value {
+    let path = home
+        .path()
+        .join("runs")
+        .join(run.to_string())
+        .join("status.json");
+    serde_json::from_slice(&std::fs::read(path).expect("status.json")).expect("JSON")
+}
+
 #[test]
 fn an_external_job_provider_reports_three_statuses() {
     let home = TestHome::new();
@@ -187,13 +197,7 @@ echo '{"state": "succeeded", "id": "job-1", "message": "done", "url": "https://j
     );
     let state = state(&journal, run);
     assert_eq!(state.status, RunStatus::Complete);
-    let status_path = home
-        .path()
-        .join("runs")
-        .join(run.to_string())
-        .join("status.json");
-    let status: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(status_path).expect("status.json")).expect("JSON");
+    let status = status_json(&home, run);
     let job = &status["steps"][0]["externalJob"];
     assert_eq!(job["state"], "completed", "{status}");
     assert_eq!(job["message"], "done", "{status}");
@@ -243,13 +247,7 @@ echo '{"state": "completed", "message": "done"}'
         ]
     );
     assert_eq!(state(&journal, run).status, RunStatus::Complete);
-    let status_path = home
-        .path()
-        .join("runs")
-        .join(run.to_string())
-        .join("status.json");
-    let status: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(status_path).expect("status.json")).expect("JSON");
+    let status = status_json(&home, run);
     let job = &status["steps"][0]["externalJob"];
     assert_eq!(job["state"], "completed", "{status}");
     assert_eq!(job["providerJobId"], "job-9", "{status}");
