@@ -537,6 +537,16 @@ fn a_resume_link_to_a_run_not_rebuilt_is_reported_for_its_run_and_recovery_goes_
         pairs.push((paused, support::run_id_of(&output.stdout)));
     }
     let [(paused_a, resumer_a), (paused_b, resumer_b)] = [pairs[0], pairs[1]];
+    // Every runner seen to end, then the home's watcher gone: it keeps the journal it opened
+    // after the file is unlinked, and a pass of it would write the lost histories again.
+    crate::support::reconcile_until_closed(
+        &home.file("journal.redb"),
+        &[paused_a, resumer_a, paused_b, resumer_b],
+        || {
+            home.cmd().arg("reconcile").assert().success();
+        },
+    );
+    home.stop_watcher();
 
     let layout = Home::at(home.path());
     std::fs::remove_file(home.file("journal.redb")).expect("the journal is lost");
