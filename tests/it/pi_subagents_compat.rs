@@ -170,7 +170,9 @@ pub(crate) fn launch(root: &Path, args: &[&str]) -> (String, u32) {
     (run, u32::try_from(pid).expect("a pid"))
 }
 
-/// Waits for the run's end (whatever its exit code).
+/// Waits for the run's end (whatever its exit code), and then for its files: `wait` answers
+/// once the end is journaled, and the runner publishes the result a moment later (after
+/// status.json and the result's index, in pi-subagents' order).
 fn wait(root: &Path, run: &str) {
     let output = runjournal(root).args(["wait", run]).output().expect("wait");
     assert!(
@@ -180,6 +182,23 @@ fn wait(root: &Path, run: &str) {
             .is_some_and(|code| code != 2 && code != 75),
         "{output:?}"
     );
+    wait_published(root, run);
+}
+
+/// Waits until every file of the ended run a host may consume is published: its
+/// `.result-published` marker, made after them, exists.
+pub(crate) fn wait_published(root: &Path, run: &str) {
+    let marker = root
+        .join("async-subagent-runs")
+        .join(run)
+        .join(".result-published");
+    for _ in 0..600 {
+        if marker.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("run {run}: its files were not published within 30 s of its end");
 }
 
 /// Every file under `dir`, by path, with its bytes. The temporary file of a write in progress
