@@ -13,7 +13,7 @@ use crate::event::{ControlAction, Event, ExternalJobStatus, RunId, SteerMode, no
 use crate::journal::{AppendError, Appended, Condition, ReadError};
 use crate::liveness::{self, Liveness};
 use crate::process_group;
-use crate::state::{RunState, RunStatus, TransitionError};
+use crate::state::{RunState, RunStatus, StepStatus, TransitionError};
 use crate::store::Store;
 
 /// The signal `stop` sends the runner. The runner treats it (and SIGINT) as a stop request,
@@ -128,6 +128,64 @@ pub fn request_stop(
     // The head moved on every read: the run is busy recording. Its runner takes a request
     // appended on whatever head it has.
     request_control(store, run, ControlAction::Stop, by, reason)
+}
+
+/// The outcome of a request that one step stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepStopOutcome {
+    /// The stop is recorded now: the runner ends the step at its next look (every 250 ms), or
+    /// skips it when its turn comes.
+    Requested,
+    /// A stop of that step was already recorded.
+    AlreadyRequested,
+    /// The step had already ended (`status`); nothing was written.
+    StepEnded { status: StepStatus },
+    /// The run had already ended; nothing was written.
+    AlreadyEnded { state: RunStatus },
+}
+
+/// Records `StepStopRequested` of step `step` on the head read (docs/design.md, "Stopping one
+/// step"). The runner is not signalled: its signals mean a stop of the whole run. A paused run
+/// is ended: it stops no step.
+pub fn request_step_stop(
+    store: &Store,
+    run: RunId,
+    step: u32,
+    by: &str,
+    reason: &str,
+) -> Result<StepStopOutcome, ControlError> {
+    loop {
+        let state = snapshot(store, run)?;
+        if state.is_terminal() {
+            return Ok(StepStopOutcome::AlreadyEnded {
+                state: state.status,
+            });
+        }
+        let Some(status) = state.steps.get(step as usize).map(|step| step.status) else {
+            return Err(ControlError::NoSuchStep {
+                run,
+                step,
+                count: state.steps.len(),
+            });
+        };
+        if state.step_stop(step).is_some() {
+            return Ok(StepStopOutcome::AlreadyRequested);
+        }
+        if !matches!(status, StepStatus::Pending | StepStatus::Running) {
+            return Ok(StepStopOutcome::StepEnded { status });
+        }
+        let event = Event::StepStopRequested {
+            step,
+            by: by.to_string(),
+            reason: reason.to_string(),
+        };
+        match store.append(run, vec![event], Condition::expect_head(state.head_seq)) {
+            Ok(_) => return Ok(StepStopOutcome::Requested),
+            // Judged again on what landed meanwhile: the step's end, the run's, another stop.
+            Err(AppendError::HeadMismatch { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
 }
 
 /// Records `ControlRequested(interrupt)`: the runner, at its next poll (every 250 ms), sends

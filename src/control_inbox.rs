@@ -98,6 +98,12 @@ pub enum Request {
         by: String,
         reason: String,
     },
+    /// A stop of one step (pi-subagents' stop with a `targetIndex`).
+    StepStop {
+        step: u32,
+        by: String,
+        reason: String,
+    },
     /// A message for steps of the run: `steps`, or (`None`) those the run is at.
     Steer {
         id: String,
@@ -410,6 +416,17 @@ fn read_file(dir: &OwnedFd, name: &OsStr) -> Result<(Vec<u8>, Option<FileStamp>)
     Ok((bytes, after.filter(|after| *after == before)))
 }
 
+/// The largest step index a request may name (pi-subagents' bound).
+const MAX_TARGET_INDEX: u32 = 1_000_000;
+
+/// A request's step index (`targetIndex`, an entry of `targetIndexes`), if it is one.
+fn step_index(value: &Value) -> Option<u32> {
+    value
+        .as_u64()
+        .and_then(|index| u32::try_from(index).ok())
+        .filter(|index| *index <= MAX_TARGET_INDEX)
+}
+
 /// A text field of a request, if it is a string.
 fn text<'a>(fields: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a str> {
     fields.get(key).and_then(Value::as_str)
@@ -440,11 +457,16 @@ pub fn parse(place: Place, name: &OsStr, bytes: &[u8]) -> Result<Request, String
     if expected == "steer" {
         return parse_steer(&fields, source, ts);
     }
-    if fields.contains_key("targetIndex") {
-        return Err(
-            "it asks to stop one step (targetIndex); runjournal stops whole runs".to_string(),
-        );
-    }
+    // pi-subagents' bound of a step index: a stop of one step names a step no further.
+    let target = match fields.get("targetIndex") {
+        None => None,
+        Some(_) if expected != "stop" => {
+            return Err(format!("a {expected} request names no step (targetIndex)"));
+        }
+        Some(target) => Some(step_index(target).ok_or(format!(
+            "its targetIndex is not a step index (an integer from 0 to {MAX_TARGET_INDEX})"
+        ))?),
+    };
     let action = match expected {
         "stop" => ControlAction::Stop,
         "timeout" => ControlAction::Timeout,
@@ -471,6 +493,13 @@ pub fn parse(place: Place, name: &OsStr, bytes: &[u8]) -> Result<Request, String
         Some(ts) => format!("{why} (requested at {ts}, Unix ms)"),
         None => why,
     };
+    if let Some(step) = target {
+        return Ok(Request::StepStop {
+            step,
+            by: truncate_text(&by, MAX_TEXT_BYTES),
+            reason: truncate_text(&reason, MAX_TEXT_BYTES),
+        });
+    }
     Ok(Request::Control {
         action,
         by: truncate_text(&by, MAX_TEXT_BYTES),
@@ -513,12 +542,7 @@ fn parse_steer(
         Some("follow_up" | "follow-up") => SteerMode::FollowUp,
         Some(other) => return Err(format!("its mode {other:?} is none of steer and follow_up")),
     };
-    let index = |value: &Value| {
-        value
-            .as_u64()
-            .and_then(|index| u32::try_from(index).ok())
-            .filter(|index| *index <= 1_000_000)
-    };
+    let index = step_index;
     let steps = match (fields.get("targetIndex"), fields.get("targetIndexes")) {
         (None, None) => None,
         (Some(target), None) => Some(vec![index(target).ok_or("its targetIndex is no step")?]),
@@ -700,6 +724,11 @@ pub fn decide(found: &Found, state: &RunState) -> Decision {
                 settle: Settle::Taken,
             }
         }
+        Request::StepStop { step, by, reason } => decide_step_stop(*step, by, reason, state)
+            .unwrap_or_else(|refusal| match refusal {
+                Some(reason) => refuse(&reason),
+                None => Decision::Leave,
+            }),
         Request::Steer {
             id,
             steps,
@@ -732,6 +761,48 @@ pub fn decide(found: &Found, state: &RunState) -> Decision {
     }
 }
 
+/// What to journal for a stop of step `step` ([`decide`]): its request, or (`Err`) why the
+/// file is refused (`None`: left for a later look, the run having ended). Pure.
+fn decide_step_stop(
+    step: u32,
+    by: &str,
+    reason: &str,
+    state: &RunState,
+) -> Result<Decision, Option<String>> {
+    if state.step_stop(step).is_some() {
+        return Ok(Decision::AlreadyTaken);
+    }
+    if state.status == RunStatus::Paused {
+        return Err(Some(
+            "the run is paused: it stops no step; resume it, or act on the run that resumes it"
+                .to_string(),
+        ));
+    }
+    if state.is_terminal() {
+        return Err(None);
+    }
+    let Some(status) = state.steps.get(step as usize).map(|step| step.status) else {
+        return Err(Some(format!(
+            "the run has no step {step} (it has {})",
+            state.steps.len()
+        )));
+    };
+    if !matches!(status, StepStatus::Pending | StepStatus::Running) {
+        return Err(Some(format!(
+            "step {step} is {status}: only a pending or running step is stopped"
+        )));
+    }
+    Ok(Decision::Record {
+        events: vec![Event::StepStopRequested {
+            step,
+            by: by.to_string(),
+            reason: reason.to_string(),
+        }],
+        expect_head: None,
+        settle: Settle::Taken,
+    })
+}
+
 /// What to journal when the run refused what [`decide`] said (a steer to a step that ended
 /// meanwhile, a full queue of messages): the refusal of the file, with the run's reason. `None`
 /// for a refusal that means the request is already there (a control action requested, a steer
@@ -739,6 +810,7 @@ pub fn decide(found: &Found, state: &RunState) -> Decision {
 pub fn refusal_of(found: &Found, error: &TransitionError) -> Option<Event> {
     match error {
         TransitionError::ControlAlreadyRequested { .. }
+        | TransitionError::StepStopAlreadyRequested { .. }
         | TransitionError::SteerIdReused { .. }
         | TransitionError::AfterTerminal { .. } => None,
         error => Some(Event::ControlRefused {

@@ -1008,6 +1008,17 @@ pub enum Event {
         exit_code: i32,
         retry_at_ms: UnixMs,
     },
+    /// A host asks that step `step` alone end (pi-subagents' stop with a `targetIndex`;
+    /// docs/design.md, "Stopping one step"): accepted while the step is pending or running, once
+    /// per step. The runner ends a running step as a stop ends it, `stopped`, and skips a
+    /// pending one when its turn comes; the other steps of a parallel run go on, a chain ends
+    /// there. A run one of whose steps was stopped ends `failed` (not every step ran) and is not
+    /// tried again.
+    StepStopRequested {
+        step: u32,
+        by: String,
+        reason: String,
+    },
 }
 
 /// Most retries a run may have.
@@ -1330,6 +1341,18 @@ pub fn check_queue_name(name: &str) -> Result<(), QueueNameError> {
     }
 }
 
+/// Pushes each text of `texts` that is there, under its field's name.
+fn push_present<'a, const N: usize>(
+    fields: &mut Vec<(&'static str, &'a str)>,
+    texts: [(&'static str, &'a Option<String>); N],
+) {
+    fields.extend(
+        texts
+            .into_iter()
+            .filter_map(|(field, value)| value.as_deref().map(|value| (field, value))),
+    );
+}
+
 impl Event {
     /// Checks every free-text field against [`MAX_TEXT_BYTES`]. The spec of `RunCreated` is
     /// checked by [`RunSpec::check`].
@@ -1362,17 +1385,14 @@ impl Event {
                 completion_owner_id,
                 tool_call_id,
                 ..
-            } => {
-                for (field, value) in [
+            } => push_present(
+                &mut fields,
+                [
                     ("session_id", session_id),
                     ("completion_owner_id", completion_owner_id),
                     ("tool_call_id", tool_call_id),
-                ] {
-                    if let Some(value) = value {
-                        fields.push((field, value));
-                    }
-                }
-            }
+                ],
+            ),
             Event::RunnerStarted {
                 runner,
                 instance_id,
@@ -1385,23 +1405,21 @@ impl Event {
                     fields.push(("process.boot_id", &process.boot_id));
                 }
             }
-            Event::ExternalJobUpdated { job, .. } => {
-                for (field, value) in [
+            Event::ExternalJobUpdated { job, .. } => push_present(
+                &mut fields,
+                [
                     ("id", &job.id),
                     ("message", &job.message),
                     ("url", &job.url),
-                ] {
-                    if let Some(value) = value {
-                        fields.push((field, value));
-                    }
-                }
-            }
+                ],
+            ),
             Event::StepFinished { outcome, .. } => {
                 if let Some(error) = &outcome.error {
                     fields.push(("error", error));
                 }
             }
-            Event::ControlRequested { by, reason, .. } => {
+            Event::ControlRequested { by, reason, .. }
+            | Event::StepStopRequested { by, reason, .. } => {
                 fields.push(("by", by));
                 fields.push(("reason", reason));
             }
@@ -1414,7 +1432,13 @@ impl Event {
             Event::ProcessTerminalObserved { instance_id, .. } => {
                 fields.push(("instance_id", instance_id));
             }
-            Event::Dismissed { .. } | Event::Resumed { .. } | Event::DependsOn { .. } => {}
+            Event::Dismissed { .. }
+            | Event::Resumed { .. }
+            | Event::DependsOn { .. }
+            | Event::SteerRequested { .. }
+            | Event::SteerDelivered { .. }
+            | Event::StartDelayed { .. }
+            | Event::RetryPolicy { .. } => {}
             Event::QueueJoined { queue, .. } => fields.push(("queue", queue)),
             Event::QueueAdmitted { by } | Event::DependenciesMet { by } => fields.push(("by", by)),
             Event::HookAttempted { claimant, by, .. } => {
@@ -1428,7 +1452,6 @@ impl Event {
                 }
                 HookOutcome::Delivered | HookOutcome::Failed { .. } | HookOutcome::TimedOut => {}
             },
-            Event::SteerRequested { .. } | Event::SteerDelivered { .. } => {}
             Event::ControlRefused { file, reason } => {
                 fields.push(("file", file));
                 fields.push(("reason", reason));
@@ -1443,10 +1466,8 @@ impl Event {
                     fields.push(("result_path", path));
                 }
             }
-            Event::StartDelayed { .. } => {}
             Event::DelayEnded { by } => fields.push(("by", by)),
             Event::UniqueKey { key, .. } => fields.push(("key", key)),
-            Event::RetryPolicy { .. } => {}
             Event::AttemptEnded { error, summary, .. } => {
                 fields.push(("summary", summary));
                 if let Some(error) = error {
@@ -1595,6 +1616,7 @@ impl Event {
             Event::UniqueKey { .. } => "UniqueKey",
             Event::RetryPolicy { .. } => "RetryPolicy",
             Event::AttemptEnded { .. } => "AttemptEnded",
+            Event::StepStopRequested { .. } => "StepStopRequested",
         }
     }
 }
@@ -2065,6 +2087,14 @@ pub(crate) mod tests {
                     retry_at_ms: 9,
                 },
             ),
+            (
+                "StepStopRequested",
+                Event::StepStopRequested {
+                    step: 1,
+                    by: "b".to_string(),
+                    reason: "r".to_string(),
+                },
+            ),
         ]
     }
 
@@ -2115,6 +2145,7 @@ pub(crate) mod tests {
             ("UniqueKey", "16016b0107c3db526c"),
             ("RetryPolicy", "17020304010001010a000106e3bd24e9"),
             ("AttemptEnded", "18010100017302090d41de3a"),
+            ("StepStopRequested", "19010162017275f54064"),
         ];
         let variants = every_variant();
         assert_eq!(

@@ -380,17 +380,25 @@ impl Choices<'_> {
                         idle_timeout_ms: self.optional(Self::number),
                         heartbeat_ms: self.optional(Self::number),
                     },
-                    _ => Event::AttemptEnded {
-                        attempt: u32::from(self.byte() % 4),
-                        cause: self.pick(&[
-                            AttemptCause::Exit,
-                            AttemptCause::Crash,
-                            AttemptCause::Timeout,
-                        ]),
-                        error: self.optional(Self::text),
-                        summary: self.text(),
-                        exit_code: i32::from(self.byte() as i8),
-                        retry_at_ms: self.number(),
+                    // The last arm splits once more for a step's stop.
+                    _ => match self.below(2) {
+                        0 => Event::AttemptEnded {
+                            attempt: u32::from(self.byte() % 4),
+                            cause: self.pick(&[
+                                AttemptCause::Exit,
+                                AttemptCause::Crash,
+                                AttemptCause::Timeout,
+                            ]),
+                            error: self.optional(Self::text),
+                            summary: self.text(),
+                            exit_code: i32::from(self.byte() as i8),
+                            retry_at_ms: self.number(),
+                        },
+                        _ => Event::StepStopRequested {
+                            step: u32::from(self.byte() % 4),
+                            by: self.text(),
+                            reason: self.text(),
+                        },
                     },
                 },
             },

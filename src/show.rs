@@ -954,6 +954,12 @@ fn host_request_detail(event: &Event, spec: &RunSpec) -> String {
         Event::HostEnded { state, message, .. } => {
             format!("run {} by its host's repair: {message}", state.as_str())
         }
+        Event::StepStopRequested { step, by, reason } => {
+            format!(
+                "stop of {} requested by {by}: {reason}",
+                step_label(spec, *step)
+            )
+        }
         other => other.name().to_string(),
     }
 }
@@ -1050,7 +1056,8 @@ pub fn record_line(record: &Record, spec: &RunSpec) -> String {
         Event::SteerRequested { .. }
         | Event::SteerDelivered { .. }
         | Event::ControlRefused { .. }
-        | Event::HostEnded { .. } => host_request_detail(&record.event, spec),
+        | Event::HostEnded { .. }
+        | Event::StepStopRequested { .. } => host_request_detail(&record.event, spec),
     };
     format!(
         "#{} {}",

@@ -70,6 +70,20 @@ fn pi_subagents_requests_read_as_what_they_ask() {
             reason: "user pressed x (requested at 1700000000000, Unix ms)".to_string(),
         })
     );
+    // With a targetIndex, as `requestAsyncStop` writes a stop of one child.
+    let one_step = parse_in(
+        Place::StopRequests,
+        "0001700000000000-c.json",
+        "{\n  \"targetIndex\": 1,\n  \"childId\": \"1\",\n  \"ts\": 1700000000000,\n  \"type\": \"stop\"\n}",
+    );
+    assert_eq!(
+        one_step,
+        Ok(Request::StepStop {
+            step: 1,
+            by: "a host through control/stop-requests/0001700000000000-c.json".to_string(),
+            reason: "stop requested through the run's control inbox (requested at 1700000000000, Unix ms)".to_string(),
+        })
+    );
     let Ok(Request::Control { action, by, reason }) = parse_in(
         Place::Inbox,
         "interrupt.json",
@@ -130,8 +144,20 @@ fn a_malformed_request_is_refused_saying_why() {
         (
             Place::StopRequests,
             "a.json",
-            r#"{"type":"stop","targetIndex":1}"#,
-            "stop one step",
+            r#"{"type":"stop","targetIndex":-1}"#,
+            "not a step index",
+        ),
+        (
+            Place::StopRequests,
+            "a.json",
+            r#"{"type":"stop","targetIndex":1000001}"#,
+            "not a step index",
+        ),
+        (
+            Place::Inbox,
+            "interrupt.json",
+            r#"{"type":"interrupt","targetIndex":0}"#,
+            "names no step",
         ),
         (
             Place::SteerRequests,
@@ -638,4 +664,85 @@ fn a_steer_without_targets_goes_where_the_run_is() {
     assert_eq!(steer_targets(&ended), Vec::<u32>::new());
     let steer = found(Place::SteerRequests, "b.json", Ok(steer_request(None)));
     assert_eq!(decide(&steer, &ended), Decision::Leave);
+}
+
+/// A stop of one step is journaled while the step is pending or running, once; a step that
+/// ended, a step the run does not have and a paused run refuse it, saying why; an ended run
+/// leaves the file alone.
+#[test]
+fn a_stop_of_one_step_records_while_the_step_is_open() {
+    let stop_step = |step: u32| {
+        found(
+            Place::StopRequests,
+            "s.json",
+            Ok(Request::StepStop {
+                step,
+                by: "tui".to_string(),
+                reason: "enough".to_string(),
+            }),
+        )
+    };
+    let refusal = |decision: Decision| match decision {
+        Decision::Record {
+            settle: Settle::Refused,
+            events,
+            ..
+        } => match &events[..] {
+            [Event::ControlRefused { reason, .. }] => reason.clone(),
+            other => panic!("a refusal, not {other:?}"),
+        },
+        other => panic!("a refusal, not {other:?}"),
+    };
+    let running = running_chain();
+    for step in [0, 1] {
+        assert!(
+            matches!(
+                decide(&stop_step(step), &running),
+                Decision::Record { settle: Settle::Taken, ref events, .. }
+                    if matches!(&events[..], [Event::StepStopRequested { step: s, .. }] if *s == step)
+            ),
+            "step {step}, running or pending"
+        );
+    }
+    let reason = refusal(decide(&stop_step(2), &running));
+    assert!(reason.contains("no step 2"), "{reason}");
+    let stopped_once = state_of(
+        kit::chain_spec(2),
+        vec![
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, None),
+            Event::StepStopRequested {
+                step: 0,
+                by: "cli".to_string(),
+                reason: "x".to_string(),
+            },
+        ],
+    );
+    assert_eq!(decide(&stop_step(0), &stopped_once), Decision::AlreadyTaken);
+    let first_done = state_of(
+        kit::chain_spec(2),
+        vec![
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, None),
+            kit::step_finished(0, crate::event::StepEnd::Complete, Some(0), None),
+        ],
+    );
+    let reason = refusal(decide(&stop_step(0), &first_done));
+    assert!(reason.contains("step 0 is complete"), "{reason}");
+    let paused = state_of(
+        kit::chain_spec(2),
+        vec![
+            kit::runner_started(kit::identity(7), "i1"),
+            kit::step_running(0, None),
+            kit::control(ControlAction::Interrupt, "cli", "x"),
+            kit::step_finished(0, crate::event::StepEnd::Stopped, None, None),
+            kit::terminal(TerminalState::Paused, 130, "paused", None),
+        ],
+    );
+    assert!(refusal(decide(&stop_step(1), &paused)).contains("paused"));
+    let failed = state_of(
+        kit::chain_spec(1),
+        vec![kit::terminal(TerminalState::Failed, 1, "gave up", None)],
+    );
+    assert_eq!(decide(&stop_step(0), &failed), Decision::Leave);
 }

@@ -200,6 +200,11 @@ pub struct StepDoc {
     /// runjournal's: the step never ran (its `status` is pi-subagents' word for why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<bool>,
+    /// A host asked that this step alone stop (pi-subagents' `stopRequested`), and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_requested: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_requested_at: Option<UnixMs>,
     /// pi-subagents' per-step proof that the step's processes are gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_terminal: Option<StepProcessTerminalDoc>,
@@ -479,14 +484,17 @@ fn is_interrupted(state: &RunState, index: usize) -> bool {
 
 /// A step's status as status.json names it, in pi-subagents' words: a step ended by the
 /// interrupt that paused its run is `paused`; one that never ran (ours `skipped`, which
-/// pi-subagents does not know) is what its run's end made of it — `pending` in a paused run
-/// (its resume runs it), `stopped` in a stopped one, else `failed`.
+/// pi-subagents does not know) is `stopped` if a host stopped it, else what its run's end made
+/// of it — `pending` in a paused run (its resume runs it), `stopped` in a stopped one, else
+/// `failed`.
 fn step_status_name(state: &RunState, index: usize) -> &'static str {
     if is_interrupted(state, index) {
         return "paused";
     }
     match state.steps.get(index).map(|step| step.status) {
         None => "pending",
+        // Skipped when its turn came, a host having stopped it first.
+        Some(StepStatus::Skipped) if stop_of(state, index).is_some() => "stopped",
         Some(StepStatus::Skipped) => match state.status {
             crate::state::RunStatus::Paused => "pending",
             crate::state::RunStatus::Stopped => "stopped",
@@ -494,6 +502,13 @@ fn step_status_name(state: &RunState, index: usize) -> &'static str {
         },
         Some(status) => status.as_str(),
     }
+}
+
+/// The stop a host asked of step `index` alone, if any.
+fn stop_of(state: &RunState, index: usize) -> Option<&crate::state::StepStopInfo> {
+    u32::try_from(index)
+        .ok()
+        .and_then(|step| state.step_stop(step))
 }
 
 /// The per-step proof of step `index` ([`StepProcessTerminalDoc`]).
@@ -754,6 +769,8 @@ fn step_docs(home: &Home, state: &RunState) -> Vec<StepDoc> {
             },
             output_path: path_text(&home.output_log_path(state.run_id, index)),
             skipped: (step.status == StepStatus::Skipped).then_some(true),
+            stop_requested: stop_of(state, index).map(|_| true),
+            stop_requested_at: stop_of(state, index).map(|stop| stop.at_ms),
             process_terminal: Some(step_process_terminal(state, index)),
         })
         .collect()

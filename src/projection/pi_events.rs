@@ -178,11 +178,23 @@ pub fn record_lines(before: Option<&RunState>, record: &Record, after: &RunState
         Event::UniqueKey { .. } | Event::RetryPolicy { .. } | Event::AttemptEnded { .. } => {
             lines.extend(retry_lines(before, ts, &record.event, run));
         }
+        Event::StepStopRequested { step, by, reason } => {
+            lines.push(step_stop_requested(ts, *step, by, reason, run));
+        }
     }
     lines
         .into_iter()
         .map(|line| Value::Object(line.with(JOURNAL_SEQ, record.seq).0))
         .collect()
+}
+
+/// `subagent.step.stop_requested`: a host asked that one step stop (pi-subagents' words).
+fn step_stop_requested(ts: UnixMs, step: u32, by: &str, reason: &str, run: &RunState) -> Line {
+    Line::new("subagent.step.stop_requested", ts, run)
+        .with("stepIndex", step)
+        .with("agent", agent(run, step))
+        .with("by", by.to_string())
+        .with("reason", reason.to_string())
 }
 
 /// The lines of a run's key and retries (docs/design.md, "Launched once", "Retries"): its key,
@@ -352,8 +364,11 @@ fn step_finished(
         .controls
         .first()
         .is_some_and(|control| control.action == ControlAction::Interrupt);
+    // A pending step a host stopped is skipped when its turn comes: to pi, it was stopped.
+    let is_stopped_pending = outcome.end == StepEnd::Skipped && run.step_stop(step).is_some();
     let kind = match outcome.end {
         StepEnd::Complete => "subagent.step.completed",
+        StepEnd::Skipped if is_stopped_pending => "subagent.step.stopped",
         StepEnd::Failed | StepEnd::Skipped => "subagent.step.failed",
         StepEnd::Stopped if is_interrupt => "subagent.step.paused",
         StepEnd::Stopped => "subagent.step.stopped",
@@ -362,6 +377,7 @@ fn step_finished(
         .and_then(|state| state.steps.get(step as usize))
         .and_then(|step| step.started_at_ms);
     let (exit_code, duration_ms) = match outcome.end {
+        StepEnd::Skipped if is_stopped_pending => (1, 0),
         StepEnd::Skipped => (-1, 0),
         end => (
             outcome

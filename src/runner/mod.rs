@@ -66,7 +66,9 @@ use crate::journal::{AppendError, CapacityEvent, Condition, OpenError, ReadError
 use crate::liveness;
 use crate::logs::{self, TailBounds};
 use crate::process_group::sweep::{self, Swept};
-use crate::state::{AttemptFailure, ControlInfo, RunState, RunStatus, StepStatus, TransitionError};
+use crate::state::{
+    AttemptFailure, ControlInfo, RunState, RunStatus, StepStatus, StepStopInfo, TransitionError,
+};
 use crate::store::{Store, StoreOptions};
 use outcome::{StepFailure, halt_error};
 use output::StepOutput;
@@ -685,6 +687,8 @@ async fn take_run(
 enum Ending {
     /// A control request ends the whole run.
     Control(ControlInfo),
+    /// A host asked that this step alone end.
+    StepStop(StepStopInfo),
     /// Someone pushed a terminal status of the step's external job.
     PushedJob(ExternalJobStatus),
     /// The step wrote no output and reported no job status for this long.
@@ -720,6 +724,8 @@ enum Start {
     Started(std::process::Child, StepOutput, Option<steer::StepInbox>),
     /// A control request was recorded first: the step did not start and no other will.
     Halted(ControlInfo),
+    /// A host asked that this step end before it started: it is skipped.
+    StepStopped(StepStopInfo),
     /// The run ended elsewhere.
     Lost(RunStatus),
     /// `StepRunning` is recorded but the program could not be executed.
@@ -886,6 +892,21 @@ impl RunLoop {
                 );
             }
             Start::Halted(control) => self.halt_with(control),
+            Start::StepStopped(stop) => {
+                self.record_finished(
+                    index,
+                    StepOutcome {
+                        end: StepEnd::Skipped,
+                        exit_code: None,
+                        error: Some(event::truncate_text(
+                            &format!("stopped before it started by {}: {}", stop.by, stop.reason),
+                            MAX_TEXT_BYTES,
+                        )),
+                    },
+                    Vec::new(),
+                )
+                .await?;
+            }
             Start::Lost(state) => self.lose(state),
             Start::ExecFailed { exit_code, error } => {
                 self.record_finished(
@@ -1067,6 +1088,13 @@ impl RunLoop {
                 ));
                 return Ok(Some(Start::Halted(control.clone())));
             }
+            if let Some(stop) = state.step_stop(step_number) {
+                log(&format!(
+                    "step {index} not started: its stop requested by {}",
+                    stop.by
+                ));
+                return Ok(Some(Start::StepStopped(stop.clone())));
+            }
             let appended = self
                 .recorder
                 .append(
@@ -1171,6 +1199,17 @@ impl RunLoop {
                     error: outcome.error.unwrap_or_else(|| "failed".to_string()),
                 });
             }
+            // Without a control request, a step ends stopped or skipped only by a host's stop
+            // of that step: the run did not do all it was asked, as after a failure.
+            StepEnd::Stopped | StepEnd::Skipped
+                if self.first_failure.is_none() && self.halt.is_none() =>
+            {
+                self.first_failure = Some(StepFailure {
+                    step: index,
+                    exit_code: None,
+                    error: outcome.error.unwrap_or_else(|| "stopped".to_string()),
+                });
+            }
             _ => {}
         }
         Ok(())
@@ -1195,7 +1234,7 @@ impl RunLoop {
         };
         let job_end = match (&ending, &report.job) {
             (Some(Ending::PushedJob(status)), _) => Some(JobEnd::Reported(status.clone())),
-            (Some(Ending::Control(_) | Ending::Idle(_)), _) => None,
+            (Some(Ending::Control(_) | Ending::StepStop(_) | Ending::Idle(_)), _) => None,
             (None, job) => job.clone(),
         };
         let exit_code = match &ending {
@@ -1217,6 +1256,11 @@ impl RunLoop {
                     (StepEnd::Stopped, halt_error(control))
                 }
             }
+        } else if let Some(Ending::StepStop(stop)) = &ending {
+            (
+                StepEnd::Stopped,
+                format!("stopped by {}: {}", stop.by, stop.reason),
+            )
         } else if let Some(error) = &report.append_error {
             (StepEnd::Failed, error.clone())
         } else if let Some(job_end) = job_end {
@@ -1426,6 +1470,18 @@ impl RunLoop {
             return;
         }
         for (index, running) in &mut self.running {
+            let stop = u32::try_from(*index)
+                .ok()
+                .and_then(|step| state.step_stop(step));
+            if let (None, Some(stop)) = (&running.ending, stop) {
+                log(&format!(
+                    "step {index}: stop requested by {}: {}; ending it",
+                    stop.by, stop.reason
+                ));
+                running.ending = Some(Ending::StepStop(stop.clone()));
+                running.terminate.send_replace(step::Ending::Terminate);
+                continue;
+            }
             let job = state.steps[*index].job.as_ref();
             if job != running.last_job.as_ref() {
                 running.last_job = job.cloned();

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::{
     AdmissionInfo, AttemptInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim,
     HookState, ProcessTerminalInfo, QueueInfo, RetryInfo, RunState, RunStatus, RunnerInfo,
-    SteerDelivery, SteerInfo, SteerTarget, StepState, StepStatus, TerminalInfo, TransitionError,
-    Undelivered, UniqueInfo,
+    SteerDelivery, SteerInfo, SteerTarget, StepState, StepStatus, StepStopInfo, TerminalInfo,
+    TransitionError, Undelivered, UniqueInfo,
 };
 use crate::event::{
     ControlAction, Event, ExternalJobStatus, HookOutcome, MAX_HOOK_ATTEMPTS, MAX_HOOKS,
@@ -94,6 +94,7 @@ fn create(record: &Record) -> Result<RunState, TransitionError> {
         retry: None,
         hooks: Vec::new(),
         steers: Vec::new(),
+        step_stops: Vec::new(),
         head_seq: 1,
         updated_at_ms: record.time_ms,
     };
@@ -269,7 +270,31 @@ impl RunState {
             Event::RetryPolicy { .. } | Event::AttemptEnded { .. } => {
                 self.apply_retry_event(event, record.seq, at_ms)
             }
+            Event::StepStopRequested { .. } => self.step_stop_requested(event, at_ms),
         }
+    }
+
+    /// `StepStopRequested(i)`: step `i` is pending or running, and has no stop requested yet.
+    fn step_stop_requested(&mut self, event: &Event, at_ms: UnixMs) -> Result<(), TransitionError> {
+        let Event::StepStopRequested { step, by, reason } = event else {
+            unreachable!("dispatch hands only a step's stop here");
+        };
+        let (step, run) = (*step, self.run_id);
+        let index = self.step_index(event, step)?;
+        let status = self.steps[index].status;
+        if !matches!(status, StepStatus::Pending | StepStatus::Running) {
+            return Err(TransitionError::StepNotStoppable { run, step, status });
+        }
+        if self.step_stop(step).is_some() {
+            return Err(TransitionError::StepStopAlreadyRequested { run, step });
+        }
+        self.step_stops.push(StepStopInfo {
+            step,
+            by: by.to_string(),
+            reason: reason.to_string(),
+            at_ms,
+        });
+        Ok(())
     }
 
     /// Hands a retry's event to its handler: `RetryPolicy`, `AttemptEnded`.
@@ -351,7 +376,7 @@ impl RunState {
     }
 
     /// `AttemptEnded(k)`: the run has retries left, its runner's attempt `k` is the current
-    /// one, and no stop or interrupt was asked. The attempt, its runner and that runner's
+    /// one, and no stop or interrupt was asked, of the run or of one of its steps. The attempt, its runner and that runner's
     /// process end (if recorded) are kept; the run is `queued` again with every step
     /// `pending`, no runner and no control request, waiting for `retry_at_ms` as a delayed run
     /// does; in a queue, it gives its slot back and takes one again once due. Messages still
@@ -389,6 +414,12 @@ impl RunState {
             return Err(TransitionError::AttemptAfterControl {
                 run,
                 action: control.action,
+            });
+        }
+        if let Some(stop) = self.step_stops.first() {
+            return Err(TransitionError::AttemptAfterStepStop {
+                run,
+                step: stop.step,
             });
         }
         ended.runner_instance = self.runner.take().map(|runner| runner.instance_id);

@@ -313,7 +313,8 @@ pub struct AttemptFailure {
 impl RunState {
     /// The `AttemptEnded` that ends the run's current attempt instead of the run, when its
     /// retry policy tries `failure` again: its next attempt due its backoff after `now_ms`
-    /// (`jitter` in [0, 1) takes up to half of it off). `None`: the failure ends the run. Pure.
+    /// (`jitter` in [0, 1) takes up to half of it off). `None`: the failure ends the run (so it
+    /// does for a run stopped, interrupted, or one of whose steps a host stopped). Pure.
     pub fn retry_event(
         &self,
         failure: AttemptFailure,
@@ -327,6 +328,7 @@ impl RunState {
                 .controls
                 .iter()
                 .any(|control| control.action != ControlAction::Timeout)
+            || !self.step_stops.is_empty()
         {
             return None;
         }
@@ -547,6 +549,15 @@ pub enum Undelivered {
     RunEnded,
 }
 
+/// A host's request that one step end ([`crate::event::Event::StepStopRequested`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepStopInfo {
+    pub step: u32,
+    pub by: String,
+    pub reason: String,
+    pub at_ms: UnixMs,
+}
+
 /// A run's state: the fold of its records.
 ///
 /// The domain type, never stored as it is: the journal stores it as a snapshot of a wire type
@@ -584,6 +595,8 @@ pub struct RunState {
     pub hooks: Vec<HookState>,
     /// Its steer requests, in the order they were recorded.
     pub steers: Vec<SteerInfo>,
+    /// The requests that one step end, at most one per step, in the order recorded.
+    pub step_stops: Vec<StepStopInfo>,
     /// Sequence number of the last record applied.
     pub head_seq: u64,
     /// Time of the last record applied.
@@ -665,6 +678,11 @@ impl RunState {
     /// Whether a control request of this kind has been recorded.
     pub fn has_control(&self, action: ControlAction) -> bool {
         self.controls.iter().any(|control| control.action == action)
+    }
+
+    /// The request that step `step` end, if one was recorded.
+    pub fn step_stop(&self, step: u32) -> Option<&StepStopInfo> {
+        self.step_stops.iter().find(|stop| stop.step == step)
     }
 
     /// The number of steps that are over.
@@ -1086,6 +1104,18 @@ pub enum TransitionError {
         "run {run}: SteerDelivered({id:?}, step {step}), but that message is not waiting for that step"
     )]
     SteerNotQueued { run: RunId, id: String, step: u32 },
+    #[error("run {run}: step {step} is {status}; only a pending or running step is stopped")]
+    StepNotStoppable {
+        run: RunId,
+        step: u32,
+        status: StepStatus,
+    },
+    #[error("run {run}: a stop of step {step} is already requested")]
+    StepStopAlreadyRequested { run: RunId, step: u32 },
+    #[error(
+        "run {run}: AttemptEnded after a stop of step {step} was requested; a run a host stopped a step of is not tried again"
+    )]
+    AttemptAfterStepStop { run: RunId, step: u32 },
 }
 
 #[cfg(test)]

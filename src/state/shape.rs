@@ -151,6 +151,8 @@ shape_rules! {
     SteerWaitsOnlyForOpenStep,
     /// A message was delivered only to a step that started.
     SteerDeliveredOnlyToStartedStep,
+    /// A step's stop names a step of the run, and no step has two.
+    StepStopsDistinct,
 }
 
 impl ShapeRule {
@@ -235,6 +237,7 @@ impl ShapeRule {
             ShapeRule::SteerDeliveredOnlyToStartedStep => {
                 "a steer message was delivered to a step that never started"
             }
+            ShapeRule::StepStopsDistinct => "a stop names no step of it, or a step twice",
         }
     }
 
@@ -299,6 +302,14 @@ impl ShapeRule {
                         .steps
                         .iter()
                         .all(|step| step.status == StepStatus::Complete)
+            }
+            ShapeRule::StepStopsDistinct => {
+                state.step_stops.iter().enumerate().all(|(index, stop)| {
+                    (stop.step as usize) < state.steps.len()
+                        && state.step_stops[..index]
+                            .iter()
+                            .all(|earlier| earlier.step != stop.step)
+                })
             }
             ShapeRule::ControlActionsDistinct => {
                 state.controls.iter().enumerate().all(|(index, control)| {
@@ -649,7 +660,13 @@ fn texts(state: &RunState) -> impl Iterator<Item = &str> {
     let controls = state
         .controls
         .iter()
-        .flat_map(|control| [Some(control.by.as_str()), Some(control.reason.as_str())]);
+        .flat_map(|control| [Some(control.by.as_str()), Some(control.reason.as_str())])
+        .chain(
+            state
+                .step_stops
+                .iter()
+                .flat_map(|stop| [Some(stop.by.as_str()), Some(stop.reason.as_str())]),
+        );
     let hooks = state.hooks.iter().flat_map(|hook| {
         let claim = hook.claim.as_ref();
         let outcome = hook.last.as_ref().and_then(|last| match &last.outcome {
@@ -741,15 +758,11 @@ impl TransitionError {
             TransitionError::ResumedFromItself { .. } => RecordsOnly(
                 "a state does not hold its resume link; the journal's resume index does",
             ),
-            TransitionError::QueueJoinedLate { .. } => Rules(&[R::QueueJoinedAtCreation]),
-            TransitionError::InvalidQueueName { .. } => Rules(&[R::QueueNameValid]),
-            TransitionError::NotInQueue { .. } => {
-                RecordsOnly("a state holds an admission only inside its queue, by its type")
-            }
-            TransitionError::AlreadyAdmitted { .. } => {
-                RecordsOnly("a state holds at most one admission, by its type")
-            }
-            TransitionError::RunnerBeforeAdmission { .. } => Rules(&[R::RunnerOnlyAfterAdmission]),
+            TransitionError::QueueJoinedLate { .. }
+            | TransitionError::InvalidQueueName { .. }
+            | TransitionError::NotInQueue { .. }
+            | TransitionError::AlreadyAdmitted { .. }
+            | TransitionError::RunnerBeforeAdmission { .. } => self.kept_in_queued_state(),
             TransitionError::DependsOnLate { .. }
             | TransitionError::InvalidDependencies { .. }
             | TransitionError::NoDependencies { .. }
@@ -765,15 +778,14 @@ impl TransitionError {
             | TransitionError::InvalidRetryPolicy { .. }
             | TransitionError::NoRetries { .. }
             | TransitionError::AttemptNotCurrent { .. }
-            | TransitionError::RetriesSpent { .. }
-            | TransitionError::AttemptAfterControl { .. } => self.kept_in_retried_state(),
-            TransitionError::HookBeforeEnd { .. } => Rules(&[R::HooksOnlyAfterEnd]),
-            TransitionError::HookOutOfRange { .. } => Rules(&[R::HooksInOrder]),
-            TransitionError::HookAttemptNotNext { .. }
+            | TransitionError::RetriesSpent { .. } => self.kept_in_retried_state(),
+            TransitionError::HookBeforeEnd { .. }
+            | TransitionError::HookOutOfRange { .. }
+            | TransitionError::HookAttemptNotNext { .. }
             | TransitionError::HookAttemptOpen { .. }
-            | TransitionError::HookNotClaimed { .. } => Rules(&[R::HookAttemptsCounted]),
-            TransitionError::HookSettled { .. } => Rules(&[R::HookNoClaimOnceSettled]),
-            TransitionError::HookRetryNotAllowed { .. } => Rules(&[R::HookRetryFits]),
+            | TransitionError::HookNotClaimed { .. }
+            | TransitionError::HookSettled { .. }
+            | TransitionError::HookRetryNotAllowed { .. } => self.kept_in_hooked_state(),
             TransitionError::InvalidSteer { .. }
             | TransitionError::SteerToEndedStep { .. }
             | TransitionError::SteerIdReused { .. }
@@ -781,6 +793,59 @@ impl TransitionError {
             | TransitionError::TooManySteers { .. }
             | TransitionError::NoSuchSteer { .. }
             | TransitionError::SteerNotQueued { .. } => self.kept_in_steered_state(),
+            TransitionError::StepNotStoppable { .. }
+            | TransitionError::StepStopAlreadyRequested { .. }
+            | TransitionError::AttemptAfterStepStop { .. }
+            | TransitionError::AttemptAfterControl { .. } => self.kept_in_stopped_state(),
+        }
+    }
+
+    /// [`TransitionError::kept_in_state`] of the refusals of a run's queue.
+    fn kept_in_queued_state(&self) -> KeptInState {
+        use KeptInState::{RecordsOnly, Rules};
+        use ShapeRule as R;
+        match self {
+            TransitionError::QueueJoinedLate { .. } => Rules(&[R::QueueJoinedAtCreation]),
+            TransitionError::InvalidQueueName { .. } => Rules(&[R::QueueNameValid]),
+            TransitionError::NotInQueue { .. } => {
+                RecordsOnly("a state holds an admission only inside its queue, by its type")
+            }
+            TransitionError::AlreadyAdmitted { .. } => {
+                RecordsOnly("a state holds at most one admission, by its type")
+            }
+            _ => Rules(&[R::RunnerOnlyAfterAdmission]),
+        }
+    }
+
+    /// [`TransitionError::kept_in_state`] of the refusals of a run's hooks.
+    fn kept_in_hooked_state(&self) -> KeptInState {
+        use ShapeRule as R;
+        KeptInState::Rules(match self {
+            TransitionError::HookBeforeEnd { .. } => &[R::HooksOnlyAfterEnd],
+            TransitionError::HookOutOfRange { .. } => &[R::HooksInOrder],
+            TransitionError::HookSettled { .. } => &[R::HookNoClaimOnceSettled],
+            TransitionError::HookRetryNotAllowed { .. } => &[R::HookRetryFits],
+            _ => &[R::HookAttemptsCounted],
+        })
+    }
+
+    /// [`TransitionError::kept_in_state`] of the refusals of a step's stop, and of a retry
+    /// after a stop.
+    fn kept_in_stopped_state(&self) -> KeptInState {
+        use KeptInState::{RecordsOnly, Rules};
+        match self {
+            TransitionError::AttemptAfterControl { .. } => RecordsOnly(
+                "an attempt's end clears its control requests; a stop or interrupt before it is refused by the records alone",
+            ),
+            TransitionError::StepNotStoppable { .. } => RecordsOnly(
+                "a step's stop is judged by its status when it is recorded; the step may end otherwise after it",
+            ),
+            TransitionError::StepStopAlreadyRequested { .. } => {
+                Rules(&[ShapeRule::StepStopsDistinct])
+            }
+            _ => RecordsOnly(
+                "a state keeps a step's stop, not whether it came before or after an attempt's end",
+            ),
         }
     }
 
@@ -836,9 +901,6 @@ impl TransitionError {
             TransitionError::InvalidRetryPolicy { .. } => Rules(&[R::RetryPolicyWellFormed]),
             TransitionError::NoRetries { .. } => RecordsOnly(
                 "a state holds ended attempts only inside its retry policy, by its type",
-            ),
-            TransitionError::AttemptAfterControl { .. } => RecordsOnly(
-                "an attempt's end clears its control requests; a stop or interrupt before it is refused by the records alone",
             ),
             _ => Rules(&[R::AttemptsCounted]),
         }

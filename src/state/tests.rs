@@ -2449,10 +2449,13 @@ fn transition_kind(error: &TransitionError) -> usize {
         TransitionError::AttemptNotCurrent { .. } => 60,
         TransitionError::RetriesSpent { .. } => 61,
         TransitionError::AttemptAfterControl { .. } => 62,
+        TransitionError::StepNotStoppable { .. } => 63,
+        TransitionError::StepStopAlreadyRequested { .. } => 64,
+        TransitionError::AttemptAfterStepStop { .. } => 65,
     }
 }
 
-const TRANSITION_KINDS: usize = 63;
+const TRANSITION_KINDS: usize = 66;
 
 fn running_job() -> Story {
     Story::running(single_spec(external("render")))
@@ -2599,7 +2602,21 @@ fn every_kind_of_refusal() -> Vec<TransitionError> {
         retried(1)
             .then(control(ControlAction::Stop))
             .rejects(attempt_ended(1)),
+        Story::running(chain_spec(2))
+            .then(step_running(0))
+            .then(step_finished(0, StepEnd::Complete))
+            .rejects(step_stop(0)),
+        running().then(step_stop(0)).rejects(step_stop(0)),
+        retried(1).then(step_stop(0)).rejects(attempt_ended(1)),
     ]
+}
+
+fn step_stop(step: u32) -> Event {
+    Event::StepStopRequested {
+        step,
+        by: "host".to_string(),
+        reason: "enough".to_string(),
+    }
 }
 
 fn retry_policy(retries: u32) -> Event {
@@ -3011,6 +3028,10 @@ fn broken_alone(rule: ShapeRule) -> (RunState, RunState) {
                     last.retry_at_ms = Some(time_of(9));
                 }
             }),
+        ),
+        ShapeRule::StepStopsDistinct => (
+            Story::running(chain_spec(2)).then(step_stop(1)).state,
+            Box::new(|state| state.step_stops.push(state.step_stops[0].clone())),
         ),
         ShapeRule::SteerWellFormed => (
             steered,

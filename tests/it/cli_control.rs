@@ -152,6 +152,79 @@ fn a_stop_recorded_before_the_runner_starts_a_step_is_honoured() {
     assert!(!marker.exists(), "the step's program never ran");
 }
 
+/// `runjournal stop RUN --step N` stops that step alone: its process group ends, the run
+/// (which has retries) ends `failed` naming the stop, exit 1, and is not tried again. A step the
+/// run does not have is bad input; a stop of a step that ended changes nothing.
+#[test]
+fn stop_of_one_step_ends_that_step_and_the_run_is_not_tried_again() {
+    let home = TestHome::new();
+    let output = home
+        .cmd()
+        .args([
+            "run",
+            "--json",
+            "--retries",
+            "2",
+            "--mode",
+            "chain",
+            "--step",
+            "true",
+            "--step",
+            "sleep 100 & sleep 100 & wait",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let run = run_id_of(&output);
+    let journal = home.journal();
+    let running = wait_for(&journal, run, "step 1 to run", |state| {
+        state.steps[1].status == StepStatus::Running
+    });
+    let pgid = running.steps[1].process.as_ref().expect("its process").pid;
+    home.cmd()
+        .args(["stop", &run.to_string(), "--step", "7"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no step 7"));
+    home.cmd()
+        .args(["stop", &run.to_string(), "--step", "0"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "step 0 has already ended (complete)",
+        ));
+    home.cmd()
+        .args([
+            "stop",
+            &run.to_string(),
+            "--step",
+            "1",
+            "--reason",
+            "enough of it",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("stop of step 1 requested"));
+    let ended = wait_terminal(&journal, run);
+    assert_eq!(ended.status, RunStatus::Failed);
+    assert_eq!(ended.steps[0].status, StepStatus::Complete);
+    assert_eq!(ended.steps[1].status, StepStatus::Stopped);
+    let error = ended.terminal.and_then(|end| end.error).unwrap_or_default();
+    assert!(error.contains("enough of it"), "{error}");
+    assert_eq!(
+        ended.retry.map(|retry| retry.attempts.len()),
+        Some(0),
+        "a run a host stopped a step of is not tried again"
+    );
+    assert!(
+        group_members(pgid).is_empty(),
+        "the step's whole process group ended"
+    );
+    home.cmd().args(["wait", &run.to_string()]).assert().code(1);
+}
+
 #[test]
 fn pushed_job_updates_land_in_the_journal_and_end_the_step() {
     let home = TestHome::new();

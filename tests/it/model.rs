@@ -582,7 +582,8 @@ fn happy_choices(run: Option<&Run>) -> Vec<Event> {
 }
 
 /// The ways a run's life goes wrong from where it is: failure, stop, pause, a control
-/// request, a step failing, a runner seen gone early, a launcher giving up, a dismissal.
+/// request, a step's stop, a step failing, a runner seen gone early, a launcher giving up, a
+/// dismissal.
 fn detours(run: Option<&Run>) -> Vec<Event> {
     let mut events = vec![Event::Dismissed { at_ms: 0 }];
     let Some(run) = run else {
@@ -607,6 +608,7 @@ fn detours(run: Option<&Run>) -> Vec<Event> {
             by: "model".to_string(),
             reason: "enough".to_string(),
         });
+        events.push(step_stop(0));
     }
     if let Some(index) = run
         .steps
@@ -1342,6 +1344,9 @@ fn rule_of(error: &TransitionError) -> Option<Rule> {
         TransitionError::NoSuchSteer { .. } | TransitionError::SteerNotQueued { .. } => {
             Rule::SteerTakenWhileWaiting
         }
+        TransitionError::StepNotStoppable { .. } => Rule::StepStopOfOpenStep,
+        TransitionError::StepStopAlreadyRequested { .. } => Rule::StepStopOnce,
+        TransitionError::AttemptAfterStepStop { .. } => Rule::NoRetryAfterStepStop,
         _ => return None,
     })
 }
@@ -1494,6 +1499,11 @@ fn view_of(state: &RunState) -> Run {
                     .collect();
                 (steer.id.clone(), targets)
             })
+            .collect(),
+        step_stops: state
+            .step_stops
+            .iter()
+            .map(|stop| (stop.step, stop.by.clone(), stop.reason.clone()))
             .collect(),
     }
 }
@@ -2567,14 +2577,25 @@ fn steer_requested(id: String, steps: Vec<u32>) -> Event {
     }
 }
 
+/// A host's stop of step `step` alone.
+fn step_stop(step: u32) -> Event {
+    Event::StepStopRequested {
+        step,
+        by: "model".to_string(),
+        reason: "enough".to_string(),
+    }
+}
+
 /// Steer requests for the run as it is: to a step that has yet to end (or to one that ended),
-/// with an id from a small pool, so that repeats happen; and a step taking one.
+/// with an id from a small pool, so that repeats happen; a step taking one; a step's stop (of
+/// a step past the last now and then).
 fn arb_steer_event(run: Option<&Run>) -> BoxedStrategy<Event> {
     let steps = run.map_or(1, |run| run.steps.len().max(1)) as u32;
     let id = (0..4u8).prop_map(|id| format!("steer-{id}"));
     prop_oneof![
         (id.clone(), 0..steps).prop_map(|(id, step)| steer_requested(id, vec![step])),
         (id, 0..steps).prop_map(|(id, step)| Event::SteerDelivered { id, step }),
+        (0..steps + 1).prop_map(step_stop),
     ]
     .boxed()
 }

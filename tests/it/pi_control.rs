@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::pi_subagents_compat::{
     SESSION_ID, StopOnDrop, launch, pi_subagents, read_with_pi_subagents, runjournal, wait_printed,
+    wait_published,
 };
 
 /// pi-subagents' own control code on `run`'s directory: `action` with `extra`.
@@ -66,13 +67,15 @@ fn status(root: &Path, run: &str) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("JSON")
 }
 
-/// Waits for `run` to end; returns its state as `status --json` says it.
+/// Waits for `run` to end and its files to be published; returns its state as `status
+/// --json` says it.
 fn wait_end(root: &Path, run: &str) -> String {
     let output = runjournal(root).args(["wait", run]).output().expect("wait");
     assert!(
         output.status.code().is_some_and(|code| code != 2),
         "{output:?}"
     );
+    wait_published(root, run);
     status(root, run)["state"]
         .as_str()
         .expect("state")
@@ -281,6 +284,159 @@ fn pi_subagents_request_async_steer_reaches_the_step_through_its_inbox_once() {
             .is_file(),
         "the ended run's inbox is closed as pi-subagents closes one"
     );
+}
+
+/// pi-subagents' `requestAsyncStop` with a `targetIndex` stops that step alone: in a parallel
+/// run the other step goes on and completes, the stopped one ends `stopped`, and the run ends
+/// `failed`, as pi-subagents' runner ends a run one of whose children a host stopped. Its
+/// readers see the step stopped and its stop requested; the events say so in pi's words.
+#[test]
+fn pi_subagents_request_async_stop_of_one_step_stops_that_step_alone() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let marker = dir.path().join("go-on");
+    let finisher = format!(
+        "echo ready; while [ ! -e '{}' ]; do sleep 0.1; done; echo finished",
+        marker.display()
+    );
+    let (run, _) = launch(
+        &root,
+        &[
+            "--mode",
+            "parallel",
+            "--step",
+            "echo ready; sleep 300",
+            "--step",
+            &finisher,
+        ],
+    );
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    wait_printed(&root, &run, 1, "ready");
+    pi_control(&install, &root, &run, "stop-step", "0");
+    // Step 0 ends while step 1 still runs: the stop was of that step alone.
+    let mut step_zero = String::new();
+    for _ in 0..200 {
+        step_zero = status(&root, &run)["steps"][0]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if step_zero == "stopped" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(step_zero, "stopped");
+    assert_eq!(status(&root, &run)["steps"][1]["status"], "running");
+    std::fs::write(&marker, b"").expect("the marker");
+    assert_eq!(wait_end(&root, &run), "failed");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+    let seen = pi_control(&install, &root, &run, "status", "");
+    assert_eq!(seen["state"], "failed", "{seen}");
+    assert_eq!(seen["steps"][0]["status"], "stopped", "{seen}");
+    assert_eq!(seen["steps"][0]["stopRequested"], true, "{seen}");
+    assert_eq!(seen["steps"][1]["status"], "complete", "{seen}");
+    let events =
+        std::fs::read_to_string(run_dir(&root, &run).join("events.jsonl")).expect("events");
+    let kinds: Vec<String> = events
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["stepIndex"] == 0)
+        .filter_map(|line| line["type"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        kinds
+            .windows(2)
+            .any(|pair| pair == ["subagent.step.stop_requested", "subagent.step.stopped"]),
+        "{kinds:?}"
+    );
+    let output =
+        std::fs::read_to_string(run_dir(&root, &run).join("output-1.log")).expect("output");
+    assert!(output.contains("finished"), "{output}");
+}
+
+/// A stop of a step a chain has not reached is taken at once and acted on when its turn
+/// comes: the step never runs, and the chain ends there, `failed`. A stop of a step that
+/// ended is refused, saying why, and changes nothing.
+#[test]
+fn a_stop_of_a_step_not_reached_skips_it_and_one_of_an_ended_step_is_refused() {
+    let Some(install) = pi_subagents() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("pi-root");
+    let marker = dir.path().join("go-on");
+    let first = format!(
+        "echo ready; while [ ! -e '{}' ]; do sleep 0.1; done",
+        marker.display()
+    );
+    let never = dir.path().join("never-ran");
+    let second = format!("touch '{}'", never.display());
+    let (run, _) = launch(
+        &root,
+        &["--mode", "chain", "--step", &first, "--step", &second],
+    );
+    let _stop = StopOnDrop {
+        root: &root,
+        run: run.clone(),
+    };
+    wait_printed(&root, &run, 0, "ready");
+    pi_control(&install, &root, &run, "stop-step", "1");
+    let mut stop_requested = serde_json::Value::Null;
+    for _ in 0..200 {
+        stop_requested = status(&root, &run)["steps"][1]["stopRequested"].clone();
+        if stop_requested == true {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(stop_requested, true, "taken while step 0 runs");
+    std::fs::write(&marker, b"").expect("the marker");
+    assert_eq!(wait_end(&root, &run), "failed");
+    assert!(!never.exists(), "the stopped step never ran");
+    let run_status = status(&root, &run);
+    assert_eq!(run_status["steps"][0]["status"], "complete", "{run_status}");
+    assert_eq!(run_status["steps"][1]["status"], "stopped", "{run_status}");
+    assert_eq!(request_files(&root, &run), Vec::<PathBuf>::new());
+
+    // A stop of a step that ended: refused, moved aside, and the run goes on.
+    let (other, _) = launch(
+        &root,
+        &[
+            "--mode",
+            "chain",
+            "--step",
+            "true",
+            "--step",
+            "echo ready; sleep 300",
+        ],
+    );
+    let _stop_other = StopOnDrop {
+        root: &root,
+        run: other.clone(),
+    };
+    wait_printed(&root, &other, 1, "ready");
+    pi_control(&install, &root, &other, "stop-step", "0");
+    let refused = run_dir(&root, &other).join("control/refused");
+    let mut reason = String::new();
+    for _ in 0..200 {
+        let events = std::fs::read_to_string(run_dir(&root, &other).join("events.jsonl"))
+            .unwrap_or_default();
+        if let Some(line) = events.lines().find(|line| line.contains("was refused")) {
+            reason = line.to_string();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(reason.contains("step 0 is complete"), "{reason}");
+    assert!(refused.is_dir(), "the file was moved aside");
+    assert_eq!(status(&root, &other)["steps"][1]["status"], "running");
 }
 
 /// The lines of `run`'s events.jsonl that end it, as a host reads them.

@@ -29,9 +29,9 @@ if (mode === "--temp-root") {
 }
 if (mode === "--control") {
 	// node pi_subagents_compat.mjs INSTALL_DIR --control ACTION ASYNC_DIR [RESULTS_DIR|MESSAGE]
-	//   ACTION: stop | interrupt | timeout | steer (MESSAGE) | reconcile (RESULTS_DIR) | status;
-	//   pi-subagents' own requestAsyncStop, requestAsyncInterrupt, requestAsyncTimeout,
-	//   requestAsyncSteer,
+	//   ACTION: stop | stop-step (STEP) | interrupt | timeout | steer (MESSAGE) |
+	//   reconcile (RESULTS_DIR) | status; pi-subagents' own requestAsyncStop (with a targetIndex
+	//   for stop-step), requestAsyncInterrupt, requestAsyncTimeout, requestAsyncSteer,
 	//   reconcileAsyncRun or readStatus; prints {"done": what it returned}.
 	//   With PI_COMPAT_STALE_ALIVE_MS set, reconcile judges a live pid stale after that long.
 	const [, , action, asyncDir, extra] = process.argv.slice(2);
@@ -39,6 +39,7 @@ if (mode === "--control") {
 	const control = await load("runs/background/control-channel.ts");
 	let done;
 	if (action === "stop") done = control.requestAsyncStop(asyncDir, { source: "pi-compat", reason: "stopped by the host" });
+	else if (action === "stop-step") done = control.requestAsyncStop(asyncDir, { source: "pi-compat", reason: "this child is done", targetIndex: Number(extra) });
 	else if (action === "interrupt") done = control.requestAsyncInterrupt(asyncDir, { source: "pi-compat" });
 	else if (action === "timeout") done = control.requestAsyncTimeout(asyncDir, { source: "pi-compat", reason: "the host's deadline" });
 	else if (action === "steer") done = control.requestAsyncSteer(asyncDir, { message: extra, source: "pi-compat" });
@@ -49,7 +50,12 @@ if (mode === "--control") {
 	} else if (action === "status") {
 		const { readStatus } = await load("shared/utils.ts");
 		const status = readStatus(asyncDir);
-		done = { state: status?.state ?? null, steering: status?.steering ?? null, timeoutMs: status?.timeoutMs ?? null };
+		done = {
+			state: status?.state ?? null,
+			steering: status?.steering ?? null,
+			timeoutMs: status?.timeoutMs ?? null,
+			steps: (status?.steps ?? []).map((step) => ({ status: step.status, stopRequested: step.stopRequested ?? null })),
+		};
 	} else throw new Error(`unknown control action ${action}`);
 	console.log(JSON.stringify({ done: done ?? null }));
 	process.exit(0);

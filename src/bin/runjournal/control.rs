@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use runjournal::Home;
-use runjournal::control::{self, ControlError, DismissOutcome, StopOutcome};
+use runjournal::control::{self, ControlError, DismissOutcome, StepStopOutcome, StopOutcome};
 use runjournal::event::{
     ExternalJobStatus, JobState, MAX_STEER_MESSAGE_BYTES, MAX_TEXT_BYTES, SteerMode,
 };
@@ -89,6 +89,34 @@ pub fn stop(home: Home, text: &str, reason: &str) -> CliResult {
             ))?;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `runjournal stop RUN --step N`.
+pub fn stop_step(home: Home, text: &str, step: u32, reason: &str) -> CliResult {
+    check_run_text(text)?;
+    check_reason(reason)?;
+    let store = open_store(home)?;
+    let run = resolve(&store, text)?;
+    let by = format!("runjournal stop --step (pid {})", std::process::id());
+    let outcome =
+        control::request_step_stop(&store, run, step, &by, reason).map_err(control_failure)?;
+    print_line(&match outcome {
+        StepStopOutcome::Requested => {
+            format!(
+                "run {run}: stop of step {step} requested; the runner ends it when it next looks"
+            )
+        }
+        StepStopOutcome::AlreadyRequested => {
+            format!("run {run}: stop of step {step} already requested")
+        }
+        StepStopOutcome::StepEnded { status } => {
+            format!("run {run}: step {step} has already ended ({status}); nothing to stop")
+        }
+        StepStopOutcome::AlreadyEnded { state } => {
+            format!("run {run} has already ended ({state}); nothing to stop")
+        }
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 

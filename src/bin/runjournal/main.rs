@@ -148,10 +148,15 @@ enum Command {
         #[arg(long)]
         follow: bool,
     },
-    /// Ask a run to stop: recorded in the journal, then the runner is sent SIGTERM.
+    /// Ask a run to stop: recorded in the journal, then the runner is sent SIGTERM. With
+    /// --step, only that step: the runner ends it (or skips it, not started yet), the others
+    /// of a parallel run go on, a chain ends there, and the run ends failed.
     Stop {
         /// Run id, a unique prefix of one (8 characters or more), its name or tool-call id.
         run: String,
+        /// Stop only this step (numbered from 0).
+        #[arg(long, value_name = "N")]
+        step: Option<u32>,
         /// Why, as recorded with the request.
         #[arg(long, default_value = "requested from the command line")]
         reason: String,
@@ -500,7 +505,10 @@ fn dispatch(home: Home, command: Command, matches: &clap::ArgMatches) -> CliResu
         Command::List { state, all, json } => inspect::list(home, state.as_deref(), all, json),
         Command::Wait { run, timeout } => inspect::wait(home, &run, timeout),
         Command::Logs { run, step, follow } => inspect::logs(home, &run, step, follow),
-        Command::Stop { run, reason } => control::stop(home, &run, &reason),
+        Command::Stop { run, step, reason } => match step {
+            Some(step) => control::stop_step(home, &run, step, &reason),
+            None => control::stop(home, &run, &reason),
+        },
         Command::Interrupt { run, reason } => control::interrupt(home, &run, &reason),
         Command::Steer {
             run,

@@ -25,8 +25,8 @@ use crate::event::{
 use crate::state::{
     AdmissionInfo, AttemptInfo, ControlInfo, DelayInfo, DependencyInfo, HookAttemptEnd, HookClaim,
     HookState, ProcessTerminalInfo, QueueInfo, RetryInfo, RunState, RunStatus, RunnerInfo,
-    SteerDelivery, SteerInfo, SteerTarget, StepState, StepStatus, TerminalInfo, Undelivered,
-    UniqueInfo,
+    SteerDelivery, SteerInfo, SteerTarget, StepState, StepStatus, StepStopInfo, TerminalInfo,
+    Undelivered, UniqueInfo,
 };
 
 /// The snapshot layout this build writes and reads: `SnapshotV1`.
@@ -340,6 +340,7 @@ impl SnapshotV1 {
             retry: None,
             hooks: Vec::new(),
             steers: Vec::new(),
+            step_stops: Vec::new(),
             head_seq: self.head_seq,
             updated_at_ms: self.updated_at_ms,
         };
@@ -410,12 +411,15 @@ impl SnapshotNamespaces {
             && state.queue.is_none()
             && state.hooks.is_empty()
             && state.steers.is_empty()
+            && state.dependencies.is_none()
             && state.delay.is_none()
             && state.unique.is_none()
             && state.retry.is_none()
+            && state.step_stops.is_empty()
         {
-            // Written all absent only before a queue, steers, hooks, a delayed start or a key:
-            // anything else is not what this build writes.
+            // Written all absent only before another extension (a queue, steers, hooks,
+            // dependencies, a delayed start, a key, retries, steps' stops): anything else is not
+            // what this build writes.
             return Err(SnapshotError::Malformed {
                 reason: "PID namespaces that are all absent".to_string(),
             });
@@ -541,6 +545,40 @@ const UNIQUE_TAG: u8 = 0xfc;
 /// The tag byte before a retried run's policy and ended attempts, the last extension (after
 /// its key, if any): none of the tags and marks before it.
 const RETRY_TAG: u8 = 0xfb;
+
+/// The tag byte before the stops a host asked of single steps, the last extension (after its
+/// retries, if any): none of the tags and marks before it.
+const STEP_STOPS_TAG: u8 = 0xfa;
+
+/// A host's stop of one step ([`crate::state::StepStopInfo`]); a snapshot holds a list of them
+/// after [`STEP_STOPS_TAG`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotStepStop {
+    step: u32,
+    by: String,
+    reason: String,
+    at_ms: UnixMs,
+}
+
+impl SnapshotStepStop {
+    fn of(stop: &StepStopInfo) -> SnapshotStepStop {
+        SnapshotStepStop {
+            step: stop.step,
+            by: stop.by.clone(),
+            reason: stop.reason.clone(),
+            at_ms: stop.at_ms,
+        }
+    }
+
+    fn into_info(self) -> StepStopInfo {
+        StepStopInfo {
+            step: self.step,
+            by: self.by,
+            reason: self.reason,
+            at_ms: self.at_ms,
+        }
+    }
+}
 
 /// A run's retries ([`crate::state::RetryInfo`]): [`RETRY_TAG`], then this.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -898,6 +936,7 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
         || state.delay.is_some()
         || state.unique.is_some()
         || state.retry.is_some()
+        || !state.step_stops.is_empty()
     {
         let namespaces = namespaces.unwrap_or_else(|| SnapshotNamespaces::none(state.steps.len()));
         bytes = postcard::to_extend(&namespaces, bytes).map_err(serialize_error)?;
@@ -938,6 +977,12 @@ pub(crate) fn encode_snapshot(state: &RunState) -> Result<Vec<u8>, EncodeError> 
             bytes.push(RETRY_TAG);
             bytes =
                 postcard::to_extend(&SnapshotRetry::of(retry), bytes).map_err(serialize_error)?;
+        }
+        if !state.step_stops.is_empty() {
+            bytes.push(STEP_STOPS_TAG);
+            let stops: Vec<SnapshotStepStop> =
+                state.step_stops.iter().map(SnapshotStepStop::of).collect();
+            bytes = postcard::to_extend(&stops, bytes).map_err(serialize_error)?;
         }
     }
     event::push_checksum(&mut bytes);
@@ -1138,11 +1183,19 @@ impl<'a> QueueOf<'a> {
 /// what follows is nothing or its dependencies, delayed start or key.
 fn decode_hooks(rest: &[u8]) -> Result<(Vec<HookState>, &[u8]), SnapshotError> {
     match rest {
-        [] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..] => Ok((Vec::new(), rest)),
+        []
+        | [
+            DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG | STEP_STOPS_TAG,
+            ..,
+        ] => Ok((Vec::new(), rest)),
         [HOOKS_TAG, hooks @ ..] => match postcard::take_from_bytes::<SnapshotHooks>(hooks) {
             Ok((
                 hooks,
-                rest @ ([] | [DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..]),
+                rest @ ([]
+                | [
+                    DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG | STEP_STOPS_TAG,
+                    ..,
+                ]),
             )) if !hooks.hooks.is_empty() => Ok((hooks.into_states(), rest)),
             _ => Err(SnapshotError::Malformed {
                 reason: format!(
@@ -1161,12 +1214,13 @@ fn decode_hooks(rest: &[u8]) -> Result<(Vec<HookState>, &[u8]), SnapshotError> {
 /// follows is nothing or its delayed start.
 fn decode_dependencies(rest: &[u8]) -> Result<(Option<DependencyInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] | [DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..] => Ok((None, rest)),
+        [] | [DELAY_TAG | UNIQUE_TAG | RETRY_TAG | STEP_STOPS_TAG, ..] => Ok((None, rest)),
         [DEPENDENCIES_TAG, dependencies @ ..] => {
             match postcard::take_from_bytes::<SnapshotDependencies>(dependencies) {
-                Ok((dependencies, rest @ ([] | [DELAY_TAG | UNIQUE_TAG | RETRY_TAG, ..]))) => {
-                    Ok((Some(dependencies.into_info()), rest))
-                }
+                Ok((
+                    dependencies,
+                    rest @ ([] | [DELAY_TAG | UNIQUE_TAG | RETRY_TAG | STEP_STOPS_TAG, ..]),
+                )) => Ok((Some(dependencies.into_info()), rest)),
                 _ => Err(SnapshotError::Malformed {
                     reason: format!(
                         "{} bytes after its hooks that are not its dependencies",
@@ -1225,7 +1279,8 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
             let (queue, steers, rest) = match rest {
                 []
                 | [
-                    HOOKS_TAG | DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG,
+                    HOOKS_TAG | DEPENDENCIES_TAG | DELAY_TAG | UNIQUE_TAG | RETRY_TAG
+                    | STEP_STOPS_TAG,
                     ..,
                 ] => (None, Vec::new(), rest),
                 [EXTRAS_MARK, extras @ ..] => {
@@ -1248,7 +1303,8 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
             let (dependencies, rest) = decode_dependencies(rest)?;
             let (delay, rest) = decode_delay(rest)?;
             let (unique, rest) = decode_unique(rest)?;
-            let retry = decode_retry(rest)?;
+            let (retry, rest) = decode_retry(rest)?;
+            let step_stops = decode_step_stops(rest)?;
             let mut state = snapshot.into_state(run)?;
             if queue.is_some()
                 || !steers.is_empty()
@@ -1257,6 +1313,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 || delay.is_some()
                 || unique.is_some()
                 || retry.is_some()
+                || !step_stops.is_empty()
             {
                 state.queue = queue;
                 state.steers = steers;
@@ -1265,6 +1322,7 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
                 state.delay = delay;
                 state.unique = unique;
                 state.retry = retry;
+                state.step_stops = step_stops;
                 state.check_shape().map_err(SnapshotError::Invalid)?;
             }
             namespaces.apply(&mut state)?;
@@ -1277,9 +1335,9 @@ pub(crate) fn decode_snapshot(run: RunId, bytes: &[u8]) -> Result<RunState, Snap
 /// or [`DELAY_TAG`] and a [`SnapshotDelay`]; what follows is nothing or its key.
 fn decode_delay(rest: &[u8]) -> Result<(Option<DelayInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] | [UNIQUE_TAG | RETRY_TAG, ..] => Ok((None, rest)),
+        [] | [UNIQUE_TAG | RETRY_TAG | STEP_STOPS_TAG, ..] => Ok((None, rest)),
         [DELAY_TAG, delay @ ..] => match postcard::take_from_bytes::<SnapshotDelay>(delay) {
-            Ok((delay, rest @ ([] | [UNIQUE_TAG | RETRY_TAG, ..]))) => {
+            Ok((delay, rest @ ([] | [UNIQUE_TAG | RETRY_TAG | STEP_STOPS_TAG, ..]))) => {
                 Ok((Some(delay.into_info()), rest))
             }
             _ => Err(SnapshotError::Malformed {
@@ -1299,9 +1357,9 @@ fn decode_delay(rest: &[u8]) -> Result<(Option<DelayInfo>, &[u8]), SnapshotError
 /// [`UNIQUE_TAG`] and a [`SnapshotUnique`]; what follows is nothing or its retries.
 fn decode_unique(rest: &[u8]) -> Result<(Option<UniqueInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] | [RETRY_TAG, ..] => Ok((None, rest)),
+        [] | [RETRY_TAG | STEP_STOPS_TAG, ..] => Ok((None, rest)),
         [UNIQUE_TAG, unique @ ..] => match postcard::take_from_bytes::<SnapshotUnique>(unique) {
-            Ok((unique, rest @ ([] | [RETRY_TAG, ..]))) => Ok((
+            Ok((unique, rest @ ([] | [RETRY_TAG | STEP_STOPS_TAG, ..]))) => Ok((
                 Some(UniqueInfo {
                     key: unique.key,
                     hold_ms: unique.hold_ms,
@@ -1321,13 +1379,13 @@ fn decode_unique(rest: &[u8]) -> Result<(Option<UniqueInfo>, &[u8]), SnapshotErr
     }
 }
 
-/// The retries at the end of a snapshot, after everything else: nothing, or [`RETRY_TAG`] and
-/// a [`SnapshotRetry`] that ends the bytes.
-fn decode_retry(rest: &[u8]) -> Result<Option<RetryInfo>, SnapshotError> {
+/// The retries near the end of a snapshot, after everything but its steps' stops: nothing, or
+/// [`RETRY_TAG`] and a [`SnapshotRetry`]; what follows is nothing or its steps' stops.
+fn decode_retry(rest: &[u8]) -> Result<(Option<RetryInfo>, &[u8]), SnapshotError> {
     match rest {
-        [] => Ok(None),
+        [] | [STEP_STOPS_TAG, ..] => Ok((None, rest)),
         [RETRY_TAG, retry @ ..] => match postcard::take_from_bytes::<SnapshotRetry>(retry) {
-            Ok((retry, [])) => Ok(Some(retry.into_info())),
+            Ok((retry, rest @ ([] | [STEP_STOPS_TAG, ..]))) => Ok((Some(retry.into_info()), rest)),
             _ => Err(SnapshotError::Malformed {
                 reason: format!(
                     "{} bytes after its key that are not its retries",
@@ -1337,6 +1395,30 @@ fn decode_retry(rest: &[u8]) -> Result<Option<RetryInfo>, SnapshotError> {
         },
         rest => Err(SnapshotError::Malformed {
             reason: format!("{} bytes after its key", rest.len()),
+        }),
+    }
+}
+
+/// The steps' stops at the end of a snapshot, after everything else: nothing, or
+/// [`STEP_STOPS_TAG`] and a non-empty list of [`SnapshotStepStop`] that ends the bytes.
+fn decode_step_stops(rest: &[u8]) -> Result<Vec<StepStopInfo>, SnapshotError> {
+    match rest {
+        [] => Ok(Vec::new()),
+        [STEP_STOPS_TAG, stops @ ..] => {
+            match postcard::take_from_bytes::<Vec<SnapshotStepStop>>(stops) {
+                Ok((stops, [])) if !stops.is_empty() => {
+                    Ok(stops.into_iter().map(SnapshotStepStop::into_info).collect())
+                }
+                _ => Err(SnapshotError::Malformed {
+                    reason: format!(
+                        "{} bytes after its retries that are not its steps' stops",
+                        rest.len()
+                    ),
+                }),
+            }
+        }
+        rest => Err(SnapshotError::Malformed {
+            reason: format!("{} bytes after its retries", rest.len()),
         }),
     }
 }
@@ -1589,6 +1671,97 @@ mod tests {
                 Ok(state),
                 "after {count} records"
             );
+        }
+    }
+
+    /// Regression: a run that waits for its dependencies alone (no queue, no process yet) round
+    /// trips. Its snapshot was refused as namespaces "all absent", and every read folded the
+    /// run's records again in its place.
+    #[test]
+    fn dependencies_alone_round_trip() {
+        let records = records_of(vec![
+            crate::testkit::created(crate::testkit::chain_spec(1), 1, Default::default()),
+            Event::DependsOn {
+                after: vec![RunId::from_bytes([9; 16])],
+                after_any: Vec::new(),
+                idle_timeout_ms: None,
+                heartbeat_ms: None,
+            },
+        ]);
+        let state = state::replay(&records)
+            .expect("a legal life")
+            .expect("records");
+        let bytes = encode_snapshot(&state).expect("encodes");
+        assert_eq!(decode_snapshot(RUN, &bytes), Ok(state));
+    }
+
+    /// A step's stops follow everything else, after their own tag: alone, and after the
+    /// retries and the key of a run in a queue; a snapshot cut inside them, or with bytes after
+    /// them, is refused.
+    #[test]
+    fn step_stops_round_trip_after_the_retries() {
+        let stop = |step| Event::StepStopRequested {
+            step,
+            by: "host".to_string(),
+            reason: "enough".to_string(),
+        };
+        let runner = Event::RunnerStarted {
+            runner: ProcessIdentity {
+                pid: 40,
+                start_time: 7,
+                boot_id: "b".to_string(),
+                pid_namespace: None,
+            },
+            instance_id: "i1".to_string(),
+        };
+        let plain = records_of(vec![
+            crate::testkit::created(crate::testkit::chain_spec(2), 1, Default::default()),
+            runner.clone(),
+            stop(1),
+        ]);
+        let retried = records_of(vec![
+            crate::testkit::created(crate::testkit::chain_spec(2), 1, Default::default()),
+            Event::QueueJoined {
+                queue: "q".to_string(),
+                idle_timeout_ms: None,
+                heartbeat_ms: Some(5),
+            },
+            Event::RetryPolicy {
+                retries: 2,
+                backoff_ms: 1,
+                backoff_max_ms: 8,
+                on: crate::event::RetryOn::default_causes(),
+                idle_timeout_ms: None,
+                heartbeat_ms: Some(5),
+            },
+            Event::UniqueKey {
+                key: "k".to_string(),
+                hold_ms: None,
+            },
+            stop(0),
+            stop(1),
+        ]);
+        for records in [&plain, &retried] {
+            let state = state::replay(records)
+                .expect("a legal life")
+                .expect("records");
+            assert!(!state.step_stops.is_empty());
+            let bytes = encode_snapshot(&state).expect("encodes");
+            assert_eq!(decode_snapshot(RUN, &bytes), Ok(state.clone()));
+            let (payload, _) = event::split_checksum(&bytes).expect("a checksum");
+            for broken in [
+                with_checksum_for_tests(&payload[..payload.len() - 1]),
+                with_checksum_for_tests(&[payload, &[0]].concat()),
+            ] {
+                assert!(
+                    matches!(
+                        decode_snapshot(RUN, &broken),
+                        Err(SnapshotError::Malformed { .. })
+                    ),
+                    "{:?}",
+                    decode_snapshot(RUN, &broken)
+                );
+            }
         }
     }
 

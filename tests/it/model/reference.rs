@@ -144,6 +144,8 @@ pub struct Run {
     pub hooks: Vec<Hook>,
     /// "Steering": each request's id, and where its message is for each target step.
     pub steers: Vec<(String, Vec<(u32, Delivery)>)>,
+    /// "Stopping one step": the steps a host stopped: step, by, reason.
+    pub step_stops: Vec<(u32, String, String)>,
 }
 
 /// "Retries": an attempt that ended and was tried again, with its runner and that runner's
@@ -330,11 +332,17 @@ pub enum Rule {
     SteerTotalBounded,
     /// "Steering": a step takes a message that waits for it.
     SteerTakenWhileWaiting,
+    /// "Stopping one step": only a step that is pending or running is stopped.
+    StepStopOfOpenStep,
+    /// "Stopping one step": once per step.
+    StepStopOnce,
+    /// "Stopping one step": a run a host stopped a step of is not tried again.
+    NoRetryAfterStepStop,
 }
 
 impl Rule {
     /// Every rule, for a test that checks each is met.
-    pub const ALL: [Rule; 54] = [
+    pub const ALL: [Rule; 57] = [
         Rule::CreatedFirst,
         Rule::CreatedOnce,
         Rule::ValidSpec,
@@ -389,6 +397,9 @@ impl Rule {
         Rule::SteerWaitingBounded,
         Rule::SteerTotalBounded,
         Rule::SteerTakenWhileWaiting,
+        Rule::StepStopOfOpenStep,
+        Rule::StepStopOnce,
+        Rule::NoRetryAfterStepStop,
     ];
 }
 
@@ -502,6 +513,7 @@ fn texts(event: &Event) -> Vec<&str> {
             texts.push(summary);
             texts.extend(error.as_deref());
         }
+        Event::StepStopRequested { by, reason, .. } => texts.extend([by.as_str(), reason.as_str()]),
     }
     texts
 }
@@ -711,6 +723,21 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
         }
         // "refused with a journaled reason": the record is all of it.
         Event::ControlRefused { .. } => {}
+        // "Stopping one step": a pending or running step, once; the runner acts on it.
+        Event::StepStopRequested { step, by, reason } => {
+            if let Some(index) = step_of(*step, &mut broken)
+                && !matches!(
+                    run.steps[index].status,
+                    StepStatus::Pending | StepStatus::Running
+                )
+            {
+                broken.push(Rule::StepStopOfOpenStep);
+            }
+            if run.step_stops.iter().any(|(stopped, _, _)| stopped == step) {
+                broken.push(Rule::StepStopOnce);
+            }
+            next.step_stops.push((*step, by.clone(), reason.clone()));
+        }
         Event::SteerRequested {
             id, steps, message, ..
         } => {
@@ -956,6 +983,9 @@ pub fn apply(id: RunId, run: Option<&Run>, event: &Event, at_ms: UnixMs) -> Resu
             if stopped {
                 broken.push(Rule::NoRetryAfterStop);
             }
+            if !run.step_stops.is_empty() {
+                broken.push(Rule::NoRetryAfterStepStop);
+            }
             // The run waits for its next attempt as a delayed run, afresh: its steps pending, no
             // runner nor request, its queue's slot given back; what waited for its steps is lost.
             lose_waiting(&mut next, None);
@@ -1126,6 +1156,7 @@ fn create(event: &Event, mut broken: Vec<Rule>) -> Result<Run, Vec<Rule>> {
         retry: None,
         hooks: Vec::new(),
         steers: Vec::new(),
+        step_stops: Vec::new(),
     })
 }
 
