@@ -286,6 +286,11 @@ enum HostKind {
     },
     /// Not JSON: refused, with a `ControlRefused` record, and moved into `control/refused/`.
     Malformed,
+    /// A stop of one step (`targetIndex`): journaled once per step, or refused (a step that
+    /// ended, or one the run does not have).
+    StopStep {
+        step: u32,
+    },
 }
 
 struct Cut<'a> {
@@ -555,11 +560,14 @@ impl Cut<'_> {
         let number = self.host_files.len();
         let source = format!("power-cut-{}-{number}", self.seed);
         let ts = runjournal::event::now_ms();
-        let mut kind = match self.rng.random_range(0..10) {
+        let mut kind = match self.rng.random_range(0..11) {
             0..=3 => HostKind::Stop,
             4..=5 => HostKind::Interrupt,
             6..=8 => HostKind::Steer {
                 id: format!("steer-{}-{number}", self.seed),
+            },
+            9 => HostKind::StopStep {
+                step: self.rng.random_range(0..2),
             },
             _ => HostKind::Malformed,
         };
@@ -590,6 +598,13 @@ impl Cut<'_> {
             HostKind::Malformed => (
                 format!("control/stop-requests/{ts:013}-{source}-malformed.json"),
                 "{\"type\": \"stop\", cut short".to_string(),
+            ),
+            HostKind::StopStep { step } => (
+                format!("control/stop-requests/{ts:013}-{source}-step.json"),
+                serde_json::json!({
+                    "type": "stop", "ts": ts, "source": source, "reason": source, "targetIndex": step
+                })
+                .to_string(),
             ),
         };
         let file = HostFile {
@@ -1167,6 +1182,25 @@ fn check_host_file(
                 "malformed file in place"
             } else {
                 lost("a malformed file neither refused nor in place")
+            }
+        }
+        HostKind::StopStep { step } => {
+            let requested = records
+                .iter()
+                .filter(|record| matches!(&record.event, Event::StepStopRequested { step: stopped, .. } if stopped == step))
+                .count();
+            if requested > 1 {
+                lost("a step's stop journaled twice");
+            }
+            if requested == 0 && !is_in_place && !is_refused {
+                lost("a durable stop of one step lost: not in place, not journaled, not refused");
+            }
+            if is_in_place {
+                "step stop file in place"
+            } else if is_refused {
+                "step stop file refused"
+            } else {
+                "step stop file taken"
             }
         }
     }
