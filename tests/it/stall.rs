@@ -543,8 +543,8 @@ fn a_runner_blocked_on_the_write_lock_past_its_bound_ends_its_steps_and_exits() 
 fn a_runner_stopped_holding_its_runs_projection_lock_holds_up_no_command() {
     let home = TestHome::new();
     let journal = home.journal();
+    // Armed below, once the runner holds nothing but its run's projection lock.
     let hook = home.input("stop-in-heartbeat");
-    std::fs::write(&hook, "").expect("arm the hook");
     let stopped = {
         let output = home
             .cmd()
@@ -565,12 +565,28 @@ fn a_runner_stopped_holding_its_runs_projection_lock_holds_up_no_command() {
         run_id_of(&output.stdout)
     };
     let other = crate::support::launch(&home, &["--", "sleep", "300"]);
-    poll("the runner to stop in its heartbeat", || !hook.exists());
+    poll("both steps to run", || {
+        [stopped, other].iter().all(|run| {
+            state(&journal, *run).steps[0].status == runjournal::state::StepStatus::Running
+        })
+    });
     let runner = state(&journal, stopped)
         .runner
         .expect("the runner took its run")
         .identity
         .pid;
+    // The runner may lead the home's shared commits, the other launch's among them: stopped
+    // inside one, it holds the journal's write lock, and every writer is refused by name after
+    // its bound (`a_leader_stopped_inside_a_commit_fails_a_launch_naming_it_and_then_everything
+    // _lands_once`), which is not what this test is about. It is stopped only once it holds
+    // that lock no more; its step runs, so it commits nothing of its own until the step ends.
+    let journal_path = home.file("journal.redb");
+    poll("the runner to let the journal's write lock go", || {
+        runjournal::platform::journal_write_lock_holder(&journal_path)
+            .is_none_or(|(holder, _)| holder != runner)
+    });
+    std::fs::write(&hook, "").expect("arm the hook");
+    poll("the runner to stop in its heartbeat", || !hook.exists());
     poll("the runner to be stopped", || {
         process_state(runner) == Some('T')
     });
