@@ -260,7 +260,7 @@ enum Acknowledged {
     Stop { run: RunId, reason: String },
     /// `stop` found a stop already recorded.
     Stopped { run: RunId },
-    /// `stop` found the run ended.
+    /// `stop` found the run ended, or a launch recorded that its runner never took the run.
     Ended { run: RunId },
     /// `steer` recorded this message.
     Steer { run: RunId, message: String },
@@ -724,8 +724,13 @@ impl Cut<'_> {
                         run,
                         unique: launch.unique.clone(),
                     }
-                } else {
+                } else if exited_zero(status) {
                     Acknowledged::Launched { run }
+                } else {
+                    // Its runner did not take the run (it could not be started, or it gave up
+                    // before taking it): the launcher records the run's end before it prints
+                    // the run and exits 1, so that end is what it acknowledged.
+                    Acknowledged::Ended { run }
                 });
             }
         }
