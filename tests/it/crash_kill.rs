@@ -11,7 +11,8 @@
 //!   signal, later steps of a chain never started (skipped), the other steps of a parallel run
 //!   complete;
 //! * its runner killed before the run ended: `failed`, repaired by the reconciler, the reason
-//!   naming the runner's pid and, where its parent saw it die, the signal;
+//!   naming the runner's pid and, where its parent saw it die, the signal (where the home's
+//!   watcher saw it go first, that how it died is unknown);
 //!
 //! and for every run: closed with one `Terminal`, seqs gap-free, snapshots equal to their
 //! replay, projections equal to a fresh one except the result files the host consumed, no
@@ -910,7 +911,17 @@ impl Iteration {
             .process_terminal
             .as_ref()
             .expect("closed runs are observed");
-        let end = if observed_at < terminal_at {
+        let end = if observed_at < terminal_at && observed.observer == Observer::Watcher {
+            // The home's watcher saw it die first, through a handle on exactly that process:
+            // proof observed, but not how it died, which the reason says.
+            assert!(
+                observed.proof == Proof::Observed
+                    && observed.exit.is_none()
+                    && error.contains("exit status unknown"),
+                "{context}: the watcher saw the runner go, and the reason says how it died is unknown: {observed:?}, {error}"
+            );
+            "runner killed: seen gone by the watcher, repaired, naming pid"
+        } else if observed_at < terminal_at {
             // Its parent (a `run --wait`) saw it die first: the signal is the one it died of,
             // and the reason says so.
             assert!(
