@@ -1724,6 +1724,12 @@ fn a_control_file_its_host_made_durable_survives_a_cut_and_is_taken_once() {
     });
     let dead_pid = runner_pid(&home, dead);
     let taking_pid = runner_pid(&home, taking);
+    // The home's watcher, which the launches started, makes reconcile passes: one before the
+    // cut would take the queued and the dead run's requests, and the cut would then undo the
+    // removal of their files (runjournal syncs no run directory), leaving them beside runs that
+    // ended. Gone, those requests are taken by the reconcile pass after the cut, as this test
+    // means them to be.
+    crate::support::stop_watcher(&home);
     kill(Pid::from_raw(dead_pid), Signal::SIGKILL).expect("SIGKILL the runner");
     let request = Path::new("control/stop-requests/0000000000001-a-host.json");
     for run in [queued, dead, taking] {
